@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up, builds, and runs the main job: the collector (UI on http://127.0.0.1:8080) and a
+# local agent profiling the bundled demo workload. Ctrl-C stops everything.
+#   PERFWIRE_SESSIONS_DIR   where sessions are kept (default ~/.local/share/perfwire/sessions)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+cmake -S . -B build -G Ninja >/dev/null
+cmake --build build -j "$(nproc)"
+
+bin=build/src
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+sessions=${PERFWIRE_SESSIONS_DIR:-$HOME/.local/share/perfwire/sessions}
+"$bin/collector/perfwire-collector" --sessions-dir "$sessions" &
+pids+=($!)
+sleep 1
+kill -0 "${pids[0]}" 2>/dev/null || { echo "run: the collector did not start" >&2; exit 1; }
+
+"$bin/demo/perfwire-demo" &
+pids+=($!)
+demo=$!
+
+"$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" &
+pids+=($!)
+
+echo "perfwire: profiling perfwire-demo (pid $demo); open http://127.0.0.1:8080"
+wait -n "${pids[@]}"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs from Debian bookworm what perfwire needs and this machine lacks. Safe to re-run:
+# when everything is present it touches nothing and needs no network.
+#   scripts/setup.sh          build and run
+#   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer)
+set -euo pipefail
+
+packages=(
+    cmake ninja-build g++ pkg-config
+    libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
+    libboost-filesystem1.81-dev libzstd-dev catch2
+    linux-perf binutils
+)
+if [[ "${1:-}" == "--test" ]]; then
+    packages+=(clang-format clang libclang-rt-14-dev zstd)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" != ii* ]]; then
+        missing+=("$p")
+    fi
+done
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo=()
+if ((EUID != 0)); then
+    sudo=(sudo)
+fi
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the clang-format check, the test suite, the same suite
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer run.
+#   PERFWIRE_FUZZ_SECONDS   length of the fuzz run (default 60; 0 skips it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc)
+fuzz_seconds=${PERFWIRE_FUZZ_SECONDS:-60}
+
+scripts/setup.sh --test
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format check (clang-format $(clang-format --version | grep -o '[0-9]*\.[0-9.]*' | head -1))"
+dirs=()
+for d in src test bench; do [[ -d $d ]] && dirs+=("$d"); done
+find "${dirs[@]}" -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format --dry-run --Werror
+
+step "build and test (RelWithDebInfo, warnings are errors)"
+cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+step "build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
+    -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+if ((fuzz_seconds > 0)); then
+    step "fuzz the protocol for ${fuzz_seconds}s (libFuzzer)"
+    CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPERFWIRE_FUZZ=ON -DPERFWIRE_TESTS=OFF \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build build-fuzz -j "$jobs" --target protocol_fuzz
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    cp test/fuzz/corpus/* "$work/"
+    mkdir -p build-fuzz/artifacts
+    # A crash or an oracle failure exits non-zero and leaves the input in build-fuzz/artifacts.
+    rc=0
+    "$root/build-fuzz/test/fuzz/protocol_fuzz" -max_total_time="$fuzz_seconds" \
+        -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/artifacts/" \
+        -print_final_stats=1 "$work" >"$work/fuzz.log" 2>&1 || rc=$?
+    if ((rc != 0)); then
+        tail -n 60 "$work/fuzz.log"
+        echo "fuzz: failure (exit $rc); reproducer in build-fuzz/artifacts/" >&2
+        exit "$rc"
+    fi
+    grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' "$work/fuzz.log"
+fi
+
+step "all tests passed"

@@ -1,0 +1,15 @@
+// perfwire-agent: flags -> config -> run. All logic lives in agent_core.
+#include "agent/options.hpp"
+
+#include <cstdlib>
+#include <iostream>
+
+int main(int argc, char** argv) {
+    auto parsed = agent::parse_command_line(argc, argv, std::getenv("PERFWIRE_TOKEN"));
+    if (auto* done = std::get_if<agent::exit_now>(&parsed)) {
+        (done->code == 0 ? std::cout : std::cerr) << done->output;
+        return done->code;
+    }
+    std::cerr << "perfwire-agent: profiling modes are not available in this build yet\n";
+    return 1;
+}

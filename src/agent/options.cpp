@@ -1,0 +1,136 @@
+#include "agent/options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <charconv>
+#include <sstream>
+
+namespace agent {
+namespace po = boost::program_options;
+
+namespace {
+
+std::optional<std::uint16_t> parse_port(std::string_view text) {
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value == 0 || value > 65535)
+        return std::nullopt;
+    return static_cast<std::uint16_t>(value);
+}
+
+po::options_description describe_options() {
+    po::options_description d("perfwire-agent: profile a process with perf and stream it to a "
+                              "perfwire collector\n\nModes (exactly one)");
+    // clang-format off
+    d.add_options()
+        ("server", po::value<std::string>(), "dial the collector at HOST[:PORT] (port 9999)")
+        ("listen", "wait for the collector to connect (pairing code required)")
+        ("output", po::value<std::string>(), "profile --pid headless, write text to FILE or -")
+        ("bind", po::value<std::string>()->default_value("0.0.0.0"), "--listen address")
+        ("port", po::value<int>()->default_value(9999), "--listen port")
+        ("rounds", po::value<int>()->default_value(1), "--output: rounds to collect")
+        ("pid", po::value<int>(), "process to profile (default: whole system)")
+        ("frequency", po::value<int>()->default_value(99), "sampling frequency, Hz")
+        ("duration", po::value<int>()->default_value(8), "seconds per chunk or round")
+        ("events", po::value<std::string>(), "comma-separated perf events")
+        ("token", po::value<std::string>(), "pairing code (or env PERFWIRE_TOKEN)")
+        ("perf", po::value<std::string>()->default_value("perf"), "perf executable")
+        ("version", "print the version and exit")
+        ("help", "print this help and exit");
+    // clang-format on
+    return d;
+}
+
+std::vector<std::string> split_events(const std::string& list) {
+    std::vector<std::string> out;
+    std::string item;
+    std::istringstream in(list);
+    while (std::getline(in, item, ','))
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+} // namespace
+
+std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
+                                                  const char* env_token) {
+    const auto desc = describe_options();
+    auto usage = [&](const std::string& why) {
+        std::ostringstream out;
+        out << "perfwire-agent: " << why << "\n\n" << desc << "\n";
+        return exit_now{2, out.str()};
+    };
+
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, desc), vm);
+        po::notify(vm);
+    } catch (const po::error& e) {
+        return usage(e.what());
+    }
+    if (vm.count("help")) {
+        std::ostringstream out;
+        out << desc << "\n";
+        return exit_now{0, out.str()};
+    }
+    if (vm.count("version"))
+        return exit_now{0, "perfwire-agent " PERFWIRE_VERSION "\n"};
+
+    config c;
+    const int modes = int(vm.count("server")) + int(vm.count("listen")) + int(vm.count("output"));
+    if (modes != 1)
+        return usage("choose exactly one of --server, --listen, --output");
+
+    if (vm.count("server")) {
+        c.run_mode = mode::server;
+        const auto target = vm["server"].as<std::string>();
+        const auto colon = target.rfind(':');
+        c.server_host = target.substr(0, colon);
+        if (colon != std::string::npos) {
+            const auto port = parse_port(std::string_view(target).substr(colon + 1));
+            if (!port)
+                return usage("bad port in --server " + target);
+            c.server_port = *port;
+        }
+        if (c.server_host.empty())
+            return usage("--server needs a host");
+    } else if (vm.count("listen")) {
+        c.run_mode = mode::listen;
+    } else {
+        c.run_mode = mode::output;
+        c.output_path = vm["output"].as<std::string>();
+    }
+
+    c.bind_address = vm["bind"].as<std::string>();
+    const auto port = parse_port(std::to_string(vm["port"].as<int>()));
+    if (!port)
+        return usage("--port must be 1-65535");
+    c.listen_port = *port;
+    c.rounds = vm["rounds"].as<int>();
+    c.frequency = vm["frequency"].as<int>();
+    c.duration_sec = vm["duration"].as<int>();
+    if (vm.count("pid"))
+        c.pid = vm["pid"].as<int>();
+    if (vm.count("events"))
+        c.events = split_events(vm["events"].as<std::string>());
+    if (vm.count("token"))
+        c.token = vm["token"].as<std::string>();
+    else if (env_token && *env_token)
+        c.token = env_token;
+    c.perf_path = vm["perf"].as<std::string>();
+
+    if (c.frequency < 1 || c.frequency > 100000)
+        return usage("--frequency must be 1-100000");
+    if (c.duration_sec < 1 || c.duration_sec > 3600)
+        return usage("--duration must be 1-3600 seconds");
+    if (c.rounds < 1)
+        return usage("--rounds must be at least 1");
+    if (c.pid && *c.pid <= 0)
+        return usage("--pid must be positive");
+    if (c.run_mode == mode::output && !c.pid)
+        return usage("--output needs --pid");
+    return c;
+}
+
+} // namespace agent

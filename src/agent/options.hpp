@@ -1,0 +1,40 @@
+// Command-line configuration of perfwire-agent.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace agent {
+
+enum class mode { server, listen, output };
+
+struct config {
+    mode run_mode = mode::server;
+    std::string server_host; // --server HOST[:PORT]
+    std::uint16_t server_port = 9999;
+    std::string bind_address = "0.0.0.0"; // --listen
+    std::uint16_t listen_port = 9999;
+    std::string output_path; // --output FILE|-
+    int rounds = 1;
+    std::optional<int> pid;
+    int frequency = 99;
+    int duration_sec = 8;
+    std::vector<std::string> events;
+    std::optional<std::string> token; // --token or PERFWIRE_TOKEN
+    std::string perf_path = "perf";
+};
+
+// What main() should do after parsing.
+struct exit_now {
+    int code;           // 0 for --help/--version, 2 for a usage error
+    std::string output; // text for stdout (code 0) or stderr (code 2)
+};
+
+// Parses argv; `env_token` is the value of PERFWIRE_TOKEN, if set.
+std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
+                                                  const char* env_token);
+
+} // namespace agent

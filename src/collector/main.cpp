@@ -1,0 +1,16 @@
+// perfwire-collector: flags -> config -> run. All logic lives in collector_core.
+#include "collector/options.hpp"
+
+#include <cstdlib>
+#include <iostream>
+
+int main(int argc, char** argv) {
+    auto parsed = collector::parse_command_line(argc, argv, std::getenv("PERFWIRE_TOKEN"),
+                                                std::getenv("HOME"));
+    if (auto* done = std::get_if<collector::exit_now>(&parsed)) {
+        (done->code == 0 ? std::cout : std::cerr) << done->output;
+        return done->code;
+    }
+    std::cerr << "perfwire-collector: serving is not available in this build yet\n";
+    return 1;
+}

@@ -1,0 +1,99 @@
+#include "collector/options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace collector {
+namespace po = boost::program_options;
+
+namespace {
+
+po::options_description describe_options() {
+    po::options_description d("perfwire-collector: receive profiles from perfwire agents and "
+                              "serve them to the browser\n\nOptions");
+    // clang-format off
+    d.add_options()
+        ("agent-bind", po::value<std::string>()->default_value("0.0.0.0"), "agent listener address")
+        ("agent-port", po::value<int>()->default_value(9999), "agent listener port")
+        ("http-bind", po::value<std::string>()->default_value("127.0.0.1"), "HTTP/UI address")
+        ("http-port", po::value<int>()->default_value(8080), "HTTP/UI port")
+        ("sessions-dir", po::value<std::string>(), "where sessions are kept "
+                                                   "(default ~/.local/share/perfwire/sessions)")
+        ("token", po::value<std::string>(), "pairing code agents must present (or env "
+                                            "PERFWIRE_TOKEN)")
+        ("import", po::value<std::string>(), "import a perf.data or perf script text file")
+        ("ui-dir", po::value<std::string>(), "serve the UI from this folder instead of the "
+                                             "embedded copy")
+        ("config", po::value<std::string>(), "read options from this file (key = value)")
+        ("version", "print the version and exit")
+        ("help", "print this help and exit");
+    // clang-format on
+    return d;
+}
+
+bool valid_port(int p) {
+    return p > 0 && p < 65536;
+}
+
+} // namespace
+
+std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
+                                                  const char* env_token, const char* env_home) {
+    const auto desc = describe_options();
+    auto usage = [&](const std::string& why) {
+        std::ostringstream out;
+        out << "perfwire-collector: " << why << "\n\n" << desc << "\n";
+        return exit_now{2, out.str()};
+    };
+
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, desc), vm);
+        if (vm.count("config")) {
+            const auto path = vm["config"].as<std::string>();
+            std::ifstream file(path);
+            if (!file)
+                return usage("cannot read --config " + path);
+            // Command-line values stored first take precedence over the file's.
+            po::store(po::parse_config_file(file, desc), vm);
+        }
+        po::notify(vm);
+    } catch (const po::error& e) {
+        return usage(e.what());
+    }
+    if (vm.count("help")) {
+        std::ostringstream out;
+        out << desc << "\n";
+        return exit_now{0, out.str()};
+    }
+    if (vm.count("version"))
+        return exit_now{0, "perfwire-collector " PERFWIRE_VERSION "\n"};
+
+    config c;
+    c.agent_bind = vm["agent-bind"].as<std::string>();
+    c.http_bind = vm["http-bind"].as<std::string>();
+    const int agent_port = vm["agent-port"].as<int>();
+    const int http_port = vm["http-port"].as<int>();
+    if (!valid_port(agent_port) || !valid_port(http_port))
+        return usage("ports must be 1-65535");
+    c.agent_port = static_cast<std::uint16_t>(agent_port);
+    c.http_port = static_cast<std::uint16_t>(http_port);
+    if (vm.count("sessions-dir"))
+        c.sessions_dir = vm["sessions-dir"].as<std::string>();
+    else
+        c.sessions_dir =
+            std::string(env_home && *env_home ? env_home : ".") + "/.local/share/perfwire/sessions";
+    if (vm.count("token"))
+        c.token = vm["token"].as<std::string>();
+    else if (env_token && *env_token)
+        c.token = env_token;
+    if (vm.count("import"))
+        c.import_file = vm["import"].as<std::string>();
+    if (vm.count("ui-dir"))
+        c.ui_dir = vm["ui-dir"].as<std::string>();
+    return c;
+}
+
+} // namespace collector

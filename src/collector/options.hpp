@@ -1,0 +1,31 @@
+// Command-line (and --config file) configuration of perfwire-collector.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace collector {
+
+struct config {
+    std::string agent_bind = "0.0.0.0";
+    std::uint16_t agent_port = 9999;
+    std::string http_bind = "127.0.0.1";
+    std::uint16_t http_port = 8080;
+    std::string sessions_dir; // default: ~/.local/share/perfwire/sessions
+    std::optional<std::string> token;
+    std::optional<std::string> import_file;
+    std::optional<std::string> ui_dir;
+};
+
+struct exit_now {
+    int code;
+    std::string output;
+};
+
+// Parses argv (and the file named by --config); `env` supplies PERFWIRE_TOKEN and HOME.
+std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
+                                                  const char* env_token, const char* env_home);
+
+} // namespace collector

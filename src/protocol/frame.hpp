@@ -1,0 +1,89 @@
+// Framing: every message is a 5-byte header followed by exactly LEN payload bytes.
+//
+//   0        4    5
+//   +--------+----+------------------+
+//   |  LEN   |FLAG|  payload (LEN)   |
+//   +--------+----+------------------+
+//   LEN: uint32, big-endian.  FLAG: frame_flag.
+//
+// The decoder is sans-IO: feed() it bytes in whatever pieces the socket delivers, then call
+// next() until it says it needs more. Lengths are checked against the receiver's limit when
+// the header is complete, before any payload byte is stored, and payload storage grows only
+// with bytes that actually arrived, so a peer that declares 128 MiB and sends nothing costs
+// nothing.
+#pragma once
+
+#include "protocol/error.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace protocol {
+
+enum class frame_flag : std::uint8_t {
+    text = 0,     // agent -> collector: perf script text [+ "\n### PERF_STAT ###\n" + stat]
+    zstd = 1,     // agent -> collector: the same, as one zstd frame
+    command = 2,  // collector -> agent: {"id","cmd","args"}
+    response = 3, // agent -> collector: command response, and the hello
+    metrics = 4,  // agent -> collector: one health-metrics object
+};
+
+inline constexpr std::size_t header_size = 5;
+
+// Receiver limits (SPEC §1).
+inline constexpr std::size_t collector_max_frame = std::size_t{128} << 20;
+inline constexpr std::size_t agent_max_frame = std::size_t{1} << 20;
+inline constexpr std::size_t max_decompressed = std::size_t{1} << 30;
+inline constexpr std::size_t max_hello = std::size_t{64} << 10;
+
+constexpr bool is_known_flag(std::uint8_t f) noexcept {
+    return f <= 4;
+}
+std::string_view to_string(frame_flag f) noexcept;
+
+struct frame {
+    frame_flag flag;
+    std::string payload;
+};
+
+std::array<char, header_size> encode_header(frame_flag flag, std::uint32_t length) noexcept;
+
+// Header + payload in one buffer. Throws std::length_error if payload exceeds 4 GiB - 1.
+std::string encode_frame(frame_flag flag, std::string_view payload);
+
+class frame_decoder {
+public:
+    explicit frame_decoder(std::size_t max_payload) noexcept
+        : max_payload_(max_payload) {}
+
+    // Consumes all of `bytes`. After an error, further input is ignored.
+    void feed(std::string_view bytes);
+
+    // The next complete frame; std::nullopt when more bytes are needed; or the error that
+    // stopped decoding (after every frame that preceded it has been returned). Zero-length
+    // frames are skipped.
+    boost::system::result<std::optional<frame>> next();
+
+    // At end of stream: truncated_frame when a partial frame is pending, else success.
+    boost::system::error_code finish() const noexcept;
+
+    // Bytes held for the frame in progress (header and payload so far).
+    std::size_t pending_bytes() const noexcept { return header_fill_ + payload_.size(); }
+
+private:
+    std::size_t max_payload_;
+    std::array<unsigned char, header_size> header_{};
+    std::size_t header_fill_ = 0;
+    std::optional<frame_flag> flag_; // set while reading a payload
+    std::size_t payload_remaining_ = 0;
+    std::string payload_;
+    std::deque<frame> ready_;
+    boost::system::error_code error_;
+};
+
+} // namespace protocol

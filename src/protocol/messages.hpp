@@ -1,0 +1,177 @@
+// JSON messages carried in frames 2, 3 and 4 (SPEC §1).
+//
+// Parsers never throw on bad input: they return a parse_error naming the offending field.
+// Unknown fields are ignored, so newer agents and other agents speaking this protocol (for
+// example "agent":"perflens") interoperate. Members declared std::optional may be absent;
+// every other member is required. Serializers omit absent optionals.
+#pragma once
+
+#include "protocol/error.hpp"
+
+#include <boost/describe/class.hpp>
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace protocol {
+
+inline constexpr int protocol_version = 1;
+
+// ---- hello (flag 3, first frame from the agent) --------------------------------------------
+
+struct platform_info {
+    std::optional<std::string> arch;
+    std::optional<std::string> kernel;
+    std::optional<std::string> perf_version;
+    std::optional<int> perf_event_paranoid;
+};
+BOOST_DESCRIBE_STRUCT(platform_info, (), (arch, kernel, perf_version, perf_event_paranoid))
+
+struct hello {
+    int version = protocol_version;
+    std::string agent = "perfwire";
+    std::optional<std::string> agent_version;
+    std::optional<std::string> auth; // "token" when a pairing code must be presented
+    std::optional<std::string> hostname;
+    std::optional<platform_info> platform;
+};
+BOOST_DESCRIBE_STRUCT(hello, (), (version, agent, agent_version, auth, hostname, platform))
+
+// Refuses payloads over max_hello before parsing them.
+parse_result<hello> parse_hello(std::string_view payload);
+std::string serialize(const hello& h);
+
+// ---- commands (flag 2) and responses (flag 3) -----------------------------------------------
+
+struct command_request {
+    std::string id;
+    std::string cmd;
+    boost::json::object args;
+};
+
+parse_result<command_request> parse_command_request(std::string_view payload);
+std::string serialize(const command_request& r);
+
+struct command_response {
+    std::string id;
+    bool ok = true;
+    std::string error;          // set when !ok
+    boost::json::object fields; // everything else the command returns
+
+    static command_response success(std::string id, boost::json::object fields = {});
+    static command_response failure(std::string id, std::string error);
+};
+
+parse_result<command_response> parse_command_response(std::string_view payload);
+std::string serialize(const command_response& r);
+
+// A flag-3 payload is either the hello or a command response.
+parse_result<std::variant<hello, command_response>> parse_agent_reply(std::string_view payload);
+
+// ---- health metrics (flag 4), discriminated by "type" ----------------------------------------
+
+struct cpu_stats {
+    double overall_pct = 0;
+    std::vector<double> per_core;
+    std::optional<std::vector<double>> freq_mhz;
+    int num_cores = 0;
+};
+BOOST_DESCRIBE_STRUCT(cpu_stats, (), (overall_pct, per_core, freq_mhz, num_cores))
+
+struct memory_stats {
+    std::uint64_t total_kb = 0, used_kb = 0, available_kb = 0, buffers_kb = 0, cached_kb = 0;
+    std::uint64_t swap_total_kb = 0, swap_used_kb = 0;
+    double used_pct = 0;
+};
+BOOST_DESCRIBE_STRUCT(memory_stats, (),
+                      (total_kb, used_kb, available_kb, buffers_kb, cached_kb, swap_total_kb,
+                       swap_used_kb, used_pct))
+
+struct load_stats {
+    double avg_1m = 0, avg_5m = 0, avg_15m = 0;
+};
+BOOST_DESCRIBE_STRUCT(load_stats, (), (avg_1m, avg_5m, avg_15m))
+
+struct system_metrics {
+    double ts = 0;
+    cpu_stats cpu;
+    memory_stats mem;
+    load_stats load;
+    std::optional<double> temp_c;
+    double uptime_sec = 0;
+    std::uint64_t context_switches = 0, interrupts = 0;
+    std::uint64_t procs_running = 0, procs_blocked = 0;
+};
+BOOST_DESCRIBE_STRUCT(system_metrics, (),
+                      (ts, cpu, mem, load, temp_c, uptime_sec, context_switches, interrupts,
+                       procs_running, procs_blocked))
+
+struct process_metrics {
+    double ts = 0;
+    int pid = 0;
+    std::string comm, state;
+    double cpu_pct = 0;
+    std::uint64_t rss_kb = 0, vsize_kb = 0, threads = 0, fds = 0;
+    std::uint64_t voluntary_csw = 0, involuntary_csw = 0, minor_faults = 0, major_faults = 0;
+    int oom_score = 0;
+};
+BOOST_DESCRIBE_STRUCT(process_metrics, (),
+                      (ts, pid, comm, state, cpu_pct, rss_kb, vsize_kb, threads, fds, voluntary_csw,
+                       involuntary_csw, minor_faults, major_faults, oom_score))
+
+struct interface_stats {
+    std::uint64_t rx_bytes = 0, rx_packets = 0, rx_errors = 0, rx_drops = 0;
+    std::uint64_t tx_bytes = 0, tx_packets = 0, tx_errors = 0;
+};
+BOOST_DESCRIBE_STRUCT(interface_stats, (),
+                      (rx_bytes, rx_packets, rx_errors, rx_drops, tx_bytes, tx_packets, tx_errors))
+
+struct network_metrics {
+    double ts = 0;
+    std::map<std::string, interface_stats> interfaces;
+};
+BOOST_DESCRIBE_STRUCT(network_metrics, (), (ts, interfaces))
+
+struct disk_stats {
+    std::uint64_t reads = 0, read_bytes = 0, writes = 0, write_bytes = 0;
+    std::uint64_t read_ms = 0, write_ms = 0;
+};
+BOOST_DESCRIBE_STRUCT(disk_stats, (), (reads, read_bytes, writes, write_bytes, read_ms, write_ms))
+
+struct disk_metrics {
+    double ts = 0;
+    std::map<std::string, disk_stats> devices;
+};
+BOOST_DESCRIBE_STRUCT(disk_metrics, (), (ts, devices))
+
+struct thread_stats {
+    int tid = 0;
+    std::string comm, state;
+    std::uint64_t ticks = 0; // utime + stime, in clock ticks
+};
+BOOST_DESCRIBE_STRUCT(thread_stats, (), (tid, comm, state, ticks))
+
+struct threads_metrics {
+    double ts = 0;
+    int pid = 0;
+    int clk_tck = 100;
+    std::vector<thread_stats> threads;
+};
+BOOST_DESCRIBE_STRUCT(threads_metrics, (), (ts, pid, clk_tck, threads))
+
+using health_metrics =
+    std::variant<system_metrics, process_metrics, network_metrics, disk_metrics, threads_metrics>;
+
+// The "type" string of each alternative: system, process, network, disk, threads.
+std::string_view metrics_type(const health_metrics& m) noexcept;
+
+parse_result<health_metrics> parse_metrics(std::string_view payload);
+std::string serialize(const health_metrics& m);
+
+} // namespace protocol

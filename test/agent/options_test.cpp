@@ -1,0 +1,54 @@
+#include "agent/options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+namespace {
+
+std::variant<agent::config, agent::exit_now> parse(std::vector<const char*> args,
+                                                   const char* env_token = nullptr) {
+    args.insert(args.begin(), "perfwire-agent");
+    return agent::parse_command_line(static_cast<int>(args.size()), args.data(), env_token);
+}
+
+int exit_code(const std::variant<agent::config, agent::exit_now>& r) {
+    return std::holds_alternative<agent::exit_now>(r) ? std::get<agent::exit_now>(r).code : -1;
+}
+
+} // namespace
+
+TEST_CASE("agent flags: modes and defaults", "[agent][options]") {
+    auto r = parse({"--server", "collector.lan:7000", "--pid", "42"});
+    REQUIRE(std::holds_alternative<agent::config>(r));
+    const auto& c = std::get<agent::config>(r);
+    CHECK(c.run_mode == agent::mode::server);
+    CHECK(c.server_host == "collector.lan");
+    CHECK(c.server_port == 7000);
+    CHECK(c.frequency == 99);
+    CHECK(c.duration_sec == 8);
+    CHECK(c.pid == 42);
+
+    auto l =
+        std::get<agent::config>(parse({"--listen", "--events", "cpu-clock,,page-faults"}, "cafe"));
+    CHECK(l.run_mode == agent::mode::listen);
+    CHECK(l.listen_port == 9999);
+    CHECK(l.events == std::vector<std::string>{"cpu-clock", "page-faults"});
+    CHECK(l.token == "cafe");
+
+    CHECK(std::get<agent::config>(parse({"--server", "h"})).server_port == 9999);
+}
+
+TEST_CASE("agent flags: errors exit 2, help and version exit 0", "[agent][options]") {
+    CHECK(exit_code(parse({})) == 2);
+    CHECK(exit_code(parse({"--listen", "--server", "h"})) == 2);
+    CHECK(exit_code(parse({"--output", "-"})) == 2); // needs --pid
+    CHECK(exit_code(parse({"--server", "h:0"})) == 2);
+    CHECK(exit_code(parse({"--server", "h:99999"})) == 2);
+    CHECK(exit_code(parse({"--listen", "--frequency", "0"})) == 2);
+    CHECK(exit_code(parse({"--listen", "--bogus"})) == 2);
+    CHECK(exit_code(parse({"--help"})) == 0);
+    auto v = parse({"--version"});
+    REQUIRE(exit_code(v) == 0);
+    CHECK(std::get<agent::exit_now>(v).output == "perfwire-agent " PERFWIRE_VERSION "\n");
+}

@@ -1,0 +1,47 @@
+#include "collector/options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+namespace {
+
+std::variant<collector::config, collector::exit_now> parse(std::vector<const char*> args) {
+    args.insert(args.begin(), "perfwire-collector");
+    return collector::parse_command_line(static_cast<int>(args.size()), args.data(), nullptr,
+                                         "/home/dev");
+}
+
+} // namespace
+
+TEST_CASE("collector flags: safe defaults", "[collector][options]") {
+    const auto c = std::get<collector::config>(parse({}));
+    CHECK(c.http_bind == "127.0.0.1");
+    CHECK(c.http_port == 8080);
+    CHECK(c.agent_bind == "0.0.0.0");
+    CHECK(c.agent_port == 9999);
+    CHECK(c.sessions_dir == "/home/dev/.local/share/perfwire/sessions");
+    CHECK_FALSE(c.token);
+}
+
+TEST_CASE("collector flags: --config file, command line wins", "[collector][options]") {
+    const std::string path = "perfwire_collector_test.conf";
+    {
+        std::ofstream f(path);
+        f << "http-port = 9090\nagent-port = 7000\nsessions-dir = /var/lib/perfwire\n";
+    }
+    const auto c =
+        std::get<collector::config>(parse({"--config", path.c_str(), "--http-port", "8181"}));
+    CHECK(c.http_port == 8181);
+    CHECK(c.agent_port == 7000);
+    CHECK(c.sessions_dir == "/var/lib/perfwire");
+    std::remove(path.c_str());
+
+    auto missing = parse({"--config", "/nonexistent/perfwire.conf"});
+    REQUIRE(std::holds_alternative<collector::exit_now>(missing));
+    CHECK(std::get<collector::exit_now>(missing).code == 2);
+    auto bad = parse({"--http-port", "70000"});
+    CHECK(std::get<collector::exit_now>(bad).code == 2);
+}
