@@ -1,4 +1,5 @@
 // perfwire-agent: flags -> config -> run. All logic lives in agent_core.
+#include "agent/agent.hpp"
 #include "agent/options.hpp"
 
 #include <cstdlib>
@@ -10,6 +11,5 @@ int main(int argc, char** argv) {
         (done->code == 0 ? std::cout : std::cerr) << done->output;
         return done->code;
     }
-    std::cerr << "perfwire-agent: profiling modes are not available in this build yet\n";
-    return 1;
+    return agent::run(std::get<agent::config>(parsed));
 }

@@ -285,8 +285,11 @@ std::string serialize(const command_response& r) {
     return json::serialize(obj);
 }
 
-parse_result<std::variant<hello, command_response>> parse_agent_reply(std::string_view payload) {
-    using reply = std::variant<hello, command_response>;
+std::string serialize(const state_notice& n) {
+    return serialize_typed("state", n);
+}
+
+parse_result<agent_reply> parse_agent_reply(std::string_view payload) {
     auto obj = parse_object(payload);
     if (!obj)
         return obj.error();
@@ -297,13 +300,19 @@ parse_result<std::variant<hello, command_response>> parse_agent_reply(std::strin
             auto h = hello_from(*obj);
             if (!h)
                 return h.error();
-            return reply(std::move(*h));
+            return agent_reply(std::move(*h));
+        }
+        if (type->get_string() == "state") {
+            auto n = read_struct<state_notice>(*obj);
+            if (!n)
+                return n.error();
+            return agent_reply(std::move(*n));
         }
     }
     auto r = response_from(std::move(*obj));
     if (!r)
         return r.error();
-    return reply(std::move(*r));
+    return agent_reply(std::move(*r));
 }
 
 std::string_view metrics_type(const health_metrics& m) noexcept {

@@ -71,8 +71,21 @@ struct command_response {
 parse_result<command_response> parse_command_response(std::string_view payload);
 std::string serialize(const command_response& r);
 
-// A flag-3 payload is either the hello or a command response.
-parse_result<std::variant<hello, command_response>> parse_agent_reply(std::string_view payload);
+// Unsolicited flag-3 notice: the agent's state changed on its own (the target exited, perf
+// failed), e.g. {"type":"state","state":"idle","reason":"target process exited","pid":42}.
+struct state_notice {
+    std::string state; // idle, profiling, paused
+    std::optional<std::string> reason;
+    std::optional<int> pid;
+    std::optional<std::uint64_t> lost_samples;
+};
+BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples))
+
+std::string serialize(const state_notice& n);
+
+// A flag-3 payload is the hello, a command response, or a state notice.
+using agent_reply = std::variant<hello, command_response, state_notice>;
+parse_result<agent_reply> parse_agent_reply(std::string_view payload);
 
 // ---- health metrics (flag 4), discriminated by "type" ----------------------------------------
 

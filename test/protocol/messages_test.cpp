@@ -109,6 +109,15 @@ TEST_CASE("a flag-3 payload is told apart as hello or response", "[protocol][mes
     REQUIRE(r.has_value());
     CHECK(std::holds_alternative<command_response>(*r));
     CHECK(parse_agent_reply(R"({"type":"hello","agent":"x"})").has_error());
+
+    const std::string notice =
+        serialize(state_notice{"idle", "target process exited", 42, std::nullopt});
+    CHECK(notice == R"({"type":"state","state":"idle","reason":"target process exited","pid":42})");
+    auto n = parse_agent_reply(notice);
+    REQUIRE(n.has_value());
+    REQUIRE(std::holds_alternative<state_notice>(*n));
+    CHECK(std::get<state_notice>(*n).pid == 42);
+    CHECK(parse_agent_reply(R"({"type":"state"})").has_error());
 }
 
 TEST_CASE("every metrics type round-trips", "[protocol][messages]") {

@@ -1,0 +1,280 @@
+#include "agent/agent.hpp"
+
+#include "agent/backoff.hpp"
+#include "agent/collection.hpp"
+#include "agent/session.hpp"
+#include "protocol/pairing.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+namespace agent {
+using namespace asio::experimental::awaitable_operators;
+using asio::ip::tcp;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+void log(const std::string& what) {
+    std::cerr << "perfwire-agent: " << what << "\n";
+}
+
+// Sessions alive now, so a signal can stop their profiling cleanly before exit.
+struct registry {
+    std::set<std::shared_ptr<session>> live;
+    bool shutting_down = false;
+};
+
+asio::awaitable<void> run_session(registry& reg, std::shared_ptr<session> s) {
+    reg.live.insert(s);
+    co_await s->run();
+    reg.live.erase(s);
+}
+
+asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_timer& wake) {
+    auto ex = co_await asio::this_coro::executor;
+    backoff delays;
+    tcp::resolver resolver(ex);
+    const std::string target = c.server_host + ":" + std::to_string(c.server_port);
+    while (!reg.shutting_down) {
+        // Resolve on every attempt: the collector's address may have changed.
+        auto [rec, endpoints] = co_await resolver.async_resolve(
+            c.server_host, std::to_string(c.server_port), use_nothrow);
+        boost::system::error_code failure = rec;
+        if (!rec) {
+            tcp::socket socket(ex);
+            asio::steady_timer connect_deadline(ex, std::chrono::seconds(10));
+            auto result = co_await (asio::async_connect(socket, endpoints, use_nothrow) ||
+                                    connect_deadline.async_wait(use_nothrow));
+            if (result.index() == 0 && !std::get<0>(std::get<0>(result))) {
+                log("connected to collector " + target);
+                auto s = std::make_shared<session>(std::move(socket), c, c.token);
+                co_await run_session(reg, s);
+                if (s->was_authenticated())
+                    delays.reset();
+                failure = {};
+            } else {
+                failure =
+                    result.index() == 0 ? std::get<0>(std::get<0>(result)) : asio::error::timed_out;
+            }
+        }
+        if (reg.shutting_down)
+            break;
+        const auto delay = delays.next();
+        log((failure ? "cannot reach collector " + target + ": " + failure.message()
+                     : "connection to " + target + " ended") +
+            "; retrying in " + std::to_string(delay.count() / 1000.0).substr(0, 4) + " s");
+        wake.expires_after(delay);
+        co_await wake.async_wait(use_nothrow);
+    }
+}
+
+asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor& acceptor,
+                                  std::string token) {
+    auto ex = co_await asio::this_coro::executor;
+    // One collector at a time: a newcomer may connect, but only when it presents the pairing
+    // code does it take over, and the older connection is closed. A stale connection (a
+    // collector that crashed) therefore never locks the device out, and nobody without the
+    // code can disturb a running session.
+    auto active = std::make_shared<std::weak_ptr<session>>();
+    while (!reg.shutting_down) {
+        auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
+        if (ec) {
+            if (reg.shutting_down || ec == asio::error::operation_aborted)
+                break;
+            log("accept: " + ec.message());
+            continue;
+        }
+        auto s = std::make_shared<session>(std::move(socket), c, token);
+        s->on_authenticated = [active](session& me) {
+            if (auto previous = active->lock(); previous && previous.get() != &me) {
+                log("collector " + me.peer() + " took over from " + previous->peer());
+                previous->close();
+            }
+            *active = me.weak_from_this();
+        };
+        asio::co_spawn(ex, run_session(reg, s), [](std::exception_ptr e) {
+            if (e)
+                try {
+                    std::rethrow_exception(e);
+                } catch (const std::exception& x) {
+                    log(std::string("session failed: ") + x.what());
+                }
+        });
+    }
+}
+
+asio::awaitable<int> output_mode(const config& c, registry& reg) {
+    std::FILE* out = c.output_path == "-" ? stdout : std::fopen(c.output_path.c_str(), "wb");
+    if (!out) {
+        log("cannot write " + c.output_path + ": " + std::strerror(errno));
+        co_return 1;
+    }
+    auto caps = co_await probe(c.perf_path, c.pid);
+    for (const auto& w : caps.warnings)
+        log("probe: " + w);
+    collection_settings s;
+    s.record = {c.events.empty() ? caps.record_events : c.events, c.frequency, caps.callgraph,
+                c.pid};
+    s.stat_events = s.record.events;
+    s.stat_events.insert(s.stat_events.end(), caps.stat_only_events.begin(),
+                         caps.stat_only_events.end());
+    s.script_fields = caps.script_fields;
+    s.chunk_duration = std::chrono::seconds(c.duration_sec);
+    s.encoding = chunker::encoding::text;
+    int written = 0;
+    bool write_failed = false;
+    std::shared_ptr<collection> coll;
+    coll = std::make_shared<collection>(c.perf_path, s, [&](std::string text) {
+        if (std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fflush(out) != 0)
+            write_failed = true;
+        if (++written >= c.rounds || write_failed)
+            coll->request_stop();
+    });
+    log("profiling pid " + std::to_string(*c.pid) + " for " + std::to_string(c.rounds) +
+        " round(s) of " + std::to_string(c.duration_sec) + " s");
+    bool finished = false;
+    auto runner = [&]() -> asio::awaitable<void> {
+        co_await coll->run();
+        finished = true;
+    };
+    auto stopper = [&]() -> asio::awaitable<void> {
+        // A signal ends the run early, still through SIGINT so the last round is written.
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        while (!finished && !reg.shutting_down && written < c.rounds) {
+            t.expires_after(std::chrono::milliseconds(100));
+            co_await t.async_wait(use_nothrow);
+        }
+        coll->request_stop();
+    };
+    co_await (runner() && stopper());
+    if (out != stdout)
+        std::fclose(out);
+    if (write_failed) {
+        log("write failed: " + c.output_path);
+        co_return 1;
+    }
+    if (written == 0) {
+        log("no data: " + (coll->error().empty() ? "perf produced nothing" : coll->error()));
+        co_return 1;
+    }
+    co_return 0;
+}
+
+} // namespace
+
+int run(const config& c) {
+    std::signal(SIGPIPE, SIG_IGN);
+    asio::io_context io(1);
+    registry reg;
+    int exit_code = 0;
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    asio::steady_timer wake(io);
+    std::optional<tcp::acceptor> acceptor;
+
+    auto on_signal = [&](boost::system::error_code ec, int sig) {
+        if (ec)
+            return;
+        log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping");
+        reg.shutting_down = true;
+        wake.cancel();
+        if (acceptor) {
+            boost::system::error_code ignored;
+            acceptor->close(ignored);
+        }
+        auto stop_all = [&reg]() -> asio::awaitable<void> {
+            auto sessions = reg.live;
+            for (const auto& s : sessions)
+                co_await s->shutdown();
+        };
+        asio::co_spawn(io, stop_all(), [](std::exception_ptr) {});
+    };
+    signals.async_wait(on_signal);
+
+    auto finish = [&](std::exception_ptr e, int code) {
+        if (e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& x) {
+                log(std::string("fatal: ") + x.what());
+            }
+            code = 1;
+        }
+        exit_code = code;
+        signals.cancel();
+        io.stop();
+    };
+
+    switch (c.run_mode) {
+    case mode::server: {
+        auto task = [&]() -> asio::awaitable<int> {
+            co_await server_mode(c, reg, wake);
+            co_return 0;
+        };
+        asio::co_spawn(io, task(), finish);
+        break;
+    }
+    case mode::listen: {
+        std::string token = c.token.value_or("");
+        if (token.empty()) {
+            token = protocol::generate_pairing_code();
+            std::cerr << "perfwire-agent: pairing code: " << token << "\n";
+        }
+        boost::system::error_code ec;
+        const auto address = asio::ip::make_address(c.bind_address, ec);
+        if (ec) {
+            log("bad --bind address " + c.bind_address);
+            return 2;
+        }
+        acceptor.emplace(io);
+        const tcp::endpoint ep(address, c.listen_port);
+        acceptor->open(ep.protocol(), ec);
+        if (!ec)
+            acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+        if (!ec)
+            acceptor->bind(ep, ec);
+        if (!ec)
+            acceptor->listen(asio::socket_base::max_listen_connections, ec);
+        if (ec) {
+            log("cannot listen on " + c.bind_address + ":" + std::to_string(c.listen_port) + ": " +
+                ec.message());
+            return 1;
+        }
+        log("listening on " + c.bind_address + ":" +
+            std::to_string(acceptor->local_endpoint().port()));
+        auto task = [&]() -> asio::awaitable<int> {
+            co_await listen_mode(c, reg, *acceptor, token);
+            // Let live sessions finish their shutdown.
+            asio::steady_timer t(co_await asio::this_coro::executor);
+            for (int i = 0; i < 50 && !reg.live.empty(); ++i) {
+                t.expires_after(std::chrono::milliseconds(100));
+                co_await t.async_wait(use_nothrow);
+            }
+            co_return 0;
+        };
+        asio::co_spawn(io, task(), finish);
+        break;
+    }
+    case mode::output:
+        asio::co_spawn(io, output_mode(c, reg), finish);
+        break;
+    }
+    io.run();
+    return exit_code;
+}
+
+} // namespace agent

@@ -1,0 +1,95 @@
+// Capability probe and continuous collection.
+//
+//   perf record -o - ──pipe──▶ perf script -i - ──pipe──▶ reader ──▶ chunker (zstd) ──┐
+//   perf stat (one per chunk, stopped with SIGINT at the cut) ─────────▶ stat text ──┴─▶ chunk
+//                                             cutter: every --duration s or 16 MiB ──┘
+//
+// A collection is one run of that pipeline; pause and stop end it (SIGINT, so perf flushes),
+// resume starts another. It ends by itself when the target exits.
+#pragma once
+
+#include "agent/child.hpp"
+#include "agent/chunker.hpp"
+#include "agent/perf_commands.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace agent {
+
+struct capabilities {
+    std::vector<std::string> record_events;    // what perf record samples, best first
+    std::vector<std::string> stat_only_events; // counted by perf stat alongside
+    std::string callgraph;                     // fp, dwarf, lbr; empty when none yields stacks
+    bool script_fields = true;                 // perf script -F works
+    bool pipe_mode = true;                     // perf record -o - | perf script -i - works
+    int perf_event_paranoid = 2;
+    std::string perf_version;
+    std::vector<std::string> warnings;
+    double probe_seconds = 0;
+
+    boost::json::object to_json() const;
+};
+
+int read_perf_event_paranoid(const std::string& proc_root = "/proc");
+
+// Finds what this perf can do for `pid` (or the whole system). Takes well under 2 s.
+asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid);
+
+struct collection_settings {
+    record_settings record;
+    std::vector<std::string> stat_events;
+    bool script_fields = true;
+    std::chrono::milliseconds chunk_duration{8000};
+    std::size_t chunk_max_text = std::size_t{16} << 20;
+    chunker::encoding encoding = chunker::encoding::zstd;
+};
+
+class collection {
+public:
+    using chunk_handler = std::function<void(std::string payload)>;
+
+    collection(std::string perf, collection_settings settings, chunk_handler on_chunk);
+
+    // Runs until perf exits; every chunk, including the last partial one, reaches on_chunk.
+    asio::awaitable<void> run();
+
+    // SIGINT to perf record (it flushes and exits, the pipeline drains); escalates after 3 s.
+    void request_stop();
+    // Ends the current chunk now.
+    void request_cut();
+
+    bool stop_requested() const noexcept { return stop_requested_; }
+    const std::string& error() const noexcept { return error_; } // why it could not run
+    std::string record_stderr() const { return record_err_; }
+    std::uint64_t lost_samples() const noexcept { return chunker_.lost_total(); }
+    std::uint64_t chunks() const noexcept { return chunks_; }
+
+private:
+    asio::awaitable<void> read_script(child& script);
+    asio::awaitable<void> cut_loop();
+    asio::awaitable<void> cut(bool final);
+    void start_stat(asio::any_io_executor ex);
+    asio::awaitable<void> watchdog();
+
+    std::string perf_;
+    collection_settings settings_;
+    chunk_handler on_chunk_;
+    chunker chunker_;
+    std::unique_ptr<child> record_;
+    std::unique_ptr<child> script_;
+    std::unique_ptr<child> stat_;
+    std::unique_ptr<asio::steady_timer> cut_timer_;
+    std::unique_ptr<asio::steady_timer> stop_timer_;
+    bool reading_done_ = false;
+    bool cut_requested_ = false;
+    bool stop_requested_ = false;
+    std::uint64_t chunks_ = 0;
+    std::string error_;
+    std::string record_err_;
+};
+
+} // namespace agent

@@ -1,0 +1,147 @@
+#include "agent/perf_commands.hpp"
+
+#include <algorithm>
+
+namespace agent {
+namespace {
+
+std::string join(const std::vector<std::string>& items, char sep) {
+    std::string out;
+    for (const auto& s : items) {
+        if (!out.empty())
+            out += sep;
+        out += s;
+    }
+    return out;
+}
+
+void add_target(std::vector<std::string>& args, std::optional<int> pid) {
+    if (pid) {
+        args.insert(args.end(), {"-p", std::to_string(*pid)});
+    } else {
+        args.push_back("-a");
+    }
+}
+
+std::string_view trim(std::string_view s) {
+    const auto b = s.find_first_not_of(" \t\r");
+    if (b == std::string_view::npos)
+        return {};
+    const auto e = s.find_last_not_of(" \t\r");
+    return s.substr(b, e - b + 1);
+}
+
+} // namespace
+
+int mmap_pages_for(int frequency) {
+    // perf wakes up when its ring buffer is half full; the default 516 KiB per CPU holds
+    // seconds of samples at 99 Hz, which would hold data back from the live view. Size the
+    // buffer to about a quarter of a second of samples with stacks (~2 KiB each, 4 KiB pages),
+    // at least 8 pages, a power of two as perf requires.
+    int pages = 8;
+    while (pages < 512 && pages * 4096 < frequency * 2048 / 4 * 2)
+        pages *= 2;
+    return pages;
+}
+
+std::vector<std::string> record_args(const record_settings& s, std::string_view output,
+                                     const std::vector<std::string>& command) {
+    std::vector<std::string> args = {"record", "-e", join(s.events, ','), "-F",
+                                     std::to_string(s.frequency)};
+    if (!s.callgraph.empty())
+        args.push_back("--call-graph=" + s.callgraph);
+    args.insert(args.end(), {"-m", std::to_string(mmap_pages_for(s.frequency))});
+    add_target(args, s.pid);
+    args.insert(args.end(), {"-o", std::string(output)});
+    if (!command.empty()) {
+        args.push_back("--");
+        args.insert(args.end(), command.begin(), command.end());
+    }
+    return args;
+}
+
+std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu) {
+    std::vector<std::string> args = {"script", "-i", std::string(input), "--show-lost-events"};
+    if (with_fields) {
+        std::string fields(script_fields);
+        if (with_cpu)
+            fields = "comm,tid,pid,cpu," + fields.substr(std::string_view("comm,tid,pid,").size());
+        args.insert(args.end(), {"-F", fields});
+    }
+    return args;
+}
+
+std::vector<std::string> stat_args(const std::vector<std::string>& events, std::optional<int> pid,
+                                   const std::vector<std::string>& command) {
+    std::vector<std::string> args = {"stat", "-e", join(events, ',')};
+    add_target(args, pid);
+    if (!command.empty()) {
+        args.push_back("--");
+        args.insert(args.end(), command.begin(), command.end());
+    }
+    return args;
+}
+
+std::vector<std::string> counted_events(std::string_view text,
+                                        const std::vector<std::string>& asked) {
+    std::vector<std::string> out;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        const auto line = trim(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (line.empty() || line.starts_with("<not"))
+            continue;
+        // "<count> [msec] <event> [# ...]"
+        const auto comment = line.find('#');
+        const auto body = trim(line.substr(0, comment));
+        const auto last_space = body.find_last_of(" \t");
+        if (last_space == std::string_view::npos)
+            continue;
+        const auto event = body.substr(last_space + 1);
+        const auto first = body.front();
+        if (!(first >= '0' && first <= '9'))
+            continue;
+        for (const auto& a : asked)
+            if (event == a && std::find(out.begin(), out.end(), a) == out.end())
+                out.push_back(a);
+    }
+    return out;
+}
+
+std::vector<std::string> evlist_events(std::string_view text) {
+    std::vector<std::string> out;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        auto line = trim(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (line.empty() || line.starts_with("#"))
+            continue;
+        // "cpu-clock" or, with -v, "cpu-clock: type: 1, ..."
+        const auto colon = line.find(": ");
+        out.emplace_back(line.substr(0, colon));
+    }
+    return out;
+}
+
+bool has_call_chains(std::string_view text) {
+    int frames = 0;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        const auto line = text.substr(0, nl);
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (!line.empty() && line.front() == '\t') {
+            if (++frames >= 2)
+                return true;
+        } else {
+            frames = 0;
+        }
+    }
+    return false;
+}
+
+std::string perf_version_line(std::string_view text) {
+    const auto line = trim(text.substr(0, text.find('\n')));
+    return line.starts_with("perf version") ? std::string(line) : std::string();
+}
+
+} // namespace agent

@@ -1,0 +1,65 @@
+// The perf command lines the agent runs, and parsers for what perf prints back during the
+// capability probe. Pure functions: the tests check them on captured perf output.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace agent {
+
+// Hardware events first: the probe keeps the first that `perf record` really samples; on a
+// machine without a PMU none does and the software clock takes over.
+inline const std::vector<std::string> candidate_events = {
+    "cycles",           "instructions",     "cache-misses",
+    "cache-references", "branch-misses",    "branch-instructions",
+    "page-faults",      "context-switches", "cpu-migrations"};
+inline const std::vector<std::string> software_clocks = {"cpu-clock", "task-clock"};
+
+// The sampling events recorded in order of preference.
+inline const std::vector<std::string> sampling_preference = {"cycles", "cpu-clock"};
+
+inline const std::vector<std::string> callgraph_modes = {"fp", "dwarf", "lbr"};
+
+inline constexpr std::string_view script_fields =
+    "comm,tid,pid,time,period,event,ip,sym,symoff,dso";
+
+struct record_settings {
+    std::vector<std::string> events;
+    int frequency = 99;
+    std::string callgraph = "fp"; // fp, dwarf, lbr; empty for no call graphs
+    std::optional<int> pid;       // none: the whole system (-a)
+};
+
+// Ring-buffer pages per CPU for `perf record -m`, small enough that data flows within about
+// a quarter of a second at any frequency.
+int mmap_pages_for(int frequency);
+
+// perf record writing to `output` ("-" for a pipe); `command` runs under it when non-empty
+// (the probe uses `sleep 0.2` to bound a recording).
+std::vector<std::string> record_args(const record_settings& s, std::string_view output,
+                                     const std::vector<std::string>& command = {});
+
+// perf script reading `input`; with_fields=false for old perf without -F.
+std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu);
+
+// perf stat counting `events` until interrupted (or for `command`).
+std::vector<std::string> stat_args(const std::vector<std::string>& events, std::optional<int> pid,
+                                   const std::vector<std::string>& command = {});
+
+// Events a `perf stat` report counted: not "<not supported>" and not "<not counted>".
+std::vector<std::string> counted_events(std::string_view perf_stat_output,
+                                        const std::vector<std::string>& asked);
+
+// The event names in `perf evlist` output (perf record may silently fall back from cycles to
+// cpu-clock, so the probe checks what was really recorded).
+std::vector<std::string> evlist_events(std::string_view perf_evlist_output);
+
+// True when some sample in `perf script` output has at least two frames.
+bool has_call_chains(std::string_view script_output);
+
+// "perf version 6.1.192" -> that line; empty if not perf.
+std::string perf_version_line(std::string_view perf_version_output);
+
+} // namespace agent

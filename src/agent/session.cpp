@@ -1,0 +1,599 @@
+#include "agent/session.hpp"
+
+#include "protocol/frame.hpp"
+#include "protocol/pairing.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/value_from.hpp>
+
+#include <chrono>
+#include <iostream>
+#include <unistd.h>
+
+namespace agent {
+using namespace asio::experimental::awaitable_operators;
+namespace json = boost::json;
+using protocol::command_response;
+using protocol::frame_flag;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+constexpr std::size_t max_queued_bytes = std::size_t{64} << 20;
+constexpr auto auth_timeout = std::chrono::seconds(30);
+constexpr int max_auth_failures = 3;
+
+double wall_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+double monotonic_seconds() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+std::optional<int> int_arg(const json::object& args, std::string_view key) {
+    const auto* v = args.if_contains(key);
+    if (!v || v->is_null())
+        return std::nullopt;
+    if (v->is_int64())
+        return static_cast<int>(v->as_int64());
+    if (v->is_uint64())
+        return static_cast<int>(v->as_uint64());
+    if (v->is_double())
+        return static_cast<int>(v->as_double());
+    if (v->is_string()) {
+        try {
+            return std::stoi(std::string(v->as_string()));
+        } catch (...) {
+            return std::nullopt;
+        }
+    }
+    return std::nullopt;
+}
+
+bool pid_exists(int pid) {
+    return pid > 0 && ::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0;
+}
+
+// JSON built outside the coroutines: GCC 12 mis-compiles braced initializer lists inside a
+// coroutine ("array used as initializer").
+json::object process_info(const std::string& comm, const std::string& cmdline) {
+    return {{"comm", comm}, {"cmdline", cmdline}};
+}
+
+json::object process_list(const std::vector<process_row>& rows) {
+    json::array list;
+    list.reserve(rows.size());
+    for (const auto& r : rows)
+        list.push_back({{"pid", r.pid}, {"comm", r.comm}, {"cmdline", r.cmdline}, {"cpu", r.cpu}});
+    return {{"processes", std::move(list)}};
+}
+
+json::object timing_fields(int frequency, std::chrono::milliseconds duration) {
+    return {{"frequency", frequency},
+            {"duration", std::chrono::duration_cast<std::chrono::seconds>(duration).count()}};
+}
+
+json::object clock_fields() {
+    return {{"monotonic", monotonic_seconds()}, {"realtime", wall_seconds()}};
+}
+
+std::vector<std::string> perf_check_args() {
+    return {"stat", "-e", "task-clock", "--", "true"};
+}
+std::vector<std::string> version_args() {
+    return {"--version"};
+}
+
+void log(const std::string& peer, const std::string& what) {
+    std::cerr << "perfwire-agent: [" << peer << "] " << what << "\n";
+}
+
+} // namespace
+
+session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token)
+    : socket_(std::move(socket))
+    , cfg_(cfg)
+    , token_(std::move(token))
+    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
+    , wake_auth_(socket_.get_executor(), asio::steady_timer::time_point::max())
+    , metrics_timer_(socket_.get_executor())
+    , collection_done_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
+    boost::system::error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    socket_.set_option(asio::socket_base::keep_alive(true), ec);
+    socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+    settings_.record.frequency = cfg.frequency;
+    settings_.record.pid = cfg.pid;
+    settings_.chunk_duration = std::chrono::seconds(cfg.duration_sec);
+    authenticated_ = !token_;
+    ever_authenticated_ = authenticated_;
+}
+
+asio::awaitable<void> session::run() {
+    protocol::hello h;
+    h.agent_version = PERFWIRE_VERSION;
+    h.auth = token_ ? "token" : "none";
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    h.hostname = host;
+    protocol::platform_info p;
+    if (const auto k = procfs::read_file("/proc/sys/kernel/osrelease"))
+        p.kernel = k->substr(0, k->find('\n'));
+#if defined(__x86_64__)
+    p.arch = "x86_64";
+#elif defined(__aarch64__)
+    p.arch = "aarch64";
+#elif defined(__arm__)
+    p.arch = "arm";
+#elif defined(__riscv)
+    p.arch = "riscv64";
+#endif
+    p.perf_event_paranoid = read_perf_event_paranoid();
+    h.platform = p;
+    send(frame_flag::response, protocol::serialize(h));
+    log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
+
+    if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server) {
+        // Told what to profile on the command line: start without waiting for a command.
+        co_await ensure_probed(cfg_.pid);
+        begin_collection();
+    }
+    co_await (reader() && writer() && metrics_loop() && auth_deadline());
+    co_await end_collection();
+    log(peer_, "disconnected");
+}
+
+void session::close() {
+    if (closed_)
+        return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    wake_writer_.cancel();
+    wake_auth_.cancel();
+    metrics_timer_.cancel();
+    if (current_)
+        current_->request_stop();
+}
+
+asio::awaitable<void> session::shutdown() {
+    co_await end_collection(); // the final chunk is queued before this returns
+    asio::steady_timer t(socket_.get_executor());
+    for (int i = 0; i < 20 && !queue_.empty() && !closed_; ++i) {
+        t.expires_after(std::chrono::milliseconds(100));
+        co_await t.async_wait(use_nothrow);
+    }
+    close();
+}
+
+void session::send(frame_flag flag, std::string_view payload, bool droppable) {
+    if (closed_)
+        return;
+    if (droppable && queued_bytes_ + payload.size() > max_queued_bytes) {
+        // The collector is not keeping up; keep control traffic flowing, count the loss.
+        ++dropped_chunks_;
+        return;
+    }
+    queue_.push_back(protocol::encode_frame(flag, payload));
+    queued_bytes_ += queue_.back().size();
+    wake_writer_.cancel_one();
+}
+
+void session::send_state(std::string reason) {
+    protocol::state_notice n;
+    n.state = state_ == state::idle ? "idle" : state_ == state::paused ? "paused" : "profiling";
+    n.reason = std::move(reason);
+    n.pid = settings_.record.pid;
+    n.lost_samples = lost_samples_;
+    send(frame_flag::response, protocol::serialize(n));
+}
+
+asio::awaitable<void> session::writer() {
+    while (!closed_) {
+        if (queue_.empty()) {
+            co_await wake_writer_.async_wait(use_nothrow);
+            continue;
+        }
+        auto [ec, n] =
+            co_await asio::async_write(socket_, asio::buffer(queue_.front()), use_nothrow);
+        if (ec) {
+            close();
+            break;
+        }
+        queued_bytes_ -= queue_.front().size();
+        queue_.pop_front();
+    }
+}
+
+asio::awaitable<void> session::reader() {
+    protocol::frame_decoder decoder(protocol::agent_max_frame);
+    std::vector<char> buf(16 << 10);
+    while (!closed_) {
+        auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf), use_nothrow);
+        if (ec) {
+            if (ec != asio::error::eof && ec != asio::error::operation_aborted)
+                log(peer_, "read: " + ec.message());
+            break;
+        }
+        decoder.feed(std::string_view(buf.data(), n));
+        for (;;) {
+            auto next = decoder.next();
+            if (!next) {
+                log(peer_, "protocol error: " + next.error().message() + "; closing");
+                close();
+                co_return;
+            }
+            if (!*next)
+                break;
+            const auto& f = **next;
+            if (f.flag != frame_flag::command) {
+                log(peer_,
+                    "ignoring unexpected " + std::string(protocol::to_string(f.flag)) + " frame");
+                continue;
+            }
+            auto req = protocol::parse_command_request(f.payload);
+            if (!req) {
+                log(peer_, "bad command: " + req.error().message());
+                send(frame_flag::response,
+                     protocol::serialize(command_response::failure("", req.error().message())));
+                continue;
+            }
+            auto resp = co_await handle(*req);
+            send(frame_flag::response, protocol::serialize(resp));
+            if (auth_failures_ >= max_auth_failures) {
+                log(peer_, "3 failed pairing attempts; closing");
+                co_await shutdown();
+                co_return;
+            }
+            if (closed_)
+                co_return;
+        }
+    }
+    close();
+}
+
+asio::awaitable<void> session::auth_deadline() {
+    if (authenticated_)
+        co_return;
+    wake_auth_.expires_after(auth_timeout);
+    co_await wake_auth_.async_wait(use_nothrow);
+    if (!authenticated_ && !closed_) {
+        log(peer_, "no pairing code within 30 s; closing");
+        close();
+    }
+}
+
+void session::set_authenticated() {
+    authenticated_ = ever_authenticated_ = true;
+    wake_auth_.cancel();
+    metrics_timer_.cancel(); // first metrics right away
+    if (on_authenticated)
+        on_authenticated(*this);
+}
+
+asio::awaitable<void> session::metrics_loop() {
+    while (!closed_) {
+        if (authenticated_ && metrics_enabled_) {
+            const double ts = wall_seconds();
+            send(frame_flag::metrics, protocol::serialize(sampler_.system(ts)), true);
+            const auto pid = settings_.record.pid;
+            if (pid) {
+                if (auto m = sampler_.process(*pid, ts))
+                    send(frame_flag::metrics, protocol::serialize(*m), true);
+                if (metrics_threads_)
+                    if (auto t = sampler_.threads(*pid, ts))
+                        send(frame_flag::metrics, protocol::serialize(*t), true);
+            }
+            if (metrics_network_)
+                send(frame_flag::metrics, protocol::serialize(sampler_.network(ts)), true);
+            if (metrics_disk_)
+                send(frame_flag::metrics, protocol::serialize(sampler_.disk(ts)), true);
+        }
+        metrics_timer_.expires_after(authenticated_ ? metrics_interval_
+                                                    : std::chrono::milliseconds(auth_timeout));
+        co_await metrics_timer_.async_wait(use_nothrow);
+    }
+}
+
+asio::awaitable<command_response> session::handle(const protocol::command_request& req) {
+    const auto& id = req.id;
+    if (req.cmd == "auth") {
+        if (!token_)
+            co_return command_response::success(id);
+        const auto* t = req.args.if_contains("token");
+        const std::string presented = t && t->is_string() ? std::string(t->as_string()) : "";
+        if (protocol::constant_time_equal(*token_, presented)) {
+            auth_failures_ = 0;
+            log(peer_, "authenticated");
+            set_authenticated();
+            if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle) {
+                co_await ensure_probed(cfg_.pid);
+                begin_collection();
+            }
+            co_return command_response::success(id);
+        }
+        ++auth_failures_;
+        log(peer_, "wrong pairing code (" + std::to_string(auth_failures_) + " of 3)");
+        co_return command_response::failure(id, "auth failed");
+    }
+    if (!authenticated_)
+        co_return command_response::failure(id, "unauthenticated");
+
+    if (req.cmd == "ping")
+        co_return command_response::success(id);
+    if (req.cmd == "status")
+        co_return cmd_status(id);
+    if (req.cmd == "list_processes")
+        co_return co_await cmd_list_processes(id);
+    if (req.cmd == "verify_pid") {
+        const auto pid = int_arg(req.args, "pid");
+        if (!pid)
+            co_return command_response::failure(id, "pid required");
+        json::object f;
+        f["pid"] = *pid;
+        const auto stat = procfs::read_file("/proc/" + std::to_string(*pid) + "/stat");
+        const auto parsed = stat ? procfs::parse_pid_stat(*stat) : std::nullopt;
+        f["exists"] = parsed.has_value();
+        if (parsed)
+            f["info"] = process_info(parsed->comm, read_cmdline(*pid));
+        co_return command_response::success(id, std::move(f));
+    }
+    if (req.cmd == "verify_perf")
+        co_return co_await cmd_verify_perf(id);
+    if (req.cmd == "reprobe") {
+        auto pid = int_arg(req.args, "pid");
+        if (!pid)
+            pid = settings_.record.pid;
+        caps_.reset();
+        co_await ensure_probed(pid);
+        co_return command_response::success(id, caps_->to_json());
+    }
+    if (req.cmd == "start")
+        co_return co_await cmd_start(req);
+    if (req.cmd == "stop") {
+        if (state_ == state::idle)
+            co_return command_response::failure(id, "not profiling");
+        co_await end_collection();
+        state_ = state::idle;
+        log(peer_, "profiling stopped");
+        co_return command_response::success(id);
+    }
+    if (req.cmd == "pause") {
+        if (state_ != state::profiling)
+            co_return command_response::failure(id, "not profiling");
+        co_await end_collection();
+        state_ = state::paused;
+        log(peer_, "profiling paused");
+        co_return command_response::success(id);
+    }
+    if (req.cmd == "resume") {
+        if (state_ != state::paused)
+            co_return command_response::failure(id, "not paused");
+        begin_collection();
+        log(peer_, "profiling resumed");
+        co_return command_response::success(id);
+    }
+    if (req.cmd == "configure") {
+        const auto freq = int_arg(req.args, "frequency");
+        const auto dur = int_arg(req.args, "duration");
+        if ((freq && (*freq < 1 || *freq > 100000)) || (dur && (*dur < 1 || *dur > 3600)))
+            co_return command_response::failure(id, "frequency must be 1-100000 and duration "
+                                                    "1-3600");
+        if (freq)
+            settings_.record.frequency = *freq;
+        if (dur)
+            settings_.chunk_duration = std::chrono::seconds(*dur);
+        if (state_ == state::profiling) {
+            // Takes effect now: restart the pipeline with the new settings.
+            co_await end_collection();
+            begin_collection();
+        }
+        co_return command_response::success(
+            id, timing_fields(settings_.record.frequency, settings_.chunk_duration));
+    }
+    if (req.cmd == "configure_metrics")
+        co_return cmd_configure_metrics(req);
+    co_return command_response::failure(id, "unknown command: " + req.cmd);
+}
+
+command_response session::cmd_status(const std::string& id) {
+    json::object f;
+    f["state"] = state_ == state::idle ? "idle" : state_ == state::paused ? "paused" : "profiling";
+    f["pid"] = settings_.record.pid ? json::value(*settings_.record.pid) : json::value(nullptr);
+    f["frequency"] = settings_.record.frequency;
+    f["duration"] =
+        std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
+    f["agent_version"] = PERFWIRE_VERSION;
+    f["events"] = json::value_from(settings_.record.events);
+    if (caps_)
+        f["capabilities"] = caps_->to_json();
+    f["lost_samples"] = lost_samples_;
+    f["dropped_chunks"] = dropped_chunks_;
+    f["chunks"] = current_ ? current_->chunks() : 0;
+    return command_response::success(id, std::move(f));
+}
+
+asio::awaitable<command_response> session::cmd_list_processes(const std::string& id) {
+    const auto before = snapshot_processes();
+    asio::steady_timer t(socket_.get_executor(), std::chrono::milliseconds(500));
+    co_await t.async_wait(use_nothrow);
+    const auto rows = top_processes(before, snapshot_processes(), 0.5);
+    co_return command_response::success(id, process_list(rows));
+}
+
+asio::awaitable<command_response> session::cmd_verify_perf(const std::string& id) {
+    json::object f;
+    f["perf_event_paranoid"] = read_perf_event_paranoid();
+    const auto path = find_program(cfg_.perf_path);
+    f["available"] = !path.empty();
+    if (path.empty()) {
+        f["version"] = nullptr;
+        f["functional"] = false;
+        f["error"] = cfg_.perf_path + " not found; install linux-perf";
+        co_return command_response::success(id, std::move(f));
+    }
+    const auto to = std::chrono::milliseconds(5000);
+    auto [version, check] = co_await (run_command(path, version_args(), to) &&
+                                      run_command(path, perf_check_args(), to));
+    f["version"] = perf_version_line(version.out);
+    f["functional"] = check.exit_code == 0;
+    f["error"] = check.exit_code == 0 ? json::value(nullptr)
+                                      : json::value(check.err.substr(0, 500) + check.error);
+    co_return command_response::success(id, std::move(f));
+}
+
+command_response session::cmd_configure_metrics(const protocol::command_request& req) {
+    auto flag = [&](std::string_view key, bool& slot) {
+        if (const auto* v = req.args.if_contains(key); v && v->is_bool())
+            slot = v->as_bool();
+    };
+    flag("enabled", metrics_enabled_);
+    flag("network", metrics_network_);
+    flag("disk", metrics_disk_);
+    flag("threads", metrics_threads_);
+    if (const auto interval = int_arg(req.args, "interval")) {
+        // seconds, or milliseconds when large
+        const int ms = *interval <= 60 ? *interval * 1000 : *interval;
+        metrics_interval_ = std::chrono::milliseconds(std::clamp(ms, 250, 60000));
+    }
+    metrics_timer_.cancel();
+    return command_response::success(
+        req.id, {{"enabled", metrics_enabled_},
+                 {"interval", static_cast<double>(metrics_interval_.count()) / 1000.0},
+                 {"network", metrics_network_},
+                 {"disk", metrics_disk_},
+                 {"threads", metrics_threads_}});
+}
+
+asio::awaitable<void> session::ensure_probed(std::optional<int> pid) {
+    if (caps_ && probed_pid_ == pid)
+        co_return;
+    auto caps = co_await probe(cfg_.perf_path, pid);
+    for (const auto& w : caps.warnings)
+        log(peer_, "probe: " + w);
+    log(peer_, "probe: sampling " + caps.record_events.front() + ", call graphs " +
+                   (caps.callgraph.empty() ? "none" : caps.callgraph) + " (" +
+                   std::to_string(caps.probe_seconds).substr(0, 4) + " s)");
+    caps_ = std::move(caps);
+    probed_pid_ = pid;
+    settings_.record.events = caps_->record_events;
+    if (!cfg_.events.empty())
+        settings_.record.events = cfg_.events;
+    settings_.record.callgraph = caps_->callgraph;
+    settings_.script_fields = caps_->script_fields;
+}
+
+asio::awaitable<command_response> session::cmd_start(const protocol::command_request& req) {
+    const auto& id = req.id;
+    if (state_ != state::idle)
+        co_return command_response::failure(id, "already profiling");
+    auto pid = int_arg(req.args, "pid");
+    if (!pid && !req.args.contains("pid"))
+        pid = cfg_.pid; // absent: the command line's --pid; explicit null: whole system
+    if (pid && !pid_exists(*pid))
+        co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
+    const auto freq = int_arg(req.args, "frequency");
+    const auto dur = int_arg(req.args, "duration");
+    if ((freq && (*freq < 1 || *freq > 100000)) || (dur && (*dur < 1 || *dur > 3600)))
+        co_return command_response::failure(id, "frequency must be 1-100000 and duration 1-3600");
+
+    co_await ensure_probed(pid);
+    settings_.record.pid = pid;
+    if (freq)
+        settings_.record.frequency = *freq;
+    if (dur)
+        settings_.chunk_duration = std::chrono::seconds(*dur);
+    if (const auto* ev = req.args.if_contains("events");
+        ev && ev->is_array() && !ev->as_array().empty()) {
+        std::vector<std::string> events;
+        for (const auto& e : ev->as_array())
+            if (e.is_string())
+                events.emplace_back(e.as_string());
+        settings_.record.events = events;
+    }
+    begin_collection();
+    log(peer_, "profiling " + (pid ? "pid " + std::to_string(*pid) : std::string("the system")) +
+                   " at " + std::to_string(settings_.record.frequency) + " Hz");
+
+    json::object f;
+    f["pid"] = pid ? json::value(*pid) : json::value(nullptr);
+    f["frequency"] = settings_.record.frequency;
+    f["duration"] =
+        std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
+    f["events"] = json::value_from(settings_.record.events);
+    f["callgraph"] = settings_.record.callgraph;
+    f["mode"] = "continuous";
+    // Lets the collector place perf's monotonic timestamps on the wall clock.
+    f["clock"] = clock_fields();
+    co_return command_response::success(id, std::move(f));
+}
+
+void session::begin_collection() {
+    // perf stat counts the sampling events and the probe's extras alongside.
+    settings_.stat_events = settings_.record.events;
+    if (caps_)
+        for (const auto& e : caps_->stat_only_events)
+            if (std::find(settings_.stat_events.begin(), settings_.stat_events.end(), e) ==
+                settings_.stat_events.end())
+                settings_.stat_events.push_back(e);
+    auto self = shared_from_this();
+    auto on_chunk = [self](std::string payload) { self->send(frame_flag::zstd, payload, true); };
+    current_ = std::make_shared<collection>(cfg_.perf_path, settings_, on_chunk);
+    state_ = state::profiling;
+    auto task = collect(current_);
+    asio::co_spawn(socket_.get_executor(), std::move(task), [self](std::exception_ptr e) {
+        if (e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& ex) {
+                log(self->peer_, std::string("collection failed: ") + ex.what());
+            }
+        }
+    });
+}
+
+asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
+    auto self = shared_from_this();
+    co_await c->run();
+    lost_samples_ += c->lost_samples();
+    const bool asked = c->stop_requested();
+    if (current_ == c) {
+        current_.reset();
+        if (!asked && state_ == state::profiling) {
+            // perf ended on its own: the target exited, or perf failed.
+            state_ = state::idle;
+            std::string reason;
+            if (!c->error().empty() && c->chunks() == 0)
+                reason = "perf failed: " + c->error();
+            else if (settings_.record.pid && !pid_exists(*settings_.record.pid))
+                reason = "target process exited";
+            else
+                reason = "perf exited";
+            log(peer_, reason + "; idle");
+            send_state(reason);
+        }
+    }
+    collection_done_.cancel();
+}
+
+asio::awaitable<void> session::end_collection() {
+    while (current_) {
+        auto c = current_;
+        c->request_stop();
+        co_await collection_done_.async_wait(use_nothrow);
+        collection_done_.expires_at(asio::steady_timer::time_point::max());
+    }
+}
+
+} // namespace agent

@@ -1,0 +1,100 @@
+// One collector connection.
+//
+//            ┌─────────── reader ◀── TCP ◀── collector: commands (flag 2)
+//   socket ──┤                 │
+//            └─────────── writer ──▶ TCP ──▶ collector: hello, responses, state (3),
+//                 ▲        ▲                            data (0/1), metrics (4)
+//   metrics timer ┘        └── collection (perf record | perf script, perf stat) chunks
+//
+// The reader handles one command at a time; everything the agent sends goes through one
+// byte-capped queue drained by the writer. Closing (EOF, error, lockout, shutdown) stops the
+// collection with SIGINT so no perf outlives the connection.
+#pragma once
+
+#include "agent/collection.hpp"
+#include "agent/metrics.hpp"
+#include "agent/options.hpp"
+#include "protocol/messages.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+namespace agent {
+
+class session : public std::enable_shared_from_this<session> {
+public:
+    // `token`: the pairing code that must be presented, or nullopt to start authenticated.
+    session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token);
+
+    // Called once the collector has authenticated (the listener closes an older session).
+    std::function<void(session&)> on_authenticated;
+
+    asio::awaitable<void> run();
+    // Stops profiling (flushing the last chunk), drains the queue briefly, closes.
+    asio::awaitable<void> shutdown();
+    void close();
+
+    bool was_authenticated() const noexcept { return ever_authenticated_; }
+    const std::string& peer() const noexcept { return peer_; }
+
+private:
+    enum class state { idle, profiling, paused };
+
+    asio::awaitable<void> reader();
+    asio::awaitable<void> writer();
+    asio::awaitable<void> metrics_loop();
+    asio::awaitable<void> auth_deadline();
+
+    asio::awaitable<protocol::command_response> handle(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_start(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_list_processes(const std::string& id);
+    asio::awaitable<protocol::command_response> cmd_verify_perf(const std::string& id);
+    protocol::command_response cmd_status(const std::string& id);
+    protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
+
+    asio::awaitable<void> ensure_probed(std::optional<int> pid);
+    void begin_collection();
+    asio::awaitable<void> collect(std::shared_ptr<collection> c);
+    asio::awaitable<void> end_collection(); // stop and wait until drained
+    void set_authenticated();
+
+    void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false);
+    void send_state(std::string reason);
+
+    asio::ip::tcp::socket socket_;
+    const config& cfg_;
+    std::optional<std::string> token_;
+    std::string peer_;
+    bool authenticated_ = false;
+    bool ever_authenticated_ = false;
+    int auth_failures_ = 0;
+    bool closed_ = false;
+
+    std::deque<std::string> queue_;
+    std::size_t queued_bytes_ = 0;
+    std::uint64_t dropped_chunks_ = 0;
+    asio::steady_timer wake_writer_;
+    asio::steady_timer wake_auth_;
+    asio::steady_timer metrics_timer_;
+
+    // Profiling.
+    state state_ = state::idle;
+    std::optional<capabilities> caps_;
+    std::optional<int> probed_pid_;
+    collection_settings settings_;
+    std::shared_ptr<collection> current_;
+    asio::steady_timer collection_done_;
+    std::uint64_t lost_samples_ = 0;
+
+    // Metrics.
+    metrics_sampler sampler_;
+    bool metrics_enabled_ = true, metrics_network_ = true, metrics_disk_ = false,
+         metrics_threads_ = false;
+    std::chrono::milliseconds metrics_interval_{2000};
+};
+
+} // namespace agent
