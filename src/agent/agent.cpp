@@ -174,6 +174,31 @@ asio::awaitable<int> output_mode(const config& c, registry& reg) {
     co_return 0;
 }
 
+// Coroutines take their state as parameters (copied into the frame): a capturing lambda's
+// closure would die before the coroutine it started.
+asio::awaitable<int> server_task(const config& c, registry& reg, asio::steady_timer& wake) {
+    co_await server_mode(c, reg, wake);
+    co_return 0;
+}
+
+asio::awaitable<int> listen_task(const config& c, registry& reg, tcp::acceptor& acceptor,
+                                 std::string token) {
+    co_await listen_mode(c, reg, acceptor, std::move(token));
+    // Let live sessions finish their shutdown.
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 50 && !reg.live.empty(); ++i) {
+        t.expires_after(std::chrono::milliseconds(100));
+        co_await t.async_wait(use_nothrow);
+    }
+    co_return 0;
+}
+
+asio::awaitable<void> stop_sessions(registry& reg) {
+    const auto sessions = reg.live;
+    for (const auto& s : sessions)
+        co_await s->shutdown();
+}
+
 } // namespace
 
 int run(const config& c) {
@@ -196,12 +221,7 @@ int run(const config& c) {
             boost::system::error_code ignored;
             acceptor->close(ignored);
         }
-        auto stop_all = [&reg]() -> asio::awaitable<void> {
-            auto sessions = reg.live;
-            for (const auto& s : sessions)
-                co_await s->shutdown();
-        };
-        asio::co_spawn(io, stop_all(), [](std::exception_ptr) {});
+        asio::co_spawn(io, stop_sessions(reg), [](std::exception_ptr) {});
     };
     signals.async_wait(on_signal);
 
@@ -220,14 +240,9 @@ int run(const config& c) {
     };
 
     switch (c.run_mode) {
-    case mode::server: {
-        auto task = [&]() -> asio::awaitable<int> {
-            co_await server_mode(c, reg, wake);
-            co_return 0;
-        };
-        asio::co_spawn(io, task(), finish);
+    case mode::server:
+        asio::co_spawn(io, server_task(c, reg, wake), finish);
         break;
-    }
     case mode::listen: {
         std::string token = c.token.value_or("");
         if (token.empty()) {
@@ -256,17 +271,7 @@ int run(const config& c) {
         }
         log("listening on " + c.bind_address + ":" +
             std::to_string(acceptor->local_endpoint().port()));
-        auto task = [&]() -> asio::awaitable<int> {
-            co_await listen_mode(c, reg, *acceptor, token);
-            // Let live sessions finish their shutdown.
-            asio::steady_timer t(co_await asio::this_coro::executor);
-            for (int i = 0; i < 50 && !reg.live.empty(); ++i) {
-                t.expires_after(std::chrono::milliseconds(100));
-                co_await t.async_wait(use_nothrow);
-            }
-            co_return 0;
-        };
-        asio::co_spawn(io, task(), finish);
+        asio::co_spawn(io, listen_task(c, reg, *acceptor, token), finish);
         break;
     }
     case mode::output:

@@ -10,6 +10,8 @@ namespace {
 std::size_t last_boundary(std::string_view s) {
     if (s.size() < 2)
         return std::string_view::npos;
+    if (s.ends_with("\n\n"))
+        return s.size(); // a blank line closes a sample with a call chain
     for (std::size_t i = s.size() - 1; i-- > 0;) {
         if (s[i] == '\n' && s[i + 1] != '\t')
             return i + 1;

@@ -2,7 +2,8 @@
 //
 // perf script prints a sample as a header line, then (with call graphs) one TAB-indented line
 // per frame and a blank line. A frame line always starts with TAB, so a position right after
-// '\n' whose next byte is not TAB is a boundary, for call-graph and flat output alike. Complete
+// '\n' whose next byte is not TAB is a boundary, for call-graph and flat output alike, and so is
+// the end of a blank line (which closes a sample with a call chain). Complete
 // samples go straight into the zstd compressor as they arrive; only the unfinished tail of the
 // last sample is held as text, so a chunk never sits uncompressed in memory.
 #pragma once

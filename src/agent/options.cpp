@@ -10,10 +10,11 @@ namespace po = boost::program_options;
 
 namespace {
 
-std::optional<std::uint16_t> parse_port(std::string_view text) {
+std::optional<std::uint16_t> parse_port(std::string_view text, bool allow_any = false) {
     unsigned value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || value == 0 || value > 65535)
+    if (ec != std::errc() || end != text.data() + text.size() || (value == 0 && !allow_any) ||
+        value > 65535)
         return std::nullopt;
     return static_cast<std::uint16_t>(value);
 }
@@ -27,7 +28,7 @@ po::options_description describe_options() {
         ("listen", "wait for the collector to connect (pairing code required)")
         ("output", po::value<std::string>(), "profile --pid headless, write text to FILE or -")
         ("bind", po::value<std::string>()->default_value("0.0.0.0"), "--listen address")
-        ("port", po::value<int>()->default_value(9999), "--listen port")
+        ("port", po::value<int>()->default_value(9999), "--listen port (0: any free port)")
         ("rounds", po::value<int>()->default_value(1), "--output: rounds to collect")
         ("pid", po::value<int>(), "process to profile (default: whole system)")
         ("frequency", po::value<int>()->default_value(99), "sampling frequency, Hz")
@@ -103,9 +104,9 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     }
 
     c.bind_address = vm["bind"].as<std::string>();
-    const auto port = parse_port(std::to_string(vm["port"].as<int>()));
+    const auto port = parse_port(std::to_string(vm["port"].as<int>()), true);
     if (!port)
-        return usage("--port must be 1-65535");
+        return usage("--port must be 0-65535 (0: any free port)");
     c.listen_port = *port;
     c.rounds = vm["rounds"].as<int>();
     c.frequency = vm["frequency"].as<int>();

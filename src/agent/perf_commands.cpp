@@ -33,13 +33,15 @@ std::string_view trim(std::string_view s) {
 
 } // namespace
 
-int mmap_pages_for(int frequency) {
+int mmap_pages_for(int frequency, bool dwarf) {
     // perf wakes up when its ring buffer is half full; the default 516 KiB per CPU holds
-    // seconds of samples at 99 Hz, which would hold data back from the live view. Size the
-    // buffer to about a quarter of a second of samples with stacks (~2 KiB each, 4 KiB pages),
-    // at least 8 pages, a power of two as perf requires.
+    // seconds of samples at 99 Hz, which would hold data back from the live view. Size it for
+    // about a quarter of a second of samples (~256 B with frame-pointer stacks, ~8.5 KiB with
+    // dwarf stack copies), at least 8 pages, a power of two as perf requires.
+    const long bytes_per_sample = dwarf ? 8704 : 256;
+    const long half_buffer = static_cast<long>(frequency) * bytes_per_sample / 4;
     int pages = 8;
-    while (pages < 512 && pages * 4096 < frequency * 2048 / 4 * 2)
+    while (pages < 1024 && pages * 4096L / 2 < half_buffer)
         pages *= 2;
     return pages;
 }
@@ -50,7 +52,8 @@ std::vector<std::string> record_args(const record_settings& s, std::string_view 
                                      std::to_string(s.frequency)};
     if (!s.callgraph.empty())
         args.push_back("--call-graph=" + s.callgraph);
-    args.insert(args.end(), {"-m", std::to_string(mmap_pages_for(s.frequency))});
+    args.insert(args.end(),
+                {"-m", std::to_string(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))});
     add_target(args, s.pid);
     args.insert(args.end(), {"-o", std::string(output)});
     if (!command.empty()) {

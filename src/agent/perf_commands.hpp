@@ -34,7 +34,7 @@ struct record_settings {
 
 // Ring-buffer pages per CPU for `perf record -m`, small enough that data flows within about
 // a quarter of a second at any frequency.
-int mmap_pages_for(int frequency);
+int mmap_pages_for(int frequency, bool dwarf = false);
 
 // perf record writing to `output` ("-" for a pipe); `command` runs under it when non-empty
 // (the probe uses `sleep 0.2` to bound a recording).

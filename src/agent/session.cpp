@@ -59,8 +59,13 @@ std::optional<int> int_arg(const json::object& args, std::string_view key) {
     return std::nullopt;
 }
 
+// A process that exited but was not yet reaped by its parent is a zombie: gone for profiling.
 bool pid_exists(int pid) {
-    return pid > 0 && ::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0;
+    if (pid <= 0)
+        return false;
+    const auto text = procfs::read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto stat = text ? procfs::parse_pid_stat(*text) : std::nullopt;
+    return stat && stat->state != 'Z' && stat->state != 'X';
 }
 
 // JSON built outside the coroutines: GCC 12 mis-compiles braced initializer lists inside a

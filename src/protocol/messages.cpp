@@ -201,15 +201,17 @@ parse_result<command_response> response_from(json::object obj) {
         return invalid("field 'ok' must be a boolean");
     r.id = id->value().get_string();
     r.ok = ok->value().get_bool();
-    if (const auto e = obj.find("error"); e != obj.end()) {
-        if (!e->value().is_string())
-            return invalid("field 'error' must be a string");
-        r.error = e->value().get_string();
-    } else if (!r.ok) {
-        r.error = "unspecified error";
-    }
-    for (std::string_view key : {"id", "ok", "error"})
-        obj.erase(key);
+    // A successful response may carry "error": null as one of its fields (verify_perf does).
+    const auto e = obj.find("error");
+    const bool has_error = e != obj.end() && !e->value().is_null();
+    if (has_error && !e->value().is_string())
+        return invalid("field 'error' must be a string");
+    if (!r.ok)
+        r.error = has_error ? std::string(e->value().get_string()) : "unspecified error";
+    obj.erase("id");
+    obj.erase("ok");
+    if (!r.ok)
+        obj.erase("error");
     r.fields = std::move(obj);
     return r;
 }

@@ -96,6 +96,11 @@ TEST_CASE("command responses keep their extra fields", "[protocol][messages]") {
     CHECK_FALSE(err->ok);
     CHECK(err->error == "not profiling");
 
+    auto perf = parse_command_response(R"({"id":"4","ok":true,"functional":true,"error":null})");
+    REQUIRE(perf.has_value());
+    CHECK(perf->ok);
+    CHECK(perf->fields.at("error").is_null()); // a field of the success, kept as sent
+    CHECK(parse_command_response(R"({"id":"1","ok":false,"error":7})").has_error());
     CHECK(parse_command_response(R"({"id":"1","ok":"yes"})").has_error());
     CHECK(parse_command_response(R"({"ok":true})").has_error());
     CHECK(parse_command_response(R"({"id":"1","ok":false})")->error == "unspecified error");

@@ -1,0 +1,356 @@
+// The real perfwire-agent binary, profiling the real demo workload with real perf, against a
+// framing peer written here on loopback.
+#include "protocol/compression.hpp"
+#include "support/framing_peer.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace std::chrono_literals;
+using protocol::frame_flag;
+using test_support::framing_peer;
+using test_support::listener;
+using test_support::spawned;
+
+namespace {
+
+std::unique_ptr<spawned> start_demo(double seconds) {
+    auto demo = std::make_unique<spawned>(PERFWIRE_DEMO_BIN,
+                                          std::vector<std::string>{std::to_string(seconds)});
+    std::this_thread::sleep_for(200ms); // let its threads start
+    return demo;
+}
+
+std::unique_ptr<spawned> start_agent(std::vector<std::string> args) {
+    return std::make_unique<spawned>(PERFWIRE_AGENT_BIN, args);
+}
+
+framing_peer accept_agent(listener& l, std::chrono::milliseconds timeout = 10s) {
+    const int fd = l.accept(timeout);
+    REQUIRE(fd >= 0);
+    return framing_peer(fd);
+}
+
+protocol::hello read_hello(framing_peer& peer) {
+    auto f = peer.next(5s);
+    REQUIRE(f);
+    REQUIRE(f->flag == frame_flag::response);
+    auto h = protocol::parse_hello(f->payload);
+    REQUIRE(h.has_value());
+    return *h;
+}
+
+// Reads frames for up to `timeout`, decompressing data, until `done` says enough.
+struct received {
+    std::string text;
+    int chunks = 0;
+    std::set<std::string> metrics;
+    std::vector<protocol::state_notice> notices;
+};
+
+template <class Done>
+received collect(framing_peer& peer, std::chrono::milliseconds timeout, Done done) {
+    received r;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done(r) && std::chrono::steady_clock::now() < deadline) {
+        auto f = peer.next(500ms);
+        if (!f) {
+            if (peer.closed())
+                break;
+            continue;
+        }
+        if (f->flag == frame_flag::zstd) {
+            auto text = protocol::decompress(f->payload);
+            REQUIRE(text.has_value());
+            r.text += *text;
+            ++r.chunks;
+        } else if (f->flag == frame_flag::metrics) {
+            auto m = protocol::parse_metrics(f->payload);
+            REQUIRE(m.has_value());
+            r.metrics.insert(std::string(protocol::metrics_type(*m)));
+        } else if (f->flag == frame_flag::response) {
+            auto reply = protocol::parse_agent_reply(f->payload);
+            REQUIRE(reply.has_value());
+            if (auto* n = std::get_if<protocol::state_notice>(&*reply))
+                r.notices.push_back(*n);
+        }
+    }
+    return r;
+}
+
+std::string error_of(const std::optional<protocol::command_response>& r) {
+    REQUIRE(r);
+    CHECK_FALSE(r->ok);
+    return r->error;
+}
+
+bool ok(const std::optional<protocol::command_response>& r) {
+    return r && r->ok;
+}
+
+bool no_perf_children(int agent_pid, std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (!test_support::children_of(agent_pid, "perf").empty()) {
+        if (std::chrono::steady_clock::now() > deadline)
+            return false;
+        std::this_thread::sleep_for(50ms);
+    }
+    return true;
+}
+
+} // namespace
+
+TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle commands",
+          "[agent][integration][perf]") {
+    listener l;
+    auto demo = start_demo(120);
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                              std::to_string(demo->pid()), "--duration", "1"});
+    auto peer = accept_agent(l);
+
+    const auto hello = read_hello(peer);
+    CHECK(hello.agent == "perfwire");
+    CHECK(hello.version == 1);
+    CHECK(hello.auth == "none");
+    REQUIRE(hello.platform);
+    CHECK(hello.platform->arch == "x86_64");
+    CHECK_FALSE(hello.platform->kernel.value_or("").empty());
+    CHECK(hello.platform->perf_event_paranoid.has_value());
+
+    // --pid on the command line: profiling starts without a command.
+    auto got = collect(peer, 20s, [](const received& r) {
+        return r.chunks >= 2 && r.text.find("matrix_multiply") != std::string::npos &&
+               r.text.find("hash_strings") != std::string::npos && r.metrics.count("process");
+    });
+    INFO(agent->stderr_text());
+    CHECK(got.chunks >= 2);
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK_THAT(got.text, Catch::Contains("hash_strings"));
+    CHECK_THAT(got.text, Catch::Contains("recursive_fib"));
+    CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
+    CHECK_THAT(got.text, Catch::Contains("task-clock"));
+    CHECK(got.metrics.count("system"));
+    CHECK(got.metrics.count("network"));
+    // Stacks, not just leaf frames: a frame line of the worker under the hot function.
+    CHECK_THAT(got.text, Catch::Contains("matrix_worker"));
+
+    auto status = peer.command("status");
+    REQUIRE(ok(status));
+    CHECK(status->fields.at("state").as_string() == "profiling");
+    CHECK(status->fields.at("pid").as_int64() == demo->pid());
+    const auto& caps = status->fields.at("capabilities").as_object();
+    CHECK(caps.at("callgraph_method").as_string() == "fp");
+    const std::string event(caps.at("record_events").as_array().at(0).as_string());
+    CHECK((event == "cpu-clock" || event == "cycles"));
+    CHECK_THAT(got.text, Catch::Contains(" " + event + ":"));
+    CHECK(caps.at("probe_seconds").as_double() < 5.0);
+
+    CHECK(ok(peer.command("pause")));
+    CHECK(no_perf_children(agent->pid(), 3s));
+    CHECK(peer.command("status")->fields.at("state").as_string() == "paused");
+    CHECK(error_of(peer.command("pause")) == "not profiling");
+    CHECK(ok(peer.command("resume")));
+    CHECK(error_of(peer.command("resume")) == "not paused");
+    CHECK(error_of(peer.command("start")) == "already profiling");
+    auto conf = peer.command("configure", R"({"frequency":199})");
+    REQUIRE(ok(conf));
+    CHECK(conf->fields.at("frequency").as_int64() == 199);
+    CHECK(ok(peer.command("stop")));
+    CHECK(no_perf_children(agent->pid(), 3s));
+    CHECK(error_of(peer.command("stop")) == "not profiling");
+    CHECK(error_of(peer.command("bogus")) == "unknown command: bogus");
+    CHECK(error_of(peer.command("verify_pid", "{}")) == "pid required");
+    auto vp = peer.command("verify_pid", R"({"pid":)" + std::to_string(demo->pid()) + "}");
+    REQUIRE(ok(vp));
+    CHECK(vp->fields.at("exists").as_bool());
+    CHECK(vp->fields.at("info").at("comm").as_string() == "perfwire-demo");
+    CHECK(error_of(peer.command("start", R"({"pid":999999999})")) == "no such process: 999999999");
+
+    auto procs = peer.command("list_processes");
+    REQUIRE(ok(procs));
+    const auto& list = procs->fields.at("processes").as_array();
+    REQUIRE_FALSE(list.empty());
+    CHECK(list.at(0).at("cpu").as_double() >= list.at(list.size() - 1).at("cpu").as_double());
+    bool demo_listed = false;
+    for (const auto& p : list)
+        demo_listed |= p.at("pid").as_int64() == demo->pid();
+    CHECK(demo_listed); // the busiest process on the machine
+
+    auto perf = peer.command("verify_perf");
+    REQUIRE(ok(perf));
+    CHECK(perf->fields.at("available").as_bool());
+    CHECK(perf->fields.at("functional").as_bool());
+}
+
+TEST_CASE("agent with a pairing code refuses all but auth and locks out after 3 failures",
+          "[agent][integration]") {
+    listener l;
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token",
+                              "0123456789abcdef0123456789abcdef"});
+    {
+        auto peer = accept_agent(l);
+        CHECK(read_hello(peer).auth == "token");
+        CHECK(error_of(peer.command("ping")) == "unauthenticated");
+        CHECK(error_of(peer.command("status")) == "unauthenticated");
+        CHECK_FALSE(peer.next_of(frame_flag::metrics, 2500ms)); // nothing before auth
+        CHECK(error_of(peer.command("auth", R"({"token":"wrong"})")) == "auth failed");
+        CHECK(error_of(peer.command("auth", R"({})")) == "auth failed");
+        CHECK(error_of(peer.command("auth", R"({"token":"0123"})")) == "auth failed");
+        CHECK_FALSE(peer.next(3s));
+        CHECK(peer.closed());
+    }
+    // The agent dials again after its backoff; the right code now opens the session.
+    auto peer = accept_agent(l, 5s);
+    read_hello(peer);
+    CHECK(ok(peer.command("auth", R"({"token":"0123456789abcdef0123456789abcdef"})")));
+    CHECK(ok(peer.command("ping")));
+    CHECK(peer.next_of(frame_flag::metrics, 3s));
+    const std::string log = agent->stderr_text();
+    CHECK(log.find("0123456789abcdef0123456789abcdef") == std::string::npos); // never logged
+}
+
+TEST_CASE("agent --listen: pairing code, and the newest authenticated collector wins",
+          "[agent][integration]") {
+    auto agent = start_agent({"--listen", "--bind", "127.0.0.1", "--port", "0"});
+    const auto code = agent->wait_for_stderr("pairing code: ", 5s);
+    REQUIRE(code);
+    CHECK(std::regex_match(*code, std::regex("[0-9a-f]{32}")));
+    const auto port = agent->wait_for_stderr("listening on 127.0.0.1:", 5s);
+    REQUIRE(port);
+
+    auto first = framing_peer::connect(static_cast<std::uint16_t>(std::stoi(*port)));
+    REQUIRE(first);
+    CHECK(read_hello(*first).auth == "token");
+    CHECK(error_of(first->command("ping")) == "unauthenticated");
+    CHECK(ok(first->command("auth", R"({"token":")" + *code + R"("})")));
+    CHECK(ok(first->command("ping")));
+
+    // A second collector without the code disturbs nothing.
+    auto second = framing_peer::connect(static_cast<std::uint16_t>(std::stoi(*port)));
+    REQUIRE(second);
+    read_hello(*second);
+    CHECK(error_of(second->command("ping")) == "unauthenticated");
+    CHECK(ok(first->command("ping")));
+    // With the code it takes over, and the first connection is closed.
+    CHECK(ok(second->command("auth", R"({"token":")" + *code + R"("})")));
+    CHECK_FALSE(first->next_of(frame_flag::command, 3s));
+    CHECK(first->closed());
+    CHECK(ok(second->command("ping")));
+}
+
+TEST_CASE("SIGTERM stops perf and the agent exits cleanly", "[agent][integration][perf]") {
+    listener l;
+    auto demo = start_demo(60);
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                              std::to_string(demo->pid()), "--duration", "30"});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    // Wait for perf to be running under the agent.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<int> perf_pids;
+    while (perf_pids.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(100ms);
+        perf_pids = test_support::children_of(agent->pid(), "perf");
+    }
+    REQUIRE(perf_pids.size() >= 3); // record, script, stat
+    std::this_thread::sleep_for(1s);
+    agent->signal(SIGTERM);
+    // The chunk in progress is flushed to the collector before the agent goes.
+    auto got = collect(peer, 10s, [](const received& r) { return r.chunks >= 1; });
+    CHECK(got.chunks >= 1);
+    CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
+    const auto code = agent->wait(10s);
+    REQUIRE(code);
+    CHECK(*code == 0);
+    for (int pid : perf_pids)
+        CHECK_FALSE(test_support::process_exists(pid));
+}
+
+TEST_CASE("the target exiting returns the agent to idle and it says so",
+          "[agent][integration][perf]") {
+    listener l;
+    auto demo = start_demo(3);
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                              std::to_string(demo->pid()), "--duration", "1"});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    auto got = collect(peer, 20s, [](const received& r) { return !r.notices.empty(); });
+    REQUIRE(got.notices.size() == 1);
+    CHECK(got.notices[0].state == "idle");
+    CHECK(got.notices[0].reason == "target process exited");
+    CHECK(got.chunks >= 1); // what was recorded before the exit still arrived
+    CHECK(peer.command("status")->fields.at("state").as_string() == "idle");
+    CHECK(no_perf_children(agent->pid(), 3s));
+}
+
+TEST_CASE("agent --server retries with growing backoff and resets after a session",
+          "[agent][integration]") {
+    std::uint16_t port = 0;
+    {
+        listener probe_port;
+        port = probe_port.port(); // now closed: connections are refused
+    }
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(port)});
+    auto delays = [&] {
+        std::vector<double> out;
+        const std::string log = agent->stderr_text();
+        const std::regex re("retrying in ([0-9.]+) s");
+        for (auto it = std::sregex_iterator(log.begin(), log.end(), re);
+             it != std::sregex_iterator(); ++it)
+            out.push_back(std::stod((*it)[1]));
+        return out;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + 8s;
+    while (delays().size() < 3 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(100ms);
+    auto d = delays();
+    REQUIRE(d.size() >= 3);
+    CHECK(d[0] >= 0.8);
+    CHECK(d[0] <= 1.0);
+    CHECK(d[1] >= 1.6);
+    CHECK(d[1] <= 2.0);
+    CHECK(d[2] >= 3.2);
+    CHECK(d[2] <= 4.0);
+
+    listener l(port);
+    {
+        auto peer = accept_agent(l, 6s);
+        read_hello(peer);
+        CHECK(ok(peer.command("ping")));
+    } // the collector hangs up after an authenticated session
+    const auto after = std::chrono::steady_clock::now() + 5s;
+    while (delays().size() < d.size() + 1 && std::chrono::steady_clock::now() < after)
+        std::this_thread::sleep_for(100ms);
+    const auto d2 = delays();
+    REQUIRE(d2.size() > d.size());
+    CHECK(d2.back() <= 1.0); // back to the first step
+}
+
+TEST_CASE("agent --output writes perf script text with perf stat", "[agent][integration][perf]") {
+    auto demo = start_demo(30);
+    const std::string path = "perfwire_output_test.txt";
+    auto agent = start_agent({"--output", path, "--pid", std::to_string(demo->pid()), "--rounds",
+                              "2", "--duration", "1"});
+    const auto code = agent->wait(20s);
+    INFO(agent->stderr_text());
+    REQUIRE(code);
+    CHECK(*code == 0);
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    CHECK_THAT(text, Catch::Contains("matrix_multiply"));
+    CHECK(std::count(text.begin(), text.end(), '#') >= 2 * 6); // two stat sections at least
+    std::remove(path.c_str());
+
+    auto bad =
+        start_agent({"--output", "/nonexistent/dir/x.txt", "--pid", std::to_string(demo->pid())});
+    CHECK(bad->wait(10s) == 1);
+}

@@ -1,0 +1,61 @@
+#include "agent/perf_commands.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace agent;
+using test_support::fixture;
+
+TEST_CASE("perf stat on a machine without a PMU counts only software events", "[agent][perf]") {
+    const std::vector<std::string> asked = {"cycles",      "instructions",     "cache-misses",
+                                            "page-faults", "context-switches", "cpu-migrations",
+                                            "cpu-clock",   "task-clock"};
+    const auto counted = counted_events(fixture("agent/fixtures/perf_stat_no_pmu.txt"), asked);
+    CHECK(counted == std::vector<std::string>{"page-faults", "context-switches", "cpu-migrations",
+                                              "cpu-clock", "task-clock"});
+}
+
+TEST_CASE("counted events: thousands separators, msec, not counted", "[agent][perf]") {
+    const std::string text = "     1,234,567      cycles   #  3.0 GHz   (50.00%)\n"
+                             "   <not counted>      instructions\n"
+                             "          2,001.5 msec task-clock   #  1.9 CPUs utilized\n";
+    CHECK(counted_events(text, {"cycles", "instructions", "task-clock"}) ==
+          std::vector<std::string>{"cycles", "task-clock"});
+}
+
+TEST_CASE("call chains are detected in real script output", "[agent][perf]") {
+    CHECK(has_call_chains(fixture("agent/fixtures/script_callchain.txt")));
+    CHECK_FALSE(has_call_chains(fixture("agent/fixtures/script_flat.txt")));
+    CHECK_FALSE(has_call_chains(""));
+    CHECK(evlist_events(fixture("agent/fixtures/evlist.txt")) ==
+          std::vector<std::string>{"cpu-clock"});
+}
+
+TEST_CASE("perf command lines", "[agent][perf]") {
+    record_settings s{{"cpu-clock"}, 99, "fp", 42};
+    const auto rec = record_args(s, "-");
+    const std::vector<std::string> want = {
+        "record", "-e", "cpu-clock", "-F", "99", "--call-graph=fp",
+        "-m",     "8",  "-p",        "42", "-o", "-"};
+    CHECK(rec == want);
+    s.pid.reset();
+    s.callgraph.clear();
+    const auto sys = record_args(s, "/tmp/x.data", {"sleep", "1"});
+    CHECK(std::find(sys.begin(), sys.end(), "-a") != sys.end());
+    CHECK(sys.back() == "1");
+    CHECK(script_args("-", true, true).back() ==
+          "comm,tid,pid,cpu,time,period,event,ip,sym,symoff,dso");
+    CHECK(script_args("-", false, false).size() == 4);
+    CHECK(stat_args({"cpu-clock", "task-clock"}, 7) ==
+          std::vector<std::string>{"stat", "-e", "cpu-clock,task-clock", "-p", "7"});
+    // Ring buffer grows with frequency but stays a power of two.
+    for (int f : {1, 99, 999, 4999, 99999}) {
+        const int p = mmap_pages_for(f);
+        CHECK(p >= 8);
+        CHECK((p & (p - 1)) == 0);
+    }
+    CHECK(mmap_pages_for(4999) > mmap_pages_for(99));
+    CHECK(mmap_pages_for(999, true) > mmap_pages_for(999, false));
+    CHECK(perf_version_line("perf version 6.1.192\n") == "perf version 6.1.192");
+    CHECK(perf_version_line("bash: perf: not found") == "");
+}
