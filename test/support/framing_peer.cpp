@@ -118,19 +118,23 @@ std::optional<protocol::frame> framing_peer::next_of(protocol::frame_flag flag,
 }
 
 std::optional<protocol::command_response>
-framing_peer::command(const std::string& cmd, const std::string& args_json, milliseconds timeout) {
+framing_peer::command(const std::string& cmd, const std::string& args_json, milliseconds timeout,
+                      const std::function<void(const protocol::frame&)>& on_other) {
     const std::string id = "t" + std::to_string(next_id_++);
     send(protocol::frame_flag::command,
          R"({"id":")" + id + R"(","cmd":")" + cmd + R"(","args":)" + args_json + "}");
     const auto deadline = steady_clock::now() + timeout;
     while (steady_clock::now() < deadline) {
-        auto f = next_of(protocol::frame_flag::response,
-                         duration_cast<milliseconds>(deadline - steady_clock::now()));
+        auto f = next(duration_cast<milliseconds>(deadline - steady_clock::now()));
         if (!f)
             return std::nullopt;
-        auto r = protocol::parse_command_response(f->payload);
-        if (r && r->id == id)
-            return *r;
+        if (f->flag == protocol::frame_flag::response) {
+            auto r = protocol::parse_command_response(f->payload);
+            if (r && r->id == id)
+                return *r;
+        }
+        if (on_other)
+            on_other(*f);
     }
     return std::nullopt;
 }

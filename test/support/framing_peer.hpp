@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -38,10 +39,12 @@ public:
     // Next frame of `flag` (others are dropped), within `timeout`.
     std::optional<protocol::frame> next_of(protocol::frame_flag flag,
                                            std::chrono::milliseconds timeout);
-    // Sends a command and waits for the response with the same id (other frames are dropped).
+    // Sends a command and waits for the response with the same id; other frames go to
+    // `on_other` when given, else are dropped.
     std::optional<protocol::command_response>
     command(const std::string& cmd, const std::string& args_json = "{}",
-            std::chrono::milliseconds timeout = std::chrono::seconds(10));
+            std::chrono::milliseconds timeout = std::chrono::seconds(10),
+            const std::function<void(const protocol::frame&)>& on_other = {});
     bool closed() const { return closed_; }
 
 private:
