@@ -200,6 +200,13 @@ void collection::start_stat(asio::any_io_executor ex) {
 }
 
 asio::awaitable<void> collection::run() {
+    if (settings_.rounds)
+        co_await run_rounds();
+    else
+        co_await run_continuous();
+}
+
+asio::awaitable<void> collection::run_continuous() {
     auto ex = co_await asio::this_coro::executor;
     std::array<int, 2> fds{};
     if (::pipe2(fds.data(), O_CLOEXEC) < 0) {
@@ -240,18 +247,28 @@ asio::awaitable<void> collection::run() {
     }
 }
 
-asio::awaitable<void> collection::read_script(child& script) {
+asio::awaitable<void> collection::read_script_output(child& script) {
     std::vector<char> buf(64 << 10);
     for (;;) {
         auto [ec, n] = co_await script.out().async_read_some(asio::buffer(buf), use_nothrow);
         if (n > 0) {
             chunker_.append(std::string_view(buf.data(), n));
-            if (chunker_.chunk_bytes() >= settings_.chunk_max_text)
-                request_cut();
+            if (chunker_.chunk_bytes() >= settings_.chunk_max_text) {
+                if (!settings_.rounds) {
+                    request_cut();
+                } else if (auto payload = chunker_.cut()) { // a huge round: send it in parts
+                    ++chunks_;
+                    on_chunk_(std::move(*payload));
+                }
+            }
         }
         if (ec)
             break;
     }
+}
+
+asio::awaitable<void> collection::read_script(child& script) {
+    co_await read_script_output(script);
     reading_done_ = true;
     cut_timer_->cancel();
     stop_timer_->cancel();
@@ -284,6 +301,85 @@ asio::awaitable<void> collection::cut(bool final) {
         ++chunks_;
         on_chunk_(std::move(*payload));
     }
+}
+
+asio::awaitable<void> collection::run_rounds() {
+    auto ex = co_await asio::this_coro::executor;
+    std::string dir_template = "/tmp/perfwire-rounds-XXXXXX";
+    if (!::mkdtemp(dir_template.data())) {
+        error_ = "mkdtemp: " + std::string(std::strerror(errno));
+        co_return;
+    }
+    const std::string dir = dir_template;
+    cut_timer_ = std::make_unique<asio::steady_timer>(ex);
+    stop_timer_ = std::make_unique<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+    const auto round_seconds = std::chrono::duration<double>(settings_.chunk_duration).count();
+    const std::vector<std::string> bound = {"sleep", std::to_string(round_seconds)};
+
+    std::optional<std::string> previous_file;
+    std::string previous_stat;
+    for (int round = 0;; ++round) {
+        const std::string file = dir + "/round" + std::to_string(round) + ".data";
+        auto rec = child::start(ex, perf_, record_args(settings_.record, file, bound),
+                                {.discard_out = true});
+        if (!rec) {
+            error_ = "cannot run " + perf_ + ": " + rec.error().message();
+            break;
+        }
+        record_ = std::move(*rec);
+        start_stat(ex);
+        if (stop_requested_)
+            record_->signal(SIGINT);
+        const auto started = std::chrono::steady_clock::now();
+
+        // This round records while the previous one is turned into text.
+        auto recording = [](child& r) -> asio::awaitable<std::string> {
+            auto [err, code] = co_await (read_all(r.err(), 64 << 10) && r.wait());
+            (void)code;
+            co_return err;
+        };
+        std::string record_err;
+        if (previous_file) {
+            record_err =
+                co_await (script_round(*previous_file, previous_stat) && recording(*record_));
+        } else {
+            record_err = co_await recording(*record_);
+        }
+        record_err_ = record_err;
+        previous_stat.clear();
+        if (stat_) {
+            auto done = std::move(stat_);
+            co_await done->stop(std::chrono::milliseconds(1000));
+            previous_stat = co_await read_all(done->err(), 256 << 10);
+        }
+        previous_file = file;
+        const bool cut_short = std::chrono::steady_clock::now() - started <
+                               settings_.chunk_duration - std::chrono::milliseconds(200);
+        if (stop_requested_ || cut_short)
+            break; // stopped, or the target went away
+    }
+    if (previous_file)
+        co_await script_round(*previous_file, previous_stat);
+    reading_done_ = true;
+    if (chunks_ == 0 && !stop_requested_ && error_.empty())
+        error_ = record_err_.substr(0, record_err_.find('\n', 200));
+    ::rmdir(dir.c_str());
+}
+
+asio::awaitable<void> collection::script_round(std::string file, std::string stat_text) {
+    auto ex = co_await asio::this_coro::executor;
+    auto scr = child::start(ex, perf_,
+                            script_args(file, settings_.script_fields, !settings_.record.pid), {});
+    if (scr) {
+        script_ = std::move(*scr);
+        co_await (read_script_output(*script_) && read_all(script_->err()));
+        co_await script_->wait();
+    }
+    if (auto payload = chunker_.cut(stat_text, true)) {
+        ++chunks_;
+        on_chunk_(std::move(*payload));
+    }
+    std::remove(file.c_str());
 }
 
 void collection::request_cut() {

@@ -4,6 +4,10 @@
 //   perf stat (one per chunk, stopped with SIGINT at the cut) ─────────▶ stat text ──┴─▶ chunk
 //                                             cutter: every --duration s or 16 MiB ──┘
 //
+// Rounds, for perf without pipe mode (or when asked): `perf record -o roundN.data -- sleep D`
+// back to back; round N+1 starts the moment round N's record exits, and round N's
+// `perf script` runs while N+1 records, so wall-time coverage has no gap but process start-up.
+//
 // A collection is one run of that pipeline; pause and stop end it (SIGINT, so perf flushes),
 // resume starts another. It ends by itself when the target exits.
 #pragma once
@@ -46,6 +50,7 @@ struct collection_settings {
     std::chrono::milliseconds chunk_duration{8000};
     std::size_t chunk_max_text = std::size_t{16} << 20;
     chunker::encoding encoding = chunker::encoding::zstd;
+    bool rounds = false; // record to files in rounds instead of the pipe
 };
 
 class collection {
@@ -69,7 +74,11 @@ public:
     std::uint64_t chunks() const noexcept { return chunks_; }
 
 private:
+    asio::awaitable<void> run_continuous();
+    asio::awaitable<void> run_rounds();
+    asio::awaitable<void> script_round(std::string file, std::string stat_text);
     asio::awaitable<void> read_script(child& script);
+    asio::awaitable<void> read_script_output(child& script);
     asio::awaitable<void> cut_loop();
     asio::awaitable<void> cut(bool final);
     void start_stat(asio::any_io_executor ex);

@@ -527,6 +527,10 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
                 events.emplace_back(e.as_string());
         settings_.record.events = events;
     }
+    // Rounds when perf cannot stream through a pipe, or when asked for.
+    const auto* mode_arg = req.args.if_contains("mode");
+    settings_.rounds = !caps_->pipe_mode ||
+                       (mode_arg && mode_arg->is_string() && mode_arg->as_string() == "rounds");
     begin_collection();
     log(peer_, "profiling " + (pid ? "pid " + std::to_string(*pid) : std::string("the system")) +
                    " at " + std::to_string(settings_.record.frequency) + " Hz");
@@ -538,7 +542,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
     f["events"] = json::value_from(settings_.record.events);
     f["callgraph"] = settings_.record.callgraph;
-    f["mode"] = "continuous";
+    f["mode"] = settings_.rounds ? "rounds" : "continuous";
     // Lets the collector place perf's monotonic timestamps on the wall clock.
     f["clock"] = clock_fields();
     co_return command_response::success(id, std::move(f));

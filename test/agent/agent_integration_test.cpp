@@ -354,3 +354,27 @@ TEST_CASE("agent --output writes perf script text with perf stat", "[agent][inte
         start_agent({"--output", "/nonexistent/dir/x.txt", "--pid", std::to_string(demo->pid())});
     CHECK(bad->wait(10s) == 1);
 }
+
+TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
+          "[agent][integration][perf]") {
+    listener l;
+    auto demo = start_demo(60);
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port())});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    auto start = peer.command(
+        "start", R"({"pid":)" + std::to_string(demo->pid()) + R"(,"duration":1,"mode":"rounds"})",
+        20s);
+    REQUIRE(ok(start));
+    CHECK(start->fields.at("mode").as_string() == "rounds");
+    auto got = collect(peer, 15s, [](const received& r) { return r.chunks >= 3; });
+    CHECK(got.chunks >= 3);
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
+    // While round N+1 records, round N is scripted: two perf record processes never overlap
+    // but a record is always running.
+    CHECK(test_support::children_of(agent->pid(), "perf").size() >= 2);
+    CHECK(ok(peer.command("stop", "{}", 10s)));
+    CHECK(no_perf_children(agent->pid(), 3s));
+    CHECK(agent->stderr_text().find("perfwire-rounds-") == std::string::npos);
+}
