@@ -378,3 +378,28 @@ TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
     CHECK(no_perf_children(agent->pid(), 3s));
     CHECK(agent->stderr_text().find("perfwire-rounds-") == std::string::npos);
 }
+
+TEST_CASE("a collector that goes away stops perf; configure_metrics switches streams",
+          "[agent][integration][perf]") {
+    listener l;
+    auto demo = start_demo(60);
+    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                              std::to_string(demo->pid())});
+    {
+        auto peer = accept_agent(l);
+        read_hello(peer);
+        auto conf = peer.command("configure_metrics",
+                                 R"({"threads":true,"disk":true,"network":false,"interval":1})");
+        REQUIRE(ok(conf));
+        CHECK(conf->fields.at("threads").as_bool());
+        CHECK(conf->fields.at("interval").as_double() == 1.0);
+        auto got = collect(peer, 5s, [](const received& r) {
+            return r.metrics.count("threads") && r.metrics.count("disk");
+        });
+        CHECK(got.metrics.count("threads"));
+        CHECK(got.metrics.count("disk"));
+        REQUIRE(test_support::children_of(agent->pid(), "perf").size() >= 2);
+    } // the collector hangs up
+    CHECK(no_perf_children(agent->pid(), 5s));
+    CHECK_FALSE(agent->wait(100ms)); // the agent itself stays, to reconnect
+}
