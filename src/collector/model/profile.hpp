@@ -1,0 +1,105 @@
+// The profile model every view is derived from.
+//
+//   strings   interned symbol, module, comm and event names
+//   frames    (symbol, module) pairs: one per function
+//   trie      (parent node, frame) -> node; node 0 is the root; a node's id is larger than
+//             its parent's, so a reverse sweep over ids visits children before parents
+//   samples   columns: time (ns), node, tid, event, period — 21 bytes a sample
+//   self      per event, per node: samples and period whose leaf is that node, kept up to
+//             date as samples arrive, so unfiltered views cost O(nodes), not O(samples)
+#pragma once
+
+#include "collector/model/strings.hpp"
+
+#include <cstdint>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace collector {
+
+struct thread_info {
+    std::uint32_t pid = 0;
+    std::uint32_t comm = 0; // string id
+    std::uint64_t samples = 0;
+};
+
+class profile {
+public:
+    static constexpr std::uint32_t root = 0;
+    static constexpr std::uint32_t no_frame = 0xFFFFFFFFU;
+
+    profile();
+
+    std::uint32_t intern_frame(std::string_view symbol, std::string_view module);
+    std::uint8_t intern_event(std::string_view name);
+    std::uint32_t child(std::uint32_t parent, std::uint32_t frame);
+    void add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid, std::uint32_t tid,
+                    std::string_view comm, std::uint8_t event, std::uint64_t period);
+
+    // Sizes.
+    std::size_t sample_count() const noexcept { return time_.size(); }
+    std::size_t node_count() const noexcept { return node_parent_.size(); }
+    std::size_t frame_count() const noexcept { return frame_symbol_.size(); }
+    std::size_t event_count() const noexcept { return events_.size(); }
+    // Bytes held by the sample columns, and by everything.
+    std::size_t sample_bytes() const noexcept;
+    std::size_t memory_bytes() const noexcept;
+
+    // Reading.
+    const string_table& strings() const noexcept { return strings_; }
+    std::string_view event_name(std::uint8_t e) const noexcept { return strings_[events_[e]]; }
+    std::string_view symbol(std::uint32_t frame) const noexcept {
+        return strings_[frame_symbol_[frame]];
+    }
+    std::string_view module(std::uint32_t frame) const noexcept {
+        return strings_[frame_module_[frame]];
+    }
+    std::uint32_t node_parent(std::uint32_t n) const noexcept { return node_parent_[n]; }
+    std::uint32_t node_frame(std::uint32_t n) const noexcept { return node_frame_[n]; }
+
+    std::uint64_t sample_time(std::size_t i) const noexcept { return time_[i]; }
+    std::uint32_t sample_node(std::size_t i) const noexcept { return node_[i]; }
+    std::uint32_t sample_tid(std::size_t i) const noexcept { return tid_[i]; }
+    std::uint8_t sample_event(std::size_t i) const noexcept { return event_[i]; }
+    std::uint64_t sample_period(std::size_t i) const noexcept;
+
+    // Per-node self counts for event `e` (indexed by node id; may be shorter than node_count()).
+    const std::vector<std::uint64_t>& self_samples(std::uint8_t e) const {
+        return self_samples_[e];
+    }
+    const std::vector<std::uint64_t>& self_period(std::uint8_t e) const { return self_period_[e]; }
+    const std::unordered_map<std::uint32_t, thread_info>& threads() const noexcept {
+        return threads_;
+    }
+    std::uint64_t first_time() const noexcept { return first_time_; }
+    std::uint64_t last_time() const noexcept { return last_time_; }
+
+private:
+    void grow_frames();
+    void grow_nodes();
+
+    string_table strings_;
+    std::vector<std::uint32_t> events_; // string ids
+
+    std::vector<std::uint32_t> frame_symbol_, frame_module_;
+    std::vector<std::uint64_t> frame_hash_;
+    std::vector<std::uint32_t> frame_slots_; // frame + 1
+
+    std::vector<std::uint32_t> node_parent_, node_frame_;
+    std::vector<std::uint32_t> node_slots_; // node + 1
+
+    std::vector<std::uint64_t> time_;
+    std::vector<std::uint32_t> node_, tid_;
+    std::vector<std::uint8_t> event_;
+    std::vector<std::uint32_t> period_; // UINT32_MAX: look in big_periods_
+    std::unordered_map<std::size_t, std::uint64_t> big_periods_;
+
+    std::vector<std::vector<std::uint64_t>> self_samples_, self_period_;
+    std::unordered_map<std::uint32_t, thread_info> threads_;
+    std::uint32_t last_tid_ = 0xFFFFFFFFU;
+    thread_info* last_thread_ = nullptr;
+    std::uint64_t first_time_ = 0, last_time_ = 0;
+};
+
+} // namespace collector

@@ -1,0 +1,182 @@
+#include "collector/model/views.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace collector {
+
+std::string_view event_base_name(std::string_view e) noexcept {
+    if (const auto slash = e.find('/'); slash != std::string_view::npos) {
+        const auto end = e.find('/', slash + 1);
+        e = e.substr(slash + 1, end == std::string_view::npos ? e.npos : end - slash - 1);
+    }
+    return e.substr(0, e.find(':'));
+}
+
+event_resolution resolve_event(const profile& p, std::string_view name) {
+    event_resolution r;
+    if (p.event_count() == 0)
+        return r;
+    if (name.empty()) {
+        std::vector<std::uint64_t> counts(p.event_count(), 0);
+        for (std::uint8_t e = 0; e < p.event_count(); ++e)
+            for (auto n : p.self_samples(e))
+                counts[e] += n;
+        r.event = static_cast<std::uint8_t>(std::max_element(counts.begin(), counts.end()) -
+                                            counts.begin());
+        return r;
+    }
+    std::vector<std::uint8_t> by_base;
+    for (std::uint8_t e = 0; e < p.event_count(); ++e) {
+        if (p.event_name(e) == name) {
+            r.event = e;
+            return r;
+        }
+        if (event_base_name(p.event_name(e)) == name)
+            by_base.push_back(e);
+    }
+    if (by_base.size() == 1) {
+        r.event = by_base.front();
+        return r;
+    }
+    const auto& pool = by_base;
+    for (std::uint8_t e = 0; e < p.event_count(); ++e)
+        if (pool.empty() || std::find(pool.begin(), pool.end(), e) != pool.end())
+            r.candidates.emplace_back(p.event_name(e));
+    return r;
+}
+
+std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f) {
+    std::vector<std::uint64_t> self(p.node_count(), 0);
+    if (f.event >= p.event_count())
+        return self;
+    if (!f.tid && !f.start_ns && !f.end_ns) {
+        const auto& agg = f.by_period ? p.self_period(f.event) : p.self_samples(f.event);
+        std::copy(agg.begin(), agg.end(), self.begin());
+        return self;
+    }
+    const std::uint64_t lo = f.start_ns.value_or(0);
+    const std::uint64_t hi = f.end_ns.value_or(~std::uint64_t{0});
+    for (std::size_t i = 0; i < p.sample_count(); ++i) {
+        if (p.sample_event(i) != f.event || (f.tid && p.sample_tid(i) != *f.tid))
+            continue;
+        const auto t = p.sample_time(i);
+        if (t < lo || t > hi)
+            continue;
+        self[p.sample_node(i)] += f.by_period ? p.sample_period(i) : 1;
+    }
+    return self;
+}
+
+std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {
+    // Children have larger ids than their parents: one reverse sweep sums subtrees.
+    for (std::size_t n = w.size(); n-- > 1;)
+        w[p.node_parent(static_cast<std::uint32_t>(n))] += w[n];
+    return w;
+}
+
+node_children children_of(const profile& p) {
+    node_children c;
+    const std::size_t n = p.node_count();
+    c.offset.assign(n + 1, 0);
+    for (std::uint32_t i = 1; i < n; ++i)
+        ++c.offset[p.node_parent(i) + 1];
+    for (std::size_t i = 0; i < n; ++i)
+        c.offset[i + 1] += c.offset[i];
+    c.child.resize(n ? n - 1 : 0);
+    std::vector<std::uint32_t> fill(c.offset.begin(), c.offset.end() - 1);
+    for (std::uint32_t i = 1; i < n; ++i)
+        c.child[fill[p.node_parent(i)]++] = i;
+    return c;
+}
+
+namespace {
+
+// Self and total per frame from per-node self weights. Total adds a node's subtree to its
+// function only when no ancestor is the same function, so recursion counts once per stack.
+std::vector<function_row> per_function(const profile& p, const std::vector<std::uint64_t>& self,
+                                       const std::vector<std::uint64_t>& inclusive,
+                                       const node_children& kids) {
+    std::vector<function_row> rows(p.frame_count());
+    for (std::uint32_t f = 0; f < rows.size(); ++f)
+        rows[f].frame = f;
+    std::vector<std::uint32_t> on_path(p.frame_count(), 0);
+    // Iterative DFS: a node is pushed once to enter and once (negated marker) to leave.
+    std::vector<std::int64_t> stack;
+    for (std::uint32_t i = kids.offset[0]; i < kids.offset[1]; ++i)
+        stack.push_back(kids.child[i]);
+    while (!stack.empty()) {
+        const std::int64_t top = stack.back();
+        stack.pop_back();
+        if (top < 0) {
+            --on_path[p.node_frame(static_cast<std::uint32_t>(-top - 1))];
+            continue;
+        }
+        const auto n = static_cast<std::uint32_t>(top);
+        if (inclusive[n] == 0)
+            continue; // nothing below contributes
+        const std::uint32_t f = p.node_frame(n);
+        rows[f].self += self[n];
+        if (on_path[f]++ == 0)
+            rows[f].total += inclusive[n];
+        stack.push_back(-static_cast<std::int64_t>(n) - 1);
+        for (std::uint32_t i = kids.offset[n]; i < kids.offset[n + 1]; ++i)
+            stack.push_back(kids.child[i]);
+    }
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [](const function_row& r) { return r.total == 0; }),
+               rows.end());
+    std::sort(rows.begin(), rows.end(), [](const function_row& a, const function_row& b) {
+        return a.self != b.self ? a.self > b.self : a.total > b.total;
+    });
+    return rows;
+}
+
+} // namespace
+
+function_table functions(const profile& p, const view_filter& f) {
+    const auto self = node_self_weights(p, f);
+    const auto inclusive = inclusive_weights(p, self);
+    function_table t;
+    t.total_weight = inclusive.empty() ? 0 : inclusive[0];
+    t.rows = per_function(p, self, inclusive, children_of(p));
+    return t;
+}
+
+std::vector<thread_row> threads(const profile& p, const view_filter& f) {
+    std::unordered_map<std::uint32_t, thread_row> by_tid;
+    const std::uint64_t lo = f.start_ns.value_or(0);
+    const std::uint64_t hi = f.end_ns.value_or(~std::uint64_t{0});
+    for (std::size_t i = 0; i < p.sample_count(); ++i) {
+        if (p.sample_event(i) != f.event || (f.tid && p.sample_tid(i) != *f.tid))
+            continue;
+        const auto t = p.sample_time(i);
+        if (t < lo || t > hi)
+            continue;
+        auto& row = by_tid[p.sample_tid(i)];
+        ++row.samples;
+        row.weight += f.by_period ? p.sample_period(i) : 1;
+    }
+    std::vector<thread_row> out;
+    const auto kids = children_of(p);
+    for (auto& [tid, row] : by_tid) {
+        row.tid = tid;
+        if (const auto it = p.threads().find(tid); it != p.threads().end()) {
+            row.pid = it->second.pid;
+            row.comm = p.strings()[it->second.comm];
+        }
+        view_filter one = f;
+        one.tid = tid;
+        const auto self = node_self_weights(p, one);
+        auto rows = per_function(p, self, inclusive_weights(p, self), kids);
+        if (rows.size() > 5)
+            rows.resize(5);
+        row.top_functions = std::move(rows);
+        out.push_back(std::move(row));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const thread_row& a, const thread_row& b) { return a.weight > b.weight; });
+    return out;
+}
+
+} // namespace collector

@@ -1,0 +1,67 @@
+// Views derived from a profile: functions, flame graph tree, threads. Each takes a filter
+// (event, weight, thread, time window). Without a thread or time filter they read the
+// per-node aggregates (O(nodes)); with one they scan the sample columns (O(samples)).
+#pragma once
+
+#include "collector/model/profile.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace collector {
+
+// "cycles:u" and "cpu_core/cycles/" have the base name "cycles".
+std::string_view event_base_name(std::string_view event) noexcept;
+
+struct event_resolution {
+    std::optional<std::uint8_t> event;
+    std::vector<std::string> candidates; // when the name is ambiguous or unknown
+};
+
+// Empty name: the event with the most samples. Otherwise an exact name, or a base name that
+// matches exactly one event.
+event_resolution resolve_event(const profile& p, std::string_view name);
+
+struct view_filter {
+    std::uint8_t event = 0;
+    bool by_period = true; // weight: period (perf report's Overhead) or sample count
+    std::optional<std::uint32_t> tid;
+    std::optional<std::uint64_t> start_ns, end_ns; // on the profile's clock, inclusive
+};
+
+// Self weight of every node under the filter.
+std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f);
+// Inclusive weight of every node (self plus descendants).
+std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> self);
+
+struct function_row {
+    std::uint32_t frame;
+    std::uint64_t self = 0;
+    std::uint64_t total = 0; // once per stack, even when the function recurses
+};
+
+struct function_table {
+    std::uint64_t total_weight = 0;
+    std::vector<function_row> rows; // by self, descending; functions with no weight left out
+};
+
+function_table functions(const profile& p, const view_filter& f);
+
+struct thread_row {
+    std::uint32_t tid = 0, pid = 0;
+    std::string_view comm;
+    std::uint64_t samples = 0, weight = 0;
+    std::vector<function_row> top_functions; // by self, at most 5
+};
+
+std::vector<thread_row> threads(const profile& p, const view_filter& f);
+
+// Children of every node, as ranges into one array (nodes in id order).
+struct node_children {
+    std::vector<std::uint32_t> offset; // node n's children: child[offset[n] .. offset[n+1])
+    std::vector<std::uint32_t> child;
+};
+node_children children_of(const profile& p);
+
+} // namespace collector

@@ -1,0 +1,286 @@
+#include "collector/parse/perf_script.hpp"
+
+#include <cstring>
+
+namespace collector {
+namespace {
+
+bool is_digit(char c) noexcept {
+    return c >= '0' && c <= '9';
+}
+bool is_hex(char c) noexcept {
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+std::string_view trim(std::string_view s) noexcept {
+    std::size_t b = 0, e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
+        ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\r'))
+        --e;
+    return s.substr(b, e - b);
+}
+
+bool all_digits(std::string_view s) noexcept {
+    if (s.empty())
+        return false;
+    for (char c : s)
+        if (!is_digit(c))
+            return false;
+    return true;
+}
+
+std::uint64_t to_u64(std::string_view s) noexcept {
+    std::uint64_t v = 0;
+    for (char c : s)
+        v = v * 10 + static_cast<std::uint64_t>(c - '0');
+    return v;
+}
+
+// The last space-separated token of `s` (already right-trimmed), and what precedes it.
+std::pair<std::string_view, std::string_view> pop_token(std::string_view s) noexcept {
+    const auto sp = s.find_last_of(" \t");
+    if (sp == std::string_view::npos)
+        return {s, {}};
+    return {s.substr(sp + 1), trim(s.substr(0, sp))};
+}
+
+// "1234.567890" -> nanoseconds.
+std::uint64_t parse_time(std::string_view s) noexcept {
+    const auto dot = s.find('.');
+    std::uint64_t ns = to_u64(s.substr(0, dot)) * 1000000000ULL;
+    if (dot != std::string_view::npos) {
+        std::uint64_t frac = 0;
+        int digits = 0;
+        for (std::size_t i = dot + 1; i < s.size() && digits < 9; ++i, ++digits)
+            frac = frac * 10 + static_cast<std::uint64_t>(s[i] - '0');
+        for (; digits < 9; ++digits)
+            frac *= 10;
+        ns += frac;
+    }
+    return ns;
+}
+
+// Irq/softirq flags as perf prints them before the time: 4 characters of [.a-zA-Z].
+bool is_flags(std::string_view t) noexcept {
+    if (t.size() != 4)
+        return false;
+    for (char c : t)
+        if (!(c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            return false;
+    return true;
+}
+
+} // namespace
+
+std::pair<std::string_view, std::string_view> split_perf_stat(std::string_view chunk) noexcept {
+    const auto at = chunk.find(perf_stat_marker);
+    if (at == std::string_view::npos)
+        return {chunk, {}};
+    return {chunk.substr(0, at), chunk.substr(at + perf_stat_marker.size())};
+}
+
+script_parser::script_parser(profile& into)
+    : profile_(into) {}
+
+void script_parser::feed(std::string_view text) {
+    if (!carry_.empty()) {
+        const auto nl = text.find('\n');
+        if (nl == std::string_view::npos) {
+            carry_.append(text);
+            return;
+        }
+        carry_.append(text.substr(0, nl));
+        line(carry_);
+        carry_.clear();
+        text.remove_prefix(nl + 1);
+    }
+    const char* p = text.data();
+    const char* end = p + text.size();
+    while (p < end) {
+        const void* nl = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
+        if (!nl) {
+            carry_.assign(p, end);
+            return;
+        }
+        const char* e = static_cast<const char*>(nl);
+        line(std::string_view(p, static_cast<std::size_t>(e - p)));
+        p = e + 1;
+    }
+}
+
+void script_parser::finish() {
+    if (!carry_.empty()) {
+        line(carry_);
+        carry_.clear();
+    }
+    commit();
+}
+
+void script_parser::line(std::string_view l) {
+    ++stats_.lines;
+    if (!l.empty() && l.back() == '\r')
+        l.remove_suffix(1);
+    if (l.empty()) {
+        commit();
+        return;
+    }
+    if (l.front() == '\t') {
+        if (!pending_ || !frame_text(l)) {
+            ++stats_.skipped_lines;
+        }
+        return;
+    }
+    commit();
+    if (!header(l))
+        ++stats_.skipped_lines;
+}
+
+bool script_parser::header(std::string_view l) {
+    // The time is the first "<digits>.<digits>:" token followed by a space or the end.
+    std::size_t colon = 0, time_begin = 0;
+    bool found = false;
+    for (std::size_t pos = l.find(':'); pos != std::string_view::npos; pos = l.find(':', pos + 1)) {
+        if (pos + 1 < l.size() && l[pos + 1] != ' ')
+            continue;
+        std::size_t j = pos;
+        while (j > 0 && is_digit(l[j - 1]))
+            --j;
+        if (j == pos || j == 0 || l[j - 1] != '.')
+            continue;
+        std::size_t k = j - 1;
+        while (k > 0 && is_digit(l[k - 1]))
+            --k;
+        if (k == j - 1 || (k > 0 && l[k - 1] != ' ' && l[k - 1] != '\t'))
+            continue;
+        colon = pos;
+        time_begin = k;
+        found = true;
+        break;
+    }
+    if (!found)
+        return false;
+
+    // Left of the time, from the right: [flags] [cpu] pid[/tid], and the comm.
+    auto [tok, rest] = pop_token(trim(l.substr(0, time_begin)));
+    if (is_flags(tok) && !rest.empty())
+        std::tie(tok, rest) = pop_token(rest);
+    if (tok.size() >= 3 && tok.front() == '[' && tok.back() == ']' && !rest.empty())
+        std::tie(tok, rest) = pop_token(rest);
+    const auto slash = tok.find('/');
+    const auto pid_text = tok.substr(0, slash);
+    const auto tid_text = slash == std::string_view::npos ? tok : tok.substr(slash + 1);
+    if (!all_digits(pid_text) || !all_digits(tid_text))
+        return false;
+
+    // Right of the time: [period] event: [flat frame]
+    std::string_view right = trim(l.substr(colon + 1));
+    auto take = [&right]() {
+        const auto sp = right.find(' ');
+        const auto t = right.substr(0, sp);
+        right = sp == std::string_view::npos ? std::string_view() : trim(right.substr(sp));
+        return t;
+    };
+    auto first = take();
+    std::uint64_t period = 1;
+    if (all_digits(first)) {
+        period = to_u64(first);
+        first = take();
+    }
+    if (first == "PERF_RECORD_LOST") {
+        if (take() == "lost")
+            stats_.lost_events += to_u64(take());
+        return true;
+    }
+    if (first.size() < 2 || first.back() != ':')
+        return false;
+    const auto event = first.substr(0, first.size() - 1);
+
+    time_ns_ = parse_time(l.substr(time_begin, colon - time_begin));
+    pid_ = static_cast<std::uint32_t>(to_u64(pid_text));
+    tid_ = static_cast<std::uint32_t>(to_u64(tid_text));
+    period_ = period;
+    comm_.assign(rest);
+    if (!have_event_ || event != last_event_name_) {
+        event_ = profile_.intern_event(event);
+        last_event_name_.assign(event);
+        have_event_ = true;
+    }
+    frames_.clear();
+    pending_ = true;
+    if (!right.empty())
+        frame_text(right); // flat output: the only frame is on the header line
+    return true;
+}
+
+bool script_parser::frame_text(std::string_view text) {
+    text = trim(text);
+    const auto sp = text.find(' ');
+    if (sp == 0 || sp == std::string_view::npos) {
+        // An ip with nothing after it: a frame perf could not name.
+        if (text.empty() || !is_hex(text.front()))
+            return false;
+        frames_.push_back(profile_.intern_frame("[unknown]", "[unknown]"));
+        return true;
+    }
+    for (std::size_t i = 0; i < sp; ++i)
+        if (!is_hex(text[i]))
+            return false;
+    std::string_view rest = trim(text.substr(sp + 1));
+    std::string_view module = "[unknown]";
+    if (!rest.empty() && rest.back() == ')') {
+        // The dso is the last balanced group: "(/bin/app (deleted))" is one.
+        std::size_t depth = 0, open = std::string_view::npos;
+        for (std::size_t i = rest.size(); i-- > 0;) {
+            if (rest[i] == ')')
+                ++depth;
+            else if (rest[i] == '(' && --depth == 0) {
+                open = i;
+                break;
+            }
+        }
+        if (open != std::string_view::npos && (open == 0 || rest[open - 1] == ' ')) {
+            module = rest.substr(open + 1, rest.size() - open - 2);
+            rest = trim(rest.substr(0, open));
+        }
+    }
+    // Drop "+0x<hex>": the function, not the instruction, is the frame.
+    const auto plus = rest.rfind("+0x");
+    if (plus != std::string_view::npos && plus + 3 < rest.size()) {
+        bool hex = true;
+        for (std::size_t i = plus + 3; i < rest.size(); ++i)
+            hex = hex && is_hex(rest[i]);
+        if (hex)
+            rest = rest.substr(0, plus);
+    }
+    if (rest.empty())
+        rest = "[unknown]";
+    frames_.push_back(profile_.intern_frame(rest, module));
+    return true;
+}
+
+void script_parser::commit() {
+    if (!pending_)
+        return;
+    pending_ = false;
+    std::uint32_t node;
+    if (frames_ == last_frames_ && !frames_.empty()) {
+        node = last_node_;
+    } else {
+        node = profile::root;
+        if (frames_.empty()) {
+            if (unknown_frame_ == profile::no_frame)
+                unknown_frame_ = profile_.intern_frame("[unknown]", "[unknown]");
+            node = profile_.child(node, unknown_frame_);
+        }
+        for (auto it = frames_.rbegin(); it != frames_.rend(); ++it)
+            node = profile_.child(node, *it);
+        last_frames_.swap(frames_);
+        last_node_ = node;
+    }
+    frames_.clear();
+    profile_.add_sample(time_ns_, node, pid_, tid_, comm_, event_, period_);
+    ++stats_.samples;
+}
+
+} // namespace collector

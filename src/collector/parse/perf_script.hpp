@@ -1,0 +1,71 @@
+// perf script text -> samples in a profile. Sans-IO: feed() text in any pieces.
+//
+// A sample is a header line, then (with call graphs) one TAB-indented frame line per frame,
+// leaf first, then a blank line:
+//
+//   comm  pid/tid [cpu] [flags] time: [period] event: [ip sym+off (dso)]   <- flat output
+//   \t    ip sym+0xoff (dso)
+//
+// comm may contain spaces and be right-aligned; /tid, [cpu], the 4-character irq flags and
+// the period (old perf) are optional; the event may carry modifiers (cycles:u) or a PMU
+// prefix (cpu_core/cycles/). The dso is the last parenthesized group, so symbols containing
+// '(', '<', spaces or operator+ survive. PERF_RECORD_LOST lines are counted. Lines that fit
+// none of this are counted and skipped, never fatal.
+#pragma once
+
+#include "collector/model/profile.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace collector {
+
+struct script_stats {
+    std::uint64_t lines = 0;
+    std::uint64_t samples = 0;
+    std::uint64_t skipped_lines = 0; // unrecognized
+    std::uint64_t lost_events = 0;   // from PERF_RECORD_LOST records
+};
+
+inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
+
+// A chunk's perf script text and the perf stat report after the marker (empty if none).
+std::pair<std::string_view, std::string_view> split_perf_stat(std::string_view chunk) noexcept;
+
+class script_parser {
+public:
+    explicit script_parser(profile& into);
+
+    void feed(std::string_view text);
+    // Ends the text: a trailing line without '\n' and the last sample are committed.
+    void finish();
+
+    const script_stats& stats() const noexcept { return stats_; }
+
+private:
+    void line(std::string_view l);
+    bool header(std::string_view l);
+    bool frame_text(std::string_view text); // "ip sym+off (dso)"
+    void commit();
+
+    profile& profile_;
+    script_stats stats_;
+    std::string carry_;
+
+    bool pending_ = false;
+    std::uint64_t time_ns_ = 0, period_ = 1;
+    std::uint32_t pid_ = 0, tid_ = 0;
+    std::uint8_t event_ = 0;
+    std::string comm_;
+    std::vector<std::uint32_t> frames_;      // leaf first
+    std::vector<std::uint32_t> last_frames_; // the previous sample's, to reuse its node
+    std::uint32_t last_node_ = profile::root;
+    std::string last_event_name_;
+    bool have_event_ = false;
+    std::uint32_t unknown_frame_ = profile::no_frame;
+};
+
+} // namespace collector

@@ -1,0 +1,259 @@
+#include "collector/model/views.hpp"
+#include "collector/parse/perf_script.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+
+using namespace collector;
+using test_support::fixture;
+
+namespace {
+
+std::size_t count_headers(const std::string& text) {
+    std::size_t n = 0, pos = 0;
+    while (pos < text.size()) {
+        const auto nl = text.find('\n', pos);
+        const auto line = text.substr(pos, nl - pos);
+        if (!line.empty() && line[0] != '\t')
+            ++n;
+        pos = nl == std::string::npos ? text.size() : nl + 1;
+    }
+    return n;
+}
+
+struct parsed {
+    profile prof;
+    script_stats stats;
+};
+
+std::unique_ptr<parsed> parse(const std::string& text) {
+    auto out = std::make_unique<parsed>();
+    script_parser parser(out->prof);
+    parser.feed(text);
+    parser.finish();
+    out->stats = parser.stats();
+    return out;
+}
+
+// function name -> (self, total) under the default filter (first event, by period).
+std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> function_map(const profile& p,
+                                                                            bool by_period = true) {
+    view_filter f;
+    f.by_period = by_period;
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> m;
+    for (const auto& r : functions(p, f).rows)
+        m[std::string(p.symbol(r.frame))] = {r.self, r.total};
+    return m;
+}
+
+} // namespace
+
+TEST_CASE("real captures parse completely", "[collector][parser]") {
+    for (const char* name : {"callchain_fields.txt", "default_format.txt", "system_wide_cpu.txt",
+                             "no_period.txt", "flat.txt"}) {
+        INFO(name);
+        const std::string text = fixture(std::string("collector/fixtures/") + name);
+        const auto r = parse(text);
+        CHECK(r->stats.skipped_lines == 0);
+        CHECK(r->stats.samples == count_headers(text));
+        CHECK(r->prof.sample_count() == r->stats.samples);
+        CHECK(r->prof.event_count() == 1);
+        CHECK(r->prof.event_name(0) == "cpu-clock");
+    }
+}
+
+TEST_CASE("the demo's hot functions and stacks come out of a real capture", "[collector][parser]") {
+    const auto r = parse(fixture("collector/fixtures/callchain_fields.txt"));
+    const auto& p = r->prof;
+    const auto fns = function_map(p);
+    for (const char* hot :
+         {"(anonymous namespace)::matrix_multiply", "(anonymous namespace)::hash_strings",
+          "(anonymous namespace)::recursive_fib"})
+        REQUIRE(fns.count(hot));
+    // Every sample here has period 10101010: weights are sample counts times that.
+    const auto by_samples = function_map(p, false);
+    const auto& mm = by_samples.at("(anonymous namespace)::matrix_multiply");
+    CHECK(fns.at("(anonymous namespace)::matrix_multiply").first == mm.first * 10101010ULL);
+    // The worker calls matrix_multiply: its total covers it, its self is (nearly) nothing.
+    const auto& worker = by_samples.at("(anonymous namespace)::matrix_worker");
+    CHECK(worker.second >= mm.second);
+    // Self adds up to the whole; no total exceeds it.
+    view_filter f;
+    const auto table = functions(p, f);
+    std::uint64_t self_sum = 0;
+    for (const auto& row : table.rows) {
+        self_sum += row.self;
+        CHECK(row.total <= table.total_weight);
+        CHECK(row.self <= row.total);
+    }
+    CHECK(self_sum == table.total_weight);
+    CHECK(table.total_weight == 10101010ULL * p.sample_count());
+}
+
+TEST_CASE("recursion counts a function once per stack in total", "[collector][parser]") {
+    const auto r = parse("app 1/1 1.000000: 1 cpu-clock:\n"
+                         "\t10 fib+0x1 (/bin/app)\n"
+                         "\t20 fib+0x2 (/bin/app)\n"
+                         "\t30 fib+0x2 (/bin/app)\n"
+                         "\t40 main+0x5 (/bin/app)\n\n"
+                         "app 1/1 1.010000: 1 cpu-clock:\n"
+                         "\t50 main+0x9 (/bin/app)\n\n");
+    const auto fns = function_map(r->prof, false);
+    CHECK(fns.at("fib") == std::make_pair<std::uint64_t, std::uint64_t>(1, 1));
+    CHECK(fns.at("main") == std::make_pair<std::uint64_t, std::uint64_t>(1, 2));
+    // The real demo recurses 10+ deep; its total still cannot exceed the sample count.
+    const auto demo = parse(fixture("collector/fixtures/default_format.txt"));
+    const auto dfns = function_map(demo->prof, false);
+    CHECK(dfns.at("(anonymous namespace)::recursive_fib").second <= demo->prof.sample_count());
+}
+
+TEST_CASE("header variants across perf versions", "[collector][parser]") {
+    const std::string text =
+        // comm with spaces, right-aligned, pid/tid and cpu
+        "     Web Content  4242/4250 [003]  5000.123456:     250000 cycles:u: \n"
+        "\t7f00 js::RunScript(JSContext*, JS::Handle<JSScript*>)+0x10 (/usr/lib/libxul.so)\n"
+        "\t7f10 operator+(std::string const&, char const*)+0x3 (/usr/lib/libstdc++.so.6)\n"
+        "\n"
+        // hybrid PMU event, irq flags, pid only
+        "swapper 0 [001] d.h.  5000.200000:  100 cpu_core/cycles/: \n"
+        "\tffffffff81000000 native_safe_halt+0xe ([kernel.kallsyms])\n"
+        "\n"
+        // old perf: no period; [unknown] symbol and module
+        "old-app 77/78  5000.300000: cpu-clock: \n"
+        "\t  0 [unknown] ([unknown])\n"
+        "\t4005d0 main (/opt/old-app)\n"
+        "\n"
+        // flat output: the frame on the header line
+        "  flat 9/9  5000.400000:   10 cpu-clock:pp:      55d0c0ffee (anonymous namespace)::f+0x1 "
+        "(/bin/flat (deleted))\n"
+        // lost records and garbage
+        "demo 1/2  5000.500000: PERF_RECORD_LOST lost 17\n"
+        "this is not perf output\n"
+        "\tnot a frame either\n";
+    const auto r = parse(text);
+    const auto& p = r->prof;
+    CHECK(r->stats.samples == 4);
+    CHECK(r->stats.lost_events == 17);
+    CHECK(r->stats.skipped_lines == 2);
+    REQUIRE(p.sample_count() == 4);
+
+    CHECK(p.threads().at(4250).pid == 4242);
+    CHECK(p.strings()[p.threads().at(4250).comm] == "Web Content");
+    CHECK(p.sample_time(0) == 5000123456000ULL);
+    CHECK(p.sample_period(0) == 250000);
+    CHECK(p.event_name(p.sample_event(0)) == "cycles:u");
+    CHECK(p.event_name(p.sample_event(1)) == "cpu_core/cycles/");
+    CHECK(p.sample_tid(1) == 0);
+    CHECK(p.sample_period(2) == 1); // no period: each sample weighs one
+    CHECK(p.event_name(p.sample_event(3)) == "cpu-clock:pp");
+
+    // Frames: leaf first in the text, root first in the trie.
+    const auto leaf0 = p.sample_node(0);
+    CHECK(p.symbol(p.node_frame(leaf0)) == "js::RunScript(JSContext*, JS::Handle<JSScript*>)");
+    CHECK(p.module(p.node_frame(leaf0)) == "/usr/lib/libxul.so");
+    const auto parent0 = p.node_parent(leaf0);
+    CHECK(p.symbol(p.node_frame(parent0)) == "operator+(std::string const&, char const*)");
+    CHECK(p.node_parent(parent0) == profile::root);
+    CHECK(p.module(p.node_frame(p.sample_node(1))) == "[kernel.kallsyms]");
+    CHECK(p.symbol(p.node_frame(p.sample_node(2))) == "[unknown]");
+    const auto flat = p.sample_node(3);
+    CHECK(p.symbol(p.node_frame(flat)) == "(anonymous namespace)::f");
+    CHECK(p.module(p.node_frame(flat)) == "/bin/flat (deleted)");
+}
+
+TEST_CASE("feeding in any pieces equals feeding whole", "[collector][parser]") {
+    const std::string text = fixture("collector/fixtures/system_wide_cpu.txt") +
+                             fixture("collector/fixtures/callchain_fields.txt");
+    const auto whole = parse(text);
+    std::mt19937 rng(11);
+    profile pieces;
+    script_parser parser(pieces);
+    for (std::size_t pos = 0; pos < text.size();) {
+        const std::size_t n = std::min<std::size_t>(text.size() - pos, 1 + rng() % 200);
+        parser.feed(std::string_view(text).substr(pos, n));
+        pos += n;
+    }
+    parser.finish();
+    CHECK(parser.stats().samples == whole->stats.samples);
+    CHECK(parser.stats().skipped_lines == 0);
+    CHECK(function_map(pieces) == function_map(whole->prof));
+    CHECK(pieces.node_count() == whole->prof.node_count());
+}
+
+TEST_CASE("chunk by chunk aggregation equals one batch", "[collector][parser]") {
+    const std::string text = fixture("collector/fixtures/callchain_fields.txt");
+    const auto batch = parse(text);
+    profile incremental;
+    script_parser parser(incremental);
+    // Cut where the agent would: on blank lines, in four chunks, views read between them.
+    std::size_t pos = 0;
+    for (int i = 1; i <= 4; ++i) {
+        std::size_t cut = i == 4 ? text.size() : text.find("\n\n", text.size() * i / 4) + 2;
+        parser.feed(std::string_view(text).substr(pos, cut - pos));
+        pos = cut;
+        CHECK_FALSE(functions(incremental, {}).rows.empty());
+    }
+    parser.finish();
+    CHECK(function_map(incremental) == function_map(batch->prof));
+}
+
+TEST_CASE("thread and time filters, threads view", "[collector][views]") {
+    const auto r = parse(fixture("collector/fixtures/callchain_fields.txt"));
+    const auto& p = r->prof;
+    const auto rows = threads(p, {});
+    REQUIRE(rows.size() == 4);
+    std::uint64_t samples = 0;
+    for (const auto& t : rows)
+        samples += t.samples;
+    CHECK(samples == p.sample_count());
+    const auto matrix = std::find_if(rows.begin(), rows.end(),
+                                     [](const thread_row& t) { return t.comm == "demo-matrix"; });
+    REQUIRE(matrix != rows.end());
+    REQUIRE_FALSE(matrix->top_functions.empty());
+    CHECK(p.symbol(matrix->top_functions.front().frame) ==
+          "(anonymous namespace)::matrix_multiply");
+
+    view_filter only;
+    only.tid = matrix->tid;
+    only.by_period = false;
+    const auto fns = functions(p, only);
+    CHECK(fns.total_weight == matrix->samples);
+    for (const auto& row : fns.rows)
+        CHECK(p.symbol(row.frame).find("hash_strings") == std::string_view::npos);
+
+    view_filter window;
+    window.by_period = false;
+    window.start_ns = p.first_time();
+    window.end_ns = p.first_time() + (p.last_time() - p.first_time()) / 2;
+    const auto half = functions(p, window).total_weight;
+    CHECK(half > 0);
+    CHECK(half < p.sample_count());
+}
+
+TEST_CASE("events resolve by exact or base name", "[collector][views]") {
+    const auto r = parse("a 1/1 1.0: 5 cpu_core/cycles/: \n\t1 f (/x)\n\n"
+                         "a 1/1 1.1: 5 cpu_atom/cycles/: \n\t1 f (/x)\n\n"
+                         "a 1/1 1.2: 5 instructions:u: \n\t1 f (/x)\n\n"
+                         "a 1/1 1.3: 5 instructions:u: \n\t1 f (/x)\n\n");
+    const auto& p = r->prof;
+    CHECK(event_base_name("cycles:u") == "cycles");
+    CHECK(event_base_name("cpu_core/cycles/") == "cycles");
+    CHECK(resolve_event(p, "cpu_atom/cycles/").event == 1);
+    CHECK(resolve_event(p, "instructions").event == 2);
+    CHECK(resolve_event(p, "").event == 2); // most samples
+    const auto ambiguous = resolve_event(p, "cycles");
+    CHECK_FALSE(ambiguous.event);
+    CHECK(ambiguous.candidates == std::vector<std::string>{"cpu_core/cycles/", "cpu_atom/cycles/"});
+    CHECK(resolve_event(p, "branches").candidates.size() == 3);
+}
+
+TEST_CASE("the perf stat section is split off a chunk", "[collector][parser]") {
+    const auto [script, stat] = split_perf_stat("a 1/1 1.0: 1 cpu-clock: \n\t1 f (/x)\n\n"
+                                                "\n### PERF_STAT ###\n 1,234.5 msec task-clock\n");
+    CHECK(script == "a 1/1 1.0: 1 cpu-clock: \n\t1 f (/x)\n\n");
+    CHECK(stat == " 1,234.5 msec task-clock\n");
+    CHECK(split_perf_stat("no marker").second.empty());
+}
