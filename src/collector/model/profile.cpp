@@ -147,8 +147,8 @@ std::uint64_t profile::sample_period(std::size_t i) const noexcept {
 }
 
 std::size_t profile::sample_bytes() const noexcept {
-    return time_.capacity() * 8 + node_.capacity() * 4 + tid_.capacity() * 4 + event_.capacity() +
-           period_.capacity() * 4 + big_periods_.size() * 32;
+    return time_.memory_bytes() + node_.memory_bytes() + tid_.memory_bytes() +
+           event_.memory_bytes() + period_.memory_bytes() + big_periods_.size() * 32;
 }
 
 std::size_t profile::memory_bytes() const noexcept {

@@ -9,6 +9,7 @@
 //             date as samples arrive, so unfiltered views cost O(nodes), not O(samples)
 #pragma once
 
+#include "collector/model/column.hpp"
 #include "collector/model/strings.hpp"
 
 #include <cstdint>
@@ -89,10 +90,10 @@ private:
     std::vector<std::uint32_t> node_parent_, node_frame_;
     std::vector<std::uint32_t> node_slots_; // node + 1
 
-    std::vector<std::uint64_t> time_;
-    std::vector<std::uint32_t> node_, tid_;
-    std::vector<std::uint8_t> event_;
-    std::vector<std::uint32_t> period_; // UINT32_MAX: look in big_periods_
+    column<std::uint64_t> time_;
+    column<std::uint32_t> node_, tid_;
+    column<std::uint8_t> event_;
+    column<std::uint32_t> period_; // UINT32_MAX: look in big_periods_
     std::unordered_map<std::size_t, std::uint64_t> big_periods_;
 
     std::vector<std::vector<std::uint64_t>> self_samples_, self_period_;
