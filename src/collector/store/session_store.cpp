@@ -1,0 +1,241 @@
+#include "collector/store/session_store.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace collector {
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using boost::system::error_code;
+
+namespace {
+
+error_code last_error() {
+    return {errno, boost::system::system_category()};
+}
+
+// Writes all of `data` to `path` (created or truncated), then syncs the file.
+error_code write_file_synced(const fs::path& path, std::string_view data, bool append = false) {
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+    const int fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0)
+        return last_error();
+    while (!data.empty()) {
+        const ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            const auto ec = last_error();
+            ::close(fd);
+            return ec;
+        }
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (!append && ::fdatasync(fd) != 0) {
+        const auto ec = last_error();
+        ::close(fd);
+        return ec;
+    }
+    if (::close(fd) != 0)
+        return last_error();
+    return {};
+}
+
+std::optional<std::string> read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return std::nullopt;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string safe_name(std::string_view s) {
+    std::string out;
+    for (char c : s.substr(0, 48))
+        out.push_back((std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c
+                                                                                            : '_');
+    if (out.empty() || out.front() == '.')
+        out.insert(out.begin(), 'x');
+    return out;
+}
+
+std::vector<fs::path> chunk_files(const fs::path& dir) {
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir / "chunks", ec)) {
+        const auto ext = e.path().extension();
+        if (ext == ".zst" || ext == ".txt")
+            files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+} // namespace
+
+session_writer::session_writer(fs::path dir, std::string id)
+    : dir_(std::move(dir))
+    , id_(std::move(id)) {}
+
+error_code session_writer::write_chunk(bool compressed, std::string_view payload) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(chunks_ + 1),
+                  compressed ? "zst" : "txt");
+    const fs::path final_path = dir_ / "chunks" / name;
+    const fs::path tmp = final_path.string() + ".tmp";
+    if (auto ec = write_file_synced(tmp, payload)) {
+        std::error_code ignored;
+        fs::remove(tmp, ignored);
+        return ec;
+    }
+    std::error_code ec;
+    fs::rename(tmp, final_path, ec);
+    if (ec)
+        return {ec.value(), boost::system::system_category()};
+    ++chunks_;
+    return {};
+}
+
+error_code session_writer::append_metrics(std::string_view json_line) {
+    std::string line(json_line);
+    line.push_back('\n');
+    return write_file_synced(dir_ / "metrics.jsonl", line, true);
+}
+
+error_code session_writer::write_meta(const json::object& meta) {
+    const fs::path tmp = dir_ / "meta.json.tmp";
+    if (auto ec = write_file_synced(tmp, json::serialize(meta)))
+        return ec;
+    std::error_code ec;
+    fs::rename(tmp, dir_ / "meta.json", ec);
+    return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
+}
+
+session_store::session_store(fs::path root)
+    : root_(std::move(root)) {
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+}
+
+bool session_store::valid_id(std::string_view id) noexcept {
+    if (id.empty() || id.size() > 128 || id.front() == '.')
+        return false;
+    return std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+}
+
+boost::system::result<session_writer> session_store::create(std::string_view agent_name,
+                                                            const json::object& meta) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::localtime_r(&now, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm);
+    const std::string base = std::string(stamp) + "_" + safe_name(agent_name);
+    for (int n = 0; n < 1000; ++n) {
+        const std::string id = n == 0 ? base : base + "_" + std::to_string(n + 1);
+        const fs::path dir = root_ / id;
+        std::error_code ec;
+        if (!fs::create_directory(dir, ec)) {
+            if (ec)
+                return error_code(ec.value(), boost::system::system_category());
+            continue; // taken: two agents in the same second
+        }
+        fs::create_directory(dir / "chunks", ec);
+        if (ec)
+            return error_code(ec.value(), boost::system::system_category());
+        session_writer w(dir, id);
+        json::object m = meta;
+        m["id"] = id;
+        if (auto werr = w.write_meta(m))
+            return werr;
+        return w;
+    }
+    return error_code(EEXIST, boost::system::system_category());
+}
+
+std::optional<json::object> session_store::meta(std::string_view id) const {
+    if (!valid_id(id))
+        return std::nullopt;
+    const fs::path dir = root_ / std::string(id);
+    const auto text = read_file(dir / "meta.json");
+    if (!text)
+        return std::nullopt;
+    boost::system::error_code ec;
+    auto v = json::parse(*text, ec);
+    json::object m = !ec && v.is_object() ? std::move(v.as_object()) : json::object();
+    m["id"] = std::string(id);
+    m["chunks"] = chunk_files(dir).size();
+    if (!m.contains("ended_at"))
+        m["ended_at"] = nullptr; // still receiving, or the collector stopped mid-session
+    return m;
+}
+
+std::vector<json::object> session_store::list() const {
+    std::vector<json::object> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+        const auto name = e.path().filename().string();
+        if (e.is_directory() && valid_id(name))
+            if (auto m = meta(name))
+                out.push_back(std::move(*m));
+    }
+    std::sort(out.begin(), out.end(), [](const json::object& a, const json::object& b) {
+        return a.at("id").as_string() > b.at("id").as_string();
+    });
+    return out;
+}
+
+error_code session_store::remove(std::string_view id) {
+    if (!valid_id(id))
+        return {EINVAL, boost::system::system_category()};
+    const fs::path dir = root_ / std::string(id);
+    std::error_code ec;
+    if (!fs::exists(dir / "meta.json", ec))
+        return {ENOENT, boost::system::system_category()};
+    fs::remove_all(dir, ec);
+    return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
+}
+
+boost::system::result<std::size_t> session_store::replay(
+    std::string_view id,
+    const std::function<void(bool compressed, std::string_view payload)>& chunk) const {
+    if (!valid_id(id) || !fs::exists(root_ / std::string(id) / "meta.json"))
+        return error_code(ENOENT, boost::system::system_category());
+    std::size_t unreadable = 0;
+    for (const auto& path : chunk_files(root_ / std::string(id))) {
+        const auto data = read_file(path);
+        if (!data) {
+            ++unreadable;
+            continue;
+        }
+        chunk(path.extension() == ".zst", *data);
+    }
+    return unreadable;
+}
+
+std::vector<std::string> session_store::metrics(std::string_view id) const {
+    std::vector<std::string> lines;
+    if (!valid_id(id))
+        return lines;
+    std::ifstream in(root_ / std::string(id) / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+        if (!line.empty())
+            lines.push_back(std::move(line));
+    return lines;
+}
+
+} // namespace collector

@@ -1,0 +1,75 @@
+// Sessions on disk, one folder each:
+//
+//   <root>/<YYYYmmdd_HHMMSS>_<agent>[_N]/
+//       meta.json        who, when, platform; rewritten when the connection closes
+//       chunks/000001.zst  data frames exactly as received (.zst: flag 1, .txt: flag 0),
+//                          written and synced before anything parses them
+//       metrics.jsonl    one health-metrics object per line
+//
+// A collector killed mid-session leaves meta.json without "ended_at"; the session is still
+// listed and replays from its chunks. Ids are folder names and are validated before any path
+// is built from them, so no id can reach outside the root.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace collector {
+
+class session_writer {
+public:
+    session_writer(std::filesystem::path dir, std::string id);
+
+    const std::string& id() const noexcept { return id_; }
+    const std::filesystem::path& dir() const noexcept { return dir_; }
+
+    // Writes a chunk to a temporary name, syncs it and renames it into place.
+    boost::system::error_code write_chunk(bool compressed, std::string_view payload);
+    boost::system::error_code append_metrics(std::string_view json_line);
+    boost::system::error_code write_meta(const boost::json::object& meta);
+    std::uint64_t chunks_written() const noexcept { return chunks_; }
+
+private:
+    std::filesystem::path dir_;
+    std::string id_;
+    std::uint64_t chunks_ = 0;
+};
+
+class session_store {
+public:
+    explicit session_store(std::filesystem::path root);
+
+    const std::filesystem::path& root() const noexcept { return root_; }
+
+    // A new session folder named after the start time and the agent (made filename-safe).
+    boost::system::result<session_writer> create(std::string_view agent_name,
+                                                 const boost::json::object& meta);
+
+    static bool valid_id(std::string_view id) noexcept;
+
+    // Metadata of every session, newest first; chunk counts come from the folder.
+    std::vector<boost::json::object> list() const;
+    std::optional<boost::json::object> meta(std::string_view id) const;
+    boost::system::error_code remove(std::string_view id);
+
+    // Calls `chunk(compressed, payload)` for each stored chunk in order. Unreadable chunk
+    // files are skipped and counted in the result.
+    boost::system::result<std::size_t>
+    replay(std::string_view id,
+           const std::function<void(bool compressed, std::string_view payload)>& chunk) const;
+    // Every line of metrics.jsonl.
+    std::vector<std::string> metrics(std::string_view id) const;
+
+private:
+    std::filesystem::path root_;
+};
+
+} // namespace collector

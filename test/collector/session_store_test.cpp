@@ -1,0 +1,97 @@
+#include "collector/store/session_store.hpp"
+#include "protocol/compression.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace collector;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        std::string t = (fs::temp_directory_path() / "perfwire-store-XXXXXX").string();
+        path = ::mkdtemp(t.data());
+    }
+    ~temp_dir() { fs::remove_all(path); }
+};
+
+} // namespace
+
+TEST_CASE("sessions are written as received and replay in order", "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    boost::json::object meta{{"agent", "perfwire"}, {"hostname", "board/7 ../x"}};
+    auto w = store.create("board/7 ../x", meta);
+    REQUIRE(w.has_value());
+    CHECK(session_store::valid_id(w->id()));
+    CHECK(w->id().find("board_7_.._x") != std::string::npos); // made filename-safe
+    CHECK(fs::path(w->dir()).parent_path() == tmp.path);
+
+    const std::string first = "demo 1/1 1.0: 1 cpu-clock:\n\t1 f (/x)\n\n";
+    REQUIRE_FALSE(w->write_chunk(true, protocol::compress(first)));
+    REQUIRE_FALSE(w->write_chunk(false, "second\n"));
+    REQUIRE_FALSE(w->append_metrics(R"({"type":"system","ts":1})"));
+    REQUIRE_FALSE(w->append_metrics(R"({"type":"system","ts":3})"));
+
+    // Listed before the connection closes (no ended_at yet), as after a crash.
+    auto listed = store.list();
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].at("chunks").as_uint64() == 2);
+    CHECK(listed[0].at("ended_at").is_null());
+    CHECK(listed[0].at("hostname").as_string() == "board/7 ../x");
+
+    std::vector<std::string> seen;
+    auto r = store.replay(w->id(), [&](bool compressed, std::string_view payload) {
+        seen.push_back(compressed ? *protocol::decompress(payload) : std::string(payload));
+    });
+    REQUIRE(r.has_value());
+    CHECK(*r == 0);
+    CHECK(seen == std::vector<std::string>{first, "second\n"});
+    CHECK(store.metrics(w->id()).size() == 2);
+
+    meta["ended_at"] = 12345;
+    meta["id"] = w->id();
+    REQUIRE_FALSE(w->write_meta(meta));
+    CHECK(store.meta(w->id())->at("ended_at").as_int64() == 12345);
+
+    // Two agents in the same second get distinct folders.
+    auto w2 = store.create("board/7 ../x", meta);
+    REQUIRE(w2.has_value());
+    CHECK(w2->id() != w->id());
+    CHECK(store.list().size() == 2);
+
+    CHECK_FALSE(store.remove(w->id()));
+    CHECK(store.list().size() == 1);
+    CHECK(store.remove(w->id())); // already gone
+}
+
+TEST_CASE("session ids cannot leave the root", "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path / "sessions");
+    fs::create_directories(tmp.path / "outside");
+    std::ofstream(tmp.path / "outside" / "meta.json") << "{}";
+    for (const char* bad : {"..", "../outside", "/etc", "a/b", "", ".hidden", "x\ny", "%2e%2e"})
+        CHECK_FALSE(session_store::valid_id(bad));
+    CHECK_FALSE(store.meta("../outside"));
+    CHECK(store.remove("../outside"));
+    CHECK(fs::exists(tmp.path / "outside" / "meta.json"));
+    CHECK_FALSE(store.replay("..", [](bool, std::string_view) {}).has_value());
+    CHECK(store.metrics("../outside").empty());
+}
+
+TEST_CASE("a write that fails reports an error and loses no earlier chunk", "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    auto w = store.create("agent", {});
+    REQUIRE(w.has_value());
+    REQUIRE_FALSE(w->write_chunk(false, "kept\n"));
+    fs::remove_all(w->dir() / "chunks"); // the disk goes away under the writer
+    CHECK(w->write_chunk(false, "lost\n"));
+    CHECK(w->chunks_written() == 1);
+}
