@@ -144,15 +144,16 @@ asio::awaitable<void> session::run() {
     p.arch = "riscv64";
 #endif
     p.perf_event_paranoid = read_perf_event_paranoid();
+    const auto version =
+        co_await run_command(cfg_.perf_path, version_args(), std::chrono::milliseconds(3000));
+    if (const auto line = perf_version_line(version.out); !line.empty())
+        p.perf_version = line;
     h.platform = p;
     send(frame_flag::response, protocol::serialize(h));
     log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
 
-    if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server) {
-        // Told what to profile on the command line: start without waiting for a command.
-        co_await ensure_probed(cfg_.pid);
-        begin_collection();
-    }
+    if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server)
+        co_await auto_start();
     co_await (reader() && writer() && metrics_loop() && auth_deadline());
     co_await end_collection();
     log(peer_, "disconnected");
@@ -322,10 +323,8 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             auth_failures_ = 0;
             log(peer_, "authenticated");
             set_authenticated();
-            if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle) {
-                co_await ensure_probed(cfg_.pid);
-                begin_collection();
-            }
+            if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle)
+                co_await auto_start();
             co_return command_response::success(id);
         }
         ++auth_failures_;
@@ -479,6 +478,20 @@ command_response session::cmd_configure_metrics(const protocol::command_request&
                  {"network", metrics_network_},
                  {"disk", metrics_disk_},
                  {"threads", metrics_threads_}});
+}
+
+asio::awaitable<void> session::auto_start() {
+    // Told what to profile on the command line: start without waiting for a command, and say
+    // so, since the collector did not ask.
+    if (!pid_exists(*cfg_.pid)) {
+        log(peer_, "no such process: " + std::to_string(*cfg_.pid) + "; idle");
+        send_state("no such process: " + std::to_string(*cfg_.pid));
+        co_return;
+    }
+    co_await ensure_probed(cfg_.pid);
+    settings_.record.pid = cfg_.pid;
+    begin_collection();
+    send_state("started from the command line");
 }
 
 asio::awaitable<void> session::ensure_probed(std::optional<int> pid) {

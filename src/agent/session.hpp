@@ -57,6 +57,7 @@ private:
     protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid);
+    asio::awaitable<void> auto_start();
     void begin_collection();
     asio::awaitable<void> collect(std::shared_ptr<collection> c);
     asio::awaitable<void> end_collection(); // stop and wait until drained

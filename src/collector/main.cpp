@@ -1,4 +1,5 @@
 // perfwire-collector: flags -> config -> run. All logic lives in collector_core.
+#include "collector/app.hpp"
 #include "collector/options.hpp"
 
 #include <cstdlib>
@@ -11,6 +12,5 @@ int main(int argc, char** argv) {
         (done->code == 0 ? std::cout : std::cerr) << done->output;
         return done->code;
     }
-    std::cerr << "perfwire-collector: serving is not available in this build yet\n";
-    return 1;
+    return collector::run(std::get<collector::config>(parsed));
 }

@@ -77,7 +77,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     const int agent_port = vm["agent-port"].as<int>();
     const int http_port = vm["http-port"].as<int>();
     if (!valid_port(agent_port) || !valid_port(http_port))
-        return usage("ports must be 1-65535");
+        return usage("ports must be 0-65535 (0: any free port)");
     c.agent_port = static_cast<std::uint16_t>(agent_port);
     c.http_port = static_cast<std::uint16_t>(http_port);
     if (vm.count("sessions-dir"))

@@ -123,6 +123,7 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
     CHECK(hello.platform->arch == "x86_64");
     CHECK_FALSE(hello.platform->kernel.value_or("").empty());
     CHECK(hello.platform->perf_event_paranoid.has_value());
+    CHECK_THAT(hello.platform->perf_version.value_or(""), Catch::StartsWith("perf version"));
 
     // --pid on the command line: profiling starts without a command.
     auto got = collect(peer, 20s, [](const received& r) {
@@ -281,10 +282,15 @@ TEST_CASE("the target exiting returns the agent to idle and it says so",
                               std::to_string(demo->pid()), "--duration", "1"});
     auto peer = accept_agent(l);
     read_hello(peer);
-    auto got = collect(peer, 20s, [](const received& r) { return !r.notices.empty(); });
-    REQUIRE(got.notices.size() == 1);
-    CHECK(got.notices[0].state == "idle");
-    CHECK(got.notices[0].reason == "target process exited");
+    auto got = collect(peer, 20s, [](const received& r) {
+        return !r.notices.empty() && r.notices.back().state == "idle";
+    });
+    REQUIRE(got.notices.size() == 2);
+    // Started from --pid, so the agent announced it, then the exit.
+    CHECK(got.notices[0].state == "profiling");
+    CHECK(got.notices[0].pid == demo->pid());
+    CHECK(got.notices[1].state == "idle");
+    CHECK(got.notices[1].reason == "target process exited");
     CHECK(got.chunks >= 1); // what was recorded before the exit still arrived
     CHECK(peer.command("status")->fields.at("state").as_string() == "idle");
     CHECK(no_perf_children(agent->pid(), 3s));

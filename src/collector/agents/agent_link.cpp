@@ -1,0 +1,408 @@
+#include "collector/agents/agent_link.hpp"
+
+#include "protocol/frame.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <iostream>
+
+namespace collector {
+using namespace asio::experimental::awaitable_operators;
+using asio::ip::tcp;
+using protocol::command_response;
+using protocol::frame_flag;
+namespace json = boost::json;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+double wall_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+void log(const std::string& who, const std::string& what) {
+    std::cerr << "perfwire-collector: [" << who << "] " << what << "\n";
+}
+
+json::object final_meta(const json::object& start, const session_model& m, double ended) {
+    json::object meta = start;
+    meta["ended_at"] = ended;
+    meta["live"] = false;
+    meta["samples"] = m.prof.sample_count();
+    meta["chunks"] = m.chunks;
+    meta["lost_samples"] = m.parser.stats().lost_events;
+    json::array events;
+    for (const auto& e : m.event_types)
+        events.emplace_back(e);
+    meta["event_types"] = std::move(events);
+    if (!m.last_stat_text.empty())
+        meta["perf_stat_text"] = m.last_stat_text;
+    return meta;
+}
+
+} // namespace
+
+agent_link::agent_link(tcp::socket socket, app_context& app, std::string target_id,
+                       std::optional<std::string> token)
+    : socket_(std::move(socket))
+    , app_(app)
+    , id_(std::move(target_id))
+    , token_(std::move(token))
+    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
+    boost::system::error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    socket_.set_option(asio::socket_base::keep_alive(true), ec);
+    connected_at_ = wall_seconds();
+}
+
+json::object agent_link::describe() const {
+    json::object o;
+    o["id"] = id_;
+    o["session_id"] = session_id_.empty() ? json::value(nullptr) : json::value(session_id_);
+    o["agent"] = hello_ ? json::value(hello_->agent) : json::value(nullptr);
+    o["agent_version"] = hello_ && hello_->agent_version ? json::value(*hello_->agent_version)
+                                                         : json::value(nullptr);
+    o["hostname"] =
+        hello_ && hello_->hostname ? json::value(*hello_->hostname) : json::value(nullptr);
+    o["peer"] = peer_;
+    json::object platform;
+    if (hello_ && hello_->platform) {
+        const auto& p = *hello_->platform;
+        if (p.arch)
+            platform["arch"] = *p.arch;
+        if (p.kernel)
+            platform["kernel"] = *p.kernel;
+        if (p.perf_version)
+            platform["perf_version"] = *p.perf_version;
+        if (p.perf_event_paranoid)
+            platform["perf_event_paranoid"] = *p.perf_event_paranoid;
+    }
+    o["platform"] = std::move(platform);
+    o["state"] = state_;
+    o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
+    o["connected_at"] = connected_at_;
+    return o;
+}
+
+void agent_link::send(const std::string& payload) {
+    if (closed_)
+        return;
+    out_.push_back(protocol::encode_frame(frame_flag::command, payload));
+    wake_writer_.cancel_one();
+}
+
+void agent_link::close() {
+    if (closed_)
+        return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    wake_writer_.cancel();
+    for (auto& [id, p] : pending_)
+        p.timer->cancel();
+}
+
+asio::awaitable<void> agent_link::run() {
+    auto self = shared_from_this();
+    log(peer_, "agent connected (" + id_ + ")");
+    co_await (reader() && writer());
+    close();
+    finish_session();
+    log(peer_, "agent disconnected (" + id_ + ")");
+}
+
+asio::awaitable<void> agent_link::writer() {
+    while (!closed_) {
+        if (out_.empty()) {
+            co_await wake_writer_.async_wait(use_nothrow);
+            continue;
+        }
+        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_.front()), use_nothrow);
+        if (ec) {
+            close();
+            break;
+        }
+        out_.pop_front();
+    }
+}
+
+asio::awaitable<void> agent_link::reader() {
+    protocol::frame_decoder decoder(protocol::collector_max_frame);
+    std::vector<char> buf(64 << 10);
+    asio::steady_timer hello_deadline(socket_.get_executor(), std::chrono::seconds(10));
+    while (!closed_) {
+        std::size_t n = 0;
+        boost::system::error_code ec;
+        if (!hello_) {
+            // A peer that says nothing is dropped after 10 s.
+            auto r = co_await (socket_.async_read_some(asio::buffer(buf), use_nothrow) ||
+                               hello_deadline.async_wait(use_nothrow));
+            if (r.index() == 1) {
+                log(peer_, "no hello within 10 s; closing");
+                break;
+            }
+            std::tie(ec, n) = std::get<0>(r);
+        } else {
+            std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(buf), use_nothrow);
+        }
+        if (ec) {
+            if (ec != asio::error::eof && ec != asio::error::operation_aborted)
+                log(peer_, "read: " + ec.message());
+            break;
+        }
+        decoder.feed(std::string_view(buf.data(), n));
+        for (;;) {
+            auto next = decoder.next();
+            if (!next) {
+                log(peer_, "protocol error: " + next.error().message() + "; closing");
+                close();
+                co_return;
+            }
+            if (!*next)
+                break;
+            on_frame(std::move(**next));
+            if (closed_)
+                co_return;
+        }
+    }
+    close();
+}
+
+void agent_link::on_frame(protocol::frame&& f) {
+    if (!hello_) {
+        auto h = f.flag == frame_flag::response
+                     ? protocol::parse_hello(f.payload)
+                     : protocol::parse_result<protocol::hello>(protocol::parse_error{
+                           protocol::errc::invalid_message, "first frame must be the hello"});
+        if (!h) {
+            log(peer_, "bad hello: " + h.error().message() + "; closing");
+            close();
+            return;
+        }
+        hello_ = std::move(*h);
+        json::object meta;
+        meta["agent"] = hello_->agent;
+        meta["agent_version"] = hello_->agent_version.value_or("");
+        meta["hostname"] = hello_->hostname.value_or("");
+        meta["peer"] = peer_;
+        meta["started_at"] = connected_at_;
+        meta["live"] = true;
+        meta["platform"] = describe().at("platform");
+        auto created = app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), meta);
+        if (!created) {
+            log(peer_,
+                "cannot create a session on disk: " + created.error().message() + "; closing");
+            close();
+            return;
+        }
+        session_ = *created;
+        session_id_ = session_->id;
+        state_ = "idle";
+        log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") +
+                       " on " + hello_->hostname.value_or("?") + "; session " + session_id_);
+        if (token_) {
+            // Authenticate; the response arrives like any other.
+            state_ = "authenticating";
+            auto self = shared_from_this();
+            asio::co_spawn(
+                socket_.get_executor(),
+                [self]() -> asio::awaitable<void> {
+                    json::object args;
+                    args["token"] = *self->token_;
+                    const auto r = co_await self->command("auth", std::move(args));
+                    if (!r.ok) {
+                        log(self->peer_, "agent refused the pairing code: " + r.error);
+                        self->close();
+                    } else if (self->state_ == "authenticating") {
+                        self->state_ = "idle";
+                        self->app_.changed("targets");
+                    }
+                },
+                [](std::exception_ptr) {});
+        }
+        app_.changed("targets");
+        return;
+    }
+
+    switch (f.flag) {
+    case frame_flag::text:
+    case frame_flag::zstd: {
+        if (state_ == "idle")
+            state_ = "profiling";
+        auto e = session_;
+        auto payload = std::make_shared<std::string>(std::move(f.payload));
+        const bool compressed = f.flag == frame_flag::zstd;
+        app_context* app = &app_;
+        const std::string who = peer_;
+        asio::post(e->strand, [e, payload, compressed, app, who] {
+            // Disk first: a crash after this line loses nothing that arrived.
+            if (e->writer)
+                if (auto ec = e->writer->write_chunk(compressed, *payload))
+                    log(who, "cannot store chunk (kept in memory): " + ec.message());
+            if (!e->model->ingest(compressed, *payload))
+                log(who, "unreadable data chunk skipped");
+            e->samples = e->model->prof.sample_count();
+            e->chunks = e->model->chunks;
+            e->lost_samples = e->model->parser.stats().lost_events;
+            ++e->version;
+            asio::post(app->io, [app, id = e->id] { app->changed("data", id); });
+        });
+        break;
+    }
+    case frame_flag::metrics: {
+        auto e = session_;
+        auto payload = std::make_shared<std::string>(std::move(f.payload));
+        asio::post(e->strand, [e, payload] {
+            if (e->writer)
+                (void)e->writer->append_metrics(*payload);
+        });
+        app_.changed("metrics", session_id_);
+        break;
+    }
+    case frame_flag::response: {
+        auto reply = protocol::parse_agent_reply(f.payload);
+        if (!reply) {
+            log(peer_, "bad response ignored: " + reply.error().message());
+            break;
+        }
+        if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
+            state_ = n->state;
+            if (n->pid)
+                pid_ = n->pid;
+            log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
+            app_.changed("targets");
+        } else if (auto* r = std::get_if<command_response>(&*reply)) {
+            if (const auto it = pending_.find(r->id); it != pending_.end()) {
+                it->second.result = std::move(*r);
+                it->second.timer->cancel();
+            }
+        }
+        break;
+    }
+    case frame_flag::command:
+        log(peer_, "agent sent a command frame; ignored");
+        break;
+    }
+}
+
+asio::awaitable<command_response> agent_link::command(std::string cmd, json::object args,
+                                                      std::chrono::milliseconds timeout) {
+    auto self = shared_from_this();
+    const std::string id = "c" + std::to_string(next_command_++);
+    if (closed_)
+        co_return command_response::failure(id, "agent disconnected");
+    asio::steady_timer timer(socket_.get_executor(), timeout);
+    pending_[id] = pending{std::nullopt, &timer};
+    send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
+    co_await timer.async_wait(use_nothrow);
+    auto result = std::move(pending_[id].result);
+    pending_.erase(id);
+    if (!result)
+        co_return command_response::failure(id, closed_ ? "agent disconnected"
+                                                        : "no answer from the agent in time");
+    // What the agent is doing now, for /api/targets.
+    if (result->ok) {
+        if (cmd == "start") {
+            state_ = "profiling";
+            if (const auto* p = result->fields.if_contains("pid"); p && p->is_int64())
+                pid_ = static_cast<int>(p->as_int64());
+        } else if (cmd == "stop") {
+            state_ = "idle";
+        } else if (cmd == "pause") {
+            state_ = "paused";
+        } else if (cmd == "resume") {
+            state_ = "profiling";
+        }
+        app_.changed("targets");
+    }
+    co_return std::move(*result);
+}
+
+void agent_link::finish_session() {
+    app_.targets.erase(id_);
+    app_.changed("targets");
+    if (!session_)
+        return;
+    app_.sessions.set_live(session_id_, false);
+    auto e = session_;
+    const json::object start = app_.store.meta(session_id_).value_or(json::object());
+    asio::post(e->strand, [e, start] {
+        if (e->writer && e->model)
+            (void)e->writer->write_meta(final_meta(start, *e->model, wall_seconds()));
+        e->writer.reset();
+    });
+    app_.changed("sessions", session_id_);
+}
+
+asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
+    for (;;) {
+        auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
+        if (ec) {
+            if (ec == asio::error::operation_aborted || !acceptor.is_open())
+                co_return;
+            log("listener", "accept: " + ec.message());
+            continue;
+        }
+        const std::string id = "t" + std::to_string(app.next_target++);
+        auto link = std::make_shared<agent_link>(std::move(socket), app, id, app.cfg.token);
+        app.targets[id] = link;
+        asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
+            if (e)
+                try {
+                    std::rethrow_exception(e);
+                } catch (const std::exception& x) {
+                    log("listener", std::string("agent connection failed: ") + x.what());
+                }
+        });
+    }
+}
+
+asio::awaitable<std::pair<std::string, std::string>>
+dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token) {
+    auto ex = co_await asio::this_coro::executor;
+    tcp::resolver resolver(ex);
+    auto [rec, endpoints] = co_await resolver.async_resolve(host, port, use_nothrow);
+    if (rec)
+        co_return std::make_pair(std::string(), "cannot resolve " + host + ": " + rec.message());
+    tcp::socket socket(ex);
+    asio::steady_timer deadline(ex, std::chrono::seconds(10));
+    auto r = co_await (asio::async_connect(socket, endpoints, use_nothrow) ||
+                       deadline.async_wait(use_nothrow));
+    if (r.index() == 1)
+        co_return std::make_pair(std::string(), "timed out connecting to " + host + ":" + port);
+    if (auto ec = std::get<0>(std::get<0>(r)))
+        co_return std::make_pair(std::string(),
+                                 "cannot connect to " + host + ":" + port + ": " + ec.message());
+    const std::string id = "t" + std::to_string(app.next_target++);
+    auto link =
+        std::make_shared<agent_link>(std::move(socket), app, id, token ? token : app.cfg.token);
+    app.targets[id] = link;
+    asio::co_spawn(ex, link->run(), [](std::exception_ptr) {});
+    // Ready once the hello arrived and, with a code, the agent accepted it.
+    asio::steady_timer step(ex);
+    for (int i = 0; i < 200; ++i) {
+        const auto state = link->describe().at("state").as_string();
+        if (state != "connecting" && state != "authenticating")
+            co_return std::make_pair(id, std::string());
+        if (!app.targets.count(id))
+            break;
+        step.expires_after(std::chrono::milliseconds(50));
+        co_await step.async_wait(use_nothrow);
+    }
+    link->close();
+    co_return std::make_pair(std::string(), std::string("the agent did not accept the connection "
+                                                        "(wrong pairing code?)"));
+}
+
+} // namespace collector

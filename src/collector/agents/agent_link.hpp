@@ -1,0 +1,82 @@
+// One agent connection on the collector's side.
+//
+//   socket ─▶ reader ─┬─ hello (first frame, within 10 s) ─▶ live session created
+//                     ├─ data (flag 0/1) ─▶ session strand: write to disk, then parse
+//                     ├─ metrics (flag 4) ─▶ session strand: append to metrics.jsonl
+//                     └─ responses / state notices (flag 3) ─▶ waiting commands, target state
+//   commands (auth, relayed from HTTP) ─▶ queue ─▶ writer ─▶ socket
+//
+// A protocol error or oversized frame closes this connection only, with a logged reason.
+#pragma once
+
+#include "collector/context.hpp"
+#include "protocol/frame.hpp"
+#include "protocol/messages.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <deque>
+#include <optional>
+
+namespace collector {
+
+class agent_link : public std::enable_shared_from_this<agent_link> {
+public:
+    agent_link(asio::ip::tcp::socket socket, app_context& app, std::string target_id,
+               std::optional<std::string> token);
+
+    // Serves the connection until it closes; the live session then becomes a saved one.
+    asio::awaitable<void> run();
+    void close();
+
+    // Sends a command and waits for its response; an error string on timeout or close.
+    asio::awaitable<protocol::command_response>
+    command(std::string cmd, boost::json::object args,
+            std::chrono::milliseconds timeout = std::chrono::seconds(15));
+
+    const std::string& id() const noexcept { return id_; }
+    const std::string& session_id() const noexcept { return session_id_; }
+    boost::json::object describe() const;
+
+private:
+    asio::awaitable<void> reader();
+    asio::awaitable<void> writer();
+    void on_frame(protocol::frame&& f);
+    void finish_session();
+    void send(const std::string& payload);
+
+    asio::ip::tcp::socket socket_;
+    app_context& app_;
+    std::string id_;
+    std::optional<std::string> token_;
+    std::string peer_;
+    std::optional<protocol::hello> hello_;
+    std::shared_ptr<session_entry> session_;
+    std::string session_id_;
+    std::string state_ = "connecting";
+    std::optional<int> pid_;
+    double connected_at_ = 0;
+    bool closed_ = false;
+
+    std::deque<std::string> out_;
+    asio::steady_timer wake_writer_;
+
+    struct pending {
+        std::optional<protocol::command_response> result;
+        asio::steady_timer* timer;
+    };
+    std::map<std::string, pending> pending_;
+    std::uint64_t next_command_ = 1;
+};
+
+// Accepts agents until the acceptor closes.
+asio::awaitable<void> accept_agents(app_context& app, asio::ip::tcp::acceptor& acceptor);
+
+// Dials a listening agent and serves it like an inbound one (the Live Debug wizard). Returns
+// the target id once the connection is up and authenticated, or an error message.
+asio::awaitable<std::pair<std::string, std::string>>
+dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token);
+
+} // namespace collector

@@ -1,0 +1,95 @@
+#include "collector/app.hpp"
+
+#include "collector/agents/agent_link.hpp"
+#include "collector/context.hpp"
+#include "collector/http/server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <csignal>
+#include <iostream>
+
+namespace collector {
+using asio::ip::tcp;
+
+namespace {
+
+void log(const std::string& what) {
+    std::cerr << "perfwire-collector: " << what << "\n";
+}
+
+bool open_acceptor(tcp::acceptor& a, const std::string& address, std::uint16_t port,
+                   const char* what) {
+    boost::system::error_code ec;
+    const auto addr = asio::ip::make_address(address, ec);
+    if (ec) {
+        log(std::string("bad ") + what + " address " + address);
+        return false;
+    }
+    const tcp::endpoint ep(addr, port);
+    a.open(ep.protocol(), ec);
+    if (!ec)
+        a.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec)
+        a.bind(ep, ec);
+    if (!ec)
+        a.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+        log(std::string("cannot listen for ") + what + " on " + address + ":" +
+            std::to_string(port) + ": " + ec.message());
+        return false;
+    }
+    return true;
+}
+
+void report(std::exception_ptr e) {
+    if (e)
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            log(std::string("fatal: ") + x.what());
+        }
+}
+
+} // namespace
+
+int run(const config& c) {
+    std::signal(SIGPIPE, SIG_IGN);
+    asio::io_context io(1);
+    app_context app(io, c);
+
+    tcp::acceptor agents(io), web(io);
+    if (!open_acceptor(agents, c.agent_bind, c.agent_port, "agents") ||
+        !open_acceptor(web, c.http_bind, c.http_port, "HTTP"))
+        return 1;
+    app.agent_listen_address = c.agent_bind + ":" + std::to_string(agents.local_endpoint().port());
+    log("agents on " + app.agent_listen_address + "; sessions in " + c.sessions_dir);
+    log("UI and API on http://" +
+        (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) + ":" +
+        std::to_string(web.local_endpoint().port()) + "/");
+
+    asio::co_spawn(io, accept_agents(app, agents), report);
+    asio::co_spawn(io, serve_http(app, web), report);
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](boost::system::error_code ec, int) {
+        if (ec)
+            return;
+        log("stopping");
+        boost::system::error_code ignored;
+        agents.close(ignored);
+        web.close(ignored);
+        for (auto& [id, weak] : app.targets)
+            if (auto link = weak.lock())
+                link->close();
+        // Let the links finish (their sessions' metadata is written on the pool), then stop.
+        asio::post(io, [&io] { io.stop(); });
+    });
+    io.run();
+    app.pool.join(); // every queued chunk and metadata write completes
+    return 0;
+}
+
+} // namespace collector

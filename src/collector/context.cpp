@@ -1,0 +1,11 @@
+#include "collector/context.hpp"
+
+namespace collector {
+
+app_context::app_context(asio::io_context& io_context, config c)
+    : io(io_context)
+    , cfg(std::move(c))
+    , store(cfg.sessions_dir)
+    , sessions(store, pool) {}
+
+} // namespace collector

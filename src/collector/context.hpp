@@ -1,0 +1,42 @@
+// What the collector's parts share: configuration, the session store and registry, the
+// thread pool that parses, and the connected agents. Lives on the I/O thread.
+#pragma once
+
+#include "collector/options.hpp"
+#include "collector/sessions.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace collector {
+
+class agent_link;
+
+struct app_context {
+    app_context(asio::io_context& io_context, config c);
+
+    asio::io_context& io;
+    config cfg;
+    asio::thread_pool pool{2};
+    session_store store;
+    session_registry sessions;
+    std::map<std::string, std::weak_ptr<agent_link>, std::less<>> targets;
+    std::uint64_t next_target = 1;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    std::string agent_listen_address; // "host:port" once bound
+
+    // Called (on the I/O thread) whenever something the UI shows changed: a target came or
+    // went, a session received data. SSE subscribes here.
+    std::function<void(std::string_view kind, const std::string& session_id)> on_change;
+    void changed(std::string_view kind, const std::string& session_id = {}) {
+        if (on_change)
+            on_change(kind, session_id);
+    }
+};
+
+} // namespace collector

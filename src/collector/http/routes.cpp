@@ -1,0 +1,601 @@
+#include "collector/http/routes.hpp"
+
+#include "collector/agents/agent_link.hpp"
+#include "collector/model/views.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <charconv>
+#include <map>
+#include <sstream>
+
+namespace collector {
+namespace json = boost::json;
+
+namespace {
+
+http_response make_json(const http_request& req, http::status status, const json::value& body) {
+    http_response res{status, req.version()};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::cache_control, "no-store");
+    res.keep_alive(req.keep_alive());
+    res.body() = json::serialize(body);
+    res.prepare_payload();
+    return res;
+}
+
+http_response make_error(const http_request& req, http::status status, std::string_view code,
+                         std::string_view message) {
+    return make_json(req, status, json::object{{"error", {{"code", code}, {"message", message}}}});
+}
+
+http_response no_content(const http_request& req) {
+    http_response res{http::status::no_content, req.version()};
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    return res;
+}
+
+std::string percent_decode(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size()) {
+            int v = 0;
+            const auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+            if (ec == std::errc() && p == s.data() + i + 3) {
+                out.push_back(static_cast<char>(v));
+                i += 2;
+                continue;
+            }
+        }
+        out.push_back(s[i] == '+' ? ' ' : s[i]);
+    }
+    return out;
+}
+
+struct target_url {
+    std::vector<std::string> segments; // decoded path segments
+    std::map<std::string, std::string> query;
+};
+
+target_url split_target(std::string_view target) {
+    target_url t;
+    const auto q = target.find('?');
+    std::string_view path = target.substr(0, q);
+    while (!path.empty()) {
+        const auto slash = path.find('/');
+        const auto seg = path.substr(0, slash);
+        if (!seg.empty())
+            t.segments.push_back(percent_decode(seg));
+        if (slash == std::string_view::npos)
+            break;
+        path.remove_prefix(slash + 1);
+    }
+    if (q != std::string_view::npos) {
+        std::string_view qs = target.substr(q + 1);
+        while (!qs.empty()) {
+            const auto amp = qs.find('&');
+            const auto kv = qs.substr(0, amp);
+            const auto eq = kv.find('=');
+            t.query[percent_decode(kv.substr(0, eq))] =
+                eq == std::string_view::npos ? std::string() : percent_decode(kv.substr(eq + 1));
+            if (amp == std::string_view::npos)
+                break;
+            qs.remove_prefix(amp + 1);
+        }
+    }
+    return t;
+}
+
+std::optional<double> number_param(const target_url& u, const std::string& key, bool& bad) {
+    const auto it = u.query.find(key);
+    if (it == u.query.end() || it->second.empty())
+        return std::nullopt;
+    double v = 0;
+    const auto& s = it->second;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size()) {
+        bad = true;
+        return std::nullopt;
+    }
+    return v;
+}
+
+std::string_view host_only(std::string_view host) {
+    if (!host.empty() && host.front() == '[') {
+        const auto close = host.find(']');
+        return close == std::string_view::npos ? host : host.substr(0, close + 1);
+    }
+    return host.substr(0, host.rfind(':'));
+}
+
+bool allowed_host(const app_context& app, std::string_view host) {
+    const auto h = host_only(host);
+    return h == "localhost" || h == "127.0.0.1" || h == "[::1]" ||
+           (h == app.cfg.http_bind && app.cfg.http_bind != "0.0.0.0");
+}
+
+// What a view needs, parsed from the query; `error` set for a bad parameter.
+struct view_params {
+    std::string event;
+    bool by_period = true;
+    std::optional<std::uint32_t> tid;
+    std::optional<double> start_s, end_s, min_pct;
+    std::optional<int> max_depth;
+    std::string error;
+};
+
+view_params parse_view_params(const target_url& u) {
+    view_params v;
+    if (const auto it = u.query.find("event"); it != u.query.end())
+        v.event = it->second;
+    if (const auto it = u.query.find("weight"); it != u.query.end()) {
+        if (it->second == "samples")
+            v.by_period = false;
+        else if (it->second != "period" && !it->second.empty())
+            v.error = "weight must be period or samples";
+    }
+    bool bad = false;
+    if (const auto tid = number_param(u, "tid", bad))
+        v.tid = static_cast<std::uint32_t>(*tid);
+    v.start_s = number_param(u, "start", bad);
+    v.end_s = number_param(u, "end", bad);
+    v.min_pct = number_param(u, "min_pct", bad);
+    if (const auto d = number_param(u, "max_depth", bad))
+        v.max_depth = static_cast<int>(*d);
+    if (bad && v.error.empty())
+        v.error = "tid, start, end, min_pct and max_depth must be numbers";
+    return v;
+}
+
+// Resolves the event and the filter against a model (on the strand).
+std::optional<view_filter> make_filter(const profile& p, const view_params& v, json::object& err) {
+    const auto r = resolve_event(p, v.event);
+    if (!r.event) {
+        json::array c;
+        for (const auto& name : r.candidates)
+            c.emplace_back(name);
+        err = {{"code", p.event_count() ? "bad_event" : "no_data"},
+               {"message", p.event_count() ? "event '" + v.event + "' is not unique or unknown"
+                                           : std::string("the session has no samples yet")},
+               {"candidates", std::move(c)}};
+        return std::nullopt;
+    }
+    view_filter f;
+    f.event = *r.event;
+    f.by_period = v.by_period;
+    f.tid = v.tid;
+    const auto base = p.first_time();
+    if (v.start_s)
+        f.start_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.start_s) * 1e9);
+    if (v.end_s)
+        f.end_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.end_s) * 1e9);
+    return f;
+}
+
+double pct(std::uint64_t part, std::uint64_t whole) {
+    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+json::object view_header(const profile& p, const view_filter& f, std::uint64_t total) {
+    return {{"event", p.event_name(f.event)},
+            {"weight", f.by_period ? "period" : "samples"},
+            {"total", total},
+            {"samples", p.sample_count()}};
+}
+
+json::value functions_json(const profile& p, const view_filter& f, std::size_t limit) {
+    const auto t = functions(p, f);
+    json::object o = view_header(p, f, t.total_weight);
+    json::array rows;
+    for (const auto& r : t.rows) {
+        if (rows.size() >= limit)
+            break;
+        rows.push_back({{"name", p.symbol(r.frame)},
+                        {"module", p.module(r.frame)},
+                        {"self", r.self},
+                        {"total", r.total},
+                        {"self_pct", pct(r.self, t.total_weight)},
+                        {"total_pct", pct(r.total, t.total_weight)}});
+    }
+    o["functions"] = std::move(rows);
+    return o;
+}
+
+json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct) {
+    const auto self = node_self_weights(p, f);
+    const auto incl = inclusive_weights(p, self);
+    const auto kids = children_of(p);
+    const std::uint64_t total = incl.empty() ? 0 : incl[0];
+    const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
+    json::object o = view_header(p, f, total);
+    // Iterative build: deep stacks cannot exhaust the call stack.
+    json::object root{{"name", "all"}, {"module", ""}, {"value", total}, {"self", self[0]}};
+    struct item {
+        std::uint32_t node;
+        json::object* out;
+        int depth;
+    };
+    std::vector<item> todo{{0, &root, 0}};
+    while (!todo.empty()) {
+        const item it = todo.back();
+        todo.pop_back();
+        json::array& children = (*it.out)["children"].emplace_array();
+        if (it.depth >= max_depth)
+            continue;
+        std::vector<std::uint32_t> order(kids.child.begin() + kids.offset[it.node],
+                                         kids.child.begin() + kids.offset[it.node + 1]);
+        std::sort(order.begin(), order.end(),
+                  [&](std::uint32_t a, std::uint32_t b) { return incl[a] > incl[b]; });
+        for (const auto c : order) {
+            if (incl[c] == 0 || incl[c] < min_value)
+                continue;
+            const auto frame = p.node_frame(c);
+            children.push_back({{"name", p.symbol(frame)},
+                                {"module", p.module(frame)},
+                                {"value", incl[c]},
+                                {"self", self[c]}});
+        }
+        // Children were pushed in order; recurse into each (addresses are stable now).
+        std::size_t i = 0;
+        for (const auto c : order) {
+            if (incl[c] == 0 || incl[c] < min_value)
+                continue;
+            todo.push_back({c, &children[i++].as_object(), it.depth + 1});
+        }
+    }
+    o["root"] = std::move(root);
+    return o;
+}
+
+json::value threads_json(const profile& p, const view_filter& f) {
+    const auto rows = threads(p, f);
+    std::uint64_t total = 0;
+    for (const auto& r : rows)
+        total += r.weight;
+    json::array out;
+    for (const auto& r : rows) {
+        json::array top;
+        for (const auto& fn : r.top_functions)
+            top.push_back({{"name", p.symbol(fn.frame)},
+                           {"module", p.module(fn.frame)},
+                           {"self", fn.self},
+                           {"self_pct", pct(fn.self, r.weight)}});
+        out.push_back({{"tid", r.tid},
+                       {"pid", r.pid},
+                       {"comm", r.comm},
+                       {"samples", r.samples},
+                       {"weight", r.weight},
+                       {"pct", pct(r.weight, total)},
+                       {"top_functions", std::move(top)}});
+    }
+    return out;
+}
+
+// "a;b;c <weight>" lines, root first: the input of flamegraph.pl and friends.
+std::string collapsed_text(const profile& p, const view_filter& f) {
+    const auto self = node_self_weights(p, f);
+    std::string out;
+    std::vector<std::string_view> path;
+    for (std::uint32_t n = 1; n < self.size(); ++n) {
+        if (!self[n])
+            continue;
+        path.clear();
+        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m))
+            path.push_back(p.symbol(p.node_frame(m)));
+        for (auto it = path.rbegin(); it != path.rend(); ++it) {
+            if (it != path.rbegin())
+                out.push_back(';');
+            out.append(*it);
+        }
+        out.push_back(' ');
+        out.append(std::to_string(self[n]));
+        out.push_back('\n');
+    }
+    return out;
+}
+
+json::object stat_json(const session_model& m) {
+    json::object o;
+    if (!m.last_stat)
+        return o;
+    json::array counters;
+    for (const auto& c : m.last_stat->counters) {
+        json::object jc{{"event", c.event},
+                        {"value", c.value ? json::value(*c.value) : json::value(nullptr)},
+                        {"unit", c.unit},
+                        {"supported", c.supported},
+                        {"counted", c.counted},
+                        {"note", c.note}};
+        jc["running_pct"] = c.running_pct ? json::value(*c.running_pct) : json::value(nullptr);
+        counters.push_back(std::move(jc));
+    }
+    o["counters"] = std::move(counters);
+    auto opt = [](const std::optional<double>& v) {
+        return v ? json::value(*v) : json::value(nullptr);
+    };
+    o["ipc"] = opt(m.last_stat->ipc);
+    o["cache_miss_pct"] = opt(m.last_stat->cache_miss_pct);
+    o["branch_miss_pct"] = opt(m.last_stat->branch_miss_pct);
+    o["elapsed_seconds"] = opt(m.last_stat->elapsed_seconds);
+    o["scaled"] = m.last_stat->scaled();
+    return o;
+}
+
+// What a view computes on the strand: a JSON body (or a text body), or an error.
+struct view_result {
+    http::status status = http::status::ok;
+    json::value body;
+    std::string text; // set for text exports
+};
+
+enum class view_kind { functions, flamegraph, threads, meta, export_collapsed, export_json };
+
+asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
+                                          view_kind kind, view_params v) {
+    ensure_loaded(*e, app->store);
+    const session_model& m = *e->model;
+    view_result r;
+    if (kind == view_kind::meta) {
+        json::object o = app->store.meta(e->id).value_or(json::object());
+        o["samples"] = m.prof.sample_count();
+        o["chunks"] = m.chunks;
+        o["bad_chunks"] = m.bad_chunks;
+        o["lost_samples"] = m.parser.stats().lost_events;
+        o["skipped_lines"] = m.parser.stats().skipped_lines;
+        json::array events;
+        for (const auto& ev : m.event_types)
+            events.emplace_back(ev);
+        o["event_types"] = std::move(events);
+        o["perf_stat"] = stat_json(m);
+        o["duration_sec"] =
+            m.prof.sample_count()
+                ? static_cast<double>(m.prof.last_time() - m.prof.first_time()) / 1e9
+                : 0.0;
+        r.body = std::move(o);
+        co_return r;
+    }
+    json::object err;
+    const auto f = make_filter(m.prof, v, err);
+    if (!f) {
+        r.status = err.at("code").as_string() == "no_data" ? http::status::not_found
+                                                           : http::status::bad_request;
+        r.body = json::object{{"error", std::move(err)}};
+        co_return r;
+    }
+    switch (kind) {
+    case view_kind::functions:
+        r.body = functions_json(m.prof, *f, 1000000);
+        break;
+    case view_kind::flamegraph:
+        r.body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0));
+        break;
+    case view_kind::threads:
+        r.body = threads_json(m.prof, *f);
+        break;
+    case view_kind::export_collapsed:
+        r.text = collapsed_text(m.prof, *f);
+        break;
+    case view_kind::export_json:
+        r.body = json::object{{"functions", functions_json(m.prof, *f, 1000000)},
+                              {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0)},
+                              {"threads", threads_json(m.prof, *f)}};
+        break;
+    case view_kind::meta:
+        break;
+    }
+    co_return r;
+}
+
+json::array session_list(app_context& app) {
+    json::array out;
+    for (auto& meta : app.store.list()) {
+        const std::string id(meta.at("id").as_string());
+        const bool live = app.sessions.is_live(id);
+        meta["live"] = live;
+        if (live)
+            if (auto e = app.sessions.find(id)) {
+                meta["samples"] = e->samples.load();
+                meta["chunks"] = e->chunks.load();
+            }
+        out.push_back(std::move(meta));
+    }
+    return out;
+}
+
+std::optional<json::object> json_body(const http_request& req) {
+    boost::system::error_code ec;
+    auto v = json::parse(req.body(), ec);
+    if (ec || !v.is_object())
+        return std::nullopt;
+    return std::move(v.as_object());
+}
+
+} // namespace
+
+std::optional<http_response> check_request_origin(const app_context& app, const http_request& req) {
+    const auto host = req[http::field::host];
+    if (!allowed_host(app, host))
+        return make_error(req, http::status::forbidden, "bad_host",
+                          "the Host header must name this collector");
+    const auto method = req.method();
+    const bool changes = method == http::verb::post || method == http::verb::put ||
+                         method == http::verb::patch || method == http::verb::delete_;
+    if (changes) {
+        const auto origin = req[http::field::origin];
+        if (!origin.empty() && origin != "http://" + std::string(host))
+            return make_error(req, http::status::forbidden, "bad_origin",
+                              "requests that change state must come from the collector's own "
+                              "page");
+    }
+    return std::nullopt;
+}
+
+asio::awaitable<http_response> handle_request(app_context& app, http_request req) {
+    if (auto refused = check_request_origin(app, req))
+        co_return std::move(*refused);
+    const auto url = split_target(req.target());
+    const auto& s = url.segments;
+    const auto method = req.method();
+    auto not_found = [&] {
+        return make_error(req, http::status::not_found, "not_found", "no such resource");
+    };
+    auto wrong_method = [&] {
+        return make_error(req, http::status::method_not_allowed, "method_not_allowed",
+                          "method not allowed here");
+    };
+
+    if (s.empty() || s[0] != "api")
+        co_return not_found();
+
+    if (s.size() == 2 && s[1] == "status") {
+        if (method != http::verb::get)
+            co_return wrong_method();
+        const auto uptime =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - app.started).count();
+        co_return make_json(req, http::status::ok,
+                            json::object{{"version", PERFWIRE_VERSION},
+                                         {"uptime_sec", uptime},
+                                         {"agent_listener", app.agent_listen_address},
+                                         {"targets", app.targets.size()},
+                                         {"sessions", app.store.list().size()}});
+    }
+
+    if (s.size() >= 2 && s[1] == "targets") {
+        if (s.size() == 2) {
+            if (method != http::verb::get)
+                co_return wrong_method();
+            json::array out;
+            for (const auto& [id, weak] : app.targets)
+                if (auto link = weak.lock())
+                    out.push_back(link->describe());
+            co_return make_json(req, http::status::ok, out);
+        }
+        if (s.size() == 3 && s[2] == "connect") {
+            if (method != http::verb::post)
+                co_return wrong_method();
+            const auto body = json_body(req);
+            const auto* host = body ? body->if_contains("host") : nullptr;
+            const auto* port = body ? body->if_contains("port") : nullptr;
+            if (!host || !host->is_string() || !port || !(port->is_int64() || port->is_string()))
+                co_return make_error(req, http::status::bad_request, "bad_request",
+                                     "body must be {\"host\": string, \"port\": number, "
+                                     "\"token\"?: string}");
+            std::optional<std::string> token;
+            if (const auto* t = body->if_contains("token"); t && t->is_string())
+                token = std::string(t->as_string());
+            const std::string port_text = port->is_int64() ? std::to_string(port->as_int64())
+                                                           : std::string(port->as_string());
+            auto [id, error] =
+                co_await dial_agent(app, std::string(host->as_string()), port_text, token);
+            if (id.empty())
+                co_return make_error(req, http::status::bad_gateway, "connect_failed", error);
+            json::object out{{"id", id}};
+            if (auto link = app.targets[id].lock())
+                out = link->describe();
+            co_return make_json(req, http::status::ok, out);
+        }
+        const auto it = app.targets.find(s[2]);
+        auto link = it == app.targets.end() ? nullptr : it->second.lock();
+        if (!link)
+            co_return make_error(req, http::status::not_found, "no_target",
+                                 "no connected agent " + s[2]);
+        if (s.size() == 3) {
+            if (method != http::verb::delete_)
+                co_return wrong_method();
+            (void)co_await link->command("stop", {}, std::chrono::seconds(5));
+            link->close();
+            co_return no_content(req);
+        }
+        if (s.size() == 4 && s[3] == "command") {
+            if (method != http::verb::post)
+                co_return wrong_method();
+            const auto body = json_body(req);
+            const auto* cmd = body ? body->if_contains("cmd") : nullptr;
+            if (!cmd || !cmd->is_string() || cmd->as_string().empty())
+                co_return make_error(req, http::status::bad_request, "bad_request",
+                                     "body must be {\"cmd\": string, \"args\"?: object}");
+            if (cmd->as_string() == "auth")
+                co_return make_error(req, http::status::bad_request, "forbidden_command",
+                                     "auth is not relayed; connect with a token instead");
+            json::object args;
+            if (const auto* a = body->if_contains("args"); a && a->is_object())
+                args = a->as_object();
+            auto r = co_await link->command(std::string(cmd->as_string()), std::move(args));
+            json::object out = r.fields;
+            out["ok"] = r.ok;
+            if (!r.ok)
+                out["error"] = r.error;
+            co_return make_json(req, r.ok ? http::status::ok : http::status::conflict, out);
+        }
+        co_return not_found();
+    }
+
+    if (s.size() >= 2 && s[1] == "sessions") {
+        if (s.size() == 2) {
+            if (method != http::verb::get)
+                co_return wrong_method();
+            co_return make_json(req, http::status::ok, session_list(app));
+        }
+        auto e = app.sessions.find(s[2]);
+        if (!e)
+            co_return make_error(req, http::status::not_found, "no_session", "no session " + s[2]);
+        if (s.size() == 3 && method == http::verb::delete_) {
+            if (app.sessions.is_live(e->id))
+                co_return make_error(req, http::status::conflict, "live",
+                                     "the session is still receiving; disconnect its agent "
+                                     "first");
+            if (auto ec = app.store.remove(e->id))
+                co_return make_error(req, http::status::internal_server_error, "io", ec.message());
+            app.sessions.forget(e->id);
+            app.changed("sessions", e->id);
+            co_return no_content(req);
+        }
+        if (method != http::verb::get)
+            co_return wrong_method();
+        view_kind kind;
+        if (s.size() == 3)
+            kind = view_kind::meta;
+        else if (s.size() == 4 && s[3] == "functions")
+            kind = view_kind::functions;
+        else if (s.size() == 4 && s[3] == "flamegraph")
+            kind = view_kind::flamegraph;
+        else if (s.size() == 4 && s[3] == "threads")
+            kind = view_kind::threads;
+        else if (s.size() == 4 && s[3] == "export") {
+            const auto fmt = url.query.count("format") ? url.query.at("format") : "json";
+            if (fmt == "collapsed")
+                kind = view_kind::export_collapsed;
+            else if (fmt == "json")
+                kind = view_kind::export_json;
+            else
+                co_return make_error(req, http::status::bad_request, "bad_format",
+                                     "format must be collapsed or json");
+        } else
+            co_return not_found();
+        auto v = parse_view_params(url);
+        if (!v.error.empty())
+            co_return make_error(req, http::status::bad_request, "bad_parameter", v.error);
+        auto r = co_await asio::co_spawn(e->strand, compute_view(e, &app, kind, std::move(v)),
+                                         asio::use_awaitable);
+        if (kind == view_kind::export_collapsed && r.status == http::status::ok) {
+            http_response res{http::status::ok, req.version()};
+            res.set(http::field::content_type, "text/plain; charset=utf-8");
+            res.set(http::field::content_disposition,
+                    "attachment; filename=\"" + e->id + ".collapsed.txt\"");
+            res.keep_alive(req.keep_alive());
+            res.body() = std::move(r.text);
+            res.prepare_payload();
+            co_return res;
+        }
+        co_return make_json(req, r.status, r.body);
+    }
+    co_return not_found();
+}
+
+} // namespace collector

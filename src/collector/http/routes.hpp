@@ -1,0 +1,24 @@
+// The HTTP API (docs/api.md): a request in, a response out, no socket — the server and the
+// tests both call handle_request. Views are computed on the session's strand.
+#pragma once
+
+#include "collector/context.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+namespace collector {
+
+namespace http = boost::beast::http;
+using http_request = http::request<http::string_body>;
+using http_response = http::response<http::string_body>;
+
+// Host and Origin policy: Host must name the collector (a loopback name or the bind address),
+// which defeats DNS rebinding; a state-changing request carrying Origin must come from the
+// collector's own origin. Returns an error response, or nullopt when the request may proceed.
+std::optional<http_response> check_request_origin(const app_context& app, const http_request& req);
+
+asio::awaitable<http_response> handle_request(app_context& app, http_request req);
+
+} // namespace collector

@@ -1,0 +1,92 @@
+#include "collector/sessions.hpp"
+
+#include "protocol/compression.hpp"
+
+namespace collector {
+
+bool session_model::ingest(bool compressed, std::string_view payload) {
+    std::string text;
+    if (compressed) {
+        auto out = protocol::decompress(payload, protocol::max_decompressed);
+        if (!out) {
+            ++bad_chunks;
+            return false;
+        }
+        text = std::move(*out);
+        payload = text;
+    }
+    const auto [script, stat] = split_perf_stat(payload);
+    parser.feed(script);
+    parser.finish(); // chunks end on sample boundaries
+    if (!stat.empty()) {
+        last_stat = parse_perf_stat(stat);
+        last_stat_text = std::string(stat);
+    }
+    for (std::uint8_t e = 0; e < prof.event_count(); ++e)
+        event_types.emplace(prof.event_name(e));
+    ++chunks;
+    return true;
+}
+
+session_registry::session_registry(session_store& store, asio::thread_pool& pool)
+    : store_(store)
+    , pool_(pool) {}
+
+boost::system::result<std::shared_ptr<session_entry>>
+session_registry::create_live(std::string_view agent_name, const boost::json::object& meta) {
+    auto writer = store_.create(agent_name, meta);
+    if (!writer)
+        return writer.error();
+    auto e = std::make_shared<session_entry>(writer->id(), pool_);
+    e->model = std::make_unique<session_model>();
+    e->loaded = true;
+    e->writer.emplace(std::move(*writer));
+    entries_[e->id] = e;
+    live_.insert(e->id);
+    return e;
+}
+
+std::shared_ptr<session_entry> session_registry::find(std::string_view id) {
+    if (!session_store::valid_id(id))
+        return nullptr;
+    if (const auto it = entries_.find(id); it != entries_.end())
+        return it->second;
+    if (!store_.meta(id))
+        return nullptr;
+    auto e = std::make_shared<session_entry>(std::string(id), pool_);
+    entries_[e->id] = e;
+    return e;
+}
+
+void session_registry::forget(std::string_view id) {
+    if (const auto it = entries_.find(id); it != entries_.end())
+        entries_.erase(it);
+    if (const auto it = live_.find(id); it != live_.end())
+        live_.erase(it);
+}
+
+bool session_registry::is_live(std::string_view id) const {
+    return live_.find(id) != live_.end();
+}
+
+void session_registry::set_live(std::string_view id, bool live) {
+    if (live)
+        live_.emplace(id);
+    else if (const auto it = live_.find(id); it != live_.end())
+        live_.erase(it);
+}
+
+void ensure_loaded(session_entry& e, const session_store& store) {
+    if (e.loaded)
+        return;
+    e.model = std::make_unique<session_model>();
+    (void)store.replay(e.id, [&](bool compressed, std::string_view payload) {
+        e.model->ingest(compressed, payload);
+    });
+    e.loaded = true;
+    e.samples = e.model->prof.sample_count();
+    e.chunks = e.model->chunks;
+    e.lost_samples = e.model->parser.stats().lost_events;
+}
+
+} // namespace collector

@@ -1,0 +1,85 @@
+// Every session the collector knows, live (an agent connected now) or saved on disk.
+//
+// A session's model is touched only on its strand of the shared thread pool: chunks are
+// stored and parsed there, and views are computed there, so parsing never runs on the thread
+// that serves HTTP and no mutex guards the model. A saved session is replayed from disk the
+// first time a view asks for it, and stays loaded.
+#pragma once
+
+#include "collector/model/profile.hpp"
+#include "collector/parse/perf_script.hpp"
+#include "collector/parse/perf_stat.hpp"
+#include "collector/store/session_store.hpp"
+
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/json/object.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace collector {
+
+namespace asio = boost::asio;
+
+// The parsed state of one session (strand only).
+struct session_model {
+    profile prof;
+    script_parser parser{prof};
+    std::optional<stat_report> last_stat;
+    std::string last_stat_text;
+    std::uint64_t chunks = 0, bad_chunks = 0;
+    std::set<std::string> event_types;
+
+    // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
+    // Returns false for a chunk that could not be decompressed.
+    bool ingest(bool compressed, std::string_view payload);
+};
+
+struct session_entry {
+    session_entry(std::string session_id, asio::thread_pool& pool)
+        : id(std::move(session_id))
+        , strand(pool.get_executor()) {}
+
+    const std::string id;
+    asio::strand<asio::thread_pool::executor_type> strand;
+
+    // Strand only.
+    std::unique_ptr<session_model> model;
+    std::optional<session_writer> writer; // live sessions
+    bool loaded = false;
+
+    // Published for listings and SSE (written on the strand, read anywhere).
+    std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
+};
+
+class session_registry {
+public:
+    session_registry(session_store& store, asio::thread_pool& pool);
+
+    session_store& store() noexcept { return store_; }
+
+    // A new live session for an agent (creates its folder). Called on the I/O thread.
+    boost::system::result<std::shared_ptr<session_entry>>
+    create_live(std::string_view agent_name, const boost::json::object& meta);
+    // A live or saved session; nullptr when the id is unknown or invalid.
+    std::shared_ptr<session_entry> find(std::string_view id);
+    void forget(std::string_view id);
+    bool is_live(std::string_view id) const;
+    void set_live(std::string_view id, bool live);
+
+private:
+    session_store& store_;
+    asio::thread_pool& pool_;
+    std::map<std::string, std::shared_ptr<session_entry>, std::less<>> entries_;
+    std::set<std::string, std::less<>> live_;
+};
+
+// On the entry's strand: replays a saved session from disk if it is not in memory yet.
+void ensure_loaded(session_entry& e, const session_store& store);
+
+} // namespace collector
