@@ -33,8 +33,9 @@ po::options_description describe_options() {
     return d;
 }
 
+// 0: any free port (the collector logs the one it got).
 bool valid_port(int p) {
-    return p > 0 && p < 65536;
+    return p >= 0 && p < 65536;
 }
 
 } // namespace

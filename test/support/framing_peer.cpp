@@ -66,7 +66,10 @@ std::optional<framing_peer> framing_peer::connect(std::uint16_t port) {
 }
 
 void framing_peer::send(protocol::frame_flag flag, const std::string& payload) {
-    const std::string bytes = protocol::encode_frame(flag, payload);
+    send_raw(protocol::encode_frame(flag, payload));
+}
+
+void framing_peer::send_raw(std::string_view bytes) {
     std::size_t sent = 0;
     while (sent < bytes.size()) {
         const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);

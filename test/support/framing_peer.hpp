@@ -34,6 +34,7 @@ public:
     ~framing_peer();
 
     void send(protocol::frame_flag flag, const std::string& payload);
+    void send_raw(std::string_view bytes);
     // Next frame within `timeout`; nullopt on timeout, EOF or a decode error.
     std::optional<protocol::frame> next(std::chrono::milliseconds timeout);
     // Next frame of `flag` (others are dropped), within `timeout`.

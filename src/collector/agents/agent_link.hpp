@@ -38,6 +38,8 @@ public:
 
     const std::string& id() const noexcept { return id_; }
     const std::string& session_id() const noexcept { return session_id_; }
+    // An agent once it has said hello; before that, just a connection.
+    bool introduced() const noexcept { return hello_.has_value() && !closed_; }
     boost::json::object describe() const;
 
 private:

@@ -392,6 +392,14 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     co_return r;
 }
 
+std::vector<std::shared_ptr<agent_link>> agents_of(const app_context& app) {
+    std::vector<std::shared_ptr<agent_link>> out;
+    for (const auto& [id, weak] : app.targets)
+        if (auto link = weak.lock(); link && link->introduced())
+            out.push_back(std::move(link));
+    return out;
+}
+
 json::array session_list(app_context& app) {
     json::array out;
     for (auto& meta : app.store.list()) {
@@ -462,7 +470,7 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                             json::object{{"version", PERFWIRE_VERSION},
                                          {"uptime_sec", uptime},
                                          {"agent_listener", app.agent_listen_address},
-                                         {"targets", app.targets.size()},
+                                         {"targets", agents_of(app).size()},
                                          {"sessions", app.store.list().size()}});
     }
 
@@ -471,9 +479,8 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             if (method != http::verb::get)
                 co_return wrong_method();
             json::array out;
-            for (const auto& [id, weak] : app.targets)
-                if (auto link = weak.lock())
-                    out.push_back(link->describe());
+            for (const auto& link : agents_of(app))
+                out.push_back(link->describe());
             co_return make_json(req, http::status::ok, out);
         }
         if (s.size() == 3 && s[2] == "connect") {

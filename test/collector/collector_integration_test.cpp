@@ -1,0 +1,269 @@
+// The real collector with real agents profiling the real demo under real perf.
+#include "protocol/frame.hpp"
+#include "support/framing_peer.hpp"
+#include "support/http_client.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using test_support::http_call;
+using test_support::spawned;
+
+namespace {
+
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        std::string t = (fs::temp_directory_path() / "perfwire-coll-XXXXXX").string();
+        path = ::mkdtemp(t.data());
+    }
+    ~temp_dir() { fs::remove_all(path); }
+};
+
+struct collector_proc {
+    std::unique_ptr<spawned> proc;
+    std::uint16_t agent_port = 0, http_port = 0;
+
+    explicit collector_proc(const fs::path& sessions) {
+        proc = std::make_unique<spawned>(
+            PERFWIRE_COLLECTOR_BIN,
+            std::vector<std::string>{"--sessions-dir", sessions.string(), "--agent-port", "0",
+                                     "--agent-bind", "127.0.0.1", "--http-port", "0"});
+        const auto agents = proc->wait_for_stderr("agents on 127.0.0.1:", 5s);
+        const auto http = proc->wait_for_stderr("API on http://127.0.0.1:", 5s);
+        REQUIRE(agents);
+        REQUIRE(http);
+        agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
+        http_port = static_cast<std::uint16_t>(std::stoi(*http));
+    }
+
+    json::value get(const std::string& target) {
+        const auto r = http_call(http_port, "GET", target);
+        INFO(target << " -> " << r.status << " " << r.body);
+        REQUIRE(r.status == 200);
+        json::parse_options deep;
+        deep.max_depth = 4096;
+        return json::parse(r.body, {}, deep);
+    }
+};
+
+std::unique_ptr<spawned> start_demo() {
+    auto d = std::make_unique<spawned>(PERFWIRE_DEMO_BIN, std::vector<std::string>{"120"});
+    std::this_thread::sleep_for(200ms);
+    return d;
+}
+
+std::unique_ptr<spawned> start_agent(std::uint16_t port, int pid) {
+    return std::make_unique<spawned>(
+        PERFWIRE_AGENT_BIN,
+        std::vector<std::string>{"--server", "127.0.0.1:" + std::to_string(port), "--pid",
+                                 std::to_string(pid), "--duration", "1"});
+}
+
+// Polls until `pred(json)` holds for GET target, up to `timeout`.
+template <class Pred>
+json::value wait_for(collector_proc& c, const std::string& target, std::chrono::seconds timeout,
+                     Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    json::value v;
+    while (std::chrono::steady_clock::now() < deadline) {
+        const auto r = http_call(c.http_port, "GET", target);
+        if (r.status == 200) {
+            json::parse_options deep;
+            deep.max_depth = 4096;
+            v = json::parse(r.body, {}, deep);
+            if (pred(v))
+                return v;
+        }
+        std::this_thread::sleep_for(250ms);
+    }
+    return v;
+}
+
+bool names(const json::value& functions, std::string_view fn) {
+    if (!functions.is_object() || !functions.as_object().contains("functions"))
+        return false;
+    for (const auto& r : functions.at("functions").as_array())
+        if (r.at("name").as_string() == fn)
+            return true;
+    return false;
+}
+
+const std::string matrix = "(anonymous namespace)::matrix_multiply";
+
+} // namespace
+
+TEST_CASE("collector end to end: two agents live, a hostile peer, restart after SIGKILL",
+          "[collector][integration][perf]") {
+    temp_dir dir;
+    auto demo = start_demo();
+    auto coll = std::make_unique<collector_proc>(dir.path);
+    auto agent1 = start_agent(coll->agent_port, demo->pid());
+    auto agent2 = start_agent(coll->agent_port, demo->pid());
+
+    const auto targets = wait_for(*coll, "/api/targets", 20s, [](const json::value& v) {
+        if (v.as_array().size() != 2)
+            return false;
+        for (const auto& t : v.as_array())
+            if (t.at("state").as_string() != "profiling")
+                return false;
+        return true;
+    });
+    INFO(coll->proc->stderr_text());
+    REQUIRE(targets.as_array().size() == 2);
+    for (const auto& t : targets.as_array()) {
+        CHECK(t.at("pid").as_int64() == demo->pid());
+        CHECK(t.at("agent").as_string() == "perfwire");
+        CHECK_FALSE(t.at("session_id").as_string().empty());
+    }
+
+    // Hostile peers: each is closed, and only its own connection suffers.
+    auto silent = test_support::framing_peer::connect(coll->agent_port); // says nothing
+    REQUIRE(silent);
+    const auto silent_since = std::chrono::steady_clock::now();
+    {
+        auto flag = test_support::framing_peer::connect(coll->agent_port);
+        REQUIRE(flag);
+        flag->send(protocol::frame_flag::response, R"({"type":"hello","version":1,"agent":"x"})");
+        flag->send_raw(std::string("\0\0\0\x01\x09z", 6)); // unknown flag 9
+        CHECK_FALSE(flag->next(3s));
+        CHECK(flag->closed());
+        auto huge = test_support::framing_peer::connect(coll->agent_port);
+        REQUIRE(huge);
+        huge->send_raw(std::string("\x7f\xff\xff\xff\x01", 5)); // declares 2 GiB
+        CHECK_FALSE(huge->next(3s));
+        CHECK(huge->closed());
+        auto garbage = test_support::framing_peer::connect(coll->agent_port);
+        REQUIRE(garbage);
+        garbage->send(protocol::frame_flag::response, "this is not JSON");
+        CHECK_FALSE(garbage->next(3s));
+        CHECK(garbage->closed());
+    }
+
+    // Both live sessions fill with the demo's stacks.
+    const auto sessions = wait_for(*coll, "/api/sessions", 20s, [](const json::value& v) {
+        int live_with_data = 0;
+        for (const auto& s : v.as_array())
+            if (s.at("live").as_bool() && s.at("samples").to_number<std::uint64_t>() > 50)
+                ++live_with_data;
+        return live_with_data == 2;
+    });
+    std::vector<std::string> ids;
+    for (const auto& s : sessions.as_array())
+        if (s.at("live").as_bool())
+            ids.emplace_back(s.at("id").as_string());
+    REQUIRE(ids.size() == 2);
+    for (const auto& id : ids) {
+        const auto fns = wait_for(*coll, "/api/sessions/" + id + "/functions", 10s,
+                                  [](const json::value& v) { return names(v, matrix); });
+        CHECK(names(fns, matrix));
+        CHECK(names(fns, "(anonymous namespace)::hash_strings"));
+    }
+    const auto meta = coll->get("/api/sessions/" + ids[0]);
+    CHECK(meta.at("perf_stat").at("counters").as_array().size() > 0);
+
+    // Relay: pause and resume the first agent; auth is never relayed.
+    const std::string t1(targets.as_array()[0].at("id").as_string());
+    auto paused =
+        http_call(coll->http_port, "POST", "/api/targets/" + t1 + "/command", R"({"cmd":"pause"})");
+    CHECK(paused.status == 200);
+    CHECK(
+        http_call(coll->http_port, "POST", "/api/targets/" + t1 + "/command", R"({"cmd":"pause"})")
+            .status == 409);
+    CHECK(http_call(coll->http_port, "POST", "/api/targets/" + t1 + "/command",
+                    R"({"cmd":"auth","args":{"token":"x"}})")
+              .status == 400);
+    CHECK(
+        http_call(coll->http_port, "POST", "/api/targets/" + t1 + "/command", R"({"cmd":"resume"})")
+            .status == 200);
+    CHECK(coll->get("/api/status").at("targets").to_number<int>() == 2);
+
+    // The peer that never spoke was dropped after its 10 s.
+    std::this_thread::sleep_until(silent_since + 11s);
+    CHECK_FALSE(silent->next(1s));
+    CHECK(silent->closed());
+    CHECK_THAT(coll->proc->stderr_text(), Catch::Contains("no hello within 10 s"));
+    CHECK_THAT(coll->proc->stderr_text(), Catch::Contains("unknown frame flag"));
+    CHECK_THAT(coll->proc->stderr_text(), Catch::Contains("frame length exceeds limit"));
+
+    // SIGKILL mid-session: nothing received is lost; a restart lists and replays it.
+    const auto before =
+        coll->get("/api/sessions/" + ids[1]).at("chunks").to_number<std::uint64_t>();
+    coll->proc->signal(SIGKILL);
+    coll->proc->wait(5s);
+    agent1.reset();
+    agent2.reset();
+    coll = std::make_unique<collector_proc>(dir.path);
+    const auto after = coll->get("/api/sessions");
+    int found = 0;
+    for (const auto& s : after.as_array()) {
+        CHECK_FALSE(s.at("live").as_bool());
+        if (s.at("id").as_string() == ids[0] || s.at("id").as_string() == ids[1]) {
+            ++found;
+            CHECK(s.at("ended_at").is_null()); // it never saw the end
+        }
+    }
+    CHECK(found == 2);
+    const auto replayed = coll->get("/api/sessions/" + ids[1]);
+    CHECK(replayed.at("chunks").to_number<std::uint64_t>() >= before);
+    CHECK(names(coll->get("/api/sessions/" + ids[1] + "/functions"), matrix));
+}
+
+TEST_CASE("the wizard dials a listening agent with its pairing code",
+          "[collector][integration][perf]") {
+    temp_dir dir;
+    auto demo = start_demo();
+    collector_proc coll(dir.path);
+    spawned agent(PERFWIRE_AGENT_BIN, {"--listen", "--bind", "127.0.0.1", "--port", "0", "--token",
+                                       "00112233445566778899aabbccddeeff"});
+    const auto port = agent.wait_for_stderr("listening on 127.0.0.1:", 5s);
+    REQUIRE(port);
+
+    const auto wrong = http_call(coll.http_port, "POST", "/api/targets/connect",
+                                 R"({"host":"127.0.0.1","port":)" + *port +
+                                     R"(,"token":"ffffffffffffffffffffffffffffffff"})");
+    CHECK(wrong.status == 502);
+    const auto ok = http_call(coll.http_port, "POST", "/api/targets/connect",
+                              R"({"host":"127.0.0.1","port":)" + *port +
+                                  R"(,"token":"00112233445566778899aabbccddeeff"})");
+    INFO(ok.body);
+    REQUIRE(ok.status == 200);
+    const auto id = std::string(json::parse(ok.body).at("id").as_string());
+    const auto procs = http_call(coll.http_port, "POST", "/api/targets/" + id + "/command",
+                                 R"({"cmd":"list_processes"})");
+    CHECK(procs.status == 200);
+    CHECK_THAT(procs.body, Catch::Contains("perfwire-demo"));
+    const auto start = http_call(coll.http_port, "POST", "/api/targets/" + id + "/command",
+                                 R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) +
+                                     R"(,"duration":1}})");
+    CHECK(start.status == 200);
+    const auto targets = coll.get("/api/targets");
+    REQUIRE(targets.as_array().size() == 1);
+    const std::string sid(targets.as_array()[0].at("session_id").as_string());
+    CHECK(names(wait_for(coll, "/api/sessions/" + sid + "/functions", 15s,
+                         [](const json::value& v) { return names(v, matrix); }),
+                matrix));
+    CHECK(http_call(coll.http_port, "DELETE", "/api/targets/" + id).status == 204);
+    CHECK(wait_for(coll, "/api/targets", 5s,
+                   [](const json::value& v) { return v.as_array().empty(); })
+              .as_array()
+              .empty());
+    // The pairing code never reaches the collector's log or disk.
+    CHECK(coll.proc->stderr_text().find("00112233445566778899aabbccddeeff") == std::string::npos);
+    for (const auto& e : fs::recursive_directory_iterator(dir.path))
+        if (e.is_regular_file() && e.path().filename() == "meta.json") {
+            std::ifstream in(e.path());
+            std::string text((std::istreambuf_iterator<char>(in)), {});
+            CHECK(text.find("00112233445566778899aabbccddeeff") == std::string::npos);
+        }
+}

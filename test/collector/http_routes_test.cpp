@@ -1,0 +1,177 @@
+// The HTTP API through handle_request: no socket, a real session store on disk.
+#include "collector/http/routes.hpp"
+#include "protocol/compression.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/json/parse.hpp>
+
+#include <filesystem>
+
+using namespace collector;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+struct fixture_app {
+    fs::path dir;
+    asio::io_context io;
+    std::unique_ptr<app_context> app;
+    std::string session_id;
+
+    fixture_app() {
+        std::string t = (fs::temp_directory_path() / "perfwire-api-XXXXXX").string();
+        dir = ::mkdtemp(t.data());
+        config c;
+        c.sessions_dir = (dir / "sessions").string();
+        app = std::make_unique<app_context>(io, c);
+        // A saved session made of a real capture, as an agent would have sent it.
+        auto w = app->store.create("demo-host", {{"agent", "perfwire"}, {"hostname", "demo-host"}});
+        REQUIRE(w.has_value());
+        const std::string text = test_support::fixture("collector/fixtures/callchain_fields.txt");
+        REQUIRE_FALSE(w->write_chunk(
+            true,
+            protocol::compress(text + "\n### PERF_STAT ###\n" +
+                               test_support::fixture("agent/fixtures/perf_stat_no_pmu.txt"))));
+        session_id = w->id();
+    }
+    ~fixture_app() {
+        app->pool.join();
+        fs::remove_all(dir);
+    }
+
+    http_response call(http::verb method, std::string target, std::string body = {},
+                       std::string host = "127.0.0.1:8080", std::string origin = {}) {
+        http_request req{method, target, 11};
+        req.set(http::field::host, host);
+        if (!origin.empty())
+            req.set(http::field::origin, origin);
+        req.body() = std::move(body);
+        req.prepare_payload();
+        auto done = asio::co_spawn(io, handle_request(*app, std::move(req)), asio::use_future);
+        io.restart();
+        io.run();
+        return done.get();
+    }
+    json::value get_json(const std::string& target, http::status want = http::status::ok) {
+        const auto res = call(http::verb::get, target);
+        INFO(target << " -> " << res.body());
+        CHECK(res.result() == want);
+        json::parse_options deep;
+        deep.max_depth = 4096; // flame graphs nest as deep as the stacks
+        return json::parse(res.body(), {}, deep);
+    }
+};
+
+} // namespace
+
+TEST_CASE("API: sessions, views and exports of a saved session", "[collector][api]") {
+    fixture_app f;
+    const auto base = "/api/sessions/" + f.session_id;
+
+    const auto list = f.get_json("/api/sessions").as_array();
+    REQUIRE(list.size() == 1);
+    CHECK(list[0].at("id").as_string() == f.session_id);
+    CHECK(list[0].at("live").as_bool() == false);
+
+    const auto fns = f.get_json(base + "/functions").as_object();
+    CHECK(fns.at("event").as_string() == "cpu-clock");
+    CHECK(fns.at("weight").as_string() == "period");
+    const auto& rows = fns.at("functions").as_array();
+    REQUIRE_FALSE(rows.empty());
+    bool matrix = false;
+    double self_sum = 0;
+    for (const auto& r : rows) {
+        matrix |= r.at("name").as_string() == "(anonymous namespace)::matrix_multiply";
+        self_sum += r.at("self_pct").as_double();
+        CHECK(r.at("module").as_string().size() > 0);
+    }
+    CHECK(matrix);
+    CHECK(self_sum == Approx(100.0));
+    // Sorted by self, descending.
+    CHECK(rows[0].at("self").to_number<std::uint64_t>() >=
+          rows[rows.size() - 1].at("self").to_number<std::uint64_t>());
+
+    const auto by_samples = f.get_json(base + "/functions?weight=samples&event=cpu-clock");
+    CHECK(by_samples.at("total").to_number<std::uint64_t>() ==
+          by_samples.at("samples").to_number<std::uint64_t>());
+
+    const auto flame = f.get_json(base + "/flamegraph").as_object();
+    const auto& root = flame.at("root").as_object();
+    CHECK(root.at("value").to_number<std::uint64_t>() ==
+          flame.at("total").to_number<std::uint64_t>());
+    std::uint64_t children = 0;
+    for (const auto& c : root.at("children").as_array())
+        children += c.at("value").to_number<std::uint64_t>();
+    CHECK(children == root.at("value").to_number<std::uint64_t>());
+    const auto shallow = f.get_json(base + "/flamegraph?max_depth=1").at("root");
+    for (const auto& c : shallow.at("children").as_array())
+        CHECK(c.at("children").as_array().empty());
+
+    const auto threads = f.get_json(base + "/threads").as_array();
+    CHECK(threads.size() == 4);
+    CHECK(threads[0].at("top_functions").as_array().size() > 0);
+    const auto tid = threads[0].at("tid").as_int64();
+    const auto one = f.get_json(base + "/functions?tid=" + std::to_string(tid)).as_object();
+    CHECK(one.at("total").to_number<std::uint64_t>() ==
+          threads[0].at("weight").to_number<std::uint64_t>());
+
+    const auto meta = f.get_json(base).as_object();
+    CHECK(meta.at("samples").to_number<std::uint64_t>() > 0);
+    CHECK(meta.at("perf_stat").at("counters").as_array().size() >= 5);
+    CHECK(meta.at("event_types").as_array().at(0).as_string() == "cpu-clock");
+
+    const auto collapsed = f.call(http::verb::get, base + "/export?format=collapsed");
+    CHECK(collapsed.result() == http::status::ok);
+    CHECK_THAT(collapsed.body(), Catch::Contains("(anonymous namespace)::matrix_worker;"
+                                                 "(anonymous namespace)::matrix_multiply "));
+    CHECK(f.get_json(base + "/export?format=json").as_object().contains("flamegraph"));
+}
+
+TEST_CASE("API: bad requests get clear errors", "[collector][api]") {
+    fixture_app f;
+    const auto base = "/api/sessions/" + f.session_id;
+    auto code = [&](const json::value& v) {
+        return std::string(v.at("error").at("code").as_string());
+    };
+    CHECK(code(f.get_json(base + "/functions?weight=bytes", http::status::bad_request)) ==
+          "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?tid=abc", http::status::bad_request)) ==
+          "bad_parameter");
+    const auto bad_event = f.get_json(base + "/functions?event=cycles", http::status::bad_request);
+    CHECK(bad_event.at("error").at("candidates").as_array().size() == 1);
+    CHECK(code(f.get_json("/api/sessions/..%2F..%2Fetc/functions", http::status::not_found)) ==
+          "no_session");
+    CHECK(code(f.get_json("/api/sessions/nope", http::status::not_found)) == "no_session");
+    CHECK(code(f.get_json("/api/nothing", http::status::not_found)) == "not_found");
+    CHECK(code(f.get_json(base + "/export?format=pdf", http::status::bad_request)) == "bad_format");
+    CHECK(code(f.get_json("/api/targets/t9/command", http::status::not_found)) == "no_target");
+    CHECK(f.call(http::verb::put, "/api/status").result() == http::status::method_not_allowed);
+}
+
+TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests",
+          "[collector][api]") {
+    fixture_app f;
+    const auto base = "/api/sessions/" + f.session_id;
+    CHECK(f.call(http::verb::get, "/api/status", {}, "evil.example:8080").result() ==
+          http::status::forbidden);
+    CHECK(f.call(http::verb::get, "/api/status", {}, "localhost:8080").result() ==
+          http::status::ok);
+    CHECK(f.call(http::verb::get, "/api/status", {}, "[::1]:8080").result() == http::status::ok);
+    // A page elsewhere cannot delete; the collector's own page and curl (no Origin) can.
+    CHECK(f.call(http::verb::delete_, base, {}, "127.0.0.1:8080", "http://evil.example").result() ==
+          http::status::forbidden);
+    CHECK(f.call(http::verb::post, "/api/targets/connect", "{}", "127.0.0.1:8080",
+                 "http://evil.example")
+              .result() == http::status::forbidden);
+    CHECK(
+        f.call(http::verb::delete_, base, {}, "127.0.0.1:8080", "http://127.0.0.1:8080").result() ==
+        http::status::no_content);
+    CHECK(f.call(http::verb::get, base).result() == http::status::not_found);
+    CHECK(f.call(http::verb::delete_, base).result() == http::status::not_found);
+}

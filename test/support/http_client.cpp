@@ -1,0 +1,57 @@
+#include "support/http_client.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace test_support {
+
+http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
+                     const std::string& body, const std::vector<std::string>& extra_headers) {
+    http_reply r;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        ::close(fd);
+        return r;
+    }
+    std::string req = method + " " + target + " HTTP/1.1\r\nConnection: close\r\n";
+    bool has_host = false;
+    for (const auto& h : extra_headers) {
+        req += h + "\r\n";
+        has_host |= h.rfind("Host:", 0) == 0;
+    }
+    if (!has_host)
+        req += "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+    if (!body.empty() || method == "POST")
+        req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+               "\r\n";
+    req += "\r\n" + body;
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::string in;
+    char buf[65536];
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 30000) <= 0)
+            break;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0)
+            break;
+        in.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    const auto head_end = in.find("\r\n\r\n");
+    if (in.rfind("HTTP/1.1 ", 0) != 0 || head_end == std::string::npos)
+        return r;
+    r.status = std::stoi(in.substr(9, 3));
+    r.headers = in.substr(0, head_end);
+    r.body = in.substr(head_end + 4);
+    return r;
+}
+
+} // namespace test_support
