@@ -7,6 +7,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <csignal>
 #include <iostream>
@@ -69,6 +70,32 @@ int run(const config& c) {
     log("UI and API on http://" +
         (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) + ":" +
         std::to_string(web.local_endpoint().port()) + "/");
+
+    // What changed, as SSE events for the browsers.
+    app.on_change = [&app](std::string_view kind, const std::string& session_id) {
+        if (!app.sse.clients())
+            return;
+        if (kind == "targets") {
+            boost::json::array list;
+            for (const auto& [id, weak] : app.targets)
+                if (auto link = weak.lock(); link && link->introduced())
+                    list.push_back(link->describe());
+            app.sse.broadcast("targets", boost::json::serialize(list));
+        } else if (kind == "data") {
+            auto e = app.sessions.find(session_id);
+            if (!e)
+                return;
+            app.sse.broadcast("data_version", boost::json::serialize(boost::json::object{
+                                                  {"session_id", session_id},
+                                                  {"version", e->version.load()},
+                                                  {"chunks", e->chunks.load()},
+                                                  {"samples", e->samples.load()},
+                                                  {"lost_samples", e->lost_samples.load()}}));
+        } else if (kind == "sessions") {
+            app.sse.broadcast("sessions", boost::json::serialize(
+                                              boost::json::object{{"session_id", session_id}}));
+        }
+    };
 
     asio::co_spawn(io, accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);

@@ -2,6 +2,7 @@
 // thread pool that parses, and the connected agents. Lives on the I/O thread.
 #pragma once
 
+#include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
 
@@ -29,6 +30,7 @@ struct app_context {
     std::uint64_t next_target = 1;
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::string agent_listen_address; // "host:port" once bound
+    sse_hub sse;
 
     // Called (on the I/O thread) whenever something the UI shows changed: a target came or
     // went, a session received data. SSE subscribes here.

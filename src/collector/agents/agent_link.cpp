@@ -267,7 +267,10 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (e->writer)
                 (void)e->writer->append_metrics(*payload);
         });
-        app_.changed("metrics", session_id_);
+        // Straight to the browsers: {"session_id":…,"metrics":{…}} without re-parsing.
+        if (app_.sse.clients())
+            app_.sse.broadcast("metrics", R"({"session_id":")" + session_id_ + R"(","metrics":)" +
+                                              *payload + "}");
         break;
     }
     case frame_flag::response: {

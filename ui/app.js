@@ -1,0 +1,161 @@
+// perfwire UI: plain ES module, no build step. State lives in the URL hash:
+// #session=<id>&tab=functions|flamegraph|threads&tid=<n>&event=<name>
+const $ = (s) => document.querySelector(s);
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+const pct = (v) => (v ?? 0).toFixed(2);
+
+function hashState() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom') };
+}
+function setHash(changes) {
+  const p = new URLSearchParams(location.hash.slice(1));
+  for (const [k, v] of Object.entries(changes)) v == null || v === '' ? p.delete(k) : p.set(k, v);
+  location.hash = p.toString();
+}
+
+async function api(path) {
+  const r = await fetch(path, { headers: { Accept: 'application/json' } });
+  const body = await r.json();
+  if (!r.ok) throw new Error(body?.error?.message || r.statusText);
+  return body;
+}
+
+// ---- landing ----
+async function renderLanding() {
+  const [targets, sessions] = await Promise.all([api('/api/targets'), api('/api/sessions')]);
+  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${esc(t.session_id)}">
+    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
+    <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
+  $('#no-targets').hidden = targets.length > 0;
+  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${esc(s.id)}">
+    <td>${esc(s.id)}</td><td>${esc(s.hostname ?? '')}</td><td>${s.started_at ? new Date(s.started_at * 1000).toLocaleString() : ''}</td>
+    <td>${esc(s.samples ?? '')}</td><td>${s.live ? '<b>live</b>' : 'saved'}</td></tr>`).join('');
+}
+
+// ---- session ----
+let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [] };
+
+function statCards(meta) {
+  const st = meta.perf_stat || {};
+  const cards = (st.counters || []).map((c) => {
+    const v = !c.supported ? '<span class="muted">not supported</span>' : !c.counted ? '<span class="muted">not counted</span>'
+      : `${Number(c.value).toLocaleString()}${c.unit ? ' ' + c.unit : ''}`;
+    const scaled = c.running_pct != null && c.running_pct < 100 ? ` <span class="warn" title="multiplexed: counted ${pct(c.running_pct)}% of the time">scaled</span>` : '';
+    return `<div class="card">${esc(c.event)}<b>${v}${scaled}</b></div>`;
+  });
+  if (st.ipc != null) cards.push(`<div class="card">IPC<b>${st.ipc.toFixed(2)}</b></div>`);
+  if (meta.lost_samples) cards.push(`<div class="card warn">lost samples<b>${meta.lost_samples}</b></div>`);
+  $('#stat-cards').innerHTML = cards.join('');
+}
+
+function renderFunctions() {
+  let rows = view.functions;
+  const f = $('#filter').value;
+  if (f) { try { const re = new RegExp(f, 'i'); rows = rows.filter((r) => re.test(r.name) || re.test(r.module)); } catch { /* incomplete regex */ } }
+  const k = view.sort, d = view.desc ? -1 : 1;
+  rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0)).slice(0, 2000);
+  $('#functions tbody').innerHTML = rows.map((r) => `<tr><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+    <td>${pct(r.total_pct)}</td><td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('');
+}
+
+function drawFlame() {
+  const canvas = $('#flame');
+  if (!view.flame) return;
+  let root = view.flame.root;
+  for (const name of view.zoomPath) root = root.children.find((c) => c.name === name) || root;
+  const rowH = 18, width = canvas.clientWidth || 800;
+  const boxes = [];
+  const walk = (n, x, depth, scale) => {
+    boxes.push({ n, x, y: depth * rowH, w: n.value * scale });
+    let cx = x;
+    for (const c of n.children || []) { if (c.value * scale >= 0.5) walk(c, cx, depth + 1, scale); cx += c.value * scale; }
+  };
+  walk(root, 0, 0, root.value ? width / root.value : 0);
+  const depth = Math.max(...boxes.map((b) => b.y)) / rowH + 1;
+  canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
+  canvas.style.height = depth * rowH + 'px';
+  const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
+  g.font = '11px ui-monospace, monospace';
+  const re = $('#filter').value ? new RegExp($('#filter').value, 'i') : null;
+  for (const b of boxes) {
+    const hue = (b.n.module || '').split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
+    g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : `hsl(${hue},65%,${55 + (b.y / rowH) % 3 * 5}%)`;
+    g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
+    if (b.w > 40) { g.fillStyle = '#111'; g.fillText(b.n.name.slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
+  }
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    $('#flame-tip').textContent = b ? `${b.n.name} — ${pct(100 * b.n.value / view.flame.total)}% (${b.n.module})` : '';
+  };
+  canvas.onclick = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    if (!b || b.y === 0) return;
+    const path = []; // names from the zoom root down to the clicked box
+    const find = (n, trail) => { if (n === b.n) { path.push(...trail); return true; } return (n.children || []).some((c) => find(c, [...trail, c.name])); };
+    find(root, []);
+    view.zoomPath = [...view.zoomPath, ...path];
+    setHash({ zoom: view.zoomPath.join(';') });
+  };
+  $('#crumbs').innerHTML = ['all', ...view.zoomPath].map((n, i) => `<span data-depth="${i}">${esc(n)}</span>`).join(' › ');
+}
+
+async function renderSession(s) {
+  const q = new URLSearchParams({ weight: $('#weight').value });
+  if (s.tid) q.set('tid', s.tid);
+  if (s.event) q.set('event', s.event);
+  const meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`);
+  $('#session-title').textContent = s.session;
+  $('#session-info').textContent = `${meta.hostname || ''} · ${meta.samples} samples · ${meta.chunks} chunks · ${(meta.event_types || []).join(', ')}${meta.live ? ' · live' : ''}`;
+  statCards(meta);
+  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
+  for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
+  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; return; }
+  if (s.tab === 'functions') { view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions; renderFunctions(); }
+  if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+  if (s.tab === 'threads') {
+    const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
+    $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
+      <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`).join('');
+  }
+}
+
+let rendering = null;
+async function render() {
+  const s = hashState();
+  $('#landing').hidden = !!s.session;
+  $('#session').hidden = !s.session;
+  try { await (s.session ? renderSession(s) : renderLanding()); }
+  catch (e) { $('#conn').textContent = 'error: ' + e.message; }
+}
+function rerender() { if (!rendering) rendering = render().finally(() => { rendering = null; }); }
+
+document.addEventListener('click', (e) => {
+  const row = e.target.closest('tr[data-session]');
+  if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
+  const tidRow = e.target.closest('tr[data-tid]');
+  if (tidRow) setHash({ tid: tidRow.dataset.tid, tab: 'functions' });
+  const tab = e.target.closest('#tabs button');
+  if (tab) setHash({ tab: tab.dataset.tab });
+  const th = e.target.closest('th[data-sort]');
+  if (th) { view.desc = view.sort === th.dataset.sort ? !view.desc : true; view.sort = th.dataset.sort; renderFunctions(); }
+  const crumb = e.target.closest('#crumbs span');
+  if (crumb) { view.zoomPath = view.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: view.zoomPath.join(';') }); }
+});
+$('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); });
+$('#weight').addEventListener('change', rerender);
+window.addEventListener('hashchange', rerender);
+window.addEventListener('resize', drawFlame);
+
+// Live updates: re-render when something the current view shows changed.
+const stream = new EventSource('/api/stream');
+stream.onopen = () => { $('#conn').textContent = 'live'; };
+stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
+for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
+stream.addEventListener('data_version', (e) => {
+  const s = hashState(), d = JSON.parse(e.data);
+  if (!s.session || d.session_id === s.session) rerender();
+});
+rerender();
