@@ -27,7 +27,7 @@ kill -0 "${pids[0]}" 2>/dev/null || { echo "run: the collector did not start" >&
 pids+=($!)
 demo=$!
 
-"$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" &
+"$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" --duration 2 &
 pids+=($!)
 
 echo "perfwire: profiling perfwire-demo (pid $demo); open http://127.0.0.1:8080"
