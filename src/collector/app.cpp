@@ -3,6 +3,7 @@
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
 #include "collector/http/server.hpp"
+#include "collector/store/import.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -60,6 +61,15 @@ int run(const config& c) {
     std::signal(SIGPIPE, SIG_IGN);
     asio::io_context io(1);
     app_context app(io, c);
+
+    if (c.import_file) {
+        const auto r = import_recording(app.store, *c.import_file, *c.import_file);
+        if (r.session_id.empty()) {
+            log("import failed: " + r.error);
+            return 1;
+        }
+        log("imported " + *c.import_file + " as session " + r.session_id);
+    }
 
     tcp::acceptor agents(io), web(io);
     if (!open_acceptor(agents, c.agent_bind, c.agent_port, "agents") ||

@@ -267,3 +267,40 @@ TEST_CASE("the wizard dials a listening agent with its pairing code",
             CHECK(text.find("00112233445566778899aabbccddeeff") == std::string::npos);
         }
 }
+
+TEST_CASE("a real perf.data imports from the command line and by upload",
+          "[collector][integration][perf]") {
+    temp_dir dir;
+    auto demo = start_demo();
+    const std::string data = (dir.path / "demo.perf.data").string();
+    spawned record("/usr/bin/perf", {"record", "-q", "-e", "cpu-clock", "-F", "199", "-g", "-p",
+                                     std::to_string(demo->pid()), "-o", data, "--", "sleep", "1"});
+    REQUIRE(record.wait(20s) == 0);
+
+    spawned coll(PERFWIRE_COLLECTOR_BIN,
+                 {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",
+                  "--agent-bind", "127.0.0.1", "--http-port", "0", "--import", data});
+    const auto imported = coll.wait_for_stderr(" as session ", 20s);
+    INFO(coll.stderr_text());
+    REQUIRE(imported);
+    const auto port = coll.wait_for_stderr("API on http://127.0.0.1:", 5s);
+    REQUIRE(port);
+    const auto http_port = static_cast<std::uint16_t>(std::stoi(*port));
+    const auto fns = http_call(http_port, "GET", "/api/sessions/" + *imported + "/functions");
+    CHECK(fns.status == 200);
+    CHECK_THAT(fns.body, Catch::Contains(matrix));
+
+    std::ifstream in(data, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const auto up = http_call(http_port, "POST", "/api/sessions/import", bytes);
+    INFO(up.body);
+    REQUIRE(up.status == 200);
+    const std::string id(json::parse(up.body).at("session_id").as_string());
+    CHECK_THAT(http_call(http_port, "GET", "/api/sessions/" + id + "/functions").body,
+               Catch::Contains(matrix));
+
+    spawned bad(PERFWIRE_COLLECTOR_BIN,
+                {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",
+                 "--http-port", "0", "--import", "/nonexistent.data"});
+    CHECK(bad.wait(10s) == 1);
+}

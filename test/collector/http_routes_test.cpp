@@ -175,3 +175,21 @@ TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests"
     CHECK(f.call(http::verb::get, base).result() == http::status::not_found);
     CHECK(f.call(http::verb::delete_, base).result() == http::status::not_found);
 }
+
+TEST_CASE("API: importing perf script text makes a queryable session", "[collector][api]") {
+    fixture_app f;
+    const auto res = f.call(http::verb::post, "/api/sessions/import",
+                            test_support::fixture("collector/fixtures/system_wide_cpu.txt"));
+    INFO(res.body());
+    REQUIRE(res.result() == http::status::ok);
+    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto fns = f.get_json("/api/sessions/" + id + "/functions?weight=samples");
+    CHECK(fns.at("total").to_number<std::uint64_t>() > 0);
+    CHECK(f.get_json("/api/sessions/" + id).at("source").as_string() == "upload");
+
+    const auto garbage = f.call(http::verb::post, "/api/sessions/import", "not perf output\n");
+    CHECK(garbage.result() == http::status::bad_request);
+    CHECK_THAT(garbage.body(), Catch::Contains("no perf script samples"));
+    CHECK(f.call(http::verb::post, "/api/sessions/import").result() == http::status::bad_request);
+    CHECK(f.get_json("/api/sessions").as_array().size() == 2); // nothing made for the failures
+}

@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/model/views.hpp"
+#include "collector/store/import.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -9,9 +10,13 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <boost/asio/strand.hpp>
+
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <sstream>
+#include <unistd.h>
 
 namespace collector {
 namespace json = boost::json;
@@ -400,6 +405,31 @@ std::vector<std::shared_ptr<agent_link>> agents_of(const app_context& app) {
     return out;
 }
 
+// On the pool: the upload goes to a private temporary file, then through the importer.
+asio::awaitable<import_result> import_body(app_context* app, std::string body) {
+    std::string path = (std::filesystem::temp_directory_path() / "perfwire-import-XXXXXX").string();
+    const int fd = ::mkstemp(path.data());
+    import_result r;
+    if (fd < 0) {
+        r.error = "cannot create a temporary file";
+        co_return r;
+    }
+    std::string_view rest = body;
+    while (!rest.empty()) {
+        const ssize_t n = ::write(fd, rest.data(), rest.size());
+        if (n <= 0)
+            break;
+        rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    if (rest.empty())
+        r = import_recording(app->store, path, "upload");
+    else
+        r.error = "cannot write the upload to a temporary file";
+    std::filesystem::remove(path);
+    co_return r;
+}
+
 json::array session_list(app_context& app) {
     json::array out;
     for (auto& meta : app.store.list()) {
@@ -548,6 +578,20 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             if (method != http::verb::get)
                 co_return wrong_method();
             co_return make_json(req, http::status::ok, session_list(app));
+        }
+        if (s.size() == 3 && s[2] == "import") {
+            if (method != http::verb::post)
+                co_return wrong_method();
+            if (req.body().empty())
+                co_return make_error(req, http::status::bad_request, "empty",
+                                     "send a perf.data file or perf script text as the body");
+            auto r = co_await asio::co_spawn(asio::make_strand(app.pool),
+                                             import_body(&app, std::move(req.body())),
+                                             asio::use_awaitable);
+            if (r.session_id.empty())
+                co_return make_error(req, http::status::bad_request, "import_failed", r.error);
+            app.changed("sessions", r.session_id);
+            co_return make_json(req, http::status::ok, json::object{{"session_id", r.session_id}});
         }
         auto e = app.sessions.find(s[2]);
         if (!e)

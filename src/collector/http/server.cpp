@@ -31,12 +31,13 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 namespace {
 
 constexpr std::size_t max_request_body = std::size_t{1} << 20;
+constexpr std::size_t max_import_body = std::size_t{512} << 20;
 constexpr auto io_timeout = std::chrono::seconds(30);
 
 http_response too_large(unsigned version) {
     http_response res{http::status::payload_too_large, version};
     res.set(http::field::content_type, "application/json");
-    res.body() = R"({"error":{"code":"too_large","message":"request body over 1 MiB"}})";
+    res.body() = R"({"error":{"code":"too_large","message":"request body too large"}})";
     res.keep_alive(false);
     res.prepare_payload();
     return res;
@@ -107,6 +108,12 @@ asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
         http::request_parser<http::string_body> parser;
         parser.header_limit(16 << 10);
         parser.body_limit(max_request_body);
+        auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, use_nothrow);
+        if (hec)
+            break;
+        // Recordings may be uploaded; every other request is small.
+        if (parser.get().target() == "/api/sessions/import")
+            parser.body_limit(max_import_body);
         auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
         if (ec == http::error::body_limit) {
             auto res = too_large(parser.get().version());
