@@ -193,3 +193,40 @@ TEST_CASE("API: importing perf script text makes a queryable session", "[collect
     CHECK(f.call(http::verb::post, "/api/sessions/import").result() == http::status::bad_request);
     CHECK(f.get_json("/api/sessions").as_array().size() == 2); // nothing made for the failures
 }
+
+TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {
+    fixture_app f;
+    const auto base = "/api/sessions/" + f.session_id;
+    // Against itself every delta is zero.
+    const auto same = f.get_json(base + "/functions?baseline=" + f.session_id);
+    CHECK(same.at("baseline").as_string() == f.session_id);
+    for (const auto& r : same.at("functions").as_array()) {
+        CHECK(r.at("delta_self_pct").as_double() == Approx(0.0).margin(1e-9));
+        CHECK(r.at("baseline_total_pct").as_double() == Approx(r.at("total_pct").as_double()));
+    }
+    const auto flame = f.get_json(base + "/flamegraph?baseline=" + f.session_id);
+    for (const auto& c : flame.at("root").at("children").as_array())
+        CHECK(c.at("delta_pct").as_double() == Approx(0.0).margin(1e-9));
+
+    // Against a capture of another program: its functions are all new here.
+    auto w = f.app->store.create("other", {{"agent", "perfwire"}, {"started_at", 1000.0}});
+    REQUIRE(w.has_value());
+    REQUIRE_FALSE(
+        w->write_chunk(false, "other 9/9 1.0: 1 cpu-clock: \n\t1 elsewhere (/bin/other)\n\n"));
+    REQUIRE_FALSE(w->append_metrics(R"({"type":"system","ts":1001.0})"));
+    REQUIRE_FALSE(w->append_metrics(R"({"type":"process","ts":1002.0})"));
+    REQUIRE_FALSE(w->append_metrics(R"({"type":"system","ts":1005.0})"));
+    const auto diff = f.get_json(base + "/functions?baseline=" + w->id());
+    const auto& top = diff.at("functions").as_array().at(0);
+    CHECK(top.at("baseline_self_pct").as_double() == 0.0);
+    CHECK(top.at("delta_self_pct").as_double() == Approx(top.at("self_pct").as_double()));
+    CHECK(f.call(http::verb::get, base + "/functions?baseline=nope").result() ==
+          http::status::not_found);
+
+    const auto other = "/api/sessions/" + w->id();
+    CHECK(f.get_json(other + "/metrics").as_array().size() == 3);
+    CHECK(f.get_json(other + "/metrics?type=system").as_array().size() == 2);
+    const auto late = f.get_json(other + "/metrics?type=system&start=3").as_array();
+    REQUIRE(late.size() == 1);
+    CHECK(late[0].at("ts").as_double() == 1005.0);
+}

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace collector {
 namespace json = boost::json;
@@ -132,6 +133,8 @@ struct view_params {
     std::optional<std::uint32_t> tid;
     std::optional<double> start_s, end_s, min_pct;
     std::optional<int> max_depth;
+    std::string baseline; // session id to compare against
+    std::string metrics_type;
     std::string error;
 };
 
@@ -139,6 +142,10 @@ view_params parse_view_params(const target_url& u) {
     view_params v;
     if (const auto it = u.query.find("event"); it != u.query.end())
         v.event = it->second;
+    if (const auto it = u.query.find("baseline"); it != u.query.end())
+        v.baseline = it->second;
+    if (const auto it = u.query.find("type"); it != u.query.end())
+        v.metrics_type = it->second;
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -332,6 +339,96 @@ json::object stat_json(const session_model& m) {
     return o;
 }
 
+// A baseline's shares, keyed by "name\x1fmodule" for functions and by the ';'-joined path for
+// flame-graph nodes, in percent of its total. Computed on the baseline session's strand.
+struct baseline_shares {
+    std::unordered_map<std::string, std::pair<double, double>> functions; // self %, total %
+    std::unordered_map<std::string, double> nodes;                        // inclusive %
+    std::string error;
+};
+
+std::string function_key(std::string_view name, std::string_view module) {
+    std::string k(name);
+    k.push_back('\x1f');
+    k.append(module);
+    return k;
+}
+
+asio::awaitable<baseline_shares> compute_baseline(std::shared_ptr<session_entry> e,
+                                                  app_context* app, view_params v) {
+    ensure_loaded(*e, app->store);
+    const profile& p = e->model->prof;
+    baseline_shares b;
+    v.tid.reset(); // a thread or window of one session means nothing in the other
+    v.start_s.reset();
+    v.end_s.reset();
+    json::object err;
+    const auto f = make_filter(p, v, err);
+    if (!f) {
+        b.error = "baseline: " + std::string(err.at("message").as_string());
+        co_return b;
+    }
+    const auto t = functions(p, *f);
+    for (const auto& r : t.rows)
+        b.functions[function_key(p.symbol(r.frame), p.module(r.frame))] = {
+            pct(r.self, t.total_weight), pct(r.total, t.total_weight)};
+    const auto incl = inclusive_weights(p, node_self_weights(p, *f));
+    std::vector<std::string> path(p.node_count());
+    for (std::uint32_t n = 1; n < p.node_count(); ++n) {
+        const auto parent = p.node_parent(n);
+        path[n] = (parent == profile::root ? std::string() : path[parent] + ";") +
+                  std::string(p.symbol(p.node_frame(n)));
+        if (incl[n])
+            b.nodes[path[n]] = pct(incl[n], incl[0]);
+    }
+    co_return b;
+}
+
+// Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
+// (and the same for total); flame nodes get baseline_pct and delta_pct.
+void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id) {
+    auto& o = body.as_object();
+    o["baseline"] = id;
+    if (auto* fns = o.if_contains("functions")) {
+        for (auto& row : fns->as_array()) {
+            auto& r = row.as_object();
+            const auto it = b.functions.find(
+                function_key(r.at("name").as_string(), r.at("module").as_string()));
+            const double bs = it == b.functions.end() ? 0.0 : it->second.first;
+            const double bt = it == b.functions.end() ? 0.0 : it->second.second;
+            r["baseline_self_pct"] = bs;
+            r["baseline_total_pct"] = bt;
+            r["delta_self_pct"] = r.at("self_pct").as_double() - bs;
+            r["delta_total_pct"] = r.at("total_pct").as_double() - bt;
+        }
+    }
+    if (auto* root = o.if_contains("root")) {
+        const double total = static_cast<double>(o.at("total").to_number<std::uint64_t>());
+        struct item {
+            json::object* node;
+            std::string path;
+        };
+        std::vector<item> todo;
+        for (auto& c : root->as_object()["children"].as_array())
+            todo.push_back({&c.as_object(), std::string(c.at("name").as_string())});
+        while (!todo.empty()) {
+            auto [node, path] = std::move(todo.back());
+            todo.pop_back();
+            const auto it = b.nodes.find(path);
+            const double base = it == b.nodes.end() ? 0.0 : it->second;
+            const double now =
+                total ? 100.0 * static_cast<double>(node->at("value").to_number<std::uint64_t>()) /
+                            total
+                      : 0.0;
+            (*node)["baseline_pct"] = base;
+            (*node)["delta_pct"] = now - base;
+            for (auto& c : (*node)["children"].as_array())
+                todo.push_back(
+                    {&c.as_object(), path + ";" + std::string(c.at("name").as_string())});
+        }
+    }
+}
+
 // What a view computes on the strand: a JSON body (or a text body), or an error.
 struct view_result {
     http::status status = http::status::ok;
@@ -339,13 +436,46 @@ struct view_result {
     std::string text; // set for text exports
 };
 
-enum class view_kind { functions, flamegraph, threads, meta, export_collapsed, export_json };
+enum class view_kind {
+    functions,
+    flamegraph,
+    threads,
+    meta,
+    export_collapsed,
+    export_json,
+    metrics
+};
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
                                           view_kind kind, view_params v) {
     ensure_loaded(*e, app->store);
     const session_model& m = *e->model;
     view_result r;
+    if (kind == view_kind::metrics) {
+        // Health history from metrics.jsonl; start/end in seconds from the session's start.
+        const auto meta = app->store.meta(e->id);
+        const double t0 = meta && meta->contains("started_at") && meta->at("started_at").is_number()
+                              ? meta->at("started_at").to_number<double>()
+                              : 0.0;
+        json::array out;
+        for (const auto& line : app->store.metrics(e->id)) {
+            boost::system::error_code ec;
+            auto sample = json::parse(line, ec);
+            if (ec || !sample.is_object())
+                continue;
+            const auto* type = sample.as_object().if_contains("type");
+            const auto* ts = sample.as_object().if_contains("ts");
+            if (!v.metrics_type.empty() &&
+                (!type || !type->is_string() || type->as_string() != v.metrics_type))
+                continue;
+            const double rel = ts && ts->is_number() ? ts->to_number<double>() - t0 : 0.0;
+            if ((v.start_s && rel < *v.start_s) || (v.end_s && rel > *v.end_s))
+                continue;
+            out.push_back(std::move(sample));
+        }
+        r.body = std::move(out);
+        co_return r;
+    }
     if (kind == view_kind::meta) {
         json::object o = app->store.meta(e->id).value_or(json::object());
         o["samples"] = m.prof.sample_count();
@@ -392,7 +522,8 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
                               {"threads", threads_json(m.prof, *f)}};
         break;
     case view_kind::meta:
-        break;
+    case view_kind::metrics:
+        break; // answered above
     }
     co_return r;
 }
@@ -618,6 +749,8 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             kind = view_kind::flamegraph;
         else if (s.size() == 4 && s[3] == "threads")
             kind = view_kind::threads;
+        else if (s.size() == 4 && s[3] == "metrics")
+            kind = view_kind::metrics;
         else if (s.size() == 4 && s[3] == "export") {
             const auto fmt = url.query.count("format") ? url.query.at("format") : "json";
             if (fmt == "collapsed")
@@ -632,8 +765,23 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
         auto v = parse_view_params(url);
         if (!v.error.empty())
             co_return make_error(req, http::status::bad_request, "bad_parameter", v.error);
+        std::optional<baseline_shares> base;
+        if (!v.baseline.empty() &&
+            (kind == view_kind::functions || kind == view_kind::flamegraph)) {
+            auto b = app.sessions.find(v.baseline);
+            if (!b)
+                co_return make_error(req, http::status::not_found, "no_session",
+                                     "no baseline session " + v.baseline);
+            base = co_await asio::co_spawn(b->strand, compute_baseline(b, &app, v),
+                                           asio::use_awaitable);
+            if (!base->error.empty())
+                co_return make_error(req, http::status::bad_request, "bad_baseline", base->error);
+        }
+        const std::string baseline_id = v.baseline;
         auto r = co_await asio::co_spawn(e->strand, compute_view(e, &app, kind, std::move(v)),
                                          asio::use_awaitable);
+        if (base && r.status == http::status::ok)
+            apply_baseline(r.body, *base, baseline_id);
         if (kind == view_kind::export_collapsed && r.status == http::status::ok) {
             http_response res{http::status::ok, req.version()};
             res.set(http::field::content_type, "text/plain; charset=utf-8");
