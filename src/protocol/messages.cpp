@@ -208,11 +208,14 @@ parse_result<command_response> response_from(json::object obj) {
         return invalid("field 'error' must be a string");
     if (!r.ok)
         r.error = has_error ? std::string(e->value().get_string()) : "unspecified error";
-    obj.erase("id");
-    obj.erase("ok");
-    if (!r.ok)
-        obj.erase("error");
-    r.fields = std::move(obj);
+    // Copy rather than erase: object::erase moves the last member into the hole, which would
+    // reorder the fields on every round trip.
+    for (auto& kv : obj) {
+        const auto key = kv.key();
+        if (key == "id" || key == "ok" || (key == "error" && !r.ok))
+            continue;
+        r.fields.emplace(key, std::move(kv.value()));
+    }
     return r;
 }
 
