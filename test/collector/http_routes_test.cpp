@@ -131,6 +131,28 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     CHECK_THAT(collapsed.body(), Catch::Contains("(anonymous namespace)::matrix_worker;"
                                                  "(anonymous namespace)::matrix_multiply "));
     CHECK(f.get_json(base + "/export?format=json").as_object().contains("flamegraph"));
+
+    // speedscope: stacks outermost first, weights summing to the total, clock units in ns.
+    const auto ss = f.get_json(base + "/export?format=speedscope");
+    const auto& prof = ss.at("profiles").as_array().at(0);
+    CHECK(prof.at("type").as_string() == "sampled");
+    CHECK(prof.at("unit").as_string() == "nanoseconds");
+    const auto& frames = ss.at("shared").at("frames").as_array();
+    std::uint64_t weight_sum = 0;
+    for (const auto& w : prof.at("weights").as_array())
+        weight_sum += w.to_number<std::uint64_t>();
+    CHECK(weight_sum == fns.at("total").to_number<std::uint64_t>());
+    CHECK(prof.at("endValue").to_number<std::uint64_t>() == weight_sum);
+    bool worker_above_multiply = false;
+    for (const auto& sample : prof.at("samples").as_array()) {
+        const auto& st = sample.as_array();
+        const auto leaf = frames.at(st.at(st.size() - 1).to_number<std::size_t>()).at("name");
+        if (leaf.as_string() == "(anonymous namespace)::matrix_multiply" && st.size() >= 2)
+            worker_above_multiply |=
+                frames.at(st.at(st.size() - 2).to_number<std::size_t>()).at("name").as_string() ==
+                "(anonymous namespace)::matrix_worker";
+    }
+    CHECK(worker_above_multiply);
 }
 
 TEST_CASE("API: bad requests get clear errors", "[collector][api]") {

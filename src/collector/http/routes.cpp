@@ -312,6 +312,46 @@ std::string collapsed_text(const profile& p, const view_filter& f) {
     return out;
 }
 
+// speedscope's sampled format: every stack with self weight, outermost frame first.
+json::value speedscope_json(const profile& p, const view_filter& f, const std::string& name) {
+    json::array frames;
+    frames.reserve(p.frame_count());
+    for (std::uint32_t i = 0; i < p.frame_count(); ++i)
+        frames.push_back({{"name", p.symbol(i)}, {"file", p.module(i)}});
+    const auto self = node_self_weights(p, f);
+    json::array samples, weights;
+    std::uint64_t total = 0;
+    std::vector<std::uint32_t> stack;
+    for (std::uint32_t n = 1; n < self.size(); ++n) {
+        if (!self[n])
+            continue;
+        stack.clear();
+        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m))
+            stack.push_back(p.node_frame(m));
+        json::array s;
+        for (auto it = stack.rbegin(); it != stack.rend(); ++it)
+            s.push_back(*it);
+        samples.push_back(std::move(s));
+        weights.push_back(self[n]);
+        total += self[n];
+    }
+    const auto base = event_base_name(p.event_name(f.event));
+    const bool clock = base == "cpu-clock" || base == "task-clock";
+    json::object prof{{"type", "sampled"},
+                      {"name", name + " (" + std::string(p.event_name(f.event)) + ")"},
+                      {"unit", f.by_period && clock ? "nanoseconds" : "none"},
+                      {"startValue", 0},
+                      {"endValue", total},
+                      {"samples", std::move(samples)},
+                      {"weights", std::move(weights)}};
+    return json::object{{"$schema", "https://www.speedscope.app/file-format-schema.json"},
+                        {"shared", {{"frames", std::move(frames)}}},
+                        {"profiles", json::array{std::move(prof)}},
+                        {"name", name},
+                        {"activeProfileIndex", 0},
+                        {"exporter", "perfwire " PERFWIRE_VERSION}};
+}
+
 json::object stat_json(const session_model& m) {
     json::object o;
     if (!m.last_stat)
@@ -443,6 +483,7 @@ enum class view_kind {
     meta,
     export_collapsed,
     export_json,
+    export_speedscope,
     metrics
 };
 
@@ -520,6 +561,9 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         r.body = json::object{{"functions", functions_json(m.prof, *f, 1000000)},
                               {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0)},
                               {"threads", threads_json(m.prof, *f)}};
+        break;
+    case view_kind::export_speedscope:
+        r.body = speedscope_json(m.prof, *f, e->id);
         break;
     case view_kind::meta:
     case view_kind::metrics:
@@ -757,9 +801,11 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                 kind = view_kind::export_collapsed;
             else if (fmt == "json")
                 kind = view_kind::export_json;
+            else if (fmt == "speedscope")
+                kind = view_kind::export_speedscope;
             else
                 co_return make_error(req, http::status::bad_request, "bad_format",
-                                     "format must be collapsed or json");
+                                     "format must be collapsed, json or speedscope");
         } else
             co_return not_found();
         auto v = parse_view_params(url);
