@@ -4,6 +4,8 @@
 #include "support/http_client.hpp"
 #include "support/spawn.hpp"
 
+#include "support/fixtures.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
@@ -21,14 +23,7 @@ using test_support::spawned;
 
 namespace {
 
-struct temp_dir {
-    fs::path path;
-    temp_dir() {
-        std::string t = (fs::temp_directory_path() / "perfwire-coll-XXXXXX").string();
-        path = ::mkdtemp(t.data());
-    }
-    ~temp_dir() { fs::remove_all(path); }
-};
+using test_support::temp_dir;
 
 struct collector_proc {
     std::unique_ptr<spawned> proc;

@@ -1,6 +1,8 @@
 #include "collector/store/session_store.hpp"
 #include "protocol/compression.hpp"
 
+#include "support/fixtures.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -12,14 +14,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-    fs::path path;
-    temp_dir() {
-        std::string t = (fs::temp_directory_path() / "perfwire-store-XXXXXX").string();
-        path = ::mkdtemp(t.data());
-    }
-    ~temp_dir() { fs::remove_all(path); }
-};
+using test_support::temp_dir;
 
 } // namespace
 

@@ -1,6 +1,8 @@
 // Reads committed fixtures (real captures) from test/<area>/fixtures/.
 #pragma once
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -16,5 +18,22 @@ inline std::string fixture(const std::string& relative) {
     ss << in.rdbuf();
     return ss.str();
 }
+
+// A private folder under the system temp directory, removed with everything in it.
+struct temp_dir {
+    std::filesystem::path path;
+    temp_dir() {
+        std::string t = (std::filesystem::temp_directory_path() / "perfwire-test-XXXXXX").string();
+        if (!::mkdtemp(t.data()))
+            throw std::runtime_error("mkdtemp failed");
+        path = t;
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+};
 
 } // namespace test_support

@@ -52,7 +52,7 @@ framing_peer::~framing_peer() {
         ::close(fd_);
 }
 
-std::optional<framing_peer> framing_peer::connect(std::uint16_t port) {
+int connect_loopback(std::uint16_t port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -60,8 +60,15 @@ std::optional<framing_peer> framing_peer::connect(std::uint16_t port) {
     addr.sin_port = htons(port);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
         ::close(fd);
-        return std::nullopt;
+        return -1;
     }
+    return fd;
+}
+
+std::optional<framing_peer> framing_peer::connect(std::uint16_t port) {
+    const int fd = connect_loopback(port);
+    if (fd < 0)
+        return std::nullopt;
     return framing_peer(fd);
 }
 

@@ -13,6 +13,9 @@
 
 namespace test_support {
 
+// A TCP socket connected to 127.0.0.1:port, or -1.
+int connect_loopback(std::uint16_t port);
+
 class listener {
 public:
     explicit listener(std::uint16_t port = 0); // 127.0.0.1; 0: an ephemeral port

@@ -1,5 +1,7 @@
 #include "support/http_client.hpp"
 
+#include "support/framing_peer.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -11,15 +13,9 @@ namespace test_support {
 http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
                      const std::string& body, const std::vector<std::string>& extra_headers) {
     http_reply r;
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        ::close(fd);
+    const int fd = connect_loopback(port);
+    if (fd < 0)
         return r;
-    }
     std::string req = method + " " + target + " HTTP/1.1\r\nConnection: close\r\n";
     bool has_host = false;
     for (const auto& h : extra_headers) {
