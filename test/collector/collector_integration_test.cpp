@@ -164,6 +164,15 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
         CHECK(names(fns, matrix));
         CHECK(names(fns, "(anonymous namespace)::hash_strings"));
     }
+    // The UI and the event stream bypass the API router: the server guards them itself.
+    CHECK(http_call(coll->http_port, "GET", "/", {}, {"Host: evil.example"}).status == 403);
+    CHECK(http_call(coll->http_port, "GET", "/api/stream", {}, {"Host: evil.example"}).status ==
+          403);
+    const auto page = http_call(coll->http_port, "GET", "/");
+    CHECK(page.status == 200);
+    CHECK_THAT(page.body, Catch::Contains("<title>perfwire</title>"));
+    CHECK(coll->get("/api/status").at("sessions").to_number<int>() >= 2);
+
     const auto meta = coll->get("/api/sessions/" + ids[0]);
     CHECK(meta.at("perf_stat").at("counters").as_array().size() > 0);
 

@@ -74,6 +74,7 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     fixture_app f;
     const auto base = "/api/sessions/" + f.session_id;
 
+    CHECK(f.get_json("/api/status").at("sessions").to_number<int>() == 1);
     const auto list = f.get_json("/api/sessions").as_array();
     REQUIRE(list.size() == 1);
     CHECK(list[0].at("id").as_string() == f.session_id);

@@ -339,10 +339,13 @@ void agent_link::finish_session() {
         return;
     app_.sessions.set_live(session_id_, false);
     auto e = session_;
-    const json::object start = app_.store.meta(session_id_).value_or(json::object());
-    asio::post(e->strand, [e, start] {
+    const session_store* store = &app_.store;
+    const double ended = wall_seconds();
+    asio::post(e->strand, [e, store, ended] {
+        // The metadata written at the hello, completed; disk work stays off the I/O thread.
         if (e->writer && e->model)
-            (void)e->writer->write_meta(final_meta(start, *e->model, wall_seconds()));
+            (void)e->writer->write_meta(
+                final_meta(store->meta(e->id).value_or(json::object()), *e->model, ended));
         e->writer.reset();
     });
     app_.changed("sessions", session_id_);

@@ -605,9 +605,15 @@ asio::awaitable<import_result> import_body(app_context* app, std::string body) {
     co_return r;
 }
 
-json::array session_list(app_context& app) {
+// On the pool: every session's metadata from disk.
+asio::awaitable<std::vector<json::object>> read_session_list(const session_store* store) {
+    co_return store->list();
+}
+
+// On the I/O thread, which owns the registry: live sessions get their current counts.
+json::array session_list(app_context& app, std::vector<json::object> metas) {
     json::array out;
-    for (auto& meta : app.store.list()) {
+    for (auto& meta : metas) {
         const std::string id(meta.at("id").as_string());
         const bool live = app.sessions.is_live(id);
         meta["live"] = live;
@@ -676,7 +682,7 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                                          {"uptime_sec", uptime},
                                          {"agent_listener", app.agent_listen_address},
                                          {"targets", agents_of(app).size()},
-                                         {"sessions", app.store.list().size()}});
+                                         {"sessions", app.store.count()}});
     }
 
     if (s.size() >= 2 && s[1] == "targets") {
@@ -752,7 +758,9 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
         if (s.size() == 2) {
             if (method != http::verb::get)
                 co_return wrong_method();
-            co_return make_json(req, http::status::ok, session_list(app));
+            auto metas = co_await asio::co_spawn(
+                asio::make_strand(app.pool), read_session_list(&app.store), asio::use_awaitable);
+            co_return make_json(req, http::status::ok, session_list(app, std::move(metas)));
         }
         if (s.size() == 3 && s[2] == "import") {
             if (method != http::verb::post)

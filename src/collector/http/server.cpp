@@ -124,21 +124,18 @@ asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
             break; // closed, timed out, or not HTTP: nothing to answer
         auto req = parser.release();
         const std::string_view target(req.target().data(), req.target().size());
-        const bool api = target.rfind("/api/", 0) == 0;
-        if (auto refused = check_request_origin(app, req)) {
-            (void)co_await http::async_write(stream, *refused, use_nothrow);
-            break;
-        }
-        if (req.method() == http::verb::get &&
-            target.substr(0, target.find('?')) == "/api/stream") {
+        const bool head = req.method() == http::verb::head;
+        const bool get = req.method() == http::verb::get;
+        const bool events = get && target.substr(0, target.find('?')) == "/api/stream";
+        // (Ifs, not ?: — GCC 12 mis-compiles co_await inside a conditional expression.)
+        http_response res;
+        if ((target.rfind("/api/", 0) == 0 && !events) || (!get && !head)) {
+            res = co_await handle_request(app, std::move(req)); // checks Host and Origin
+        } else if (auto refused = check_request_origin(app, req)) {
+            res = std::move(*refused);
+        } else if (events) {
             co_await serve_events(app, stream, req.version());
             break;
-        }
-        // (An if, not ?: — GCC 12 mis-compiles co_await inside a conditional expression.)
-        http_response res;
-        const bool head = req.method() == http::verb::head;
-        if (api || (req.method() != http::verb::get && !head)) {
-            res = co_await handle_request(app, std::move(req));
         } else {
             res = ui_response(app, req);
             if (head)

@@ -198,6 +198,18 @@ std::vector<json::object> session_store::list() const {
     return out;
 }
 
+std::size_t session_store::count() const {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+        std::error_code exists_ec;
+        if (e.is_directory() && valid_id(e.path().filename().string()) &&
+            fs::exists(e.path() / "meta.json", exists_ec))
+            ++n;
+    }
+    return n;
+}
+
 error_code session_store::remove(std::string_view id) {
     if (!valid_id(id))
         return {EINVAL, boost::system::system_category()};

@@ -55,8 +55,11 @@ public:
 
     static bool valid_id(std::string_view id) noexcept;
 
-    // Metadata of every session, newest first; chunk counts come from the folder.
+    // Metadata of every session, newest first; chunk counts come from the folder. Reads
+    // every meta.json: call it off the I/O thread.
     std::vector<boost::json::object> list() const;
+    // How many sessions there are, without reading them.
+    std::size_t count() const;
     std::optional<boost::json::object> meta(std::string_view id) const;
     boost::system::error_code remove(std::string_view id);
 
