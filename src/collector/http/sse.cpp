@@ -52,7 +52,7 @@ void sse_client::close() {
 }
 
 asio::awaitable<std::shared_ptr<const std::string>>
-sse_client::next(std::chrono::seconds heartbeat) {
+sse_client::next(std::chrono::steady_clock::duration heartbeat) {
     static const auto keepalive = std::make_shared<const std::string>(": keep-alive\n\n");
     if (queue_.empty() && !dropped_ && !closed_) {
         wake_.expires_after(heartbeat);

@@ -33,6 +33,8 @@ public:
     void broadcast(std::string_view kind, std::string_view data);
     std::size_t clients() const noexcept { return clients_.size(); }
     std::uint64_t dropped() const noexcept { return dropped_; }
+    // Bytes a client may have queued before it is dropped.
+    void set_cap(std::size_t cap_bytes) noexcept { cap_ = cap_bytes; }
 
     // Formats one event; data must be one line (JSON is).
     static std::string format(std::string_view kind, std::string_view data);
@@ -53,7 +55,8 @@ public:
     bool push(std::shared_ptr<const std::string> event);
     bool dropped() const noexcept { return dropped_; }
     // The next buffer to write, waiting up to `heartbeat` (then a comment line).
-    asio::awaitable<std::shared_ptr<const std::string>> next(std::chrono::seconds heartbeat);
+    asio::awaitable<std::shared_ptr<const std::string>>
+    next(std::chrono::steady_clock::duration heartbeat);
     void written(std::size_t bytes) noexcept { queued_ -= bytes; }
     void close();
 

@@ -1,0 +1,254 @@
+// One browser connection driven byte for byte: over beast::test::stream for exact bytes, and
+// over loopback TCP for a browser that stops reading.
+#include "collector/http/connection.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/_experimental/test/stream.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+using namespace collector;
+namespace beast = boost::beast;
+using asio::ip::tcp;
+
+namespace {
+
+struct test_app {
+    test_support::temp_dir dir;
+    asio::io_context io;
+    std::unique_ptr<app_context> app;
+
+    test_app() {
+        config c;
+        c.sessions_dir = (dir.path / "sessions").string();
+        app = std::make_unique<app_context>(io, c);
+        app->agent_listen_address = "0.0.0.0:9999";
+    }
+    ~test_app() { app->pool.join(); }
+
+    // Runs until nothing is ready, then gives any thread-pool work a moment to come back.
+    void settle() {
+        for (int i = 0; i < 50; ++i) {
+            io.restart();
+            if (io.poll() == 0 && i > 2)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    }
+};
+
+// The browser's end of a connected test stream pair; the server end runs serve_connection.
+struct test_browser {
+    beast::test::stream server, browser;
+    std::future<void> done;
+
+    test_browser(test_app& t, connection_limits limits = {})
+        : server(t.io)
+        , browser(t.io) {
+        server.connect(browser);
+        done = asio::co_spawn(t.io, serve_connection(*t.app, server, limits), asio::use_future);
+    }
+    void send(std::string_view bytes) { asio::write(browser, asio::buffer(bytes)); }
+    // Everything the server wrote since the last call.
+    std::string received() {
+        std::string out(browser.str());
+        browser.clear();
+        return out;
+    }
+};
+
+const std::string stream_request = "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+
+} // namespace
+
+TEST_CASE("SSE over a test stream: header, first picture, events and heartbeat byte for byte",
+          "[collector][sse][connection]") {
+    test_app t;
+    connection_limits limits;
+    limits.heartbeat = std::chrono::milliseconds(30);
+    test_browser b(t, limits);
+    b.send(stream_request);
+    t.settle();
+    // No Content-Length, no chunking: the body is the event stream itself.
+    CHECK(b.received() == "HTTP/1.1 200 OK\r\n"
+                          "Content-Type: text/event-stream\r\n"
+                          "Cache-Control: no-store\r\n"
+                          "\r\n"
+                          "event: status\n"
+                          "data: {\"version\":\"" PERFWIRE_VERSION
+                          "\",\"agent_listener\":\"0.0.0.0:9999\"}\n\n"
+                          "event: targets\n"
+                          "data: []\n\n");
+    CHECK(t.app->sse.clients() == 1);
+
+    t.app->sse.broadcast("data_version", R"({"session_id":"s1","chunks":2,"samples":480})");
+    t.app->sse.broadcast("metrics", R"({"type":"system","ts":1.5})");
+    t.settle();
+    CHECK(b.received() == "event: data_version\n"
+                          "data: {\"session_id\":\"s1\",\"chunks\":2,\"samples\":480}\n\n"
+                          "event: metrics\n"
+                          "data: {\"type\":\"system\",\"ts\":1.5}\n\n");
+
+    // Idle: a comment line, nothing else.
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    t.settle();
+    CHECK(b.received() == ": keep-alive\n\n");
+
+    // The browser leaves: the next write fails, the client unregisters, the coroutine ends.
+    b.browser.close();
+    t.app->sse.broadcast("targets", "[]");
+    t.settle();
+    CHECK(t.app->sse.clients() == 0);
+    REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+    b.done.get();
+}
+
+TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized body",
+          "[collector][connection]") {
+    test_app t;
+    connection_limits limits;
+    limits.request_body = 64;
+    test_browser b(t, limits);
+
+    // Two requests on one connection, answered in order.
+    b.send("GET /api/status HTTP/1.1\r\nHost: localhost:8080\r\n\r\n"
+           "GET /no/such/file HTTP/1.1\r\nHost: localhost:8080\r\n\r\n");
+    t.settle();
+    auto out = b.received();
+    const auto second = out.find("HTTP/1.1 404 Not Found\r\n");
+    REQUIRE(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    REQUIRE(second != std::string::npos);
+    CHECK(out.find("\"version\":\"" PERFWIRE_VERSION "\"") < second);
+    CHECK(b.done.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
+
+    // A page served from elsewhere (DNS rebinding) never reaches the event stream.
+    b.send("GET /api/stream HTTP/1.1\r\nHost: evil.example:8080\r\n\r\n");
+    t.settle();
+    out = b.received();
+    CHECK(out.rfind("HTTP/1.1 403 Forbidden\r\n", 0) == 0);
+    CHECK(out.find("text/event-stream") == std::string::npos);
+    CHECK(t.app->sse.clients() == 0);
+
+    // Recordings may be far larger than other requests.
+    const auto recording = test_support::fixture("collector/fixtures/callchain_fields.txt");
+    REQUIRE(recording.size() > limits.request_body);
+    b.send("POST /api/sessions/import HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: " +
+           std::to_string(recording.size()) + "\r\n\r\n" + recording);
+    for (int i = 0; i < 200 && b.browser.str().find("session_id") == std::string_view::npos; ++i)
+        t.settle();
+    out = b.received();
+    CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(out.find("\"session_id\":\"") != std::string::npos);
+
+    // A body over the limit is refused before it is read, and the connection closes.
+    b.send("POST /api/targets/connect HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: 100"
+           "\r\n\r\n" +
+           std::string(100, 'x'));
+    t.settle();
+    out = b.received();
+    CHECK(out.rfind("HTTP/1.1 413 Payload Too Large\r\n", 0) == 0);
+    CHECK(out.find(R"("code":"too_large")") != std::string::npos);
+    REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
+TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the other gets "
+          "everything",
+          "[collector][sse][connection]") {
+    test_app t;
+    t.app->sse.set_cap(std::size_t{256} << 10);
+    tcp::acceptor acceptor(t.io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    const auto port = acceptor.local_endpoint().port();
+
+    // Accepts one connection with a small send buffer, so the slow browser's backlog builds up
+    // in the collector's queue rather than in the kernel.
+    auto serve_one = [&]() {
+        auto accepted = acceptor.async_accept(asio::use_future);
+        t.io.restart();
+        while (accepted.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+            t.io.run_one_for(std::chrono::milliseconds(10));
+        auto socket = accepted.get();
+        socket.set_option(asio::socket_base::send_buffer_size(8192));
+        asio::co_spawn(
+            t.io,
+            [](app_context& app, tcp::socket s) -> asio::awaitable<void> {
+                beast::tcp_stream stream(std::move(s));
+                co_await serve_connection(app, stream);
+            }(*t.app, std::move(socket)),
+            asio::use_future);
+    };
+    auto open_browser = [&](int receive_buffer) {
+        tcp::socket s(t.io);
+        s.open(tcp::v4());
+        s.set_option(asio::socket_base::receive_buffer_size(receive_buffer));
+        s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+        asio::write(s, asio::buffer(stream_request));
+        serve_one();
+        return s;
+    };
+    tcp::socket slow = open_browser(4096);
+    tcp::socket fast = open_browser(1 << 20);
+    fast.non_blocking(true);
+    t.settle();
+    REQUIRE(t.app->sse.clients() == 2);
+
+    const std::string payload(16 << 10, 'x');
+    const std::string event = sse_hub::format("metrics", payload);
+    std::string fast_got;
+    auto drain_fast = [&] {
+        char buf[65536];
+        boost::system::error_code ec;
+        for (;;) {
+            auto n = fast.read_some(asio::buffer(buf), ec);
+            if (ec)
+                break;
+            fast_got.append(buf, n);
+        }
+    };
+    constexpr int events = 120; // ~2 MB: far past the slow browser's 256 KiB cap
+    for (int i = 0; i < events; ++i) {
+        t.app->sse.broadcast("metrics", payload);
+        t.settle();
+        drain_fast();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline && fast_got.size() < events * event.size()) {
+        t.settle();
+        drain_fast();
+    }
+    CHECK(t.app->sse.dropped() == 1);
+    CHECK(t.app->sse.clients() == 1); // the slow one is gone, the fast one stays
+
+    std::size_t count = 0;
+    for (auto pos = fast_got.find(event); pos != std::string::npos;
+         pos = fast_got.find(event, pos + event.size()))
+        ++count;
+    CHECK(count == events);
+
+    // The slow browser finds its stream ended (EventSource would reconnect).
+    slow.non_blocking(true);
+    boost::system::error_code ec;
+    std::size_t slow_bytes = 0;
+    char buf[65536];
+    const auto slow_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < slow_deadline) {
+        t.settle();
+        auto n = slow.read_some(asio::buffer(buf), ec);
+        if (ec == asio::error::would_block)
+            continue;
+        if (ec)
+            break;
+        slow_bytes += n;
+    }
+    CHECK(ec == asio::error::eof);
+    CHECK(slow_bytes < events * event.size());
+
+    fast.close();
+    acceptor.close();
+    t.settle();
+}
