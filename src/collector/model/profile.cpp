@@ -12,46 +12,31 @@ std::uint64_t mix(std::uint64_t x) noexcept {
     return x;
 }
 
+std::uint64_t pair_hash(std::uint32_t a, std::uint32_t b) noexcept {
+    return mix((std::uint64_t{a} << 32) | b);
+}
+
 } // namespace
 
-profile::profile()
-    : frame_slots_(1024, 0)
-    , node_slots_(4096, 0) {
+profile::profile() {
     node_parent_.push_back(0);
-    node_frame_.push_back(no_frame); // the root is never looked up, so it has no slot
+    node_frame_.push_back(no_frame); // the root is never looked up, so it is not indexed
 }
 
 std::uint32_t profile::intern_frame(std::string_view symbol, std::string_view module) {
     const std::uint64_t h = hash_bytes(symbol, hash_bytes(module));
-    std::size_t mask = frame_slots_.size() - 1;
-    std::size_t i = h & mask;
-    while (const std::uint32_t slot = frame_slots_[i]) {
-        const std::uint32_t f = slot - 1;
-        if (frame_hash_[f] == h && strings_[frame_symbol_[f]] == symbol &&
-            strings_[frame_module_[f]] == module)
-            return f;
-        i = (i + 1) & mask;
-    }
+    const auto found = frame_index_.find(h, [&](std::uint32_t f) {
+        return frame_hash_[f] == h && strings_[frame_symbol_[f]] == symbol &&
+               strings_[frame_module_[f]] == module;
+    });
+    if (found.id != dense_index::none)
+        return found.id;
     const auto f = static_cast<std::uint32_t>(frame_symbol_.size());
     frame_symbol_.push_back(strings_.intern(symbol));
     frame_module_.push_back(strings_.intern(module));
     frame_hash_.push_back(h);
-    frame_slots_[i] = f + 1;
-    if (frame_symbol_.size() * 2 > frame_slots_.size())
-        grow_frames();
+    frame_index_.insert(found.slot, f, [this](std::uint32_t i) { return frame_hash_[i]; });
     return f;
-}
-
-void profile::grow_frames() {
-    std::vector<std::uint32_t> bigger(frame_slots_.size() * 2, 0);
-    const std::size_t mask = bigger.size() - 1;
-    for (std::uint32_t f = 0; f < frame_hash_.size(); ++f) {
-        std::size_t i = frame_hash_[f] & mask;
-        while (bigger[i])
-            i = (i + 1) & mask;
-        bigger[i] = f + 1;
-    }
-    frame_slots_.swap(bigger);
 }
 
 std::uint8_t profile::intern_event(std::string_view name) {
@@ -63,43 +48,47 @@ std::uint8_t profile::intern_event(std::string_view name) {
     events_.push_back(strings_.intern(name));
     self_samples_.emplace_back();
     self_period_.emplace_back();
+    site_samples_.emplace_back();
+    site_period_.emplace_back();
     return static_cast<std::uint8_t>(events_.size() - 1);
 }
 
 std::uint32_t profile::child(std::uint32_t parent, std::uint32_t frame) {
-    const std::uint64_t h = mix((std::uint64_t{parent} << 32) | frame);
-    const std::size_t mask = node_slots_.size() - 1;
-    std::size_t i = h & mask;
-    while (const std::uint32_t slot = node_slots_[i]) {
-        const std::uint32_t n = slot - 1;
-        if (node_parent_[n] == parent && node_frame_[n] == frame)
-            return n;
-        i = (i + 1) & mask;
-    }
+    const auto found = node_index_.find(pair_hash(parent, frame), [&](std::uint32_t n) {
+        return node_parent_[n] == parent && node_frame_[n] == frame;
+    });
+    if (found.id != dense_index::none)
+        return found.id;
     const auto n = static_cast<std::uint32_t>(node_parent_.size());
     node_parent_.push_back(parent);
     node_frame_.push_back(frame);
-    node_slots_[i] = n + 1;
-    if (node_parent_.size() * 2 > node_slots_.size())
-        grow_nodes();
+    node_index_.insert(found.slot, n, [this](std::uint32_t i) {
+        return pair_hash(node_parent_[i], node_frame_[i]);
+    });
     return n;
 }
 
-void profile::grow_nodes() {
-    std::vector<std::uint32_t> bigger(node_slots_.size() * 2, 0);
-    const std::size_t mask = bigger.size() - 1;
-    for (std::uint32_t n = 1; n < node_parent_.size(); ++n) {
-        std::size_t i = mix((std::uint64_t{node_parent_[n]} << 32) | node_frame_[n]) & mask;
-        while (bigger[i])
-            i = (i + 1) & mask;
-        bigger[i] = n + 1;
-    }
-    node_slots_.swap(bigger);
+std::uint32_t profile::intern_site(std::uint32_t frame, std::uint32_t offset) {
+    if (last_site_ != no_frame && site_frame_[last_site_] == frame &&
+        site_offset_[last_site_] == offset)
+        return last_site_;
+    const auto found = site_index_.find(pair_hash(frame, offset), [&](std::uint32_t s) {
+        return site_frame_[s] == frame && site_offset_[s] == offset;
+    });
+    if (found.id != dense_index::none)
+        return last_site_ = found.id;
+    const auto s = static_cast<std::uint32_t>(site_frame_.size());
+    site_frame_.push_back(frame);
+    site_offset_.push_back(offset);
+    site_index_.insert(found.slot, s, [this](std::uint32_t i) {
+        return pair_hash(site_frame_[i], site_offset_[i]);
+    });
+    return last_site_ = s;
 }
 
 void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid,
                          std::uint32_t tid, std::string_view comm, std::uint8_t event,
-                         std::uint64_t period) {
+                         std::uint64_t period, std::uint32_t leaf_offset) {
     if (time_.empty() || time_ns < first_time_)
         first_time_ = time_ns;
     if (time_ns > last_time_)
@@ -125,6 +114,19 @@ void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_
     }
     ++self_n[node];
     self_p[node] += period;
+
+    if (leaf_offset != no_offset) {
+        const std::uint32_t site = intern_site(node_frame_[node], leaf_offset);
+        auto& site_n = site_samples_[event];
+        auto& site_p = site_period_[event];
+        if (site_n.size() <= site) {
+            const std::size_t size = std::max<std::size_t>(site + 1, site_frame_.size());
+            site_n.resize(size, 0);
+            site_p.resize(size, 0);
+        }
+        ++site_n[site];
+        site_p[site] += period;
+    }
 
     if (tid != last_tid_ || !last_thread_) {
         auto [it, fresh] = threads_.try_emplace(tid);
@@ -157,11 +159,14 @@ std::size_t profile::memory_bytes() const noexcept {
         self += v.capacity() * 8;
     for (const auto& v : self_period_)
         self += v.capacity() * 8;
+    for (const auto& v : site_samples_)
+        self += v.capacity() * 16; // and as much for site_period_
+
     return sample_bytes() + strings_.memory_bytes() + self +
-           (frame_symbol_.capacity() + frame_module_.capacity() + frame_slots_.capacity()) * 4 +
-           frame_hash_.capacity() * 8 +
-           (node_parent_.capacity() + node_frame_.capacity() + node_slots_.capacity()) * 4 +
-           threads_.size() * 48;
+           (frame_symbol_.capacity() + frame_module_.capacity()) * 4 + frame_index_.memory_bytes() +
+           frame_hash_.capacity() * 8 + (node_parent_.capacity() + node_frame_.capacity()) * 4 +
+           node_index_.memory_bytes() + (site_frame_.capacity() + site_offset_.capacity()) * 4 +
+           site_index_.memory_bytes() + threads_.size() * 48;
 }
 
 } // namespace collector

@@ -7,9 +7,12 @@
 //   samples   columns: time (ns), node, tid, event, period — 21 bytes a sample
 //   self      per event, per node: samples and period whose leaf is that node, kept up to
 //             date as samples arrive, so unfiltered views cost O(nodes), not O(samples)
+//   sites     (leaf frame, offset into its symbol) -> samples and period per event: where
+//             inside a function the time went, which the symbolizer turns into source lines
 #pragma once
 
 #include "collector/model/column.hpp"
+#include "collector/model/dense_index.hpp"
 #include "collector/model/strings.hpp"
 
 #include <cstdint>
@@ -29,14 +32,18 @@ class profile {
 public:
     static constexpr std::uint32_t root = 0;
     static constexpr std::uint32_t no_frame = 0xFFFFFFFFU;
+    static constexpr std::uint32_t no_offset = 0xFFFFFFFFU;
 
     profile();
 
     std::uint32_t intern_frame(std::string_view symbol, std::string_view module);
     std::uint8_t intern_event(std::string_view name);
     std::uint32_t child(std::uint32_t parent, std::uint32_t frame);
+    // `leaf_offset`: the sample's address as an offset into its leaf function's symbol, when
+    // perf printed one.
     void add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid, std::uint32_t tid,
-                    std::string_view comm, std::uint8_t event, std::uint64_t period);
+                    std::string_view comm, std::uint8_t event, std::uint64_t period,
+                    std::uint32_t leaf_offset = no_offset);
 
     // Sizes.
     std::size_t sample_count() const noexcept { return time_.size(); }
@@ -73,22 +80,34 @@ public:
     const std::unordered_map<std::uint32_t, thread_info>& threads() const noexcept {
         return threads_;
     }
+    std::size_t site_count() const noexcept { return site_frame_.size(); }
+    std::uint32_t site_frame(std::uint32_t s) const noexcept { return site_frame_[s]; }
+    std::uint32_t site_offset(std::uint32_t s) const noexcept { return site_offset_[s]; }
+    // Per-site counts for event `e` (indexed by site id; may be shorter than site_count()).
+    const std::vector<std::uint64_t>& site_samples(std::uint8_t e) const {
+        return site_samples_[e];
+    }
+    const std::vector<std::uint64_t>& site_period(std::uint8_t e) const { return site_period_[e]; }
     std::uint64_t first_time() const noexcept { return first_time_; }
     std::uint64_t last_time() const noexcept { return last_time_; }
 
 private:
-    void grow_frames();
-    void grow_nodes();
+    std::uint32_t intern_site(std::uint32_t frame, std::uint32_t offset);
 
     string_table strings_;
     std::vector<std::uint32_t> events_; // string ids
 
     std::vector<std::uint32_t> frame_symbol_, frame_module_;
     std::vector<std::uint64_t> frame_hash_;
-    std::vector<std::uint32_t> frame_slots_; // frame + 1
+    dense_index frame_index_;
 
     std::vector<std::uint32_t> node_parent_, node_frame_;
-    std::vector<std::uint32_t> node_slots_; // node + 1
+    dense_index node_index_{4096};
+
+    std::vector<std::uint32_t> site_frame_, site_offset_;
+    dense_index site_index_;
+    std::vector<std::vector<std::uint64_t>> site_samples_, site_period_;
+    std::uint32_t last_site_ = no_frame;
 
     column<std::uint64_t> time_;
     column<std::uint32_t> node_, tid_;

@@ -27,8 +27,7 @@ std::uint64_t hash_bytes(std::string_view s, std::uint64_t seed) noexcept {
     return h ^ (h >> 31);
 }
 
-string_table::string_table()
-    : slots_(1024, 0) {}
+string_table::string_table() = default;
 
 std::string_view string_table::store(std::string_view s) {
     if (block_used_ + s.size() > block_size_) {
@@ -42,43 +41,25 @@ std::string_view string_table::store(std::string_view s) {
     return {dst, s.size()};
 }
 
-void string_table::grow() {
-    std::vector<std::uint32_t> bigger(slots_.size() * 2, 0);
-    const std::size_t mask = bigger.size() - 1;
-    for (std::uint32_t id = 0; id < strings_.size(); ++id) {
-        std::size_t i = hashes_[id] & mask;
-        while (bigger[i])
-            i = (i + 1) & mask;
-        bigger[i] = id + 1;
-    }
-    slots_.swap(bigger);
-}
-
 std::uint32_t string_table::intern(std::string_view s) {
     return intern(s, hash_bytes(s));
 }
 
 std::uint32_t string_table::intern(std::string_view s, std::uint64_t hash) {
-    const std::size_t mask = slots_.size() - 1;
-    std::size_t i = hash & mask;
-    while (const std::uint32_t slot = slots_[i]) {
-        const std::uint32_t id = slot - 1;
-        if (hashes_[id] == hash && strings_[id] == s)
-            return id;
-        i = (i + 1) & mask;
-    }
+    const auto found = index_.find(
+        hash, [&](std::uint32_t id) { return hashes_[id] == hash && strings_[id] == s; });
+    if (found.id != dense_index::none)
+        return found.id;
     const auto id = static_cast<std::uint32_t>(strings_.size());
     strings_.push_back(store(s));
     hashes_.push_back(hash);
-    slots_[i] = id + 1;
-    if (strings_.size() * 2 > slots_.size())
-        grow();
+    index_.insert(found.slot, id, [this](std::uint32_t i) { return hashes_[i]; });
     return id;
 }
 
 std::size_t string_table::memory_bytes() const noexcept {
     return blocks_.size() * block_size_ + strings_.capacity() * sizeof(std::string_view) +
-           hashes_.capacity() * 8 + slots_.capacity() * 4;
+           hashes_.capacity() * 8 + index_.memory_bytes();
 }
 
 } // namespace collector

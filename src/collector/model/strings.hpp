@@ -2,6 +2,8 @@
 // Views stay valid for the table's lifetime (storage grows in blocks, never moves).
 #pragma once
 
+#include "collector/model/dense_index.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -23,13 +25,12 @@ public:
 
 private:
     std::string_view store(std::string_view s);
-    void grow();
 
     std::vector<std::unique_ptr<char[]>> blocks_;
     std::size_t block_used_ = 0, block_size_ = 0;
     std::vector<std::string_view> strings_;
     std::vector<std::uint64_t> hashes_;
-    std::vector<std::uint32_t> slots_; // id + 1; 0 = empty
+    dense_index index_;
 };
 
 } // namespace collector

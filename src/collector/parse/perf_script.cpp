@@ -12,6 +12,12 @@ bool is_hex(char c) noexcept {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+int hex_value(char c) noexcept {
+    if (is_digit(c))
+        return c - '0';
+    return (c | 0x20) - 'a' + 10;
+}
+
 std::string_view trim(std::string_view s) noexcept {
     std::size_t b = 0, e = s.size();
     while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
@@ -220,6 +226,8 @@ bool script_parser::frame_text(std::string_view text) {
         // An ip with nothing after it: a frame perf could not name.
         if (text.empty() || !is_hex(text.front()))
             return false;
+        if (frames_.empty())
+            leaf_offset_ = profile::no_offset;
         frames_.push_back(profile_.intern_frame("[unknown]", "[unknown]"));
         return true;
     }
@@ -244,17 +252,30 @@ bool script_parser::frame_text(std::string_view text) {
             rest = trim(rest.substr(0, open));
         }
     }
-    // Drop "+0x<hex>": the function, not the instruction, is the frame.
+    // "+0x<hex>" is the instruction: the function is the frame, and the leaf's offset is
+    // kept for source lines.
+    std::uint32_t offset = profile::no_offset;
     const auto plus = rest.rfind("+0x");
     if (plus != std::string_view::npos && plus + 3 < rest.size()) {
         bool hex = true;
         for (std::size_t i = plus + 3; i < rest.size(); ++i)
             hex = hex && is_hex(rest[i]);
-        if (hex)
+        if (hex) {
+            if (frames_.empty() && rest.size() - plus <= 11) { // only the leaf's is kept
+                std::uint32_t value = 0;
+                for (std::size_t i = plus + 3; i < rest.size(); ++i)
+                    value = value * 16 + static_cast<std::uint32_t>(hex_value(rest[i]));
+                offset = value == profile::no_offset ? profile::no_offset - 1 : value;
+            }
             rest = rest.substr(0, plus);
+        }
     }
     if (rest.empty())
         rest = "[unknown]";
+    if (rest == "[unknown]")
+        offset = profile::no_offset;
+    if (frames_.empty())
+        leaf_offset_ = offset;
     frames_.push_back(profile_.intern_frame(rest, module));
     return true;
 }
@@ -263,6 +284,7 @@ void script_parser::commit() {
     if (!pending_)
         return;
     pending_ = false;
+    const std::uint32_t leaf_offset = frames_.empty() ? profile::no_offset : leaf_offset_;
     std::uint32_t node;
     if (frames_ == last_frames_ && !frames_.empty()) {
         node = last_node_;
@@ -279,7 +301,7 @@ void script_parser::commit() {
         last_node_ = node;
     }
     frames_.clear();
-    profile_.add_sample(time_ns_, node, pid_, tid_, comm_, event_, period_);
+    profile_.add_sample(time_ns_, node, pid_, tid_, comm_, event_, period_, leaf_offset);
     ++stats_.samples;
 }
 

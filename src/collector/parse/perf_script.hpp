@@ -60,7 +60,8 @@ private:
     std::uint32_t pid_ = 0, tid_ = 0;
     std::uint8_t event_ = 0;
     std::string comm_;
-    std::vector<std::uint32_t> frames_;      // leaf first
+    std::vector<std::uint32_t> frames_; // leaf first
+    std::uint32_t leaf_offset_ = profile::no_offset;
     std::vector<std::uint32_t> last_frames_; // the previous sample's, to reuse its node
     std::uint32_t last_node_ = profile::root;
     std::string last_event_name_;
