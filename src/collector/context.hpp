@@ -31,6 +31,7 @@ struct app_context {
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::string agent_listen_address; // "host:port" once bound
     sse_hub sse;
+    symbolizer symbols{cfg.symbols};
 
     // Called (on the I/O thread) whenever something the UI shows changed: a target came or
     // went, a session received data. SSE subscribes here.

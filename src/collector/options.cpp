@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace collector {
 namespace po = boost::program_options;
@@ -26,6 +27,21 @@ po::options_description describe_options() {
         ("import", po::value<std::string>(), "import a perf.data or perf script text file")
         ("ui-dir", po::value<std::string>(), "serve the UI from this folder instead of the "
                                              "embedded copy")
+        ("binary", po::value<std::vector<std::string>>()->composing(),
+         "a local copy of a profiled binary or library, matched by file name (repeatable)")
+        ("source-dir", po::value<std::vector<std::string>>()->composing(),
+         "where to look for source files (repeatable)")
+        ("path-map", po::value<std::vector<std::string>>()->composing(),
+         "FROM=TO: rewrite a source path prefix from the debug info (repeatable)")
+        ("toolchain-prefix", po::value<std::string>(), "prefix of addr2line and readelf for "
+                                                       "cross targets (e.g. aarch64-linux-gnu-)")
+        ("sysroot", po::value<std::string>(), "prepended to the device's binary paths (like "
+                                              "perf --symfs)")
+        ("inline", "report the line of inlined code a sample is in (the default)")
+        ("no-inline", "report the line of the function a sample is in, not of the inlined "
+                      "code (default: inlined code)")
+        ("browse-root", po::value<std::string>(), "the file browser's root folder (default: "
+                                                  "HOME)")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -94,6 +110,25 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.import_file = vm["import"].as<std::string>();
     if (vm.count("ui-dir"))
         c.ui_dir = vm["ui-dir"].as<std::string>();
+    auto list = [&](const char* name) {
+        return vm.count(name) ? vm[name].as<std::vector<std::string>>()
+                              : std::vector<std::string>{};
+    };
+    c.symbols.binaries = list("binary");
+    c.symbols.source_dirs = list("source-dir");
+    for (const auto& m : list("path-map")) {
+        const auto eq = m.find('=');
+        if (eq == std::string::npos || eq == 0)
+            return usage("--path-map takes FROM=TO, not " + m);
+        c.symbols.path_map.emplace_back(m.substr(0, eq), m.substr(eq + 1));
+    }
+    if (vm.count("toolchain-prefix"))
+        c.symbols.toolchain_prefix = vm["toolchain-prefix"].as<std::string>();
+    if (vm.count("sysroot"))
+        c.symbols.sysroot = vm["sysroot"].as<std::string>();
+    c.symbols.inline_frames = !vm.count("no-inline");
+    c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
+                                            : std::string(env_home && *env_home ? env_home : "/");
     return c;
 }
 

@@ -1,6 +1,8 @@
 // Command-line (and --config file) configuration of perfwire-collector.
 #pragma once
 
+#include "collector/symbols/symbolizer.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +19,8 @@ struct config {
     std::optional<std::string> token;
     std::optional<std::string> import_file;
     std::optional<std::string> ui_dir;
+    symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...
+    std::string browse_root; // the file browser's root; default: HOME
 };
 
 struct exit_now {

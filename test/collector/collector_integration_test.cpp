@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <csignal>
 #include <filesystem>
@@ -163,6 +164,31 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
                                   [](const json::value& v) { return names(v, matrix); });
         CHECK(names(fns, matrix));
         CHECK(names(fns, "(anonymous namespace)::hash_strings"));
+    }
+    {
+        // Source lines: the demo's hot loop, not matrix_multiply's first line, is what is hot.
+        const auto src = coll->get("/api/sessions/" + ids[0] +
+                                   "/source?function=(anonymous%20namespace)::matrix_multiply");
+        INFO(json::serialize(src).substr(0, 2000));
+        CHECK_THAT(std::string(src.at("file").as_string()), Catch::EndsWith("src/demo/demo.cpp"));
+        std::uint32_t hot = 0;
+        for (const auto& l : src.at("lines").as_array())
+            if (l.at("text").as_string().find("// the hot line") != json::string::npos)
+                hot = l.at("line").to_number<std::uint32_t>();
+        REQUIRE(hot > 8);
+        std::uint32_t best = 0;
+        std::uint64_t best_value = 0;
+        for (const auto& l : src.at("lines").as_array()) {
+            const auto line = l.at("line").to_number<std::uint32_t>();
+            const auto value = l.at("value").to_number<std::uint64_t>();
+            if (line + 8 >= hot && line <= hot + 2 && value > best_value) {
+                best = line;
+                best_value = value;
+            }
+        }
+        CHECK(best_value > 0);
+        CHECK(best >= hot - 1); // the inner loop: its condition or its body
+        CHECK(best <= hot);
     }
     // The UI and the event stream bypass the API router: the server guards them itself.
     CHECK(http_call(coll->http_port, "GET", "/", {}, {"Host: evil.example"}).status == 403);

@@ -253,3 +253,39 @@ TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {
     REQUIRE(late.size() == 1);
     CHECK(late[0].at("ts").as_double() == 1005.0);
 }
+
+TEST_CASE("API: symbolizer config, file browser and source listing", "[collector][api]") {
+    fixture_app f;
+    auto cfg = f.get_json("/api/config");
+    CHECK(cfg.at("inline").as_bool());
+    CHECK(cfg.at("binaries").as_array().empty());
+
+    // A page from elsewhere cannot change where binaries are read from.
+    CHECK(f.call(http::verb::put, "/api/config", R"({"sysroot":"/x"})", "127.0.0.1:8080",
+                 "http://evil.example")
+              .result() == http::status::forbidden);
+    CHECK(f.call(http::verb::put, "/api/config", R"({"sysroot":1})").result() ==
+          http::status::bad_request);
+    CHECK(f.call(http::verb::put, "/api/config", "not json").result() == http::status::bad_request);
+    const auto put = f.call(http::verb::put, "/api/config",
+                            R"({"source_dirs":["/src"],"path_map":[{"from":"/b","to":"/s"}]})");
+    REQUIRE(put.result() == http::status::ok);
+    cfg = f.get_json("/api/config");
+    CHECK(cfg.at("source_dirs").as_array().at(0).as_string() == "/src");
+    CHECK(cfg.at("path_map").as_array().size() == 1);
+    CHECK(cfg.at("sysroot").as_string() == ""); // fields not sent stay as they were
+
+    // The browser is rooted at --browse-root (here the test's folder).
+    f.app->cfg.browse_root = f.dir.string();
+    const auto listing = f.get_json("/api/browse");
+    CHECK(listing.at("path").as_string() == std::filesystem::canonical(f.dir).string());
+    CHECK(f.call(http::verb::get, "/api/browse?path=..%2F..").result() == http::status::forbidden);
+    CHECK(f.call(http::verb::get, "/api/browse?path=%2Fetc").result() == http::status::forbidden);
+
+    // The capture's binaries are not on this machine: the listing says so per binary.
+    const auto src = f.get_json("/api/sessions/" + f.session_id + "/source");
+    CHECK(src.at("event").as_string() == "cpu-clock");
+    CHECK(src.at("binaries").as_array().size() > 0);
+    CHECK(f.call(http::verb::get, "/api/sessions/" + f.session_id + "/source?file=%2Fetc%2Fpasswd")
+              .result() == http::status::not_found);
+}

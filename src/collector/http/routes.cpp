@@ -1,8 +1,10 @@
 #include "collector/http/routes.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/http/settings.hpp"
 #include "collector/model/views.hpp"
 #include "collector/store/import.hpp"
+#include "collector/symbols/source_view.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -135,6 +137,7 @@ struct view_params {
     std::optional<int> max_depth;
     std::string baseline; // session id to compare against
     std::string metrics_type;
+    source_request source; // file=, function=
     std::string error;
 };
 
@@ -146,6 +149,10 @@ view_params parse_view_params(const target_url& u) {
         v.baseline = it->second;
     if (const auto it = u.query.find("type"); it != u.query.end())
         v.metrics_type = it->second;
+    if (const auto it = u.query.find("file"); it != u.query.end())
+        v.source.file = it->second;
+    if (const auto it = u.query.find("function"); it != u.query.end())
+        v.source.function = it->second;
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -484,7 +491,8 @@ enum class view_kind {
     export_collapsed,
     export_json,
     export_speedscope,
-    metrics
+    metrics,
+    source
 };
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
@@ -565,6 +573,14 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     case view_kind::export_speedscope:
         r.body = speedscope_json(m.prof, *f, e->id);
         break;
+    case view_kind::source: {
+        auto a = source_view(m.prof, *f, app->symbols, v.source);
+        r.status = static_cast<http::status>(a.status);
+        r.body = std::move(a.body);
+        if (r.status != http::status::ok) // keep the usual error shape
+            r.body = json::object{{"error", r.body.as_object().at("error")}};
+        break;
+    }
     case view_kind::meta:
     case view_kind::metrics:
         break; // answered above
@@ -603,6 +619,11 @@ asio::awaitable<import_result> import_body(app_context* app, std::string body) {
         r.error = "cannot write the upload to a temporary file";
     std::filesystem::remove(path);
     co_return r;
+}
+
+// On the pool: a folder listing for the file browser.
+asio::awaitable<browse_result> list_folder(std::string root, std::string path) {
+    co_return browse(root, path);
 }
 
 // On the pool: every session's metadata from disk.
@@ -683,6 +704,37 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                                          {"agent_listener", app.agent_listen_address},
                                          {"targets", agents_of(app).size()},
                                          {"sessions", app.store.count()}});
+    }
+
+    if (s.size() == 2 && s[1] == "config") {
+        if (method == http::verb::get)
+            co_return make_json(req, http::status::ok,
+                                config_json(app.symbols.config(), app.cfg.browse_root));
+        if (method != http::verb::put)
+            co_return wrong_method();
+        const auto body = json_body(req);
+        if (!body)
+            co_return make_error(req, http::status::bad_request, "bad_request",
+                                 "body must be a JSON object");
+        auto c = app.symbols.config();
+        if (auto error = update_config(c, *body); !error.empty())
+            co_return make_error(req, http::status::bad_request, "bad_config", error);
+        app.symbols.configure(c);
+        co_return make_json(req, http::status::ok, config_json(c, app.cfg.browse_root));
+    }
+
+    if (s.size() == 2 && s[1] == "browse") {
+        if (method != http::verb::get)
+            co_return wrong_method();
+        std::string path; // (a local: GCC 12 frees a ?: temporary inside co_await twice)
+        if (const auto it = url.query.find("path"); it != url.query.end())
+            path = it->second;
+        auto r = co_await asio::co_spawn(app.pool, list_folder(app.cfg.browse_root, path),
+                                         asio::use_awaitable);
+        if (r.status != 200)
+            co_return make_json(req, static_cast<http::status>(r.status),
+                                json::object{{"error", std::move(r.body)}});
+        co_return make_json(req, http::status::ok, r.body);
     }
 
     if (s.size() >= 2 && s[1] == "targets") {
@@ -803,6 +855,8 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             kind = view_kind::threads;
         else if (s.size() == 4 && s[3] == "metrics")
             kind = view_kind::metrics;
+        else if (s.size() == 4 && s[3] == "source")
+            kind = view_kind::source;
         else if (s.size() == 4 && s[3] == "export") {
             const auto fmt = url.query.count("format") ? url.query.at("format") : "json";
             if (fmt == "collapsed")

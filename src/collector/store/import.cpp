@@ -1,6 +1,7 @@
 #include "collector/store/import.hpp"
 
 #include "collector/parse/perf_script.hpp"
+#include "collector/symbols/subprocess.hpp"
 #include "protocol/compression.hpp"
 
 #include <cerrno>
@@ -15,63 +16,6 @@
 #include <vector>
 
 namespace collector {
-namespace {
-
-// Runs argv, returns (exit code, stdout, stderr). Both pipes are drained together so a chatty
-// perf cannot deadlock on a full pipe.
-struct capture {
-    int code = -1;
-    std::string out, err;
-};
-
-capture run_capture(const std::vector<std::string>& args) {
-    capture c;
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-        c.err = std::strerror(errno);
-        return c;
-    }
-    std::vector<char*> argv;
-    for (const auto& a : args)
-        argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        ::dup2(out[1], 1);
-        ::dup2(err[1], 2);
-        const int null_fd = ::open("/dev/null", O_RDONLY);
-        ::dup2(null_fd, 0);
-        ::execvp(argv[0], argv.data());
-        std::_Exit(127);
-    }
-    ::close(out[1]);
-    ::close(err[1]);
-    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    std::string* sinks[2] = {&c.out, &c.err};
-    int open_fds = 2;
-    std::vector<char> buf(1 << 16);
-    while (open_fds > 0 && ::poll(fds, 2, -1) > 0) {
-        for (int i = 0; i < 2; ++i) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP)))
-                continue;
-            const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
-            if (n > 0) {
-                sinks[i]->append(buf.data(), static_cast<std::size_t>(n));
-            } else {
-                ::close(fds[i].fd);
-                fds[i].fd = -1;
-                --open_fds;
-            }
-        }
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return c;
-}
-
-} // namespace
-
 import_result import_recording(session_store& store, const std::string& path,
                                const std::string& display_name, const std::string& perf) {
     import_result r;

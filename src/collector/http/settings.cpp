@@ -1,0 +1,171 @@
+#include "collector/http/settings.hpp"
+
+#include <boost/json/array.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+namespace collector {
+namespace json = boost::json;
+namespace fs = std::filesystem;
+namespace {
+
+json::array strings_json(const std::vector<std::string>& v) {
+    json::array out;
+    for (const auto& s : v)
+        out.emplace_back(s);
+    return out;
+}
+
+// A JSON array of strings, or an error.
+bool read_strings(const json::value& v, std::vector<std::string>& out) {
+    if (!v.is_array())
+        return false;
+    std::vector<std::string> r;
+    for (const auto& e : v.as_array()) {
+        if (!e.is_string())
+            return false;
+        r.emplace_back(e.as_string());
+    }
+    out = std::move(r);
+    return true;
+}
+
+bool inside(const fs::path& root, const fs::path& p) {
+    const auto r = root.native(), s = p.native();
+    return s == r || (s.size() > r.size() && s.compare(0, r.size(), r) == 0 &&
+                      (r.back() == '/' || s[r.size()] == '/'));
+}
+
+constexpr std::size_t max_entries = 5000;
+
+} // namespace
+
+json::object config_json(const symbol_config& c, const std::string& browse_root) {
+    json::array map;
+    for (const auto& [from, to] : c.path_map)
+        map.push_back(json::object{{"from", from}, {"to", to}});
+    return {{"binaries", strings_json(c.binaries)},
+            {"source_dirs", strings_json(c.source_dirs)},
+            {"path_map", std::move(map)},
+            {"toolchain_prefix", c.toolchain_prefix},
+            {"sysroot", c.sysroot},
+            {"inline", c.inline_frames},
+            {"browse_root", browse_root}};
+}
+
+std::string update_config(symbol_config& c, const json::object& body) {
+    symbol_config next = c;
+    if (const auto* v = body.if_contains("binaries"); v && !read_strings(*v, next.binaries))
+        return "binaries must be an array of strings";
+    if (const auto* v = body.if_contains("source_dirs"); v && !read_strings(*v, next.source_dirs))
+        return "source_dirs must be an array of strings";
+    if (const auto* v = body.if_contains("path_map")) {
+        if (!v->is_array())
+            return "path_map must be an array of {from, to}";
+        next.path_map.clear();
+        for (const auto& e : v->as_array()) {
+            const auto* o = e.if_object();
+            const auto* from = o ? o->if_contains("from") : nullptr;
+            const auto* to = o ? o->if_contains("to") : nullptr;
+            if (!from || !to || !from->is_string() || !to->is_string() || from->as_string().empty())
+                return "path_map must be an array of {from, to} with a non-empty from";
+            next.path_map.emplace_back(from->as_string(), to->as_string());
+        }
+    }
+    if (const auto* v = body.if_contains("toolchain_prefix")) {
+        if (!v->is_string())
+            return "toolchain_prefix must be a string";
+        const std::string p(v->as_string());
+        // The prefix names programs to run: a path or a name prefix, never options or spaces.
+        if (p.find_first_of(" \t\n;|&$`") != std::string::npos || (!p.empty() && p[0] == '-'))
+            return "toolchain_prefix must be a program name prefix such as aarch64-linux-gnu-";
+        next.toolchain_prefix = p;
+    }
+    if (const auto* v = body.if_contains("sysroot")) {
+        if (!v->is_string())
+            return "sysroot must be a string";
+        next.sysroot = std::string(v->as_string());
+    }
+    if (const auto* v = body.if_contains("inline")) {
+        if (!v->is_bool())
+            return "inline must be true or false";
+        next.inline_frames = v->as_bool();
+    }
+    c = std::move(next);
+    return {};
+}
+
+browse_result browse(const std::string& root, const std::string& path) {
+    browse_result r;
+    std::error_code ec;
+    const fs::path base = fs::weakly_canonical(root.empty() ? "/" : root, ec);
+    if (ec) {
+        r.status = 404;
+        r.body = {{"code", "no_root"}, {"message", "the browse root does not exist"}};
+        return r;
+    }
+    const fs::path asked = path.empty()                   ? base
+                           : fs::path(path).is_absolute() ? fs::path(path)
+                                                          : base / path;
+    const fs::path target = fs::weakly_canonical(asked, ec);
+    if (ec || !inside(base, target)) {
+        r.status = 403;
+        r.body = {{"code", "outside_root"},
+                  {"message", "the path is outside the browse root " + base.string()}};
+        return r;
+    }
+    if (!fs::exists(target, ec)) {
+        r.status = 404;
+        r.body = {{"code", "not_found"}, {"message", "no such folder " + target.string()}};
+        return r;
+    }
+    if (!fs::is_directory(target, ec)) {
+        r.status = 400;
+        r.body = {{"code", "not_a_folder"}, {"message", target.string() + " is not a folder"}};
+        return r;
+    }
+    struct entry {
+        std::string name, type;
+        std::uintmax_t size = 0;
+        bool executable = false;
+    };
+    std::vector<entry> entries;
+    bool truncated = false;
+    for (fs::directory_iterator it(target, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+        if (entries.size() == max_entries) {
+            truncated = true;
+            break;
+        }
+        std::error_code e2;
+        const auto st = it->status(e2); // follows links: a link to a folder is a folder
+        entry en{it->path().filename().string(), "other"};
+        if (fs::is_directory(st))
+            en.type = "dir";
+        else if (fs::is_regular_file(st)) {
+            en.type = "file";
+            en.size = it->file_size(e2);
+            en.executable = (st.permissions() & fs::perms::owner_exec) != fs::perms::none;
+        }
+        entries.push_back(std::move(en));
+    }
+    std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
+        return (a.type == "dir") != (b.type == "dir") ? a.type == "dir" : a.name < b.name;
+    });
+    json::array list;
+    for (const auto& e : entries)
+        list.push_back(json::object{
+            {"name", e.name}, {"type", e.type}, {"size", e.size}, {"executable", e.executable}});
+    r.body = {{"root", base.string()},
+              {"path", target.string()},
+              {"parent",
+               target == base ? json::value(nullptr) : json::value(target.parent_path().string())},
+              {"entries", std::move(list)},
+              {"truncated", truncated}};
+    return r;
+}
+
+} // namespace collector

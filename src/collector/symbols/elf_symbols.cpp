@@ -1,0 +1,98 @@
+#include "collector/symbols/elf_symbols.hpp"
+
+#include <cstdlib>
+#include <cxxabi.h>
+#include <memory>
+#include <vector>
+
+namespace collector {
+namespace {
+
+std::vector<std::string_view> fields(std::string_view line) {
+    std::vector<std::string_view> out;
+    std::size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && (line[i] == ' ' || line[i] == '\t'))
+            ++i;
+        const std::size_t start = i;
+        while (i < line.size() && line[i] != ' ' && line[i] != '\t')
+            ++i;
+        if (i > start)
+            out.push_back(line.substr(start, i - start));
+    }
+    return out;
+}
+
+} // namespace
+
+std::string strip_parameters(std::string_view s) {
+    // Drop trailing qualifiers, then the last balanced "(...)" group.
+    for (;;) {
+        const auto before = s.size();
+        for (std::string_view q : {" const", " volatile", " &&", " &", " noexcept"})
+            if (s.size() > q.size() && s.substr(s.size() - q.size()) == q)
+                s.remove_suffix(q.size());
+        if (s.size() == before)
+            break;
+    }
+    if (s.empty() || s.back() != ')')
+        return std::string(s);
+    int depth = 0;
+    for (std::size_t i = s.size(); i-- > 0;) {
+        if (s[i] == ')')
+            ++depth;
+        else if (s[i] == '(' && --depth == 0)
+            return i == 0 ? std::string(s) : std::string(s.substr(0, i));
+    }
+    return std::string(s);
+}
+
+std::string perf_symbol_name(std::string_view raw) {
+    if (const auto at = raw.find('@'); at != std::string_view::npos && at > 0)
+        raw = raw.substr(0, at);
+    if (raw.substr(0, 2) != "_Z")
+        return std::string(raw);
+    const std::string mangled(raw);
+    int status = 0;
+    std::unique_ptr<char, decltype(&std::free)> d(
+        abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
+    if (status != 0 || !d)
+        return mangled;
+    return strip_parameters(d.get());
+}
+
+elf_symbols elf_symbols::parse_readelf(std::string_view text) {
+    elf_symbols out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        auto nl = text.find('\n', pos);
+        if (nl == std::string_view::npos)
+            nl = text.size();
+        const auto line = text.substr(pos, nl - pos);
+        pos = nl + 1;
+        const auto f = fields(line);
+        // Num: Value Size Type Bind Vis Ndx Name
+        if (f.size() < 8 || f[0].empty() || f[0].back() != ':' ||
+            (f[3] != "FUNC" && f[3] != "IFUNC") || f[6] == "UND")
+            continue;
+        char* end = nullptr;
+        const std::string value(f[1]);
+        const std::uint64_t address = std::strtoull(value.c_str(), &end, 16);
+        if (address == 0 || *end != '\0')
+            continue;
+        // Both the name perf shows and the raw name, first definition wins (.dynsym first,
+        // which agrees with .symtab).
+        out.by_name_.try_emplace(perf_symbol_name(f[7]), address);
+        out.by_name_.try_emplace(std::string(f[7]), address);
+    }
+    return out;
+}
+
+std::optional<std::uint64_t> elf_symbols::address_of(std::string_view perf_name) const {
+    const auto it = by_name_.find(std::string(perf_name));
+    if (it == by_name_.end())
+        return std::nullopt;
+    return it->second;
+}
+
+} // namespace collector

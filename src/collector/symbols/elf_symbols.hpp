@@ -1,0 +1,39 @@
+// A binary's function symbols, keyed the way perf script names them, so that a sample's
+// "sym+0xoff" becomes an address in the binary's own address space (symbol value + offset).
+// That is right for PIE executables and shared libraries alike, whatever their load address.
+//
+// Input is `readelf -sW BIN` text (a toolchain prefix may pick a cross readelf):
+//
+//   Num:    Value          Size Type    Bind   Vis      Ndx Name
+//    14: 0000000000001377    46 FUNC    LOCAL  DEFAULT   15 _ZN12_GLOBAL__N_113recursive_fibEi
+//
+// perf prints C++ names demangled without their parameter lists, so names are demangled and
+// the trailing "(...)" (with any cv/ref qualifiers) is cut off.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace collector {
+
+// "ns::f(int) const" -> "ns::f"; "(anonymous namespace)::g(int)" -> "(anonymous namespace)::g".
+std::string strip_parameters(std::string_view demangled);
+
+// The name perf script shows for a symbol table name (mangled or not, "@VERSION" dropped).
+std::string perf_symbol_name(std::string_view raw);
+
+class elf_symbols {
+public:
+    static elf_symbols parse_readelf(std::string_view text);
+
+    std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
+    std::size_t size() const noexcept { return by_name_.size(); }
+
+private:
+    std::unordered_map<std::string, std::uint64_t> by_name_;
+};
+
+} // namespace collector

@@ -1,0 +1,201 @@
+#include "collector/symbols/source_view.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace collector {
+namespace json = boost::json;
+namespace {
+
+constexpr std::size_t whole_file_lines = 2000;
+constexpr std::size_t context_lines = 100;
+constexpr std::uintmax_t max_source_bytes = 16 << 20;
+
+double pct(std::uint64_t part, std::uint64_t whole) {
+    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+struct line_weight {
+    std::uint64_t samples = 0, value = 0, self_value = 0;
+};
+
+struct file_weight {
+    line_weight total, self;
+    std::map<std::uint32_t, line_weight> lines;
+    std::map<std::string, std::uint64_t> functions; // perf's function name -> value
+};
+
+std::vector<std::string> read_lines(const std::string& path) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > max_source_bytes || ec)
+        return out;
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);)
+        out.push_back(std::move(l));
+    return out;
+}
+
+} // namespace
+
+source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
+                          const source_request& req) {
+    // Sites with weight under this event.
+    const auto& counts = f.by_period ? p.site_period(f.event) : p.site_samples(f.event);
+    const auto& samples = p.site_samples(f.event);
+    std::vector<symbolizer::site> sites;
+    std::vector<std::uint32_t> ids;
+    std::uint64_t total = 0, placed = 0;
+    for (std::uint32_t s = 0; s < counts.size(); ++s) {
+        if (!counts[s])
+            continue;
+        total += counts[s];
+        const auto frame = p.site_frame(s);
+        sites.push_back(
+            {std::string(p.module(frame)), std::string(p.symbol(frame)), p.site_offset(s)});
+        ids.push_back(s);
+    }
+    const auto where = symbols.resolve(sites);
+
+    // A site counts once in every file of its inline chain, at the innermost line in that
+    // file: code inlined from a header weighs on the header's line and on the line that
+    // called it. "self" is the innermost file and line only.
+    std::map<std::string, file_weight> files;
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+        const auto& chain = where[i];
+        if (chain.empty())
+            continue;
+        const auto value = counts[ids[i]];
+        const auto n = samples[ids[i]];
+        placed += value;
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+            bool seen = false;
+            for (std::size_t j = 0; j < k && !seen; ++j)
+                seen = chain[j].file == chain[k].file;
+            if (seen)
+                continue;
+            auto& fw = files[chain[k].file];
+            fw.total.samples += n;
+            fw.total.value += value;
+            auto& lw = fw.lines[chain[k].line];
+            lw.samples += n;
+            lw.value += value;
+            if (k == 0) {
+                fw.self.samples += n;
+                fw.self.value += value;
+                lw.self_value += value;
+            }
+            fw.functions[sites[i].symbol] += value;
+        }
+    }
+
+    json::object head{{"event", p.event_name(f.event)},
+                      {"weight", f.by_period ? "period" : "samples"},
+                      {"session_total", total},
+                      {"placed_pct", pct(placed, total)}};
+
+    std::string file = req.file;
+    if (file.empty() && !req.function.empty()) {
+        std::uint64_t best = 0;
+        for (const auto& [name, fw] : files)
+            if (auto it = fw.functions.find(req.function);
+                it != fw.functions.end() && it->second > best) {
+                best = it->second;
+                file = name;
+            }
+        if (file.empty()) {
+            head["error"] = json::object{
+                {"code", "no_source"},
+                {"message", "no source lines for function " + req.function +
+                                " (no samples, or its binary or debug info is not found)"}};
+            return {404, std::move(head)};
+        }
+    }
+
+    if (file.empty()) {
+        std::vector<std::pair<std::string, const file_weight*>> order;
+        for (const auto& [name, fw] : files)
+            order.emplace_back(name, &fw);
+        std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+            return a.second->total.value > b.second->total.value;
+        });
+        json::array list;
+        for (const auto& [name, fw] : order) {
+            std::vector<std::pair<std::uint64_t, std::string>> fns;
+            for (const auto& [fn, v] : fw->functions)
+                fns.emplace_back(v, fn);
+            std::sort(fns.rbegin(), fns.rend());
+            json::array top;
+            for (std::size_t i = 0; i < fns.size() && i < 5; ++i)
+                top.emplace_back(fns[i].second);
+            list.push_back(json::object{{"file", name},
+                                        {"found", symbols.source_path(name).has_value()},
+                                        {"samples", fw->total.samples},
+                                        {"value", fw->total.value},
+                                        {"pct", pct(fw->total.value, total)},
+                                        {"self_pct", pct(fw->self.value, total)},
+                                        {"functions", std::move(top)}});
+        }
+        json::array bins;
+        for (const auto& b : symbols.binaries())
+            bins.push_back(json::object{{"module", b.module},
+                                        {"path", b.path},
+                                        {"symbols", b.symbols},
+                                        {"error", b.error}});
+        head["files"] = std::move(list);
+        head["binaries"] = std::move(bins);
+        return {200, std::move(head)};
+    }
+
+    const auto it = files.find(file);
+    if (it == files.end()) {
+        head["error"] =
+            json::object{{"code", "no_source"}, {"message", "no samples were placed in " + file}};
+        return {404, std::move(head)};
+    }
+    const file_weight& fw = it->second;
+    const auto path = symbols.source_path(file);
+    const auto text = path ? read_lines(*path) : std::vector<std::string>{};
+
+    // The window: the whole file when it is small, else the hottest line ± 100.
+    std::uint32_t hottest = fw.lines.begin()->first;
+    for (const auto& [line, lw] : fw.lines)
+        if (lw.value > fw.lines.at(hottest).value)
+            hottest = line;
+    std::uint32_t last =
+        std::max<std::uint32_t>(static_cast<std::uint32_t>(text.size()), fw.lines.rbegin()->first);
+    std::uint32_t first = 1;
+    if (last > whole_file_lines) {
+        first = hottest > context_lines ? hottest - static_cast<std::uint32_t>(context_lines) : 1;
+        last = std::min<std::uint32_t>(last, hottest + static_cast<std::uint32_t>(context_lines));
+    }
+    json::array lines;
+    for (std::uint32_t l = first; l <= last; ++l) {
+        const auto lw = fw.lines.find(l);
+        const std::uint64_t n = lw == fw.lines.end() ? 0 : lw->second.samples;
+        const std::uint64_t v = lw == fw.lines.end() ? 0 : lw->second.value;
+        const std::uint64_t self = lw == fw.lines.end() ? 0 : lw->second.self_value;
+        lines.push_back(json::object{{"line", l},
+                                     {"text", l <= text.size() ? text[l - 1] : std::string()},
+                                     {"samples", n},
+                                     {"value", v},
+                                     {"pct", pct(v, fw.total.value)},
+                                     {"self_pct", pct(self, fw.total.value)}});
+    }
+    head["file"] = file;
+    head["path"] = path ? json::value(*path) : json::value(nullptr);
+    head["total"] = fw.total.value;
+    head["samples"] = fw.total.samples;
+    head["file_pct"] = pct(fw.total.value, total);
+    head["hottest_line"] = hottest;
+    head["lines"] = std::move(lines);
+    return {200, std::move(head)};
+}
+
+} // namespace collector

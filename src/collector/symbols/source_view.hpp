@@ -1,0 +1,32 @@
+// GET /api/sessions/{id}/source: where in the source the samples landed.
+//
+// Every site (leaf function + offset) of the chosen event goes through the symbolizer; the
+// weights add up per file and per line. Without `file` (or `function`) the answer lists the
+// files; with one it gives that file's lines: all of them up to 2000, else the hottest ± 100.
+// Files are only ever those the debug info named, so a request cannot open anything else.
+// Sites are aggregated over the whole session: thread and time filters do not apply here.
+#pragma once
+
+#include "collector/model/views.hpp"
+#include "collector/symbols/symbolizer.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <string>
+
+namespace collector {
+
+struct source_request {
+    std::string file;     // a path as the debug info names it
+    std::string function; // or: the file where this function's samples fall most
+};
+
+struct source_answer {
+    int status = 200; // 200, or 404 when the file is not among the symbolized ones
+    boost::json::value body;
+};
+
+source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
+                          const source_request& req);
+
+} // namespace collector

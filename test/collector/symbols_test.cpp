@@ -1,0 +1,291 @@
+// The symbolizer on real binaries (the demo built with this tree, and its readelf and
+// addr2line output), the source view on a real capture, and the file browser's confinement.
+#include "collector/http/settings.hpp"
+#include "collector/parse/perf_script.hpp"
+#include "collector/symbols/source_view.hpp"
+#include "collector/symbols/subprocess.hpp"
+#include "collector/symbols/symbolizer.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/serialize.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+using namespace collector;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string demo_bin = PERFWIRE_DEMO_BIN;
+const std::string demo_source = std::string(PERFWIRE_TEST_DIR) + "/../src/demo/demo.cpp";
+
+// The line of demo.cpp holding `marker`.
+std::uint32_t demo_line(const std::string& marker) {
+    std::ifstream in(demo_source);
+    std::uint32_t n = 0;
+    for (std::string l; std::getline(in, l);) {
+        ++n;
+        if (l.find(marker) != std::string::npos)
+            return n;
+    }
+    return 0;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        out.push_back(l);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("perf's names for symbol table names", "[collector][symbols]") {
+    CHECK(strip_parameters("(anonymous namespace)::recursive_fib(int)") ==
+          "(anonymous namespace)::recursive_fib");
+    CHECK(strip_parameters("demo::sorter<int>::run(std::vector<int, std::allocator<int> >&, "
+                           "unsigned int)") == "demo::sorter<int>::run");
+    CHECK(strip_parameters("S::operator()(int) const") == "S::operator()");
+    CHECK(strip_parameters("f(void (*)(int)) &&") == "f");
+    CHECK(strip_parameters("main") == "main");
+    CHECK(perf_symbol_name("_ZN12_GLOBAL__N_113recursive_fibEi") ==
+          "(anonymous namespace)::recursive_fib");
+    CHECK(perf_symbol_name("_ZN4demo6sorterIiE3runERSt6vectorIiSaIiEEj") ==
+          "demo::sorter<int>::run");
+    CHECK(perf_symbol_name("memcpy@GLIBC_2.14") == "memcpy");
+    CHECK(perf_symbol_name("_Znot_mangled_really") == "_Znot_mangled_really");
+}
+
+TEST_CASE("readelf symbols of a real PIE binary", "[collector][symbols]") {
+    const auto c = run_capture({"readelf", "-sW", demo_bin});
+    REQUIRE(c.code == 0);
+    const auto syms = elf_symbols::parse_readelf(c.out);
+    CHECK(syms.size() > 10);
+    const auto fib = syms.address_of("(anonymous namespace)::recursive_fib");
+    const auto mm = syms.address_of("(anonymous namespace)::matrix_multiply");
+    REQUIRE(fib);
+    REQUIRE(mm);
+    CHECK(*fib != *mm);
+    CHECK(*fib < 0x100000); // a PIE: link-time addresses, not where it was loaded
+    CHECK(syms.address_of("demo::sorter<int>::run"));
+    CHECK(syms.address_of("main"));
+    CHECK_FALSE(syms.address_of("printf")); // undefined here: it lives in libc
+    CHECK(run_capture({"/nonexistent/readelf"}).code == 127);
+}
+
+TEST_CASE("addr2line output with inline chains, discriminators and unknowns",
+          "[collector][symbols]") {
+    // Captured from `addr2line -a -f -i -C` on the demo: two addresses inside std::sort code
+    // inlined into demo::sorter<int>::run, one unknown, then the sentinel.
+    const auto chains = parse_addr2line(
+        split_lines(test_support::fixture("collector/fixtures/addr2line_inline.txt")));
+    REQUIRE(chains.size() == 3);
+    REQUIRE(chains[0].size() == 3);
+    CHECK(chains[0][0].file == "/usr/include/c++/12/bits/stl_algo.h");
+    CHECK(chains[0].back().function.rfind("demo::sorter<int>::run", 0) == 0);
+    CHECK(chains[0].back().file.size() > 8);
+    CHECK(chains[0].back().file.substr(chains[0].back().file.size() - 8) == "demo.cpp");
+    CHECK(chains[1].size() == 5);
+    CHECK(chains[2].empty());
+
+    const auto d = parse_addr2line({"0x10", "f", "/src/a.c:42 (discriminator 3)", "0x20", "g",
+                                    "/src/b.c:?", "0xffffffffffffffff", "??", "??:0"});
+    REQUIRE(d.size() == 2);
+    REQUIRE(d[0].size() == 1);
+    CHECK(d[0][0].line == 42);
+    CHECK(d[0][0].file == "/src/a.c");
+    CHECK(d[1].empty());
+}
+
+TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
+          "[collector][symbols]") {
+    const auto hot = demo_line("// the hot line");
+    REQUIRE(hot > 0);
+    symbolizer sym;
+    std::vector<symbolizer::site> sites;
+    for (std::uint32_t off = 0; off < 0x90; off += 4)
+        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off});
+    sites.push_back({demo_bin, "no_such_function", 0});
+    sites.push_back({"[kernel.kallsyms]", "native_safe_halt", 0xe});
+    sites.push_back({"/nonexistent/lib.so", "f", 1});
+    const auto where = sym.resolve(sites);
+    REQUIRE(where.size() == sites.size());
+    std::set<std::uint32_t> lines;
+    for (std::size_t i = 0; i + 3 < sites.size(); ++i) {
+        REQUIRE_FALSE(where[i].empty());
+        const auto& outer = where[i].back(); // the matrix_multiply frame of the chain
+        CHECK(outer.file.find("demo.cpp") != std::string::npos);
+        CHECK(outer.line >= hot - 8);
+        CHECK(outer.line <= hot + 3);
+        lines.insert(outer.line);
+    }
+    CHECK(lines.count(hot)); // the loop body is its own line, not the function's first
+    CHECK(lines.size() > 2);
+    CHECK(where[where.size() - 3].empty());
+    CHECK(where[where.size() - 2].empty());
+    CHECK(where[where.size() - 1].empty());
+
+    const auto bins = sym.binaries();
+    REQUIRE(bins.size() == 3);
+    for (const auto& b : bins) {
+        if (b.module == demo_bin)
+            CHECK(b.error.empty());
+        else
+            CHECK_FALSE(b.error.empty());
+    }
+
+    // A second pass is answered from the cache with the same result.
+    CHECK(sym.resolve(sites) == where);
+}
+
+TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[collector][symbols]") {
+    test_support::temp_dir dir;
+    fs::create_directories(dir.path / "sysroot/opt/app/bin");
+    fs::copy_file(demo_bin, dir.path / "sysroot/opt/app/bin/perfwire-demo");
+    fs::create_directories(dir.path / "src/demo");
+    fs::copy_file(demo_source, dir.path / "src/demo/demo.cpp");
+
+    const symbolizer::site site{"/opt/app/bin/perfwire-demo",
+                                "(anonymous namespace)::recursive_fib", 0};
+    symbolizer sym;
+    CHECK(sym.resolve({site})[0].empty()); // no such path on this machine
+
+    symbol_config c;
+    c.sysroot = (dir.path / "sysroot").string();
+    sym.configure(c);
+    auto chain = sym.resolve({site})[0];
+    REQUIRE_FALSE(chain.empty());
+    CHECK(chain.back().line == demo_line("std::uint64_t recursive_fib(int n)"));
+
+    c = {};
+    c.binaries = {(dir.path / "sysroot/opt/app/bin/perfwire-demo").string()};
+    sym.configure(c);
+    REQUIRE_FALSE(sym.resolve({site})[0].empty());
+
+    // The debug info names the build tree's path; map it to the copy, or find it by its tail.
+    const std::string built = chain.back().file;
+    const auto build_root =
+        built.substr(0, built.size() - std::string("/src/demo/demo.cpp").size());
+    c.path_map = {{build_root, dir.path.string()}};
+    sym.configure(c);
+    (void)sym.resolve({site});
+    CHECK(sym.source_path(built) == (dir.path / "src/demo/demo.cpp").string());
+    c.path_map = {};
+    c.source_dirs = {dir.path.string()};
+    sym.configure(c);
+    (void)sym.resolve({site});
+    CHECK(sym.source_path("/elsewhere/build/src/demo/demo.cpp") ==
+          (dir.path / "src/demo/demo.cpp").string());
+    CHECK_FALSE(sym.source_path("/elsewhere/nothing.cpp"));
+}
+
+TEST_CASE("source view: lines of a real capture, files only from the debug info",
+          "[collector][symbols]") {
+    // Sites made the way the parser makes them, at addresses inside the demo's functions.
+    profile p;
+    script_parser parser(p);
+    std::ostringstream text;
+    for (int i = 0; i < 40; ++i)
+        text << "demo-matrix 1/2 10." << 100 + i << ": 1000 cpu-clock:\n\t1300 "
+             << "(anonymous namespace)::matrix_multiply+0x" << std::hex << (0x30 + (i % 8) * 4)
+             << std::dec << " (" << demo_bin << ")\n\n";
+    text << "demo-recurse 1/3 11.000: 1000 cpu-clock:\n\t1377 (anonymous "
+            "namespace)::recursive_fib+0x0 ("
+         << demo_bin << ")\n\n";
+    parser.feed(text.str());
+    parser.finish();
+    REQUIRE(p.sample_count() == 41);
+
+    symbolizer sym;
+    view_filter f;
+    const auto files = source_view(p, f, sym, {});
+    REQUIRE(files.status == 200);
+    const auto& list = files.body.at("files").as_array();
+    REQUIRE(list.size() >= 1);
+    const std::string file(list[0].at("file").as_string());
+    CHECK(file.find("demo.cpp") != std::string::npos);
+    CHECK(list[0].at("found").as_bool());
+
+    const auto by_fn = source_view(p, f, sym, {"", "(anonymous namespace)::matrix_multiply"});
+    REQUIRE(by_fn.status == 200);
+    CHECK(by_fn.body.at("file").as_string() == file);
+    const auto& lines = by_fn.body.at("lines").as_array();
+    std::uint64_t samples = 0;
+    double share = 0;
+    for (const auto& l : lines) {
+        samples += l.at("samples").to_number<std::uint64_t>();
+        share += l.at("pct").as_double();
+    }
+    CHECK(samples == 41);
+    CHECK(share == Approx(100.0));
+    const auto hot = by_fn.body.at("hottest_line").to_number<std::uint32_t>();
+    CHECK(lines[hot - 1].at("text").as_string().size() > 0);
+    CHECK(lines[hot - 1].at("line").to_number<std::uint32_t>() == hot);
+
+    // Only files the debug info named can be asked for: nothing else is ever opened.
+    CHECK(source_view(p, f, sym, {"/etc/passwd", ""}).status == 404);
+    CHECK(source_view(p, f, sym, {"", "no_such_function"}).status == 404);
+}
+
+TEST_CASE("file browser stays under its root, links included", "[collector][api]") {
+    test_support::temp_dir dir;
+    fs::create_directories(dir.path / "root/bin");
+    fs::create_directories(dir.path / "outside");
+    std::ofstream(dir.path / "root/bin/app") << "x";
+    fs::permissions(dir.path / "root/bin/app", fs::perms::owner_exec, fs::perm_options::add);
+    fs::create_directory_symlink(dir.path / "outside", dir.path / "root/escape");
+    const auto root = (dir.path / "root").string();
+
+    auto r = browse(root, "");
+    REQUIRE(r.status == 200);
+    CHECK(r.body.at("parent").is_null());
+    const auto& entries = r.body.at("entries").as_array();
+    REQUIRE(entries.size() == 2);
+    CHECK(entries[0].at("name").as_string() == "bin");
+    CHECK(entries[0].at("type").as_string() == "dir");
+
+    r = browse(root, "bin");
+    REQUIRE(r.status == 200);
+    CHECK(r.body.at("entries").as_array()[0].at("executable").as_bool());
+    CHECK(r.body.at("parent").as_string() == root);
+
+    CHECK(browse(root, "..").status == 403);
+    CHECK(browse(root, "bin/../../outside").status == 403);
+    CHECK(browse(root, "escape").status == 403); // a symlink out of the root
+    CHECK(browse(root, "/etc").status == 403);
+    CHECK(browse(root, root + "/bin").status == 200);
+    CHECK(browse(root, "bin/app").status == 400);
+    CHECK(browse(root, "nothing").status == 404);
+    fs::create_directories(dir.path / "rootx");
+    CHECK(browse(root, root + "x").status == 403); // a sibling sharing the root's prefix
+}
+
+TEST_CASE("config updates are checked field by field", "[collector][api]") {
+    symbol_config c;
+    CHECK(update_config(c, boost::json::object{{"binaries", "x"}}) ==
+          "binaries must be an array of strings");
+    CHECK(update_config(c, boost::json::object{{"toolchain_prefix", "-x"}}).size() > 0);
+    CHECK(update_config(c, boost::json::object{{"toolchain_prefix", "a; rm -rf /"}}).size() > 0);
+    CHECK(update_config(c, boost::json::object{{"path_map", boost::json::array{1}}}).size() > 0);
+    CHECK(c.binaries.empty()); // nothing applied from a bad update
+    CHECK(update_config(c, boost::json::object{{"source_dirs", boost::json::array{"/src"}},
+                                               {"inline", false},
+                                               {"toolchain_prefix", "aarch64-linux-gnu-"},
+                                               {"path_map", boost::json::array{boost::json::object{
+                                                                {"from", "/b"}, {"to", "/s"}}}}})
+              .empty());
+    CHECK(c.source_dirs == std::vector<std::string>{"/src"});
+    CHECK_FALSE(c.inline_frames);
+    CHECK(c.toolchain_prefix == "aarch64-linux-gnu-");
+    REQUIRE(c.path_map.size() == 1);
+    CHECK(c.path_map[0] == std::pair<std::string, std::string>{"/b", "/s"});
+    const auto j = config_json(c, "/home/u");
+    CHECK(boost::json::serialize(j.at("path_map")) == R"([{"from":"/b","to":"/s"}])");
+    CHECK(j.at("browse_root").as_string() == "/home/u");
+}
