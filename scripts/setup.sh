@@ -2,7 +2,8 @@
 # Installs from Debian bookworm what perfwire needs and this machine lacks. Safe to re-run:
 # when everything is present it touches nothing and needs no network.
 #   scripts/setup.sh          build and run
-#   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer)
+#   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer,
+#                             and the browser test: Debian's chromium, playwright-core from npm)
 set -euo pipefail
 
 packages=(
@@ -12,8 +13,21 @@ packages=(
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then
-    packages+=(clang-format clang libclang-rt-14-dev zstd)
+    packages+=(clang-format clang libclang-rt-14-dev zstd chromium)
+    # The machine's own Node.js is used when there is one; otherwise Debian's.
+    if ! command -v npm >/dev/null; then
+        packages+=(nodejs npm)
+    fi
 fi
+
+install_ui_test_modules() {
+    # playwright-core only drives Debian's chromium: it never downloads a browser.
+    if [[ "${1:-}" == "--test" && ! -d test/ui/node_modules/playwright-core ]]; then
+        echo "setup: npm ci in test/ui"
+        PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix test/ui --no-audit --no-fund --loglevel=error
+    fi
+}
+cd "$(dirname "$0")/.."
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,6 +36,7 @@ for p in "${packages[@]}"; do
     fi
 done
 if ((${#missing[@]} == 0)); then
+    install_ui_test_modules "${1:-}"
     exit 0
 fi
 
@@ -33,3 +48,4 @@ fi
 "${sudo[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
+install_ui_test_modules "${1:-}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the clang-format check, the test suite, the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer run.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, a browser test of the UI in headless
+# Chromium, and a short libFuzzer run.
 #   PERFWIRE_FUZZ_SECONDS   length of the fuzz run (default 60; 0 skips it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,9 @@ step "build and test (RelWithDebInfo, warnings are errors)"
 cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+step "browser test: the UI in headless Chromium on a live profile"
+node test/ui/ui_test.mjs build
 
 step "build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \

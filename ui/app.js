@@ -1,12 +1,12 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
-// #session=<id>&tab=functions|flamegraph|threads&tid=<n>&event=<name>
+// #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
 const $ = (s) => document.querySelector(s);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
 const pct = (v) => (v ?? 0).toFixed(2);
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom') };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file') };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -55,7 +55,7 @@ function renderFunctions() {
   if (f) { try { const re = new RegExp(f, 'i'); rows = rows.filter((r) => re.test(r.name) || re.test(r.module)); } catch { /* incomplete regex */ } }
   const k = view.sort, d = view.desc ? -1 : 1;
   rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0)).slice(0, 2000);
-  $('#functions tbody').innerHTML = rows.map((r) => `<tr><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+  $('#functions tbody').innerHTML = rows.map((r) => `<tr class="link" data-function="${esc(r.name)}" title="show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
     <td>${pct(r.total_pct)}</td><td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('');
 }
 
@@ -115,11 +115,44 @@ async function renderSession(s) {
   if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; return; }
   if (s.tab === 'functions') { view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions; renderFunctions(); }
   if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+  if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'threads') {
     const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
     $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
       <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`).join('');
   }
+}
+
+// Source lines, heat-coloured by their share of the file; the hottest line is scrolled to.
+async function renderSource(s, q) {
+  const base = `/api/sessions/${encodeURIComponent(s.session)}/source`;
+  const list = await api(`${base}?${q}`);
+  const files = list.files || [];
+  const file = s.file || files[0]?.file;
+  $('#source-file').innerHTML = files.map((f) => `<option value="${esc(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
+  if (!file) {
+    const why = (list.binaries || []).filter((b) => b.error).map((b) => esc(b.error)).join('<br>');
+    $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '');
+    $('#source tbody').innerHTML = '';
+    return;
+  }
+  const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}`);
+  $('#source-info').textContent = `${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`;
+  const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
+  $('#source tbody').innerHTML = src.lines.map((l) => {
+    const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
+    return `<tr id="L${l.line}" ${heat} class="${l.line === src.hottest_line ? 'hot' : ''}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
+      <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
+  }).join('');
+  document.getElementById('L' + src.hottest_line)?.scrollIntoView({ block: 'center' });
+}
+
+async function openFunctionSource(name) {
+  const s = hashState();
+  try {
+    const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
+    setHash({ tab: 'source', file: src.file });
+  } catch (e) { $('#conn').textContent = e.message; }
 }
 
 let rendering = null;
@@ -137,6 +170,8 @@ document.addEventListener('click', (e) => {
   if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
   const tidRow = e.target.closest('tr[data-tid]');
   if (tidRow) setHash({ tid: tidRow.dataset.tid, tab: 'functions' });
+  const fnRow = e.target.closest('tr[data-function]');
+  if (fnRow) openFunctionSource(fnRow.dataset.function);
   const tab = e.target.closest('#tabs button');
   if (tab) setHash({ tab: tab.dataset.tab });
   const th = e.target.closest('th[data-sort]');
@@ -146,6 +181,7 @@ document.addEventListener('click', (e) => {
 });
 $('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); });
 $('#weight').addEventListener('change', rerender);
+$('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
 window.addEventListener('hashchange', rerender);
 window.addEventListener('resize', drawFlame);
 
