@@ -289,3 +289,138 @@ TEST_CASE("API: symbolizer config, file browser and source listing", "[collector
     CHECK(f.call(http::verb::get, "/api/sessions/" + f.session_id + "/source?file=%2Fetc%2Fpasswd")
               .result() == http::status::not_found);
 }
+
+namespace {
+
+// Just enough protobuf to read a pprof profile back: fields as (number, varint or bytes).
+struct pb_field {
+    int number = 0;
+    std::uint64_t value = 0;
+    std::string_view bytes;
+    bool is_bytes = false;
+};
+
+std::uint64_t pb_varint(std::string_view& in) {
+    std::uint64_t v = 0;
+    for (int shift = 0; !in.empty(); shift += 7) {
+        const auto b = static_cast<unsigned char>(in.front());
+        in.remove_prefix(1);
+        v |= std::uint64_t{b & 0x7FU} << shift;
+        if (!(b & 0x80))
+            return v;
+    }
+    throw std::runtime_error("truncated varint");
+}
+
+std::vector<pb_field> pb_fields(std::string_view in) {
+    std::vector<pb_field> out;
+    while (!in.empty()) {
+        const auto key = pb_varint(in);
+        pb_field f;
+        f.number = static_cast<int>(key >> 3);
+        if ((key & 7) == 0) {
+            f.value = pb_varint(in);
+        } else if ((key & 7) == 2) {
+            const auto n = pb_varint(in);
+            if (n > in.size())
+                throw std::runtime_error("truncated bytes");
+            f.bytes = in.substr(0, n);
+            f.is_bytes = true;
+            in.remove_prefix(n);
+        } else {
+            throw std::runtime_error("unexpected wire type");
+        }
+        out.push_back(f);
+    }
+    return out;
+}
+
+std::vector<std::uint64_t> pb_packed(std::string_view in) {
+    std::vector<std::uint64_t> out;
+    while (!in.empty())
+        out.push_back(pb_varint(in));
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("API: pprof and svg exports of a real capture", "[collector][api]") {
+    fixture_app f;
+    const auto base = "/api/sessions/" + f.session_id;
+    const auto fns = f.get_json(base + "/functions");
+    const auto total_period = fns.at("total").to_number<std::uint64_t>();
+    const auto total_samples =
+        f.get_json(base + "/functions?weight=samples").at("total").to_number<std::uint64_t>();
+
+    const auto res = f.call(http::verb::get, base + "/export?format=pprof");
+    REQUIRE(res.result() == http::status::ok);
+    CHECK(res[http::field::content_disposition].find(".pb\"") != boost::string_view::npos);
+    std::vector<std::string_view> strings;
+    std::vector<std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>> samples;
+    std::map<std::uint64_t, std::uint64_t> location_function; // location id -> function id
+    std::map<std::uint64_t, std::uint64_t> function_name;     // function id -> string index
+    int sample_types = 0;
+    for (const auto& fld : pb_fields(res.body())) {
+        if (fld.number == 1)
+            ++sample_types;
+        if (fld.number == 2) {
+            std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>> s;
+            for (const auto& sf : pb_fields(fld.bytes))
+                (sf.number == 1 ? s.first : s.second) = pb_packed(sf.bytes);
+            samples.push_back(std::move(s));
+        }
+        if (fld.number == 4) {
+            std::uint64_t id = 0, fn = 0;
+            for (const auto& lf : pb_fields(fld.bytes)) {
+                if (lf.number == 1)
+                    id = lf.value;
+                if (lf.number == 4)
+                    fn = pb_fields(lf.bytes).at(0).value;
+            }
+            location_function[id] = fn;
+        }
+        if (fld.number == 5) {
+            const auto ff = pb_fields(fld.bytes);
+            function_name[ff.at(0).value] = ff.at(1).value;
+        }
+        if (fld.number == 6)
+            strings.push_back(fld.bytes);
+    }
+    CHECK(sample_types == 2);
+    REQUIRE_FALSE(strings.empty());
+    CHECK(strings[0].empty()); // pprof's string table starts with ""
+    std::uint64_t n = 0, period = 0;
+    bool matrix_leaf = false;
+    for (const auto& [locations, values] : samples) {
+        REQUIRE(values.size() == 2);
+        n += values[0];
+        period += values[1];
+        REQUIRE_FALSE(locations.empty());
+        for (auto loc : locations)
+            REQUIRE(location_function.count(loc));
+        const auto leaf = strings.at(function_name.at(location_function.at(locations.front())));
+        matrix_leaf |= leaf == "(anonymous namespace)::matrix_multiply";
+    }
+    CHECK(n == total_samples);
+    CHECK(period == total_period);
+    CHECK(matrix_leaf); // locations run leaf first
+
+    const auto svg = f.call(http::verb::get, base + "/export?format=svg");
+    REQUIRE(svg.result() == http::status::ok);
+    CHECK(svg[http::field::content_type] == "image/svg+xml");
+    const auto& body = svg.body();
+    CHECK(body.rfind("<?xml", 0) == 0);
+    CHECK(body.size() > 1000);
+    CHECK(body.substr(body.size() - 7) == "</svg>\n");
+    CHECK_THAT(body, Catch::Contains("<title>all — ") && Catch::Contains("(100.00%)</title>"));
+    CHECK_THAT(body, Catch::Contains("(anonymous namespace)::matrix_multiply ("));
+    std::size_t open = 0, close = 0;
+    for (auto pos = body.find("<g>"); pos != std::string::npos; pos = body.find("<g>", pos + 1))
+        ++open;
+    for (auto pos = body.find("</g>"); pos != std::string::npos; pos = body.find("</g>", pos + 1))
+        ++close;
+    CHECK(open == close);
+    CHECK(open > 10);
+    CHECK(f.call(http::verb::get, base + "/export?format=png").result() ==
+          http::status::bad_request);
+}

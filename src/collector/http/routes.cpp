@@ -1,6 +1,7 @@
 #include "collector/http/routes.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/export/exports.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/model/views.hpp"
 #include "collector/store/import.hpp"
@@ -491,6 +492,8 @@ enum class view_kind {
     export_collapsed,
     export_json,
     export_speedscope,
+    export_svg,
+    export_pprof,
     metrics,
     source
 };
@@ -572,6 +575,14 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         break;
     case view_kind::export_speedscope:
         r.body = speedscope_json(m.prof, *f, e->id);
+        break;
+    case view_kind::export_svg:
+        r.text = flame_svg(m.prof, *f,
+                           e->id + " — " + std::string(m.prof.event_name(f->event)) + " by " +
+                               (f->by_period ? "period" : "samples"));
+        break;
+    case view_kind::export_pprof:
+        r.text = pprof_profile(m.prof, *f);
         break;
     case view_kind::source: {
         auto a = source_view(m.prof, *f, app->symbols, v.source);
@@ -865,9 +876,13 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                 kind = view_kind::export_json;
             else if (fmt == "speedscope")
                 kind = view_kind::export_speedscope;
+            else if (fmt == "svg")
+                kind = view_kind::export_svg;
+            else if (fmt == "pprof")
+                kind = view_kind::export_pprof;
             else
                 co_return make_error(req, http::status::bad_request, "bad_format",
-                                     "format must be collapsed, json or speedscope");
+                                     "format must be collapsed, json, svg, speedscope or pprof");
         } else
             co_return not_found();
         auto v = parse_view_params(url);
@@ -890,11 +905,19 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                                          asio::use_awaitable);
         if (base && r.status == http::status::ok)
             apply_baseline(r.body, *base, baseline_id);
-        if (kind == view_kind::export_collapsed && r.status == http::status::ok) {
+        const bool binary_export = kind == view_kind::export_collapsed ||
+                                   kind == view_kind::export_svg || kind == view_kind::export_pprof;
+        if (binary_export && r.status == http::status::ok) {
+            const char* type = kind == view_kind::export_svg     ? "image/svg+xml"
+                               : kind == view_kind::export_pprof ? "application/octet-stream"
+                                                                 : "text/plain; charset=utf-8";
+            const char* suffix = kind == view_kind::export_svg     ? ".svg"
+                                 : kind == view_kind::export_pprof ? ".pb"
+                                                                   : ".collapsed.txt";
             http_response res{http::status::ok, req.version()};
-            res.set(http::field::content_type, "text/plain; charset=utf-8");
+            res.set(http::field::content_type, type);
             res.set(http::field::content_disposition,
-                    "attachment; filename=\"" + e->id + ".collapsed.txt\"");
+                    "attachment; filename=\"" + e->id + suffix + "\"");
             res.keep_alive(req.keep_alive());
             res.body() = std::move(r.text);
             res.prepare_payload();
