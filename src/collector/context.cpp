@@ -6,6 +6,6 @@ app_context::app_context(asio::io_context& io_context, config c)
     : io(io_context)
     , cfg(std::move(c))
     , store(cfg.sessions_dir)
-    , sessions(store, pool) {}
+    , sessions(store, pool, cfg.saved_cache_mb << 20) {}
 
 } // namespace collector

@@ -42,6 +42,8 @@ po::options_description describe_options() {
                       "code (default: inlined code)")
         ("browse-root", po::value<std::string>(), "the file browser's root folder (default: "
                                                   "HOME)")
+        ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
+                                                            "least recently used are unloaded")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -127,6 +129,9 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm.count("sysroot"))
         c.symbols.sysroot = vm["sysroot"].as<std::string>();
     c.symbols.inline_frames = !vm.count("no-inline");
+    if (vm["cache-mb"].as<int>() < 1)
+        return usage("--cache-mb must be at least 1");
+    c.saved_cache_mb = static_cast<std::size_t>(vm["cache-mb"].as<int>());
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

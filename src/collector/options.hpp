@@ -21,6 +21,7 @@ struct config {
     std::optional<std::string> ui_dir;
     symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...
     std::string browse_root; // the file browser's root; default: HOME
+    std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
 };
 
 struct exit_now {

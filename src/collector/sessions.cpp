@@ -2,6 +2,8 @@
 
 #include "protocol/compression.hpp"
 
+#include <boost/asio/post.hpp>
+
 namespace collector {
 
 bool session_model::ingest(bool compressed, std::string_view payload) {
@@ -28,9 +30,11 @@ bool session_model::ingest(bool compressed, std::string_view payload) {
     return true;
 }
 
-session_registry::session_registry(session_store& store, asio::thread_pool& pool)
+session_registry::session_registry(session_store& store, asio::thread_pool& pool,
+                                   std::size_t budget_bytes)
     : store_(store)
-    , pool_(pool) {}
+    , pool_(pool)
+    , budget_(budget_bytes) {}
 
 boost::system::result<std::shared_ptr<session_entry>>
 session_registry::create_live(std::string_view agent_name, const boost::json::object& meta) {
@@ -49,13 +53,51 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
 std::shared_ptr<session_entry> session_registry::find(std::string_view id) {
     if (!session_store::valid_id(id))
         return nullptr;
-    if (const auto it = entries_.find(id); it != entries_.end())
-        return it->second;
-    if (!store_.meta(id))
-        return nullptr;
-    auto e = std::make_shared<session_entry>(std::string(id), pool_);
-    entries_[e->id] = e;
+    std::shared_ptr<session_entry> e;
+    if (const auto it = entries_.find(id); it != entries_.end()) {
+        e = it->second;
+    } else {
+        if (!store_.meta(id))
+            return nullptr;
+        e = std::make_shared<session_entry>(std::string(id), pool_);
+        entries_[e->id] = e;
+    }
+    e->last_used = ++clock_;
+    evict_over_budget(e.get());
     return e;
+}
+
+std::size_t session_registry::saved_bytes() const {
+    std::size_t sum = 0;
+    for (const auto& [id, e] : entries_)
+        if (!is_live(id))
+            sum += e->memory_bytes.load();
+    return sum;
+}
+
+void session_registry::evict_over_budget(const session_entry* keep) {
+    std::size_t sum = saved_bytes();
+    while (sum > budget_) {
+        session_entry* oldest = nullptr;
+        std::shared_ptr<session_entry> victim;
+        for (const auto& [id, e] : entries_)
+            if (e.get() != keep && e->memory_bytes.load() && !is_live(id) &&
+                (!oldest || e->last_used < oldest->last_used)) {
+                oldest = e.get();
+                victim = e;
+            }
+        if (!victim)
+            return; // only the session in use is loaded: it stays, whatever its size
+        sum -= victim->memory_bytes.exchange(0);
+        // The model belongs to the strand: unload it there, after any view already queued.
+        asio::post(victim->strand, [victim] {
+            if (!victim->loaded || victim->writer)
+                return;
+            victim->model.reset();
+            victim->loaded = false;
+            victim->memory_bytes = 0;
+        });
+    }
 }
 
 void session_registry::forget(std::string_view id) {
@@ -87,6 +129,7 @@ void ensure_loaded(session_entry& e, const session_store& store) {
     e.samples = e.model->prof.sample_count();
     e.chunks = e.model->chunks;
     e.lost_samples = e.model->parser.stats().lost_events;
+    e.memory_bytes = e.model->prof.memory_bytes() + e.model->last_stat_text.size();
 }
 
 } // namespace collector

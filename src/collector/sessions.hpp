@@ -3,7 +3,9 @@
 // A session's model is touched only on its strand of the shared thread pool: chunks are
 // stored and parsed there, and views are computed there, so parsing never runs on the thread
 // that serves HTTP and no mutex guards the model. A saved session is replayed from disk the
-// first time a view asks for it, and stays loaded.
+// first time a view asks for it, and stays loaded until the saved sessions in memory exceed
+// their budget: then the least recently used are unloaded (on their strands) and replay again
+// when next opened.
 #pragma once
 
 #include "collector/model/profile.hpp"
@@ -55,11 +57,16 @@ struct session_entry {
 
     // Published for listings and SSE (written on the strand, read anywhere).
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
+    std::atomic<std::size_t> memory_bytes{0}; // of the loaded model; 0 when not loaded
+
+    std::uint64_t last_used = 0; // I/O thread: the registry's clock at the last find()
 };
 
 class session_registry {
 public:
-    session_registry(session_store& store, asio::thread_pool& pool);
+    // `budget_bytes`: how much memory loaded saved sessions may hold (live ones always stay).
+    session_registry(session_store& store, asio::thread_pool& pool,
+                     std::size_t budget_bytes = std::size_t{2} << 30);
 
     session_store& store() noexcept { return store_; }
 
@@ -71,12 +78,18 @@ public:
     void forget(std::string_view id);
     bool is_live(std::string_view id) const;
     void set_live(std::string_view id, bool live);
+    // Memory held by loaded saved sessions, as last published.
+    std::size_t saved_bytes() const;
 
 private:
+    void evict_over_budget(const session_entry* keep);
+
     session_store& store_;
     asio::thread_pool& pool_;
     std::map<std::string, std::shared_ptr<session_entry>, std::less<>> entries_;
     std::set<std::string, std::less<>> live_;
+    std::size_t budget_;
+    std::uint64_t clock_ = 0;
 };
 
 // On the entry's strand: replays a saved session from disk if it is not in memory yet.

@@ -1,9 +1,13 @@
+#include "collector/sessions.hpp"
 #include "collector/store/session_store.hpp"
 #include "protocol/compression.hpp"
 
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -89,4 +93,74 @@ TEST_CASE("a write that fails reports an error and loses no earlier chunk", "[co
     fs::remove_all(w->dir() / "chunks"); // the disk goes away under the writer
     CHECK(w->write_chunk(false, "lost\n"));
     CHECK(w->chunks_written() == 1);
+}
+
+namespace {
+
+// On the entry's strand: load it if needed and report what it holds.
+std::uint64_t open_on_strand(const std::shared_ptr<session_entry>& e, const session_store& store) {
+    return asio::co_spawn(
+               e->strand,
+               [](std::shared_ptr<session_entry> entry,
+                  const session_store* s) -> asio::awaitable<std::uint64_t> {
+                   ensure_loaded(*entry, *s);
+                   co_return entry->model->prof.sample_count();
+               }(e, &store),
+               asio::use_future)
+        .get();
+}
+
+bool loaded_on_strand(const std::shared_ptr<session_entry>& e) {
+    return asio::co_spawn(
+               e->strand,
+               [](std::shared_ptr<session_entry> entry) -> asio::awaitable<bool> {
+                   co_return entry->loaded;
+               }(e),
+               asio::use_future)
+        .get();
+}
+
+} // namespace
+
+TEST_CASE("saved sessions over the memory budget are unloaded least recently used first",
+          "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    const std::string text = test_support::fixture("collector/fixtures/callchain_fields.txt");
+    std::vector<std::string> ids;
+    for (int i = 0; i < 3; ++i) {
+        auto w = store.create("host" + std::to_string(i), {{"agent", "perfwire"}});
+        REQUIRE(w.has_value());
+        REQUIRE_FALSE(w->write_chunk(true, protocol::compress(text)));
+        ids.push_back(w->id());
+    }
+    asio::thread_pool pool(2);
+    // Room for about two sessions of this size.
+    session_registry probe(store, pool);
+    auto first = probe.find(ids[0]);
+    const auto samples = open_on_strand(first, store);
+    REQUIRE(samples > 50);
+    const std::size_t one = first->memory_bytes.load();
+    REQUIRE(one > 0);
+
+    session_registry reg(store, pool, one * 5 / 2);
+    auto a = reg.find(ids[0]);
+    CHECK(open_on_strand(a, store) == samples);
+    auto b = reg.find(ids[1]);
+    CHECK(open_on_strand(b, store) == samples);
+    CHECK(reg.saved_bytes() == 2 * one);
+    (void)reg.find(ids[0]); // a is now more recent than b
+    auto c = reg.find(ids[2]);
+    CHECK(open_on_strand(c, store) == samples);
+    (void)reg.find(ids[2]); // over budget: the least recently used (b) goes
+    CHECK(loaded_on_strand(a));
+    CHECK_FALSE(loaded_on_strand(b));
+    CHECK(loaded_on_strand(c));
+    CHECK(reg.saved_bytes() == 2 * one);
+
+    // Opened again, it replays from disk with the same content.
+    auto again = reg.find(ids[1]);
+    CHECK(again == b);
+    CHECK(open_on_strand(again, store) == samples);
+    pool.join();
 }
