@@ -3,6 +3,7 @@
 #include "agent/backoff.hpp"
 #include "agent/collection.hpp"
 #include "agent/session.hpp"
+#include "protocol/error.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -108,11 +109,7 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
         };
         asio::co_spawn(ex, run_session(reg, s), [](std::exception_ptr e) {
             if (e)
-                try {
-                    std::rethrow_exception(e);
-                } catch (const std::exception& x) {
-                    log(std::string("session failed: ") + x.what());
-                }
+                log("session failed: " + protocol::describe(e));
         });
     }
 }
@@ -227,11 +224,7 @@ int run(const config& c) {
 
     auto finish = [&](std::exception_ptr e, int code) {
         if (e) {
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& x) {
-                log(std::string("fatal: ") + x.what());
-            }
+            log("fatal: " + protocol::describe(e));
             code = 1;
         }
         exit_code = code;

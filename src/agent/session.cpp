@@ -1,5 +1,6 @@
 #include "agent/session.hpp"
 
+#include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/pairing.hpp"
 
@@ -575,13 +576,8 @@ void session::begin_collection() {
     state_ = state::profiling;
     auto task = collect(current_);
     asio::co_spawn(socket_.get_executor(), std::move(task), [self](std::exception_ptr e) {
-        if (e) {
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-                log(self->peer_, std::string("collection failed: ") + ex.what());
-            }
-        }
+        if (e)
+            log(self->peer_, "collection failed: " + protocol::describe(e));
     });
 }
 

@@ -4,6 +4,7 @@
 #include "collector/context.hpp"
 #include "collector/http/server.hpp"
 #include "collector/store/import.hpp"
+#include "protocol/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -48,11 +49,7 @@ bool open_acceptor(tcp::acceptor& a, const std::string& address, std::uint16_t p
 
 void report(std::exception_ptr e) {
     if (e)
-        try {
-            std::rethrow_exception(e);
-        } catch (const std::exception& x) {
-            log(std::string("fatal: ") + x.what());
-        }
+        log("fatal: " + protocol::describe(e));
 }
 
 } // namespace

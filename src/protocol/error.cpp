@@ -49,4 +49,16 @@ void throw_exception_from_error(const parse_error& e, const boost::source_locati
     boost::throw_exception(std::runtime_error(e.message()), loc);
 }
 
+std::string describe(std::exception_ptr e) {
+    if (!e)
+        return {};
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    } catch (...) {
+        return "unknown exception";
+    }
+}
+
 } // namespace protocol

@@ -5,6 +5,7 @@
 #include <boost/system/error_code.hpp>
 #include <boost/system/result.hpp>
 
+#include <exception>
 #include <string>
 #include <type_traits>
 
@@ -44,6 +45,10 @@ struct parse_error {
 
 template <class T>
 using parse_result = boost::system::result<T, parse_error>;
+
+// What a coroutine's exception says, for the one log line its completion handler writes
+// ("unknown exception" for a non-std one); empty when there was none.
+std::string describe(std::exception_ptr e);
 
 } // namespace protocol
 

@@ -1,7 +1,10 @@
 #include "protocol/frame.hpp"
+#include "protocol/error.hpp"
 #include "protocol/messages.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <stdexcept>
 
 #include <boost/json/serialize.hpp>
 
@@ -187,4 +190,11 @@ TEST_CASE("bad metrics name the field", "[protocol][messages]") {
     REQUIRE(unknown.has_error());
     CHECK(unknown.error().code == errc::unknown_message_type);
     CHECK(parse_metrics(R"({"ts":1})").error().code == errc::invalid_message);
+}
+
+TEST_CASE("a coroutine's exception is described for its log line", "[protocol]") {
+    CHECK(protocol::describe(nullptr).empty());
+    CHECK(protocol::describe(std::make_exception_ptr(std::runtime_error("disk full"))) ==
+          "disk full");
+    CHECK(protocol::describe(std::make_exception_ptr(42)) == "unknown exception");
 }

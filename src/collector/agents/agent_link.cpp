@@ -1,5 +1,6 @@
 #include "collector/agents/agent_link.hpp"
 
+#include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -365,11 +366,7 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
         app.targets[id] = link;
         asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
             if (e)
-                try {
-                    std::rethrow_exception(e);
-                } catch (const std::exception& x) {
-                    log("listener", std::string("agent connection failed: ") + x.what());
-                }
+                log("listener", "agent connection failed: " + protocol::describe(e));
         });
     }
 }

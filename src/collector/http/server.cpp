@@ -1,6 +1,7 @@
 #include "collector/http/server.hpp"
 
 #include "collector/http/connection.hpp"
+#include "protocol/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -82,13 +83,8 @@ asio::awaitable<void> serve_http(app_context& app, tcp::acceptor& acceptor) {
                        http_session(app, beast::tcp_stream(std::move(socket))),
                        [](std::exception_ptr e) {
                            if (e)
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (const std::exception& x) {
-                                   std::cerr
-                                       << "perfwire-collector: HTTP connection failed: " << x.what()
-                                       << "\n";
-                               }
+                               std::cerr << "perfwire-collector: HTTP connection failed: "
+                                         << protocol::describe(e) << "\n";
                        });
     }
 }

@@ -16,6 +16,19 @@ std::uint64_t pair_hash(std::uint32_t a, std::uint32_t b) noexcept {
     return mix((std::uint64_t{a} << 32) | b);
 }
 
+// One more sample of `period` at row `i` of a pair of per-row counters, grown to `rows` (the
+// table's size now, so they grow with it rather than one row at a time).
+void count(std::vector<std::uint64_t>& samples, std::vector<std::uint64_t>& periods,
+           std::uint32_t i, std::size_t rows, std::uint64_t period) {
+    if (samples.size() <= i) {
+        const std::size_t size = std::max<std::size_t>(i + 1, rows);
+        samples.resize(size, 0);
+        periods.resize(size, 0);
+    }
+    ++samples[i];
+    periods[i] += period;
+}
+
 } // namespace
 
 profile::profile() {
@@ -105,27 +118,10 @@ void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_
         period_.push_back(static_cast<std::uint32_t>(period));
     }
 
-    auto& self_n = self_samples_[event];
-    auto& self_p = self_period_[event];
-    if (self_n.size() <= node) {
-        const std::size_t size = std::max<std::size_t>(node + 1, node_parent_.size());
-        self_n.resize(size, 0);
-        self_p.resize(size, 0);
-    }
-    ++self_n[node];
-    self_p[node] += period;
-
+    count(self_samples_[event], self_period_[event], node, node_parent_.size(), period);
     if (leaf_offset != no_offset) {
         const std::uint32_t site = intern_site(node_frame_[node], leaf_offset);
-        auto& site_n = site_samples_[event];
-        auto& site_p = site_period_[event];
-        if (site_n.size() <= site) {
-            const std::size_t size = std::max<std::size_t>(site + 1, site_frame_.size());
-            site_n.resize(size, 0);
-            site_p.resize(size, 0);
-        }
-        ++site_n[site];
-        site_p[site] += period;
+        count(site_samples_[event], site_period_[event], site, site_frame_.size(), period);
     }
 
     if (tid != last_tid_ || !last_thread_) {

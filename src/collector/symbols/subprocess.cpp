@@ -4,10 +4,12 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <optional>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utility>
 
 namespace collector {
 namespace {
@@ -31,6 +33,56 @@ std::vector<char*> c_argv(const std::vector<std::string>& args) {
     return argv;
 }
 
+// A started child's ends of the pipes the parent asked for (-1 where the child has /dev/null).
+struct spawned {
+    pid_t pid = -1;
+    int in = -1, out = -1, err = -1;
+};
+
+// Starts argv with each of stdin, stdout and stderr either a pipe to the parent or /dev/null.
+// On failure every descriptor is closed again and `error` says why.
+std::optional<spawned> spawn(const std::vector<std::string>& args, bool pipe_in, bool pipe_out,
+                             bool pipe_err, std::string& error) {
+    const bool wanted[3] = {pipe_in, pipe_out, pipe_err};
+    int fds[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; // [stream][read end, write end]
+    auto close_all = [&] {
+        for (auto& pair : fds)
+            for (int& fd : pair)
+                if (fd >= 0)
+                    ::close(std::exchange(fd, -1));
+    };
+    for (int i = 0; i < 3; ++i) {
+        bool ok;
+        if (wanted[i]) {
+            ok = ::pipe2(fds[i], O_CLOEXEC) == 0;
+        } else {
+            // Only the child's end: it reads stdin from [0][0], writes the others to [i][1].
+            int& child_end = i == 0 ? fds[i][0] : fds[i][1];
+            child_end = ::open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+            ok = child_end >= 0;
+        }
+        if (!ok) {
+            error = std::strerror(errno);
+            close_all();
+            return std::nullopt;
+        }
+    }
+    // The child reads stdin from [0][0] and writes stdout/stderr to [1][1] and [2][1].
+    const auto argv = c_argv(args);
+    const pid_t pid = ::fork();
+    if (pid == 0)
+        exec_child(argv, fds[0][0], fds[1][1], fds[2][1]);
+    if (pid < 0) {
+        error = std::strerror(errno);
+        close_all();
+        return std::nullopt;
+    }
+    spawned s{pid, std::exchange(fds[0][1], -1), std::exchange(fds[1][0], -1),
+              std::exchange(fds[2][0], -1)};
+    close_all(); // the child's ends
+    return s;
+}
+
 int reap(int pid) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -42,32 +94,10 @@ int reap(int pid) {
 
 capture run_capture(const std::vector<std::string>& args) {
     capture c;
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-        c.err = std::strerror(errno);
+    const auto child = spawn(args, false, true, true, c.err);
+    if (!child)
         return c;
-    }
-    if (::pipe2(err, O_CLOEXEC) != 0) {
-        c.err = std::strerror(errno);
-        ::close(out[0]);
-        ::close(out[1]);
-        return c;
-    }
-    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const auto argv = c_argv(args);
-    const pid_t pid = ::fork();
-    if (pid == 0)
-        exec_child(argv, null_fd, out[1], err[1]);
-    ::close(null_fd);
-    ::close(out[1]);
-    ::close(err[1]);
-    if (pid < 0) {
-        c.err = std::strerror(errno);
-        ::close(out[0]);
-        ::close(err[0]);
-        return c;
-    }
-    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    pollfd fds[2] = {{child->out, POLLIN, 0}, {child->err, POLLIN, 0}};
     std::string* sinks[2] = {&c.out, &c.err};
     int open_fds = 2;
     std::vector<char> buf(1 << 16);
@@ -93,35 +123,18 @@ capture run_capture(const std::vector<std::string>& args) {
     for (auto& f : fds)
         if (f.fd >= 0)
             ::close(f.fd);
-    c.code = reap(pid);
+    c.code = reap(child->pid);
     return c;
 }
 
 std::unique_ptr<coprocess> coprocess::start(const std::vector<std::string>& args) {
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0)
+    std::string error;
+    const auto child = spawn(args, true, true, false, error);
+    if (!child)
         return nullptr;
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-        ::close(in[0]);
-        ::close(in[1]);
-        return nullptr;
-    }
-    const int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    const auto argv = c_argv(args);
-    const pid_t pid = ::fork();
-    if (pid == 0)
-        exec_child(argv, in[0], out[1], null_fd);
-    ::close(null_fd);
-    ::close(in[0]);
-    ::close(out[1]);
-    if (pid < 0) {
-        ::close(in[1]);
-        ::close(out[0]);
-        return nullptr;
-    }
-    ::fcntl(in[1], F_SETFL, ::fcntl(in[1], F_GETFL) | O_NONBLOCK);
-    ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
-    return std::unique_ptr<coprocess>(new coprocess(pid, in[1], out[0]));
+    ::fcntl(child->in, F_SETFL, ::fcntl(child->in, F_GETFL) | O_NONBLOCK);
+    ::fcntl(child->out, F_SETFL, ::fcntl(child->out, F_GETFL) | O_NONBLOCK);
+    return std::unique_ptr<coprocess>(new coprocess(child->pid, child->in, child->out));
 }
 
 coprocess::~coprocess() {
