@@ -1,5 +1,5 @@
-#include "protocol/frame.hpp"
 #include "protocol/error.hpp"
+#include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
 
 #include <catch2/catch.hpp>
