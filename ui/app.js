@@ -136,7 +136,8 @@ async function renderSource(s, q) {
     $('#source tbody').innerHTML = '';
     return;
   }
-  const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}`);
+  const fn = view.focusFunction && view.focusFile === file ? `&function=${encodeURIComponent(view.focusFunction)}` : '';
+  const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
   $('#source-info').textContent = `${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`;
   const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
   $('#source tbody').innerHTML = src.lines.map((l) => {
@@ -144,13 +145,14 @@ async function renderSource(s, q) {
     return `<tr id="L${l.line}" ${heat} class="${l.line === src.hottest_line ? 'hot' : ''}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
       <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
   }).join('');
-  document.getElementById('L' + src.hottest_line)?.scrollIntoView({ block: 'center' });
+  document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
 }
 
 async function openFunctionSource(name) {
   const s = hashState();
   try {
     const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
+    view.focusFunction = name; view.focusFile = src.file; // scroll to this function's hottest line
     setHash({ tab: 'source', file: src.file });
   } catch (e) { $('#conn').textContent = e.message; }
 }

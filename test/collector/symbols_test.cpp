@@ -225,6 +225,13 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     CHECK(samples == 41);
     CHECK(share == Approx(100.0));
     const auto hot = by_fn.body.at("hottest_line").to_number<std::uint32_t>();
+    // The function asked for: its own hottest line (recursive_fib's single sample is elsewhere).
+    const auto focus = by_fn.body.at("focus_line").to_number<std::uint32_t>();
+    CHECK(focus == hot);
+    const auto fib = source_view(p, f, sym, {file, "(anonymous namespace)::recursive_fib"});
+    REQUIRE(fib.status == 200);
+    CHECK(fib.body.at("focus_line").to_number<std::uint32_t>() ==
+          demo_line("std::uint64_t recursive_fib(int n)"));
     CHECK(lines[hot - 1].at("text").as_string().size() > 0);
     CHECK(lines[hot - 1].at("line").to_number<std::uint32_t>() == hot);
 

@@ -194,6 +194,26 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     head["samples"] = fw.total.samples;
     head["file_pct"] = pct(fw.total.value, total);
     head["hottest_line"] = hottest;
+    if (!req.function.empty()) {
+        // Where in this file the function asked for is hottest, for the UI to scroll to.
+        std::map<std::uint32_t, std::uint64_t> mine;
+        for (std::size_t i = 0; i < sites.size(); ++i)
+            if (sites[i].symbol == req.function)
+                for (const auto& loc : where[i])
+                    if (loc.file == file) {
+                        mine[loc.line] += counts[ids[i]];
+                        break;
+                    }
+        std::uint32_t focus = hottest;
+        std::uint64_t best = 0;
+        for (const auto& [line, v] : mine)
+            if (v > best) {
+                best = v;
+                focus = line;
+            }
+        head["function"] = req.function;
+        head["focus_line"] = focus;
+    }
     head["lines"] = std::move(lines);
     return {200, std::move(head)};
 }
