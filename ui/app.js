@@ -1,5 +1,7 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
+import { initWizard, openWizard } from './wizard.js';
+
 const $ = (s) => document.querySelector(s);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
 const pct = (v) => (v ?? 0).toFixed(2);
@@ -142,7 +144,8 @@ async function renderSource(s, q) {
   const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
   $('#source tbody').innerHTML = src.lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
-    return `<tr id="L${l.line}" ${heat} class="${l.line === src.hottest_line ? 'hot' : ''}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
+    const cls = [l.line === src.hottest_line ? 'hot' : '', l.line === src.focus_line ? 'focus' : ''].join(' ').trim();
+    return `<tr id="L${l.line}" ${heat} class="${cls}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
       <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
   }).join('');
   document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
@@ -160,6 +163,8 @@ async function openFunctionSource(name) {
 let rendering = null;
 async function render() {
   const s = hashState();
+  if (location.hash === '#wizard') { openWizard(); return; }
+  $('#wizard').hidden = true;
   $('#landing').hidden = !!s.session;
   $('#session').hidden = !s.session;
   try { await (s.session ? renderSession(s) : renderLanding()); }
@@ -183,6 +188,8 @@ document.addEventListener('click', (e) => {
 });
 $('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); });
 $('#weight').addEventListener('change', rerender);
+$('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
+initWizard();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
 window.addEventListener('hashchange', rerender);
 window.addEventListener('resize', drawFlame);

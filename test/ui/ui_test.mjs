@@ -70,11 +70,11 @@ try {
 
   await matrix.first().click();
   await page.waitForFunction(() => location.hash.includes('tab=source') && location.hash.includes('file='), null, { timeout: 15000 });
-  const hot = page.locator('#source tbody tr.hot');
-  await hot.waitFor({ timeout: 15000 });
-  const hotText = await hot.locator('td.code').textContent();
-  check(/for \(int k|sum \+=|h = \(h \^ ch\)|recursive_fib|return n/.test(hotText),
-    `the hottest line is a hot loop of the demo: "${hotText.trim()}"`);
+  const focus = page.locator('#source tbody tr.focus');
+  await focus.waitFor({ timeout: 15000 });
+  const focusText = await focus.locator('td.code').textContent();
+  check(/for \(int k|sum \+=/.test(focusText), `matrix_multiply's hottest line is its inner loop: "${focusText.trim()}"`);
+  check(await page.locator('#source tbody tr.hot').count() === 1, 'the file\'s hottest line is marked');
   check((await page.locator('#source-file').inputValue()).endsWith('src/demo/demo.cpp'), 'the file chosen is demo.cpp');
   const heated = await page.locator('#source tbody tr[style*="background"]').count();
   check(heated >= 3, `several lines are heat-coloured (${heated})`);
@@ -90,6 +90,46 @@ try {
   await again.locator('#tabs button[data-tab="flamegraph"]').click();
   await again.waitForFunction(() => document.querySelector('#flame').height > 20, null, { timeout: 15000 });
   check(true, 'the flame graph draws');
+
+  // The Live Debug wizard against an agent waiting with --listen and a pairing code.
+  const code = '0123456789abcdef0123456789abcdef';
+  const listener = start(bin('agent/perfwire-agent'), ['--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
+  const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
+  const wz = await browser.newPage();
+  wz.on('pageerror', (e) => errors.push(e.message));
+  await wz.goto(http + '/');
+  await wz.click('#open-wizard');
+  await wz.fill('#wz-port', listenPort);
+  await wz.fill('#wz-token', 'not-the-code');
+  await wz.click('#wz-connect');
+  await wz.waitForFunction(() => document.querySelector('#wizard-error').textContent.length > 0, null, { timeout: 15000 });
+  check(/pairing code|auth/i.test(await wz.locator('#wizard-error').textContent()), `a wrong pairing code is refused: "${await wz.locator('#wizard-error').textContent()}"`);
+  await wz.fill('#wz-token', code);
+  await wz.click('#wz-connect');
+  await wz.fill('#wz-filter', 'perfwire-demo');
+  const row = wz.locator(`#wz-processes tbody tr[data-pid="${demo.pid}"]`);
+  await row.waitFor({ timeout: 20000 });
+  check(true, 'the process list shows the demo');
+  await row.click();
+  await wz.locator('#wz-events input[name=event]').first().waitFor({ timeout: 30000 });
+  check(/works/.test(await wz.locator('#wz-perf').textContent()), 'perf is verified on the device');
+  const events = await wz.locator('#wz-events input[name=event]').evaluateAll((l) => l.map((i) => i.value));
+  check(events.includes('cpu-clock') || events.includes('cycles'), `sampling events offered: ${events.join(', ')}`);
+  await wz.click('#wz-perf-next');
+  await wz.click('#wizard [data-browse="wz-source"]');
+  await wz.locator('#wz-browser [data-use]').first().waitFor({ timeout: 10000 });
+  check(await wz.locator('#wz-browser [data-dir], #wz-browser [data-use]').count() > 1, 'the file browser lists a folder');
+  await wz.locator('#wz-browser button[data-use]').click();
+  check((await wz.locator('#wz-source').inputValue()).length > 0, 'a folder chosen in the browser fills the field');
+  await wz.fill('#wz-source', '');
+  await wz.click('#wz-symbols-next');
+  await wz.fill('#wz-frequency', '199');
+  await wz.click('#wz-rate-next');
+  check((await wz.locator('#wz-review').textContent()).includes('199 Hz'), 'the review shows the chosen rate');
+  await wz.click('#wz-start');
+  await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
+  await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 30000 });
+  check(true, 'starting lands on the live session, which fills with the demo\'s functions');
 
   // A session id that does not exist: an error message, not a silent blank page.
   await again.goto(http + '/#session=nope&tab=source');

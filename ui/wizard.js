@@ -1,0 +1,147 @@
+// Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
+// check perf and choose events, say where binaries and sources are, set the rate, start.
+// Every step talks to the collector's API; agent commands go through the relay.
+const $ = (s) => document.querySelector(s);
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+
+const state = { target: null, session: null, pid: null, comm: '', events: [], probe: null };
+
+async function call(method, path, body) {
+  const r = await fetch(path, { method, headers: { 'Content-Type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(data?.error?.message || data?.error || r.statusText);
+  return data;
+}
+const command = (cmd, args = {}) => call('POST', `/api/targets/${encodeURIComponent(state.target)}/command`, { cmd, args });
+
+function step(name) {
+  for (const s of document.querySelectorAll('#wizard .step')) s.hidden = s.dataset.step !== name;
+  for (const b of document.querySelectorAll('#wizard-steps li')) b.classList.toggle('active', b.dataset.step === name);
+  $('#wizard-error').textContent = '';
+}
+function fail(e) { $('#wizard-error').textContent = e.message || String(e); }
+async function busy(button, work) {
+  button.disabled = true;
+  try { await work(); } catch (e) { fail(e); } finally { button.disabled = false; }
+}
+
+async function connect() {
+  const host = $('#wz-host').value.trim(), port = Number($('#wz-port').value), token = $('#wz-token').value.trim();
+  if (!host || !port) throw new Error('host and port are needed');
+  const t = await call('POST', '/api/targets/connect', token ? { host, port, token } : { host, port });
+  state.target = t.id; state.session = t.session_id;
+  $('#wz-connected').textContent = `${t.hostname || host} · ${t.agent || 'agent'} ${t.agent_version || ''} · ${t.platform?.perf_version || ''}`;
+  await loadProcesses();
+  step('process');
+}
+
+async function loadProcesses() {
+  const r = await command('list_processes');
+  state.processes = r.processes || [];
+  renderProcesses();
+}
+function renderProcesses() {
+  const f = $('#wz-filter').value.toLowerCase();
+  const rows = state.processes.filter((p) => !f || String(p.pid).includes(f) || (p.comm + ' ' + p.cmdline).toLowerCase().includes(f));
+  $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${p.pid}" data-comm="${esc(p.comm)}">
+    <td>${p.pid}</td><td>${esc(p.comm)}</td><td>${(p.cpu ?? 0).toFixed(1)}</td><td class="name">${esc(p.cmdline || '')}</td></tr>`).join('');
+}
+
+async function chooseProcess(pid, comm) {
+  const v = await command('verify_pid', { pid });
+  if (!v.exists) throw new Error(`process ${pid} is gone`);
+  state.pid = pid; state.comm = v.info?.comm || comm;
+  $('#wz-chosen').textContent = `${pid} ${state.comm}`;
+  step('perf');
+  $('#wz-perf').textContent = 'checking perf…';
+  const perf = await command('verify_perf');
+  $('#wz-perf').innerHTML = `${esc(perf.version || 'perf')} · ${perf.functional ? 'works' : '<span class="warn">does not work: ' + esc(perf.error || '') + '</span>'} · perf_event_paranoid ${esc(perf.perf_event_paranoid ?? '?')}`;
+  $('#wz-events').innerHTML = '<span class="muted">probing events…</span>';
+  const probe = await command('reprobe', { pid });
+  state.probe = probe;
+  const rec = probe.record_events || [], stat = probe.stat_only_events || [];
+  $('#wz-events').innerHTML = rec.map((e, i) => `<label><input type="checkbox" name="event" value="${esc(e)}" ${i === 0 ? 'checked' : ''}> ${esc(e)}</label>`).join(' ')
+    + (stat.length ? `<p class="muted">counted by perf stat alongside: ${stat.map(esc).join(', ')}</p>` : '')
+    + `<p class="muted">call graphs: ${esc(probe.callgraph_method || 'none')} · ${probe.pipe_mode ? 'continuous stream' : 'rounds'}</p>`;
+}
+
+async function loadSymbols() {
+  const c = await call('GET', '/api/config');
+  $('#wz-binary').value = (c.binaries || []).join(', ');
+  $('#wz-source').value = (c.source_dirs || []).join(', ');
+  $('#wz-toolchain').value = c.toolchain_prefix || '';
+  $('#wz-sysroot').value = c.sysroot || '';
+  state.browseRoot = c.browse_root;
+}
+async function saveSymbols() {
+  const list = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+  await call('PUT', '/api/config', {
+    binaries: list($('#wz-binary').value), source_dirs: list($('#wz-source').value),
+    toolchain_prefix: $('#wz-toolchain').value.trim(), sysroot: $('#wz-sysroot').value.trim(),
+  });
+}
+
+// The file browser: fills the input it was opened for.
+async function browse(path, input) {
+  const r = await call('GET', '/api/browse' + (path ? '?path=' + encodeURIComponent(path) : ''));
+  const box = $('#wz-browser');
+  box.hidden = false;
+  box.dataset.input = input;
+  box.innerHTML = `<div class="muted">${esc(r.path)} <button data-use="${esc(r.path)}">use this folder</button></div>`
+    + (r.parent ? `<div class="link" data-dir="${esc(r.parent)}">..</div>` : '')
+    + r.entries.map((e) => e.type === 'dir' ? `<div class="link" data-dir="${esc(r.path + '/' + e.name)}">${esc(e.name)}/</div>`
+      : `<div class="link" data-use="${esc(r.path + '/' + e.name)}">${esc(e.name)}${e.executable ? ' *' : ''}</div>`).join('');
+}
+
+function review() {
+  const events = [...document.querySelectorAll('#wz-events input[name=event]:checked')].map((i) => i.value);
+  state.events = events;
+  $('#wz-review').innerHTML = `<table>
+    <tr><td>target</td><td>${esc($('#wz-connected').textContent)}</td></tr>
+    <tr><td>process</td><td>${state.pid} ${esc(state.comm)}</td></tr>
+    <tr><td>events</td><td>${events.map(esc).join(', ') || '<span class="warn">none chosen: the agent picks</span>'}</td></tr>
+    <tr><td>frequency</td><td>${Number($('#wz-frequency').value)} Hz</td></tr>
+    <tr><td>chunk length</td><td>${Number($('#wz-duration').value)} s</td></tr>
+    <tr><td>binaries</td><td>${esc($('#wz-binary').value || '(the device paths)')}</td></tr></table>`;
+  step('review');
+}
+
+async function start() {
+  const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
+  if (state.events.length) args.events = state.events;
+  await command('start', args);
+  location.hash = `session=${encodeURIComponent(state.session)}&tab=functions`;
+}
+
+export function openWizard() {
+  if (!$('#wizard').hidden) return; // already open: live updates must not reset it
+  $('#wizard').hidden = false;
+  $('#landing').hidden = true;
+  step('connect');
+}
+
+export function initWizard() {
+  const on = (sel, fn) => $(sel).addEventListener('click', (e) => busy(e.currentTarget, fn));
+  on('#wz-connect', connect);
+  on('#wz-refresh', loadProcesses);
+  on('#wz-perf-next', async () => { await loadSymbols(); step('symbols'); });
+  on('#wz-symbols-next', async () => { await saveSymbols(); step('rate'); });
+  on('#wz-rate-next', async () => review());
+  on('#wz-start', start);
+  $('#wz-filter').addEventListener('input', renderProcesses);
+  $('#wz-processes').addEventListener('click', (e) => {
+    const row = e.target.closest('tr[data-pid]');
+    if (row) busy(row, () => chooseProcess(Number(row.dataset.pid), row.dataset.comm));
+  });
+  for (const b of document.querySelectorAll('#wizard [data-browse]'))
+    b.addEventListener('click', () => browse('', b.dataset.browse).catch(fail));
+  $('#wz-browser').addEventListener('click', (e) => {
+    const box = $('#wz-browser');
+    const dir = e.target.closest('[data-dir]'), use = e.target.closest('[data-use]');
+    if (dir) browse(dir.dataset.dir, box.dataset.input).catch(fail);
+    if (use) { $('#' + box.dataset.input).value = use.dataset.use; box.hidden = true; }
+  });
+  for (const b of document.querySelectorAll('#wizard [data-back]'))
+    b.addEventListener('click', () => step(b.dataset.back));
+  $('#wz-close').addEventListener('click', () => { $('#wizard').hidden = true; location.hash = ''; $('#landing').hidden = false; });
+}
