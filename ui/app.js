@@ -1,5 +1,7 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
+// &start=<s>&end=<s> (a time window in seconds from the session's start)
+import { initHealth, liveMetrics, showSession } from './health.js';
 import { initWizard, openWizard } from './wizard.js';
 
 const $ = (s) => document.querySelector(s);
@@ -8,7 +10,7 @@ const pct = (v) => (v ?? 0).toFixed(2);
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file') };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end') };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -108,7 +110,13 @@ async function renderSession(s) {
   const q = new URLSearchParams({ weight: $('#weight').value });
   if (s.tid) q.set('tid', s.tid);
   if (s.event) q.set('event', s.event);
+  if (s.start) q.set('start', s.start);
+  if (s.end) q.set('end', s.end);
   const meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`);
+  const events = meta.event_types || [];
+  $('#event').innerHTML = events.map((e) => `<option ${e === s.event ? 'selected' : ''}>${esc(e)}</option>`).join('');
+  await renderControls(s.session);
+  await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = `${meta.hostname || ''} · ${meta.samples} samples · ${meta.chunks} chunks · ${(meta.event_types || []).join(', ')}${meta.live ? ' · live' : ''}`;
   statCards(meta);
@@ -123,6 +131,17 @@ async function renderSession(s) {
     $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
       <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`).join('');
   }
+}
+
+const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
+
+// Pause, resume and stop for a session whose agent is connected.
+async function renderControls(session) {
+  const targets = await api('/api/targets');
+  const t = targets.find((x) => x.session_id === session);
+  view.target = t?.id;
+  $('#controls').hidden = !t;
+  if (t) $('#control-state').textContent = `${t.hostname || ''} · ${t.state}${t.pid ? ' · pid ' + t.pid : ''}`;
 }
 
 // Source lines, heat-coloured by their share of the file; the hottest line is scrolled to.
@@ -189,6 +208,16 @@ document.addEventListener('click', (e) => {
 $('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); });
 $('#weight').addEventListener('change', rerender);
 $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
+$('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
+$('#controls').addEventListener('click', async (e) => {
+  const b = e.target.closest('button[data-cmd]');
+  if (!b || !view.target) return;
+  const r = await fetch(`/api/targets/${encodeURIComponent(view.target)}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ cmd: b.dataset.cmd }) });
+  const body = await r.json().catch(() => ({}));
+  $('#control-result').textContent = r.ok ? '' : `${b.dataset.cmd}: ${body.error || r.statusText}`;
+  rerender(); // the target's state changed
+});
+initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } : { start: null, end: null }));
 initWizard();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
 window.addEventListener('hashchange', rerender);
@@ -199,6 +228,7 @@ const stream = new EventSource('/api/stream');
 stream.onopen = () => { $('#conn').textContent = 'live'; };
 stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
 for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
+stream.addEventListener('metrics', (e) => liveMetrics(JSON.parse(e.data), windowOf(hashState())));
 stream.addEventListener('data_version', (e) => {
   const s = hashState(), d = JSON.parse(e.data);
   if (!s.session || d.session_id === s.session) rerender();

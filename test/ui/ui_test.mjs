@@ -41,6 +41,7 @@ function check(ok, what) {
 }
 
 let browser;
+let doing = 'starting'; // the step in progress, named in a failure
 try {
   const demo = start(bin('demo/perfwire-demo'), ['60']);
   const collector = start(bin('collector/perfwire-collector'),
@@ -56,6 +57,7 @@ try {
   const page = await browser.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  doing = "the landing page";
   await page.goto(http + '/');
 
   const target = page.locator('#targets tbody tr').first();
@@ -68,6 +70,7 @@ try {
     'the function table names the demo\'s hot functions');
   check(/session=[^&]+/.test(page.url()) && page.url().includes('tab=functions'), 'the session is in the URL');
 
+  doing = "opening matrix_multiply's source";
   await matrix.first().click();
   await page.waitForFunction(() => location.hash.includes('tab=source') && location.hash.includes('file='), null, { timeout: 15000 });
   const focus = page.locator('#source tbody tr.focus');
@@ -81,17 +84,20 @@ try {
 
   // The same view from its link, in a fresh page.
   const link = page.url();
+  doing = "reopening the link";
   const again = await browser.newPage();
   await again.goto(link);
   await again.locator('#source tbody tr.hot').waitFor({ timeout: 15000 });
   check(await again.locator('#tabs button.active').textContent() === 'Source', 'the link reopens the Source tab');
   check((await again.locator('#source-file').inputValue()).endsWith('demo.cpp'), 'and the same file');
 
+  doing = "drawing the flame graph";
   await again.locator('#tabs button[data-tab="flamegraph"]').click();
   await again.waitForFunction(() => document.querySelector('#flame').height > 20, null, { timeout: 15000 });
   check(true, 'the flame graph draws');
 
   // The Live Debug wizard against an agent waiting with --listen and a pairing code.
+  doing = "the wizard's connect step";
   const code = '0123456789abcdef0123456789abcdef';
   const listener = start(bin('agent/perfwire-agent'), ['--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
   const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
@@ -106,15 +112,18 @@ try {
   check(/pairing code|auth/i.test(await wz.locator('#wizard-error').textContent()), `a wrong pairing code is refused: "${await wz.locator('#wizard-error').textContent()}"`);
   await wz.fill('#wz-token', code);
   await wz.click('#wz-connect');
+  doing = "the wizard's process list";
   await wz.fill('#wz-filter', 'perfwire-demo');
   const row = wz.locator(`#wz-processes tbody tr[data-pid="${demo.pid}"]`);
   await row.waitFor({ timeout: 20000 });
   check(true, 'the process list shows the demo');
+  doing = "the wizard's perf step";
   await row.click();
   await wz.locator('#wz-events input[name=event]').first().waitFor({ timeout: 30000 });
   check(/works/.test(await wz.locator('#wz-perf').textContent()), 'perf is verified on the device');
   const events = await wz.locator('#wz-events input[name=event]').evaluateAll((l) => l.map((i) => i.value));
   check(events.includes('cpu-clock') || events.includes('cycles'), `sampling events offered: ${events.join(', ')}`);
+  doing = "the wizard's symbols step";
   await wz.click('#wz-perf-next');
   await wz.click('#wizard [data-browse="wz-source"]');
   await wz.locator('#wz-browser [data-use]').first().waitFor({ timeout: 10000 });
@@ -126,18 +135,49 @@ try {
   await wz.fill('#wz-frequency', '199');
   await wz.click('#wz-rate-next');
   check((await wz.locator('#wz-review').textContent()).includes('199 Hz'), 'the review shows the chosen rate');
+  doing = "starting from the wizard";
   await wz.click('#wz-start');
   await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
   await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 30000 });
   check(true, 'starting lands on the live session, which fills with the demo\'s functions');
 
+  // The session view of a live agent: controls, event selector, device health.
+  doing = "the live session's controls";
+  await wz.locator('#controls').waitFor({ timeout: 10000 });
+  check((await wz.locator('#event option').allTextContents()).includes('cpu-clock'), 'the event selector lists cpu-clock');
+  await wz.locator('#controls button[data-cmd="pause"]').click();
+  await wz.waitForFunction(() => document.querySelector('#control-state').textContent.includes('paused'), null, { timeout: 20000 });
+  check(true, 'pause reaches the agent, and the state shown follows');
+  await wz.locator('#controls button[data-cmd="pause"]').click();
+  await wz.waitForFunction(() => document.querySelector('#control-result').textContent.length > 0, null, { timeout: 20000 });
+  check(/not profiling|paused/.test(await wz.locator('#control-result').textContent()), `a refused command says why: "${await wz.locator('#control-result').textContent()}"`);
+  await wz.locator('#controls button[data-cmd="resume"]').click();
+  await wz.waitForFunction(() => document.querySelector('#control-state').textContent.includes('profiling'), null, { timeout: 20000 });
+  check(true, 'resume reaches the agent');
+  doing = "the device-health strip";
+  await wz.waitForFunction(() => /%/.test(document.querySelector('#h-cpu').textContent) && document.querySelector('#h-cpu-line polyline'), null, { timeout: 20000 });
+  check(true, `device health shows CPU ${await wz.locator('#h-cpu').textContent()} and a sparkline`);
+  check((await wz.locator('#h-cores i').count()) >= 1, 'per-core bars are drawn');
+  await wz.waitForFunction(() => document.querySelectorAll('#h-cpu-line polyline')[0]?.getAttribute('points').split(' ').length >= 2, null, { timeout: 20000 });
+  doing = "selecting a time window";
+  const box = await wz.locator('#h-cpu-line').boundingBox();
+  await wz.mouse.move(box.x + 2, box.y + box.height / 2);
+  await wz.mouse.down();
+  await wz.mouse.move(box.x + box.width - 2, box.y + box.height / 2, { steps: 5 });
+  await wz.mouse.up();
+  await wz.waitForFunction(() => location.hash.includes('start=') && location.hash.includes('end='), null, { timeout: 5000 });
+  check(true, 'dragging across the CPU chart selects a time window');
+  await wz.locator('#functions tbody tr').first().waitFor({ timeout: 10000 });
+  check(await wz.locator('#functions tbody tr').count() > 0, 'the functions view answers for the window');
+
   // A session id that does not exist: an error message, not a silent blank page.
+  doing = "an unknown session";
   await again.goto(http + '/#session=nope&tab=source');
   await again.waitForFunction(() => document.querySelector('#conn').textContent.startsWith('error'), null, { timeout: 10000 });
   check(true, 'an unknown session shows an error');
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
-  console.log(`FAIL ${e.message}`);
+  console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
   failures++;
 } finally {
   if (browser) await browser.close();
