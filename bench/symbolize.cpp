@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
     for (std::string line; std::getline(in, line) && sites.size() < max_sites;) {
         std::istringstream f(line);
         std::string num, value, size, type, bind, vis, ndx, name;
-        if (!(f >> num >> value >> size >> type >> bind >> vis >> ndx >> name) ||
-            type != "FUNC" || ndx == "UND")
+        if (!(f >> num >> value >> size >> type >> bind >> vis >> ndx >> name) || type != "FUNC" ||
+            ndx == "UND")
             continue;
         const auto bytes = std::strtoul(size.c_str(), nullptr, 10);
         const auto perf_name = perf_symbol_name(name);
