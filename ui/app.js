@@ -1,6 +1,6 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
-// &start=<s>&end=<s> (a time window in seconds from the session's start)
+// &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initHealth, liveMetrics, showSession } from './health.js';
 import { initWizard, openWizard } from './wizard.js';
 
@@ -10,7 +10,7 @@ const pct = (v) => (v ?? 0).toFixed(2);
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end') };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline') };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -59,8 +59,11 @@ function renderFunctions() {
   if (f) { try { const re = new RegExp(f, 'i'); rows = rows.filter((r) => re.test(r.name) || re.test(r.module)); } catch { /* incomplete regex */ } }
   const k = view.sort, d = view.desc ? -1 : 1;
   rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0)).slice(0, 2000);
+  const diff = rows.some((r) => r.delta_self_pct != null);
+  for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !diff;
+  const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   $('#functions tbody').innerHTML = rows.map((r) => `<tr class="link" data-function="${esc(r.name)}" title="show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td><td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('');
+    <td>${pct(r.total_pct)}</td>${diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('');
 }
 
 function drawFlame() {
@@ -84,14 +87,18 @@ function drawFlame() {
   const re = $('#filter').value ? new RegExp($('#filter').value, 'i') : null;
   for (const b of boxes) {
     const hue = (b.n.module || '').split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
-    g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : `hsl(${hue},65%,${55 + (b.y / rowH) % 3 * 5}%)`;
+    // Against a baseline: red grew, blue shrank, grey unchanged; otherwise a hue per module.
+    const d = b.n.delta_pct;
+    const fill = d != null ? (Math.abs(d) < 0.05 ? 'hsl(0,0%,78%)' : `hsl(${d > 0 ? 0 : 220},${Math.min(90, 30 + Math.abs(d) * 6)}%,62%)`)
+      : `hsl(${hue},65%,${55 + (b.y / rowH) % 3 * 5}%)`;
+    g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
     if (b.w > 40) { g.fillStyle = '#111'; g.fillText(b.n.name.slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
   }
   canvas.onmousemove = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-    $('#flame-tip').textContent = b ? `${b.n.name} — ${pct(100 * b.n.value / view.flame.total)}% (${b.n.module})` : '';
+    $('#flame-tip').textContent = b ? `${b.n.name} — ${pct(100 * b.n.value / view.flame.total)}% (${b.n.module})${b.n.delta_pct != null ? `, ${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} vs baseline` : ''}` : '';
   };
   canvas.onclick = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
@@ -110,6 +117,7 @@ async function renderSession(s) {
   const q = new URLSearchParams({ weight: $('#weight').value });
   if (s.tid) q.set('tid', s.tid);
   if (s.event) q.set('event', s.event);
+  if (s.baseline) q.set('baseline', s.baseline);
   if (s.start) q.set('start', s.start);
   if (s.end) q.set('end', s.end);
   const meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`);
@@ -126,6 +134,7 @@ async function renderSession(s) {
   if (s.tab === 'functions') { view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions; renderFunctions(); }
   if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
+  if (s.tab === 'sessions') await renderSessions(s);
   if (s.tab === 'threads') {
     const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
     $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
@@ -142,6 +151,29 @@ async function renderControls(session) {
   view.target = t?.id;
   $('#controls').hidden = !t;
   if (t) $('#control-state').textContent = `${t.hostname || ''} · ${t.state}${t.pid ? ' · pid ' + t.pid : ''}`;
+}
+
+// Every session: open, compare against (baseline), delete, export; import a recording.
+async function renderSessions(s) {
+  const sessions = await api('/api/sessions');
+  $('#baseline-info').innerHTML = s.baseline
+    ? `comparing against <b>${esc(s.baseline)}</b>: functions gain a Δ column, the flame graph turns red where time grew and blue where it shrank. <button data-baseline="">stop comparing</button>`
+    : 'choose a baseline to compare this session against';
+  const formats = ['collapsed', 'json', 'svg', 'speedscope', 'pprof'];
+  $('#all-sessions tbody').innerHTML = sessions.map((x) => `<tr>
+    <td><a href="#session=${encodeURIComponent(x.id)}">${esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td>${esc(x.hostname ?? '')}</td>
+    <td>${x.started_at ? new Date(x.started_at * 1000).toLocaleString() : ''}</td><td>${esc(x.samples ?? '')}</td><td>${x.live ? '<b>live</b>' : 'saved'}</td>
+    <td>${x.id !== s.session ? `<button data-baseline="${esc(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${esc(x.id)}">delete</button>`}</td>
+    <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`).join('');
+}
+
+async function importRecording(file) {
+  $('#import-state').textContent = `importing ${file.name}…`;
+  const r = await fetch('/api/sessions/import', { method: 'POST', body: file });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) { $('#import-state').textContent = body?.error?.message || r.statusText; return; }
+  $('#import-state').textContent = '';
+  setHash({ session: body.session_id, tab: 'functions', baseline: null, start: null, end: null, file: null, zoom: null, tid: null, event: null });
 }
 
 // Source lines, heat-coloured by their share of the file; the hottest line is scrolled to.
@@ -209,6 +241,19 @@ $('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); }
 $('#weight').addEventListener('change', rerender);
 $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
 $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
+$('#import-file').addEventListener('change', (e) => { if (e.target.files[0]) importRecording(e.target.files[0]); });
+$('#all-sessions').addEventListener('click', async (e) => {
+  const del = e.target.closest('button[data-delete]');
+  if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {
+    const r = await fetch(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' });
+    if (!r.ok) $('#import-state').textContent = (await r.json().catch(() => ({})))?.error?.message || r.statusText;
+    if (del.dataset.delete === hashState().session) location.hash = ''; else rerender();
+  }
+});
+document.addEventListener('click', (e) => {
+  const b = e.target.closest('button[data-baseline]');
+  if (b) setHash({ baseline: b.dataset.baseline || null, tab: b.dataset.baseline ? 'functions' : 'sessions' });
+});
 $('#controls').addEventListener('click', async (e) => {
   const b = e.target.closest('button[data-cmd]');
   if (!b || !view.target) return;

@@ -8,7 +8,7 @@
 // the flame graph draws; the URL hash reopens the same view in a fresh page; a broken source
 // request shows an error instead of a blank page. Every wait is bounded.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -171,6 +171,31 @@ try {
   check(await wz.locator('#functions tbody tr').count() > 0, 'the functions view answers for the window');
 
   // A session id that does not exist: an error message, not a silent blank page.
+  // Sessions tab: import a real capture, compare it against the live session, delete it.
+  doing = "importing on the Sessions tab";
+  const liveSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  await wz.locator('#all-sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const capture = readFileSync(new URL('../collector/fixtures/callchain_fields.txt', import.meta.url));
+  await wz.setInputFiles('#import-file', { name: 'capture.txt', mimeType: 'text/plain', buffer: capture });
+  await wz.waitForFunction((live) => location.hash.includes('session=') && !location.hash.includes(live), liveSession, { timeout: 20000 });
+  const imported = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 15000 });
+  check(true, `an imported recording opens as session ${imported}`);
+  doing = "comparing against a baseline";
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
+  await wz.waitForFunction(() => location.hash.includes('baseline=') && !document.querySelector('#functions th.diff').hidden, null, { timeout: 15000 });
+  const deltas = await wz.locator('#functions tbody tr td:nth-child(3)').allTextContents();
+  check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())), `functions gain a Δ column (${deltas.slice(0, 3).join(', ')})`);
+  doing = "deleting the imported session";
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  wz.once('dialog', (d) => d.accept());
+  await wz.locator(`#all-sessions button[data-delete="${imported}"]`).click();
+  await wz.waitForFunction(() => !location.hash.includes('session='), null, { timeout: 10000 });
+  const left = await (await fetch(http + '/api/sessions')).json();
+  check(!left.some((x) => x.id === imported) && left.some((x) => x.id === liveSession), 'deleting removes only that session');
+
   doing = "an unknown session";
   await again.goto(http + '/#session=nope&tab=source');
   await again.waitForFunction(() => document.querySelector('#conn').textContent.startsWith('error'), null, { timeout: 10000 });
