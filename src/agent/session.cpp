@@ -2,6 +2,7 @@
 
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
+#include "protocol/frame_reader.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -224,47 +225,33 @@ asio::awaitable<void> session::writer() {
 }
 
 asio::awaitable<void> session::reader() {
-    protocol::frame_decoder decoder(protocol::agent_max_frame);
-    std::vector<char> buf(16 << 10);
+    protocol::frame_reader<asio::ip::tcp::socket> frames(socket_, protocol::agent_max_frame,
+                                                         16 << 10);
     while (!closed_) {
-        auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf), use_nothrow);
-        if (ec) {
-            if (ec != asio::error::eof && ec != asio::error::operation_aborted)
-                log(peer_, "read: " + ec.message());
+        auto f = co_await frames.next();
+        if (!f) {
+            if (auto why = protocol::read_end_reason(f.error()); !why.empty())
+                log(peer_, why);
             break;
         }
-        decoder.feed(std::string_view(buf.data(), n));
-        for (;;) {
-            auto next = decoder.next();
-            if (!next) {
-                log(peer_, "protocol error: " + next.error().message() + "; closing");
-                close();
-                co_return;
-            }
-            if (!*next)
-                break;
-            const auto& f = **next;
-            if (f.flag != frame_flag::command) {
-                log(peer_,
-                    "ignoring unexpected " + std::string(protocol::to_string(f.flag)) + " frame");
-                continue;
-            }
-            auto req = protocol::parse_command_request(f.payload);
-            if (!req) {
-                log(peer_, "bad command: " + req.error().message());
-                send(frame_flag::response,
-                     protocol::serialize(command_response::failure("", req.error().message())));
-                continue;
-            }
-            auto resp = co_await handle(*req);
-            send(frame_flag::response, protocol::serialize(resp));
-            if (auth_failures_ >= max_auth_failures) {
-                log(peer_, "3 failed pairing attempts; closing");
-                co_await shutdown();
-                co_return;
-            }
-            if (closed_)
-                co_return;
+        if (f->flag != frame_flag::command) {
+            log(peer_,
+                "ignoring unexpected " + std::string(protocol::to_string(f->flag)) + " frame");
+            continue;
+        }
+        auto req = protocol::parse_command_request(f->payload);
+        if (!req) {
+            log(peer_, "bad command: " + req.error().message());
+            send(frame_flag::response,
+                 protocol::serialize(command_response::failure("", req.error().message())));
+            continue;
+        }
+        auto resp = co_await handle(*req);
+        send(frame_flag::response, protocol::serialize(resp));
+        if (auth_failures_ >= max_auth_failures) {
+            log(peer_, "3 failed pairing attempts; closing");
+            co_await shutdown();
+            co_return;
         }
     }
     close();

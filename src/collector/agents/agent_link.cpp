@@ -2,6 +2,7 @@
 
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
+#include "protocol/frame_reader.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,6 +25,17 @@ namespace json = boost::json;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
 namespace {
+
+// The next frame; with a `deadline` (before the hello), timed_out once it passes.
+asio::awaitable<boost::system::result<protocol::frame>>
+next_frame(protocol::frame_reader<tcp::socket>& frames, asio::steady_timer* deadline) {
+    if (!deadline)
+        co_return co_await frames.next();
+    auto r = co_await (frames.next() || deadline->async_wait(use_nothrow));
+    if (r.index() == 1)
+        co_return make_error_code(asio::error::timed_out);
+    co_return std::move(std::get<0>(r));
+}
 
 double wall_seconds() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -139,43 +151,20 @@ asio::awaitable<void> agent_link::writer() {
 }
 
 asio::awaitable<void> agent_link::reader() {
-    protocol::frame_decoder decoder(protocol::collector_max_frame);
-    std::vector<char> buf(64 << 10);
+    protocol::frame_reader<tcp::socket> frames(socket_, protocol::collector_max_frame, 64 << 10);
+    // A peer that says nothing is dropped after 10 s.
     asio::steady_timer hello_deadline(socket_.get_executor(), std::chrono::seconds(10));
     while (!closed_) {
-        std::size_t n = 0;
-        boost::system::error_code ec;
-        if (!hello_) {
-            // A peer that says nothing is dropped after 10 s.
-            auto r = co_await (socket_.async_read_some(asio::buffer(buf), use_nothrow) ||
-                               hello_deadline.async_wait(use_nothrow));
-            if (r.index() == 1) {
+        asio::steady_timer* deadline = hello_ ? nullptr : &hello_deadline; // (no ?: in co_await)
+        auto f = co_await next_frame(frames, deadline);
+        if (!f) {
+            if (f.error() == asio::error::timed_out)
                 log(peer_, "no hello within 10 s; closing");
-                break;
-            }
-            std::tie(ec, n) = std::get<0>(r);
-        } else {
-            std::tie(ec, n) = co_await socket_.async_read_some(asio::buffer(buf), use_nothrow);
-        }
-        if (ec) {
-            if (ec != asio::error::eof && ec != asio::error::operation_aborted)
-                log(peer_, "read: " + ec.message());
+            else if (auto why = protocol::read_end_reason(f.error()); !why.empty())
+                log(peer_, why);
             break;
         }
-        decoder.feed(std::string_view(buf.data(), n));
-        for (;;) {
-            auto next = decoder.next();
-            if (!next) {
-                log(peer_, "protocol error: " + next.error().message() + "; closing");
-                close();
-                co_return;
-            }
-            if (!*next)
-                break;
-            on_frame(std::move(**next));
-            if (closed_)
-                co_return;
-        }
+        on_frame(std::move(*f));
     }
     close();
 }
