@@ -95,23 +95,20 @@ std::string pprof_profile(const profile& p, const view_filter& f) {
     std::unordered_map<std::uint32_t, std::uint64_t> module_id; // module string id -> mapping
     std::vector<std::uint32_t> used_frames;
     std::vector<std::uint64_t> stack;
-    for (std::uint32_t n = 1; n < samples.size(); ++n) {
-        if (!samples[n])
-            continue;
+    for_each_stack(p, samples, [&](std::uint32_t n, const std::vector<std::uint32_t>& frames) {
         stack.clear();
-        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m)) {
-            const auto fr = p.node_frame(m);
+        for (const auto fr : frames) { // leaf first, as pprof wants
             if (!frame_id[fr]) {
                 frame_id[fr] = used_frames.size() + 1;
                 used_frames.push_back(fr);
             }
-            stack.push_back(frame_id[fr]); // leaf first, as pprof wants
+            stack.push_back(frame_id[fr]);
         }
         proto s;
         s.packed(1, stack);
         s.packed(2, {samples[n], periods[n]});
         out.bytes(2, s.str());
-    }
+    });
     std::vector<std::uint64_t> mapping_of(used_frames.size());
     for (std::size_t i = 0; i < used_frames.size(); ++i) {
         const auto module = p.module(used_frames[i]);

@@ -52,6 +52,8 @@ void push_initial_events(app_context& app, sse_client& client);
 
 namespace detail {
 
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
 // Streams with a deadline (beast::tcp_stream) get it reset before each read or write; others
 // (test streams) have none.
 template <class Stream>
@@ -75,7 +77,6 @@ http_response too_large(unsigned version);
 template <class Stream>
 asio::awaitable<void> write_events(Stream& stream, sse_client& client,
                                    const connection_limits& limits) {
-    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
     for (;;) {
         auto next = co_await client.next(limits.heartbeat);
         if (!next)
@@ -96,7 +97,6 @@ asio::awaitable<void> write_events(Stream& stream, sse_client& client,
 // its queue at once instead of at the next failed write.
 template <class Stream>
 asio::awaitable<void> watch_for_close(Stream& stream) {
-    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
     std::array<char, 256> scratch;
     for (;;) {
         if constexpr (requires { stream.expires_never(); })
@@ -114,7 +114,6 @@ template <class Stream>
 asio::awaitable<void> serve_events(app_context& app, Stream& stream, unsigned version,
                                    const connection_limits& limits) {
     using namespace asio::experimental::awaitable_operators;
-    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
     http::response<http::empty_body> res{http::status::ok, version};
     res.set(http::field::content_type, "text/event-stream");
     res.set(http::field::cache_control, "no-store");
@@ -134,7 +133,6 @@ asio::awaitable<void> serve_events(app_context& app, Stream& stream, unsigned ve
 template <class Stream>
 asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connection_limits limits) {
     namespace beast = boost::beast;
-    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
     beast::flat_buffer buffer;
     for (;;) {
         detail::arm_timeout(stream, limits.io_timeout);
@@ -143,7 +141,8 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
         // Beast checks Content-Length against the limit while reading the header, before the
         // target is known: read the header under the largest limit, then apply the right one.
         parser.body_limit(std::max(limits.request_body, limits.import_body));
-        auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, use_nothrow);
+        auto [hec, hn] =
+            co_await http::async_read_header(stream, buffer, parser, detail::use_nothrow);
         if (hec)
             break;
         const std::size_t body_limit = parser.get().target() == "/api/sessions/import"
@@ -156,10 +155,10 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
             ec = http::error::body_limit; // refused before a byte of it is read
         else
             std::tie(ec, std::ignore) =
-                co_await http::async_read(stream, buffer, parser, use_nothrow);
+                co_await http::async_read(stream, buffer, parser, detail::use_nothrow);
         if (ec == http::error::body_limit) {
             auto res = detail::too_large(parser.get().version());
-            co_await http::async_write(stream, res, use_nothrow);
+            co_await http::async_write(stream, res, detail::use_nothrow);
             break;
         }
         if (ec)
@@ -184,7 +183,7 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
                 res.body().clear(); // Content-Length stays that of the GET
         }
         detail::arm_timeout(stream, limits.io_timeout);
-        auto [wec, wn] = co_await http::async_write(stream, res, use_nothrow);
+        auto [wec, wn] = co_await http::async_write(stream, res, detail::use_nothrow);
         if (wec || !res.keep_alive())
             break;
     }

@@ -301,22 +301,16 @@ json::value threads_json(const profile& p, const view_filter& f) {
 std::string collapsed_text(const profile& p, const view_filter& f) {
     const auto self = node_self_weights(p, f);
     std::string out;
-    std::vector<std::string_view> path;
-    for (std::uint32_t n = 1; n < self.size(); ++n) {
-        if (!self[n])
-            continue;
-        path.clear();
-        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m))
-            path.push_back(p.symbol(p.node_frame(m)));
-        for (auto it = path.rbegin(); it != path.rend(); ++it) {
-            if (it != path.rbegin())
+    for_each_stack(p, self, [&](std::uint32_t n, const std::vector<std::uint32_t>& frames) {
+        for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+            if (it != frames.rbegin())
                 out.push_back(';');
-            out.append(*it);
+            out.append(p.symbol(*it));
         }
         out.push_back(' ');
         out.append(std::to_string(self[n]));
         out.push_back('\n');
-    }
+    });
     return out;
 }
 
@@ -329,20 +323,14 @@ json::value speedscope_json(const profile& p, const view_filter& f, const std::s
     const auto self = node_self_weights(p, f);
     json::array samples, weights;
     std::uint64_t total = 0;
-    std::vector<std::uint32_t> stack;
-    for (std::uint32_t n = 1; n < self.size(); ++n) {
-        if (!self[n])
-            continue;
-        stack.clear();
-        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m))
-            stack.push_back(p.node_frame(m));
+    for_each_stack(p, self, [&](std::uint32_t n, const std::vector<std::uint32_t>& stack) {
         json::array s;
         for (auto it = stack.rbegin(); it != stack.rend(); ++it)
             s.push_back(*it);
         samples.push_back(std::move(s));
         weights.push_back(self[n]);
         total += self[n];
-    }
+    });
     const auto base = event_base_name(p.event_name(f.event));
     const bool clock = base == "cpu-clock" || base == "task-clock";
     json::object prof{{"type", "sampled"},
@@ -588,8 +576,6 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         auto a = source_view(m.prof, *f, app->symbols, v.source);
         r.status = static_cast<http::status>(a.status);
         r.body = std::move(a.body);
-        if (r.status != http::status::ok) // keep the usual error shape
-            r.body = json::object{{"error", r.body.as_object().at("error")}};
         break;
     }
     case view_kind::meta:

@@ -57,6 +57,21 @@ struct thread_row {
 
 std::vector<thread_row> threads(const profile& p, const view_filter& f);
 
+// Calls fn(node, frames) for every node with weight in `self`, `frames` being its call stack
+// leaf first (frame ids). Exports write one record per such stack.
+template <class Fn>
+void for_each_stack(const profile& p, const std::vector<std::uint64_t>& self, Fn&& fn) {
+    std::vector<std::uint32_t> frames;
+    for (std::uint32_t n = 1; n < self.size(); ++n) {
+        if (!self[n])
+            continue;
+        frames.clear();
+        for (std::uint32_t m = n; m != profile::root; m = p.node_parent(m))
+            frames.push_back(p.node_frame(m));
+        fn(n, static_cast<const std::vector<std::uint32_t>&>(frames));
+    }
+}
+
 // Children of every node, as ranges into one array (nodes in id order).
 struct node_children {
     std::vector<std::uint32_t> offset; // node n's children: child[offset[n] .. offset[n+1])

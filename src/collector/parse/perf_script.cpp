@@ -272,10 +272,8 @@ bool script_parser::frame_text(std::string_view text) {
     }
     if (rest.empty())
         rest = "[unknown]";
-    if (rest == "[unknown]")
-        offset = profile::no_offset;
     if (frames_.empty())
-        leaf_offset_ = offset;
+        leaf_offset_ = rest == "[unknown]" ? profile::no_offset : offset;
     frames_.push_back(profile_.intern_frame(rest, module));
     return true;
 }

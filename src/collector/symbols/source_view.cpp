@@ -31,6 +31,10 @@ struct file_weight {
     std::map<std::string, std::uint64_t> functions; // perf's function name -> value
 };
 
+source_answer not_found(std::string message) {
+    return {404, json::object{{"error", {{"code", "no_source"}, {"message", std::move(message)}}}}};
+}
+
 std::vector<std::string> read_lines(const std::string& path) {
     std::vector<std::string> out;
     std::error_code ec;
@@ -109,13 +113,9 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                 best = it->second;
                 file = name;
             }
-        if (file.empty()) {
-            head["error"] = json::object{
-                {"code", "no_source"},
-                {"message", "no source lines for function " + req.function +
-                                " (no samples, or its binary or debug info is not found)"}};
-            return {404, std::move(head)};
-        }
+        if (file.empty())
+            return not_found("no source lines for function " + req.function +
+                             " (no samples, or its binary or debug info is not found)");
     }
 
     if (file.empty()) {
@@ -165,9 +165,12 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
 
     // The window: the whole file when it is small, else the hottest line ± 100.
     std::uint32_t hottest = fw.lines.begin()->first;
+    std::uint64_t hottest_value = 0;
     for (const auto& [line, lw] : fw.lines)
-        if (lw.value > fw.lines.at(hottest).value)
+        if (lw.value > hottest_value) {
             hottest = line;
+            hottest_value = lw.value;
+        }
     std::uint32_t last =
         std::max<std::uint32_t>(static_cast<std::uint32_t>(text.size()), fw.lines.rbegin()->first);
     std::uint32_t first = 1;

@@ -22,8 +22,8 @@ struct source_request {
 };
 
 struct source_answer {
-    int status = 200; // 200, or 404 when the file is not among the symbolized ones
-    boost::json::value body;
+    int status = 200;        // 200, or 404 when the file is not among the symbolized ones
+    boost::json::value body; // the API's error shape when not 200
 };
 
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
