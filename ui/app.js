@@ -2,11 +2,8 @@
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initHealth, liveMetrics, showSession } from './health.js';
+import { $, api, esc, pct } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
-
-const $ = (s) => document.querySelector(s);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
-const pct = (v) => (v ?? 0).toFixed(2);
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -16,13 +13,6 @@ function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
   for (const [k, v] of Object.entries(changes)) v == null || v === '' ? p.delete(k) : p.set(k, v);
   location.hash = p.toString();
-}
-
-async function api(path) {
-  const r = await fetch(path, { headers: { Accept: 'application/json' } });
-  const body = await r.json();
-  if (!r.ok) throw new Error(body?.error?.message || r.statusText);
-  return body;
 }
 
 // ---- landing ----
@@ -169,9 +159,9 @@ async function renderSessions(s) {
 
 async function importRecording(file) {
   $('#import-state').textContent = `importing ${file.name}…`;
-  const r = await fetch('/api/sessions/import', { method: 'POST', body: file });
-  const body = await r.json().catch(() => ({}));
-  if (!r.ok) { $('#import-state').textContent = body?.error?.message || r.statusText; return; }
+  let body;
+  try { body = await api('/api/sessions/import', { method: 'POST', body: file }); }
+  catch (e) { $('#import-state').textContent = e.message; return; }
   $('#import-state').textContent = '';
   setHash({ session: body.session_id, tab: 'functions', baseline: null, start: null, end: null, file: null, zoom: null, tid: null, event: null });
 }
@@ -245,8 +235,8 @@ $('#import-file').addEventListener('change', (e) => { if (e.target.files[0]) imp
 $('#all-sessions').addEventListener('click', async (e) => {
   const del = e.target.closest('button[data-delete]');
   if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {
-    const r = await fetch(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' });
-    if (!r.ok) $('#import-state').textContent = (await r.json().catch(() => ({})))?.error?.message || r.statusText;
+    try { await api(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' }); }
+    catch (err) { $('#import-state').textContent = err.message; }
     if (del.dataset.delete === hashState().session) location.hash = ''; else rerender();
   }
 });
@@ -257,9 +247,10 @@ document.addEventListener('click', (e) => {
 $('#controls').addEventListener('click', async (e) => {
   const b = e.target.closest('button[data-cmd]');
   if (!b || !view.target) return;
-  const r = await fetch(`/api/targets/${encodeURIComponent(view.target)}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ cmd: b.dataset.cmd }) });
-  const body = await r.json().catch(() => ({}));
-  $('#control-result').textContent = r.ok ? '' : `${b.dataset.cmd}: ${body.error || r.statusText}`;
+  try {
+    await api(`/api/targets/${encodeURIComponent(view.target)}/command`, { method: 'POST', body: { cmd: b.dataset.cmd } });
+    $('#control-result').textContent = '';
+  } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
   rerender(); // the target's state changed
 });
 initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } : { start: null, end: null }));

@@ -2,7 +2,8 @@
 // temperature, the profiled process and network rates, from the agent's metrics frames
 // (history from /api/sessions/{id}/metrics, then live over SSE). Dragging across a
 // sparkline selects a time window for the profile views (start/end in the URL hash).
-const $ = (s) => document.querySelector(s);
+import { $, api } from './util.js';
+
 const keep = 600; // points per series, ~20 minutes at the agent's 2 s
 
 const h = { session: null, started: 0, system: [], process: [], network: [] };
@@ -63,8 +64,7 @@ function add(m) {
 export async function showSession(id, startedAt, window) {
   if (h.session !== id) {
     Object.assign(h, { session: id, started: startedAt || 0, system: [], process: [], network: [] });
-    const r = await fetch(`/api/sessions/${encodeURIComponent(id)}/metrics`);
-    if (r.ok) for (const m of await r.json()) add(m);
+    for (const m of await api(`/api/sessions/${encodeURIComponent(id)}/metrics`).catch(() => [])) add(m);
   }
   draw(window);
 }

@@ -1,18 +1,11 @@
 // Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
 // check perf and choose events, say where binaries and sources are, set the rate, start.
 // Every step talks to the collector's API; agent commands go through the relay.
-const $ = (s) => document.querySelector(s);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+import { $, api, esc } from './util.js';
 
 const state = { target: null, session: null, pid: null, comm: '', events: [], probe: null };
 
-async function call(method, path, body) {
-  const r = await fetch(path, { method, headers: { 'Content-Type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
-  const data = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(data?.error?.message || data?.error || r.statusText);
-  return data;
-}
-const command = (cmd, args = {}) => call('POST', `/api/targets/${encodeURIComponent(state.target)}/command`, { cmd, args });
+const command = (cmd, args = {}) => api(`/api/targets/${encodeURIComponent(state.target)}/command`, { method: 'POST', body: { cmd, args } });
 
 function step(name) {
   for (const s of document.querySelectorAll('#wizard .step')) s.hidden = s.dataset.step !== name;
@@ -28,7 +21,7 @@ async function busy(button, work) {
 async function connect() {
   const host = $('#wz-host').value.trim(), port = Number($('#wz-port').value), token = $('#wz-token').value.trim();
   if (!host || !port) throw new Error('host and port are needed');
-  const t = await call('POST', '/api/targets/connect', token ? { host, port, token } : { host, port });
+  const t = await api('/api/targets/connect', { method: 'POST', body: token ? { host, port, token } : { host, port } });
   state.target = t.id; state.session = t.session_id;
   $('#wz-connected').textContent = `${t.hostname || host} · ${t.agent || 'agent'} ${t.agent_version || ''} · ${t.platform?.perf_version || ''}`;
   await loadProcesses();
@@ -66,7 +59,7 @@ async function chooseProcess(pid, comm) {
 }
 
 async function loadSymbols() {
-  const c = await call('GET', '/api/config');
+  const c = await api('/api/config');
   $('#wz-binary').value = (c.binaries || []).join(', ');
   $('#wz-source').value = (c.source_dirs || []).join(', ');
   $('#wz-toolchain').value = c.toolchain_prefix || '';
@@ -75,15 +68,15 @@ async function loadSymbols() {
 }
 async function saveSymbols() {
   const list = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
-  await call('PUT', '/api/config', {
+  await api('/api/config', { method: 'PUT', body: {
     binaries: list($('#wz-binary').value), source_dirs: list($('#wz-source').value),
     toolchain_prefix: $('#wz-toolchain').value.trim(), sysroot: $('#wz-sysroot').value.trim(),
-  });
+  } });
 }
 
 // The file browser: fills the input it was opened for.
 async function browse(path, input) {
-  const r = await call('GET', '/api/browse' + (path ? '?path=' + encodeURIComponent(path) : ''));
+  const r = await api('/api/browse' + (path ? '?path=' + encodeURIComponent(path) : ''));
   const box = $('#wz-browser');
   box.hidden = false;
   box.dataset.input = input;

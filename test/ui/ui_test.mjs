@@ -94,7 +94,7 @@ try {
   doing = "drawing the flame graph";
   await again.locator('#tabs button[data-tab="flamegraph"]').click();
   await again.waitForFunction(() => document.querySelector('#flame').height > 20, null, { timeout: 15000 });
-  check(true, 'the flame graph draws');
+  check(await again.evaluate(() => document.querySelector('#flame').height) > 20, 'the flame graph draws');
 
   // The Live Debug wizard against an agent waiting with --listen and a pairing code.
   doing = "the wizard's connect step";
@@ -116,7 +116,7 @@ try {
   await wz.fill('#wz-filter', 'perfwire-demo');
   const row = wz.locator(`#wz-processes tbody tr[data-pid="${demo.pid}"]`);
   await row.waitFor({ timeout: 20000 });
-  check(true, 'the process list shows the demo');
+  check((await row.locator('td').nth(1).textContent()) === 'perfwire-demo', 'the process list shows the demo by name');
   doing = "the wizard's perf step";
   await row.click();
   await wz.locator('#wz-events input[name=event]').first().waitFor({ timeout: 30000 });
@@ -139,7 +139,9 @@ try {
   await wz.click('#wz-start');
   await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
   await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 30000 });
-  check(true, 'starting lands on the live session, which fills with the demo\'s functions');
+  check(new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session')?.length > 0 &&
+    await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).count() > 0,
+    'starting lands on the live session, which fills with the demo\'s functions');
 
   // The session view of a live agent: controls, event selector, device health.
   doing = "the live session's controls";
@@ -147,16 +149,17 @@ try {
   check((await wz.locator('#event option').allTextContents()).includes('cpu-clock'), 'the event selector lists cpu-clock');
   await wz.locator('#controls button[data-cmd="pause"]').click();
   await wz.waitForFunction(() => document.querySelector('#control-state').textContent.includes('paused'), null, { timeout: 20000 });
-  check(true, 'pause reaches the agent, and the state shown follows');
+  check((await wz.locator('#control-state').textContent()).includes('paused'), 'pause reaches the agent, and the state shown follows');
   await wz.locator('#controls button[data-cmd="pause"]').click();
   await wz.waitForFunction(() => document.querySelector('#control-result').textContent.length > 0, null, { timeout: 20000 });
   check(/not profiling|paused/.test(await wz.locator('#control-result').textContent()), `a refused command says why: "${await wz.locator('#control-result').textContent()}"`);
   await wz.locator('#controls button[data-cmd="resume"]').click();
   await wz.waitForFunction(() => document.querySelector('#control-state').textContent.includes('profiling'), null, { timeout: 20000 });
-  check(true, 'resume reaches the agent');
+  check((await wz.locator('#control-state').textContent()).includes('profiling'), 'resume reaches the agent');
   doing = "the device-health strip";
   await wz.waitForFunction(() => /%/.test(document.querySelector('#h-cpu').textContent) && document.querySelector('#h-cpu-line polyline'), null, { timeout: 20000 });
-  check(true, `device health shows CPU ${await wz.locator('#h-cpu').textContent()} and a sparkline`);
+  const cpu = await wz.locator('#h-cpu').textContent();
+  check(/^\d+ %$/.test(cpu) && await wz.locator('#h-cpu-line polyline').count() === 1, `device health shows CPU ${cpu} and a sparkline`);
   check((await wz.locator('#h-cores i').count()) >= 1, 'per-core bars are drawn');
   await wz.waitForFunction(() => document.querySelectorAll('#h-cpu-line polyline')[0]?.getAttribute('points').split(' ').length >= 2, null, { timeout: 20000 });
   doing = "selecting a time window";
@@ -166,7 +169,8 @@ try {
   await wz.mouse.move(box.x + box.width - 2, box.y + box.height / 2, { steps: 5 });
   await wz.mouse.up();
   await wz.waitForFunction(() => location.hash.includes('start=') && location.hash.includes('end='), null, { timeout: 5000 });
-  check(true, 'dragging across the CPU chart selects a time window');
+  const chosen = new URLSearchParams(new URL(wz.url()).hash.slice(1));
+  check(Number(chosen.get('end')) > Number(chosen.get('start')), `dragging across the CPU chart selects a time window (${chosen.get('start')}–${chosen.get('end')} s)`);
   await wz.locator('#functions tbody tr').first().waitFor({ timeout: 10000 });
   check(await wz.locator('#functions tbody tr').count() > 0, 'the functions view answers for the window');
 
@@ -181,7 +185,7 @@ try {
   await wz.waitForFunction((live) => location.hash.includes('session=') && !location.hash.includes(live), liveSession, { timeout: 20000 });
   const imported = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
   await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 15000 });
-  check(true, `an imported recording opens as session ${imported}`);
+  check(imported !== liveSession && /_import$/.test(imported), `an imported recording opens as session ${imported}`);
   doing = "comparing against a baseline";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
@@ -199,7 +203,7 @@ try {
   doing = "an unknown session";
   await again.goto(http + '/#session=nope&tab=source');
   await again.waitForFunction(() => document.querySelector('#conn').textContent.startsWith('error'), null, { timeout: 10000 });
-  check(true, 'an unknown session shows an error');
+  check((await again.locator('#conn').textContent()).includes('no session nope'), 'an unknown session shows its error');
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);

@@ -1,0 +1,19 @@
+// What the UI's modules share: DOM and text helpers and the one way to call the API.
+export const $ = (s) => document.querySelector(s);
+export const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+export const pct = (v) => (v ?? 0).toFixed(2);
+
+// A call to the collector's API. `body`: an object (sent as JSON), a File or Blob (sent as
+// is), or nothing. A failed call throws with the collector's message, or the agent's for a
+// relayed command ({"ok":false,"error":"not profiling"}).
+export async function api(path, { method = 'GET', body } = {}) {
+  const json = body !== undefined && !(body instanceof Blob);
+  const r = await fetch(path, {
+    method,
+    headers: json ? { 'Content-Type': 'application/json', Accept: 'application/json' } : { Accept: 'application/json' },
+    body: json ? JSON.stringify(body) : body,
+  });
+  const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(data?.error?.message || (typeof data?.error === 'string' ? data.error : '') || r.statusText);
+  return data;
+}
