@@ -64,10 +64,17 @@ try {
   await target.waitFor({ timeout: 20000 });
   check(await page.locator('#no-targets').isHidden(), 'a live target is listed');
   await target.click();
+  // A loaded machine may deliver a first chunk with only a few samples: wait until the live
+  // profile holds enough for every worker and for a heat map, as a user watching it would.
+  doing = 'waiting for the live profile to fill';
+  await page.waitForFunction(() => {
+    const n = Number(document.querySelector('#session-info').textContent.match(/(\d+) samples/)?.[1] || 0);
+    const names = document.querySelector('#functions tbody').textContent;
+    return n >= 400 && names.includes('matrix_multiply') && names.includes('hash_strings');
+  }, null, { timeout: 45000 }).catch(() => {});
   const matrix = page.locator('#functions tbody tr', { hasText: 'matrix_multiply' });
-  await matrix.first().waitFor({ timeout: 30000 });
-  check(await page.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
-    'the function table names the demo\'s hot functions');
+  check(await matrix.count() > 0 && await page.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
+    `the function table names the demo's hot functions (${await page.locator('#session-info').textContent()})`);
   check(/session=[^&]+/.test(page.url()) && page.url().includes('tab=functions'), 'the session is in the URL');
 
   doing = "opening matrix_multiply's source";
