@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -202,40 +203,46 @@ double pct(std::uint64_t part, std::uint64_t whole) {
     return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-json::object view_header(const profile& p, const view_filter& f, std::uint64_t total) {
-    return {{"event", p.event_name(f.event)},
-            {"weight", f.by_period ? "period" : "samples"},
-            {"total", total},
-            {"samples", p.sample_count()}};
+json::object view_header(const profile& p, const view_filter& f, std::uint64_t total,
+                         json::storage_ptr sp) {
+    return json::object({{"event", p.event_name(f.event)},
+                         {"weight", f.by_period ? "period" : "samples"},
+                         {"total", total},
+                         {"samples", p.sample_count()}},
+                        std::move(sp));
 }
 
-json::value functions_json(const profile& p, const view_filter& f, std::size_t limit) {
+json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
+                           const json::storage_ptr& sp) {
     const auto t = functions(p, f);
-    json::object o = view_header(p, f, t.total_weight);
-    json::array rows;
+    json::object o = view_header(p, f, t.total_weight, sp);
+    json::array rows(sp);
+    rows.reserve(std::min(limit, t.rows.size()));
     for (const auto& r : t.rows) {
         if (rows.size() >= limit)
             break;
-        rows.push_back({{"name", p.symbol(r.frame)},
-                        {"module", p.module(r.frame)},
-                        {"self", r.self},
-                        {"total", r.total},
-                        {"self_pct", pct(r.self, t.total_weight)},
-                        {"total_pct", pct(r.total, t.total_weight)}});
+        rows.push_back(json::object({{"name", p.symbol(r.frame)},
+                                     {"module", p.module(r.frame)},
+                                     {"self", r.self},
+                                     {"total", r.total},
+                                     {"self_pct", pct(r.self, t.total_weight)},
+                                     {"total_pct", pct(r.total, t.total_weight)}},
+                                    sp));
     }
     o["functions"] = std::move(rows);
     return o;
 }
 
-json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct) {
+json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
+                            const json::storage_ptr& sp) {
     const auto self = node_self_weights(p, f);
     const auto incl = inclusive_weights(p, self);
     const auto kids = children_of(p);
     const std::uint64_t total = incl.empty() ? 0 : incl[0];
     const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
-    json::object o = view_header(p, f, total);
+    json::object o = view_header(p, f, total, sp);
     // Iterative build: deep stacks cannot exhaust the call stack.
-    json::object root{{"name", "all"}, {"module", ""}, {"value", total}, {"self", self[0]}};
+    json::object root({{"name", "all"}, {"module", ""}, {"value", total}, {"self", self[0]}}, sp);
     struct item {
         std::uint32_t node;
         json::object* out;
@@ -256,10 +263,11 @@ json::value flamegraph_json(const profile& p, const view_filter& f, int max_dept
             if (incl[c] == 0 || incl[c] < min_value)
                 continue;
             const auto frame = p.node_frame(c);
-            children.push_back({{"name", p.symbol(frame)},
-                                {"module", p.module(frame)},
-                                {"value", incl[c]},
-                                {"self", self[c]}});
+            children.push_back(json::object({{"name", p.symbol(frame)},
+                                             {"module", p.module(frame)},
+                                             {"value", incl[c]},
+                                             {"self", self[c]}},
+                                            sp));
         }
         // Children were pushed in order; recurse into each (addresses are stable now).
         std::size_t i = 0;
@@ -273,26 +281,29 @@ json::value flamegraph_json(const profile& p, const view_filter& f, int max_dept
     return o;
 }
 
-json::value threads_json(const profile& p, const view_filter& f) {
+json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {
     const auto rows = threads(p, f);
     std::uint64_t total = 0;
     for (const auto& r : rows)
         total += r.weight;
-    json::array out;
+    json::array out(sp);
     for (const auto& r : rows) {
-        json::array top;
+        json::array top(sp);
         for (const auto& fn : r.top_functions)
-            top.push_back({{"name", p.symbol(fn.frame)},
-                           {"module", p.module(fn.frame)},
-                           {"self", fn.self},
-                           {"self_pct", pct(fn.self, r.weight)}});
-        out.push_back({{"tid", r.tid},
-                       {"pid", r.pid},
-                       {"comm", r.comm},
-                       {"samples", r.samples},
-                       {"weight", r.weight},
-                       {"pct", pct(r.weight, total)},
-                       {"top_functions", std::move(top)}});
+            top.push_back(json::object({{"name", p.symbol(fn.frame)},
+                                        {"module", p.module(fn.frame)},
+                                        {"self", fn.self},
+                                        {"self_pct", pct(fn.self, r.weight)}},
+                                       sp));
+        json::object row({{"tid", r.tid},
+                          {"pid", r.pid},
+                          {"comm", r.comm},
+                          {"samples", r.samples},
+                          {"weight", r.weight},
+                          {"pct", pct(r.weight, total)}},
+                         sp);
+        row["top_functions"] = std::move(top);
+        out.push_back(std::move(row));
     }
     return out;
 }
@@ -465,10 +476,12 @@ void apply_baseline(json::value& body, const baseline_shares& b, const std::stri
     }
 }
 
-// What a view computes on the strand: a JSON body (or a text body), or an error.
+// What a view computes on the strand: a JSON body (or a text body), or an error. The body
+// lives in an arena of its own (a flame graph is a node per stack), freed whole with it;
+// values built in that storage are moved into it, never copied.
 struct view_result {
     http::status status = http::status::ok;
-    json::value body;
+    json::value body = json::value(json::make_shared_resource<json::monotonic_resource>());
     std::string text; // set for text exports
 };
 
@@ -543,23 +556,26 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         r.body = json::object{{"error", std::move(err)}};
         co_return r;
     }
+    const json::storage_ptr arena = r.body.storage();
     switch (kind) {
     case view_kind::functions:
-        r.body = functions_json(m.prof, *f, 1000000);
+        r.body = functions_json(m.prof, *f, 1000000, arena);
         break;
     case view_kind::flamegraph:
-        r.body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0));
+        r.body =
+            flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0), arena);
         break;
     case view_kind::threads:
-        r.body = threads_json(m.prof, *f);
+        r.body = threads_json(m.prof, *f, arena);
         break;
     case view_kind::export_collapsed:
         r.text = collapsed_text(m.prof, *f);
         break;
     case view_kind::export_json:
-        r.body = json::object{{"functions", functions_json(m.prof, *f, 1000000)},
-                              {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0)},
-                              {"threads", threads_json(m.prof, *f)}};
+        r.body = json::object({{"functions", functions_json(m.prof, *f, 1000000, arena)},
+                               {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
+                               {"threads", threads_json(m.prof, *f, arena)}},
+                              arena);
         break;
     case view_kind::export_speedscope:
         r.body = speedscope_json(m.prof, *f, e->id);
