@@ -125,6 +125,10 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     REQUIRE(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
     REQUIRE(second != std::string::npos);
     CHECK(out.find("\"version\":\"" PERFWIRE_VERSION "\"") < second);
+    // Every answer forbids framing by other sites and runs only the collector's own scripts.
+    CHECK(out.find("X-Frame-Options: DENY\r\n") < second);
+    CHECK(out.find("Content-Security-Policy: default-src 'self';") < second);
+    CHECK(out.find("frame-ancestors 'none'", second) != std::string::npos);
     CHECK(b.done.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
 
     // A page served from elsewhere (DNS rebinding) never reaches the event stream.

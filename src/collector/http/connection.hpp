@@ -73,6 +73,10 @@ void close_stream(Stream& stream) {
 
 http_response too_large(unsigned version);
 
+// Headers on every answer: no other site may frame the UI (clickjacking) or make the
+// browser guess a type, and the page runs only its own scripts.
+void add_security_headers(http_response& res);
+
 // Writes queued events until the browser falls too far behind or the stream fails.
 template <class Stream>
 asio::awaitable<void> write_events(Stream& stream, sse_client& client,
@@ -182,6 +186,7 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
             if (head)
                 res.body().clear(); // Content-Length stays that of the GET
         }
+        detail::add_security_headers(res);
         detail::arm_timeout(stream, limits.io_timeout);
         auto [wec, wn] = co_await http::async_write(stream, res, detail::use_nothrow);
         if (wec || !res.keep_alive())

@@ -24,6 +24,15 @@ http_response too_large(unsigned version) {
     return res;
 }
 
+void add_security_headers(http_response& res) {
+    res.set(http::field::x_frame_options, "DENY");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set("Referrer-Policy", "no-referrer");
+    res.set("Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+}
+
 } // namespace detail
 
 void push_initial_events(app_context& app, sse_client& client) {
