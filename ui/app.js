@@ -43,17 +43,32 @@ function statCards(meta) {
   $('#stat-cards').innerHTML = cards.join('');
 }
 
+// The function table holds every function; only the rows in view are in the DOM, so sorting,
+// filtering and scrolling stay fast with tens of thousands of functions.
+const ROW_H = 24;
 function renderFunctions() {
   let rows = view.functions;
   const f = $('#filter').value;
   if (f) { try { const re = new RegExp(f, 'i'); rows = rows.filter((r) => re.test(r.name) || re.test(r.module)); } catch { /* incomplete regex */ } }
   const k = view.sort, d = view.desc ? -1 : 1;
-  rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0)).slice(0, 2000);
-  const diff = rows.some((r) => r.delta_self_pct != null);
-  for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !diff;
+  view.rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0));
+  view.diff = view.rows.some((r) => r.delta_self_pct != null);
+  for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !view.diff;
+  for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (view.desc ? 'desc' : 'asc') : '';
+  const n = view.functions.length.toLocaleString();
+  $('#functions-count').textContent = f ? `${view.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`;
+  drawFunctionRows();
+}
+
+function drawFunctionRows() {
+  const box = $('#functions-scroll'), rows = view.rows || [];
+  const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 10);
+  const last = Math.min(rows.length, first + Math.ceil((box.clientHeight || 800) / ROW_H) + 20);
+  const cols = view.diff ? 6 : 5;
+  const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
-  $('#functions tbody').innerHTML = rows.map((r) => `<tr class="link" data-function="${esc(r.name)}" title="show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('');
+  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${esc(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('') + spacer(rows.length - last);
 }
 
 function drawFlame() {
@@ -120,7 +135,7 @@ async function renderSession(s) {
   statCards(meta);
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
-  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; return; }
+  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; return; }
   if (s.tab === 'functions') { view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions; renderFunctions(); }
   if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
@@ -211,7 +226,12 @@ async function render() {
   try { await (s.session ? renderSession(s) : renderLanding()); }
   catch (e) { $('#conn').textContent = 'error: ' + e.message; }
 }
-function rerender() { if (!rendering) rendering = render().finally(() => { rendering = null; }); }
+// One render at a time; a change that arrives during one is rendered right after it, once.
+let again = false;
+function rerender() {
+  if (rendering) { again = true; return; }
+  rendering = render().finally(() => { rendering = null; if (again) { again = false; rerender(); } });
+}
 
 document.addEventListener('click', (e) => {
   const row = e.target.closest('tr[data-session]');
@@ -223,11 +243,15 @@ document.addEventListener('click', (e) => {
   const tab = e.target.closest('#tabs button');
   if (tab) setHash({ tab: tab.dataset.tab });
   const th = e.target.closest('th[data-sort]');
-  if (th) { view.desc = view.sort === th.dataset.sort ? !view.desc : true; view.sort = th.dataset.sort; renderFunctions(); }
+  if (th) { view.desc = view.sort === th.dataset.sort ? !view.desc : true; view.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; renderFunctions(); }
   const crumb = e.target.closest('#crumbs span');
   if (crumb) { view.zoomPath = view.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: view.zoomPath.join(';') }); }
 });
-$('#filter').addEventListener('input', () => { renderFunctions(); drawFlame(); });
+$('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; renderFunctions(); drawFlame(); });
+let scrollFrame = 0;
+$('#functions-scroll').addEventListener('scroll', () => {
+  if (!scrollFrame) scrollFrame = requestAnimationFrame(() => { scrollFrame = 0; drawFunctionRows(); });
+});
 $('#weight').addEventListener('change', rerender);
 $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
 $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
@@ -252,6 +276,18 @@ $('#controls').addEventListener('click', async (e) => {
     $('#control-result').textContent = '';
   } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
   rerender(); // the target's state changed
+});
+// Theme: auto (the system's), light or dark; remembered by this browser.
+const themes = ['auto', 'light', 'dark'];
+function applyTheme(t) {
+  if (t === 'auto') delete document.documentElement.dataset.theme; else document.documentElement.dataset.theme = t;
+  $('#theme').textContent = `theme: ${t}`;
+}
+applyTheme(localStorage.getItem('perfwire-theme') || 'auto');
+$('#theme').addEventListener('click', () => {
+  const next = themes[(themes.indexOf(localStorage.getItem('perfwire-theme') || 'auto') + 1) % themes.length];
+  localStorage.setItem('perfwire-theme', next);
+  applyTheme(next);
 });
 initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } : { start: null, end: null }));
 initWizard();

@@ -57,6 +57,9 @@ try {
   const page = await browser.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // The collector's Content-Security-Policy must not block anything the UI itself does.
+  const blocked = (m) => { if (m.type() === 'error' && /Content Security Policy/.test(m.text())) errors.push(m.text()); };
+  page.on('console', blocked);
   doing = "the landing page";
   await page.goto(http + '/');
 
@@ -76,6 +79,12 @@ try {
   check(await matrix.count() > 0 && await page.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
     `the function table names the demo's hot functions (${await page.locator('#session-info').textContent()})`);
   check(/session=[^&]+/.test(page.url()) && page.url().includes('tab=functions'), 'the session is in the URL');
+  const shownCount = Number((await page.locator('#functions-count').textContent()).replace(/[^\d]/g, ''));
+  const session = new URLSearchParams(new URL(page.url()).hash.slice(1)).get('session');
+  const apiCount = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.length;
+  // A live profile only gains functions: the count the page showed cannot exceed a later answer.
+  check(shownCount >= await page.locator('#functions tbody tr[data-function]').count() && shownCount <= apiCount,
+    `the table counts every function (${shownCount} counted, ${apiCount} in a later answer)`);
 
   doing = "opening matrix_multiply's source";
   await matrix.first().click();
@@ -110,6 +119,7 @@ try {
   const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
   const wz = await browser.newPage();
   wz.on('pageerror', (e) => errors.push(e.message));
+  wz.on('console', blocked);
   await wz.goto(http + '/');
   await wz.click('#open-wizard');
   await wz.fill('#wz-port', listenPort);
@@ -178,8 +188,8 @@ try {
   await wz.waitForFunction(() => location.hash.includes('start=') && location.hash.includes('end='), null, { timeout: 5000 });
   const chosen = new URLSearchParams(new URL(wz.url()).hash.slice(1));
   check(Number(chosen.get('end')) > Number(chosen.get('start')), `dragging across the CPU chart selects a time window (${chosen.get('start')}–${chosen.get('end')} s)`);
-  await wz.locator('#functions tbody tr').first().waitFor({ timeout: 10000 });
-  check(await wz.locator('#functions tbody tr').count() > 0, 'the functions view answers for the window');
+  await wz.locator('#functions tbody tr[data-function]').first().waitFor({ timeout: 10000 });
+  check(await wz.locator('#functions tbody tr[data-function]').count() > 0, 'the functions view answers for the window');
 
   // A session id that does not exist: an error message, not a silent blank page.
   // Sessions tab: import a real capture, compare it against the live session, delete it.
@@ -197,7 +207,7 @@ try {
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
   await wz.waitForFunction(() => location.hash.includes('baseline=') && !document.querySelector('#functions th.diff').hidden, null, { timeout: 15000 });
-  const deltas = await wz.locator('#functions tbody tr td:nth-child(3)').allTextContents();
+  const deltas = await wz.locator('#functions tbody tr[data-function] td:nth-child(3)').allTextContents();
   check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())), `functions gain a Δ column (${deltas.slice(0, 3).join(', ')})`);
   doing = "deleting the imported session";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
@@ -206,6 +216,17 @@ try {
   await wz.waitForFunction(() => !location.hash.includes('session='), null, { timeout: 10000 });
   const left = await (await fetch(http + '/api/sessions')).json();
   check(!left.some((x) => x.id === imported) && left.some((x) => x.id === liveSession), 'deleting removes only that session');
+
+  doing = "switching the theme";
+  const background = () => again.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  await again.click('#theme'); // auto → light
+  const light = await background();
+  await again.click('#theme'); // light → dark
+  const dark = await background();
+  await again.reload();
+  await again.locator('#theme').waitFor({ timeout: 10000 });
+  check(light === 'rgb(255, 255, 255)' && dark === 'rgb(18, 21, 28)' && await background() === dark &&
+    (await again.locator('#theme').textContent()) === 'theme: dark', `the theme switches and is remembered (${light}, ${dark})`);
 
   doing = "an unknown session";
   await again.goto(http + '/#session=nope&tab=source');
