@@ -1,5 +1,7 @@
 #include "agent/metrics.hpp"
 
+#include "protocol/build_id.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -150,6 +152,34 @@ std::optional<protocol::threads_metrics> metrics_sampler::threads(int pid, doubl
     }
     std::sort(m.threads.begin(), m.threads.end(),
               [](const auto& a, const auto& b) { return a.tid < b.tid; });
+    return m;
+}
+
+std::optional<protocol::binaries_metrics> metrics_sampler::binaries(int pid, double ts) {
+    const std::string dir = proc_ + "/" + std::to_string(pid);
+    const auto maps = procfs::read_file(dir + "/maps");
+    if (!maps)
+        return std::nullopt;
+    auto paths = procfs::parse_maps_executables(*maps);
+    if (last_binaries_.first == pid && last_binaries_.second == paths)
+        return std::nullopt;
+    if (build_ids_.size() > 4096)
+        build_ids_.clear(); // a process that maps ever new files: bound the cache
+    protocol::binaries_metrics m;
+    m.ts = ts;
+    m.pid = pid;
+    for (const auto& path : paths) {
+        auto it = build_ids_.find(path);
+        if (it == build_ids_.end()) {
+            // Through the target's root, so a process in a container names its own files.
+            auto id = protocol::read_build_id(dir + "/root" + path);
+            if (!id)
+                id = protocol::read_build_id(path);
+            it = build_ids_.emplace(path, id.value_or("")).first;
+        }
+        m.binaries.push_back({path, it->second});
+    }
+    last_binaries_ = {pid, std::move(paths)};
     return m;
 }
 

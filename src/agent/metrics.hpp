@@ -22,6 +22,9 @@ public:
     protocol::network_metrics network(double ts);
     protocol::disk_metrics disk(double ts);
     std::optional<protocol::threads_metrics> threads(int pid, double ts);
+    // The target's executable mappings with build-ids; nullopt when the set is the one
+    // returned last time (or the process is gone). Each file's build-id is read once.
+    std::optional<protocol::binaries_metrics> binaries(int pid, double ts);
 
 private:
     std::string read(const std::string& relative) const;
@@ -36,6 +39,8 @@ private:
         double ts;
     };
     std::optional<process_mark> last_process_;
+    std::pair<int, std::vector<std::string>> last_binaries_;
+    std::map<std::string, std::string> build_ids_; // by path as the target sees it
 };
 
 // One row of `list_processes`.

@@ -1,5 +1,6 @@
 #include "agent/procfs.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <fcntl.h>
 #include <unistd.h>
@@ -206,6 +207,28 @@ pid_status parse_pid_status(std::string_view text) {
             s.rss_kb = f.next_u64();
     });
     return s;
+}
+
+std::vector<std::string> parse_maps_executables(std::string_view text) {
+    std::vector<std::string> out;
+    for_each_line(text, [&](std::string_view line) {
+        fields f(line);
+        f.next(); // address range
+        const auto perms = f.next();
+        f.next(); // offset
+        f.next(); // device
+        f.next(); // inode
+        auto path = f.rest();
+        path.remove_prefix(std::min(path.find_first_not_of(" \t"), path.size()));
+        constexpr std::string_view deleted = " (deleted)";
+        if (perms.size() < 4 || perms[2] != 'x' || path.empty() || path.front() != '/' ||
+            (path.size() >= deleted.size() && path.substr(path.size() - deleted.size()) == deleted))
+            return;
+        out.emplace_back(path);
+    });
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
 }
 
 double busy_pct(const cpu_times& before, const cpu_times& after) {

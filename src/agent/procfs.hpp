@@ -50,6 +50,10 @@ struct pid_status {
 };
 pid_status parse_pid_status(std::string_view text);
 
+// /proc/PID/maps: the files mapped executable, sorted, each once (no anonymous or special
+// mappings, no deleted files).
+std::vector<std::string> parse_maps_executables(std::string_view text);
+
 // CPU % of a delta between two cpu_times samples (0 when no time passed).
 double busy_pct(const cpu_times& before, const cpu_times& after);
 

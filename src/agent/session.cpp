@@ -288,6 +288,8 @@ asio::awaitable<void> session::metrics_loop() {
                 if (metrics_threads_)
                     if (auto t = sampler_.threads(*pid, ts))
                         send(frame_flag::metrics, protocol::serialize(*t), true);
+                if (auto b = sampler_.binaries(*pid, ts)) // sent once per change: never dropped
+                    send(frame_flag::metrics, protocol::serialize(*b), false);
             }
             if (metrics_network_)
                 send(frame_flag::metrics, protocol::serialize(sampler_.network(ts)), true);

@@ -321,7 +321,8 @@ parse_result<agent_reply> parse_agent_reply(std::string_view payload) {
 }
 
 std::string_view metrics_type(const health_metrics& m) noexcept {
-    constexpr std::string_view names[] = {"system", "process", "network", "disk", "threads"};
+    constexpr std::string_view names[] = {"system", "process", "network",
+                                          "disk",   "threads", "binaries"};
     return names[m.index()];
 }
 
@@ -351,6 +352,8 @@ parse_result<health_metrics> parse_metrics(std::string_view payload) {
         read_as(disk_metrics{});
     else if (t == "threads")
         read_as(threads_metrics{});
+    else if (t == "binaries")
+        read_as(binaries_metrics{});
     else
         return parse_error{make_error_code(errc::unknown_message_type),
                            "metrics type '" + std::string(t) + "'"};

@@ -178,10 +178,25 @@ struct threads_metrics {
 };
 BOOST_DESCRIBE_STRUCT(threads_metrics, (), (ts, pid, clk_tck, threads))
 
-using health_metrics =
-    std::variant<system_metrics, process_metrics, network_metrics, disk_metrics, threads_metrics>;
+// The files the target has mapped executable, with their GNU build-ids (empty when a file has
+// none): sent when the target is set and whenever that set changes, so the collector can tell
+// whether its local copy of a binary is the build that ran.
+struct mapped_binary {
+    std::string path, build_id;
+};
+BOOST_DESCRIBE_STRUCT(mapped_binary, (), (path, build_id))
 
-// The "type" string of each alternative: system, process, network, disk, threads.
+struct binaries_metrics {
+    double ts = 0;
+    int pid = 0;
+    std::vector<mapped_binary> binaries;
+};
+BOOST_DESCRIBE_STRUCT(binaries_metrics, (), (ts, pid, binaries))
+
+using health_metrics = std::variant<system_metrics, process_metrics, network_metrics, disk_metrics,
+                                    threads_metrics, binaries_metrics>;
+
+// The "type" string of each alternative: system, process, network, disk, threads, binaries.
 std::string_view metrics_type(const health_metrics& m) noexcept;
 
 parse_result<health_metrics> parse_metrics(std::string_view payload);

@@ -1,9 +1,11 @@
 #include "agent/metrics.hpp"
 #include "agent/procfs.hpp"
+#include "protocol/build_id.hpp"
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <unistd.h>
 
 using namespace agent::procfs;
@@ -123,4 +125,33 @@ TEST_CASE("list_processes ranks by CPU between snapshots", "[agent][metrics]") {
     CHECK(rows[0].pid == 2);
     CHECK(rows[0].cpu == Approx(100.0 * 50 / sysconf(_SC_CLK_TCK) / 0.5));
     CHECK(rows[1].pid == 1); // a process first seen in `after` counts from zero
+}
+
+TEST_CASE("/proc/PID/maps: executable files, once each", "[agent][procfs]") {
+    // A real capture of the demo, started from a copy that was then deleted.
+    const auto files = parse_maps_executables(fixture("agent/fixtures/maps.txt"));
+    CHECK(files == std::vector<std::string>{"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                                            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                                            "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                                            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                                            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"});
+}
+
+TEST_CASE("metrics sampler: the target's binaries with build-ids, sent when they change",
+          "[agent][metrics]") {
+    agent::metrics_sampler sampler;
+    const auto first = sampler.binaries(::getpid(), 1.0);
+    REQUIRE(first);
+    CHECK(first->pid == ::getpid());
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    bool found = false;
+    for (const auto& b : first->binaries)
+        if (b.path == self) {
+            found = true;
+            CHECK(b.build_id == protocol::read_build_id(self).value_or("?"));
+            CHECK_FALSE(b.build_id.empty());
+        }
+    CHECK(found);
+    CHECK_FALSE(sampler.binaries(::getpid(), 3.0)); // nothing changed
+    CHECK_FALSE(sampler.binaries(999999999, 3.0));  // no such process
 }

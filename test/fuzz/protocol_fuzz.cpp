@@ -1,6 +1,7 @@
-// Fuzzes what a peer controls: framing, zstd payloads and every JSON message.
+// Fuzzes what a peer controls: framing, zstd payloads, every JSON message, ELF notes.
 // Oracles beyond "no crash": decoding in pieces must equal decoding whole; whatever parses
 // must serialize and parse back to the same text; whatever decompresses must round-trip.
+#include "protocol/build_id.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
@@ -99,5 +100,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The payloads on their own, as if each had arrived in a frame of every type.
     for (std::uint8_t flag = 0; flag <= 4; ++flag)
         exercise(frame{static_cast<frame_flag>(flag), std::string(bytes)});
+    // And as an ELF image: a build-id, when found, is lowercase hex of whole bytes.
+    if (const auto id = parse_build_id(bytes))
+        check(!id->empty() && id->size() % 2 == 0 &&
+              id->find_first_not_of("0123456789abcdef") == std::string::npos);
     return 0;
 }
