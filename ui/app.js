@@ -188,15 +188,17 @@ async function renderSource(s, q) {
   const files = list.files || [];
   const file = s.file || files[0]?.file;
   $('#source-file').innerHTML = files.map((f) => `<option value="${esc(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
+  const warnings = (w) => (w || []).map((x) => `<br><span class="warn" data-warning>⚠ ${esc(x)}</span>`).join('');
   if (!file) {
     const why = (list.binaries || []).filter((b) => b.error).map((b) => esc(b.error)).join('<br>');
-    $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '');
+    $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '') + warnings(list.warnings);
     $('#source tbody').innerHTML = '';
     return;
   }
   const fn = view.focusFunction && view.focusFile === file ? `&function=${encodeURIComponent(view.focusFunction)}` : '';
   const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
-  $('#source-info').textContent = `${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`;
+  $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`) +
+    warnings(src.warnings);
   const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
   $('#source tbody').innerHTML = src.lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';

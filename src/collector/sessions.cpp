@@ -1,10 +1,22 @@
 #include "collector/sessions.hpp"
 
 #include "protocol/compression.hpp"
+#include "protocol/messages.hpp"
 
 #include <boost/asio/post.hpp>
 
 namespace collector {
+
+void session_model::note_metrics(std::string_view payload) {
+    if (payload.find("\"binaries\"") == std::string_view::npos)
+        return; // not worth a parse
+    auto m = protocol::parse_metrics(payload);
+    if (!m)
+        return;
+    if (const auto* b = std::get_if<protocol::binaries_metrics>(&*m))
+        for (const auto& bin : b->binaries)
+            device_build_ids[bin.path] = bin.build_id;
+}
 
 bool session_model::ingest(bool compressed, std::string_view payload) {
     std::string text;
@@ -125,6 +137,8 @@ void ensure_loaded(session_entry& e, const session_store& store) {
     (void)store.replay(e.id, [&](bool compressed, std::string_view payload) {
         e.model->ingest(compressed, payload);
     });
+    for (const auto& line : store.metrics(e.id))
+        e.model->note_metrics(line);
     e.loaded = true;
     e.samples = e.model->prof.sample_count();
     e.chunks = e.model->chunks;

@@ -40,6 +40,11 @@ struct session_model {
     // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
     // Returns false for a chunk that could not be decompressed.
     bool ingest(bool compressed, std::string_view payload);
+
+    // The device's build-id of each binary the target mapped (module path -> hex), from the
+    // agent's `binaries` metrics; other metrics are ignored here.
+    std::map<std::string, std::string> device_build_ids;
+    void note_metrics(std::string_view payload);
 };
 
 struct session_entry {

@@ -189,6 +189,22 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
         CHECK(best_value > 0);
         CHECK(best >= hot - 1); // the inner loop: its condition or its body
         CHECK(best <= hot);
+
+        // The agent reported the build-id of the demo it profiled; the local copy is that build.
+        const auto listing =
+            wait_for(*coll, "/api/sessions/" + ids[0] + "/source", 10s, [](const json::value& v) {
+                for (const auto& b : v.at("binaries").as_array())
+                    if (b.at("module").as_string() == PERFWIRE_DEMO_BIN)
+                        return !b.at("build_matches").is_null();
+                return false;
+            });
+        bool matched = false;
+        for (const auto& b : listing.at("binaries").as_array())
+            if (b.at("module").as_string() == PERFWIRE_DEMO_BIN)
+                matched =
+                    b.at("build_matches") == true && b.at("device_build_id") == b.at("build_id");
+        CHECK(matched);
+        CHECK(listing.at("warnings").as_array().empty());
     }
     // The UI and the event stream bypass the API router: the server guards them itself.
     CHECK(http_call(coll->http_port, "GET", "/", {}, {"Host: evil.example"}).status == 403);

@@ -5,6 +5,7 @@
 #include "collector/symbols/source_view.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "collector/symbols/symbolizer.hpp"
+#include "protocol/build_id.hpp"
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
@@ -234,6 +235,29 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
           demo_line("std::uint64_t recursive_fib(int n)"));
     CHECK(lines[hot - 1].at("text").as_string().size() > 0);
     CHECK(lines[hot - 1].at("line").to_number<std::uint32_t>() == hot);
+
+    // The device's build-id against the local copy's: a different build is called out.
+    const auto local_id = protocol::read_build_id(demo_bin);
+    REQUIRE(local_id);
+    const auto binary_of = [&](const boost::json::value& body) -> const boost::json::object& {
+        for (const auto& b : body.at("binaries").as_array())
+            if (b.at("module").as_string() == demo_bin)
+                return b.as_object();
+        FAIL("no binaries entry for the demo");
+        throw;
+    };
+    CHECK(files.body.at("warnings").as_array().empty());
+    CHECK(binary_of(files.body).at("build_matches").is_null()); // the device said nothing
+    const auto same = source_view(p, f, sym, {}, {{demo_bin, *local_id}});
+    CHECK(same.body.at("warnings").as_array().empty());
+    CHECK(binary_of(same.body).at("build_matches") == true);
+    const auto other = source_view(p, f, sym, {file, ""}, {{demo_bin, "0123456789abcdef"}});
+    REQUIRE(other.status == 200);
+    const auto& warnings = other.body.at("warnings").as_array();
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].as_string().find("0123456789abcdef") != boost::json::string::npos);
+    CHECK(binary_of(source_view(p, f, sym, {}, {{demo_bin, "0123456789abcdef"}}).body)
+              .at("build_matches") == false);
 
     // Only files the debug info named can be asked for: nothing else is ever opened.
     CHECK(source_view(p, f, sym, {"/etc/passwd", ""}).status == 404);

@@ -8,9 +8,9 @@
 // the flame graph draws; the URL hash reopens the same view in a fresh page; a broken source
 // request shows an error instead of a blank page. Every wait is bounded.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 
 const build = resolve(process.argv[2] || 'build');
@@ -216,6 +216,20 @@ try {
   await wz.waitForFunction(() => !location.hash.includes('session='), null, { timeout: 10000 });
   const left = await (await fetch(http + '/api/sessions')).json();
   check(!left.some((x) => x.id === imported) && left.some((x) => x.id === liveSession), 'deleting removes only that session');
+
+  // A local binary that is not the build the agent reported: the Source tab says so.
+  doing = "a local binary of another build";
+  const wrong = join(work, 'wrong', 'perfwire-demo');
+  mkdirSync(dirname(wrong), { recursive: true });
+  copyFileSync('/bin/true', wrong);
+  const put = (body) => fetch(http + '/api/config', { method: 'PUT', body: JSON.stringify(body) });
+  await put({ binaries: [wrong] });
+  await again.goto(`${http}/#session=${session}&tab=source`);
+  const warning = again.locator('#source-info [data-warning]');
+  await warning.first().waitFor({ timeout: 15000 });
+  check(/is not the build that ran on the device/.test(await warning.first().textContent()),
+    `a different local build is called out: "${(await warning.first().textContent()).slice(0, 90)}…"`);
+  await put({ binaries: [] });
 
   doing = "switching the theme";
   const background = () => again.evaluate(() => getComputedStyle(document.body).backgroundColor);

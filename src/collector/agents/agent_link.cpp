@@ -256,6 +256,8 @@ void agent_link::on_frame(protocol::frame&& f) {
         asio::post(e->strand, [e, payload] {
             if (e->writer)
                 (void)e->writer->append_metrics(*payload);
+            if (e->model)
+                e->model->note_metrics(*payload);
         });
         // Straight to the browsers: {"session_id":…,"metrics":{…}} without re-parsing.
         if (app_.sse.clients())

@@ -589,7 +589,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         r.text = pprof_profile(m.prof, *f);
         break;
     case view_kind::source: {
-        auto a = source_view(m.prof, *f, app->symbols, v.source);
+        auto a = source_view(m.prof, *f, app->symbols, v.source, m.device_build_ids);
         r.status = static_cast<http::status>(a.status);
         r.body = std::move(a.body);
         break;

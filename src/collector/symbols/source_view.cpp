@@ -49,7 +49,8 @@ std::vector<std::string> read_lines(const std::string& path) {
 } // namespace
 
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
-                          const source_request& req) {
+                          const source_request& req,
+                          const std::map<std::string, std::string>& device_build_ids) {
     // Sites with weight under this event.
     const auto& counts = f.by_period ? p.site_period(f.event) : p.site_samples(f.event);
     const auto& samples = p.site_samples(f.event);
@@ -103,6 +104,30 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                       {"weight", f.by_period ? "period" : "samples"},
                       {"session_total", total},
                       {"placed_pct", pct(placed, total)}};
+    // Binaries: the local copy used, and whether it is the build that ran on the device.
+    json::array bins, warnings;
+    for (const auto& b : symbols.binaries()) {
+        json::object o{{"module", b.module},
+                       {"path", b.path},
+                       {"symbols", b.symbols},
+                       {"error", b.error},
+                       {"build_id", b.build_id}};
+        const auto device = device_build_ids.find(b.module);
+        if (device == device_build_ids.end() || device->second.empty() || b.build_id.empty()) {
+            o["build_matches"] = nullptr; // nothing to compare
+        } else {
+            o["device_build_id"] = device->second;
+            o["build_matches"] = device->second == b.build_id;
+            if (device->second != b.build_id && b.error.empty())
+                warnings.emplace_back(b.path +
+                                      " is not the build that ran on the device (build-id " +
+                                      b.build_id + ", the device's " + device->second +
+                                      "): its source lines may be wrong; point --binary or "
+                                      "--sysroot at the matching build");
+        }
+        bins.push_back(std::move(o));
+    }
+    head["warnings"] = std::move(warnings);
 
     std::string file = req.file;
     if (file.empty() && !req.function.empty()) {
@@ -142,12 +167,6 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                                         {"self_pct", pct(fw->self.value, total)},
                                         {"functions", std::move(top)}});
         }
-        json::array bins;
-        for (const auto& b : symbols.binaries())
-            bins.push_back(json::object{{"module", b.module},
-                                        {"path", b.path},
-                                        {"symbols", b.symbols},
-                                        {"error", b.error}});
         head["files"] = std::move(list);
         head["binaries"] = std::move(bins);
         return {200, std::move(head)};

@@ -12,6 +12,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <map>
 #include <string>
 
 namespace collector {
@@ -26,7 +27,11 @@ struct source_answer {
     boost::json::value body; // the API's error shape when not 200
 };
 
+// `device_build_ids` (module path -> build-id, from the agent's `binaries` metrics) is
+// compared with each local copy's: a different build is named in `warnings`, since its
+// lines would be wrong.
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
-                          const source_request& req);
+                          const source_request& req,
+                          const std::map<std::string, std::string>& device_build_ids = {});
 
 } // namespace collector

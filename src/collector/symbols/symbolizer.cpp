@@ -1,5 +1,7 @@
 #include "collector/symbols/symbolizer.hpp"
 
+#include "protocol/build_id.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -122,6 +124,7 @@ symbolizer::binary& symbolizer::load(const std::string& module) {
             b->error = "readelf failed on " + b->path + ": " + c.err.substr(0, 200);
         } else {
             b->symbols = elf_symbols::parse_readelf(c.out);
+            b->build_id = protocol::read_build_id(b->path).value_or("");
             std::vector<std::string> argv{config_.toolchain_prefix + "addr2line", "-a", "-f", "-C"};
             if (config_.inline_frames)
                 argv.push_back("-i");
@@ -204,7 +207,7 @@ std::vector<symbolizer::binary_status> symbolizer::binaries() const {
     std::lock_guard lock(mutex_);
     std::vector<binary_status> out;
     for (const auto& [module, b] : binaries_)
-        out.push_back({module, b->path, b->error, b->symbols.size()});
+        out.push_back({module, b->path, b->error, b->symbols.size(), b->build_id});
     return out;
 }
 

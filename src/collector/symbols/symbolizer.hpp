@@ -68,6 +68,7 @@ public:
     struct binary_status {
         std::string module, path, error;
         std::size_t symbols = 0;
+        std::string build_id; // of the local copy; empty when it has none
     };
     std::vector<binary_status> binaries() const;
 
@@ -76,7 +77,7 @@ public:
 
 private:
     struct binary {
-        std::string path, error;
+        std::string path, error, build_id;
         elf_symbols symbols;
         std::unique_ptr<coprocess> addr2line;
         std::unordered_map<std::uint64_t, source_chain> cache;
