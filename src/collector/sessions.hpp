@@ -59,6 +59,9 @@ struct session_entry {
     std::unique_ptr<session_model> model;
     std::optional<session_writer> writer; // live sessions
     bool loaded = false;
+    // Chunks that reached memory but not the disk (a full disk, a removed folder), and why.
+    std::uint64_t unsaved_chunks = 0;
+    std::string store_error;
 
     // Published for listings and SSE (written on the strand, read anywhere).
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};

@@ -350,3 +350,46 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
                  "--http-port", "0", "--import", "/nonexistent.data"});
     CHECK(bad.wait(10s) == 1);
 }
+
+TEST_CASE("a full disk: chunks stay in the live view, the session says what is not on disk",
+          "[collector][integration][store]") {
+    REQUIRE(fs::exists("/dev/full")); // writes to it fail with ENOSPC, like a full disk
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"device"})");
+    const std::string chunk = test_support::fixture("collector/fixtures/callchain_fields.txt");
+    agent->send(protocol::frame_flag::text, chunk);
+    const auto first = wait_for(coll, "/api/sessions", 10s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("samples").to_number<std::uint64_t>() > 0;
+    });
+    REQUIRE(first.as_array().size() == 1);
+    const std::string id(first.at(0).at("id").as_string());
+    const auto per_chunk = first.at(0).at("samples").to_number<std::uint64_t>();
+    const fs::path chunks = dir.path / id / "chunks";
+    REQUIRE(fs::exists(chunks / "000001.txt"));
+
+    // The next chunk's file is written through a link to /dev/full: a real ENOSPC.
+    fs::create_symlink("/dev/full", chunks / "000002.txt.tmp");
+    agent->send(protocol::frame_flag::text, chunk);
+    auto meta = wait_for(coll, "/api/sessions/" + id, 10s, [](const json::value& v) {
+        return v.at("unsaved_chunks").to_number<std::uint64_t>() == 1;
+    });
+    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK_THAT(std::string(meta.at("store_error").as_string()), Catch::Contains("No space"));
+    CHECK(meta.at("samples").to_number<std::uint64_t>() == 2 * per_chunk); // still shown
+    CHECK_FALSE(fs::exists(chunks / "000002.txt.tmp"));                    // nothing half-written
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("cannot store chunk"));
+
+    // Room again: the next chunk is on disk, and the recording holds every chunk it could.
+    agent->send(protocol::frame_flag::text, chunk);
+    meta = wait_for(coll, "/api/sessions/" + id, 10s, [&](const json::value& v) {
+        return v.at("samples").to_number<std::uint64_t>() == 3 * per_chunk;
+    });
+    CHECK(meta.at("samples").to_number<std::uint64_t>() == 3 * per_chunk);
+    CHECK(fs::exists(chunks / "000002.txt"));
+    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK(http_call(coll.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
+}

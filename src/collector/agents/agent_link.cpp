@@ -238,8 +238,13 @@ void agent_link::on_frame(protocol::frame&& f) {
         asio::post(e->strand, [e, payload, compressed, app, who] {
             // Disk first: a crash after this line loses nothing that arrived.
             if (e->writer)
-                if (auto ec = e->writer->write_chunk(compressed, *payload))
+                if (auto ec = e->writer->write_chunk(compressed, *payload)) {
+                    // Still parsed and shown; the session view warns that the recording
+                    // on disk lacks it. Later chunks are written as soon as they can be.
+                    ++e->unsaved_chunks;
+                    e->store_error = ec.message();
                     log(who, "cannot store chunk (kept in memory): " + ec.message());
+                }
             if (!e->model->ingest(compressed, *payload))
                 log(who, "unreadable data chunk skipped");
             e->samples = e->model->prof.sample_count();

@@ -536,6 +536,8 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
         o["skipped_lines"] = m.parser.stats().skipped_lines;
+        o["unsaved_chunks"] = e->unsaved_chunks;
+        o["store_error"] = e->store_error;
         json::array events;
         for (const auto& ev : m.event_types)
             events.emplace_back(ev);
