@@ -198,8 +198,9 @@ async function renderSource(s, q) {
   }
   const fn = view.focusFunction && view.focusFile === file ? `&function=${encodeURIComponent(view.focusFunction)}` : '';
   const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
+  const scope = s.tid || s.start ? ' · <span class="warn" data-scope>all threads, whole session: the thread and time filters do not apply to source lines</span>' : '';
   $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`) +
-    warnings(src.warnings);
+    scope + warnings(src.warnings);
   const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
   $('#source tbody').innerHTML = src.lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';

@@ -414,8 +414,15 @@ TEST_CASE("API: pprof and svg exports of a real capture", "[collector][api]") {
     CHECK(body.substr(body.size() - 7) == "</svg>\n");
     CHECK_THAT(body, Catch::Contains("<title>all — ") && Catch::Contains("(100.00%)</title>"));
     CHECK_THAT(body, Catch::Contains("(anonymous namespace)::matrix_multiply ("));
+    // Interactive: each frame carries its geometry and full name for the zoom script.
+    CHECK_THAT(body, Catch::Contains("data-n=\"(anonymous namespace)::matrix_multiply\""));
+    CHECK_THAT(body, Catch::Contains("<script type=\"text/ecmascript\"><![CDATA["));
+    CHECK(body.find("]]>") == body.rfind("]]>")); // the script is the only CDATA section
+    CHECK_THAT(std::string(svg["Content-Security-Policy"]),
+               Catch::StartsWith("default-src 'none'"));
     std::size_t open = 0, close = 0;
-    for (auto pos = body.find("<g>"); pos != std::string::npos; pos = body.find("<g>", pos + 1))
+    for (auto pos = body.find("<g class=\"f\""); pos != std::string::npos;
+         pos = body.find("<g class=\"f\"", pos + 1))
         ++open;
     for (auto pos = body.find("</g>"); pos != std::string::npos; pos = body.find("</g>", pos + 1))
         ++close;

@@ -231,6 +231,27 @@ try {
     `a different local build is called out: "${(await warning.first().textContent()).slice(0, 90)}…"`);
   await put({ binaries: [] });
 
+  // The svg export on its own: clicking a frame zooms into it, "Reset zoom" goes back.
+  doing = "zooming in the exported svg";
+  const svgText = await (await fetch(`${http}/api/sessions/${session}/export?format=svg`)).text();
+  const svgPage = await browser.newPage();
+  svgPage.on('pageerror', (e) => errors.push(e.message));
+  await svgPage.route('**/flame.svg', (r) => r.fulfill({ contentType: 'image/svg+xml', body: svgText }));
+  await svgPage.goto(http + '/flame.svg');
+  const frameWidth = (name) => svgPage.evaluate((n) => {
+    const g = [...document.querySelectorAll('g.f')].find((x) => x.getAttribute('data-n') === n);
+    return g && g.style.display !== 'none' ? Number(g.querySelector('rect').getAttribute('width')) : 0;
+  }, name);
+  const hashName = '(anonymous namespace)::hash_strings';
+  const before = await frameWidth(hashName);
+  await svgPage.locator(`g.f[data-n="${hashName}"] rect`).first().click({ force: true });
+  const after = await frameWidth(hashName);
+  const matrixShown = await frameWidth('(anonymous namespace)::matrix_multiply');
+  await svgPage.click('#reset');
+  check(before > 0 && before < 1000 && after > 1150 && matrixShown === 0 && await frameWidth(hashName) === before,
+    `the svg export zooms into a frame and back (${before.toFixed(0)} → ${after.toFixed(0)} px)`);
+  await svgPage.close();
+
   doing = "switching the theme";
   const background = () => again.evaluate(() => getComputedStyle(document.body).backgroundColor);
   await again.click('#theme'); // auto → light

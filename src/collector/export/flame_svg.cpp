@@ -40,6 +40,58 @@ std::string colour(std::string_view module) {
     return buf;
 }
 
+// Click a frame to zoom into it, "Reset zoom" (or the root) to go back, "Search" to
+// highlight the frames whose names match a regex. Reads only the document, so it works
+// from a saved file and under a Content-Security-Policy that allows nothing else.
+constexpr std::string_view zoom_script = R"js(<script type="text/ecmascript"><![CDATA[
+(function () {
+  var W = 1200, M = 10, frames = [].slice.call(document.querySelectorAll('g.f'));
+  function num(g, k) { return +g.getAttribute('data-' + k); }
+  function fit(g, x, w) {
+    var r = g.querySelector('rect'), t = g.querySelector('text'), n = g.getAttribute('data-n');
+    r.setAttribute('x', x.toFixed(2));
+    r.setAttribute('width', Math.max(w - 0.5, 0.1).toFixed(2));
+    if (!t) {
+      t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+      t.setAttribute('y', +r.getAttribute('y') + 12);
+      g.appendChild(t);
+    }
+    t.setAttribute('x', (x + 3).toFixed(2));
+    var fits = Math.floor((w - 6) / 6.6);
+    t.textContent = fits < 3 ? '' : n.length <= fits ? n : n.slice(0, fits - 2) + '..';
+  }
+  function zoom(z) {
+    var x0 = num(z, 'x'), w0 = num(z, 'w'), d0 = num(z, 'd'), k = (W - 2 * M) / w0, e = 1e-6;
+    frames.forEach(function (g) {
+      var x = num(g, 'x'), w = num(g, 'w'), d = num(g, 'd');
+      var inside = d >= d0 && x >= x0 - e && x + w <= x0 + w0 + e;
+      var under = d < d0 && x <= x0 + e && x + w >= x0 + w0 - e;
+      g.style.display = inside || under ? '' : 'none';
+      g.style.opacity = under ? '0.6' : '';
+      if (inside) fit(g, M + (x - x0) * k, w * k);
+      else if (under) fit(g, M, W - 2 * M);
+    });
+    document.getElementById('reset').style.display = d0 ? '' : 'none';
+  }
+  function search() {
+    var q = prompt('Highlight the frames whose names match (regex):', '');
+    if (q === null) return;
+    var re; try { re = new RegExp(q); } catch (err) { return; }
+    frames.forEach(function (g) {
+      g.querySelector('rect').style.fill = q && re.test(g.getAttribute('data-n')) ? '#d946ef' : '';
+    });
+  }
+  document.documentElement.addEventListener('click', function (ev) {
+    var t = ev.target;
+    if (t.id === 'reset') return zoom(frames[0]);
+    if (t.id === 'search') return search();
+    while (t && !(t.getAttribute && t.getAttribute('class') === 'f')) t = t.parentNode;
+    if (t) zoom(t);
+  });
+})();
+]]></script>
+)js";
+
 } // namespace
 
 std::string flame_svg(const profile& p, const view_filter& f, const std::string& title) {
@@ -86,6 +138,9 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
     out += "<text x=\"600\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">";
     xml_escape(out, title);
     out += "</text>\n";
+    out += "<text id=\"reset\" x=\"10\" y=\"20\" style=\"cursor:pointer;display:none\">Reset "
+           "zoom</text>\n<text id=\"search\" x=\"1190\" y=\"20\" text-anchor=\"end\" "
+           "style=\"cursor:pointer\">Search</text>\n";
     for (const auto& b : boxes) {
         const bool root = b.node == profile::root;
         const auto frame = root ? 0 : p.node_frame(b.node);
@@ -93,7 +148,13 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
         const std::string_view module = root ? std::string_view() : p.module(frame);
         const double y = height - margin - (b.depth + 1) * row;
         const double share = total ? 100.0 * static_cast<double>(incl[b.node]) / total : 0.0;
-        out += "<g><title>";
+        std::snprintf(buf, sizeof buf,
+                      "<g class=\"f\" style=\"cursor:pointer\" data-x=\"%.2f\" data-w=\"%.2f\" "
+                      "data-d=\"%d\" data-n=\"",
+                      b.x, b.w, b.depth);
+        out += buf;
+        xml_escape(out, name);
+        out += "\"><title>";
         xml_escape(out, name);
         if (!module.empty()) {
             out += " (";
@@ -126,6 +187,7 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
         }
         out += "</g>\n";
     }
+    out += zoom_script; // after the frames it finds
     out += "</svg>\n";
     return out;
 }

@@ -922,6 +922,10 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             res.set(http::field::content_type, type);
             res.set(http::field::content_disposition,
                     "attachment; filename=\"" + e->id + suffix + "\"");
+            if (kind == view_kind::export_svg) // its own zoom script runs; it can reach nothing
+                res.set("Content-Security-Policy",
+                        "default-src 'none'; script-src 'unsafe-inline'; "
+                        "style-src 'unsafe-inline'; frame-ancestors 'none'");
             res.keep_alive(req.keep_alive());
             res.body() = std::move(r.text);
             res.prepare_payload();

@@ -28,9 +28,10 @@ void add_security_headers(http_response& res) {
     res.set(http::field::x_frame_options, "DENY");
     res.set("X-Content-Type-Options", "nosniff");
     res.set("Referrer-Policy", "no-referrer");
-    res.set("Content-Security-Policy",
-            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-            "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    if (res.find("Content-Security-Policy") == res.end()) // an answer may set a stricter one
+        res.set("Content-Security-Policy",
+                "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
 }
 
 } // namespace detail
