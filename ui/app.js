@@ -69,7 +69,7 @@ function drawFunctionRows() {
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${esc(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted">${esc(r.module)}</td></tr>`).join('') + spacer(rows.length - last);
+    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted" title="${esc(r.module)}">${esc(r.module)}</td></tr>`).join('') + spacer(rows.length - last);
 }
 
 function drawFlame() {
