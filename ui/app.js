@@ -130,6 +130,7 @@ async function renderSession(s) {
   const events = meta.event_types || [];
   $('#event').innerHTML = events.map((e) => `<option ${e === s.event ? 'selected' : ''}>${esc(e)}</option>`).join('');
   await renderControls(s.session);
+  await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = `${meta.hostname || ''} · ${meta.samples} samples · ${meta.chunks} chunks · ${(meta.event_types || []).join(', ')}${meta.live ? ' · live' : ''}`;
@@ -146,6 +147,15 @@ async function renderSession(s) {
     $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
       <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`).join('');
   }
+}
+
+// The thread filter: every thread of the session (whole session, so the list stays put).
+async function renderThreadChoice(s) {
+  const q = new URLSearchParams({ weight: 'samples' });
+  if (s.event) q.set('event', s.event);
+  const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => []); // none yet: 404
+  $('#thread').innerHTML = '<option value="">all threads</option>' + threads.map((t) =>
+    `<option value="${t.tid}" ${String(t.tid) === s.tid ? 'selected' : ''}>${t.tid} ${esc(t.comm)} (${pct(t.pct)}%)</option>`).join('');
 }
 
 const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
@@ -259,6 +269,7 @@ $('#functions-scroll').addEventListener('scroll', () => {
 $('#weight').addEventListener('change', rerender);
 $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
 $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
+$('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
 $('#import-file').addEventListener('change', (e) => { if (e.target.files[0]) importRecording(e.target.files[0]); });
 $('#all-sessions').addEventListener('click', async (e) => {
   const del = e.target.closest('button[data-delete]');

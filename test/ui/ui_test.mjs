@@ -232,6 +232,20 @@ try {
   await put({ binaries: [] });
 
   // The svg export on its own: clicking a frame zooms into it, "Reset zoom" goes back.
+  // The thread filter: choosing a thread narrows the table; "all threads" clears it.
+  doing = "filtering by thread";
+  await again.goto(`${http}/#session=${session}&tab=functions`);
+  await again.locator('#thread option[value]:not([value=""])').first().waitFor({ state: 'attached', timeout: 15000 });
+  const hashThread = await again.locator('#thread option', { hasText: 'demo-hash' }).first().getAttribute('value');
+  await again.selectOption('#thread', hashThread);
+  await again.waitForFunction((t) => location.hash.includes(`tid=${t}`), hashThread, { timeout: 10000 });
+  await again.waitForFunction(() => document.querySelector('#functions tbody tr[data-function]')?.dataset.function.includes('hash_strings'), null, { timeout: 15000 });
+  const narrowed = await again.locator('#functions tbody tr[data-function]', { hasText: 'matrix_multiply' }).count();
+  await again.selectOption('#thread', '');
+  await again.waitForFunction(() => !location.hash.includes('tid='), null, { timeout: 10000 });
+  await again.locator('#functions tbody tr[data-function]', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 15000 });
+  check(narrowed === 0, `choosing thread ${hashThread} (demo-hash) leaves only its functions, "all threads" brings the rest back`);
+
   doing = "zooming in the exported svg";
   const svgText = await (await fetch(`${http}/api/sessions/${session}/export?format=svg`)).text();
   const svgPage = await browser.newPage();
