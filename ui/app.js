@@ -88,6 +88,7 @@ function drawFlame() {
   const depth = Math.max(...boxes.map((b) => b.y)) / rowH + 1;
   canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
   canvas.style.height = depth * rowH + 'px';
+  canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
   const re = $('#filter').value ? new RegExp($('#filter').value, 'i') : null;
@@ -137,8 +138,14 @@ async function renderSession(s) {
   statCards(meta);
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
-  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; return; }
-  if (s.tab === 'functions') { view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions; renderFunctions(); }
+  // #functions[data-shows] names the session and query its rows came from: a reader (or a test)
+  // waits for the state a filter produces, not for rows that may already have been there.
+  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows; return; }
+  if (s.tab === 'functions') {
+    view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions;
+    renderFunctions();
+    $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
+  }
   if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sessions') await renderSessions(s);

@@ -35,6 +35,16 @@ async function until(what, fn, ms = 30000) {
     await new Promise((r) => setTimeout(r, 200));
   }
 }
+// Waits until the function table shows rows answered for `want` (session, tid, start, …; null
+// means absent): the state a navigation or a filter produces, never rows that may already
+// have been on screen before it.
+function tableShows(page, want, ms = 15000) {
+  return page.waitForFunction((w) => {
+    const shows = new URLSearchParams(document.querySelector('#functions').dataset.shows ?? '');
+    if (!document.querySelector('#functions').dataset.shows) return false;
+    return Object.entries(w).every(([k, v]) => (v === true ? shows.has(k) : shows.get(k) === v));
+  }, want, { timeout: ms });
+}
 function check(ok, what) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
   if (!ok) failures++;
@@ -109,8 +119,10 @@ try {
 
   doing = "drawing the flame graph";
   await again.locator('#tabs button[data-tab="flamegraph"]').click();
-  await again.waitForFunction(() => document.querySelector('#flame').height > 20, null, { timeout: 15000 });
-  check(await again.evaluate(() => document.querySelector('#flame').height) > 20, 'the flame graph draws');
+  // A canvas is 150 px high before anything is drawn: wait for the boxes the draw reports.
+  await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
+  const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
+  check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
 
   // The Live Debug wizard against an agent waiting with --listen and a pairing code.
   doing = "the wizard's connect step";
@@ -155,6 +167,7 @@ try {
   doing = "starting from the wizard";
   await wz.click('#wz-start');
   await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
+  await tableShows(wz, { session: new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session') }, 30000);
   await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 30000 });
   check(new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session')?.length > 0 &&
     await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).count() > 0,
@@ -188,7 +201,7 @@ try {
   await wz.waitForFunction(() => location.hash.includes('start=') && location.hash.includes('end='), null, { timeout: 5000 });
   const chosen = new URLSearchParams(new URL(wz.url()).hash.slice(1));
   check(Number(chosen.get('end')) > Number(chosen.get('start')), `dragging across the CPU chart selects a time window (${chosen.get('start')}–${chosen.get('end')} s)`);
-  await wz.locator('#functions tbody tr[data-function]').first().waitFor({ timeout: 10000 });
+  await tableShows(wz, { start: chosen.get('start'), end: chosen.get('end') });
   check(await wz.locator('#functions tbody tr[data-function]').count() > 0, 'the functions view answers for the window');
 
   // A session id that does not exist: an error message, not a silent blank page.
@@ -201,12 +214,13 @@ try {
   await wz.setInputFiles('#import-file', { name: 'capture.txt', mimeType: 'text/plain', buffer: capture });
   await wz.waitForFunction((live) => location.hash.includes('session=') && !location.hash.includes(live), liveSession, { timeout: 20000 });
   const imported = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
-  await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 15000 });
-  check(imported !== liveSession && /_import$/.test(imported), `an imported recording opens as session ${imported}`);
+  await tableShows(wz, { session: imported });
+  check(imported !== liveSession && /_import$/.test(imported) &&
+    await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).count() > 0, `an imported recording opens as session ${imported}`);
   doing = "comparing against a baseline";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
-  await wz.waitForFunction(() => location.hash.includes('baseline=') && !document.querySelector('#functions th.diff').hidden, null, { timeout: 15000 });
+  await tableShows(wz, { session: imported, baseline: liveSession });
   const deltas = await wz.locator('#functions tbody tr[data-function] td:nth-child(3)').allTextContents();
   check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())), `functions gain a Δ column (${deltas.slice(0, 3).join(', ')})`);
   doing = "deleting the imported session";
@@ -237,14 +251,16 @@ try {
   await again.goto(`${http}/#session=${session}&tab=functions`);
   await again.locator('#thread option[value]:not([value=""])').first().waitFor({ state: 'attached', timeout: 15000 });
   const hashThread = await again.locator('#thread option', { hasText: 'demo-hash' }).first().getAttribute('value');
+  await tableShows(again, { session, tid: null });
   await again.selectOption('#thread', hashThread);
-  await again.waitForFunction((t) => location.hash.includes(`tid=${t}`), hashThread, { timeout: 10000 });
-  await again.waitForFunction(() => document.querySelector('#functions tbody tr[data-function]')?.dataset.function.includes('hash_strings'), null, { timeout: 15000 });
+  await tableShows(again, { session, tid: hashThread });
+  const narrowedTop = await again.locator('#functions tbody tr[data-function]').first().getAttribute('data-function');
   const narrowed = await again.locator('#functions tbody tr[data-function]', { hasText: 'matrix_multiply' }).count();
   await again.selectOption('#thread', '');
-  await again.waitForFunction(() => !location.hash.includes('tid='), null, { timeout: 10000 });
-  await again.locator('#functions tbody tr[data-function]', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 15000 });
-  check(narrowed === 0, `choosing thread ${hashThread} (demo-hash) leaves only its functions, "all threads" brings the rest back`);
+  await tableShows(again, { session, tid: null });
+  const widened = await again.locator('#functions tbody tr[data-function]', { hasText: 'matrix_multiply' }).count();
+  check(narrowed === 0 && narrowedTop.includes('hash_strings') && widened > 0 && !again.url().includes('tid='),
+    `choosing thread ${hashThread} (demo-hash) leaves only its functions, "all threads" brings the rest back`);
 
   doing = "zooming in the exported svg";
   const svgText = await (await fetch(`${http}/api/sessions/${session}/export?format=svg`)).text();
