@@ -2,7 +2,8 @@
 # Sets up, builds and runs every test: the clang-format check, the test suite, the same suite
 # under AddressSanitizer + UndefinedBehaviorSanitizer, a browser test of the UI in headless
 # Chromium, and a short libFuzzer run.
-#   PERFWIRE_FUZZ_SECONDS   length of the fuzz run (default 60; 0 skips it)
+#   PERFWIRE_FUZZ_SECONDS   length of the protocol fuzz run; the parser gets half (default 60;
+#                           0 skips both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,25 +35,33 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 if ((fuzz_seconds > 0)); then
-    step "fuzz the protocol for ${fuzz_seconds}s (libFuzzer)"
     CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPERFWIRE_FUZZ=ON -DPERFWIRE_TESTS=OFF \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build build-fuzz -j "$jobs" --target protocol_fuzz
+    cmake --build build-fuzz -j "$jobs" --target protocol_fuzz script_fuzz
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    cp test/fuzz/corpus/* "$work/"
     mkdir -p build-fuzz/artifacts
-    # A crash or an oracle failure exits non-zero and leaves the input in build-fuzz/artifacts.
-    rc=0
-    "$root/build-fuzz/test/fuzz/protocol_fuzz" -max_total_time="$fuzz_seconds" \
-        -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/artifacts/" \
-        -print_final_stats=1 "$work" >"$work/fuzz.log" 2>&1 || rc=$?
-    if ((rc != 0)); then
-        tail -n 60 "$work/fuzz.log"
-        echo "fuzz: failure (exit $rc); reproducer in build-fuzz/artifacts/" >&2
-        exit "$rc"
-    fi
-    grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' "$work/fuzz.log"
+    # target, seed corpus, share of the time: the protocol (frames, zstd, JSON, ELF notes)
+    # and the perf script parser (header shapes from fuzzed fields, raw text).
+    for spec in "protocol_fuzz corpus 2" "script_fuzz script_corpus 1"; do
+        read -r target corpus share <<<"$spec"
+        seconds=$((fuzz_seconds * share / 2))
+        step "fuzz ${target%_fuzz} for ${seconds}s (libFuzzer)"
+        mkdir -p "$work/$target"
+        cp "test/fuzz/$corpus"/* "$work/$target/"
+        # A crash or an oracle failure exits non-zero and leaves the input in build-fuzz/artifacts.
+        rc=0
+        "$root/build-fuzz/test/fuzz/$target" -max_total_time="$seconds" \
+            -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/artifacts/" \
+            -print_final_stats=1 "$work/$target" >"$work/$target.log" 2>&1 || rc=$?
+        if ((rc != 0)); then
+            tail -n 60 "$work/$target.log"
+            echo "fuzz: $target failed (exit $rc); reproducer in build-fuzz/artifacts/" >&2
+            exit "$rc"
+        fi
+        grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' \
+            "$work/$target.log"
+    done
 fi
 
 step "all tests passed"

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <sstream>
 
 using namespace collector;
 using test_support::fixture;
@@ -174,6 +175,82 @@ TEST_CASE("header variants across perf versions", "[collector][parser]") {
     CHECK(sites == decltype(sites){{{"js::RunScript(JSContext*, JS::Handle<JSScript*>)", 0x10}, 1},
                                    {{"native_safe_halt", 0xe}, 1},
                                    {{"(anonymous namespace)::f", 0x1}, 1}});
+}
+
+namespace {
+
+struct header_shape {
+    std::string header, comm, event, leaf;
+    std::uint32_t pid = 0, tid = 0;
+};
+
+// test/collector/fixtures/header_shapes.tsv: header, comm, pid, tid, event, leaf per line.
+std::vector<header_shape> header_shapes() {
+    std::vector<header_shape> rows;
+    std::istringstream in(fixture("collector/fixtures/header_shapes.tsv"));
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] == '#')
+            continue;
+        std::vector<std::string> f;
+        for (std::size_t pos = 0;;) {
+            const auto tab = line.find('\t', pos);
+            f.push_back(line.substr(pos, tab - pos));
+            if (tab == std::string::npos)
+                break;
+            pos = tab + 1;
+        }
+        REQUIRE(f.size() == 6);
+        rows.push_back({f[0], f[1], f[4], f[5], static_cast<std::uint32_t>(std::stoul(f[2])),
+                        static_cast<std::uint32_t>(std::stoul(f[3]))});
+    }
+    return rows;
+}
+
+} // namespace
+
+TEST_CASE("every header shape in the table parses to its comm, pid, tid, event and leaf",
+          "[collector][parser]") {
+    const auto rows = header_shapes();
+    REQUIRE(rows.size() >= 30);
+    std::string all;
+    for (const auto& row : rows) {
+        INFO(row.header);
+        const std::string text = row.header + "\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n";
+        all += text;
+        const auto r = parse(text);
+        const auto& p = r->prof;
+        CHECK(r->stats.skipped_lines == 0);
+        REQUIRE(p.sample_count() == 1);
+        CHECK(p.sample_tid(0) == row.tid);
+        const auto& t = p.threads().at(row.tid);
+        CHECK(t.pid == row.pid);
+        CHECK(p.strings()[t.comm] == row.comm);
+        CHECK(p.event_name(p.sample_event(0)) == row.event);
+        CHECK(p.symbol(p.node_frame(p.sample_node(0))) == row.leaf);
+    }
+    // All at once, as one recording: one sample per row, nothing skipped.
+    const auto r = parse(all);
+    CHECK(r->stats.samples == rows.size());
+    CHECK(r->stats.skipped_lines == 0);
+}
+
+TEST_CASE("side-band records are recognised, lost ones counted, unreadable lines counted",
+          "[collector][parser]") {
+    const auto r = parse("            :-1    -1/-1   [000]     0.000000: PERF_RECORD_LOST lost 12\n"
+                         "perf 7/7 [001] 1.000000: PERF_RECORD_LOST_SAMPLES lost 3\n"
+                         "app 7/7 [001] 1.000000: PERF_RECORD_COMM: app:7/7\n"
+                         "# ========\n# captured on    : Mon Nov 23 10:00:00 2026\n"
+                         "# Total Lost Samples: 5\n"
+                         "app 7/7 [001] 1.000000: 1 cycles:\n\t1 f (/x)\n\n"
+                         "app 7/7 [001] 1.000000 cycles:\n"    // no colon after the time
+                         "app x/7 [001] 1.000000: 1 cycles:\n" // pid is not a number
+                         "\t1 f (/x)\n"                        // a frame with no header
+                         "random words: here\n");
+    CHECK(r->stats.samples == 1);
+    CHECK(r->stats.lost_events == 12 + 3 + 5);
+    CHECK(r->stats.records == 3);
+    CHECK(r->stats.comments == 3);
+    CHECK(r->stats.skipped_lines == 4);
 }
 
 TEST_CASE("feeding in any pieces equals feeding whole", "[collector][parser]") {

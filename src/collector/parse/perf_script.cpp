@@ -77,6 +77,29 @@ bool is_flags(std::string_view t) noexcept {
     return true;
 }
 
+// perf's -F misc: where the sample was taken, 1 or 2 of K (kernel), U (user), H (hypervisor),
+// G (guest).
+bool is_misc(std::string_view t) noexcept {
+    if (t.empty() || t.size() > 2)
+        return false;
+    for (char c : t)
+        if (c != 'K' && c != 'U' && c != 'H' && c != 'G')
+            return false;
+    return true;
+}
+
+// "sched:sched_switch", "probe_app:main": a subsystem and a name. "cycles:u" or
+// "cpu-clock:pppH" is an event with modifiers.
+bool is_tracepoint(std::string_view event) noexcept {
+    const auto colon = event.rfind(':');
+    if (colon == std::string_view::npos || colon == 0)
+        return false;
+    for (char c : event.substr(colon + 1))
+        if (std::string_view("ukhIGHpPSDWebRrx").find(c) == std::string_view::npos)
+            return true;
+    return colon + 1 == event.size();
+}
+
 } // namespace
 
 std::pair<std::string_view, std::string_view> split_perf_stat(std::string_view chunk) noexcept {
@@ -138,16 +161,31 @@ void script_parser::line(std::string_view l) {
         return;
     }
     commit();
-    if (!header(l))
-        ++stats_.skipped_lines;
+    if (header(l))
+        return;
+    if (l.front() == '#') {
+        // perf script --header's block and "# Total Lost Samples: N" from perf report.
+        constexpr std::string_view total_lost = "# Total Lost Samples: ";
+        if (l.rfind(total_lost, 0) == 0 && all_digits(trim(l.substr(total_lost.size()))))
+            stats_.lost_events += to_u64(trim(l.substr(total_lost.size())));
+        ++stats_.comments;
+        return;
+    }
+    ++stats_.skipped_lines;
 }
 
+// One header line. perf prints, each field optional except the time and the event:
+//
+//   comm  pid/tid [cpu] [misc] [flags] time: [flags] [period] [flags] event: [flat frame]
+//
+// The time is a "<digits>.<digits>:" token. The comm may hold anything a thread name can,
+// even such a token, and a tracepoint's arguments may too, so every candidate is tried from
+// the right and the first one whose both sides read as perf prints them wins, with the comm
+// no longer than a thread name can be.
 bool script_parser::header(std::string_view l) {
-    // The time is the first "<digits>.<digits>:" token followed by a space or the end.
-    std::size_t colon = 0, time_begin = 0;
-    bool found = false;
-    for (std::size_t pos = l.find(':'); pos != std::string_view::npos; pos = l.find(':', pos + 1)) {
-        if (pos + 1 < l.size() && l[pos + 1] != ' ')
+    for (std::size_t pos = l.rfind(':'); pos != std::string_view::npos && pos > 0;
+         pos = l.rfind(':', pos - 1)) {
+        if (pos + 1 < l.size() && l[pos + 1] != ' ' && l[pos + 1] != '\t')
             continue;
         std::size_t j = pos;
         while (j > 0 && is_digit(l[j - 1]))
@@ -159,52 +197,72 @@ bool script_parser::header(std::string_view l) {
             --k;
         if (k == j - 1 || (k > 0 && l[k - 1] != ' ' && l[k - 1] != '\t'))
             continue;
-        colon = pos;
-        time_begin = k;
-        found = true;
-        break;
+        if (header_at(l, k, pos))
+            return true;
     }
-    if (!found)
-        return false;
+    return false;
+}
 
-    // Left of the time, from the right: [flags] [cpu] pid[/tid], and the comm.
-    auto [tok, rest] = pop_token(trim(l.substr(0, time_begin)));
-    if (is_flags(tok) && !rest.empty())
-        std::tie(tok, rest) = pop_token(rest);
-    if (tok.size() >= 3 && tok.front() == '[' && tok.back() == ']' && !rest.empty())
-        std::tie(tok, rest) = pop_token(rest);
-    const auto slash = tok.find('/');
-    const auto pid_text = tok.substr(0, slash);
-    const auto tid_text = slash == std::string_view::npos ? tok : tok.substr(slash + 1);
-    if (!all_digits(pid_text) || !all_digits(tid_text))
-        return false;
-
-    // Right of the time: [period] event: [flat frame]
+bool script_parser::header_at(std::string_view l, std::size_t time_begin, std::size_t colon) {
     std::string_view right = trim(l.substr(colon + 1));
     auto take = [&right]() {
-        const auto sp = right.find(' ');
+        const auto sp = right.find_first_of(" \t");
         const auto t = right.substr(0, sp);
         right = sp == std::string_view::npos ? std::string_view() : trim(right.substr(sp));
         return t;
     };
     auto first = take();
-    std::uint64_t period = 1;
-    if (all_digits(first)) {
-        period = to_u64(first);
-        first = take();
-    }
-    if (first == "PERF_RECORD_LOST") {
-        if (take() == "lost")
-            stats_.lost_events += to_u64(take());
+    if (first.rfind("PERF_RECORD_", 0) == 0) {
+        // A side-band record (--show-lost-events, --show-task-events, …): not a sample; its
+        // thread may be -1/-1. The lost ones are counted.
+        if (first.rfind("PERF_RECORD_LOST", 0) == 0 && take() == "lost") {
+            const auto n = take();
+            if (all_digits(n))
+                stats_.lost_events += to_u64(n);
+        }
+        ++stats_.records;
         return true;
+    }
+    // [flags] [period] [flags] event:
+    std::uint64_t period = 1;
+    bool have_period = false;
+    for (;;) {
+        if (is_flags(first)) {
+            first = take();
+        } else if (!have_period && all_digits(first) && first.size() <= 20) {
+            period = to_u64(first);
+            have_period = true;
+            first = take();
+        } else {
+            break;
+        }
     }
     if (first.size() < 2 || first.back() != ':')
         return false;
     const auto event = first.substr(0, first.size() - 1);
 
+    // Left of the time, from the right: [flags] [misc] [cpu] pid[/tid], and the comm.
+    auto [tok, rest] = pop_token(trim(l.substr(0, time_begin)));
+    if (is_flags(tok))
+        std::tie(tok, rest) = pop_token(rest);
+    if (is_misc(tok))
+        std::tie(tok, rest) = pop_token(rest);
+    if (tok.size() >= 3 && tok.front() == '[' && tok.back() == ']' &&
+        all_digits(tok.substr(1, tok.size() - 2)))
+        std::tie(tok, rest) = pop_token(rest);
+    const auto slash = tok.find('/');
+    const auto pid_text = tok.substr(0, slash);
+    const auto tid_text = slash == std::string_view::npos ? tok : tok.substr(slash + 1);
+    if (!all_digits(pid_text) || !all_digits(tid_text) || pid_text.size() > 10 ||
+        tid_text.size() > 10 || rest.size() > max_comm)
+        return false;
+    const auto pid = to_u64(pid_text), tid = to_u64(tid_text);
+    if (pid > 0xffffffffULL || tid > 0xffffffffULL)
+        return false;
+
     time_ns_ = parse_time(l.substr(time_begin, colon - time_begin));
-    pid_ = static_cast<std::uint32_t>(to_u64(pid_text));
-    tid_ = static_cast<std::uint32_t>(to_u64(tid_text));
+    pid_ = static_cast<std::uint32_t>(pid);
+    tid_ = static_cast<std::uint32_t>(tid);
     period_ = period;
     comm_.assign(rest);
     if (!have_event_ || event != last_event_name_) {
@@ -214,8 +272,9 @@ bool script_parser::header(std::string_view l) {
     }
     frames_.clear();
     pending_ = true;
-    if (!right.empty())
-        frame_text(right); // flat output: the only frame is on the header line
+    if (!right.empty() && !is_tracepoint(event))
+        frame_text(right); // flat output: the only frame is on the header line (a
+                           // tracepoint's arguments are not a frame)
     return true;
 }
 

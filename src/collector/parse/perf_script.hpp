@@ -3,14 +3,17 @@
 // A sample is a header line, then (with call graphs) one TAB-indented frame line per frame,
 // leaf first, then a blank line:
 //
-//   comm  pid/tid [cpu] [flags] time: [period] event: [ip sym+off (dso)]   <- flat output
+//   comm  pid/tid [cpu] [misc] [flags] time: [flags] [period] [flags] event: [flat frame]
 //   \t    ip sym+0xoff (dso)
 //
-// comm may contain spaces and be right-aligned; /tid, [cpu], the 4-character irq flags and
-// the period (old perf) are optional; the event may carry modifiers (cycles:u) or a PMU
-// prefix (cpu_core/cycles/). The dso is the last parenthesized group, so symbols containing
-// '(', '<', spaces or operator+ survive. PERF_RECORD_LOST lines are counted. Lines that fit
-// none of this are counted and skipped, never fatal.
+// comm may contain spaces and be right-aligned; /tid, [cpu], the 4-character irq flags
+// (before or after the time), the period (old perf) and the misc letters are optional; the
+// event may carry modifiers (cycles:u:ppp) or a PMU (cpu_core/cycles/, cpu/event=0x3c/), or
+// be a tracepoint whose arguments follow it (sched:sched_switch: prev_comm=…). Flat output
+// has its only frame on the header line. The dso is the last parenthesized group, so symbols
+// containing '(', '<', spaces or operator+ survive. PERF_RECORD_* side-band lines are
+// recognised and the lost ones counted. Lines that fit none of this are counted and skipped,
+// never fatal. The table of shapes is test/collector/fixtures/header_shapes.tsv.
 #pragma once
 
 #include "collector/model/profile.hpp"
@@ -28,7 +31,13 @@ struct script_stats {
     std::uint64_t samples = 0;
     std::uint64_t skipped_lines = 0; // unrecognized
     std::uint64_t lost_events = 0;   // from PERF_RECORD_LOST records
+    std::uint64_t records = 0;       // side-band records (PERF_RECORD_*), not samples
+    std::uint64_t comments = 0;      // '#' lines (perf script --header)
 };
+
+// A thread's name is at most 15 bytes (TASK_COMM_LEN); some tools print longer ones. A
+// header whose comm would be longer is read at another time-like token.
+inline constexpr std::size_t max_comm = 31;
 
 inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
 
@@ -48,6 +57,7 @@ public:
 private:
     void line(std::string_view l);
     bool header(std::string_view l);
+    bool header_at(std::string_view l, std::size_t time_begin, std::size_t colon);
     bool frame_text(std::string_view text); // "ip sym+off (dso)"
     void commit();
 
