@@ -2,7 +2,7 @@
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, api, esc, pct } from './util.js';
+import { $, api, esc, mib, pct } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -190,11 +190,16 @@ async function renderSessions(s) {
     <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`).join('');
 }
 
+// An import streams through the collector as it uploads: its progress arrives as `import`
+// events; cancelling aborts the upload, and the collector keeps nothing of it.
+let importing = null; // { file, abort } while an upload runs
 async function importRecording(file) {
-  $('#import-state').textContent = `importing ${file.name}…`;
+  importing = { file, abort: new AbortController() };
+  $('#import-state').innerHTML = `importing ${esc(file.name)}… <button id="import-cancel">cancel</button>`;
   let body;
-  try { body = await api('/api/sessions/import', { method: 'POST', body: file }); }
-  catch (e) { $('#import-state').textContent = e.message; return; }
+  try { body = await api('/api/sessions/import', { method: 'POST', body: file, signal: importing.abort.signal }); }
+  catch (e) { $('#import-state').textContent = importing.abort.signal.aborted ? `import of ${file.name} cancelled` : e.message; importing = null; return; }
+  importing = null;
   $('#import-state').textContent = '';
   setHash({ session: body.session_id, tab: 'functions', baseline: null, start: null, end: null, file: null, zoom: null, tid: null, event: null });
 }
@@ -278,6 +283,7 @@ $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; })
 $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
 $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
 $('#import-file').addEventListener('change', (e) => { if (e.target.files[0]) importRecording(e.target.files[0]); });
+$('#import-state').addEventListener('click', (e) => { if (e.target.id === 'import-cancel') importing?.abort.abort(); });
 $('#all-sessions').addEventListener('click', async (e) => {
   const del = e.target.closest('button[data-delete]');
   if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {
@@ -322,6 +328,13 @@ const stream = new EventSource('/api/stream');
 stream.onopen = () => { $('#conn').textContent = 'live'; };
 stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
 for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
+stream.addEventListener('import', (e) => {
+  const d = JSON.parse(e.data);
+  if (!importing || !['receiving', 'converting', 'parsing'].includes(d.phase)) return;
+  const of = d.total ? ` of ${mib(d.total)}` : '';
+  const what = d.phase === 'converting' ? 'running perf script on' : 'importing';
+  $('#import-state').innerHTML = `${what} ${esc(importing.file.name)}: ${mib(d.bytes)}${of} MiB, ${Number(d.samples).toLocaleString()} samples <button id="import-cancel">cancel</button>`;
+});
 stream.addEventListener('metrics', (e) => liveMetrics(JSON.parse(e.data), windowOf(hashState())));
 stream.addEventListener('data_version', (e) => {
   const s = hashState(), d = JSON.parse(e.data);

@@ -2,16 +2,19 @@
 export const $ = (s) => document.querySelector(s);
 export const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
 export const pct = (v) => (v ?? 0).toFixed(2);
+export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0);
 
 // A call to the collector's API. `body`: an object (sent as JSON), a File or Blob (sent as
 // is), or nothing. A failed call throws with the collector's message, or the agent's for a
 // relayed command ({"ok":false,"error":"not profiling"}).
-export async function api(path, { method = 'GET', body } = {}) {
+// `signal`: an AbortSignal that cancels the call.
+export async function api(path, { method = 'GET', body, signal } = {}) {
   const json = body !== undefined && !(body instanceof Blob);
   const r = await fetch(path, {
     method,
     headers: json ? { 'Content-Type': 'application/json', Accept: 'application/json' } : { Accept: 'application/json' },
     body: json ? JSON.stringify(body) : body,
+    signal,
   });
   const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (!r.ok) throw new Error(data?.error?.message || (typeof data?.error === 'string' ? data.error : '') || r.statusText);

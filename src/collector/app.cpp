@@ -11,6 +11,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <iostream>
 
@@ -60,12 +61,23 @@ int run(const config& c) {
     app_context app(io, c);
 
     if (c.import_file) {
-        const auto r = import_recording(app.store, *c.import_file, *c.import_file);
+        const auto started = std::chrono::steady_clock::now();
+        auto r = import_file(
+            app.store, *c.import_file, *c.import_file, "perf", [&](const import_progress& p) {
+                log("importing " + *c.import_file + ": " + std::to_string(p.bytes.load() >> 20) +
+                    " MiB read, " + std::to_string(p.samples.load()) + " samples" +
+                    (p.converting ? " (perf script)" : ""));
+            });
         if (r.session_id.empty()) {
             log("import failed: " + r.error);
             return 1;
         }
-        log("imported " + *c.import_file + " as session " + r.session_id);
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        log("imported " + *c.import_file + " (" + std::to_string(r.model->prof.sample_count()) +
+            " samples in " + std::to_string(s).substr(0, std::to_string(s).find('.') + 3) +
+            " s) as session " + r.session_id);
+        app.sessions.adopt(r.session_id, std::move(r.model));
     }
 
     tcp::acceptor agents(io), web(io);

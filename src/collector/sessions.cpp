@@ -32,14 +32,23 @@ bool session_model::ingest(bool compressed, std::string_view payload) {
     const auto [script, stat] = split_perf_stat(payload);
     parser.feed(script);
     parser.finish(); // chunks end on sample boundaries
-    if (!stat.empty()) {
-        last_stat = parse_perf_stat(stat);
-        last_stat_text = std::string(stat);
-    }
-    for (std::uint8_t e = 0; e < prof.event_count(); ++e)
-        event_types.emplace(prof.event_name(e));
+    note_stat(stat);
+    note_events();
     ++chunks;
     return true;
+}
+
+void session_model::note_stat(std::string_view stat) {
+    if (stat.empty())
+        return;
+    last_stat = parse_perf_stat(stat);
+    last_stat_text = std::string(stat);
+}
+
+void session_model::note_events() {
+    for (std::uint8_t e = static_cast<std::uint8_t>(event_types.size()); e < prof.event_count();
+         ++e)
+        event_types.emplace(prof.event_name(e));
 }
 
 session_registry::session_registry(session_store& store, asio::thread_pool& pool,
@@ -59,6 +68,21 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
     e->writer.emplace(std::move(*writer));
     entries_[e->id] = e;
     live_.insert(e->id);
+    return e;
+}
+
+std::shared_ptr<session_entry> session_registry::adopt(std::string id,
+                                                       std::unique_ptr<session_model> model) {
+    auto e = std::make_shared<session_entry>(std::move(id), pool_);
+    e->samples = model->prof.sample_count();
+    e->chunks = model->chunks;
+    e->lost_samples = model->parser.stats().lost_events;
+    e->memory_bytes = model->memory_bytes();
+    e->model = std::move(model);
+    e->loaded = true;
+    e->last_used = ++clock_;
+    entries_[e->id] = e;
+    evict_over_budget(e.get());
     return e;
 }
 
@@ -143,7 +167,7 @@ void ensure_loaded(session_entry& e, const session_store& store) {
     e.samples = e.model->prof.sample_count();
     e.chunks = e.model->chunks;
     e.lost_samples = e.model->parser.stats().lost_events;
-    e.memory_bytes = e.model->prof.memory_bytes() + e.model->last_stat_text.size();
+    e.memory_bytes = e.model->memory_bytes();
 }
 
 } // namespace collector

@@ -8,9 +8,7 @@
 // when next opened.
 #pragma once
 
-#include "collector/model/profile.hpp"
-#include "collector/parse/perf_script.hpp"
-#include "collector/parse/perf_stat.hpp"
+#include "collector/session_model.hpp"
 #include "collector/store/session_store.hpp"
 
 #include <boost/asio/strand.hpp>
@@ -27,25 +25,6 @@
 namespace collector {
 
 namespace asio = boost::asio;
-
-// The parsed state of one session (strand only).
-struct session_model {
-    profile prof;
-    script_parser parser{prof};
-    std::optional<stat_report> last_stat;
-    std::string last_stat_text;
-    std::uint64_t chunks = 0, bad_chunks = 0;
-    std::set<std::string> event_types;
-
-    // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
-    // Returns false for a chunk that could not be decompressed.
-    bool ingest(bool compressed, std::string_view payload);
-
-    // The device's build-id of each binary the target mapped (module path -> hex), from the
-    // agent's `binaries` metrics; other metrics are ignored here.
-    std::map<std::string, std::string> device_build_ids;
-    void note_metrics(std::string_view payload);
-};
 
 struct session_entry {
     session_entry(std::string session_id, asio::thread_pool& pool)
@@ -81,6 +60,9 @@ public:
     // A new live session for an agent (creates its folder). Called on the I/O thread.
     boost::system::result<std::shared_ptr<session_entry>>
     create_live(std::string_view agent_name, const boost::json::object& meta);
+    // A saved session whose model was built as it was stored (an import): in memory at once,
+    // no replay.
+    std::shared_ptr<session_entry> adopt(std::string id, std::unique_ptr<session_model> model);
     // A live or saved session; nullptr when the id is unknown or invalid.
     std::shared_ptr<session_entry> find(std::string_view id);
     void forget(std::string_view id);

@@ -14,7 +14,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -349,6 +351,85 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
                 {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",
                  "--http-port", "0", "--import", "/nonexistent.data"});
     CHECK(bad.wait(10s) == 1);
+}
+
+TEST_CASE("every header shape imports from the command line and by upload, and an upload cut "
+          "short leaves nothing",
+          "[collector][integration][import]") {
+    temp_dir dir;
+    // Each row of the shape table as one sample of a recording.
+    std::istringstream table(test_support::fixture("collector/fixtures/header_shapes.tsv"));
+    std::string text;
+    std::size_t rows = 0;
+    for (std::string line; std::getline(table, line);)
+        if (!line.empty() && line[0] != '#') {
+            text += line.substr(0, line.find('\t')) + "\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n";
+            ++rows;
+        }
+    const std::string file = (dir.path / "shapes.txt").string();
+    std::ofstream(file, std::ios::binary) << text;
+    const auto sessions = dir.path / "sessions";
+
+    spawned coll(PERFWIRE_COLLECTOR_BIN,
+                 {"--sessions-dir", sessions.string(), "--agent-port", "0", "--agent-bind",
+                  "127.0.0.1", "--http-port", "0", "--import", file});
+    const auto imported = coll.wait_for_stderr(" as session ", 20s);
+    INFO(coll.stderr_text());
+    REQUIRE(imported);
+    const auto port = coll.wait_for_stderr("API on http://127.0.0.1:", 5s);
+    REQUIRE(port);
+    const auto http_port = static_cast<std::uint16_t>(std::stoi(*port));
+    const auto meta = json::parse(http_call(http_port, "GET", "/api/sessions/" + *imported).body);
+    CHECK(meta.at("samples").to_number<std::size_t>() == rows);
+    CHECK(meta.at("skipped_lines").to_number<std::size_t>() == 0);
+
+    const auto up = http_call(http_port, "POST", "/api/sessions/import", text);
+    INFO(up.body);
+    REQUIRE(up.status == 200);
+    const auto body = json::parse(up.body);
+    CHECK(body.at("samples").to_number<std::size_t>() == rows);
+    CHECK(body.at("bytes").to_number<std::size_t>() == text.size());
+    const std::string id(body.at("session_id").as_string());
+    CHECK_THAT(http_call(http_port, "GET", "/api/sessions/" + id + "/functions").body,
+               Catch::Contains("table_leaf"));
+
+    // An upload that stops half way (after more than a block): the collector keeps nothing.
+    std::string part;
+    while (part.size() < (std::size_t{3} << 20))
+        part += text;
+    const std::size_t folders_before =
+        std::distance(fs::directory_iterator(sessions), fs::directory_iterator());
+    {
+        const int fd = test_support::connect_loopback(http_port);
+        REQUIRE(fd >= 0);
+        const std::string head = "POST /api/sessions/import HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "Content-Length: " +
+                                 std::to_string(part.size() * 4) + "\r\n\r\n";
+        REQUIRE(::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
+        std::string_view rest = part;
+        while (!rest.empty()) {
+            const ssize_t n = ::write(fd, rest.data(), rest.size());
+            REQUIRE(n > 0);
+            rest.remove_prefix(static_cast<std::size_t>(n));
+        }
+        // The staged folder appears once the first block is in.
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (std::distance(fs::directory_iterator(sessions), fs::directory_iterator()) ==
+                   static_cast<std::ptrdiff_t>(folders_before) &&
+               std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(20ms);
+        CHECK(std::distance(fs::directory_iterator(sessions), fs::directory_iterator()) ==
+              static_cast<std::ptrdiff_t>(folders_before + 1));
+        ::close(fd);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::size_t now = 0;
+    do {
+        std::this_thread::sleep_for(50ms);
+        now = std::distance(fs::directory_iterator(sessions), fs::directory_iterator());
+    } while (now != folders_before && std::chrono::steady_clock::now() < deadline);
+    CHECK(now == folders_before);
+    CHECK(json::parse(http_call(http_port, "GET", "/api/sessions").body).as_array().size() == 2);
 }
 
 TEST_CASE("a full disk: chunks stay in the live view, the session says what is not on disk",

@@ -161,6 +161,29 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
+TEST_CASE("Connection over a test stream: an upload streams in blocks; its answer follows the "
+          "request's Connection",
+          "[collector][connection][import]") {
+    test_app t;
+    test_browser b(t);
+    // More than one block of the reader (1 MiB), so the import is fed several times.
+    const auto one = test_support::fixture("collector/fixtures/callchain_fields.txt");
+    std::string recording;
+    while (recording.size() < (std::size_t{5} << 19))
+        recording += one;
+    b.send("POST /api/sessions/import?name=x HTTP/1.1\r\nHost: localhost:8080\r\n"
+           "Connection: close\r\nContent-Length: " +
+           std::to_string(recording.size()) + "\r\n\r\n" + recording);
+    for (int i = 0;
+         i < 400 && b.done.wait_for(std::chrono::seconds(0)) != std::future_status::ready; ++i)
+        t.settle();
+    const auto out = b.received();
+    CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(out.find("Connection: close\r\n") != std::string::npos);
+    CHECK(out.find("\"bytes\":" + std::to_string(recording.size())) != std::string::npos);
+    REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
 TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the other gets "
           "everything",
           "[collector][sse][connection]") {

@@ -10,12 +10,15 @@
 #include "collector/http/routes.hpp"
 #include "collector/http/sse.hpp"
 #include "collector/http/ui_assets.hpp"
+#include "collector/http/upload.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -33,7 +36,8 @@ namespace collector {
 
 struct connection_limits {
     std::size_t request_body = std::size_t{1} << 20;
-    std::size_t import_body = std::size_t{512} << 20; // recordings may be uploaded
+    // Recordings stream through the import in blocks, so memory does not bound them: disk does.
+    std::uint64_t import_body = std::uint64_t{64} << 30;
     std::size_t header = std::size_t{16} << 10;
     std::chrono::seconds io_timeout{30};
     std::chrono::steady_clock::duration heartbeat = std::chrono::seconds(15);
@@ -132,6 +136,117 @@ asio::awaitable<void> serve_events(app_context& app, Stream& stream, unsigned ve
     co_await (write_events(stream, client, limits) || watch_for_close(stream));
 }
 
+// Up to `want` bytes of a body into `into`: first what was read with the header, then the
+// socket, read after read until the block is full or, once something is there, the parse of
+// the previous block (`fed`) is done. So a fast upload fills whole blocks and a slow one is
+// parsed as it comes.
+template <class Stream>
+asio::awaitable<void> read_block(Stream& stream, boost::beast::flat_buffer& buffer, char* into,
+                                 std::size_t want, std::size_t& got, boost::system::error_code& ec,
+                                 std::chrono::seconds timeout, const bool& fed) {
+    got = std::min(want, buffer.size());
+    asio::buffer_copy(asio::buffer(into, got), buffer.data());
+    buffer.consume(got);
+    while (got < want && (got == 0 || !fed)) {
+        arm_timeout(stream, timeout);
+        std::size_t n = 0;
+        std::tie(ec, n) =
+            co_await stream.async_read_some(asio::buffer(into + got, want - got), use_nothrow);
+        got += n;
+        if (ec)
+            co_return;
+    }
+}
+
+inline asio::awaitable<void> feed_block(upload& up, std::string_view data, bool& ok, bool& fed) {
+    ok = co_await up.feed(data);
+    fed = true;
+}
+
+// POST /api/sessions/import: the body is read in blocks and fed to the import as it
+// arrives, so an upload of any size needs two blocks of memory here. `whole` says whether the
+// body was read to its end (the connection may then serve another request).
+template <class Stream>
+asio::awaitable<http_response> serve_import(app_context& app, Stream& stream,
+                                            boost::beast::flat_buffer& buffer,
+                                            http::request_parser<http::string_body>& header,
+                                            const connection_limits& limits, bool& whole) {
+    whole = false;
+    // What an answer needs of the request, kept apart: the header parser is moved from below.
+    http_request req{header.get().method(), header.get().target(), header.get().version()};
+    req.keep_alive(header.get().keep_alive());
+    if (header.content_length() && *header.content_length() == 0)
+        co_return make_error(req, http::status::bad_request, "empty",
+                             "send a perf.data file or perf script text as the body");
+    std::optional<std::uint64_t> declared;
+    if (header.content_length())
+        declared = *header.content_length();
+    auto up = upload::start(app, declared);
+    if (!up)
+        co_return busy_importing(req);
+    std::vector<char> block(std::size_t{4} << 20);
+    if (!header.chunked() && declared) {
+        // A known length: the bytes go straight from the socket into a block, a megabyte a
+        // read, without the parser's small copies, and the next block is read while the pool
+        // parses the last one.
+        using namespace asio::experimental::awaitable_operators;
+        std::vector<char> next(block.size());
+        std::uint64_t left = *declared;
+        auto want = [&] {
+            return static_cast<std::size_t>(std::min<std::uint64_t>(left, block.size()));
+        };
+        std::size_t got = 0;
+        boost::system::error_code ec;
+        bool fed = true;
+        co_await read_block(stream, buffer, block.data(), want(), got, ec, limits.io_timeout, fed);
+        for (;;) {
+            if (ec) {
+                up->abandon();
+                co_return http_response{}; // the client left: nobody to answer
+            }
+            left -= got;
+            bool ok = true;
+            const std::string_view ready(block.data(), got);
+            if (left == 0) {
+                ok = co_await up->feed(ready);
+                whole = ok;
+                co_return co_await up->finish(req);
+            }
+            std::size_t next_got = 0;
+            fed = false;
+            co_await (feed_block(*up, ready, ok, fed) &&
+                      read_block(stream, buffer, next.data(), want(), next_got, ec,
+                                 limits.io_timeout, fed));
+            if (!ok)
+                co_return co_await up->finish(req); // why it failed; the rest is not read
+            std::swap(block, next);
+            got = next_got;
+        }
+    }
+    // Chunked: the parser takes the chunks apart.
+    http::request_parser<http::buffer_body> body{std::move(header)};
+    body.body_limit(limits.import_body);
+    while (!body.is_done()) {
+        body.get().body().data = block.data();
+        body.get().body().size = block.size();
+        arm_timeout(stream, limits.io_timeout);
+        auto [ec, n] = co_await http::async_read(stream, buffer, body, use_nothrow);
+        if (ec == http::error::need_buffer)
+            ec = {};
+        const std::size_t got = block.size() - body.get().body().size;
+        if (!ec && got > 0 && !co_await up->feed(std::string_view(block.data(), got)))
+            co_return co_await up->finish(req); // why it failed; the rest is not read
+        if (ec) {
+            up->abandon();
+            if (ec == http::error::body_limit)
+                co_return too_large(req.version());
+            co_return http_response{}; // the client left: nobody to answer
+        }
+    }
+    whole = true;
+    co_return co_await up->finish(req);
+}
+
 } // namespace detail
 
 template <class Stream>
@@ -149,15 +264,31 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
             co_await http::async_read_header(stream, buffer, parser, detail::use_nothrow);
         if (hec)
             break;
-        const std::size_t body_limit = parser.get().target() == "/api/sessions/import"
-                                           ? limits.import_body
-                                           : limits.request_body;
+        const auto path = parser.get().target().substr(0, parser.get().target().find('?'));
+        const bool is_import = path == "/api/sessions/import";
+        const std::uint64_t body_limit = is_import ? limits.import_body : limits.request_body;
         parser.body_limit(body_limit); // still applies to a chunked body as it arrives
         const auto declared = parser.content_length();
         boost::system::error_code ec;
-        if (declared && *declared > body_limit)
+        if (declared && *declared > body_limit) {
             ec = http::error::body_limit; // refused before a byte of it is read
-        else
+        } else if (is_import && parser.get().method() == http::verb::post) {
+            http_response res;
+            bool whole = false;
+            if (auto refused = check_request_origin(app, parser.get()))
+                res = std::move(*refused);
+            else
+                res = co_await detail::serve_import(app, stream, buffer, parser, limits, whole);
+            if (res.result_int() == 0)
+                break; // the client left mid-upload
+            res.keep_alive(whole && res.keep_alive());
+            detail::add_security_headers(res);
+            detail::arm_timeout(stream, limits.io_timeout);
+            co_await http::async_write(stream, res, detail::use_nothrow);
+            if (!res.keep_alive())
+                break;
+            continue;
+        } else
             std::tie(ec, std::ignore) =
                 co_await http::async_read(stream, buffer, parser, detail::use_nothrow);
         if (ec == http::error::body_limit) {

@@ -4,7 +4,7 @@
 #include "collector/export/exports.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/model/views.hpp"
-#include "collector/store/import.hpp"
+#include "collector/http/upload.hpp"
 #include "collector/symbols/source_view.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -26,8 +26,6 @@
 namespace collector {
 namespace json = boost::json;
 
-namespace {
-
 http_response make_json(const http_request& req, http::status status, const json::value& body) {
     http_response res{status, req.version()};
     res.set(http::field::content_type, "application/json");
@@ -42,6 +40,8 @@ http_response make_error(const http_request& req, http::status status, std::stri
                          std::string_view message) {
     return make_json(req, status, json::object{{"error", {{"code", code}, {"message", message}}}});
 }
+
+namespace {
 
 http_response no_content(const http_request& req) {
     http_response res{http::status::no_content, req.version()};
@@ -611,31 +611,6 @@ std::vector<std::shared_ptr<agent_link>> agents_of(const app_context& app) {
     return out;
 }
 
-// On the pool: the upload goes to a private temporary file, then through the importer.
-asio::awaitable<import_result> import_body(app_context* app, std::string body) {
-    std::string path = (std::filesystem::temp_directory_path() / "perfwire-import-XXXXXX").string();
-    const int fd = ::mkstemp(path.data());
-    import_result r;
-    if (fd < 0) {
-        r.error = "cannot create a temporary file";
-        co_return r;
-    }
-    std::string_view rest = body;
-    while (!rest.empty()) {
-        const ssize_t n = ::write(fd, rest.data(), rest.size());
-        if (n <= 0)
-            break;
-        rest.remove_prefix(static_cast<std::size_t>(n));
-    }
-    ::close(fd);
-    if (rest.empty())
-        r = import_recording(app->store, path, "upload");
-    else
-        r.error = "cannot write the upload to a temporary file";
-    std::filesystem::remove(path);
-    co_return r;
-}
-
 // On the pool: a folder listing for the file browser.
 asio::awaitable<browse_result> list_folder(std::string root, std::string path) {
     co_return browse(root, path);
@@ -830,18 +805,18 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             co_return make_json(req, http::status::ok, session_list(app, std::move(metas)));
         }
         if (s.size() == 3 && s[2] == "import") {
+            // The connection streams real uploads through the same path (upload.hpp); here
+            // the body has arrived whole.
             if (method != http::verb::post)
                 co_return wrong_method();
             if (req.body().empty())
                 co_return make_error(req, http::status::bad_request, "empty",
                                      "send a perf.data file or perf script text as the body");
-            auto r = co_await asio::co_spawn(asio::make_strand(app.pool),
-                                             import_body(&app, std::move(req.body())),
-                                             asio::use_awaitable);
-            if (r.session_id.empty())
-                co_return make_error(req, http::status::bad_request, "import_failed", r.error);
-            app.changed("sessions", r.session_id);
-            co_return make_json(req, http::status::ok, json::object{{"session_id", r.session_id}});
+            auto up = upload::start(app, req.body().size());
+            if (!up)
+                co_return busy_importing(req);
+            (void)co_await up->feed(req.body()); // a failure is answered by finish()
+            co_return co_await up->finish(req);
         }
         auto e = app.sessions.find(s[2]);
         if (!e)

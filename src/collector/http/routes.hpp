@@ -21,4 +21,10 @@ std::optional<http_response> check_request_origin(const app_context& app, const 
 
 asio::awaitable<http_response> handle_request(app_context& app, http_request req);
 
+// A JSON answer, and the error shape every endpoint uses: {"error": {"code", "message"}}.
+http_response make_json(const http_request& req, http::status status,
+                        const boost::json::value& body);
+http_response make_error(const http_request& req, http::status status, std::string_view code,
+                         std::string_view message);
+
 } // namespace collector

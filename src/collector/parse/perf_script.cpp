@@ -113,14 +113,23 @@ script_parser::script_parser(profile& into)
     : profile_(into) {}
 
 void script_parser::feed(std::string_view text) {
-    if (!carry_.empty()) {
+    if (!carry_.empty() || overlong_) {
         const auto nl = text.find('\n');
-        if (nl == std::string_view::npos) {
-            carry_.append(text);
-            return;
+        const auto part = text.substr(0, nl);
+        if (!overlong_ && carry_.size() + part.size() > max_line) {
+            overlong_ = true; // no line perf prints is this long: skip it, keep nothing
+            carry_.clear();
+            carry_.shrink_to_fit();
+            ++stats_.lines;
+            ++stats_.skipped_lines;
         }
-        carry_.append(text.substr(0, nl));
-        line(carry_);
+        if (!overlong_)
+            carry_.append(part);
+        if (nl == std::string_view::npos)
+            return;
+        if (!overlong_)
+            line(carry_);
+        overlong_ = false;
         carry_.clear();
         text.remove_prefix(nl + 1);
     }
@@ -129,7 +138,14 @@ void script_parser::feed(std::string_view text) {
     while (p < end) {
         const void* nl = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
         if (!nl) {
-            carry_.assign(p, end);
+            const auto size = static_cast<std::size_t>(end - p);
+            if (size > max_line) {
+                overlong_ = true;
+                ++stats_.lines;
+                ++stats_.skipped_lines;
+            } else {
+                carry_.assign(p, size);
+            }
             return;
         }
         const char* e = static_cast<const char*>(nl);
@@ -139,6 +155,7 @@ void script_parser::feed(std::string_view text) {
 }
 
 void script_parser::finish() {
+    overlong_ = false;
     if (!carry_.empty()) {
         line(carry_);
         carry_.clear();
@@ -174,36 +191,12 @@ void script_parser::line(std::string_view l) {
     ++stats_.skipped_lines;
 }
 
-// One header line. perf prints, each field optional except the time and the event:
-//
-//   comm  pid/tid [cpu] [misc] [flags] time: [flags] [period] [flags] event: [flat frame]
-//
-// The time is a "<digits>.<digits>:" token. The comm may hold anything a thread name can,
-// even such a token, and a tracepoint's arguments may too, so every candidate is tried from
-// the right and the first one whose both sides read as perf prints them wins, with the comm
-// no longer than a thread name can be.
-bool script_parser::header(std::string_view l) {
-    for (std::size_t pos = l.rfind(':'); pos != std::string_view::npos && pos > 0;
-         pos = l.rfind(':', pos - 1)) {
-        if (pos + 1 < l.size() && l[pos + 1] != ' ' && l[pos + 1] != '\t')
-            continue;
-        std::size_t j = pos;
-        while (j > 0 && is_digit(l[j - 1]))
-            --j;
-        if (j == pos || j == 0 || l[j - 1] != '.')
-            continue;
-        std::size_t k = j - 1;
-        while (k > 0 && is_digit(l[k - 1]))
-            --k;
-        if (k == j - 1 || (k > 0 && l[k - 1] != ' ' && l[k - 1] != '\t'))
-            continue;
-        if (header_at(l, k, pos))
-            return true;
-    }
-    return false;
-}
+namespace {
 
-bool script_parser::header_at(std::string_view l, std::size_t time_begin, std::size_t colon) {
+// The fields right of a time candidate ("[flags] [period] [flags] event: rest") and left of
+// it ("comm pid/tid [cpu] [misc] [flags]"); false when either side is not what perf prints.
+bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colon,
+                    header_fields& out) noexcept {
     std::string_view right = trim(l.substr(colon + 1));
     auto take = [&right]() {
         const auto sp = right.find_first_of(" \t");
@@ -215,21 +208,21 @@ bool script_parser::header_at(std::string_view l, std::size_t time_begin, std::s
     if (first.rfind("PERF_RECORD_", 0) == 0) {
         // A side-band record (--show-lost-events, --show-task-events, …): not a sample; its
         // thread may be -1/-1. The lost ones are counted.
+        out = {};
+        out.record = true;
         if (first.rfind("PERF_RECORD_LOST", 0) == 0 && take() == "lost") {
             const auto n = take();
-            if (all_digits(n))
-                stats_.lost_events += to_u64(n);
+            if (all_digits(n) && n.size() <= 19)
+                out.lost = to_u64(n);
         }
-        ++stats_.records;
         return true;
     }
-    // [flags] [period] [flags] event:
     std::uint64_t period = 1;
     bool have_period = false;
     for (;;) {
         if (is_flags(first)) {
             first = take();
-        } else if (!have_period && all_digits(first) && first.size() <= 20) {
+        } else if (!have_period && all_digits(first) && first.size() <= 19) {
             period = to_u64(first);
             have_period = true;
             first = take();
@@ -239,9 +232,7 @@ bool script_parser::header_at(std::string_view l, std::size_t time_begin, std::s
     }
     if (first.size() < 2 || first.back() != ':')
         return false;
-    const auto event = first.substr(0, first.size() - 1);
 
-    // Left of the time, from the right: [flags] [misc] [cpu] pid[/tid], and the comm.
     auto [tok, rest] = pop_token(trim(l.substr(0, time_begin)));
     if (is_flags(tok))
         std::tie(tok, rest) = pop_token(rest);
@@ -260,21 +251,69 @@ bool script_parser::header_at(std::string_view l, std::size_t time_begin, std::s
     if (pid > 0xffffffffULL || tid > 0xffffffffULL)
         return false;
 
-    time_ns_ = parse_time(l.substr(time_begin, colon - time_begin));
-    pid_ = static_cast<std::uint32_t>(pid);
-    tid_ = static_cast<std::uint32_t>(tid);
-    period_ = period;
-    comm_.assign(rest);
-    if (!have_event_ || event != last_event_name_) {
-        event_ = profile_.intern_event(event);
-        last_event_name_.assign(event);
+    out.record = false;
+    out.lost = 0;
+    out.comm = rest;
+    out.pid = static_cast<std::uint32_t>(pid);
+    out.tid = static_cast<std::uint32_t>(tid);
+    out.time_ns = parse_time(l.substr(time_begin, colon - time_begin));
+    out.period = period;
+    out.event = first.substr(0, first.size() - 1);
+    out.rest = right;
+    return true;
+}
+
+} // namespace
+
+// The time is a "<digits>.<digits>:" token. The comm may hold anything a thread name can,
+// even such a token, and a tracepoint's arguments may too, so every candidate is tried from
+// the right and the first one whose both sides read as perf prints them wins, with the comm
+// no longer than a thread name can be.
+bool read_header(std::string_view l, header_fields& out) noexcept {
+    for (std::size_t pos = l.rfind(':'); pos != std::string_view::npos && pos > 0;
+         pos = l.rfind(':', pos - 1)) {
+        if (pos + 1 < l.size() && l[pos + 1] != ' ' && l[pos + 1] != '\t')
+            continue;
+        std::size_t j = pos;
+        while (j > 0 && is_digit(l[j - 1]))
+            --j;
+        if (j == pos || j == 0 || l[j - 1] != '.')
+            continue;
+        std::size_t k = j - 1;
+        while (k > 0 && is_digit(l[k - 1]))
+            --k;
+        if (k == j - 1 || (k > 0 && l[k - 1] != ' ' && l[k - 1] != '\t'))
+            continue;
+        if (read_header_at(l, k, pos, out))
+            return true;
+    }
+    return false;
+}
+
+bool script_parser::header(std::string_view l) {
+    header_fields h;
+    if (!read_header(l, h))
+        return false;
+    if (h.record) {
+        stats_.lost_events += h.lost;
+        ++stats_.records;
+        return true;
+    }
+    time_ns_ = h.time_ns;
+    pid_ = h.pid;
+    tid_ = h.tid;
+    period_ = h.period;
+    comm_.assign(h.comm);
+    if (!have_event_ || h.event != last_event_name_) {
+        event_ = profile_.intern_event(h.event);
+        last_event_name_.assign(h.event);
         have_event_ = true;
     }
     frames_.clear();
     pending_ = true;
-    if (!right.empty() && !is_tracepoint(event))
-        frame_text(right); // flat output: the only frame is on the header line (a
-                           // tracepoint's arguments are not a frame)
+    if (!h.rest.empty() && !is_tracepoint(h.event))
+        frame_text(h.rest); // flat output: the only frame is on the header line (a
+                            // tracepoint's arguments are not a frame)
     return true;
 }
 

@@ -38,11 +38,23 @@ struct script_stats {
 // A thread's name is at most 15 bytes (TASK_COMM_LEN); some tools print longer ones. A
 // header whose comm would be longer is read at another time-like token.
 inline constexpr std::size_t max_comm = 31;
+// A longer line is counted as skipped and never held in memory.
+inline constexpr std::size_t max_line = std::size_t{1} << 20;
 
 inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
 
 // A chunk's perf script text and the perf stat report after the marker (empty if none).
 std::pair<std::string_view, std::string_view> split_perf_stat(std::string_view chunk) noexcept;
+
+// One header line, read without side effects.
+struct header_fields {
+    std::string_view comm, event, rest; // rest: a flat frame or a tracepoint's arguments
+    std::uint64_t time_ns = 0, period = 1;
+    std::uint32_t pid = 0, tid = 0;
+    bool record = false;    // a PERF_RECORD_* side-band line, not a sample
+    std::uint64_t lost = 0; // for PERF_RECORD_LOST*
+};
+bool read_header(std::string_view line, header_fields& out) noexcept;
 
 class script_parser {
 public:
@@ -57,13 +69,13 @@ public:
 private:
     void line(std::string_view l);
     bool header(std::string_view l);
-    bool header_at(std::string_view l, std::size_t time_begin, std::size_t colon);
     bool frame_text(std::string_view text); // "ip sym+off (dso)"
     void commit();
 
     profile& profile_;
     script_stats stats_;
-    std::string carry_;
+    std::string carry_;     // an unfinished line, up to max_line
+    bool overlong_ = false; // skipping the rest of a line longer than that
 
     bool pending_ = false;
     std::uint64_t time_ns_ = 0, period_ = 1;

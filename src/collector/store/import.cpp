@@ -1,77 +1,524 @@
 #include "collector/store/import.hpp"
 
-#include "collector/parse/perf_script.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/compression.hpp"
 
+#include <boost/json/object.hpp>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
-#include <fstream>
-#include <poll.h>
-#include <sstream>
-#include <sys/wait.h>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <unistd.h>
-#include <vector>
 
 namespace collector {
-import_result import_recording(session_store& store, const std::string& path,
-                               const std::string& display_name, const std::string& perf) {
-    import_result r;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        r.error = "cannot read " + display_name;
-        return r;
-    }
-    char magic[8] = {};
-    in.read(magic, sizeof magic);
-    std::string text;
-    if (std::string_view(magic, 8) == "PERFILE2") {
-        auto c = run_capture({perf, "script", "-i", path, "--show-lost-events", "-F",
-                              "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
-        if (c.code != 0) // recorded without some field, or an old perf: default format
-            c = run_capture({perf, "script", "-i", path, "--show-lost-events"});
-        if (c.code != 0) {
-            r.error = "perf script failed on " + display_name + ": " + c.err.substr(0, 300);
-            return r;
-        }
-        text = std::move(c.out);
-    } else {
-        in.seekg(0);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        text = ss.str();
+namespace {
+
+// A chunk is cut at the first sample boundary past this much text.
+constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
+// A perf stat report is a few dozen lines; past this it is not one.
+constexpr std::size_t max_stat_bytes = std::size_t{1} << 20;
+// Chunks waiting for the writer thread; the parser waits when they are all taken.
+constexpr std::size_t queued_chunks = 2;
+// How much of the input decides what it is.
+constexpr std::size_t sniff_bytes = 64 << 10;
+
+constexpr std::string_view perf_data_magic = "PERFILE2";
+constexpr std::string_view stat_line = perf_stat_marker.substr(1); // "### PERF_STAT ###\n"
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// Compresses and stores chunks on a thread of its own, so the parser never waits for zstd or
+// the disk unless both queued chunks are still unwritten.
+class chunk_sink {
+public:
+    explicit chunk_sink(session_writer& w)
+        : writer_(w)
+        , thread_([this] { run(); }) {}
+    ~chunk_sink() { close(); }
+    chunk_sink(const chunk_sink&) = delete;
+    chunk_sink& operator=(const chunk_sink&) = delete;
+
+    // False once a write failed: nothing more will be stored.
+    bool push(std::string text) {
+        std::unique_lock lock(mutex_);
+        space_.wait(lock, [&] { return queue_.size() < queued_chunks || error_; });
+        if (error_)
+            return false;
+        queue_.push_back(std::move(text));
+        work_.notify_one();
+        return true;
     }
 
-    profile check;
-    script_parser parser(check);
-    parser.feed(text);
-    parser.finish();
-    if (parser.stats().samples == 0) {
-        r.error = display_name + " holds no perf script samples";
+    // Waits until every pushed chunk is written; the first error, if any.
+    boost::system::error_code close() {
+        {
+            std::lock_guard lock(mutex_);
+            closing_ = true;
+            work_.notify_one();
+        }
+        if (thread_.joinable())
+            thread_.join();
+        return error_;
+    }
+
+private:
+    void run() {
+        for (;;) {
+            std::string text;
+            {
+                std::unique_lock lock(mutex_);
+                work_.wait(lock, [&] { return !queue_.empty() || closing_; });
+                if (queue_.empty())
+                    return;
+                text = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            auto ec = error_ ? boost::system::error_code()
+                             : writer_.write_chunk(true, protocol::compress(text));
+            std::lock_guard lock(mutex_);
+            if (ec && !error_)
+                error_ = ec;
+            space_.notify_one();
+        }
+    }
+
+    session_writer& writer_;
+    std::mutex mutex_;
+    std::condition_variable work_, space_;
+    std::deque<std::string> queue_;
+    bool closing_ = false;
+    boost::system::error_code error_;
+    std::thread thread_;
+};
+
+// For a message that quotes the input.
+std::string printable(std::string_view s) {
+    std::string out(s);
+    for (char& c : out)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            c = '?';
+    return out;
+}
+
+bool has_nul(std::string_view s) {
+    return std::memchr(s.data(), '\0', s.size()) != nullptr;
+}
+
+} // namespace
+
+struct import_stream::impl {
+    impl(session_store& s, std::string src, std::string p)
+        : store(s)
+        , source(std::move(src))
+        , perf(std::move(p)) {}
+
+    enum class kind { unknown, text, perf_data };
+
+    session_store& store;
+    std::string source, perf;
+    import_progress progress;
+    std::string error;
+    bool bad_input = true, finished = false;
+
+    std::optional<session_writer> writer; // the staged folder
+    std::optional<chunk_sink> sink;
+    std::unique_ptr<session_model> model = std::make_unique<session_model>();
+    kind what = kind::unknown;
+    std::string head;       // the first bytes, until they say what the input is
+    int perf_data_fd = -1;  // an uploaded perf.data, written into the staged folder
+    std::string first_line; // for a useful message when nothing parses
+
+    std::function<void()> on_progress;
+    std::chrono::steady_clock::time_point last_progress{};
+
+    // The current chunk's text. [0, parsed) has been parsed; parsed is a line start.
+    std::string pending;
+    std::size_t parsed = 0;
+    bool in_stat = false;
+    std::size_t marker_at = 0, stat_begin = 0;
+
+    bool fail(std::string why, bool input_fault = true) {
+        if (error.empty()) {
+            error = std::move(why);
+            bad_input = input_fault;
+        }
+        return false;
+    }
+    bool ok() const { return error.empty() && !progress.cancelled; }
+
+    bool start() {
+        if (writer)
+            return true;
+        auto w = store.create_staged();
+        if (!w)
+            return fail("cannot create the session: " + w.error().message(), false);
+        writer.emplace(std::move(*w));
+        sink.emplace(*writer);
+        return true;
+    }
+
+    bool push_chunk(std::string text) {
+        if (!sink->push(std::move(text)))
+            return fail("cannot store the session: " + sink->close().message(), false);
+        ++model->chunks;
+        return true;
+    }
+
+    bool feed(std::string_view block) {
+        if (!ok())
+            return false;
+        progress.bytes += block.size();
+        if (what == kind::unknown) {
+            head.append(block);
+            if (head.size() < perf_data_magic.size())
+                return true;
+            if (!decide())
+                return false;
+            const std::string first = std::move(head);
+            head = {};
+            return what == kind::perf_data ? write_perf_data(first) : take_binary_checked(first);
+        }
+        return what == kind::perf_data ? write_perf_data(block) : take_binary_checked(block);
+    }
+
+    bool take_binary_checked(std::string_view block) {
+        if (progress.text_bytes < sniff_bytes && has_nul(block))
+            return fail(source + " is neither a perf.data file nor perf script text (binary data)");
+        return take_text(block);
+    }
+
+    // On the first bytes: perf.data (by its magic) or text; binary data is refused at once.
+    bool decide() {
+        if (std::string_view(head).substr(0, perf_data_magic.size()) == perf_data_magic) {
+            what = kind::perf_data;
+            if (!start())
+                return false;
+            const auto path = writer->dir() / "upload.data";
+            perf_data_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            if (perf_data_fd < 0)
+                return fail("cannot store the upload: " + std::string(std::strerror(errno)), false);
+            return true;
+        }
+        what = kind::text;
+        return start();
+    }
+
+    bool write_perf_data(std::string_view data) {
+        while (!data.empty()) {
+            const ssize_t n = ::write(perf_data_fd, data.data(), data.size());
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return fail("cannot store the upload: " + std::string(std::strerror(errno)), false);
+            data.remove_prefix(static_cast<std::size_t>(n));
+        }
+        return true;
+    }
+
+    bool convert(const std::string& path) {
+        progress.converting = true;
+        const std::vector<std::string> fields = {
+            perf,
+            "script",
+            "-i",
+            path,
+            "--show-lost-events",
+            "-F",
+            "comm,tid,pid,time,period,event,ip,sym,symoff,dso"};
+        auto sink_text = [this](std::string_view block) { return take_text(block); };
+        auto c = run_streaming(fields, sink_text);
+        if (c.code != 0 && c.code != 127 && progress.text_bytes == 0 && ok())
+            // Recorded without some field (no period), or an old perf: the default format.
+            c = run_streaming({perf, "script", "-i", path, "--show-lost-events"}, sink_text);
+        progress.converting = false;
+        if (!ok())
+            return false;
+        if (c.code == 127)
+            return fail("cannot run " + perf +
+                            " on the collector to read perf.data: " + c.err.substr(0, 300),
+                        false);
+        if (c.code != 0)
+            return fail("perf script failed on " + source + ": " + c.err.substr(0, 300));
+        return true;
+    }
+
+    // Text: parsed as it comes, cut into chunks; "### PERF_STAT ###" lines start a perf
+    // stat report that runs until the next sample header (an agent's --output file).
+    bool take_text(std::string_view block) {
+        if (what == kind::unknown)
+            what = kind::text;
+        if (!start())
+            return false;
+        if (first_line.empty() && progress.text_bytes == 0)
+            first_line = printable(block.substr(0, block.find('\n')).substr(0, 120));
+        progress.text_bytes += block.size();
+        pending.append(block);
+        while (ok()) {
+            if (in_stat) {
+                if (!scan_stat())
+                    break;
+                continue;
+            }
+            const auto last_nl = pending.rfind('\n');
+            if (last_nl == std::string::npos || last_nl < parsed) {
+                if (pending.size() - parsed > max_line) { // one endless line: the parser skips
+                    model->parser.feed(std::string_view(pending).substr(parsed));
+                    pending.resize(parsed);
+                }
+                break;
+            }
+            const std::size_t complete = last_nl + 1;
+            const std::size_t marker = find_marker(complete);
+            const std::size_t upto = marker == std::string::npos ? complete : marker;
+            model->parser.feed(std::string_view(pending).substr(parsed, upto - parsed));
+            parsed = upto;
+            if (marker != std::string::npos) {
+                model->parser.finish();
+                in_stat = true;
+                marker_at = marker;
+                stat_begin = parsed = marker + stat_line.size();
+                continue;
+            }
+            if (pending.size() >= chunk_bytes)
+                cut();
+            break;
+        }
+        progress.samples = model->prof.sample_count();
+        if (on_progress) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_progress > std::chrono::milliseconds(250)) {
+                last_progress = now;
+                on_progress();
+            }
+        }
+        return ok();
+    }
+
+    // A "### PERF_STAT ###" line starting in [parsed, complete).
+    std::size_t find_marker(std::size_t complete) const {
+        for (std::size_t at = pending.find(stat_line, parsed); at < complete;
+             at = pending.find(stat_line, at + 1))
+            if (at == 0 || pending[at - 1] == '\n')
+                return at;
+        return std::string::npos;
+    }
+
+    // Inside a stat report: true when it ended (the chunk is pushed), false for more input.
+    bool scan_stat() {
+        for (;;) {
+            const auto nl = pending.find('\n', parsed);
+            if (nl == std::string::npos)
+                break;
+            header_fields h;
+            if (read_header(std::string_view(pending).substr(parsed, nl - parsed), h)) {
+                end_stat(parsed);
+                return true;
+            }
+            parsed = nl + 1;
+        }
+        if (pending.size() - stat_begin > max_stat_bytes) {
+            end_stat(parsed); // what follows is parsed (and counted) as script text
+            return true;
+        }
+        return false;
+    }
+
+    // The chunk is the script text, the marker and the report, ending at `end`.
+    void end_stat(std::size_t end) {
+        model->note_stat(std::string_view(pending).substr(stat_begin, end - stat_begin));
+        std::string chunk = std::move(pending);
+        pending.assign(chunk, end);
+        chunk.resize(end);
+        if (marker_at == 0)
+            chunk.insert(0, 1, '\n'); // the marker is "\n### PERF_STAT ###\n" in a chunk
+        parsed = 0;
+        in_stat = false;
+        push_chunk(std::move(chunk));
+    }
+
+    // Cuts the current chunk at the last sample boundary in what was parsed: a line start
+    // whose line is not a frame (a header or a blank line), so every chunk replays alone.
+    void cut() {
+        std::size_t at = parsed;
+        while (at > 0 && (at >= pending.size() || pending[at] == '\t'))
+            at = at >= 2 ? pending.rfind('\n', at - 2) + 1 : 0;
+        if (at == 0 && pending.size() >= 4 * chunk_bytes)
+            at = parsed; // a sample this large is not perf's: bound the memory anyway
+        if (at == 0)
+            return;
+        // The chunk takes the buffer; only the tail after the cut is copied back.
+        std::string chunk = std::move(pending);
+        pending.reserve(chunk_bytes + (std::size_t{1} << 20));
+        pending.assign(chunk, at);
+        chunk.resize(at);
+        parsed -= at;
+        push_chunk(std::move(chunk));
+    }
+
+    import_result finish() {
+        import_result r;
+        if (ok() && what == kind::unknown && !head.empty()) {
+            // Shorter than the magic: text, if anything.
+            what = kind::text;
+            const std::string saved = std::move(head);
+            head = {};
+            take_binary_checked(saved);
+        }
+        if (ok() && what == kind::perf_data) {
+            ::close(std::exchange(perf_data_fd, -1));
+            const auto path = (writer->dir() / "upload.data").string();
+            convert(path);
+            std::error_code ignored;
+            std::filesystem::remove(path, ignored);
+        }
+        if (ok() && what == kind::text) {
+            if (in_stat) {
+                end_stat(pending.size());
+            } else {
+                model->parser.feed(std::string_view(pending).substr(parsed));
+                model->parser.finish();
+                if (!pending.empty())
+                    push_chunk(std::move(pending));
+            }
+            pending = {};
+        }
+        if (sink) {
+            if (auto ec = sink->close(); ec && ok())
+                fail("cannot store the session: " + ec.message(), false);
+        }
+        if (ok() && model->prof.sample_count() == 0)
+            fail(nothing_found());
+        if (progress.cancelled)
+            fail("cancelled");
+        if (!ok()) {
+            r.error = error;
+            r.bad_input = bad_input;
+            discard();
+            return r;
+        }
+        model->note_events();
+        const auto& st = model->parser.stats();
+        const double now = now_seconds();
+        boost::json::object meta{{"agent", "import"},
+                                 {"hostname", ""},
+                                 {"source", source},
+                                 {"started_at", now},
+                                 {"ended_at", now},
+                                 {"live", false},
+                                 {"samples", model->prof.sample_count()},
+                                 {"bytes", progress.bytes.load()},
+                                 {"skipped_lines", st.skipped_lines},
+                                 {"lost_samples", st.lost_events}};
+        if (auto ec = store.publish(*writer, "import", meta)) {
+            r.error = "cannot store the session: " + ec.message();
+            r.bad_input = false;
+            discard();
+            return r;
+        }
+        finished = true;
+        r.session_id = writer->id();
+        r.model = std::move(model);
         return r;
     }
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    boost::json::object meta{{"agent", "import"},
-                             {"hostname", ""},
-                             {"source", display_name},
-                             {"started_at", now},
-                             {"ended_at", now},
-                             {"live", false},
-                             {"samples", parser.stats().samples}};
-    auto w = store.create("import", meta);
-    if (!w) {
-        r.error = "cannot create the session: " + w.error().message();
+
+    std::string nothing_found() const {
+        if (progress.bytes == 0)
+            return source + " is empty";
+        const auto& st = model->parser.stats();
+        return source + " holds no perf script samples: " + std::to_string(st.lines) +
+               " lines, none a sample header (" + std::to_string(st.skipped_lines) +
+               " unreadable; the first: \"" + first_line + "\")";
+    }
+
+    // Everything of an import that will not finish: the writer thread, the staged folder.
+    void discard() {
+        if (perf_data_fd >= 0)
+            ::close(std::exchange(perf_data_fd, -1));
+        sink.reset(); // joins the writer thread
+        if (writer && !finished)
+            store.discard(*writer);
+        writer.reset();
+    }
+
+    ~impl() { discard(); }
+};
+
+import_stream::import_stream(session_store& store, std::string source, std::string perf)
+    : impl_(std::make_unique<impl>(store, std::move(source), std::move(perf))) {}
+
+import_stream::~import_stream() = default;
+
+bool import_stream::feed(std::string_view block) {
+    return impl_->feed(block);
+}
+
+bool import_stream::feed_perf_data(const std::string& path) {
+    std::error_code ec;
+    impl_->progress.bytes = std::filesystem::file_size(path, ec);
+    impl_->what = impl::kind::text;
+    return impl_->start() && impl_->convert(path);
+}
+
+import_result import_stream::finish() {
+    return impl_->finish();
+}
+
+import_progress& import_stream::progress() noexcept {
+    return impl_->progress;
+}
+
+void import_stream::on_progress(std::function<void()> f) {
+    impl_->on_progress = std::move(f);
+}
+
+const std::string& import_stream::error() const noexcept {
+    return impl_->error;
+}
+
+import_result import_file(session_store& store, const std::string& path, const std::string& source,
+                          const std::string& perf,
+                          const std::function<void(const import_progress&)>& report) {
+    import_stream stream(store, source, perf);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        import_result r;
+        r.error = "cannot read " + source + ": " + std::strerror(errno);
         return r;
     }
-    if (auto ec = w->write_chunk(true, protocol::compress(text))) {
-        r.error = "cannot store the session: " + ec.message();
-        return r;
+    std::vector<char> buf(std::size_t{1} << 20);
+    auto last_report = std::chrono::steady_clock::now();
+    bool first = true;
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        const std::string_view block(buf.data(), static_cast<std::size_t>(n));
+        if (first && block.substr(0, perf_data_magic.size()) == perf_data_magic) {
+            stream.feed_perf_data(path); // perf script reads the file where it is
+            break;
+        }
+        first = false;
+        if (!stream.feed(block))
+            break;
+        if (report && std::chrono::steady_clock::now() - last_report > std::chrono::seconds(1)) {
+            report(stream.progress());
+            last_report = std::chrono::steady_clock::now();
+        }
     }
-    r.session_id = w->id();
-    return r;
+    ::close(fd);
+    return stream.finish();
 }
 
 } // namespace collector

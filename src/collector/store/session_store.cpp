@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fcntl.h>
 #include <fstream>
@@ -84,9 +85,10 @@ std::vector<fs::path> chunk_files(const fs::path& dir) {
 
 } // namespace
 
-session_writer::session_writer(fs::path dir, std::string id)
+session_writer::session_writer(fs::path dir, std::string id, std::uint64_t chunks)
     : dir_(std::move(dir))
-    , id_(std::move(id)) {}
+    , id_(std::move(id))
+    , chunks_(chunks) {}
 
 error_code session_writer::write_chunk(bool compressed, std::string_view payload) {
     char name[32];
@@ -126,6 +128,10 @@ session_store::session_store(fs::path root)
     : root_(std::move(root)) {
     std::error_code ec;
     fs::create_directories(root_, ec);
+    // Imports that never finished (the collector stopped mid-way) leave staged folders.
+    for (const auto& e : fs::directory_iterator(root_, ec))
+        if (e.path().filename().string().rfind(".staging-", 0) == 0)
+            fs::remove_all(e.path(), ec);
 }
 
 bool session_store::valid_id(std::string_view id) noexcept {
@@ -136,8 +142,12 @@ bool session_store::valid_id(std::string_view id) noexcept {
     });
 }
 
-boost::system::result<session_writer> session_store::create(std::string_view agent_name,
-                                                            const json::object& meta) {
+namespace {
+
+// "<YYYYmmdd_HHMMSS>_<agent>", with "_N" added while the name is taken: `claim(id)` makes the
+// folder and says whether it got it (false: taken), or fails.
+template <class Claim>
+boost::system::result<std::string> free_id(std::string_view agent_name, Claim claim) {
     const std::time_t now = std::time(nullptr);
     std::tm tm{};
     ::localtime_r(&now, &tm);
@@ -146,24 +156,70 @@ boost::system::result<session_writer> session_store::create(std::string_view age
     const std::string base = std::string(stamp) + "_" + safe_name(agent_name);
     for (int n = 0; n < 1000; ++n) {
         const std::string id = n == 0 ? base : base + "_" + std::to_string(n + 1);
-        const fs::path dir = root_ / id;
         std::error_code ec;
-        if (!fs::create_directory(dir, ec)) {
-            if (ec)
-                return error_code(ec.value(), boost::system::system_category());
-            continue; // taken: two agents in the same second
-        }
-        fs::create_directory(dir / "chunks", ec);
+        if (claim(id, ec))
+            return id;
         if (ec)
             return error_code(ec.value(), boost::system::system_category());
-        session_writer w(dir, id);
-        json::object m = meta;
-        m["id"] = id;
-        if (auto werr = w.write_meta(m))
-            return werr;
-        return w;
     }
     return error_code(EEXIST, boost::system::system_category());
+}
+
+} // namespace
+
+boost::system::result<session_writer> session_store::create(std::string_view agent_name,
+                                                            const json::object& meta) {
+    auto id = free_id(agent_name, [&](const std::string& name, std::error_code& ec) {
+        return fs::create_directory(root_ / name, ec); // false without ec: two in one second
+    });
+    if (!id)
+        return id.error();
+    std::error_code ec;
+    fs::create_directory(root_ / *id / "chunks", ec);
+    if (ec)
+        return error_code(ec.value(), boost::system::system_category());
+    session_writer w(root_ / *id, *id);
+    json::object m = meta;
+    m["id"] = *id;
+    if (auto werr = w.write_meta(m))
+        return werr;
+    return w;
+}
+
+boost::system::result<session_writer> session_store::create_staged() {
+    std::string dir = (root_ / ".staging-XXXXXX").string();
+    if (!::mkdtemp(dir.data()))
+        return last_error();
+    std::error_code ec;
+    fs::create_directory(fs::path(dir) / "chunks", ec);
+    if (ec)
+        return error_code(ec.value(), boost::system::system_category());
+    return session_writer(dir, {});
+}
+
+error_code session_store::publish(session_writer& w, std::string_view agent_name,
+                                  const json::object& meta) {
+    auto id = free_id(agent_name, [&](const std::string& name, std::error_code& ec) {
+        // rename() refuses a non-empty target: a session that took the name meanwhile.
+        fs::rename(w.dir(), root_ / name, ec);
+        if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
+            ec.clear();
+            return false;
+        }
+        return !ec;
+    });
+    if (!id)
+        return id.error();
+    w = session_writer(root_ / *id, *id, w.chunks_written());
+    json::object m = meta;
+    m["id"] = *id;
+    return w.write_meta(m);
+}
+
+void session_store::discard(const session_writer& w) {
+    std::error_code ec;
+    if (w.id().empty() && w.dir().parent_path() == root_)
+        fs::remove_all(w.dir(), ec);
 }
 
 std::optional<json::object> session_store::meta(std::string_view id) const {

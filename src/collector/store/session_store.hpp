@@ -1,6 +1,6 @@
 // Sessions on disk, one folder each:
 //
-//   <root>/<YYYYmmdd_HHMMSS>_<agent>[_N]/
+//   <root>/<YYYYmmdd_HHMMSS>_<agent>[_N]/    (.staging-XXXXXX/ while an import is written)
 //       meta.json        who, when, platform; rewritten when the connection closes
 //       chunks/000001.zst  data frames exactly as received (.zst: flag 1, .txt: flag 0),
 //                          written and synced before anything parses them
@@ -26,7 +26,7 @@ namespace collector {
 
 class session_writer {
 public:
-    session_writer(std::filesystem::path dir, std::string id);
+    session_writer(std::filesystem::path dir, std::string id, std::uint64_t chunks = 0);
 
     const std::string& id() const noexcept { return id_; }
     const std::filesystem::path& dir() const noexcept { return dir_; }
@@ -52,6 +52,15 @@ public:
     // A new session folder named after the start time and the agent (made filename-safe).
     boost::system::result<session_writer> create(std::string_view agent_name,
                                                  const boost::json::object& meta);
+
+    // A folder that is not a session yet (not listed, removed at the next start if left):
+    // an import in progress writes its chunks here. Its writer has no id until publish().
+    boost::system::result<session_writer> create_staged();
+    // Makes a staged folder a session, named like create(), with `meta`.
+    boost::system::error_code publish(session_writer& w, std::string_view agent_name,
+                                      const boost::json::object& meta);
+    // Removes a staged folder and everything in it.
+    void discard(const session_writer& w);
 
     static bool valid_id(std::string_view id) noexcept;
 

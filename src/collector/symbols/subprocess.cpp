@@ -92,15 +92,17 @@ int reap(int pid) {
 
 } // namespace
 
-capture run_capture(const std::vector<std::string>& args) {
+capture run_streaming(const std::vector<std::string>& args,
+                      const std::function<bool(std::string_view)>& out) {
+    constexpr std::size_t stderr_cap = 64 << 10;
     capture c;
     const auto child = spawn(args, false, true, true, c.err);
     if (!child)
         return c;
     pollfd fds[2] = {{child->out, POLLIN, 0}, {child->err, POLLIN, 0}};
-    std::string* sinks[2] = {&c.out, &c.err};
     int open_fds = 2;
-    std::vector<char> buf(1 << 16);
+    std::vector<char> buf(1 << 20);
+    bool stopped = false;
     while (open_fds > 0) {
         if (::poll(fds, 2, -1) < 0) {
             if (errno == EINTR)
@@ -112,7 +114,13 @@ capture run_capture(const std::vector<std::string>& args) {
                 continue;
             const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
             if (n > 0) {
-                sinks[i]->append(buf.data(), static_cast<std::size_t>(n));
+                const std::string_view block(buf.data(), static_cast<std::size_t>(n));
+                if (i == 1)
+                    c.err.append(block.substr(0, stderr_cap - std::min(stderr_cap, c.err.size())));
+                else if (!stopped && !out(block)) {
+                    stopped = true;
+                    ::kill(child->pid, SIGKILL);
+                }
             } else if (n == 0 || errno != EINTR) {
                 ::close(fds[i].fd);
                 fds[i].fd = -1;
@@ -124,6 +132,16 @@ capture run_capture(const std::vector<std::string>& args) {
         if (f.fd >= 0)
             ::close(f.fd);
     c.code = reap(child->pid);
+    return c;
+}
+
+capture run_capture(const std::vector<std::string>& args) {
+    std::string out;
+    capture c = run_streaming(args, [&out](std::string_view block) {
+        out.append(block);
+        return true;
+    });
+    c.out = std::move(out);
     return c;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,6 +19,11 @@ struct capture {
 
 // Runs argv[0] (looked up on PATH) to completion with stdin from /dev/null.
 capture run_capture(const std::vector<std::string>& argv);
+
+// Runs argv[0] with stdout handed to `out` block by block as it arrives; `out` returning
+// false kills the child. stderr is kept (its first 64 KiB) in the result; `out` stays empty.
+capture run_streaming(const std::vector<std::string>& argv,
+                      const std::function<bool(std::string_view)>& out);
 
 // A long-lived child fed on stdin and read on stdout line by line (addr2line).
 class coprocess {

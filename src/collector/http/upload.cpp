@@ -1,0 +1,145 @@
+#include "collector/http/upload.hpp"
+
+#include "collector/store/import.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <atomic>
+#include <chrono>
+
+namespace collector {
+namespace json = boost::json;
+
+namespace {
+
+// Imports at once; each holds its model and a few chunks (docs/api.md).
+constexpr int max_running = 2;
+std::atomic<int> running{0};
+std::atomic<std::uint64_t> next_id{1};
+
+} // namespace
+
+struct upload::state : std::enable_shared_from_this<upload::state> {
+    state(app_context& a, std::optional<std::uint64_t> d)
+        : app(a)
+        , strand(asio::make_strand(a.pool))
+        , stream(a.store, "upload")
+        , declared(d)
+        , id(next_id++) {}
+
+    app_context& app;
+    asio::strand<asio::thread_pool::executor_type> strand;
+    import_stream stream; // on the strand only
+    std::optional<std::uint64_t> declared;
+    std::uint64_t id;
+    std::chrono::steady_clock::time_point last_event{};
+
+    // Progress for the browsers, a few times a second (I/O thread).
+    void announce(std::string_view phase, bool force = false) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!force && now - last_event < std::chrono::milliseconds(250))
+            return;
+        last_event = now;
+        auto& p = stream.progress();
+        json::object o{{"import", id},
+                       {"phase", phase},
+                       {"bytes", p.bytes.load()},
+                       {"samples", p.samples.load()}};
+        if (declared)
+            o["total"] = *declared;
+        app.sse.broadcast("import", json::serialize(o));
+    }
+};
+
+namespace {
+
+asio::awaitable<bool> feed_on_pool(std::shared_ptr<upload::state> s, std::string_view block) {
+    co_return s->stream.feed(block);
+}
+
+asio::awaitable<import_result> finish_on_pool(std::shared_ptr<upload::state> s) {
+    co_return s->stream.finish();
+}
+
+// Dropping an unfinished import removes its staged folder: do it on the strand, after any
+// work already queued there.
+asio::awaitable<void> drop_on_pool(std::shared_ptr<upload::state> s) {
+    s->stream.cancel();
+    (void)s->stream.finish();
+    co_return;
+}
+
+} // namespace
+
+http_response busy_importing(const http_request& req) {
+    auto res = make_error(req, http::status::service_unavailable, "busy",
+                          std::to_string(max_running) +
+                              " imports are running; try again when one has finished");
+    res.set(http::field::retry_after, "5");
+    return res;
+}
+
+upload::upload(std::shared_ptr<state> s)
+    : state_(std::move(s)) {}
+
+upload::~upload() {
+    --running;
+}
+
+std::shared_ptr<upload> upload::start(app_context& app, std::optional<std::uint64_t> declared) {
+    if (running.fetch_add(1) >= max_running) {
+        --running;
+        return nullptr;
+    }
+    auto s = std::make_shared<state>(app, declared);
+    // While perf script runs over an uploaded perf.data, progress comes from the pool.
+    s->stream.on_progress([weak = std::weak_ptr<state>(s)] {
+        if (auto self = weak.lock())
+            asio::post(self->app.io, [self] {
+                self->announce(self->stream.progress().converting ? "converting" : "receiving");
+            });
+    });
+    return std::make_shared<upload>(std::move(s));
+}
+
+asio::awaitable<bool> upload::feed(std::string_view block) {
+    const bool ok =
+        co_await asio::co_spawn(state_->strand, feed_on_pool(state_, block), asio::use_awaitable);
+    state_->announce("receiving");
+    co_return ok;
+}
+
+void upload::abandon() {
+    auto s = state_;
+    asio::co_spawn(s->strand, drop_on_pool(s),
+                   [s](std::exception_ptr) { s->announce("cancelled", true); });
+}
+
+asio::awaitable<http_response> upload::finish(const http_request& req) {
+    state_->announce(state_->stream.progress().converting ? "converting" : "parsing", true);
+    auto r = co_await asio::co_spawn(state_->strand, finish_on_pool(state_), asio::use_awaitable);
+    auto& app = state_->app;
+    if (r.session_id.empty()) {
+        state_->announce("failed", true);
+        co_return make_error(
+            req, r.bad_input ? http::status::bad_request : http::status::internal_server_error,
+            "import_failed", r.error);
+    }
+    const auto samples = r.model->prof.sample_count();
+    const auto& st = r.model->parser.stats();
+    json::object body{{"session_id", r.session_id},
+                      {"samples", samples},
+                      {"bytes", state_->stream.progress().bytes.load()},
+                      {"skipped_lines", st.skipped_lines},
+                      {"lost_samples", st.lost_events}};
+    app.sessions.adopt(r.session_id, std::move(r.model));
+    state_->announce("done", true);
+    app.changed("sessions", r.session_id);
+    co_return make_json(req, http::status::ok, body);
+}
+
+} // namespace collector

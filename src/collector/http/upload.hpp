@@ -1,0 +1,41 @@
+// POST /api/sessions/import as it arrives: the connection reads the body in blocks and hands
+// each to an upload, which feeds the import on a strand of the pool (parsing never runs on
+// the I/O thread) and tells browsers how far it got (SSE `import` events). No Beast here:
+// the connection's template does the reading.
+#pragma once
+
+#include "collector/http/routes.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace collector {
+
+class upload {
+public:
+    // Null when too many imports are running: answer `busy` instead.
+    static std::shared_ptr<upload> start(app_context& app, std::optional<std::uint64_t> declared);
+    ~upload();
+
+    // One block of the body. False: the import failed, stop reading (finish() says why).
+    asio::awaitable<bool> feed(std::string_view block);
+    // The body ended: the session is published, or the error answered.
+    asio::awaitable<http_response> finish(const http_request& req);
+    // The body did not arrive whole (the client left, a read failed): nothing is kept.
+    void abandon();
+
+    struct state; // (upload.cpp)
+    explicit upload(std::shared_ptr<state> s);
+
+private:
+    std::shared_ptr<state> state_;
+};
+
+// 503 with Retry-After: the imports allowed at once are running.
+http_response busy_importing(const http_request& req);
+
+} // namespace collector

@@ -1,0 +1,45 @@
+// The parsed state of one session: the profile, the parser that fills it, the last perf stat
+// report and what the agent said about its binaries. Touched by one thread at a time (the
+// session's strand, or an import before the session is published). No Asio here.
+#pragma once
+
+#include "collector/model/profile.hpp"
+#include "collector/parse/perf_script.hpp"
+#include "collector/parse/perf_stat.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace collector {
+
+struct session_model {
+    profile prof;
+    script_parser parser{prof};
+    std::optional<stat_report> last_stat;
+    std::string last_stat_text;
+    std::uint64_t chunks = 0, bad_chunks = 0;
+    std::set<std::string> event_types;
+
+    // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
+    // Returns false for a chunk that could not be decompressed.
+    bool ingest(bool compressed, std::string_view payload);
+    // A perf stat report that came with a chunk.
+    void note_stat(std::string_view stat);
+    // After samples were added: the event names seen so far.
+    void note_events();
+
+    // The device's build-id of each binary the target mapped (module path -> hex), from the
+    // agent's `binaries` metrics; other metrics are ignored here.
+    std::map<std::string, std::string> device_build_ids;
+    void note_metrics(std::string_view payload);
+
+    std::size_t memory_bytes() const noexcept {
+        return prof.memory_bytes() + last_stat_text.size();
+    }
+};
+
+} // namespace collector
