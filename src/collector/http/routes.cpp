@@ -3,8 +3,8 @@
 #include "collector/agents/agent_link.hpp"
 #include "collector/export/exports.hpp"
 #include "collector/http/settings.hpp"
-#include "collector/model/views.hpp"
 #include "collector/http/upload.hpp"
+#include "collector/model/views.hpp"
 #include "collector/symbols/source_view.hpp"
 
 #include <boost/asio/co_spawn.hpp>
