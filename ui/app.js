@@ -134,7 +134,11 @@ async function renderSession(s) {
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
-  $('#session-info').textContent = `${meta.hostname || ''} · ${meta.samples} samples · ${meta.chunks} chunks · ${(meta.event_types || []).join(', ')}${meta.live ? ' · live' : ''}`;
+  $('#session-info').textContent = [meta.hostname, `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
+    (meta.event_types || []).join(', '), meta.live ? 'live' : ''].filter(Boolean).join(' · ');
+  // Lines of the recording the parser could not read: counted, never silently dropped.
+  $('#session-skipped').hidden = !meta.skipped_lines;
+  $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
   statCards(meta);
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
@@ -142,7 +146,9 @@ async function renderSession(s) {
   // waits for the state a filter produces, not for rows that may already have been there.
   if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows; return; }
   if (s.tab === 'functions') {
-    view.functions = (await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`)).functions;
+    const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
+    view.functions = answer.functions;
+    if (!s.event) $('#event').value = answer.event; // the event the collector chose: most samples
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
   }

@@ -231,6 +231,23 @@ try {
   const left = await (await fetch(http + '/api/sessions')).json();
   check(!left.some((x) => x.id === imported) && left.some((x) => x.id === liveSession), 'deleting removes only that session');
 
+  // Text from a newer perf (irq flags between the time and the period, PMU events, tracepoints)
+  // imports; a line nothing can read is counted and shown, not dropped silently.
+  doing = "importing perf 5.x+ header shapes";
+  await wz.goto(`${http}/#session=${liveSession}&tab=sessions`);
+  await wz.locator('#all-sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const shapes = readFileSync(new URL('../collector/fixtures/header_shapes.tsv', import.meta.url), 'utf8')
+    .split('\n').filter((l) => l && !l.startsWith('#'))
+    .map((l) => `${l.split('\t')[0]}\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n`).join('') + 'not perf output\n';
+  await wz.setInputFiles('#import-file', { name: 'shapes.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
+  await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
+  const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await tableShows(wz, { session: shapesSession });
+  check(await wz.locator('#functions tbody tr[data-function="table_leaf"]').count() === 1 &&
+    await wz.locator('#event').inputValue() === 'cycles' &&
+    (await wz.locator('#session-skipped').textContent()) === '1 unreadable lines skipped',
+    `flags-field text imports from the UI (${await wz.locator('#session-info').textContent()}; ${await wz.locator('#session-skipped').textContent()})`);
+
   // A local binary that is not the build the agent reported: the Source tab says so.
   doing = "a local binary of another build";
   const wrong = join(work, 'wrong', 'perfwire-demo');
