@@ -1,5 +1,6 @@
 // The HTTP API through handle_request: no socket, a real session store on disk.
 #include "collector/http/routes.hpp"
+#include "collector/http/upload.hpp"
 #include "protocol/compression.hpp"
 #include "support/fixtures.hpp"
 
@@ -215,6 +216,23 @@ TEST_CASE("API: importing perf script text makes a queryable session", "[collect
     CHECK_THAT(garbage.body(), Catch::Contains("no perf script samples"));
     CHECK(f.call(http::verb::post, "/api/sessions/import").result() == http::status::bad_request);
     CHECK(f.get_json("/api/sessions").as_array().size() == 2); // nothing made for the failures
+
+    // Two imports at once is the most: a third waits its turn.
+    {
+        auto one = upload::start(*f.app, 100), two = upload::start(*f.app, 100);
+        REQUIRE(one);
+        REQUIRE(two);
+        const auto busy = f.call(http::verb::post, "/api/sessions/import", "a 1/1 1.0: cycles:\n");
+        CHECK(busy.result() == http::status::service_unavailable);
+        CHECK(busy[http::field::retry_after] == "5");
+        CHECK_THAT(busy.body(), Catch::Contains("\"code\":\"busy\""));
+        one->abandon();
+        two->abandon();
+    }
+    f.io.restart();
+    f.io.poll();
+    CHECK(f.call(http::verb::post, "/api/sessions/import", "a 1/1 1.0: cycles:\n").result() ==
+          http::status::ok);
 }
 
 TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {
