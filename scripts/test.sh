@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the clang-format check, the test suite, the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, a browser test of the UI in headless
-# Chromium, and a short libFuzzer run.
+# Sets up, builds and runs every test: the clang-format check, the test suite, a browser test
+# of the UI in headless Chromium, the static agents for x86_64, aarch64, armv7 and s390x (the
+# foreign ones run under qemu-user against a real collector), the suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and short libFuzzer runs.
 #   PERFWIRE_FUZZ_SECONDS   length of the protocol fuzz run; the parser gets half (default 60;
 #                           0 skips both)
 set -euo pipefail
@@ -23,6 +24,10 @@ step "build and test (RelWithDebInfo, warnings are errors)"
 cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+step "static agents for every architecture, the foreign ones tested under qemu-user"
+scripts/build-agents.sh
+PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
 
 step "browser test: the UI in headless Chromium on a live profile"
 node test/ui/ui_test.mjs build

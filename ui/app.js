@@ -1,6 +1,7 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
 // #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
+import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
 import { $, api, esc, mib, pct } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
@@ -22,6 +23,7 @@ async function renderLanding() {
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
+  if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
   $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${esc(s.id)}">
     <td>${esc(s.id)}</td><td>${esc(s.hostname ?? '')}</td><td>${s.started_at ? new Date(s.started_at * 1000).toLocaleString() : ''}</td>
     <td>${esc(s.samples ?? '')}</td><td>${s.live ? '<b>live</b>' : 'saved'}</td></tr>`).join('');
@@ -325,6 +327,7 @@ $('#theme').addEventListener('click', () => {
 });
 initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } : { start: null, end: null }));
 initWizard();
+initAgentHelp();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
 window.addEventListener('hashchange', rerender);
 window.addEventListener('resize', drawFlame);

@@ -1,5 +1,7 @@
 #include "agent/session.hpp"
 
+#include "agent/build_arch.hpp"
+
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
@@ -15,6 +17,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 namespace agent {
@@ -136,15 +139,10 @@ asio::awaitable<void> session::run() {
     protocol::platform_info p;
     if (const auto k = procfs::read_file("/proc/sys/kernel/osrelease"))
         p.kernel = k->substr(0, k->find('\n'));
-#if defined(__x86_64__)
-    p.arch = "x86_64";
-#elif defined(__aarch64__)
-    p.arch = "aarch64";
-#elif defined(__arm__)
-    p.arch = "arm";
-#elif defined(__riscv)
-    p.arch = "riscv64";
-#endif
+    p.arch = std::string(build_arch);
+    if (utsname u{}; ::uname(&u) == 0)
+        p.machine = u.machine; // the kernel's: aarch64 under a 32-bit userland, the host's
+                               // under qemu-user
     p.perf_event_paranoid = read_perf_event_paranoid();
     const auto version =
         co_await run_command(cfg_.perf_path, version_args(), std::chrono::milliseconds(3000));

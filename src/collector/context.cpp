@@ -6,6 +6,8 @@ app_context::app_context(asio::io_context& io_context, config c)
     : io(io_context)
     , cfg(std::move(c))
     , store(cfg.sessions_dir)
-    , sessions(store, pool, cfg.saved_cache_mb << 20) {}
+    , sessions(store, pool, cfg.saved_cache_mb << 20)
+    , agent_binaries(find_agent_binaries(
+          cfg.agents_dir.empty() ? default_agents_dir() : std::filesystem::path(cfg.agents_dir))) {}
 
 } // namespace collector

@@ -2,6 +2,7 @@
 // thread pool that parses, and the connected agents. Lives on the I/O thread.
 #pragma once
 
+#include "collector/agent_binaries.hpp"
 #include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
@@ -32,6 +33,7 @@ struct app_context {
     std::string agent_listen_address; // "host:port" once bound
     sse_hub sse;
     symbolizer symbols{cfg.symbols};
+    std::vector<agent_binary> agent_binaries; // found at start, never changed
 
     // Called (on the I/O thread) whenever something the UI shows changed: a target came or
     // went, a session received data. SSE subscribes here.

@@ -40,6 +40,8 @@ po::options_description describe_options() {
         ("inline", "report the line of inlined code a sample is in (the default)")
         ("no-inline", "report the line of the function a sample is in, not of the inlined "
                       "code (default: inlined code)")
+        ("agents-dir", po::value<std::string>(), "agent executables to offer for download "
+                                                  "(default: a dist/ beside the collector)")
         ("browse-root", po::value<std::string>(), "the file browser's root folder (default: "
                                                   "HOME)")
         ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
@@ -132,6 +134,8 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm["cache-mb"].as<int>() < 1)
         return usage("--cache-mb must be at least 1");
     c.saved_cache_mb = static_cast<std::size_t>(vm["cache-mb"].as<int>());
+    if (vm.count("agents-dir"))
+        c.agents_dir = vm["agents-dir"].as<std::string>();
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

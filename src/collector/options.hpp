@@ -22,6 +22,7 @@ struct config {
     symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...
     std::string browse_root; // the file browser's root; default: HOME
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
+    std::string agents_dir; // agent executables to hand out; default: default_agents_dir()
 };
 
 struct exit_now {

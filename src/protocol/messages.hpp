@@ -25,13 +25,17 @@ inline constexpr int protocol_version = 1;
 
 // ---- hello (flag 3, first frame from the agent) --------------------------------------------
 
+// What the agent was built for (`arch`: x86_64, aarch64, armv7, s390x, …, from the compiler,
+// so true under emulation and in a 32-bit userland on a 64-bit kernel) and what the kernel
+// says it runs on (`machine`, `uname -m`).
 struct platform_info {
     std::optional<std::string> arch;
+    std::optional<std::string> machine;
     std::optional<std::string> kernel;
     std::optional<std::string> perf_version;
     std::optional<int> perf_event_paranoid;
 };
-BOOST_DESCRIBE_STRUCT(platform_info, (), (arch, kernel, perf_version, perf_event_paranoid))
+BOOST_DESCRIBE_STRUCT(platform_info, (), (arch, machine, kernel, perf_version, perf_event_paranoid))
 
 struct hello {
     int version = protocol_version;

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -233,6 +235,30 @@ TEST_CASE("API: importing perf script text makes a queryable session", "[collect
     f.io.poll();
     CHECK(f.call(http::verb::post, "/api/sessions/import", "a 1/1 1.0: cycles:\n").result() ==
           http::status::ok);
+}
+
+TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
+          "[collector][api]") {
+    test_support::temp_dir agents;
+    std::ofstream(agents.path / "perfwire-agent-linux-aarch64", std::ios::binary) << "ELF-aarch64";
+    std::ofstream(agents.path / "perfwire-agent-linux-aarch64.sha256")
+        << std::string(64, 'a') << "  perfwire-agent-linux-aarch64\n";
+    std::ofstream(agents.path / "notes.txt") << "not an agent";
+    fixture_app f;
+    f.app->agent_binaries = find_agent_binaries(agents.path);
+    const auto list = f.get_json("/api/agent-binaries").at("binaries").as_array();
+    REQUIRE(list.size() == 1);
+    CHECK(list[0].at("arch").as_string() == "aarch64");
+    CHECK(list[0].at("size").to_number<int>() == 11);
+    CHECK(list[0].at("sha256").as_string() == std::string(64, 'a'));
+    const auto bin = f.call(http::verb::get, "/api/agent-binaries/aarch64");
+    CHECK(bin.result() == http::status::ok);
+    CHECK(bin.body() == "ELF-aarch64");
+    CHECK(bin[http::field::content_disposition] ==
+          "attachment; filename=\"perfwire-agent-linux-aarch64\"");
+    for (const char* other : {"/api/agent-binaries/armv7", "/api/agent-binaries/..%2fnotes.txt",
+                              "/api/agent-binaries/aarch64.sha256"})
+        CHECK(f.call(http::verb::get, other).result() == http::status::not_found);
 }
 
 TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {

@@ -15,7 +15,7 @@ TEST_CASE("hello round-trips and never carries a secret", "[protocol][messages]"
     h.agent_version = "0.1.0";
     h.auth = "token";
     h.hostname = "board-7";
-    h.platform = platform_info{"x86_64", "6.1.0", "perf version 6.1", 2};
+    h.platform = platform_info{"armv7", "aarch64", "6.1.0", "perf version 6.1", 2};
     const std::string text = serialize(h);
     CHECK(text.rfind(R"({"type":"hello",)", 0) == 0);
     auto back = parse_hello(text);
@@ -25,6 +25,8 @@ TEST_CASE("hello round-trips and never carries a secret", "[protocol][messages]"
     REQUIRE(back->platform);
     CHECK(back->platform->perf_event_paranoid == 2);
     CHECK(back->platform->kernel == "6.1.0");
+    CHECK(back->platform->arch == "armv7");
+    CHECK(back->platform->machine == "aarch64");
 }
 
 TEST_CASE("hello from another agent with unknown fields is accepted", "[protocol][messages]") {

@@ -54,8 +54,10 @@ let browser;
 let doing = 'starting'; // the step in progress, named in a failure
 try {
   const demo = start(bin('demo/perfwire-demo'), ['60']);
+  // The agents scripts/build-agents.sh wrote, offered on the landing page.
+  const agentsDir = new URL('../../dist', import.meta.url).pathname;
   const collector = start(bin('collector/perfwire-collector'),
-    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1']);
+    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir]);
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--duration', '1']);
@@ -72,6 +74,21 @@ try {
   page.on('console', blocked);
   doing = "the landing page";
   await page.goto(http + '/');
+
+  // Which agent a device needs, and how to start it.
+  doing = "the add-a-target help";
+  await page.click('#add-target summary');
+  await page.locator('#agent-binaries tbody tr').first().waitFor({ timeout: 10000 });
+  await page.fill('#at-machine', 'arm64');
+  const archs = await page.locator('#agent-binaries tbody td:first-child').allTextContents();
+  const fetchCmd = await page.locator('#at-commands pre.cmd').first().textContent();
+  check(archs.join(',') === 'aarch64,armv7,s390x,x86_64' && (await page.locator('#at-file').textContent()) === '→ perfwire-agent-linux-aarch64' &&
+    fetchCmd.includes('/api/agent-binaries/aarch64'), `a device's uname -m names its agent and the commands to get it there (agents: ${archs.join(', ')})`);
+  const download = await fetch(`${http}/api/agent-binaries/aarch64`);
+  const elf = Buffer.from(await download.arrayBuffer());
+  check(download.ok && elf.subarray(0, 4).toString('latin1') === '\x7fELF' && elf[18] === 183, 'the aarch64 agent downloads from the collector (an ELF for machine 183, AArch64)');
+  await page.fill('#at-machine', 'mips');
+  check((await page.locator('#at-file').textContent()).startsWith('not built for mips'), 'an architecture without an agent says so');
 
   const target = page.locator('#targets tbody tr').first();
   await target.waitFor({ timeout: 20000 });

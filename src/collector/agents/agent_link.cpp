@@ -93,6 +93,8 @@ json::object agent_link::describe() const {
         const auto& p = *hello_->platform;
         if (p.arch)
             platform["arch"] = *p.arch;
+        if (p.machine)
+            platform["machine"] = *p.machine;
         if (p.kernel)
             platform["kernel"] = *p.kernel;
         if (p.perf_version)

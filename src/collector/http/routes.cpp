@@ -18,6 +18,7 @@
 
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <unistd.h>
@@ -611,6 +612,16 @@ std::vector<std::shared_ptr<agent_link>> agents_of(const app_context& app) {
     return out;
 }
 
+// On the pool: a file handed out as it is (an agent executable).
+asio::awaitable<std::optional<std::string>> read_whole_file(std::string path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        co_return std::nullopt;
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    co_return std::move(ss).str();
+}
+
 // On the pool: a folder listing for the file browser.
 asio::awaitable<browse_result> list_folder(std::string root, std::string path) {
     co_return browse(root, path);
@@ -711,6 +722,40 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             co_return make_error(req, http::status::bad_request, "bad_config", error);
         app.symbols.configure(c);
         co_return make_json(req, http::status::ok, config_json(c, app.cfg.browse_root));
+    }
+
+    if (s.size() >= 2 && s.size() <= 3 && s[1] == "agent-binaries") {
+        if (method != http::verb::get)
+            co_return wrong_method();
+        if (s.size() == 2) {
+            json::array list;
+            for (const auto& b : app.agent_binaries)
+                list.push_back({{"arch", b.arch},
+                                {"file", b.file},
+                                {"size", b.size},
+                                {"sha256", b.sha256},
+                                {"download", "/api/agent-binaries/" + b.arch}});
+            co_return make_json(req, http::status::ok, json::object{{"binaries", std::move(list)}});
+        }
+        // Only a file found at start, by its architecture: no request names a path.
+        const auto it = std::find_if(app.agent_binaries.begin(), app.agent_binaries.end(),
+                                     [&](const agent_binary& b) { return b.arch == s[2]; });
+        if (it == app.agent_binaries.end())
+            co_return make_error(req, http::status::not_found, "no_agent_binary",
+                                 "no agent built for " + s[2]);
+        auto bytes = co_await asio::co_spawn(app.pool, read_whole_file(it->path.string()),
+                                             asio::use_awaitable);
+        if (!bytes)
+            co_return make_error(req, http::status::internal_server_error, "io",
+                                 "cannot read " + it->file);
+        http_response res{http::status::ok, req.version()};
+        res.set(http::field::content_type, "application/octet-stream");
+        res.set(http::field::content_disposition, "attachment; filename=\"" + it->file + "\"");
+        res.set(http::field::cache_control, "no-store");
+        res.keep_alive(req.keep_alive());
+        res.body() = std::move(*bytes);
+        res.prepare_payload();
+        co_return res;
     }
 
     if (s.size() == 2 && s[1] == "browse") {

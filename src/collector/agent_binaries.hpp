@@ -1,0 +1,29 @@
+// The agent executables this collector can hand out (scripts/build-agents.sh writes them to
+// dist/): perfwire-agent-linux-<arch>, each with a <file>.sha256 beside it. Listed at
+// GET /api/agent-binaries and served for download, so a device reaches its agent from the
+// collector alone. Only files found here at start are ever served.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace collector {
+
+struct agent_binary {
+    std::string arch;   // x86_64, aarch64, armv7, s390x, …
+    std::string file;   // perfwire-agent-linux-<arch>
+    std::string sha256; // from <file>.sha256; empty if missing
+    std::uint64_t size = 0;
+    std::filesystem::path path;
+};
+
+// The agents in `dir`, by architecture.
+std::vector<agent_binary> find_agent_binaries(const std::filesystem::path& dir);
+
+// Where the agents are when --agents-dir is not given: a dist/ beside the collector or up to
+// three folders above it (a build tree), else the installed /usr/lib/perfwire/agents.
+std::filesystem::path default_agents_dir();
+
+} // namespace collector

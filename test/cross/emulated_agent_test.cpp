@@ -1,0 +1,193 @@
+// The cross-built static agents (scripts/build-agents.sh → dist/) run under qemu-user against a
+// real collector on loopback, profiling the demo with the machine's real perf: an emulated
+// agent's execve of perf runs it natively. One run per architecture; a failure names it.
+//
+// Hidden from the default run ([.cross]); the test command runs it after building the agents:
+//   PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
+#include "support/http_client.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using test_support::http_call;
+using test_support::spawned;
+
+namespace {
+
+// The kernel's total memory, as the agent must report it.
+std::uint64_t meminfo_total_kb() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    std::uint64_t kb = 0;
+    while (in >> key >> kb)
+        if (key == "MemTotal:")
+            return kb;
+    return 0;
+}
+
+// Polls GET `target` until `pred` holds or `timeout` passes; the last answer.
+template <class Pred>
+json::value poll(std::uint16_t port, const std::string& target, std::chrono::seconds timeout,
+                 Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    json::value v;
+    while (std::chrono::steady_clock::now() < deadline) {
+        const auto r = http_call(port, "GET", target);
+        if (r.status == 200) {
+            v = json::parse(r.body);
+            if (pred(v))
+                return v;
+        }
+        std::this_thread::sleep_for(250ms);
+    }
+    return v;
+}
+
+bool has_function(const json::value& fns, std::string_view name) {
+    if (!fns.is_object() || !fns.as_object().contains("functions"))
+        return false;
+    for (const auto& f : fns.at("functions").as_array())
+        if (f.at("name").as_string() == name)
+            return true;
+    return false;
+}
+
+} // namespace
+
+TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, metrics, listen "
+          "mode, clean stop",
+          "[.cross]") {
+    const std::map<std::string, std::string> qemu = {{"aarch64", "qemu-aarch64-static"},
+                                                     {"armv7", "qemu-arm-static"},
+                                                     {"s390x", "qemu-s390x-static"}};
+    const std::string arch = GENERATE(as<std::string>{}, "aarch64", "armv7", "s390x");
+    INFO("architecture " << arch);
+    const char* dir = std::getenv("PERFWIRE_AGENTS_DIR");
+    REQUIRE(dir);
+    const std::string agent = std::string(dir) + "/perfwire-agent-linux-" + arch;
+    REQUIRE(fs::exists(agent));
+    const std::string emulator = "/usr/bin/" + qemu.at(arch);
+    REQUIRE(fs::exists(emulator));
+
+    const fs::path work =
+        fs::temp_directory_path() / ("perfwire-cross-" + arch + "-" + std::to_string(::getpid()));
+    fs::create_directories(work);
+    struct cleanup {
+        fs::path p;
+        ~cleanup() {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+        }
+    } remove_work{work};
+
+    spawned demo(PERFWIRE_DEMO_BIN, {"60"});
+    const std::string token = "cross-" + arch + "-0123456789abcdef";
+    spawned coll(PERFWIRE_COLLECTOR_BIN,
+                 {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
+                  "--agent-bind", "127.0.0.1", "--http-port", "0", "--token", token});
+    const auto agents_port = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
+    const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
+    REQUIRE(agents_port);
+    REQUIRE(http_text);
+    const auto http = static_cast<std::uint16_t>(std::stoi(*http_text));
+    const std::string server = "127.0.0.1:" + std::to_string(std::stoi(*agents_port));
+
+    // A wrong pairing code is refused; the right one is taken.
+    {
+        spawned wrong(emulator, {agent, "--server", server, "--token", "not-the-code"});
+        CHECK(coll.wait_for_stderr("agent refused the pairing code", 30s));
+    }
+    spawned live(emulator, {agent, "--server", server, "--pid", std::to_string(demo.pid()),
+                            "--duration", "1", "--token", token});
+    const auto targets = poll(http, "/api/targets", 60s, [&](const json::value& v) {
+        for (const auto& t : v.as_array())
+            if (t.at("state").as_string() == "profiling")
+                return true;
+        return false;
+    });
+    INFO("agent: " << live.stderr_text() << "\ncollector: " << coll.stderr_text());
+    REQUIRE(targets.as_array().size() == 1);
+    const auto& target = targets.as_array()[0];
+    INFO(json::serialize(target));
+    CHECK(target.at("agent").as_string() == "perfwire");
+    CHECK(target.at("platform").at("arch").as_string() == arch);
+    CHECK_FALSE(target.at("platform").at("machine").as_string().empty());
+    CHECK(target.at("pid").to_number<int>() == demo.pid());
+    const std::string target_id(target.at("id").as_string());
+    const std::string session(target.at("session_id").as_string());
+
+    // The probe's answer: perf works on this machine with its software clock.
+    const auto status =
+        http_call(http, "POST", "/api/targets/" + target_id + "/command", R"({"cmd":"status"})");
+    INFO(status.body);
+    REQUIRE(status.status == 200);
+    const auto st = json::parse(status.body);
+    CHECK(st.at("state").as_string() == "profiling");
+    bool clock = false;
+    for (const auto& e : st.at("events").as_array())
+        clock = clock || e.as_string() == "cpu-clock";
+    CHECK(clock);
+
+    // Live samples of the demo's hot functions.
+    const auto fns =
+        poll(http, "/api/sessions/" + session + "/functions", 60s, [](const json::value& v) {
+            return has_function(v, "(anonymous namespace)::matrix_multiply");
+        });
+    CHECK(has_function(fns, "(anonymous namespace)::matrix_multiply"));
+
+    // Health metrics read from /proc by the emulated agent, byte order and all.
+    const auto system =
+        poll(http, "/api/sessions/" + session + "/metrics?type=system", 30s,
+             [](const json::value& v) { return v.is_array() && !v.as_array().empty(); });
+    REQUIRE(system.is_array());
+    REQUIRE_FALSE(system.as_array().empty());
+    const auto& m = system.as_array().back();
+    INFO(json::serialize(m));
+    const double overall = m.at("cpu").at("overall_pct").to_number<double>();
+    CHECK(overall >= 0);
+    CHECK(overall <= 100);
+    for (const auto& core : m.at("cpu").at("per_core").as_array()) {
+        CHECK(core.to_number<double>() >= 0);
+        CHECK(core.to_number<double>() <= 100);
+    }
+    CHECK(m.at("cpu").at("per_core").as_array().size() == std::thread::hardware_concurrency());
+    CHECK(m.at("mem").at("total_kb").to_number<std::uint64_t>() == meminfo_total_kb());
+
+    // A clean stop: perf goes with the agent.
+    const auto perfs = test_support::children_of(live.pid(), "perf");
+    CHECK_FALSE(perfs.empty());
+    live.signal(SIGTERM);
+    CHECK(live.wait(20s) == 0);
+    for (int pid : perfs)
+        CHECK_FALSE(test_support::process_exists(pid));
+
+    // --listen: the collector dials the agent with its pairing code.
+    const std::string code = "listen-" + arch + "-abcdef0123456789";
+    spawned listener(emulator,
+                     {agent, "--listen", "--bind", "127.0.0.1", "--port", "0", "--token", code});
+    const auto port = listener.wait_for_stderr("listening on 127.0.0.1:", 30s);
+    REQUIRE(port);
+    const auto dialled =
+        http_call(http, "POST", "/api/targets/connect",
+                  R"({"host":"127.0.0.1","port":)" + *port + R"(,"token":")" + code + R"("})");
+    INFO(dialled.body);
+    REQUIRE(dialled.status == 200);
+    const auto dialled_target = json::parse(dialled.body);
+    CHECK(dialled_target.at("platform").at("arch").as_string() == arch);
+    CHECK(http_call(http, "DELETE",
+                    "/api/targets/" + std::string(dialled_target.at("id").as_string()))
+              .status == 204);
+}
