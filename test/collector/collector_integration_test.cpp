@@ -2,6 +2,7 @@
 #include "protocol/frame.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
+#include "support/poll_json.hpp"
 #include "support/spawn.hpp"
 
 #include "support/fixtures.hpp"
@@ -72,29 +73,11 @@ std::unique_ptr<spawned> start_agent(std::uint16_t port, int pid) {
 template <class Pred>
 json::value wait_for(collector_proc& c, const std::string& target, std::chrono::seconds timeout,
                      Pred pred) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    json::value v;
-    while (std::chrono::steady_clock::now() < deadline) {
-        const auto r = http_call(c.http_port, "GET", target);
-        if (r.status == 200) {
-            json::parse_options deep;
-            deep.max_depth = 4096;
-            v = json::parse(r.body, {}, deep);
-            if (pred(v))
-                return v;
-        }
-        std::this_thread::sleep_for(250ms);
-    }
-    return v;
+    return test_support::poll_json(c.http_port, target, timeout, pred);
 }
 
 bool names(const json::value& functions, std::string_view fn) {
-    if (!functions.is_object() || !functions.as_object().contains("functions"))
-        return false;
-    for (const auto& r : functions.at("functions").as_array())
-        if (r.at("name").as_string() == fn)
-            return true;
-    return false;
+    return test_support::names_function(functions, fn);
 }
 
 const std::string matrix = "(anonymous namespace)::matrix_multiply";

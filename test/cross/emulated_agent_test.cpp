@@ -5,6 +5,7 @@
 // Hidden from the default run ([.cross]); the test command runs it after building the agents:
 //   PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
 #include "support/http_client.hpp"
+#include "support/poll_json.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
@@ -38,32 +39,8 @@ std::uint64_t meminfo_total_kb() {
     return 0;
 }
 
-// Polls GET `target` until `pred` holds or `timeout` passes; the last answer.
-template <class Pred>
-json::value poll(std::uint16_t port, const std::string& target, std::chrono::seconds timeout,
-                 Pred pred) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    json::value v;
-    while (std::chrono::steady_clock::now() < deadline) {
-        const auto r = http_call(port, "GET", target);
-        if (r.status == 200) {
-            v = json::parse(r.body);
-            if (pred(v))
-                return v;
-        }
-        std::this_thread::sleep_for(250ms);
-    }
-    return v;
-}
-
-bool has_function(const json::value& fns, std::string_view name) {
-    if (!fns.is_object() || !fns.as_object().contains("functions"))
-        return false;
-    for (const auto& f : fns.at("functions").as_array())
-        if (f.at("name").as_string() == name)
-            return true;
-    return false;
-}
+using test_support::names_function;
+using test_support::poll_json;
 
 } // namespace
 
@@ -112,7 +89,7 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
     }
     spawned live(emulator, {agent, "--server", server, "--pid", std::to_string(demo.pid()),
                             "--duration", "1", "--token", token});
-    const auto targets = poll(http, "/api/targets", 60s, [&](const json::value& v) {
+    const auto targets = poll_json(http, "/api/targets", 60s, [&](const json::value& v) {
         for (const auto& t : v.as_array())
             if (t.at("state").as_string() == "profiling")
                 return true;
@@ -143,15 +120,15 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
 
     // Live samples of the demo's hot functions.
     const auto fns =
-        poll(http, "/api/sessions/" + session + "/functions", 60s, [](const json::value& v) {
-            return has_function(v, "(anonymous namespace)::matrix_multiply");
+        poll_json(http, "/api/sessions/" + session + "/functions", 60s, [](const json::value& v) {
+            return names_function(v, "(anonymous namespace)::matrix_multiply");
         });
-    CHECK(has_function(fns, "(anonymous namespace)::matrix_multiply"));
+    CHECK(names_function(fns, "(anonymous namespace)::matrix_multiply"));
 
     // Health metrics read from /proc by the emulated agent, byte order and all.
     const auto system =
-        poll(http, "/api/sessions/" + session + "/metrics?type=system", 30s,
-             [](const json::value& v) { return v.is_array() && !v.as_array().empty(); });
+        poll_json(http, "/api/sessions/" + session + "/metrics?type=system", 30s,
+                  [](const json::value& v) { return v.is_array() && !v.as_array().empty(); });
     REQUIRE(system.is_array());
     REQUIRE_FALSE(system.as_array().empty());
     const auto& m = system.as_array().back();
