@@ -21,7 +21,7 @@ void session_model::note_metrics(std::string_view payload) {
 bool session_model::ingest(bool compressed, std::string_view payload) {
     std::string text;
     if (compressed) {
-        auto out = protocol::decompress(payload, protocol::max_decompressed);
+        auto out = protocol::decompress(payload, protocol::max_chunk_text);
         if (!out) {
             ++bad_chunks;
             return false;

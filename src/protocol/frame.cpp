@@ -55,7 +55,7 @@ void frame_decoder::feed(std::string_view bytes) {
                 error_ = errc::unknown_flag;
                 return;
             }
-            if (length > max_payload_) {
+            if (length > (first_done_ ? max_payload_ : first_max_payload_)) {
                 error_ = errc::frame_too_large;
                 return;
             }
@@ -71,6 +71,7 @@ void frame_decoder::feed(std::string_view bytes) {
         payload_remaining_ -= take;
         bytes.remove_prefix(take);
         if (payload_remaining_ == 0) {
+            first_done_ = true;
             ready_.push_back(frame{*flag_, std::move(payload_)});
             payload_ = std::string();
             flag_.reset();

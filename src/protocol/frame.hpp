@@ -15,6 +15,7 @@
 
 #include "protocol/error.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,13 @@ inline constexpr std::size_t header_size = 5;
 inline constexpr std::size_t collector_max_frame = std::size_t{128} << 20;
 inline constexpr std::size_t agent_max_frame = std::size_t{1} << 20;
 inline constexpr std::size_t max_decompressed = std::size_t{1} << 30;
+// Before the hello, a frame may be no larger than a hello can be: checked on the header.
+inline constexpr std::size_t hello_max_frame = std::size_t{64} << 10;
+// A data chunk's text: the agent cuts chunks at 16 MiB, so a payload that expands past this
+// is a bomb, stopped as it expands.
+inline constexpr std::size_t max_chunk_text = std::size_t{64} << 20;
+// A health-metrics object; larger ones are refused, never forwarded to browsers.
+inline constexpr std::size_t max_metrics_frame = std::size_t{256} << 10;
 inline constexpr std::size_t max_hello = std::size_t{64} << 10;
 
 constexpr bool is_known_flag(std::uint8_t f) noexcept {
@@ -58,8 +66,12 @@ std::string encode_frame(frame_flag flag, std::string_view payload);
 
 class frame_decoder {
 public:
-    explicit frame_decoder(std::size_t max_payload) noexcept
-        : max_payload_(max_payload) {}
+    // `first_max_payload`: the limit of the first frame alone (the collector's hello limit, so
+    // a peer that has not introduced itself cannot make it hold more), checked on its header.
+    explicit frame_decoder(std::size_t max_payload,
+                           std::size_t first_max_payload = SIZE_MAX) noexcept
+        : max_payload_(max_payload)
+        , first_max_payload_(std::min(max_payload, first_max_payload)) {}
 
     // Consumes all of `bytes`. After an error, further input is ignored.
     void feed(std::string_view bytes);
@@ -76,7 +88,8 @@ public:
     std::size_t pending_bytes() const noexcept { return header_fill_ + payload_.size(); }
 
 private:
-    std::size_t max_payload_;
+    std::size_t max_payload_, first_max_payload_;
+    bool first_done_ = false;
     std::array<unsigned char, header_size> header_{};
     std::size_t header_fill_ = 0;
     std::optional<frame_flag> flag_; // set while reading a payload

@@ -22,9 +22,10 @@ namespace protocol {
 template <class Stream>
 class frame_reader {
 public:
-    frame_reader(Stream& stream, std::size_t max_payload, std::size_t read_size)
+    frame_reader(Stream& stream, std::size_t max_payload, std::size_t read_size,
+                 std::size_t first_max_payload = SIZE_MAX)
         : stream_(stream)
-        , decoder_(max_payload)
+        , decoder_(max_payload, first_max_payload)
         , buf_(read_size) {}
 
     // The next whole frame. Errors: the decoder's (a protocol violation, protocol_category()),

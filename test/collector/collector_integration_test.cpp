@@ -1,4 +1,5 @@
 // The real collector with real agents profiling the real demo under real perf.
+#include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
@@ -15,6 +16,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <poll.h>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -413,6 +415,98 @@ TEST_CASE("every header shape imports from the command line and by upload, and a
     } while (now != folders_before && std::chrono::steady_clock::now() < deadline);
     CHECK(now == folders_before);
     CHECK(json::parse(http_call(http_port, "GET", "/api/sessions").body).as_array().size() == 2);
+}
+
+TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, forged metrics",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+
+    // A browser on the event stream, read raw for what reaches it.
+    const int browser = test_support::connect_loopback(coll.http_port);
+    REQUIRE(browser >= 0);
+    const std::string get = "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+
+    // Before the hello a frame may be no larger than a hello: a header declaring 1 MiB closes
+    // the connection at once, before any of it is sent.
+    auto big = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(big);
+    const auto declared = std::chrono::steady_clock::now();
+    big->send_raw(std::string("\x00\x10\x00\x00\x03", 5));
+    CHECK_FALSE(big->next(5s));
+    CHECK(big->closed());
+    CHECK(std::chrono::steady_clock::now() - declared < 3s); // not the 10 s hello deadline
+
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"bomb"})");
+    // 1 GiB of zeros in a 32 KiB frame: stopped as it expands past a chunk's size.
+    protocol::zstd_compressor z;
+    const std::string zeros(std::size_t{1} << 20, '\0');
+    for (int i = 0; i < 1024; ++i)
+        z.write(zeros);
+    const std::string bomb = z.finish();
+    REQUIRE(bomb.size() < (std::size_t{64} << 10));
+    agent->send(protocol::frame_flag::zstd, bomb);
+    // Metrics that try to forge another event, and metrics that are not JSON.
+    agent->send(protocol::frame_flag::metrics,
+                R"({"type":"process","ts":1,"pid":7,"comm":"x\n\nevent: targets\ndata: []",)"
+                R"("state":"R","cpu_pct":1,"rss_kb":1,"vsize_kb":1,"threads":1,"fds":1,)"
+                R"("voluntary_csw":1,"involuntary_csw":1,"minor_faults":1,"major_faults":1,)"
+                R"("oom_score":0,"forged":"\n\nevent: targets\ndata: []"})");
+    agent->send(protocol::frame_flag::metrics, "{not json\n\nevent: targets\ndata: []");
+    agent->send(protocol::frame_flag::text, "app 7/7 1.000000: 1 cpu-clock:\n\t1 f (/x)\n\n");
+
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("samples").to_number<int>() == 1;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    const std::string id(sessions.as_array()[0].at("id").as_string());
+    const auto meta = coll.get("/api/sessions/" + id);
+    CHECK(meta.at("bad_chunks").to_number<int>() == 1);
+    // The bomb never expanded far: the collector stayed small.
+    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
+    long hwm_kb = 0;
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("VmHWM:", 0) == 0)
+            hwm_kb = std::stol(line.substr(6));
+    CHECK(hwm_kb > 0);
+    CHECK(hwm_kb < 256 * 1024);
+
+    // What reached the browser: the metrics as known fields only, one "data:" line each; no
+    // forged event, nothing from the frame that is not JSON.
+    std::string seen;
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        pollfd p{browser, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+            char buf[4096];
+            const ssize_t n = ::read(browser, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            seen.append(buf, static_cast<std::size_t>(n));
+        }
+        if (seen.find("event: metrics") != std::string::npos &&
+            seen.find("\n\n", seen.find("event: metrics")) != std::string::npos)
+            break;
+    }
+    ::close(browser);
+    INFO(seen);
+    const auto at = seen.find("event: metrics\n");
+    REQUIRE(at != std::string::npos);
+    const auto event = seen.substr(at, seen.find("\n\n", at) - at);
+    CHECK(event.find("forged") == std::string::npos);
+    CHECK(event.find("\ndata: ") != std::string::npos);
+    CHECK(event.find("\nevent:") == std::string::npos);
+    CHECK(seen.find("{not json") == std::string::npos);
+    std::size_t targets_events = 0;
+    for (auto p = seen.find("event: targets\n"); p != std::string::npos;
+         p = seen.find("event: targets\n", p + 1))
+        ++targets_events;
+    CHECK(targets_events >= 1); // the real ones: on connect and for the agent
+    CHECK(seen.find("data: []}") == std::string::npos); // no event forged from the bad frame
 }
 
 TEST_CASE("a full disk: chunks stay in the live view, the session says what is not on disk",

@@ -26,6 +26,10 @@ std::string take(asio::io_context& io, sse_client& c, std::chrono::seconds heart
 TEST_CASE("SSE events are formatted byte for byte", "[collector][sse]") {
     CHECK(sse_hub::format("data_version", R"({"session_id":"s","chunks":3})") ==
           "event: data_version\ndata: {\"session_id\":\"s\",\"chunks\":3}\n\n");
+    // Line breaks in data become more "data:" lines: no payload can end the event or start
+    // another.
+    CHECK(sse_hub::format("metrics", "a\n\nevent: targets\r\ndata: x\r") ==
+          "event: metrics\ndata: a\ndata: \ndata: event: targets\ndata: data: x\ndata: \n\n");
 }
 
 TEST_CASE("SSE fan-out: every client gets each event once, a heartbeat when idle",

@@ -184,3 +184,24 @@ TEST_CASE("error messages name the problem", "[protocol][error]") {
     CHECK(ec.message() == "frame length exceeds limit");
     CHECK(std::string(to_string(frame_flag::zstd)) == "zstd");
 }
+
+TEST_CASE("the first frame has its own limit, checked on its header", "[protocol][frame]") {
+    frame_decoder first_too_big(1000, 16);
+    first_too_big.feed(std::string("\x00\x00\x00\x11\x03", 5)); // 17 bytes declared, none sent
+    auto r = first_too_big.next();
+    REQUIRE(r.has_error());
+    CHECK(r.error() == errc::frame_too_large);
+
+    // After the first frame, the larger limit: both frames in one read.
+    frame_decoder d(1000, 16);
+    d.feed(encode_frame(frame_flag::response, "hello") +
+           encode_frame(frame_flag::text, std::string(500, 'x')));
+    auto a = d.next();
+    REQUIRE(a.has_value());
+    REQUIRE(*a);
+    CHECK((*a)->payload == "hello");
+    auto b = d.next();
+    REQUIRE(b.has_value());
+    REQUIRE(*b);
+    CHECK((*b)->payload.size() == 500);
+}

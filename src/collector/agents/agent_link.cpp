@@ -153,7 +153,10 @@ asio::awaitable<void> agent_link::writer() {
 }
 
 asio::awaitable<void> agent_link::reader() {
-    protocol::frame_reader<tcp::socket> frames(socket_, protocol::collector_max_frame, 64 << 10);
+    // The first frame (the hello) may be no larger than a hello: refused on its 5-byte header,
+    // so a peer that has not introduced itself cannot make the collector hold more than that.
+    protocol::frame_reader<tcp::socket> frames(socket_, protocol::collector_max_frame, 64 << 10,
+                                               protocol::hello_max_frame);
     // A peer that says nothing is dropped after 10 s.
     asio::steady_timer hello_deadline(socket_.get_executor(), std::chrono::seconds(10));
     while (!closed_) {
@@ -258,15 +261,28 @@ void agent_link::on_frame(protocol::frame&& f) {
         break;
     }
     case frame_flag::metrics: {
+        // Parsed and written again: only the known fields of a known type reach the disk and
+        // the browsers, as one line of JSON.
+        auto parsed = f.payload.size() > protocol::max_metrics_frame
+                          ? protocol::parse_result<protocol::health_metrics>(protocol::parse_error{
+                                protocol::errc::invalid_message,
+                                std::to_string(f.payload.size()) + " bytes, over the limit of " +
+                                    std::to_string(protocol::max_metrics_frame)})
+                          : protocol::parse_metrics(f.payload);
+        if (!parsed) {
+            if (!std::exchange(metrics_refusal_logged_, true))
+                log(peer_, "metrics refused (logged once): " + parsed.error().message());
+            break;
+        }
         auto e = session_;
-        auto payload = std::make_shared<std::string>(std::move(f.payload));
+        auto payload = std::make_shared<std::string>(protocol::serialize(*parsed));
         asio::post(e->strand, [e, payload] {
             if (e->writer)
                 (void)e->writer->append_metrics(*payload);
             if (e->model)
                 e->model->note_metrics(*payload);
         });
-        // Straight to the browsers: {"session_id":…,"metrics":{…}} without re-parsing.
+        // To the browsers: {"session_id":…,"metrics":{…}}.
         if (app_.sse.clients())
             app_.sse.broadcast("metrics", R"({"session_id":")" + session_id_ + R"(","metrics":)" +
                                               *payload + "}");

@@ -61,6 +61,7 @@ private:
     std::optional<int> pid_;
     double connected_at_ = 0;
     bool closed_ = false;
+    bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;

@@ -5,10 +5,20 @@
 
 namespace collector {
 
+// Each line of `data` is its own "data:" field (the browser joins them with '\n'), so no
+// payload can end the event early or start another: "\n\nevent: targets" stays data.
 std::string sse_hub::format(std::string_view kind, std::string_view data) {
     std::string out;
     out.reserve(kind.size() + data.size() + 16);
-    out.append("event: ").append(kind).append("\ndata: ").append(data).append("\n\n");
+    out.append("event: ").append(kind).append("\n");
+    for (;;) {
+        const auto nl = data.find_first_of("\r\n");
+        out.append("data: ").append(data.substr(0, nl)).append("\n");
+        if (nl == std::string_view::npos)
+            break;
+        data.remove_prefix(nl + (data.substr(nl, 2) == "\r\n" ? 2 : 1));
+    }
+    out.append("\n");
     return out;
 }
 
