@@ -131,7 +131,10 @@ async function renderSession(s) {
   if (s.end) q.set('end', s.end);
   const meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`);
   const events = meta.event_types || [];
-  $('#event').innerHTML = events.map((e) => `<option ${e === s.event ? 'selected' : ''}>${esc(e)}</option>`).join('');
+  // Without an event in the URL the collector picks the one with most samples: keep showing
+  // the one it picked last for this session, so a re-render never flashes another.
+  const shown = s.event || (view.picked?.session === s.session ? view.picked.event : null);
+  $('#event').innerHTML = events.map((e) => `<option ${e === shown ? 'selected' : ''}>${esc(e)}</option>`).join('');
   await renderControls(s.session);
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
@@ -150,7 +153,7 @@ async function renderSession(s) {
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
-    if (!s.event) $('#event').value = answer.event; // the event the collector chose: most samples
+    if (!s.event) { view.picked = { session: s.session, event: answer.event }; $('#event').value = answer.event; }
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
   }
