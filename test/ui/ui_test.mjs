@@ -260,10 +260,15 @@ try {
   await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
   const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
   await tableShows(wz, { session: shapesSession });
-  check(await wz.locator('#functions tbody tr[data-function="table_leaf"]').count() === 1 &&
-    await wz.locator('#event').inputValue() === 'cycles' &&
-    (await wz.locator('#session-skipped').textContent()) === '1 unreadable lines skipped',
-    `flags-field text imports from the UI (${await wz.locator('#session-info').textContent()}; ${await wz.locator('#session-skipped').textContent()})`);
+  // The whole state the import produces, read in one go once it holds.
+  const shapesState = () => wz.evaluate(() => [document.querySelectorAll('#functions tbody tr[data-function="table_leaf"]').length,
+    document.querySelector('#event').value, document.querySelector('#session-skipped').textContent]);
+  await wz.waitForFunction(() => document.querySelector('#event').value === 'cycles' &&
+    document.querySelector('#session-skipped').textContent === '1 unreadable lines skipped' &&
+    document.querySelectorAll('#functions tbody tr[data-function="table_leaf"]').length === 1, null, { timeout: 15000 }).catch(() => {});
+  const [leafRows, shownEvent, skippedText] = await shapesState();
+  check(leafRows === 1 && shownEvent === 'cycles' && skippedText === '1 unreadable lines skipped',
+    `flags-field text imports from the UI (${leafRows} table_leaf rows, event ${shownEvent}, "${skippedText}")`);
 
   // A local binary that is not the build the agent reported: the Source tab says so.
   doing = "a local binary of another build";
@@ -322,7 +327,8 @@ try {
   const light = await background();
   await again.click('#theme'); // light → dark
   const dark = await background();
-  await again.reload();
+  // DOMContentLoaded follows the module scripts; the page's own requests need not finish.
+  await again.reload({ waitUntil: 'domcontentloaded' });
   await again.locator('#theme').waitFor({ timeout: 10000 });
   check(light === 'rgb(255, 255, 255)' && dark === 'rgb(18, 21, 28)' && await background() === dark &&
     (await again.locator('#theme').textContent()) === 'theme: dark', `the theme switches and is remembered (${light}, ${dark})`);
