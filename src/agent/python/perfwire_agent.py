@@ -1,0 +1,2260 @@
+#!/usr/bin/env python3
+r"""perfwire-agent in one file: profile a process with perf and stream it to a perfwire collector.
+
+The same agent as the C++ one in src/agent/ -- same flags, hello, commands, pairing rules,
+health metrics and data chunks -- for devices where a Python 3.5+ interpreter is easier to
+bring than a binary. Standard library only.
+
+The wire (docs/protocol.md, version 1) is one TCP stream of frames:
+
+    0        4    5
+    +--------+----+------------------+
+    |  LEN   |FLAG|  payload (LEN)   |     LEN: unsigned 32-bit big-endian; FLAG: one byte
+    +--------+----+------------------+
+
+    FLAG 0  agent -> collector   perf script text [+ "\n### PERF_STAT ###\n" + perf stat report]
+    FLAG 1  agent -> collector   the same, as one zstd frame
+    FLAG 2  collector -> agent   command {"id":"...","cmd":"...","args":{...}}
+    FLAG 3  agent -> collector   the hello (first frame), command responses, state notices
+    FLAG 4  agent -> collector   one health-metrics object, discriminated by "type"
+
+A zero-length frame is a keep-alive; the agent accepts frames of up to 1 MiB.
+
+Data chunks are compressed with the `zstandard` module when it is importable (flag 1), else by
+a `zstd` executable on PATH fed through a pipe (flag 1), else sent as text (flag 0).
+PERFWIRE_PY_COMPRESSION=zstandard|zstd|none forces one of them.
+"""
+
+import binascii
+import copy
+import errno
+import hmac
+import json
+import os
+import platform
+import random
+import re
+import select
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+
+try:
+    import ctypes
+except ImportError:  # a minimal interpreter: children then lack PR_SET_PDEATHSIG
+    ctypes = None
+
+VERSION = "0.1.0"  # PERFWIRE_VERSION, the project version in the top-level CMakeLists.txt
+PROTOCOL_VERSION = 1
+
+
+def log(what):
+    with _log_lock:
+        try:
+            sys.stderr.write("perfwire-agent: %s\n" % what)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+_log_lock = threading.RLock()  # reentrant: the signal handler logs too
+
+
+def monotonic():
+    return time.monotonic()
+
+
+def seconds_text(value):
+    """A duration as the C++ agent prints it: std::to_string(x).substr(0, 4)."""
+    return ("%f" % value)[:4]
+
+
+def os_message(e):
+    """The reason in an OSError, as strerror words ("Connection refused")."""
+    return getattr(e, "strerror", None) or str(e)
+
+
+# ================================================================================ framing
+
+FLAG_TEXT, FLAG_ZSTD, FLAG_COMMAND, FLAG_RESPONSE, FLAG_METRICS = range(5)
+FLAG_NAMES = ("text", "zstd", "command", "response", "metrics")
+HEADER = struct.Struct(">IB")
+AGENT_MAX_FRAME = 1 << 20
+
+
+def encode_frame(flag, payload):
+    return HEADER.pack(len(payload), flag) + payload
+
+
+class FrameDecoder(object):
+    """Bytes in, whole frames out. Length and flag are checked as soon as a header is in;
+    after an error (`self.error`) further input is ignored."""
+
+    def __init__(self, max_payload):
+        self.max_payload = max_payload
+        self.buf = bytearray()
+        self.error = None
+
+    def feed(self, data):
+        """The frames `data` completes, in order (keep-alives skipped)."""
+        frames = []
+        if self.error:
+            return frames
+        self.buf += data
+        pos = 0
+        while len(self.buf) - pos >= HEADER.size:
+            length, flag = HEADER.unpack_from(self.buf, pos)
+            if flag > FLAG_METRICS:
+                self.error = "unknown frame flag"
+                break
+            if length > self.max_payload:
+                self.error = "frame length exceeds limit"
+                break
+            start = pos + HEADER.size
+            if len(self.buf) - start < length:
+                break
+            if length:
+                frames.append((flag, bytes(self.buf[start:start + length])))
+            pos = start + length
+        del self.buf[:pos]
+        return frames
+
+
+# ================================================================================ messages
+
+
+def to_json(value):
+    # Compact like Boost.JSON; lone surrogates (from odd input) become \uXXXX escapes.
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "backslashreplace")
+
+
+def response(req_id, fields=None, error=None):
+    """{"id":..,"ok":..,["error":..,] fields...}; fields never override id/ok/error."""
+    out = {"id": req_id, "ok": error is None}
+    if error is not None:
+        out["error"] = error
+    for key, value in (fields or {}).items():
+        out.setdefault(key, value)
+    return out
+
+
+def parse_command(payload):
+    """(request, None) or (None, error) with the C++ parser's wording."""
+    try:
+        text = payload.decode("utf-8")
+        value = json.loads(text)
+    except UnicodeDecodeError:
+        return None, "invalid JSON: syntax error"
+    except ValueError as e:
+        at_end = getattr(e, "pos", 0) >= len(text.rstrip())
+        return None, "invalid JSON: " + ("incomplete JSON" if at_end else "syntax error")
+    if not isinstance(value, dict):
+        return None, "invalid JSON: expected a JSON object"
+    if not isinstance(value.get("id"), str):
+        return None, "invalid message: field 'id' must be a string"
+    cmd = value.get("cmd")
+    if not isinstance(cmd, str) or not cmd:
+        return None, "invalid message: field 'cmd' must be a non-empty string"
+    args = value.get("args")
+    if args is None:
+        args = {}
+    elif not isinstance(args, dict):
+        return None, "invalid message: field 'args' must be an object"
+    return {"id": value["id"], "cmd": cmd, "args": args}, None
+
+
+def int_arg(args, key):
+    """An integer argument as the C++ agent reads it: numbers truncated, strings like stoi."""
+    v = args.get(key)
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v == v and abs(v) < 2 ** 63 else None
+    if isinstance(v, str):
+        m = re.match(r"\s*([+-]?\d+)", v)
+        if m and -2 ** 31 <= int(m.group(1)) < 2 ** 31:
+            return int(m.group(1))
+    return None
+
+
+def generate_pairing_code():
+    return binascii.hexlify(os.urandom(16)).decode("ascii")
+
+
+def constant_time_equal(expected, presented):
+    if not expected:
+        return False
+    return hmac.compare_digest(expected.encode("utf-8"), presented.encode("utf-8"))
+
+
+def build_arch():
+    """The dist/ name of what this interpreter runs as (the C++ agent's compiled-for arch)."""
+    m = platform.machine().lower()
+    wide = struct.calcsize("P") == 8
+    if m in ("x86_64", "amd64"):
+        return "x86_64" if wide else "i686"
+    if re.match(r"i[3-6]86$|x86$", m):
+        return "i686"
+    if m in ("aarch64", "arm64", "aarch64_be", "armv8b"):
+        return "aarch64" if wide else "armv7"
+    if m.startswith("armv7") or m.startswith("armv8"):
+        return "armv7"
+    if m.startswith("arm"):
+        return "arm"
+    if m in ("s390x", "riscv64", "ppc64le"):
+        return m
+    if m.startswith("mips"):
+        return "mips"
+    return "unknown"
+
+
+# ================================================================================ compression
+
+
+class TextBuffer(object):
+    """No compression: the chunk is kept as text (flag 0)."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, data):
+        self.parts.append(data)
+
+    def finish(self):
+        out, self.parts = b"".join(self.parts), []
+        return out
+
+    def close(self):
+        self.parts = []
+
+
+class ZstandardStream(object):
+    """One zstd frame per chunk through the zstandard module (level 1, with checksum)."""
+
+    def __init__(self, module):
+        self.cctx = module.ZstdCompressor(level=1, write_checksum=True)
+        self.obj = None
+        self.parts = []
+
+    def write(self, data):
+        if self.obj is None:
+            self.obj = self.cctx.compressobj()
+        self.parts.append(self.obj.compress(data))
+
+    def finish(self):
+        self.write(b"")
+        self.parts.append(self.obj.flush())
+        out, self.parts, self.obj = b"".join(self.parts), [], None
+        return out
+
+    def close(self):
+        self.parts, self.obj = [], None
+
+
+class ZstdPipeStream(object):
+    """One zstd frame per chunk from `zstd -q -c -1`: text goes in as it arrives, a thread
+    collects the compressed output, finish() closes the input and returns the frame."""
+
+    def __init__(self, exe):
+        self.exe = exe
+        self.proc = None
+        self.reader = None
+        self.out = []
+
+    def _start(self):
+        self.proc = spawn([self.exe, "-q", "-c", "-1"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE)
+        self.out = []
+        self.reader = threading.Thread(target=self._collect, args=(self.proc.stdout, self.out))
+        self.reader.daemon = True
+        self.reader.start()
+
+    @staticmethod
+    def _collect(pipe, out):
+        for block in iter(lambda: pipe.read(65536), b""):
+            out.append(block)
+
+    def write(self, data):
+        if self.proc is None:
+            self._start()
+        self.proc.stdin.write(data)
+
+    def finish(self):
+        if self.proc is None:
+            self._start()
+        proc, self.proc = self.proc, None
+        proc.stdin.close()
+        self.reader.join()
+        proc.stdout.close()
+        code = proc.wait()
+        forget_child(proc)
+        if code != 0:
+            raise RuntimeError("zstd exited with status %d" % code)
+        return b"".join(self.out)
+
+    def close(self):
+        if self.proc is not None:
+            kill_child(self.proc)
+            self.proc = None
+
+
+class Compression(object):
+    def __init__(self, name, flag, make):
+        self.name, self.flag, self.make = name, flag, make
+
+
+def choose_compression():
+    """The compressor for data chunks; None with a message when a forced one is missing."""
+    forced = os.environ.get("PERFWIRE_PY_COMPRESSION", "").strip().lower()
+    if forced not in ("", "zstandard", "zstd", "none"):
+        return None, "PERFWIRE_PY_COMPRESSION must be zstandard, zstd or none"
+    if forced in ("", "zstandard"):
+        try:
+            import zstandard
+            return Compression("zstandard module %s" % getattr(zstandard, "__version__", "?"),
+                               FLAG_ZSTD, lambda: ZstandardStream(zstandard)), None
+        except ImportError:
+            if forced:
+                return None, "PERFWIRE_PY_COMPRESSION=zstandard: cannot import zstandard"
+    if forced in ("", "zstd"):
+        exe = shutil.which("zstd")
+        if exe:
+            return Compression("zstd executable %s" % exe, FLAG_ZSTD,
+                               lambda: ZstdPipeStream(exe)), None
+        if forced:
+            return None, "PERFWIRE_PY_COMPRESSION=zstd: no zstd on PATH"
+    return Compression("none (text frames)", FLAG_TEXT, TextBuffer), None
+
+
+# ================================================================================ procfs & metrics
+
+
+def read_file(path):
+    """The whole file as bytes, or None (process gone, no permission)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (OSError, IOError):
+        return None
+
+
+def read_text(path):
+    data = read_file(path)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def u64(token):
+    """Leading decimal digits (after blanks) as an int, else 0 -- like from_chars."""
+    m = re.match(r"[ \t\n]*(\d+)", token or "")
+    return int(m.group(1)) if m else 0
+
+
+def to_float(token):
+    try:
+        return float(token)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def parse_stat(text):
+    """/proc/stat: (all, per_core, ctxt, intr, running, blocked); cpu times as (busy, total)."""
+    out = {"all": (0, 0), "cores": [], "ctxt": 0, "intr": 0, "running": 0, "blocked": 0}
+    for line in text.splitlines():
+        f = line.split()
+        if not f:
+            continue
+        if f[0].startswith("cpu"):
+            v = [u64(x) for x in (f[1:9] + ["0"] * 8)[:8]]
+            total = sum(v)
+            times = (total - v[3] - v[4], total)  # busy excludes idle and iowait
+            if f[0] == "cpu":
+                out["all"] = times
+            elif len(f[0]) > 3:
+                out["cores"].append(times)
+        elif len(f) > 1 and f[0] in ("ctxt", "intr", "procs_running", "procs_blocked"):
+            key = {"procs_running": "running", "procs_blocked": "blocked"}.get(f[0], f[0])
+            out[key] = u64(f[1])
+    return out
+
+
+def busy_pct(before, after):
+    if after[1] <= before[1] or after[0] < before[0]:
+        return 0.0
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def parse_meminfo(text):
+    kb = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        if sep:
+            kb[key] = u64(rest.split()[0] if rest.split() else "")
+    total = kb.get("MemTotal", 0)
+    available = kb["MemAvailable"] if "MemAvailable" in kb else kb.get("MemFree", 0)
+    used = total - available if total > available else 0
+    swap_total = kb.get("SwapTotal", 0)
+    swap_free = kb.get("SwapFree", 0)
+    return {"total_kb": total, "used_kb": used, "available_kb": available,
+            "buffers_kb": kb.get("Buffers", 0),
+            "cached_kb": kb.get("Cached", 0) + kb.get("SReclaimable", 0),
+            "swap_total_kb": swap_total,
+            "swap_used_kb": swap_total - swap_free if swap_total > swap_free else 0,
+            "used_pct": 100.0 * used / total if total else 0.0}
+
+
+def parse_uptime(text):
+    f = (text or "").split()
+    return to_float(f[0]) if f else 0.0
+
+
+def parse_pid_stat(text):
+    """/proc/PID/stat (or task/TID/stat) as a dict; comm sits between '(' and the last ')'."""
+    if not text:
+        return None
+    open_, close = text.find("("), text.rfind(")")
+    if open_ < 0 or close < open_:
+        return None
+    v = text[close + 1:].split()
+    if len(v) < 22:
+        return None
+    return {"pid": u64(text[:open_]), "comm": text[open_ + 1:close], "state": v[0][0],
+            "minor_faults": u64(v[7]), "major_faults": u64(v[9]), "utime": u64(v[11]),
+            "stime": u64(v[12]), "threads": u64(v[17]), "start_time": u64(v[19]),
+            "vsize": u64(v[20]), "rss_pages": u64(v[21])}
+
+
+def parse_pid_status(text):
+    out = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0, "VmRSS": 0}
+    for line in (text or "").splitlines():
+        key, sep, rest = line.partition(":")
+        if sep and key in out:
+            out[key] = u64(rest)
+    return out
+
+
+def parse_maps_executables(text):
+    """Files mapped executable in /proc/PID/maps, sorted, each once; no deleted files."""
+    out = set()
+    for line in (text or "").splitlines():
+        f = line.split(None, 5)
+        if len(f) < 6 or len(f[1]) < 4 or f[1][2] != "x":
+            continue
+        path = f[5]
+        if path.startswith("/") and not path.endswith(" (deleted)"):
+            out.add(path)
+    return sorted(out)
+
+
+def read_cmdline(pid):
+    data = read_file("/proc/%d/cmdline" % pid)
+    if not data:
+        return ""
+    return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def pid_exists(pid):
+    """Alive for profiling: a zombie that exited but was not reaped does not count."""
+    if pid is None or pid <= 0:
+        return False
+    stat = parse_pid_stat(read_text("/proc/%d/stat" % pid))
+    return stat is not None and stat["state"] not in "ZX"
+
+
+def read_perf_event_paranoid():
+    text = read_text("/proc/sys/kernel/perf_event_paranoid")
+    m = re.match(r"\s*([+-]?\d+)", text or "")
+    return int(m.group(1)) if m else (0 if text is not None else 2)
+
+
+def read_build_id(path):
+    """The GNU build-id (lowercase hex) from an ELF file's PT_NOTE segments, or None."""
+    try:
+        f = open(path, "rb")
+    except (OSError, IOError):
+        return None
+    with f:
+        def read_at(offset, n):
+            try:
+                f.seek(offset)
+                data = f.read(n)
+            except (OSError, IOError, OverflowError, ValueError):
+                return b""
+            return data if len(data) == n else b""
+
+        ident = read_at(0, 64)
+        if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
+                or ident[5] not in (1, 2):
+            return None
+        wide, order = ident[4] == 2, "big" if ident[5] == 2 else "little"
+
+        def field(data, at, size):
+            return int.from_bytes(data[at:at + size], order)
+
+        phoff = field(ident, 32, 8) if wide else field(ident, 28, 4)
+        phentsize = field(ident, 54 if wide else 42, 2)
+        phnum = field(ident, 56 if wide else 44, 2)
+        if phentsize < (56 if wide else 32) or phnum == 0 or phnum > 512:
+            return None
+        table = read_at(phoff, phentsize * phnum)
+        if not table:
+            return None
+        for i in range(phnum):
+            h = i * phentsize
+            if field(table, h, 4) != 4:  # PT_NOTE
+                continue
+            offset = field(table, h + 8, 8) if wide else field(table, h + 4, 4)
+            size = field(table, h + 32, 8) if wide else field(table, h + 16, 4)
+            if size == 0 or size > 64 * 1024:
+                continue
+            notes, at = read_at(offset, size), 0
+            while len(notes) - at >= 12:
+                namesz, descsz, kind = field(notes, at, 4), field(notes, at + 4, 4), \
+                    field(notes, at + 8, 4)
+                desc_at = at + 12 + ((namesz + 3) & ~3)
+                if desc_at + descsz > len(notes):
+                    break
+                if kind == 3 and namesz == 4 and notes[at + 12:at + 16] == b"GNU\0" \
+                        and 0 < descsz <= 64:  # NT_GNU_BUILD_ID
+                    return binascii.hexlify(notes[desc_at:desc_at + descsz]).decode("ascii")
+                at = desc_at + ((descsz + 3) & ~3)
+    return None
+
+
+class MetricsSampler(object):
+    """Health metrics from /proc and /sys; keeps the previous counters so CPU percentages
+    cover the interval between two samples."""
+
+    def __init__(self):
+        self.clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        if self.clk_tck <= 0:
+            self.clk_tck = 100
+        self.last_stat = None
+        self.last_process = None  # (pid, ticks, ts)
+        self.last_binaries = (None, None)
+        self.build_ids = {}
+
+    def system(self, ts):
+        stat = parse_stat(read_text("/proc/stat") or "")
+        cores = stat["cores"]
+        before = self.last_stat
+        if before is None or len(before["cores"]) != len(cores):
+            before = {"all": (0, 0), "cores": [(0, 0)] * len(cores)}
+        self.last_stat = stat
+        cpu = {"overall_pct": busy_pct(before["all"], stat["all"]),
+               "per_core": [busy_pct(b, a) for b, a in zip(before["cores"], cores)]}
+        freq = []
+        for i in range(len(cores)):
+            khz = read_text("/sys/devices/system/cpu/cpu%d/cpufreq/scaling_cur_freq" % i)
+            if khz is None:
+                break
+            freq.append(u64(khz) / 1000.0)
+        if freq and len(freq) == len(cores):
+            cpu["freq_mhz"] = freq
+        cpu["num_cores"] = len(cores)
+        load = (read_text("/proc/loadavg") or "").split() + ["0"] * 3
+        m = {"type": "system", "ts": ts, "cpu": cpu,
+             "mem": parse_meminfo(read_text("/proc/meminfo") or ""),
+             "load": {"avg_1m": to_float(load[0]), "avg_5m": to_float(load[1]),
+                      "avg_15m": to_float(load[2])}}
+        temps = []  # the hottest thermal zone, in degrees C
+        try:
+            zones = [z for z in os.listdir("/sys/class/thermal") if z.startswith("thermal_zone")]
+        except OSError:
+            zones = []
+        for zone in zones:
+            milli = read_text("/sys/class/thermal/%s/temp" % zone)
+            if milli is not None:
+                temps.append(u64(milli) / 1000.0)
+        if temps:
+            m["temp_c"] = max(temps)
+        m.update({"uptime_sec": parse_uptime(read_text("/proc/uptime")),
+                  "context_switches": stat["ctxt"], "interrupts": stat["intr"],
+                  "procs_running": stat["running"], "procs_blocked": stat["blocked"]})
+        return m
+
+    def process(self, pid, ts):
+        base = "/proc/%d/" % pid
+        stat = parse_pid_stat(read_text(base + "stat"))
+        if stat is None:
+            return None
+        status = parse_pid_status(read_text(base + "status"))
+        ticks = stat["utime"] + stat["stime"]
+        hz = float(self.clk_tck)
+        last = self.last_process
+        if last and last[0] == pid and ts > last[2]:
+            cpu = 100.0 * (ticks - min(ticks, last[1])) / hz / (ts - last[2])
+        else:  # first sample: the average since the process started
+            alive = parse_uptime(read_text("/proc/uptime")) - stat["start_time"] / hz
+            cpu = 100.0 * ticks / hz / alive if alive > 0 else 0.0
+        self.last_process = (pid, ticks, ts)
+        try:
+            fds = len(os.listdir(base + "fd"))
+        except OSError:
+            fds = 0
+        return {"type": "process", "ts": ts, "pid": pid, "comm": stat["comm"],
+                "state": stat["state"], "cpu_pct": cpu,
+                "rss_kb": status["VmRSS"] or stat["rss_pages"] * os.sysconf("SC_PAGESIZE") // 1024,
+                "vsize_kb": stat["vsize"] // 1024, "threads": stat["threads"], "fds": fds,
+                "voluntary_csw": status["voluntary_ctxt_switches"],
+                "involuntary_csw": status["nonvoluntary_ctxt_switches"],
+                "minor_faults": stat["minor_faults"], "major_faults": stat["major_faults"],
+                "oom_score": u64(read_text(base + "oom_score"))}
+
+    def network(self, ts):
+        interfaces = {}
+        for line in (read_text("/proc/net/dev") or "").splitlines():
+            name, sep, rest = line.partition(":")
+            name = name.strip()
+            if not sep or not name or name == "lo":
+                continue  # the two header lines have no ':'
+            v = [u64(x) for x in rest.split()] + [0] * 16
+            interfaces[name] = {"rx_bytes": v[0], "rx_packets": v[1], "rx_errors": v[2],
+                                "rx_drops": v[3], "tx_bytes": v[8], "tx_packets": v[9],
+                                "tx_errors": v[10]}
+        return {"type": "network", "ts": ts, "interfaces": interfaces}
+
+    def disk(self, ts):
+        devices = {}
+        for line in (read_text("/proc/diskstats") or "").splitlines():
+            f = line.split()
+            if len(f) < 3 or f[2].startswith(("loop", "ram", "zram")):
+                continue
+            v = [u64(x) for x in f[3:11]] + [0] * 8
+            devices[f[2]] = {"reads": v[0], "read_bytes": v[2] * 512, "writes": v[4],
+                             "write_bytes": v[6] * 512, "read_ms": v[3], "write_ms": v[7]}
+        return {"type": "disk", "ts": ts, "devices": devices}
+
+    def threads(self, pid, ts):
+        task_dir = "/proc/%d/task" % pid
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            return None
+        threads = []
+        for tid in tids:
+            s = parse_pid_stat(read_text("%s/%s/stat" % (task_dir, tid)))
+            if s:  # else the thread exited between listing and reading
+                threads.append({"tid": s["pid"], "comm": s["comm"], "state": s["state"],
+                                "ticks": s["utime"] + s["stime"]})
+        threads.sort(key=lambda t: t["tid"])
+        return {"type": "threads", "ts": ts, "pid": pid, "clk_tck": self.clk_tck,
+                "threads": threads}
+
+    def binaries(self, pid, ts):
+        """The target's executable mappings with build-ids; None when unchanged or gone."""
+        maps = read_text("/proc/%d/maps" % pid)
+        if maps is None:
+            return None
+        paths = parse_maps_executables(maps)
+        if self.last_binaries == (pid, paths):
+            return None
+        if len(self.build_ids) > 4096:
+            self.build_ids.clear()  # a process that maps ever new files: bound the cache
+        binaries = []
+        for path in paths:
+            if path not in self.build_ids:
+                # Through the target's root, so a process in a container names its own files.
+                self.build_ids[path] = read_build_id("/proc/%d/root%s" % (pid, path)) \
+                    or read_build_id(path) or ""
+            binaries.append({"path": path, "build_id": self.build_ids[path]})
+        self.last_binaries = (pid, paths)
+        return {"type": "binaries", "ts": ts, "pid": pid, "binaries": binaries}
+
+
+def snapshot_processes():
+    """{pid: (comm, utime + stime)} for every process now."""
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            s = parse_pid_stat(read_text("/proc/%s/stat" % name))
+            if s:
+                out[s["pid"]] = (s["comm"], s["utime"] + s["stime"])
+    return out
+
+
+def top_processes(before, after, seconds, limit=200):
+    hz = float(max(1, os.sysconf("SC_CLK_TCK")))
+    rows = []
+    for pid in sorted(after):
+        comm, ticks = after[pid]
+        base = before[pid][1] if pid in before else ticks
+        cpu = 100.0 * (ticks - min(ticks, base)) / hz / seconds if seconds > 0 else 0.0
+        rows.append({"pid": pid, "comm": comm, "cmdline": "", "cpu": cpu})
+    rows.sort(key=lambda r: -r["cpu"])  # stable: ties stay in pid order
+    rows = rows[:limit]
+    for r in rows:
+        r["cmdline"] = read_cmdline(r["pid"])
+    return rows
+
+
+# ================================================================================ perf: children
+
+_children = set()  # running perf (and zstd) children, killed if the agent exits
+_children_lock = threading.Lock()
+_parent_pid = os.getpid()
+_SIGKILL = int(signal.SIGKILL)
+try:
+    _libc = ctypes.CDLL(None, use_errno=True) if ctypes else None
+except OSError:
+    _libc = None
+
+
+def _child_setup():
+    # Between fork and exec: die with the agent even if it is killed outright.
+    if _libc is not None:
+        _libc.prctl(1, _SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != _parent_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def spawn(argv, stdin=None, stdout=None, stderr=None):
+    """Starts a child (stdin and unset outputs default to /dev/null). Raises OSError.
+    PR_SET_PDEATHSIG follows the thread that forks: call this from a thread that outlives
+    the child."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
+                         stdout=subprocess.DEVNULL if stdout is None else stdout,
+                         stderr=subprocess.DEVNULL if stderr is None else stderr,
+                         preexec_fn=_child_setup, close_fds=True)
+    with _children_lock:
+        _children.add(p)
+    return p
+
+
+def forget_child(p):
+    with _children_lock:
+        _children.discard(p)
+
+
+def signal_child(p, sig):
+    if p is not None and p.returncode is None:
+        try:
+            p.send_signal(sig)
+        except OSError:
+            pass
+
+
+def kill_child(p):
+    if p is None:
+        return
+    if p.poll() is None:
+        signal_child(p, signal.SIGKILL)
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    forget_child(p)
+
+
+def stop_child(p, grace):
+    """SIGINT so perf flushes, up to `grace` seconds, then SIGKILL."""
+    signal_child(p, signal.SIGINT)
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        kill_child(p)
+    forget_child(p)
+
+
+def kill_all_children():
+    with _children_lock:
+        left = list(_children)
+    for p in left:
+        kill_child(p)
+
+
+def exit_code(p):
+    """128+N for a child killed by signal N, like the C++ agent."""
+    return 128 - p.returncode if p.returncode < 0 else p.returncode
+
+
+def pump(streams, on_data, tick=None, deadline=None):
+    """Reads the pipes in `streams` ({fd: name}) until each reaches EOF, handing every block
+    to on_data(name, data) and an empty one at EOF; tick() runs at least every 0.25 s.
+    False if `deadline` passed first."""
+    sel = selectors.DefaultSelector()
+    try:
+        for fd, name in streams.items():
+            sel.register(fd, selectors.EVENT_READ, name)
+        while sel.get_map():
+            timeout = 0.25
+            if deadline is not None:
+                timeout = min(timeout, deadline - monotonic())
+                if timeout <= 0:
+                    return False
+            for key, _ in sel.select(timeout):
+                try:
+                    data = os.read(key.fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fd)
+                on_data(key.data, data)
+            if tick is not None:
+                tick()
+        return True
+    finally:
+        sel.close()
+
+
+def bounded_buffers(limits):
+    """A {name: bytearray} and an on_data for pump() that keeps at most limits[name] bytes."""
+    bufs = dict((name, bytearray()) for name in limits)
+
+    def on_data(name, data):
+        room = limits[name] - len(bufs[name])
+        if room > 0:
+            bufs[name] += data[:room]
+    return bufs, on_data
+
+
+def run_command(argv, timeout):
+    """Runs to completion (or `timeout` s, then stop) -> dict(code, out, err, error)."""
+    result = {"code": -1, "out": "", "err": "", "timed_out": False, "error": ""}
+    try:
+        p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        result["error"] = "%s: %s" % (argv[0], os_message(e))
+        return result
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        result["timed_out"] = True
+        stop_child(p, 0.5)
+        out, err = p.communicate()
+    forget_child(p)
+    result.update(code=exit_code(p), out=out.decode("utf-8", "replace"),
+                  err=err.decode("utf-8", "replace"))
+    return result
+
+
+def run_pipeline(perf, record, script, timeout):
+    """`perf record -o - | perf script -i -` bounded by `timeout`: dict(out, rerr, serr,
+    started); the outputs stay empty when the deadline passes first."""
+    r = {"out": "", "rerr": "", "serr": "", "started": False}
+    try:
+        rec = spawn([perf] + record, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return r
+    try:
+        scr = spawn([perf] + script, stdin=rec.stdout, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
+    except OSError:
+        rec.stdout.close()
+        rec.stderr.close()
+        kill_child(rec)
+        return r
+    rec.stdout.close()
+    r["started"] = True
+    bufs, on_data = bounded_buffers({"out": 4 << 20, "rerr": 1 << 20, "serr": 1 << 20})
+    finished = pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
+                     scr.stderr.fileno(): "serr"}, on_data, deadline=monotonic() + timeout)
+    if finished:
+        for name in bufs:
+            r[name] = bufs[name].decode("utf-8", "replace")
+    for p in (rec, scr):
+        stop_child(p, 0.5)
+    for f in (rec.stderr, scr.stdout, scr.stderr):
+        f.close()
+    return r
+
+
+def parallel(*calls):
+    """Runs the callables at once, each in its own thread; their results in order."""
+    results = [None] * len(calls)
+
+    def run(i):
+        results[i] = calls[i]()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def find_program(name):
+    if "/" in name:
+        return name if os.access(name, os.X_OK) else ""
+    return shutil.which(name) or ""
+
+
+# ================================================================================ perf: commands
+
+CANDIDATE_EVENTS = ["cycles", "instructions", "cache-misses", "cache-references",
+                    "branch-misses", "branch-instructions", "page-faults", "context-switches",
+                    "cpu-migrations"]
+SOFTWARE_CLOCKS = ["cpu-clock", "task-clock"]
+SAMPLING_PREFERENCE = ["cycles", "cpu-clock"]
+SCRIPT_FIELDS = "comm,tid,pid,time,period,event,ip,sym,symoff,dso"
+PERF_STAT_MARKER = b"\n### PERF_STAT ###\n"
+
+
+class Settings(object):
+    """What one collection records: perf record's settings plus chunking."""
+
+    def __init__(self, frequency=99, pid=None, duration=8):
+        self.events = []
+        self.frequency = frequency
+        self.callgraph = "fp"  # fp, dwarf, lbr; empty for none
+        self.pid = pid  # None: the whole system
+        self.stat_events = []
+        self.script_fields = True
+        self.duration = duration  # seconds per chunk or round
+        self.chunk_max_text = 16 << 20
+        self.rounds = False
+
+
+def mmap_pages_for(frequency, dwarf=False):
+    # Ring buffer for about a quarter second of samples, so data flows promptly at 99 Hz.
+    half_buffer = frequency * (8704 if dwarf else 256) // 4
+    pages = 8
+    while pages < 1024 and pages * 4096 // 2 < half_buffer:
+        pages *= 2
+    return pages
+
+
+def target_args(pid):
+    return ["-p", str(pid)] if pid is not None else ["-a"]
+
+
+def record_args(s, output, command=None):
+    args = ["record", "-e", ",".join(s.events), "-F", str(s.frequency)]
+    if s.callgraph:
+        args.append("--call-graph=" + s.callgraph)
+    args += ["-m", str(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))]
+    args += target_args(s.pid) + ["-o", output]
+    return args + (["--"] + command if command else [])
+
+
+def script_args(source, with_fields, with_cpu):
+    args = ["script", "-i", source, "--show-lost-events"]
+    if with_fields:
+        fields = SCRIPT_FIELDS
+        if with_cpu:
+            fields = "comm,tid,pid,cpu," + fields[len("comm,tid,pid,"):]
+        args += ["-F", fields]
+    return args
+
+
+def stat_args(events, pid, command=None):
+    args = ["stat", "-e", ",".join(events)] + target_args(pid)
+    return args + (["--"] + command if command else [])
+
+
+def counted_events(text, asked):
+    """Events a perf stat report counted (not "<not supported>", not "<not counted>")."""
+    out = []
+    for line in text.split("\n"):
+        line = line.strip(" \t\r")
+        if not line or line.startswith("<not"):
+            continue
+        body = line.split("#", 1)[0].strip(" \t\r")
+        parts = re.split(r"[ \t]", body)
+        if len(parts) < 2 or not body[0].isdigit():
+            continue
+        if parts[-1] in asked and parts[-1] not in out:
+            out.append(parts[-1])
+    return out
+
+
+def has_call_chains(text):
+    frames = 0
+    for line in text.split("\n"):
+        frames = frames + 1 if line.startswith("\t") else 0
+        if frames >= 2:
+            return True
+    return False
+
+
+def perf_version_line(text):
+    line = text.split("\n", 1)[0].strip(" \t\r")
+    return line if line.startswith("perf version") else ""
+
+
+class Capabilities(object):
+    def __init__(self):
+        self.record_events = []
+        self.stat_only_events = []
+        self.callgraph = ""
+        self.script_fields = True
+        self.pipe_mode = True
+        self.perf_event_paranoid = 2
+        self.perf_version = ""
+        self.warnings = []
+        self.probe_seconds = 0.0
+
+    def to_json(self):
+        return {"record_events": self.record_events, "stat_only_events": self.stat_only_events,
+                "callgraph_method": self.callgraph or None, "script_fields": self.script_fields,
+                "pipe_mode": self.pipe_mode, "perf_event_paranoid": self.perf_event_paranoid,
+                "perf_version": self.perf_version, "warnings": self.warnings,
+                "probe_seconds": self.probe_seconds}
+
+
+def probe(perf, pid):
+    """What this perf can do for `pid` (or the whole system), in well under 2 s."""
+    started = monotonic()
+    caps = Capabilities()
+    caps.perf_event_paranoid = read_perf_event_paranoid()
+    if caps.perf_event_paranoid > 1 and os.geteuid() != 0:
+        caps.warnings.append("perf_event_paranoid is %d: profiling other users' processes and "
+                             "the kernel needs root or a value of 1 or less"
+                             % caps.perf_event_paranoid)
+    asked = CANDIDATE_EVENTS + SOFTWARE_CLOCKS
+    sleep = ["sleep", "0.25"]
+
+    def probe_settings(event, callgraph):
+        s = Settings(999, pid)
+        s.events, s.callgraph = [event], callgraph
+        return s
+
+    # perf stat tells which events count at all (perf record -e cycles on a machine without a
+    # PMU silently records cpu-clock); the call-graph check on the software clock runs alongside.
+    clock_fp = probe_settings(SOFTWARE_CLOCKS[0], "fp")
+    version, stat, clock_run = parallel(
+        lambda: run_command([perf, "--version"], 5.0),
+        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0),
+        lambda: run_pipeline(perf, record_args(clock_fp, "-", sleep),
+                             script_args("-", True, False), 5.0))
+    caps.perf_version = perf_version_line(version["out"])
+    counted = counted_events(stat["err"], asked)
+    caps.record_events = [e for e in SAMPLING_PREFERENCE if e in counted][:1]
+    if not caps.record_events:
+        caps.warnings.append("perf stat counted no usable event: " + stat["err"][:300])
+        caps.record_events = ["cpu-clock"]
+    caps.stat_only_events = [e for e in counted if e != caps.record_events[0]]
+
+    caps.pipe_mode = clock_run["started"] and "rror" not in clock_run["rerr"]
+    if "Invalid field" in clock_run["serr"] or "unknown field" in clock_run["serr"]:
+        caps.script_fields = False
+        clock_run = run_pipeline(perf, record_args(clock_fp, "-", sleep),
+                                 script_args("-", False, False), 5.0)
+
+    # Frame pointers first; dwarf and lbr only when they gave no stacks.
+    primary = caps.record_events[0]
+    fp_run = clock_run
+    if primary != clock_fp.events[0]:
+        fp_run = run_pipeline(perf, record_args(probe_settings(primary, "fp"), "-", sleep),
+                              script_args("-", caps.script_fields, False), 5.0)
+    any_samples = "\n" in fp_run["out"]
+    if has_call_chains(fp_run["out"]) or not any_samples:
+        caps.callgraph = "fp"
+        if not any_samples:
+            caps.warnings.append("the target ran too little during the probe to check call "
+                                 "graphs; assuming frame pointers")
+    else:
+        def check(mode):
+            return lambda: run_pipeline(perf, record_args(probe_settings(primary, mode), "-"),
+                                        script_args("-", caps.script_fields, False), 5.0)
+        dwarf, lbr = parallel(check("dwarf"), check("lbr"))
+        if has_call_chains(dwarf["out"]):
+            caps.callgraph = "dwarf"
+        elif has_call_chains(lbr["out"]):
+            caps.callgraph = "lbr"
+        else:
+            caps.callgraph = "fp"
+            caps.warnings.append("no call-graph mode yielded stacks; build the target with "
+                                 "-fno-omit-frame-pointer for full stacks")
+    caps.probe_seconds = monotonic() - started
+    return caps
+
+
+# ================================================================================ perf: collection
+
+LOST_RE = re.compile(rb"PERF_RECORD_LOST lost (\d+)")
+
+
+def last_boundary(s):
+    """Index just past the last sample boundary in `s`, or -1. A line that does not start
+    with TAB starts a sample; a blank line ends one that has a call chain."""
+    if len(s) < 2:
+        return -1
+    if s.endswith(b"\n\n"):
+        return len(s)
+    i = s.rfind(b"\n", 0, len(s) - 1)
+    while i >= 0:
+        if s[i + 1:i + 2] != b"\t":
+            return i + 1
+        i = s.rfind(b"\n", 0, i)
+    return -1
+
+
+class Chunker(object):
+    """Cuts the endless perf script stream into chunks that end on sample boundaries.
+    Complete samples go straight into the compressor; only the unfinished tail of the last
+    sample is held as text."""
+
+    MAX_TAIL = 1 << 20
+
+    def __init__(self, compressor):
+        self.compressor = compressor
+        self.tail = b""
+        self.chunk_bytes = 0
+        self.lost_total = 0
+
+    def _emit(self, complete):
+        if complete:
+            self.compressor.write(complete)
+            self.chunk_bytes += len(complete)
+            self.lost_total += sum(int(n) for n in LOST_RE.findall(complete))
+
+    def append(self, data):
+        text = self.tail + data if self.tail else data
+        b = last_boundary(text)
+        if b >= 0:
+            self._emit(text[:b])
+            text = text[b:]
+        self.tail = text
+        if len(self.tail) > self.MAX_TAIL:  # no boundary in sight: do not grow without bound
+            self._emit(self.tail)
+            self.tail = b""
+
+    def cut(self, perf_stat=b"", final=False):
+        """The chunk's payload, `perf_stat` after the marker; None when it holds nothing.
+        An unfinished sample stays for the next chunk unless `final`."""
+        if final:
+            self._emit(self.tail)
+            self.tail = b""
+        if self.chunk_bytes == 0 and not perf_stat:
+            return None
+        if perf_stat:
+            self.compressor.write(PERF_STAT_MARKER + perf_stat)
+        self.chunk_bytes = 0
+        return self.compressor.finish()
+
+
+class Collection(object):
+    """One run of `perf record -o - | perf script -i -` (or of rounds), with a `perf stat` per
+    chunk, in its own thread from start() until perf exits. Every chunk, the last partial one
+    included, goes to on_chunk(payload); on_done(self) runs at the end."""
+
+    def __init__(self, perf, settings, compressor, on_chunk, on_done=None):
+        self.perf = perf
+        self.s = copy.deepcopy(settings)
+        self.chunker = Chunker(compressor)
+        self.on_chunk = on_chunk
+        self.on_done = on_done
+        self.lock = threading.Lock()
+        self.record = self.script = self.stat = None
+        self.stop_requested = False
+        self.kill_at = None
+        self.chunks = 0
+        self.error = ""
+        self.done = threading.Event()
+
+    @property
+    def lost_samples(self):
+        return self.chunker.lost_total
+
+    def start(self):
+        t = threading.Thread(target=self._main, name="collection")
+        t.daemon = True
+        t.start()
+
+    def request_stop(self):
+        """SIGINT to perf record (it flushes, the pipeline drains); SIGKILL 3 s later."""
+        with self.lock:
+            if self.stop_requested:
+                return
+            self.stop_requested = True
+            if self.record is not None:
+                signal_child(self.record, signal.SIGINT)
+                self.kill_at = monotonic() + 3.0
+
+    def _adopt_record(self, rec):
+        with self.lock:
+            self.record = rec
+            if self.stop_requested:  # asked to stop before perf had started
+                signal_child(rec, signal.SIGINT)
+                self.kill_at = monotonic() + 3.0
+
+    def _watchdog(self):
+        with self.lock:
+            due = self.kill_at is not None and monotonic() >= self.kill_at
+            if due:
+                self.kill_at = None
+        if due:
+            kill_child(self.record)
+            kill_child(self.script)
+
+    def _main(self):
+        try:
+            if self.s.rounds:
+                self._run_rounds()
+            else:
+                self._run_continuous()
+        except Exception as e:  # a bug or a failing compressor: say so, never leave perf
+            log("collection failed: %s" % e)
+            self.error = self.error or str(e)
+        finally:
+            for p in (self.stat, self.record, self.script):
+                kill_child(p)
+            self.chunker.compressor.close()
+            if self.on_done is not None:
+                self.on_done(self)
+            self.done.set()
+
+    def _start_stat(self):
+        if self.s.stat_events:
+            try:
+                self.stat = spawn([self.perf] + stat_args(self.s.stat_events, self.s.pid),
+                                  stderr=subprocess.PIPE)
+            except OSError:
+                self.stat = None
+
+    def _finish_stat(self, p):
+        signal_child(p, signal.SIGINT)
+        try:
+            _, err = p.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            signal_child(p, signal.SIGKILL)
+            _, err = p.communicate()
+        forget_child(p)
+        return (err or b"")[:256 << 10]
+
+    def _cut(self, final):
+        stat_text = b""
+        if self.stat is not None:
+            done, self.stat = self.stat, None
+            if not final:
+                self._start_stat()  # the next chunk's counts start now
+            stat_text = self._finish_stat(done)
+        payload = self.chunker.cut(stat_text, final)
+        if payload is not None:
+            self.chunks += 1
+            self.on_chunk(payload)
+
+    def _fail_if_empty(self, why):
+        if self.chunks == 0 and not self.stop_requested and not self.error:
+            cut = why.find("\n", 200)
+            self.error = why if cut < 0 else why[:cut]
+
+    def _run_continuous(self):
+        try:
+            rec = spawn([self.perf] + record_args(self.s, "-"), stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE)
+        except OSError as e:
+            self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+            return
+        try:
+            self.script = spawn([self.perf] + script_args("-", self.s.script_fields,
+                                                          self.s.pid is None),
+                                stdin=rec.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as e:
+            self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+            kill_child(rec)
+            return
+        finally:
+            rec.stdout.close()
+        scr = self.script
+        self._adopt_record(rec)
+        self._start_stat()
+        bufs, keep = bounded_buffers({"rerr": 64 << 10, "serr": 64 << 10})
+        state = {"next_cut": monotonic() + self.s.duration, "cut_now": False, "open": True}
+
+        def on_data(name, data):
+            if name != "out":
+                keep(name, data)
+            elif not data:
+                state["open"] = False
+            else:
+                self.chunker.append(data)
+                if self.chunker.chunk_bytes >= self.s.chunk_max_text:
+                    state["cut_now"] = True
+
+        def tick():
+            self._watchdog()
+            if state["open"] and (state["cut_now"] or monotonic() >= state["next_cut"]):
+                state["cut_now"] = False
+                self._cut(False)
+                state["next_cut"] = monotonic() + self.s.duration
+
+        pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
+              scr.stderr.fileno(): "serr"}, on_data, tick)
+        self._cut(True)  # perf script has ended: the last chunk, unfinished sample included
+        for f in (rec.stderr, scr.stdout, scr.stderr):
+            f.close()
+        self._wait_for(rec, scr)
+        why = bufs["rerr"] or bufs["serr"]
+        self._fail_if_empty(bytes(why).decode("utf-8", "replace"))
+
+    def _wait_for(self, *procs):
+        give_up = monotonic() + 5.0
+        for p in procs:
+            while p.poll() is None:
+                self._watchdog()
+                if monotonic() > give_up:
+                    kill_child(p)
+                time.sleep(0.05)
+            forget_child(p)
+
+    def _run_rounds(self):
+        # `perf record -o roundN.data -- sleep D` back to back; round N's perf script runs
+        # while round N+1 records, so only process start-up separates rounds.
+        folder = tempfile.mkdtemp(prefix="perfwire-rounds-", dir="/tmp")
+        bound = ["sleep", "%f" % float(self.s.duration)]
+        previous, previous_stat, record_err = None, b"", b""
+        try:
+            for n in range(1 << 30):
+                path = "%s/round%d.data" % (folder, n)
+                try:
+                    rec = spawn([self.perf] + record_args(self.s, path, bound),
+                                stderr=subprocess.PIPE)
+                except OSError as e:
+                    self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+                    break
+                self._adopt_record(rec)
+                self._start_stat()
+                started = monotonic()
+                err_box = []
+                drain = threading.Thread(target=lambda: err_box.append(rec.stderr.read()))
+                drain.start()
+                if previous:
+                    self._script_round(previous, previous_stat)
+                drain.join()
+                rec.stderr.close()
+                self._wait_for(rec)
+                record_err = (err_box[0] if err_box else b"")[:64 << 10]
+                previous_stat = b""
+                if self.stat is not None:
+                    done, self.stat = self.stat, None
+                    previous_stat = self._finish_stat(done)
+                previous = path
+                if self.stop_requested or monotonic() - started < self.s.duration - 0.2:
+                    break  # stopped, or the target went away
+            if previous:
+                self._script_round(previous, previous_stat)
+            self._fail_if_empty(record_err.decode("utf-8", "replace"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _script_round(self, path, stat_text):
+        try:
+            self.script = spawn([self.perf] + script_args(path, self.s.script_fields,
+                                                          self.s.pid is None),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError:
+            self.script = None
+        if self.script is not None:
+            def on_data(name, data):
+                if name == "out" and data:
+                    self.chunker.append(data)
+                    if self.chunker.chunk_bytes >= self.s.chunk_max_text:
+                        part = self.chunker.cut()  # a huge round: send it in parts
+                        if part is not None:
+                            self.chunks += 1
+                            self.on_chunk(part)
+            scr = self.script
+            pump({scr.stdout.fileno(): "out", scr.stderr.fileno(): "err"}, on_data,
+                 self._watchdog)
+            scr.stdout.close()
+            scr.stderr.close()
+            self._wait_for(scr)
+        payload = self.chunker.cut(stat_text, True)
+        if payload is not None:
+            self.chunks += 1
+            self.on_chunk(payload)
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+# ================================================================================ session
+
+MAX_QUEUED_BYTES = 64 << 20
+AUTH_TIMEOUT = 30.0
+MAX_AUTH_FAILURES = 3
+
+
+class Session(object):
+    """One collector connection.
+
+    reader (this thread)  <- commands (flag 2), handled one at a time
+    writer thread         -> hello, responses, state (3), data (0/1), metrics (4) from one
+                             byte-capped queue
+    metrics thread        -> health metrics every interval once authenticated
+    collection thread     -> chunks
+    Closing (EOF, error, lockout, shutdown) stops the collection so no perf outlives it."""
+
+    def __init__(self, sock, cfg, token, compression, on_authenticated=None):
+        self.sock = sock
+        self.cfg = cfg
+        self.token = token  # None: starts authenticated
+        self.compression = compression
+        self.on_authenticated = on_authenticated
+        try:
+            address = sock.getpeername()
+        except OSError:
+            address = None
+        self.peer = "%s:%d" % address[:2] if isinstance(address, tuple) else "unknown"
+        for level, option in ((socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                              (socket.IPPROTO_TCP, socket.TCP_NODELAY)):
+            try:
+                sock.setsockopt(level, option, 1)
+            except OSError:
+                pass
+        self.authenticated = self.ever_authenticated = token is None
+        self.auth_failures = 0
+        self.closed = False
+        self.queue = deque()
+        self.queued_bytes = 0
+        self.dropped_chunks = 0
+        self.cond = threading.Condition()
+        self.lock = threading.RLock()  # profiling state
+        self.state = "idle"
+        self.caps = None
+        self.probed_pid = None
+        self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
+        self.current = None
+        self.lost_samples = 0
+        self.sampler = MetricsSampler()
+        self.metrics = {"enabled": True, "network": True, "disk": False, "threads": False}
+        self.metrics_interval = 2.0
+        self.metrics_wake = threading.Event()
+        self.auth_timer = None
+        self.finished = threading.Event()
+
+    def log(self, what):
+        log("[%s] %s" % (self.peer, what))
+
+    # ---- sending
+
+    def send(self, flag, payload, droppable=False):
+        with self.cond:
+            if self.closed:
+                return
+            if droppable and self.queued_bytes + len(payload) > MAX_QUEUED_BYTES:
+                self.dropped_chunks += 1  # the collector is not keeping up; control flows on
+                return
+            # A big payload is queued as is, beside its header: no second copy of a chunk.
+            frame = (encode_frame(flag, payload),) if len(payload) < 65536 else \
+                (HEADER.pack(len(payload), flag), payload)
+            self.queue.append(frame)
+            self.queued_bytes += HEADER.size + len(payload)
+            self.cond.notify_all()
+
+    def send_json(self, value, flag=FLAG_RESPONSE, droppable=False):
+        self.send(flag, to_json(value), droppable)
+
+    def send_state(self, reason):
+        notice = {"type": "state", "state": self.state, "reason": reason}
+        if self.settings.pid is not None:
+            notice["pid"] = self.settings.pid
+        notice["lost_samples"] = self.lost_samples
+        self.send_json(notice)
+
+    def _writer(self):
+        while True:
+            with self.cond:
+                while not self.queue and not self.closed:
+                    self.cond.wait()
+                if self.closed:
+                    return
+                frame = self.queue[0]
+            try:
+                for part in frame:
+                    self.sock.sendall(part)
+            except OSError:
+                self.close()
+                return
+            with self.cond:
+                self.queue.popleft()
+                self.queued_bytes -= sum(len(part) for part in frame)
+                self.cond.notify_all()
+
+    # ---- life cycle
+
+    def run(self):
+        platform_info = {"arch": build_arch(), "machine": os.uname()[4]}
+        kernel = read_text("/proc/sys/kernel/osrelease")
+        if kernel is not None:
+            platform_info["kernel"] = kernel.split("\n")[0]
+        version = perf_version_line(run_command([self.cfg.perf, "--version"], 3.0)["out"])
+        if version:
+            platform_info["perf_version"] = version
+        platform_info["perf_event_paranoid"] = read_perf_event_paranoid()
+        self.send_json({"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
+                        "agent_version": VERSION,
+                        "auth": "none" if self.token is None else "token",
+                        "hostname": socket.gethostname(), "platform": platform_info})
+        self.log("connected" + ("" if self.token is None else ", waiting for the pairing code"))
+        threads = [threading.Thread(target=self._writer, name="writer"),
+                   threading.Thread(target=self._metrics_loop, name="metrics")]
+        for t in threads:
+            t.daemon = True
+            t.start()
+        if not self.authenticated:
+            self.auth_timer = threading.Timer(AUTH_TIMEOUT, self._auth_expired)
+            self.auth_timer.daemon = True
+            self.auth_timer.start()
+        try:
+            if self.authenticated and self.cfg.pid is not None and self.cfg.mode == "server":
+                self._auto_start()
+            self._reader()
+        finally:
+            self.close()
+            self.end_collection()
+            for t in threads:
+                t.join(5.0)
+            self.sock.close()
+            self.log("disconnected")
+            self.finished.set()
+
+    def close(self):
+        with self.cond:
+            if self.closed:
+                return
+            self.closed = True
+            self.cond.notify_all()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+        self.metrics_wake.set()
+        current = self.current
+        if current is not None:
+            current.request_stop()
+
+    def shutdown(self):
+        """Stops profiling (the last chunk is queued), drains the queue briefly, closes."""
+        self.end_collection()
+        for _ in range(20):
+            with self.cond:
+                if not self.queue or self.closed:
+                    break
+            time.sleep(0.1)
+        self.close()
+
+    def _auth_expired(self):
+        if not self.authenticated and not self.closed:
+            self.log("no pairing code within 30 s; closing")
+            self.close()
+
+    def _reader(self):
+        decoder = FrameDecoder(AGENT_MAX_FRAME)
+        while not self.closed:
+            try:
+                data = self.sock.recv(16 << 10)
+            except OSError as e:
+                if not self.closed:
+                    self.log("read: " + os_message(e))
+                return
+            if not data:
+                return
+            for flag, payload in decoder.feed(data):
+                if self.closed:
+                    return
+                if flag != FLAG_COMMAND:
+                    self.log("ignoring unexpected %s frame" % FLAG_NAMES[flag])
+                    continue
+                req, error = parse_command(payload)
+                if req is None:
+                    self.log("bad command: " + error)
+                    self.send_json(response("", error=error))
+                    continue
+                try:
+                    resp = self.handle(req)
+                except Exception as e:  # never leave the collector waiting
+                    self.log("command %s failed: %s" % (req["cmd"], e))
+                    resp = response(req["id"], error="internal error: %s" % e)
+                self.send_json(resp)
+                if self.auth_failures >= MAX_AUTH_FAILURES:
+                    self.log("3 failed pairing attempts; closing")
+                    self.shutdown()
+                    return
+            if decoder.error:
+                self.log("protocol error: %s; closing" % decoder.error)
+                return
+
+    def _set_authenticated(self):
+        self.authenticated = self.ever_authenticated = True
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+        self.metrics_wake.set()  # first metrics right away
+        if self.on_authenticated is not None:
+            self.on_authenticated(self)
+
+    def _metrics_loop(self):
+        while not self.closed:
+            if self.authenticated and self.metrics["enabled"]:
+                try:
+                    self._send_metrics()
+                except Exception as e:
+                    self.log("metrics: %s" % e)
+            self.metrics_wake.wait(self.metrics_interval if self.authenticated
+                                   else AUTH_TIMEOUT)
+            self.metrics_wake.clear()
+
+    def _send_metrics(self):
+        ts = time.time()
+        self.send_json(self.sampler.system(ts), FLAG_METRICS, True)
+        pid = self.settings.pid
+        if pid is not None:
+            m = self.sampler.process(pid, ts)
+            if m is not None:
+                self.send_json(m, FLAG_METRICS, True)
+            m = self.sampler.threads(pid, ts) if self.metrics["threads"] else None
+            if m is not None:
+                self.send_json(m, FLAG_METRICS, True)
+            m = self.sampler.binaries(pid, ts)
+            if m is not None:  # sent once per change: never dropped
+                self.send_json(m, FLAG_METRICS, False)
+        if self.metrics["network"]:
+            self.send_json(self.sampler.network(ts), FLAG_METRICS, True)
+        if self.metrics["disk"]:
+            self.send_json(self.sampler.disk(ts), FLAG_METRICS, True)
+
+    # ---- commands
+
+    def handle(self, req):
+        rid, cmd, args = req["id"], req["cmd"], req["args"]
+        if cmd == "auth":
+            if self.token is None:
+                return response(rid)
+            presented = args.get("token")
+            if constant_time_equal(self.token, presented if isinstance(presented, str) else ""):
+                self.auth_failures = 0
+                self.log("authenticated")
+                self._set_authenticated()
+                if self.cfg.pid is not None and self.cfg.mode == "server" \
+                        and self.state == "idle":
+                    self._auto_start()
+                return response(rid)
+            self.auth_failures += 1
+            self.log("wrong pairing code (%d of 3)" % self.auth_failures)
+            return response(rid, error="auth failed")
+        if not self.authenticated:
+            return response(rid, error="unauthenticated")
+        handler = getattr(self, "cmd_" + cmd, None)
+        if handler is None:
+            return response(rid, error="unknown command: " + cmd)
+        return handler(rid, args)
+
+    def cmd_ping(self, rid, args):
+        return response(rid)
+
+    def cmd_status(self, rid, args):
+        s = self.settings
+        f = {"state": self.state, "pid": s.pid, "frequency": s.frequency,
+             "duration": s.duration, "agent_version": VERSION, "events": list(s.events)}
+        if self.caps is not None:
+            f["capabilities"] = self.caps.to_json()
+        current = self.current
+        f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
+                 chunks=current.chunks if current is not None else 0)
+        return response(rid, f)
+
+    def cmd_list_processes(self, rid, args):
+        before = snapshot_processes()
+        time.sleep(0.5)
+        return response(rid, {"processes": top_processes(before, snapshot_processes(), 0.5)})
+
+    def cmd_verify_pid(self, rid, args):
+        pid = int_arg(args, "pid")
+        if pid is None:
+            return response(rid, error="pid required")
+        stat = parse_pid_stat(read_text("/proc/%d/stat" % pid)) if pid > 0 else None
+        f = {"pid": pid, "exists": stat is not None}
+        if stat is not None:
+            f["info"] = {"comm": stat["comm"], "cmdline": read_cmdline(pid)}
+        return response(rid, f)
+
+    def cmd_verify_perf(self, rid, args):
+        f = {"perf_event_paranoid": read_perf_event_paranoid()}
+        path = find_program(self.cfg.perf)
+        f["available"] = bool(path)
+        if not path:
+            f.update(version=None, functional=False,
+                     error=self.cfg.perf + " not found; install linux-perf")
+            return response(rid, f)
+        version, check = parallel(
+            lambda: run_command([path, "--version"], 5.0),
+            lambda: run_command([path, "stat", "-e", "task-clock", "--", "true"], 5.0))
+        f["version"] = perf_version_line(version["out"])
+        f["functional"] = check["code"] == 0
+        f["error"] = None if check["code"] == 0 else check["err"][:500] + check["error"]
+        return response(rid, f)
+
+    def cmd_reprobe(self, rid, args):
+        pid = int_arg(args, "pid")
+        if pid is None:
+            pid = self.settings.pid
+        self.caps = None
+        self._ensure_probed(pid)
+        return response(rid, self.caps.to_json())
+
+    def cmd_start(self, rid, args):
+        if self.state != "idle":
+            return response(rid, error="already profiling")
+        pid = int_arg(args, "pid")
+        if pid is None and "pid" not in args:
+            pid = self.cfg.pid  # absent: the command line's --pid; explicit null: whole system
+        if pid is not None and not pid_exists(pid):
+            return response(rid, error="no such process: %d" % pid)
+        freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
+        if not valid_timing(freq, dur):
+            return response(rid, error="frequency must be 1-100000 and duration 1-3600")
+        self._ensure_probed(pid)
+        s = self.settings
+        s.pid = pid
+        if freq is not None:
+            s.frequency = freq
+        if dur is not None:
+            s.duration = dur
+        events = args.get("events")
+        if isinstance(events, list) and events:
+            s.events = [e for e in events if isinstance(e, str)]
+        # Rounds when perf cannot stream through a pipe, or when asked for.
+        s.rounds = not self.caps.pipe_mode or args.get("mode") == "rounds"
+        self._begin_collection()
+        self.log("profiling %s at %d Hz" % ("pid %d" % pid if pid is not None else "the system",
+                                            s.frequency))
+        # The clock lets the collector place perf's monotonic timestamps on the wall clock.
+        return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
+                              "events": list(s.events), "callgraph": s.callgraph,
+                              "mode": "rounds" if s.rounds else "continuous",
+                              "clock": {"monotonic": monotonic_raw(), "realtime": time.time()}})
+
+    def cmd_stop(self, rid, args):
+        if self.state == "idle":
+            return response(rid, error="not profiling")
+        self.end_collection()
+        self.state = "idle"
+        self.log("profiling stopped")
+        return response(rid)
+
+    def cmd_pause(self, rid, args):
+        if self.state != "profiling":
+            return response(rid, error="not profiling")
+        self.end_collection()
+        self.state = "paused"
+        self.log("profiling paused")
+        return response(rid)
+
+    def cmd_resume(self, rid, args):
+        if self.state != "paused":
+            return response(rid, error="not paused")
+        self._begin_collection()
+        self.log("profiling resumed")
+        return response(rid)
+
+    def cmd_configure(self, rid, args):
+        freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
+        if not valid_timing(freq, dur):
+            return response(rid, error="frequency must be 1-100000 and duration 1-3600")
+        if freq is not None:
+            self.settings.frequency = freq
+        if dur is not None:
+            self.settings.duration = dur
+        if self.state == "profiling":  # takes effect now: restart with the new settings
+            self.end_collection()
+            self._begin_collection()
+        return response(rid, {"frequency": self.settings.frequency,
+                              "duration": self.settings.duration})
+
+    def cmd_configure_metrics(self, rid, args):
+        for key in ("enabled", "network", "disk", "threads"):
+            if isinstance(args.get(key), bool):
+                self.metrics[key] = args[key]
+        interval = int_arg(args, "interval")
+        if interval is not None:  # seconds, or milliseconds when large
+            ms = interval * 1000 if interval <= 60 else interval
+            self.metrics_interval = min(max(ms, 250), 60000) / 1000.0
+        self.metrics_wake.set()
+        return response(rid, {"enabled": self.metrics["enabled"],
+                              "interval": self.metrics_interval,
+                              "network": self.metrics["network"], "disk": self.metrics["disk"],
+                              "threads": self.metrics["threads"]})
+
+    # ---- profiling
+
+    def _auto_start(self):
+        # Told what to profile on the command line: start without waiting for a command, and
+        # say so, since the collector did not ask.
+        pid = self.cfg.pid
+        if not pid_exists(pid):
+            self.log("no such process: %d; idle" % pid)
+            self.send_state("no such process: %d" % pid)
+            return
+        self._ensure_probed(pid)
+        self.settings.pid = pid
+        self._begin_collection()
+        self.send_state("started from the command line")
+
+    def _ensure_probed(self, pid):
+        if self.caps is not None and self.probed_pid == pid:
+            return
+        caps = probe(self.cfg.perf, pid)
+        for w in caps.warnings:
+            self.log("probe: " + w)
+        self.log("probe: sampling %s, call graphs %s (%s s)"
+                 % (caps.record_events[0], caps.callgraph or "none",
+                    seconds_text(caps.probe_seconds)))
+        self.caps, self.probed_pid = caps, pid
+        s = self.settings
+        s.events = list(self.cfg.events or caps.record_events)
+        s.callgraph = caps.callgraph
+        s.script_fields = caps.script_fields
+
+    def _begin_collection(self):
+        if self.closed:
+            return  # the connection is gone: nobody would receive the chunks
+        s = self.settings
+        # perf stat counts the sampling events and the probe's extras alongside.
+        s.stat_events = list(s.events)
+        for e in (self.caps.stat_only_events if self.caps else []):
+            if e not in s.stat_events:
+                s.stat_events.append(e)
+        flag = self.compression.flag
+        c = Collection(self.cfg.perf, s, self.compression.make(),
+                       lambda payload: self.send(flag, payload, True), self._collection_done)
+        with self.lock:
+            self.current = c
+            self.state = "profiling"
+        c.start()
+
+    def _collection_done(self, c):
+        with self.lock:
+            self.lost_samples += c.lost_samples
+            if self.current is not c:
+                return
+            self.current = None
+            if c.stop_requested or self.state != "profiling":
+                return
+            # perf ended on its own: the target exited, or perf failed.
+            self.state = "idle"
+            pid = self.settings.pid
+            if c.error and c.chunks == 0:
+                reason = "perf failed: " + c.error
+            elif pid is not None and not pid_exists(pid):
+                reason = "target process exited"
+            else:
+                reason = "perf exited"
+        self.log(reason + "; idle")
+        self.send_state(reason)
+
+    def end_collection(self):
+        """Stops the collection and waits until its last chunk is queued."""
+        while True:
+            c = self.current
+            if c is None:
+                return
+            c.request_stop()
+            c.done.wait()
+
+
+def valid_timing(freq, dur):
+    return (freq is None or 1 <= freq <= 100000) and (dur is None or 1 <= dur <= 3600)
+
+
+def monotonic_raw():
+    """CLOCK_MONOTONIC, the clock perf's timestamps use."""
+    if hasattr(time, "clock_gettime"):
+        return time.clock_gettime(time.CLOCK_MONOTONIC)
+    return time.monotonic()
+
+
+# ================================================================================ modes
+
+
+class Backoff(object):
+    """Reconnect delays: 1, 2, 4 ... s capped at 30 s, each up to 20 % shorter at random."""
+
+    def __init__(self, initial=1.0, cap=30.0):
+        self.initial, self.cap, self.attempt = initial, cap, 0
+        self.rng = random.SystemRandom()
+
+    def next(self):
+        base = self.initial
+        for _ in range(self.attempt):
+            if base >= self.cap:
+                break
+            base *= 2
+        self.attempt += 1
+        return min(base, self.cap) * self.rng.uniform(0.8, 1.0)
+
+    def reset(self):
+        self.attempt = 0
+
+
+def run_session_thread(session):
+    t = threading.Thread(target=session.run, name="session")
+    t.daemon = True
+    t.start()
+    return t
+
+
+def connect(host, port, stop, timeout=10.0):
+    """Resolves `host` (on every attempt) and tries each address until one connects."""
+    deadline = monotonic() + timeout
+    last = OSError(errno.EHOSTUNREACH, os.strerror(errno.EHOSTUNREACH))
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            err = sock.connect_ex(address)
+            while err in (errno.EINPROGRESS, errno.EALREADY, errno.EAGAIN):
+                left = deadline - monotonic()
+                if left <= 0 or stop.is_set():
+                    err = errno.ETIMEDOUT
+                    break
+                if select.select([], [sock], [], min(left, 0.2))[1]:
+                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+            sock.setblocking(True)
+            return sock
+        except OSError as e:
+            sock.close()
+            last = e
+    raise last
+
+
+def server_mode(cfg, compression, stop):
+    backoff = Backoff()
+    target = "%s:%d" % (cfg.server_host, cfg.server_port)
+    while not stop.is_set():
+        failure = None
+        try:
+            sock = connect(cfg.server_host, cfg.server_port, stop)
+        except (OSError, socket.error) as e:
+            failure = os_message(e)
+        else:
+            log("connected to collector " + target)
+            session = Session(sock, cfg, cfg.token, compression)
+            thread = run_session_thread(session)
+            while thread.is_alive():
+                thread.join(0.2)
+                if stop.is_set():
+                    session.shutdown()
+                    thread.join(5.0)
+                    break
+            if session.ever_authenticated:
+                backoff.reset()
+        if stop.is_set():
+            break
+        delay = backoff.next()
+        log("%s; retrying in %s s" % ("cannot reach collector %s: %s" % (target, failure)
+                                      if failure else "connection to %s ended" % target,
+                                      seconds_text(delay)))
+        stop.wait(delay)
+    return 0
+
+
+def listen_mode(cfg, compression, stop):
+    token = cfg.token or ""
+    if not token:
+        token = generate_pairing_code()
+        sys.stderr.write("perfwire-agent: pairing code: %s\n" % token)
+        sys.stderr.flush()
+    family = None
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(fam, cfg.bind)
+            family = fam
+            break
+        except (OSError, ValueError):
+            pass
+    if family is None:
+        log("bad --bind address " + cfg.bind)
+        return 2
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((cfg.bind, cfg.port))
+        listener.listen(128)
+    except OSError as e:
+        log("cannot listen on %s:%d: %s" % (cfg.bind, cfg.port, os_message(e)))
+        listener.close()
+        return 1
+    log("listening on %s:%d" % (cfg.bind, listener.getsockname()[1]))
+    listener.settimeout(0.2)
+
+    # One collector at a time: a newcomer may connect, but only when it presents the pairing
+    # code does it take over and the older connection is closed. A collector that crashed
+    # never locks the device out; nobody without the code can disturb a running session.
+    registry = {"active": None, "live": []}
+    lock = threading.Lock()
+
+    def on_authenticated(me):
+        with lock:
+            previous, registry["active"] = registry["active"], me
+        if previous is not None and previous is not me and not previous.finished.is_set():
+            log("collector %s took over from %s" % (me.peer, previous.peer))
+            previous.close()
+
+    while not stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        except OSError as e:
+            if stop.is_set():
+                break
+            log("accept: " + os_message(e))
+            time.sleep(0.1)
+            continue
+        conn.settimeout(None)
+        session = Session(conn, cfg, token, compression, on_authenticated)
+        with lock:
+            registry["live"] = [s for s in registry["live"] if not s.finished.is_set()]
+            registry["live"].append(session)
+        run_session_thread(session)
+    listener.close()
+    with lock:
+        live = [s for s in registry["live"] if not s.finished.is_set()]
+    for s in live:
+        s.shutdown()
+    for s in live:  # let them finish their shutdown
+        s.finished.wait(5.0)
+    return 0
+
+
+def output_mode(cfg, stop):
+    try:
+        out = sys.stdout.buffer if cfg.output == "-" else open(cfg.output, "wb")
+    except (OSError, IOError) as e:
+        log("cannot write %s: %s" % (cfg.output, os_message(e)))
+        return 1
+    caps = probe(cfg.perf, cfg.pid)
+    for w in caps.warnings:
+        log("probe: " + w)
+    s = Settings(cfg.frequency, cfg.pid, cfg.duration)
+    s.events = list(cfg.events or caps.record_events)
+    s.callgraph = caps.callgraph
+    s.stat_events = s.events + caps.stat_only_events
+    s.script_fields = caps.script_fields
+    written = {"n": 0, "failed": False}
+    coll = []
+
+    def on_chunk(text):
+        try:
+            out.write(text)
+            out.flush()
+        except (OSError, IOError, ValueError):
+            written["failed"] = True
+        written["n"] += 1
+        if written["n"] >= cfg.rounds or written["failed"]:
+            coll[0].request_stop()
+
+    coll.append(Collection(cfg.perf, s, TextBuffer(), on_chunk))
+    log("profiling pid %d for %d round(s) of %d s" % (cfg.pid, cfg.rounds, cfg.duration))
+    coll[0].start()
+    while not coll[0].done.wait(0.1):
+        if stop.is_set():  # a signal ends the run early, still through SIGINT
+            coll[0].request_stop()
+    if out is not sys.stdout.buffer:
+        out.close()
+    if written["failed"]:
+        log("write failed: " + cfg.output)
+        return 1
+    if written["n"] == 0:
+        log("no data: " + (coll[0].error or "perf produced nothing"))
+        return 1
+    return 0
+
+
+# ================================================================================ main
+
+HELP = """\
+perfwire-agent: profile a process with perf and stream it to a perfwire collector
+
+Modes (exactly one):
+  --server arg          dial the collector at HOST[:PORT] (port 9999)
+  --listen              wait for the collector to connect (pairing code 
+                        required)
+  --output arg          profile --pid headless, write text to FILE or -
+  --bind arg (=0.0.0.0) --listen address
+  --port arg (=9999)    --listen port (0: any free port)
+  --rounds arg (=1)     --output: rounds to collect
+  --pid arg             process to profile (default: whole system)
+  --frequency arg (=99) sampling frequency, Hz
+  --duration arg (=8)   seconds per chunk or round
+  --events arg          comma-separated perf events
+  --token arg           pairing code (or env PERFWIRE_TOKEN)
+  --perf arg (=perf)    perf executable
+  --version             print the version and exit
+  --help                print this help and exit
+"""
+
+OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
+           "duration", "events", "token", "perf", "version", "help"]
+FLAGS = ("listen", "version", "help")  # options without a value
+INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
+DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
+            "duration": "8", "perf": "perf"}
+
+
+class ExitNow(Exception):
+    def __init__(self, code, output):
+        Exception.__init__(self, output)
+        self.code, self.output = code, output
+
+
+def usage(why):
+    return ExitNow(2, "perfwire-agent: %s\n\n%s\n" % (why, HELP))
+
+
+class Config(object):
+    pass
+
+
+def match_option(name):
+    """The option a (possibly abbreviated) long name means; None if none."""
+    if name in OPTIONS:
+        return name
+    found = [o for o in OPTIONS if o.startswith(name)]
+    if len(found) > 1:
+        found = ["'--%s'" % o for o in sorted(found)]
+        listed = (", ".join(found[:-1]) + ("," if len(found) > 2 else "") + " and " + found[-1])
+        raise usage("option '--%s' is ambiguous and matches %s" % (name, listed))
+    return found[0] if found else None
+
+
+def parse_command_line(argv, env_token):
+    """Flags as the C++ agent takes them (Boost.Program_options: unique prefixes accepted,
+    --name value or --name=value); raises ExitNow for --help, --version and usage errors."""
+    given = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            break  # the rest is positional, which the agent ignores
+        if not token.startswith("-") or token == "-":
+            continue
+        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
+        option = match_option(name) if name else None
+        if option is None:
+            raise usage("unrecognised option '%s'" % token)
+        if option in FLAGS:
+            if eq:
+                raise usage("option '--%s' does not take any arguments" % option)
+            value = None
+        elif eq:
+            if not value:
+                raise usage("the argument for option '--%s' should follow immediately after "
+                            "the equal sign" % option)
+        else:
+            nxt = argv[i] if i < len(argv) else None
+            if nxt is None or (nxt.startswith("--") and len(nxt) > 2 and
+                               any(o.startswith(nxt[2:].partition("=")[0]) for o in OPTIONS)):
+                raise usage("the required argument for option '--%s' is missing" % option)
+            value = nxt
+            i += 1
+        given.append((option, value))
+
+    values = {}
+    for option, value in given:
+        if option in values:
+            raise usage("option '--%s' cannot be specified more than once" % option)
+        if option in INT_OPTIONS:
+            if not re.match(r"[+-]?\d+$", value) or not -2 ** 31 <= int(value) < 2 ** 31:
+                raise usage("the argument %sfor option '--%s' is invalid"
+                            % ("('%s') " % value if value else "", option))
+        values[option] = value
+    if "help" in values:
+        raise ExitNow(0, HELP + "\n")
+    if "version" in values:
+        raise ExitNow(0, "perfwire-agent %s\n" % VERSION)
+    if sum(1 for m in ("server", "listen", "output") if m in values) != 1:
+        raise usage("choose exactly one of --server, --listen, --output")
+
+    c = Config()
+    c.server_host, c.server_port, c.output = "", 9999, ""
+    if "server" in values:
+        c.mode = "server"
+        target = values["server"]
+        host, colon, port = target.rpartition(":")
+        if not colon:
+            host = target
+        elif not re.match(r"\d+$", port) or not 0 < int(port) <= 65535:
+            raise usage("bad port in --server " + target)
+        else:
+            c.server_port = int(port)
+        c.server_host = host
+        if not host:
+            raise usage("--server needs a host")
+    elif "listen" in values:
+        c.mode = "listen"
+    else:
+        c.mode = "output"
+        c.output = values["output"]
+    for key, default in DEFAULTS.items():
+        values.setdefault(key, default)
+    c.bind = values["bind"]
+    c.port = int(values["port"])
+    if not 0 <= c.port <= 65535:
+        raise usage("--port must be 0-65535 (0: any free port)")
+    c.rounds, c.frequency = int(values["rounds"]), int(values["frequency"])
+    c.duration = int(values["duration"])
+    c.pid = int(values["pid"]) if "pid" in values else None
+    c.events = [e for e in values.get("events", "").split(",") if e]
+    c.token = values["token"] if "token" in values else (env_token or None)
+    c.perf = values["perf"]
+    if not 1 <= c.frequency <= 100000:
+        raise usage("--frequency must be 1-100000")
+    if not 1 <= c.duration <= 3600:
+        raise usage("--duration must be 1-3600 seconds")
+    if c.rounds < 1:
+        raise usage("--rounds must be at least 1")
+    if c.pid is not None and c.pid <= 0:
+        raise usage("--pid must be positive")
+    if c.mode == "output" and c.pid is None:
+        raise usage("--output needs --pid")
+    return c
+
+
+def main(argv=None):
+    try:
+        cfg = parse_command_line(sys.argv[1:] if argv is None else argv,
+                                 os.environ.get("PERFWIRE_TOKEN"))
+    except ExitNow as e:
+        (sys.stdout if e.code == 0 else sys.stderr).write(e.output)
+        return e.code
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        if not stop.is_set():
+            log("received %s; stopping" % ("SIGINT" if signum == signal.SIGINT else "SIGTERM"))
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        if cfg.mode == "output":
+            return output_mode(cfg, stop)
+        compression, problem = choose_compression()
+        if compression is None:
+            log(problem)
+            return 2
+        log("compression: " + compression.name)
+        if cfg.mode == "server":
+            return server_mode(cfg, compression, stop)
+        return listen_mode(cfg, compression, stop)
+    finally:
+        kill_all_children()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
