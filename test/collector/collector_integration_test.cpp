@@ -473,7 +473,13 @@ TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, for
         if (line.rfind("VmHWM:", 0) == 0)
             hwm_kb = std::stol(line.substr(6));
     CHECK(hwm_kb > 0);
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's quarantine keeps freed buffers resident: a looser bound, still far
+    // below the gigabyte the bomb expanded to before.
+    CHECK(hwm_kb < 768 * 1024);
+#else
     CHECK(hwm_kb < 256 * 1024);
+#endif
 
     // What reached the browser: the metrics as known fields only, one "data:" line each; no
     // forged event, nothing from the frame that is not JSON.
