@@ -82,6 +82,28 @@ bool names(const json::value& functions, std::string_view fn) {
     return test_support::names_function(functions, fn);
 }
 
+// A collector started with --import FILE: the imported session and the HTTP port.
+struct importing_collector {
+    std::unique_ptr<spawned> proc;
+    std::string session;
+    std::uint16_t http_port = 0;
+
+    importing_collector(const fs::path& sessions, const std::string& file) {
+        proc = std::make_unique<spawned>(
+            PERFWIRE_COLLECTOR_BIN,
+            std::vector<std::string>{"--sessions-dir", sessions.string(), "--agent-port", "0",
+                                     "--agent-bind", "127.0.0.1", "--http-port", "0", "--import",
+                                     file});
+        const auto imported = proc->wait_for_stderr(" as session ", 20s);
+        if (!imported)
+            FAIL("no import: " << proc->stderr_text());
+        const auto port = proc->wait_for_stderr("API on http://127.0.0.1:", 5s);
+        REQUIRE(port);
+        session = *imported;
+        http_port = static_cast<std::uint16_t>(std::stoi(*port));
+    }
+};
+
 const std::string matrix = "(anonymous namespace)::matrix_multiply";
 
 } // namespace
@@ -310,16 +332,9 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
                                      std::to_string(demo->pid()), "-o", data, "--", "sleep", "1"});
     REQUIRE(record.wait(20s) == 0);
 
-    spawned coll(PERFWIRE_COLLECTOR_BIN,
-                 {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",
-                  "--agent-bind", "127.0.0.1", "--http-port", "0", "--import", data});
-    const auto imported = coll.wait_for_stderr(" as session ", 20s);
-    INFO(coll.stderr_text());
-    REQUIRE(imported);
-    const auto port = coll.wait_for_stderr("API on http://127.0.0.1:", 5s);
-    REQUIRE(port);
-    const auto http_port = static_cast<std::uint16_t>(std::stoi(*port));
-    const auto fns = http_call(http_port, "GET", "/api/sessions/" + *imported + "/functions");
+    importing_collector coll(dir.path / "sessions", data);
+    const auto http_port = coll.http_port;
+    const auto fns = http_call(http_port, "GET", "/api/sessions/" + coll.session + "/functions");
     CHECK(fns.status == 200);
     CHECK_THAT(fns.body, Catch::Contains(matrix));
 
@@ -355,16 +370,10 @@ TEST_CASE("every header shape imports from the command line and by upload, and a
     std::ofstream(file, std::ios::binary) << text;
     const auto sessions = dir.path / "sessions";
 
-    spawned coll(PERFWIRE_COLLECTOR_BIN,
-                 {"--sessions-dir", sessions.string(), "--agent-port", "0", "--agent-bind",
-                  "127.0.0.1", "--http-port", "0", "--import", file});
-    const auto imported = coll.wait_for_stderr(" as session ", 20s);
-    INFO(coll.stderr_text());
-    REQUIRE(imported);
-    const auto port = coll.wait_for_stderr("API on http://127.0.0.1:", 5s);
-    REQUIRE(port);
-    const auto http_port = static_cast<std::uint16_t>(std::stoi(*port));
-    const auto meta = json::parse(http_call(http_port, "GET", "/api/sessions/" + *imported).body);
+    importing_collector coll(sessions, file);
+    const auto http_port = coll.http_port;
+    const auto meta =
+        json::parse(http_call(http_port, "GET", "/api/sessions/" + coll.session).body);
     CHECK(meta.at("samples").to_number<std::size_t>() == rows);
     CHECK(meta.at("skipped_lines").to_number<std::size_t>() == 0);
 

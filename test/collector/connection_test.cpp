@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/socket_base.hpp>
@@ -182,6 +184,29 @@ TEST_CASE("Connection over a test stream: an upload streams in blocks; its answe
     CHECK(out.find("Connection: close\r\n") != std::string::npos);
     CHECK(out.find("\"bytes\":" + std::to_string(recording.size())) != std::string::npos);
     REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
+TEST_CASE("Connection over a test stream: a chunked upload goes through the parser's chunks",
+          "[collector][connection][import]") {
+    test_app t;
+    test_browser b(t);
+    const auto text = test_support::fixture("collector/fixtures/flat.txt");
+    std::string body;
+    for (std::size_t pos = 0; pos < text.size(); pos += 4000) { // several chunks
+        const auto part = text.substr(pos, 4000);
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx\r\n", part.size());
+        body += size + part + "\r\n";
+    }
+    b.send("POST /api/sessions/import HTTP/1.1\r\nHost: localhost:8080\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n" +
+           body + "0\r\n\r\n");
+    for (int i = 0; i < 200 && b.browser.str().find("session_id") == std::string_view::npos; ++i)
+        t.settle();
+    const auto out = b.received();
+    CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(out.find("\"samples\":96,") != std::string::npos);
+    CHECK(out.find("\"bytes\":" + std::to_string(text.size())) != std::string::npos);
 }
 
 TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the other gets "

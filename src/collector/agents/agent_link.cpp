@@ -15,6 +15,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <iostream>
+#include <optional>
 
 namespace collector {
 using namespace asio::experimental::awaitable_operators;
@@ -263,15 +264,18 @@ void agent_link::on_frame(protocol::frame&& f) {
     case frame_flag::metrics: {
         // Parsed and written again: only the known fields of a known type reach the disk and
         // the browsers, as one line of JSON.
-        auto parsed = f.payload.size() > protocol::max_metrics_frame
-                          ? protocol::parse_result<protocol::health_metrics>(protocol::parse_error{
-                                protocol::errc::invalid_message,
-                                std::to_string(f.payload.size()) + " bytes, over the limit of " +
-                                    std::to_string(protocol::max_metrics_frame)})
-                          : protocol::parse_metrics(f.payload);
+        std::optional<protocol::health_metrics> parsed;
+        std::string refused = std::to_string(f.payload.size()) + " bytes, over the limit";
+        if (f.payload.size() <= protocol::max_metrics_frame) {
+            auto r = protocol::parse_metrics(f.payload);
+            if (r)
+                parsed = std::move(*r);
+            else
+                refused = r.error().message();
+        }
         if (!parsed) {
             if (!std::exchange(metrics_refusal_logged_, true))
-                log(peer_, "metrics refused (logged once): " + parsed.error().message());
+                log(peer_, "metrics refused (logged once): " + refused);
             break;
         }
         auto e = session_;

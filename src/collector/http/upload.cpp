@@ -120,7 +120,7 @@ void upload::abandon() {
 }
 
 asio::awaitable<http_response> upload::finish(const http_request& req) {
-    state_->announce(state_->stream.progress().converting ? "converting" : "parsing", true);
+    state_->announce("parsing", true); // (a perf.data upload then reports "converting")
     auto r = co_await asio::co_spawn(state_->strand, finish_on_pool(state_), asio::use_awaitable);
     auto& app = state_->app;
     if (r.session_id.empty()) {
