@@ -3,7 +3,8 @@
 # when everything is present it touches nothing and needs no network.
 #   scripts/setup.sh          build and run
 #   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer,
-#                             and the browser test: Debian's chromium, playwright-core from npm)
+#                             the Python agent's interpreter and zstandard module, and the
+#                             browser test: Debian's chromium, playwright-core from npm)
 set -euo pipefail
 
 packages=(
@@ -13,7 +14,7 @@ packages=(
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then
-    packages+=(clang-format clang libclang-rt-14-dev zstd chromium)
+    packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)

@@ -1,23 +1,32 @@
-// The real perfwire-agent binary, profiling the real demo workload with real perf, against a
-// framing peer written here on loopback.
+// Both real agents -- the perfwire-agent binary and the Python agent -- profiling the real demo
+// workload with real perf, against a framing peer written here on loopback. Every test case runs
+// once per flavour: the collector must not be able to tell them apart.
 #include "protocol/compression.hpp"
+#include "support/agents.hpp"
+#include "support/fixtures.hpp"
 #include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using protocol::frame_flag;
+using test_support::agent_flavour;
 using test_support::framing_peer;
 using test_support::listener;
 using test_support::spawned;
+using test_support::start_agent;
 
 namespace {
 
@@ -28,8 +37,9 @@ std::unique_ptr<spawned> start_demo(double seconds) {
     return demo;
 }
 
-std::unique_ptr<spawned> start_agent(std::vector<std::string> args) {
-    return std::make_unique<spawned>(PERFWIRE_AGENT_BIN, args);
+// The flavour under test: a test case that calls this runs once with each.
+agent_flavour each_agent() {
+    return GENERATE(agent_flavour::cpp, agent_flavour::python);
 }
 
 framing_peer accept_agent(listener& l, std::chrono::milliseconds timeout = 10s) {
@@ -51,6 +61,7 @@ protocol::hello read_hello(framing_peer& peer) {
 struct received {
     std::string text;
     int chunks = 0;
+    std::set<frame_flag> data_flags; // text, zstd
     std::set<std::string> metrics;
     std::vector<protocol::state_notice> notices;
 };
@@ -71,6 +82,11 @@ received collect(framing_peer& peer, std::chrono::milliseconds timeout, Done don
             REQUIRE(text.has_value());
             r.text += *text;
             ++r.chunks;
+            r.data_flags.insert(f->flag);
+        } else if (f->flag == frame_flag::text) {
+            r.text += f->payload;
+            ++r.chunks;
+            r.data_flags.insert(f->flag);
         } else if (f->flag == frame_flag::metrics) {
             auto m = protocol::parse_metrics(f->payload);
             REQUIRE(m.has_value());
@@ -83,6 +99,28 @@ received collect(framing_peer& peer, std::chrono::milliseconds timeout, Done don
         }
     }
     return r;
+}
+
+// Waits for the agent's "profiling" notice: its probe is over and perf records the target.
+void wait_profiling(framing_peer& peer) {
+    const auto got = collect(peer, 20s, [](const received& r) {
+        return !r.notices.empty() && r.notices.back().state == "profiling";
+    });
+    REQUIRE_FALSE(got.notices.empty());
+    REQUIRE(got.notices.back().state == "profiling");
+}
+
+// The agent's perf children once there are at least `n` (a child forked but not yet exec'd
+// still has the agent's name).
+std::vector<int> perf_children(int agent_pid, std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    auto pids = test_support::children_of(agent_pid, "perf");
+    while (pids.size() < n && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(50ms);
+        pids = test_support::children_of(agent_pid, "perf");
+    }
+    REQUIRE(pids.size() >= n);
+    return pids;
 }
 
 std::string error_of(const std::optional<protocol::command_response>& r) {
@@ -105,14 +143,28 @@ bool no_perf_children(int agent_pid, std::chrono::milliseconds within) {
     return true;
 }
 
+// The executable `name` resolves to on the test's PATH.
+std::string on_path(const std::string& name) {
+    std::istringstream dirs(std::getenv("PATH") ? std::getenv("PATH") : "");
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+        const auto p = std::filesystem::path(dir) / name;
+        if (::access(p.c_str(), X_OK) == 0)
+            return p.string();
+    }
+    FAIL(name << " is not on PATH");
+    return {};
+}
+
 } // namespace
 
 TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle commands",
           "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
     auto demo = start_demo(120);
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
-                              std::to_string(demo->pid()), "--duration", "1"});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                       std::to_string(demo->pid()), "--duration", "1"});
     auto peer = accept_agent(l);
 
     const auto hello = read_hello(peer);
@@ -132,6 +184,7 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
     });
     INFO(agent->stderr_text());
     CHECK(got.chunks >= 2);
+    CHECK(got.data_flags == std::set<frame_flag>{frame_flag::zstd});
     CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
     CHECK_THAT(got.text, Catch::Contains("hash_strings"));
     CHECK_THAT(got.text, Catch::Contains("recursive_fib"));
@@ -192,9 +245,11 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
 
 TEST_CASE("agent with a pairing code refuses all but auth and locks out after 3 failures",
           "[agent][integration]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token",
-                              "0123456789abcdef0123456789abcdef"});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()),
+                                       "--token", "0123456789abcdef0123456789abcdef"});
     {
         auto peer = accept_agent(l);
         CHECK(read_hello(peer).auth == "token");
@@ -219,7 +274,9 @@ TEST_CASE("agent with a pairing code refuses all but auth and locks out after 3 
 
 TEST_CASE("agent --listen: pairing code, and the newest authenticated collector wins",
           "[agent][integration]") {
-    auto agent = start_agent({"--listen", "--bind", "127.0.0.1", "--port", "0"});
+    const auto flavour = each_agent();
+    INFO(flavour);
+    auto agent = start_agent(flavour, {"--listen", "--bind", "127.0.0.1", "--port", "0"});
     const auto code = agent->wait_for_stderr("pairing code: ", 5s);
     REQUIRE(code);
     CHECK(std::regex_match(*code, std::regex("[0-9a-f]{32}")));
@@ -247,20 +304,17 @@ TEST_CASE("agent --listen: pairing code, and the newest authenticated collector 
 }
 
 TEST_CASE("SIGTERM stops perf and the agent exits cleanly", "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
     auto demo = start_demo(60);
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
-                              std::to_string(demo->pid()), "--duration", "30"});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                       std::to_string(demo->pid()), "--duration", "30"});
     auto peer = accept_agent(l);
     read_hello(peer);
-    // Wait for perf to be running under the agent.
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    std::vector<int> perf_pids;
-    while (perf_pids.size() < 3 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(100ms);
-        perf_pids = test_support::children_of(agent->pid(), "perf");
-    }
-    REQUIRE(perf_pids.size() >= 3); // record, script, stat
+    // Wait for perf to be running under the agent (the probe's own perf runs do not count).
+    wait_profiling(peer);
+    const auto perf_pids = perf_children(agent->pid(), 3); // record, script, stat
     std::this_thread::sleep_for(1s);
     agent->signal(SIGTERM);
     // The chunk in progress is flushed to the collector before the agent goes.
@@ -276,10 +330,12 @@ TEST_CASE("SIGTERM stops perf and the agent exits cleanly", "[agent][integration
 
 TEST_CASE("the target exiting returns the agent to idle and it says so",
           "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
     auto demo = start_demo(3);
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
-                              std::to_string(demo->pid()), "--duration", "1"});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                       std::to_string(demo->pid()), "--duration", "1"});
     auto peer = accept_agent(l);
     read_hello(peer);
     auto got = collect(peer, 20s, [](const received& r) {
@@ -298,12 +354,14 @@ TEST_CASE("the target exiting returns the agent to idle and it says so",
 
 TEST_CASE("agent --server retries with growing backoff and resets after a session",
           "[agent][integration]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     std::uint16_t port = 0;
     {
         listener probe_port;
         port = probe_port.port(); // now closed: connections are refused
     }
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(port)});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(port)});
     auto delays = [&] {
         std::vector<double> out;
         const std::string log = agent->stderr_text();
@@ -340,10 +398,12 @@ TEST_CASE("agent --server retries with growing backoff and resets after a sessio
 }
 
 TEST_CASE("agent --output writes perf script text with perf stat", "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     auto demo = start_demo(30);
     const std::string path = "perfwire_output_test.txt";
-    auto agent = start_agent({"--output", path, "--pid", std::to_string(demo->pid()), "--rounds",
-                              "2", "--duration", "1"});
+    auto agent = start_agent(flavour, {"--output", path, "--pid", std::to_string(demo->pid()),
+                                       "--rounds", "2", "--duration", "1"});
     const auto code = agent->wait(20s);
     INFO(agent->stderr_text());
     REQUIRE(code);
@@ -356,16 +416,18 @@ TEST_CASE("agent --output writes perf script text with perf stat", "[agent][inte
     CHECK(std::count(text.begin(), text.end(), '#') >= 2 * 6); // two stat sections at least
     std::remove(path.c_str());
 
-    auto bad =
-        start_agent({"--output", "/nonexistent/dir/x.txt", "--pid", std::to_string(demo->pid())});
+    auto bad = start_agent(
+        flavour, {"--output", "/nonexistent/dir/x.txt", "--pid", std::to_string(demo->pid())});
     CHECK(bad->wait(10s) == 1);
 }
 
 TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
           "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
     auto demo = start_demo(60);
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port())});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port())});
     auto peer = accept_agent(l);
     read_hello(peer);
     auto start = peer.command(
@@ -387,13 +449,16 @@ TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
 
 TEST_CASE("a collector that goes away stops perf; configure_metrics switches streams",
           "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
     listener l;
     auto demo = start_demo(60);
-    auto agent = start_agent({"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
-                              std::to_string(demo->pid())});
+    auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                       std::to_string(demo->pid())});
     {
         auto peer = accept_agent(l);
         read_hello(peer);
+        wait_profiling(peer);
         auto conf = peer.command("configure_metrics",
                                  R"({"threads":true,"disk":true,"network":false,"interval":1})");
         REQUIRE(ok(conf));
@@ -404,8 +469,56 @@ TEST_CASE("a collector that goes away stops perf; configure_metrics switches str
         });
         CHECK(got.metrics.count("threads"));
         CHECK(got.metrics.count("disk"));
-        REQUIRE(test_support::children_of(agent->pid(), "perf").size() >= 2);
-    } // the collector hangs up
+        perf_children(agent->pid(), 2); // record and script at least
+    }                                   // the collector hangs up
     CHECK(no_perf_children(agent->pid(), 5s));
     CHECK_FALSE(agent->wait(100ms)); // the agent itself stays, to reconnect
+}
+
+TEST_CASE("the Python agent compresses with the zstandard module, a zstd executable, or not at all",
+          "[agent][integration][perf]") {
+    const std::string mode = GENERATE(as<std::string>{}, "zstandard", "zstd", "none");
+    INFO("compression: " << mode);
+    test_support::temp_dir dir;
+    namespace fs = std::filesystem;
+    // A device without the module: a package of that name that cannot be imported comes first.
+    fs::create_directories(dir.path / "lib" / "zstandard");
+    std::ofstream(dir.path / "lib" / "zstandard" / "__init__.py")
+        << "raise ImportError('not on this device')\n";
+    // A device without a zstd executable: PATH holds perf, and zstd only when the mode has it.
+    fs::create_directories(dir.path / "bin");
+    fs::create_symlink(on_path("perf"), dir.path / "bin" / "perf");
+    if (mode == "zstd")
+        fs::create_symlink(on_path("zstd"), dir.path / "bin" / "zstd");
+    std::vector<std::string> env;
+    if (mode != "zstandard")
+        env = {"PYTHONPATH=" + (dir.path / "lib").string(), "PATH=" + (dir.path / "bin").string()};
+
+    listener l;
+    auto demo = start_demo(60);
+    auto agent = start_agent(agent_flavour::python,
+                             {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                              std::to_string(demo->pid()), "--duration", "1"},
+                             env);
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    auto got = collect(peer, 20s, [](const received& r) {
+        return r.chunks >= 2 && r.text.find("matrix_multiply") != std::string::npos;
+    });
+    const std::string log = agent->stderr_text();
+    INFO(log);
+    const std::map<std::string, std::pair<std::string, frame_flag>> expected = {
+        {"zstandard", {"compression: zstandard module", frame_flag::zstd}},
+        {"zstd",
+         {"compression: zstd executable " + (dir.path / "bin" / "zstd").string(),
+          frame_flag::zstd}},
+        {"none", {"compression: none (text frames)", frame_flag::text}}};
+    CHECK_THAT(log, Catch::Contains(expected.at(mode).first));
+    CHECK(got.chunks >= 2);
+    CHECK(got.data_flags == std::set<frame_flag>{expected.at(mode).second});
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
+    CHECK(ok(peer.command("stop", "{}", 10s)));
+    CHECK(no_perf_children(agent->pid(), 3s));
+    CHECK(test_support::children_of(agent->pid(), "zstd").empty());
 }

@@ -1,6 +1,7 @@
 // The real collector with real agents profiling the real demo under real perf.
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
+#include "support/agents.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
@@ -64,11 +65,10 @@ std::unique_ptr<spawned> start_demo() {
     return d;
 }
 
-std::unique_ptr<spawned> start_agent(std::uint16_t port, int pid) {
-    return std::make_unique<spawned>(
-        PERFWIRE_AGENT_BIN,
-        std::vector<std::string>{"--server", "127.0.0.1:" + std::to_string(port), "--pid",
-                                 std::to_string(pid), "--duration", "1"});
+std::unique_ptr<spawned> start_agent(test_support::agent_flavour flavour, std::uint16_t port,
+                                     int pid) {
+    return test_support::start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(port),
+                                               "--pid", std::to_string(pid), "--duration", "1"});
 }
 
 // Polls until `pred(json)` holds for GET target, up to `timeout`.
@@ -108,13 +108,14 @@ const std::string matrix = "(anonymous namespace)::matrix_multiply";
 
 } // namespace
 
-TEST_CASE("collector end to end: two agents live, a hostile peer, restart after SIGKILL",
+TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile peer, restart after "
+          "SIGKILL",
           "[collector][integration][perf]") {
     temp_dir dir;
     auto demo = start_demo();
     auto coll = std::make_unique<collector_proc>(dir.path);
-    auto agent1 = start_agent(coll->agent_port, demo->pid());
-    auto agent2 = start_agent(coll->agent_port, demo->pid());
+    auto agent1 = start_agent(test_support::agent_flavour::cpp, coll->agent_port, demo->pid());
+    auto agent2 = start_agent(test_support::agent_flavour::python, coll->agent_port, demo->pid());
 
     const auto targets = wait_for(*coll, "/api/targets", 20s, [](const json::value& v) {
         if (v.as_array().size() != 2)
@@ -174,9 +175,10 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
         CHECK(names(fns, matrix));
         CHECK(names(fns, "(anonymous namespace)::hash_strings"));
     }
-    {
+    for (const auto& id : ids) { // one session per agent flavour
+        INFO("session " << id);
         // Source lines: the demo's hot loop, not matrix_multiply's first line, is what is hot.
-        const auto src = coll->get("/api/sessions/" + ids[0] +
+        const auto src = coll->get("/api/sessions/" + id +
                                    "/source?function=(anonymous%20namespace)::matrix_multiply");
         INFO(json::serialize(src).substr(0, 2000));
         CHECK_THAT(std::string(src.at("file").as_string()), Catch::EndsWith("src/demo/demo.cpp"));
@@ -201,7 +203,7 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
 
         // The agent reported the build-id of the demo it profiled; the local copy is that build.
         const auto listing =
-            wait_for(*coll, "/api/sessions/" + ids[0] + "/source", 10s, [](const json::value& v) {
+            wait_for(*coll, "/api/sessions/" + id + "/source", 10s, [](const json::value& v) {
                 for (const auto& b : v.at("binaries").as_array())
                     if (b.at("module").as_string() == PERFWIRE_DEMO_BIN)
                         return !b.at("build_matches").is_null();
@@ -276,12 +278,16 @@ TEST_CASE("collector end to end: two agents live, a hostile peer, restart after 
 
 TEST_CASE("the wizard dials a listening agent with its pairing code",
           "[collector][integration][perf]") {
+    const auto flavour =
+        GENERATE(test_support::agent_flavour::cpp, test_support::agent_flavour::python);
+    INFO(flavour);
     temp_dir dir;
     auto demo = start_demo();
     collector_proc coll(dir.path);
-    spawned agent(PERFWIRE_AGENT_BIN, {"--listen", "--bind", "127.0.0.1", "--port", "0", "--token",
-                                       "00112233445566778899aabbccddeeff"});
-    const auto port = agent.wait_for_stderr("listening on 127.0.0.1:", 5s);
+    auto agent =
+        test_support::start_agent(flavour, {"--listen", "--bind", "127.0.0.1", "--port", "0",
+                                            "--token", "00112233445566778899aabbccddeeff"});
+    const auto port = agent->wait_for_stderr("listening on 127.0.0.1:", 5s);
     REQUIRE(port);
 
     const auto wrong = http_call(coll.http_port, "POST", "/api/targets/connect",

@@ -1,5 +1,6 @@
 #include "support/spawn.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -16,7 +18,7 @@
 namespace test_support {
 
 spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
-                 const std::string& stdout_path) {
+                 const std::string& stdout_path, const std::vector<std::string>& env) {
     char tmpl[] = "/tmp/perfwire-test-stderr-XXXXXX";
     const int err_fd = ::mkstemp(tmpl);
     if (err_fd < 0)
@@ -27,12 +29,27 @@ spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
     for (const auto& a : args)
         argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    // Built before fork: the child only calls async-signal-safe functions.
+    std::vector<std::string> env_text = env;
+    for (char** e = environ; *e; ++e) {
+        const std::string_view entry(*e);
+        const auto name = entry.substr(0, entry.find('=') + 1);
+        const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& o) {
+            return o.compare(0, name.size(), name) == 0;
+        });
+        if (!replaced)
+            env_text.emplace_back(entry);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env_text)
+        envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
         const int out_fd = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(out_fd, 1);
         ::dup2(err_fd, 2);
-        ::execv(exe.c_str(), argv.data());
+        ::execve(exe.c_str(), argv.data(), envp.data());
         std::_Exit(127);
     }
     ::close(err_fd);

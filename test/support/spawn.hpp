@@ -11,8 +11,9 @@ namespace test_support {
 
 class spawned {
 public:
+    // `env` entries ("NAME=value") replace or add to the test's own environment.
     spawned(const std::string& exe, const std::vector<std::string>& args,
-            const std::string& stdout_path = "/dev/null");
+            const std::string& stdout_path = "/dev/null", const std::vector<std::string>& env = {});
     ~spawned();
     spawned(const spawned&) = delete;
     spawned& operator=(const spawned&) = delete;

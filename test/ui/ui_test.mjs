@@ -141,10 +141,13 @@ try {
   const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
   check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
 
-  // The Live Debug wizard against an agent waiting with --listen and a pairing code.
+  // The Live Debug wizard against an agent waiting with --listen and a pairing code: the
+  // Python agent, run by Debian's interpreter as a device with only python3 would run it, so
+  // everything below (processes, perf check, file browser, live session, health) is its.
   doing = "the wizard's connect step";
   const code = '0123456789abcdef0123456789abcdef';
-  const listener = start(bin('agent/perfwire-agent'), ['--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
+  const pythonAgent = new URL('../../src/agent/python/perfwire_agent.py', import.meta.url).pathname;
+  const listener = start('/usr/bin/python3', [pythonAgent, '--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
   const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
   const wz = await browser.newPage();
   wz.on('pageerror', (e) => errors.push(e.message));
