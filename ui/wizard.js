@@ -62,6 +62,9 @@ async function loadSymbols() {
   const c = await api('/api/config');
   $('#wz-binary').value = (c.binaries || []).join(', ');
   $('#wz-source').value = (c.source_dirs || []).join(', ');
+  // Only toolchains the collector found or was given: a request never names a program to run.
+  $('#wz-toolchain').innerHTML = (c.toolchains || ['']).map((t) =>
+    `<option value="${esc(t)}">${t ? esc(t) + 'addr2line' : 'native (addr2line)'}</option>`).join('');
   $('#wz-toolchain').value = c.toolchain_prefix || '';
   $('#wz-sysroot').value = c.sysroot || '';
   state.browseRoot = c.browse_root;
@@ -70,7 +73,7 @@ async function saveSymbols() {
   const list = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
   await api('/api/config', { method: 'PUT', body: {
     binaries: list($('#wz-binary').value), source_dirs: list($('#wz-source').value),
-    toolchain_prefix: $('#wz-toolchain').value.trim(), sysroot: $('#wz-sysroot').value.trim(),
+    toolchain_prefix: $('#wz-toolchain').value, sysroot: $('#wz-sysroot').value.trim(),
   } });
 }
 

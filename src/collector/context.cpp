@@ -1,5 +1,7 @@
 #include "collector/context.hpp"
 
+#include <cstdlib>
+
 namespace collector {
 
 app_context::app_context(asio::io_context& io_context, config c)
@@ -8,6 +10,8 @@ app_context::app_context(asio::io_context& io_context, config c)
     , store(cfg.sessions_dir)
     , sessions(store, pool, cfg.saved_cache_mb << 20)
     , agent_binaries(find_agent_binaries(
-          cfg.agents_dir.empty() ? default_agents_dir() : std::filesystem::path(cfg.agents_dir))) {}
+          cfg.agents_dir.empty() ? default_agents_dir() : std::filesystem::path(cfg.agents_dir)))
+    , limits{cfg.browse_root, find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
+                                              cfg.symbols.toolchain_prefix)} {}
 
 } // namespace collector

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "collector/agent_binaries.hpp"
+#include "collector/http/settings.hpp"
 #include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
@@ -34,6 +35,7 @@ struct app_context {
     sse_hub sse;
     symbolizer symbols{cfg.symbols};
     std::vector<agent_binary> agent_binaries; // found at start, never changed
+    config_limits limits;                     // what PUT /api/config may set; fixed at start
 
     // Called (on the I/O thread) whenever something the UI shows changed: a target came or
     // went, a session received data. SSE subscribes here.

@@ -300,9 +300,12 @@ TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {
 
 TEST_CASE("API: symbolizer config, file browser and source listing", "[collector][api]") {
     fixture_app f;
+    // The browser and the config are confined to --browse-root (here the test's folder).
+    f.app->limits.browse_root = f.dir.string();
     auto cfg = f.get_json("/api/config");
     CHECK(cfg.at("inline").as_bool());
     CHECK(cfg.at("binaries").as_array().empty());
+    CHECK_FALSE(cfg.at("toolchains").as_array().empty()); // at least the native one
 
     // A page from elsewhere cannot change where binaries are read from.
     CHECK(f.call(http::verb::put, "/api/config", R"({"sysroot":"/x"})", "127.0.0.1:8080",
@@ -311,16 +314,23 @@ TEST_CASE("API: symbolizer config, file browser and source listing", "[collector
     CHECK(f.call(http::verb::put, "/api/config", R"({"sysroot":1})").result() ==
           http::status::bad_request);
     CHECK(f.call(http::verb::put, "/api/config", "not json").result() == http::status::bad_request);
-    const auto put = f.call(http::verb::put, "/api/config",
-                            R"({"source_dirs":["/src"],"path_map":[{"from":"/b","to":"/s"}]})");
+    // No request names a program for the collector to run, or a folder outside the root.
+    CHECK(
+        f.call(http::verb::put, "/api/config", R"({"toolchain_prefix":"/tmp/x/evil-"})").result() ==
+        http::status::bad_request);
+    CHECK(f.call(http::verb::put, "/api/config", R"({"source_dirs":["/etc"]})").result() ==
+          http::status::bad_request);
+    const auto src_dir = f.dir.string() + "/src";
+    const auto put =
+        f.call(http::verb::put, "/api/config",
+               R"({"source_dirs":[")" + src_dir + R"("],"path_map":[{"from":"/b","to":")" +
+                   f.dir.string() + R"("}]})");
     REQUIRE(put.result() == http::status::ok);
     cfg = f.get_json("/api/config");
-    CHECK(cfg.at("source_dirs").as_array().at(0).as_string() == "/src");
+    CHECK(cfg.at("source_dirs").as_array().at(0).as_string() == src_dir);
     CHECK(cfg.at("path_map").as_array().size() == 1);
     CHECK(cfg.at("sysroot").as_string() == ""); // fields not sent stay as they were
 
-    // The browser is rooted at --browse-root (here the test's folder).
-    f.app->cfg.browse_root = f.dir.string();
     const auto listing = f.get_json("/api/browse");
     CHECK(listing.at("path").as_string() == std::filesystem::canonical(f.dir).string());
     CHECK(f.call(http::verb::get, "/api/browse?path=..%2F..").result() == http::status::forbidden);

@@ -297,26 +297,135 @@ TEST_CASE("file browser stays under its root, links included", "[collector][api]
     CHECK(browse(root, root + "x").status == 403); // a sibling sharing the root's prefix
 }
 
-TEST_CASE("config updates are checked field by field", "[collector][api]") {
+TEST_CASE("config updates are checked field by field, within what the owner allowed",
+          "[collector][api]") {
+    test_support::temp_dir dir;
+    const auto root = fs::canonical(dir.path).string();
+    const config_limits limits{root, {"", "aarch64-linux-gnu-"}};
     symbol_config c;
-    CHECK(update_config(c, boost::json::object{{"binaries", "x"}}) ==
+    CHECK(update_config(c, boost::json::object{{"binaries", "x"}}, limits) ==
           "binaries must be an array of strings");
-    CHECK(update_config(c, boost::json::object{{"toolchain_prefix", "-x"}}).size() > 0);
-    CHECK(update_config(c, boost::json::object{{"toolchain_prefix", "a; rm -rf /"}}).size() > 0);
-    CHECK(update_config(c, boost::json::object{{"path_map", boost::json::array{1}}}).size() > 0);
+    CHECK(
+        update_config(c, boost::json::object{{"path_map", boost::json::array{1}}}, limits).size() >
+        0);
     CHECK(c.binaries.empty()); // nothing applied from a bad update
-    CHECK(update_config(c, boost::json::object{{"source_dirs", boost::json::array{"/src"}},
-                                               {"inline", false},
-                                               {"toolchain_prefix", "aarch64-linux-gnu-"},
-                                               {"path_map", boost::json::array{boost::json::object{
-                                                                {"from", "/b"}, {"to", "/s"}}}}})
+
+    // Only a toolchain the collector found: never a program a request names.
+    for (const char* evil : {"/tmp/x/evil-", "-x", "a; rm -rf /", "../../tmp/evil-", "x86_64-"})
+        CHECK_THAT(update_config(c, boost::json::object{{"toolchain_prefix", evil}}, limits),
+                   Catch::StartsWith("toolchain_prefix must be one of the toolchains the "
+                                     "collector found: \"\", aarch64-linux-gnu-"));
+    CHECK(c.toolchain_prefix.empty());
+
+    // Files and folders only under the browse root, links resolved first.
+    fs::create_directory_symlink("/etc", dir.path / "etc-link");
+    const std::vector<std::pair<const char*, boost::json::value>> outside = {
+        {"binaries", boost::json::array{"/etc/passwd"}},
+        {"binaries", boost::json::array{(dir.path / "etc-link/passwd").string()}},
+        {"binaries", boost::json::array{(dir.path / "../x").string()}},
+        {"binaries", boost::json::array{"relative/bin"}},
+        {"source_dirs", boost::json::array{"/"}},
+        {"sysroot", "/"},
+        {"path_map", boost::json::array{boost::json::object{{"from", "/b"}, {"to", "/root"}}}}};
+    for (const auto& [field, value] : outside) {
+        INFO(field << " = " << boost::json::serialize(value));
+        CHECK_FALSE(update_config(c, boost::json::object{{field, value}}, limits).empty());
+    }
+    CHECK(c.binaries.empty());
+    CHECK(c.sysroot.empty());
+
+    const auto src = (dir.path / "src").string();
+    CHECK(update_config(c,
+                        boost::json::object{
+                            {"source_dirs", boost::json::array{src.c_str()}},
+                            {"inline", false},
+                            {"toolchain_prefix", "aarch64-linux-gnu-"},
+                            {"path_map", boost::json::array{boost::json::object{
+                                             {"from", "/b"}, {"to", (root + "/s").c_str()}}}}},
+                        limits)
               .empty());
-    CHECK(c.source_dirs == std::vector<std::string>{"/src"});
+    CHECK(c.source_dirs == std::vector<std::string>{src});
     CHECK_FALSE(c.inline_frames);
     CHECK(c.toolchain_prefix == "aarch64-linux-gnu-");
     REQUIRE(c.path_map.size() == 1);
-    CHECK(c.path_map[0] == std::pair<std::string, std::string>{"/b", "/s"});
-    const auto j = config_json(c, "/home/u");
-    CHECK(boost::json::serialize(j.at("path_map")) == R"([{"from":"/b","to":"/s"}])");
-    CHECK(j.at("browse_root").as_string() == "/home/u");
+    CHECK(c.path_map[0] == std::pair<std::string, std::string>{"/b", root + "/s"});
+
+    // What the owner set on the command line stays allowed when the UI sends it back.
+    c.source_dirs = {"/opt/src"};
+    c.sysroot = "/srv/board";
+    CHECK(update_config(c,
+                        boost::json::object{{"source_dirs", boost::json::array{"/opt/src", src}},
+                                            {"sysroot", "/srv/board"}},
+                        limits)
+              .empty());
+    CHECK(c.source_dirs.size() == 2);
+
+    const auto j = config_json(c, limits);
+    CHECK(boost::json::serialize(j.at("toolchains")) == R"(["","aarch64-linux-gnu-"])");
+    CHECK(j.at("browse_root").as_string() == root);
+}
+
+TEST_CASE("toolchains are the addr2line and readelf pairs found on PATH", "[collector][symbols]") {
+    test_support::temp_dir dir;
+    const auto bin = dir.path / "bin";
+    fs::create_directories(bin);
+    auto tool = [&](const std::string& name, bool executable) {
+        std::ofstream(bin / name) << "#!/bin/sh\n";
+        if (executable)
+            fs::permissions(bin / name, fs::perms::owner_exec, fs::perm_options::add);
+    };
+    for (const char* n : {"addr2line", "readelf", "aarch64-linux-gnu-addr2line",
+                          "aarch64-linux-gnu-readelf", "lonely-addr2line"})
+        tool(n, true);
+    tool("x-addr2line", false);
+    tool("x-readelf", false);
+    fs::create_directories(dir.path / "empty");
+    const auto path =
+        "relative/bin::" + bin.string() + ":" + (dir.path / "empty").string() + ":/nonexistent";
+    CHECK(find_toolchains(path, "/opt/cross/bin/arm-") ==
+          std::vector<std::string>{"", "/opt/cross/bin/arm-", "aarch64-linux-gnu-"});
+    CHECK(find_toolchains("", "") == std::vector<std::string>{""});
+}
+
+TEST_CASE("binutils run only on regular ELF files, whatever a hostile agent names",
+          "[collector][symbols]") {
+    test_support::temp_dir dir;
+    // A toolchain that notes every file it is run on, then runs the real tool.
+    const auto ran = dir.path / "ran";
+    for (const char* t : {"readelf", "addr2line"}) {
+        const auto spy = dir.path / (std::string("spy-") + t);
+        std::ofstream(spy) << "#!/bin/sh\necho \"$@\" >> " << ran.string() << "\nexec " << t
+                           << " \"$@\"\n";
+        fs::permissions(spy, fs::perms::owner_exec, fs::perm_options::add);
+    }
+    fs::create_symlink("/proc/self/environ", dir.path / "libenviron.so");
+    std::ofstream(dir.path / "script.so") << "#!/bin/sh\n";
+    symbol_config c;
+    c.toolchain_prefix = (dir.path / "spy-").string();
+    symbolizer sym(c);
+    const std::vector<std::string> hostile = {"/dev/zero",
+                                              "/proc/self/environ",
+                                              "/proc/1/mem",
+                                              "/sys/kernel/notes",
+                                              (dir.path / "libenviron.so").string(),
+                                              (dir.path / "script.so").string(),
+                                              dir.path.string()};
+    std::vector<symbolizer::site> sites{{demo_bin, "(anonymous namespace)::matrix_multiply", 4}};
+    for (const auto& m : hostile)
+        sites.push_back({m, "f", 1});
+    const auto where = sym.resolve(sites);
+    CHECK_FALSE(where[0].empty());
+    for (std::size_t i = 1; i < where.size(); ++i)
+        CHECK(where[i].empty());
+    for (const auto& b : sym.binaries()) {
+        INFO(b.module << ": " << b.error);
+        CHECK(b.error.empty() == (b.module == demo_bin));
+    }
+    std::ifstream in(ran);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains(demo_bin));
+    for (const auto& m : hostile)
+        CHECK_THAT(text.str(), !Catch::Contains(m));
+    CHECK_THAT(text.str(), !Catch::Contains("/proc"));
 }

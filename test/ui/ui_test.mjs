@@ -57,7 +57,8 @@ try {
   // The agents scripts/build-agents.sh wrote, offered on the landing page.
   const agentsDir = new URL('../../dist', import.meta.url).pathname;
   const collector = start(bin('collector/perfwire-collector'),
-    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir]);
+    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir,
+     '--browse-root', work]);
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--duration', '1']);
@@ -279,7 +280,8 @@ try {
   mkdirSync(dirname(wrong), { recursive: true });
   copyFileSync('/bin/true', wrong);
   const put = (body) => fetch(http + '/api/config', { method: 'PUT', body: JSON.stringify(body) });
-  await put({ binaries: [wrong] });
+  check((await put({ binaries: [wrong] })).ok, 'a binary under the browse root is accepted');
+  check((await put({ toolchain_prefix: join(work, 'evil-') })).status === 400, 'a toolchain the collector did not find is refused');
   await again.goto(`${http}/#session=${session}&tab=source`);
   const warning = again.locator('#source-info [data-warning]');
   await warning.first().waitFor({ timeout: 15000 });

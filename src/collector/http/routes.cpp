@@ -710,7 +710,7 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
     if (s.size() == 2 && s[1] == "config") {
         if (method == http::verb::get)
             co_return make_json(req, http::status::ok,
-                                config_json(app.symbols.config(), app.cfg.browse_root));
+                                config_json(app.symbols.config(), app.limits));
         if (method != http::verb::put)
             co_return wrong_method();
         const auto body = json_body(req);
@@ -718,10 +718,10 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
             co_return make_error(req, http::status::bad_request, "bad_request",
                                  "body must be a JSON object");
         auto c = app.symbols.config();
-        if (auto error = update_config(c, *body); !error.empty())
+        if (auto error = update_config(c, *body, app.limits); !error.empty())
             co_return make_error(req, http::status::bad_request, "bad_config", error);
         app.symbols.configure(c);
-        co_return make_json(req, http::status::ok, config_json(c, app.cfg.browse_root));
+        co_return make_json(req, http::status::ok, config_json(c, app.limits));
     }
 
     if (s.size() >= 2 && s.size() <= 3 && s[1] == "agent-binaries") {
@@ -764,7 +764,7 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
         std::string path; // (a local: GCC 12 frees a ?: temporary inside co_await twice)
         if (const auto it = url.query.find("path"); it != url.query.end())
             path = it->second;
-        auto r = co_await asio::co_spawn(app.pool, list_folder(app.cfg.browse_root, path),
+        auto r = co_await asio::co_spawn(app.pool, list_folder(app.limits.browse_root, path),
                                          asio::use_awaitable);
         if (r.status != 200)
             co_return make_json(req, static_cast<http::status>(r.status),

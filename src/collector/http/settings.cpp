@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <unistd.h>
 #include <vector>
 
 namespace collector {
@@ -41,9 +42,66 @@ bool inside(const fs::path& root, const fs::path& p) {
 
 constexpr std::size_t max_entries = 5000;
 
+// Empty when `path` (absolute) resolves inside `root`; else why not, naming `field`.
+std::string outside_root(const std::string& field, const std::string& path,
+                         const std::string& root) {
+    std::error_code ec;
+    const fs::path base = fs::weakly_canonical(root.empty() ? "/" : root, ec);
+    if (!fs::path(path).is_absolute())
+        return field + " must be absolute paths";
+    const fs::path real = fs::weakly_canonical(path, ec);
+    if (ec || !inside(base, real))
+        return field + ": " + path + " is outside the browse root " + base.string() +
+               " (give it on the collector's command line instead)";
+    return {};
+}
+
+// The same for each of `paths` that is not in `kept`: what the owner set stays allowed.
+std::string outside_root(const std::string& field, const std::vector<std::string>& paths,
+                         const std::string& root, const std::vector<std::string>& kept) {
+    for (const auto& p : paths)
+        if (std::find(kept.begin(), kept.end(), p) == kept.end())
+            if (auto why = outside_root(field, p, root); !why.empty())
+                return why;
+    return {};
+}
+
+bool executable_file(const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
 } // namespace
 
-json::object config_json(const symbol_config& c, const std::string& browse_root) {
+std::vector<std::string> find_toolchains(const std::string& path_env, const std::string& given) {
+    std::vector<std::string> out{given};
+    constexpr std::string_view tool = "addr2line";
+    std::size_t from = 0;
+    while (from <= path_env.size()) {
+        auto to = path_env.find(':', from);
+        if (to == std::string::npos)
+            to = path_env.size();
+        const fs::path dir = path_env.substr(from, to - from);
+        from = to + 1;
+        std::error_code ec;
+        if (dir.empty() || !dir.is_absolute() || !fs::is_directory(dir, ec))
+            continue;
+        for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+            const std::string name = it->path().filename().string();
+            if (name.size() < tool.size() ||
+                name.compare(name.size() - tool.size(), tool.size(), tool) != 0)
+                continue;
+            const std::string prefix = name.substr(0, name.size() - tool.size());
+            if (executable_file(it->path()) && executable_file(dir / (prefix + "readelf")))
+                out.push_back(prefix);
+        }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+json::object config_json(const symbol_config& c, const config_limits& limits) {
     json::array map;
     for (const auto& [from, to] : c.path_map)
         map.push_back(json::object{{"from", from}, {"to", to}});
@@ -53,10 +111,11 @@ json::object config_json(const symbol_config& c, const std::string& browse_root)
             {"toolchain_prefix", c.toolchain_prefix},
             {"sysroot", c.sysroot},
             {"inline", c.inline_frames},
-            {"browse_root", browse_root}};
+            {"browse_root", limits.browse_root},
+            {"toolchains", strings_json(limits.toolchains)}};
 }
 
-std::string update_config(symbol_config& c, const json::object& body) {
+std::string update_config(symbol_config& c, const json::object& body, const config_limits& limits) {
     symbol_config next = c;
     if (const auto* v = body.if_contains("binaries"); v && !read_strings(*v, next.binaries))
         return "binaries must be an array of strings";
@@ -79,16 +138,38 @@ std::string update_config(symbol_config& c, const json::object& body) {
         if (!v->is_string())
             return "toolchain_prefix must be a string";
         const std::string p(v->as_string());
-        // The prefix names programs to run: a path or a name prefix, never options or spaces.
-        if (p.find_first_of(" \t\n;|&$`") != std::string::npos || (!p.empty() && p[0] == '-'))
-            return "toolchain_prefix must be a program name prefix such as aarch64-linux-gnu-";
+        // The prefix names programs to run: only one of those the owner made available.
+        if (std::find(limits.toolchains.begin(), limits.toolchains.end(), p) ==
+            limits.toolchains.end()) {
+            std::string known;
+            for (const auto& t : limits.toolchains)
+                known += (known.empty() ? "" : ", ") + (t.empty() ? std::string("\"\"") : t);
+            return "toolchain_prefix must be one of the toolchains the collector found: " + known;
+        }
         next.toolchain_prefix = p;
     }
     if (const auto* v = body.if_contains("sysroot")) {
         if (!v->is_string())
             return "sysroot must be a string";
         next.sysroot = std::string(v->as_string());
+        if (!next.sysroot.empty() && next.sysroot != c.sysroot)
+            if (auto why = outside_root("sysroot", next.sysroot, limits.browse_root); !why.empty())
+                return why;
     }
+    if (auto why = outside_root("binaries", next.binaries, limits.browse_root, c.binaries);
+        !why.empty())
+        return why;
+    if (auto why = outside_root("source_dirs", next.source_dirs, limits.browse_root, c.source_dirs);
+        !why.empty())
+        return why;
+    std::vector<std::string> targets, kept_targets;
+    for (const auto& m : next.path_map)
+        targets.push_back(m.second);
+    for (const auto& m : c.path_map)
+        kept_targets.push_back(m.second);
+    if (auto why = outside_root("path_map targets", targets, limits.browse_root, kept_targets);
+        !why.empty())
+        return why;
     if (const auto* v = body.if_contains("inline")) {
         if (!v->is_bool())
             return "inline must be true or false";

@@ -8,14 +8,29 @@
 #include <boost/json/object.hpp>
 
 #include <string>
+#include <vector>
 
 namespace collector {
 
-boost::json::object config_json(const symbol_config& c, const std::string& browse_root);
+// What a request may set. Whoever reaches the API is not the collector's owner: the programs it
+// runs are the ones the owner chose (found on PATH at start, or --toolchain-prefix), and the
+// files and folders it names are under the file browser's root.
+struct config_limits {
+    std::string browse_root;
+    std::vector<std::string> toolchains; // prefixes of addr2line + readelf; "" is the native one
+};
+
+// Toolchain prefixes on `path_env` (PATH): every X-addr2line with an X-readelf beside it, the
+// native pair as "", and `given` (--toolchain-prefix) whatever it is. Sorted, unique.
+std::vector<std::string> find_toolchains(const std::string& path_env, const std::string& given);
+
+boost::json::object config_json(const symbol_config& c, const config_limits& limits);
 
 // Applies the fields present in `body` ({binaries, source_dirs, path_map:[{from,to}],
-// toolchain_prefix, sysroot, inline}); an error message names the first bad field.
-std::string update_config(symbol_config& c, const boost::json::object& body);
+// toolchain_prefix, sysroot, inline}) within `limits`; an error message names the first bad
+// field, and nothing is applied then.
+std::string update_config(symbol_config& c, const boost::json::object& body,
+                          const config_limits& limits);
 
 struct browse_result {
     int status = 200; // 200, 403 outside the root, 404 missing, 400 not a folder

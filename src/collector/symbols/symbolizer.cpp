@@ -49,6 +49,27 @@ bool is_regular_file(const std::string& path) {
     return !path.empty() && fs::is_regular_file(path, ec);
 }
 
+// Why binutils may not read `path`, or nothing: only a regular ELF file is handed to readelf
+// and addr2line, never a device, FIFO or kernel file that a hostile agent names as a module.
+std::string unreadable_binary(const std::string& path) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(path, ec);
+    if (ec || !fs::is_regular_file(real, ec))
+        return "binary not found: " + path + " (set --binary or --sysroot)";
+    for (const char* kernel : {"/proc", "/sys", "/dev"})
+        if (real == kernel || real.native().rfind(std::string(kernel) + "/", 0) == 0)
+            return "not a binary: " + real.string();
+    char magic[4] = {};
+    if (std::FILE* f = std::fopen(real.c_str(), "rb")) {
+        const auto n = std::fread(magic, 1, sizeof magic, f);
+        std::fclose(f);
+        if (n == sizeof magic && std::string_view(magic, 4) == "\x7f"
+                                                               "ELF")
+            return {};
+    }
+    return "not an ELF file: " + real.string();
+}
+
 } // namespace
 
 std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines) {
@@ -116,8 +137,8 @@ symbolizer::binary& symbolizer::load(const std::string& module) {
     b->path = local_binary(module);
     if (module.empty() || module.front() == '[') {
         b->error = "no binary for " + module; // kernel, vdso, unknown
-    } else if (!is_regular_file(b->path)) {
-        b->error = "binary not found: " + b->path + " (set --binary or --sysroot)";
+    } else if (auto why = unreadable_binary(b->path); !why.empty()) {
+        b->error = std::move(why);
     } else {
         auto c = run_capture({config_.toolchain_prefix + "readelf", "-sW", b->path});
         if (c.code != 0) {
