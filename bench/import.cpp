@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
         ::close(pipefd[0]);
         ::execl(PERFWIRE_COLLECTOR_BIN, PERFWIRE_COLLECTOR_BIN, "--sessions-dir",
                 (work / "sessions").c_str(), "--http-port", "0", "--agent-port", "0",
-                "--agent-bind", "127.0.0.1", static_cast<char*>(nullptr));
+                "--agent-bind", "127.0.0.1", "--http-auth", "none", // a benchmark, not a user
+                static_cast<char*>(nullptr));
         std::_Exit(127);
     }
     ::close(pipefd[1]);

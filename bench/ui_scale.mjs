@@ -59,7 +59,7 @@ try {
   const file = join(work, 'synth.txt');
   writeFileSync(file, capture());
   const collector = start(join(build, 'src/collector/perfwire-collector'),
-    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--import', file]);
+    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--import', file, '--http-auth', 'none']);
   const http = await until(() => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   const session = (await (await fetch(http + '/api/sessions')).json())[0].id;
 

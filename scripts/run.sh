@@ -31,5 +31,6 @@ demo=$!
 "$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" --duration 2 &
 pids+=($!)
 
-echo "perfwire: profiling perfwire-demo (pid $demo); open http://127.0.0.1:8080"
+# The collector keeps the UI's access token beside the sessions; the link signs a browser in.
+echo "perfwire: profiling perfwire-demo (pid $demo); open http://127.0.0.1:8080/?token=$(cat "$sessions/.http-token")"
 wait -n "${pids[@]}"

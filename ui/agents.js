@@ -22,9 +22,12 @@ function commands(arch) {
   const b = binaries.find((x) => x.arch === arch);
   const agentPort = (status.agent_listener || ':9999').split(':').pop();
   const collector = loopback(location.hostname) ? 'COLLECTOR' : location.hostname;
+  // The API asks for the collector's access token, kept in status.token_file.
+  const auth = !status.token_file ? ''
+    : loopback(location.hostname) ? ` -H "Authorization: Bearer $(cat ${status.token_file})"` : ' -H "Authorization: Bearer TOKEN"';
   const fetchCmd = loopback(location.hostname)
-    ? `# on this machine: fetch it, then copy it over\ncurl -fo ${file} ${location.origin}/api/agent-binaries/${arch}\nscp ${file} root@DEVICE:/tmp/perfwire-agent`
-    : `# on the device\ncurl -fo /tmp/perfwire-agent ${location.origin}/api/agent-binaries/${arch}`;
+    ? `# on this machine: fetch it, then copy it over\ncurl -fo ${file}${auth} ${location.origin}/api/agent-binaries/${arch}\nscp ${file} root@DEVICE:/tmp/perfwire-agent`
+    : `# on the device${auth ? ` (TOKEN: the collector's access token, in ${status.token_file})` : ''}\ncurl -fo /tmp/perfwire-agent${auth} ${location.origin}/api/agent-binaries/${arch}`;
   const block = (title, text) => `<p>${title}</p><pre class="cmd">${esc(text)}</pre><button data-copy>copy</button>`;
   return block('1. Get it onto the device', fetchCmd) +
     block('2. Check it and make it executable', `cd /tmp && echo "${b?.sha256 || 'SHA256'}  perfwire-agent" | sha256sum -c && chmod +x perfwire-agent`) +

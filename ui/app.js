@@ -332,24 +332,45 @@ initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } :
 initWizard();
 initAgentHelp();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
-window.addEventListener('hashchange', rerender);
 window.addEventListener('resize', drawFlame);
 
-// Live updates: re-render when something the current view shows changed.
-const stream = new EventSource('/api/stream');
-stream.onopen = () => { $('#conn').textContent = 'live'; };
-stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
-for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
-stream.addEventListener('import', (e) => {
-  const d = JSON.parse(e.data);
-  if (!importing || !['receiving', 'converting', 'parsing'].includes(d.phase)) return;
-  const of = d.total ? ` of ${mib(d.total)}` : '';
-  const what = d.phase === 'converting' ? 'running perf script on' : 'importing';
-  $('#import-state').innerHTML = `${what} ${esc(importing.file.name)}: ${mib(d.bytes)}${of} MiB, ${Number(d.samples).toLocaleString()} samples <button id="import-cancel">cancel</button>`;
-});
-stream.addEventListener('metrics', (e) => liveMetrics(JSON.parse(e.data), windowOf(hashState())));
-stream.addEventListener('data_version', (e) => {
-  const s = hashState(), d = JSON.parse(e.data);
-  if (!s.session || d.session_id === s.session) rerender();
-});
-rerender();
+// Signed in? The collector asks every API request for its access token, which the link it
+// printed at start turns into a cookie. Without it, say where the token is and take it here.
+async function signedIn() {
+  const r = await fetch('/api/status', { headers: { Accept: 'application/json' } });
+  if (r.status !== 401) return true;
+  const where = (await r.json().catch(() => ({})))?.error?.token_file || '';
+  $('#conn').textContent = 'signed out';
+  $('#main').innerHTML = `<section id="sign-in"><h2>Sign in</h2>
+    <p>This collector asks for its access token. Open the link <code>perfwire-collector</code> printed when it started
+    (<code>UI and API on http://…/?token=…</code>), or paste the token here:</p>
+    <form><input id="sign-in-token" size="40" autocomplete="off" aria-label="access token"> <button>sign in</button></form>
+    ${where ? `<p class="muted">The token is kept in <code>${esc(where)}</code> on the collector's machine.</p>` : ''}</section>`;
+  $('#sign-in form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    location.href = '/?token=' + encodeURIComponent($('#sign-in-token').value.trim());
+  });
+  return false;
+}
+
+if (await signedIn()) {
+  window.addEventListener('hashchange', rerender);
+  // Live updates: re-render when something the current view shows changed.
+  const stream = new EventSource('/api/stream');
+  stream.onopen = () => { $('#conn').textContent = 'live'; };
+  stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
+  for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
+  stream.addEventListener('import', (e) => {
+    const d = JSON.parse(e.data);
+    if (!importing || !['receiving', 'converting', 'parsing'].includes(d.phase)) return;
+    const of = d.total ? ` of ${mib(d.total)}` : '';
+    const what = d.phase === 'converting' ? 'running perf script on' : 'importing';
+    $('#import-state').innerHTML = `${what} ${esc(importing.file.name)}: ${mib(d.bytes)}${of} MiB, ${Number(d.samples).toLocaleString()} samples <button id="import-cancel">cancel</button>`;
+  });
+  stream.addEventListener('metrics', (e) => liveMetrics(JSON.parse(e.data), windowOf(hashState())));
+  stream.addEventListener('data_version', (e) => {
+    const s = hashState(), d = JSON.parse(e.data);
+    if (!s.session || d.session_id === s.session) rerender();
+  });
+  rerender();
+}

@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
+#include "collector/http/access.hpp"
 #include "collector/http/server.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/error.hpp"
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 
 namespace collector {
@@ -80,15 +82,41 @@ int run(const config& c) {
         app.sessions.adopt(r.session_id, std::move(r.model));
     }
 
+    if (c.http_auth && c.http_token) {
+        app.api_token = *c.http_token;
+        app.api_token_file = "the collector's --http-token";
+    } else if (c.http_auth) {
+        const auto file = std::filesystem::path(c.sessions_dir) / ".http-token";
+        std::string error;
+        const auto token = load_or_create_token(file, error);
+        if (!token) {
+            log("cannot set up the API's access token: " + error);
+            return 1;
+        }
+        app.api_token = *token;
+        app.api_token_file = file.string();
+    }
+
     tcp::acceptor agents(io), web(io);
     if (!open_acceptor(agents, c.agent_bind, c.agent_port, "agents") ||
         !open_acceptor(web, c.http_bind, c.http_port, "HTTP"))
         return 1;
     app.agent_listen_address = c.agent_bind + ":" + std::to_string(agents.local_endpoint().port());
     log("agents on " + app.agent_listen_address + "; sessions in " + c.sessions_dir);
-    log("UI and API on http://" +
-        (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) + ":" +
-        std::to_string(web.local_endpoint().port()) + "/");
+    const std::string url = "http://" +
+                            (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) +
+                            ":" + std::to_string(web.local_endpoint().port()) + "/";
+    if (app.api_token.empty()) {
+        log("UI and API on " + url);
+        log("warning: --http-auth none: whoever reaches " + url +
+            " can read every profile and steer every agent");
+    } else {
+        // The link signs a browser in (a cookie), like a notebook server's.
+        log("UI and API on " + url + "?token=" + app.api_token);
+        log("open that link to sign in; API clients send Authorization: Bearer with the token "
+            "in " +
+            app.api_token_file);
+    }
 
     // What changed, as SSE events for the browsers.
     app.on_change = [&app](std::string_view kind, const std::string& session_id) {

@@ -1,5 +1,7 @@
 #include "collector/options.hpp"
 
+#include "collector/http/access.hpp"
+
 #include <boost/program_options.hpp>
 
 #include <fstream>
@@ -24,6 +26,12 @@ po::options_description describe_options() {
                                                    "(default ~/.local/share/perfwire/sessions)")
         ("token", po::value<std::string>(), "pairing code agents must present (or env "
                                             "PERFWIRE_TOKEN)")
+        ("http-auth", po::value<std::string>()->default_value("token"),
+         "token: every API request presents the collector's access token (the link printed at "
+         "start signs a browser in); none: no token, for a trusted single-user machine")
+        ("http-token", po::value<std::string>(), "the access token (16-256 characters; best in a "
+                                                 "--config file); default: a random one kept in "
+                                                 "SESSIONS-DIR/.http-token")
         ("import", po::value<std::string>(), "import a perf.data or perf script text file")
         ("ui-dir", po::value<std::string>(), "serve the UI from this folder instead of the "
                                              "embedded copy")
@@ -110,6 +118,15 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.token = vm["token"].as<std::string>();
     else if (env_token && *env_token)
         c.token = env_token;
+    const auto auth = vm["http-auth"].as<std::string>();
+    if (auth != "token" && auth != "none")
+        return usage("--http-auth takes token or none, not " + auth);
+    c.http_auth = auth == "token";
+    if (vm.count("http-token")) {
+        c.http_token = vm["http-token"].as<std::string>();
+        if (!valid_token(*c.http_token))
+            return usage("--http-token must be 16 to 256 letters, digits or -._~ characters");
+    }
     if (vm.count("import"))
         c.import_file = vm["import"].as<std::string>();
     if (vm.count("ui-dir"))

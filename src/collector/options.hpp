@@ -17,6 +17,8 @@ struct config {
     std::uint16_t http_port = 8080;
     std::string sessions_dir; // default: ~/.local/share/perfwire/sessions
     std::optional<std::string> token;
+    bool http_auth = true;                 // --http-auth token (default) | none
+    std::optional<std::string> http_token; // --http-token; default: kept in the sessions dir
     std::optional<std::string> import_file;
     std::optional<std::string> ui_dir;
     symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...

@@ -46,7 +46,7 @@ struct collector_proc {
         REQUIRE(agents);
         REQUIRE(http);
         agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
-        http_port = static_cast<std::uint16_t>(std::stoi(*http));
+        http_port = test_support::api_port(*http);
     }
 
     json::value get(const std::string& target) {
@@ -100,7 +100,7 @@ struct importing_collector {
         const auto port = proc->wait_for_stderr("API on http://127.0.0.1:", 5s);
         REQUIRE(port);
         session = *imported;
-        http_port = static_cast<std::uint16_t>(std::stoi(*port));
+        http_port = test_support::api_port(*port);
     }
 };
 
@@ -403,8 +403,10 @@ TEST_CASE("every header shape imports from the command line and by upload, and a
         const int fd = test_support::connect_loopback(http_port);
         REQUIRE(fd >= 0);
         const std::string head = "POST /api/sessions/import HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                 "Content-Length: " +
-                                 std::to_string(part.size() * 4) + "\r\n\r\n";
+                                 "Authorization: Bearer " +
+                                 test_support::api_token(http_port) +
+                                 "\r\nContent-Length: " + std::to_string(part.size() * 4) +
+                                 "\r\n\r\n";
         REQUIRE(::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
         std::string_view rest = part;
         while (!rest.empty()) {
@@ -440,7 +442,9 @@ TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, for
     // A browser on the event stream, read raw for what reaches it.
     const int browser = test_support::connect_loopback(coll.http_port);
     REQUIRE(browser >= 0);
-    const std::string get = "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const std::string get =
+        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: perfwire_token=" +
+        test_support::api_token(coll.http_port) + "\r\n\r\n";
     REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
 
     // Before the hello a frame may be no larger than a hello: a header declaring 1 MiB closes
@@ -571,4 +575,89 @@ TEST_CASE("a full disk: chunks stay in the live view, the session says what is n
     CHECK(fs::exists(chunks / "000002.txt"));
     CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
     CHECK(http_call(coll.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
+}
+
+TEST_CASE("the API asks for the collector's access token; the printed link signs a browser in",
+          "[collector][integration]") {
+    temp_dir dir;
+    const auto sessions = dir.path / "sessions";
+    std::string token;
+    {
+        collector_proc coll(sessions);
+        token = test_support::api_token(coll.http_port);
+        REQUIRE(token.size() == 32);
+        // Kept where the log says, readable by the owner only.
+        const auto file = sessions / ".http-token";
+        CHECK((fs::status(file).permissions() & fs::perms::all) ==
+              (fs::perms::owner_read | fs::perms::owner_write));
+        std::ifstream in(file);
+        std::string kept;
+        in >> kept;
+        CHECK(kept == token);
+        CHECK_THAT(coll.proc->stderr_text(), Catch::Contains(file.string()));
+
+        const std::vector<std::string> none{"Cookie: unrelated=1"}; // no credentials
+        for (const auto& [method, target] :
+             std::vector<std::pair<std::string, std::string>>{{"GET", "/api/sessions"},
+                                                              {"GET", "/api/stream"},
+                                                              {"GET", "/api/config"},
+                                                              {"PUT", "/api/config"},
+                                                              {"POST", "/api/targets/connect"},
+                                                              {"POST", "/api/sessions/import"}}) {
+            INFO(method << " " << target);
+            const auto r = http_call(coll.http_port, method, target, "{}", none);
+            CHECK(r.status == 401);
+            CHECK_THAT(r.headers, Catch::Contains("WWW-Authenticate: Bearer"));
+            CHECK(r.body.find(token) == std::string::npos);
+        }
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions", {},
+                        {"Authorization: Bearer ffffffffffffffffffffffffffffffff"})
+                  .status == 401);
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions").status == 200); // Bearer
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions", {},
+                        {"Cookie: perfwire_token=" + token})
+                  .status == 200);
+        // The UI shell itself needs nothing: it asks for the token.
+        const auto shell = http_call(coll.http_port, "GET", "/", {}, none);
+        CHECK(shell.status == 200);
+        CHECK_THAT(shell.body, Catch::Contains("<title>perfwire</title>"));
+
+        // The printed link: a cookie for the browser, then the UI without the token in the
+        // address. Never a redirect elsewhere; a wrong token gets nothing.
+        const auto link = http_call(coll.http_port, "GET", "/?token=" + token, {}, none);
+        CHECK(link.status == 303);
+        CHECK_THAT(link.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token +
+                                                 "; Path=/; HttpOnly; SameSite=Strict"));
+        CHECK_THAT(link.headers,
+                   Catch::Contains("Location: /\r") || Catch::EndsWith("Location: /"));
+        const auto elsewhere =
+            http_call(coll.http_port, "GET", "//evil.example/?token=" + token, {}, none);
+        CHECK_THAT(elsewhere.headers, !Catch::Contains("evil.example"));
+        const auto wrong = http_call(coll.http_port, "GET", "/?token=nope", {}, none);
+        CHECK(wrong.status == 401);
+        CHECK_THAT(wrong.headers, !Catch::Contains("Set-Cookie"));
+    }
+    {
+        collector_proc again(sessions); // the same token after a restart: links keep working
+        CHECK(test_support::api_token(again.http_port) == token);
+    }
+    {
+        spawned open_box(PERFWIRE_COLLECTOR_BIN,
+                         {"--sessions-dir", sessions.string(), "--agent-port", "0", "--agent-bind",
+                          "127.0.0.1", "--http-port", "0", "--http-auth", "none"});
+        const auto port = open_box.wait_for_stderr("API on http://127.0.0.1:", 5s);
+        REQUIRE(port);
+        const auto http = test_support::api_port(*port);
+        CHECK(test_support::api_token(http).empty());
+        CHECK(open_box.wait_for_stderr("warning: --http-auth none", 5s));
+        CHECK(http_call(http, "GET", "/api/sessions").status == 200);
+    }
+    spawned short_token(PERFWIRE_COLLECTOR_BIN,
+                        {"--sessions-dir", sessions.string(), "--http-token", "0123456789abcde"});
+    CHECK(short_token.wait(5s) == 2);
+    fs::permissions(sessions / ".http-token", fs::perms::others_read, fs::perm_options::add);
+    spawned exposed(PERFWIRE_COLLECTOR_BIN,
+                    {"--sessions-dir", sessions.string(), "--agent-port", "0", "--http-port", "0"});
+    CHECK(exposed.wait(5s) == 1);
+    CHECK_THAT(exposed.stderr_text(), Catch::Contains("readable by others"));
 }

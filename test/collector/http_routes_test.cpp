@@ -1,4 +1,5 @@
 // The HTTP API through handle_request: no socket, a real session store on disk.
+#include "collector/http/access.hpp"
 #include "collector/http/routes.hpp"
 #include "collector/http/upload.hpp"
 #include "protocol/compression.hpp"
@@ -200,6 +201,90 @@ TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests"
         http::status::no_content);
     CHECK(f.call(http::verb::get, base).result() == http::status::not_found);
     CHECK(f.call(http::verb::delete_, base).result() == http::status::not_found);
+}
+
+TEST_CASE("API: with an access token, every API request presents it", "[collector][api]") {
+    fixture_app f;
+    const std::string token = "0123456789abcdef0123456789abcdef";
+    f.app->api_token = token;
+    auto with = [&](http::verb method, const std::string& target, const std::string& header,
+                    const std::string& value) {
+        http_request req{method, target, 11};
+        req.set(http::field::host, "127.0.0.1:8080");
+        if (!header.empty())
+            req.set(header, value);
+        return check_access(*f.app, req);
+    };
+    const auto base = "/api/sessions/" + f.session_id;
+    // Refused without it, whatever the method or path under /api/.
+    for (const auto& [method, target] :
+         std::vector<std::pair<http::verb, std::string>>{{http::verb::get, "/api/status"},
+                                                         {http::verb::get, "/api/stream"},
+                                                         {http::verb::get, base + "/functions"},
+                                                         {http::verb::put, "/api/config"},
+                                                         {http::verb::post, "/api/targets/connect"},
+                                                         {http::verb::post, "/api/sessions/import"},
+                                                         {http::verb::delete_, base},
+                                                         {http::verb::post, "/"}}) {
+        INFO(method << " " << target);
+        const auto refused = with(method, target, {}, {});
+        REQUIRE(refused);
+        CHECK(refused->result() == http::status::unauthorized);
+        CHECK(refused->at(http::field::www_authenticate) == "Bearer realm=\"perfwire\"");
+        CHECK_THAT(refused->body(), Catch::Contains(".http-token") || Catch::Contains("token"));
+    }
+    CHECK(with(http::verb::get, "/api/status", "Authorization", "Bearer wrong-token-0123456789"));
+    CHECK(with(http::verb::get, "/api/status", "Authorization", "Basic " + token));
+    CHECK(with(http::verb::get, "/api/status", "Cookie", "perfwire_token=" + token + "x"));
+    CHECK(with(http::verb::get, "/api/status", "Cookie", "other_token=" + token));
+    CHECK_FALSE(with(http::verb::get, "/api/status", "Authorization", "Bearer " + token));
+    CHECK_FALSE(
+        with(http::verb::get, "/api/stream", "Cookie", "a=1; perfwire_token=" + token + "; b=2"));
+    // The UI's static files are the one thing served without it.
+    CHECK_FALSE(with(http::verb::get, "/", {}, {}));
+    CHECK_FALSE(with(http::verb::head, "/app.js", {}, {}));
+    // The route handler applies the same check.
+    CHECK(f.call(http::verb::get, "/api/status").result() == http::status::unauthorized);
+}
+
+TEST_CASE("access token: kept in a private file, presented by header or cookie",
+          "[collector][api]") {
+    test_support::temp_dir dir;
+    const auto file = dir.path / ".http-token";
+    std::string error;
+    const auto made = load_or_create_token(file, error);
+    REQUIRE(made);
+    CHECK(made->size() == 32);
+    CHECK(valid_token(*made));
+    CHECK((fs::status(file).permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write));
+    CHECK(load_or_create_token(file, error) == made); // the same token after a restart
+
+    fs::permissions(file, fs::perms::group_read | fs::perms::others_read, fs::perm_options::add);
+    CHECK_FALSE(load_or_create_token(file, error));
+    CHECK_THAT(error, Catch::Contains("readable by others"));
+    fs::remove(file);
+    fs::create_symlink("/etc/hostname", file);
+    CHECK_FALSE(load_or_create_token(file, error));
+    fs::remove(file);
+    {
+        std::ofstream out(file);
+        out << "short\n";
+    }
+    fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace);
+    CHECK_FALSE(load_or_create_token(file, error));
+    CHECK_FALSE(load_or_create_token(dir.path / "no/such/dir/.http-token", error));
+
+    CHECK(token_in_query("/?token=abc") == "abc");
+    CHECK(token_in_query("/index.html?x=1&token=abc&y=2") == "abc");
+    CHECK_FALSE(token_in_query("/?tokens=abc"));
+    CHECK_FALSE(token_in_query("/"));
+    CHECK(sign_in_cookie("abc") == "perfwire_token=abc; Path=/; HttpOnly; SameSite=Strict");
+    CHECK_FALSE(valid_token("0123456789abcde"));                      // 15: too short
+    CHECK_FALSE(valid_token("0123456789abcdef;Domain=evil.example")); // no cookie attributes
+    CHECK_FALSE(valid_token("0123456789abcdef 0123"));
+    CHECK(valid_token("correct-horse.battery_staple~42"));
 }
 
 TEST_CASE("API: importing perf script text makes a queryable session", "[collector][api]") {

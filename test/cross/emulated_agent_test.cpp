@@ -79,7 +79,7 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
     const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
     REQUIRE(agents_port);
     REQUIRE(http_text);
-    const auto http = static_cast<std::uint16_t>(std::stoi(*http_text));
+    const auto http = test_support::api_port(*http_text);
     const std::string server = "127.0.0.1:" + std::to_string(std::stoi(*agents_port));
 
     // A wrong pairing code is refused; the right one is taken.

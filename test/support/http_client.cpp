@@ -3,12 +3,37 @@
 #include "support/framing_peer.hpp"
 
 #include <arpa/inet.h>
+#include <map>
+#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 namespace test_support {
+namespace {
+
+std::mutex tokens_mutex;
+std::map<std::uint16_t, std::string> tokens;
+
+} // namespace
+
+std::uint16_t api_port(const std::string& log_rest) {
+    const auto port = static_cast<std::uint16_t>(std::stoi(log_rest));
+    const auto at = log_rest.find("?token=");
+    std::lock_guard lock(tokens_mutex);
+    if (at == std::string::npos)
+        tokens.erase(port);
+    else
+        tokens[port] = log_rest.substr(at + 7);
+    return port;
+}
+
+std::string api_token(std::uint16_t port) {
+    std::lock_guard lock(tokens_mutex);
+    const auto it = tokens.find(port);
+    return it == tokens.end() ? std::string() : it->second;
+}
 
 http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
                      const std::string& body, const std::vector<std::string>& extra_headers) {
@@ -17,11 +42,14 @@ http_reply http_call(std::uint16_t port, const std::string& method, const std::s
     if (fd < 0)
         return r;
     std::string req = method + " " + target + " HTTP/1.1\r\nConnection: close\r\n";
-    bool has_host = false;
+    bool has_host = false, has_credentials = false;
     for (const auto& h : extra_headers) {
         req += h + "\r\n";
         has_host |= h.rfind("Host:", 0) == 0;
+        has_credentials |= h.rfind("Authorization:", 0) == 0 || h.rfind("Cookie:", 0) == 0;
     }
+    if (const auto token = api_token(port); !has_credentials && !token.empty())
+        req += "Authorization: Bearer " + token + "\r\n";
     if (!has_host)
         req += "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
     if (!body.empty() || method == "POST")

@@ -13,8 +13,17 @@ struct http_reply {
     std::string body;
 };
 
+// Sends `Authorization: Bearer` with the token remembered for `port` (see api_port) unless
+// `extra_headers` has its own Authorization or Cookie.
 http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
                      const std::string& body = {},
                      const std::vector<std::string>& extra_headers = {});
+
+// What follows "UI and API on http://127.0.0.1:" in a collector's log ("PORT/?token=T"): the
+// port, with T remembered for later calls to it.
+std::uint16_t api_port(const std::string& log_rest);
+
+// The access token remembered for `port` ("" if none).
+std::string api_token(std::uint16_t port);
 
 } // namespace test_support

@@ -60,6 +60,10 @@ try {
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir,
      '--browse-root', work]);
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
+  // The link the collector prints signs a browser in; scripts send the token as a header.
+  const signIn = collector.log.match(/UI and API on (http:\S+\?token=\S+)/)[1];
+  const token = new URL(signIn).searchParams.get('token');
+  const fetch = (url, opts = {}) => globalThis.fetch(url, { ...opts, headers: { ...opts.headers, Authorization: `Bearer ${token}` } });
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--duration', '1']);
 
@@ -67,14 +71,32 @@ try {
     executablePath: '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
   });
-  const page = await browser.newPage();
   const errors = [];
+  // Without the token the UI asks for it, and the API answers nothing.
+  doing = "signing in";
+  const stranger = await browser.newPage();
+  await stranger.goto(http + '/#tab=sessions');
+  await stranger.locator('#sign-in').waitFor({ timeout: 10000 });
+  check(/access token/.test(await stranger.locator('#sign-in').textContent()) &&
+    (await stranger.evaluate(async () => (await fetch('/api/sessions')).status)) === 401,
+    'without the access token the UI asks for it and the API answers 401');
+  await stranger.fill('#sign-in-token', 'not-the-token-0123456789');
+  await stranger.click('#sign-in button');
+  await stranger.waitForLoadState('domcontentloaded');
+  check((await stranger.context().cookies()).length === 0, 'a wrong token sets no cookie');
+  await stranger.close();
+  // One browser context, signed in once by the printed link, for every page below.
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(signIn);
+  const cookie = (await context.cookies()).find((c) => c.name === 'perfwire_token');
+  check(page.url() === http + '/' && cookie?.httpOnly && cookie?.sameSite === 'Strict',
+    `the printed link signs the browser in and leaves the token out of the address (${page.url()})`);
   page.on('pageerror', (e) => errors.push(e.message));
   // The collector's Content-Security-Policy must not block anything the UI itself does.
   const blocked = (m) => { if (m.type() === 'error' && /Content Security Policy/.test(m.text())) errors.push(m.text()); };
   page.on('console', blocked);
   doing = "the landing page";
-  await page.goto(http + '/');
 
   // Which agent a device needs, and how to start it.
   doing = "the add-a-target help";
@@ -129,7 +151,7 @@ try {
   // The same view from its link, in a fresh page.
   const link = page.url();
   doing = "reopening the link";
-  const again = await browser.newPage();
+  const again = await context.newPage();
   await again.goto(link);
   await again.locator('#source tbody tr.hot').waitFor({ timeout: 15000 });
   check(await again.locator('#tabs button.active').textContent() === 'Source', 'the link reopens the Source tab');
@@ -150,7 +172,7 @@ try {
   const pythonAgent = new URL('../../src/agent/python/perfwire_agent.py', import.meta.url).pathname;
   const listener = start('/usr/bin/python3', [pythonAgent, '--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
   const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
-  const wz = await browser.newPage();
+  const wz = await context.newPage();
   wz.on('pageerror', (e) => errors.push(e.message));
   wz.on('console', blocked);
   await wz.goto(http + '/');
@@ -308,7 +330,7 @@ try {
 
   doing = "zooming in the exported svg";
   const svgText = await (await fetch(`${http}/api/sessions/${session}/export?format=svg`)).text();
-  const svgPage = await browser.newPage();
+  const svgPage = await context.newPage();
   svgPage.on('pageerror', (e) => errors.push(e.message));
   await svgPage.route('**/flame.svg', (r) => r.fulfill({ contentType: 'image/svg+xml', body: svgText }));
   await svgPage.goto(http + '/flame.svg');

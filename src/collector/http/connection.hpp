@@ -275,7 +275,7 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
         } else if (is_import && parser.get().method() == http::verb::post) {
             http_response res;
             bool whole = false;
-            if (auto refused = check_request_origin(app, parser.get()))
+            if (auto refused = check_access(app, parser.get()))
                 res = std::move(*refused);
             else
                 res = co_await detail::serve_import(app, stream, buffer, parser, limits, whole);
@@ -307,7 +307,7 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
         http_response res;
         if ((target.rfind("/api/", 0) == 0 && !events) || (!get && !head)) {
             res = co_await handle_request(app, std::move(req)); // checks Host and Origin
-        } else if (auto refused = check_request_origin(app, req)) {
+        } else if (auto refused = check_access(app, req)) {
             res = std::move(*refused);
         } else if (events) {
             co_await detail::serve_events(app, stream, req.version(), limits);

@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/export/exports.hpp"
+#include "collector/http/access.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/http/upload.hpp"
 #include "collector/model/views.hpp"
@@ -659,7 +660,7 @@ std::optional<json::object> json_body(const http_request& req) {
 
 } // namespace
 
-std::optional<http_response> check_request_origin(const app_context& app, const http_request& req) {
+std::optional<http_response> check_access(const app_context& app, const http_request& req) {
     const auto host = req[http::field::host];
     if (!allowed_host(app, host))
         return make_error(req, http::status::forbidden, "bad_host",
@@ -674,11 +675,29 @@ std::optional<http_response> check_request_origin(const app_context& app, const 
                               "requests that change state must come from the collector's own "
                               "page");
     }
+    const std::string_view target(req.target().data(), req.target().size());
+    const bool ui_file = (method == http::verb::get || method == http::verb::head) &&
+                         target.rfind("/api/", 0) != 0 && target != "/api";
+    if (!app.api_token.empty() && !ui_file &&
+        !presents_token(req[http::field::authorization], req[http::field::cookie], app.api_token)) {
+        auto res = make_json(
+            req, http::status::unauthorized,
+            json::object{
+                {"error", json::object{{"code", "unauthorized"},
+                                       {"message", "this collector asks for its access token: "
+                                                   "open the link it printed at start (UI and "
+                                                   "API on http://…/?token=…), or send "
+                                                   "Authorization: Bearer with the token kept in " +
+                                                       app.api_token_file},
+                                       {"token_file", app.api_token_file}}}});
+        res.set(http::field::www_authenticate, "Bearer realm=\"perfwire\"");
+        return res;
+    }
     return std::nullopt;
 }
 
 asio::awaitable<http_response> handle_request(app_context& app, http_request req) {
-    if (auto refused = check_request_origin(app, req))
+    if (auto refused = check_access(app, req))
         co_return std::move(*refused);
     const auto url = split_target(req.target());
     const auto& s = url.segments;
@@ -704,7 +723,8 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                                          {"uptime_sec", uptime},
                                          {"agent_listener", app.agent_listen_address},
                                          {"targets", agents_of(app).size()},
-                                         {"sessions", app.store.count()}});
+                                         {"sessions", app.store.count()},
+                                         {"token_file", app.api_token_file}});
     }
 
     if (s.size() == 2 && s[1] == "config") {

@@ -14,10 +14,12 @@ namespace http = boost::beast::http;
 using http_request = http::request<http::string_body>;
 using http_response = http::response<http::string_body>;
 
-// Host and Origin policy: Host must name the collector (a loopback name or the bind address),
-// which defeats DNS rebinding; a state-changing request carrying Origin must come from the
-// collector's own origin. Returns an error response, or nullopt when the request may proceed.
-std::optional<http_response> check_request_origin(const app_context& app, const http_request& req);
+// Who may ask: Host must name the collector (a loopback name or the bind address), which defeats
+// DNS rebinding; a state-changing request carrying Origin must come from the collector's own
+// origin; and every request but a GET of the UI's static files presents the API token
+// (http/access.hpp) unless the collector runs with --http-auth none. Returns the refusal, or
+// nullopt when the request may proceed.
+std::optional<http_response> check_access(const app_context& app, const http_request& req);
 
 asio::awaitable<http_response> handle_request(app_context& app, http_request req);
 

@@ -1,7 +1,9 @@
 #include "collector/http/server.hpp"
 
+#include "collector/http/access.hpp"
 #include "collector/http/connection.hpp"
 #include "protocol/error.hpp"
+#include "protocol/pairing.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -52,8 +54,24 @@ void push_initial_events(app_context& app, sse_client& client) {
 http_response ui_response(app_context& app, const http_request& req) {
     http_response res{http::status::not_found, req.version()};
     res.keep_alive(req.keep_alive());
+    const std::string_view target(req.target().data(), req.target().size());
+    const auto presented = app.api_token.empty() ? std::nullopt : token_in_query(target);
     auto file = find_ui_file(req.target(), app.cfg.ui_dir);
-    if (!file) {
+    if (presented) {
+        // The sign-in link: the right token gets the cookie and the UI at "/", so the token
+        // leaves the address bar and the history; a wrong one is refused.
+        res.set(http::field::cache_control, "no-store");
+        if (protocol::constant_time_equal(app.api_token, *presented)) {
+            res.result(http::status::see_other);
+            res.set(http::field::set_cookie, sign_in_cookie(app.api_token));
+            res.set(http::field::location, "/");
+        } else {
+            res.result(http::status::unauthorized);
+            res.set(http::field::content_type, "text/plain; charset=utf-8");
+            res.body() = "This link's access token is not this collector's. Open the link "
+                         "perfwire-collector printed at start (UI and API on http://…/?token=…).\n";
+        }
+    } else if (!file) {
         res.set(http::field::content_type, "application/json");
         res.body() = R"({"error":{"code":"not_found","message":"no such resource"}})";
     } else if (req[http::field::if_none_match] == file->etag) {

@@ -1,0 +1,125 @@
+#include "collector/http/access.hpp"
+
+#include "protocol/pairing.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace collector {
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() &&
+           (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+        s.remove_suffix(1);
+    return s;
+}
+
+bool equals_token(std::string_view presented, std::string_view token) {
+    return !token.empty() && protocol::constant_time_equal(token, presented);
+}
+
+} // namespace
+
+bool valid_token(std::string_view token) {
+    if (token.size() < 16 || token.size() > 256)
+        return false;
+    for (char c : token)
+        if (c <= ' ' || c > '~' || c == ';' || c == ',' || c == '"' || c == '\\' || c == '%' ||
+            c == '&' || c == '#' || c == '+' || c == '=')
+            return false;
+    return true;
+}
+
+std::optional<std::string> load_or_create_token(const std::filesystem::path& file,
+                                                std::string& error) {
+    // Created exclusively, so two collectors starting together agree on one token.
+    const int created = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (created >= 0) {
+        const std::string token = protocol::generate_pairing_code();
+        const std::string line = token + "\n";
+        const bool written =
+            ::write(created, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+            ::fsync(created) == 0;
+        ::close(created);
+        if (written)
+            return token;
+        error = "cannot write " + file.string() + ": " + std::strerror(errno);
+        ::unlink(file.c_str());
+        return std::nullopt;
+    }
+    if (errno != EEXIST) {
+        error = "cannot create " + file.string() + ": " + std::strerror(errno);
+        return std::nullopt;
+    }
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            ::close(fd);
+        error = "cannot read " + file.string() + " (a regular file, not a link)";
+        return std::nullopt;
+    }
+    if ((st.st_mode & 077) != 0) {
+        ::close(fd);
+        error = file.string() + " is readable by others: chmod 600 it";
+        return std::nullopt;
+    }
+    char buf[512];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    const auto token = trim(std::string_view(buf, n > 0 ? static_cast<std::size_t>(n) : 0));
+    if (!valid_token(token)) {
+        error = file.string() + " does not hold a token (16 to 256 letters, digits or -._~)";
+        return std::nullopt;
+    }
+    return std::string(token);
+}
+
+bool presents_token(std::string_view authorization, std::string_view cookie,
+                    std::string_view token) {
+    const auto auth = trim(authorization);
+    constexpr std::string_view bearer = "Bearer ";
+    if (auth.size() > bearer.size() && auth.substr(0, bearer.size()) == bearer &&
+        equals_token(trim(auth.substr(bearer.size())), token))
+        return true;
+    // Cookie: a=1; perfwire_token=...; b=2
+    while (!cookie.empty()) {
+        const auto semi = cookie.find(';');
+        const auto pair = trim(cookie.substr(0, semi));
+        cookie = semi == std::string_view::npos ? std::string_view{} : cookie.substr(semi + 1);
+        const auto eq = pair.find('=');
+        if (eq != std::string_view::npos && pair.substr(0, eq) == token_cookie &&
+            equals_token(pair.substr(eq + 1), token))
+            return true;
+    }
+    return false;
+}
+
+std::optional<std::string> token_in_query(std::string_view target) {
+    const auto q = target.find('?');
+    if (q == std::string_view::npos)
+        return std::nullopt;
+    auto query = target.substr(q + 1);
+    query = query.substr(0, query.find('#'));
+    while (!query.empty()) {
+        const auto amp = query.find('&');
+        const auto pair = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        if (pair.substr(0, 6) == "token=")
+            return std::string(pair.substr(6));
+    }
+    return std::nullopt;
+}
+
+std::string sign_in_cookie(std::string_view token) {
+    return std::string(token_cookie) + "=" + std::string(token) +
+           "; Path=/; HttpOnly; SameSite=Strict";
+}
+
+} // namespace collector

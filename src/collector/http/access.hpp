@@ -1,0 +1,36 @@
+// The HTTP API's secret. Every request but the UI's static files must present it, as an
+// `Authorization: Bearer` header or the `perfwire_token` cookie that signing in sets; so a
+// local process or a page from elsewhere that reaches the port can neither read a profile nor
+// steer an agent. Pure functions: no Beast, no sockets.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace collector {
+
+inline constexpr std::string_view token_cookie = "perfwire_token";
+
+// The token kept in `file` (created with a fresh random token, mode 0600, when missing).
+// nullopt with `error` set when it can be neither read nor created, or is not a usable token.
+std::optional<std::string> load_or_create_token(const std::filesystem::path& file,
+                                                std::string& error);
+
+// Whether the request's Authorization and Cookie header values carry `token`. Compared in
+// constant time.
+bool presents_token(std::string_view authorization, std::string_view cookie,
+                    std::string_view token);
+
+// The `token` query parameter of a request target, if any ("/?token=abc" -> "abc").
+std::optional<std::string> token_in_query(std::string_view target);
+
+// The Set-Cookie value that signs a browser in: HttpOnly (no script reads it) and
+// SameSite=Strict (no other site's page sends it).
+std::string sign_in_cookie(std::string_view token);
+
+// A token is 16 to 256 visible ASCII characters, none of which needs quoting in a cookie.
+bool valid_token(std::string_view token);
+
+} // namespace collector
