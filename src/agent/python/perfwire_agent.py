@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 r"""perfwire-agent in one file: profile a process with perf and stream it to a perfwire collector.
 
-The same agent as the C++ one in src/agent/ -- same flags, hello, commands, pairing rules,
-health metrics and data chunks -- for devices where a Python 3.5+ interpreter is easier to
-bring than a binary. Standard library only.
+The C++ agent of src/agent/ -- same flags, hello, commands, pairing rules, health metrics and
+data chunks -- for devices where a Python 3.5+ interpreter is easier to bring than a binary.
+Standard library only.
 
 The wire (docs/protocol.md, version 1) is one TCP stream of frames:
 
@@ -20,12 +20,13 @@ The wire (docs/protocol.md, version 1) is one TCP stream of frames:
 
 A zero-length frame is a keep-alive; the agent accepts frames of up to 1 MiB.
 
-Data chunks are compressed with the `zstandard` module when it is importable (flag 1), else by
-a `zstd` executable on PATH fed through a pipe (flag 1), else sent as text (flag 0).
+Data chunks are compressed by the `zstandard` module when it is importable, else by a `zstd`
+executable on PATH (both flag 1), else sent as text (flag 0).
 PERFWIRE_PY_COMPRESSION=zstandard|zstd|none forces one of them.
 """
 
 import binascii
+import collections
 import copy
 import errno
 import hmac
@@ -45,7 +46,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 
 try:
     import ctypes
@@ -54,6 +54,8 @@ except ImportError:  # a minimal interpreter: children then lack PR_SET_PDEATHSI
 
 VERSION = "0.1.0"  # PERFWIRE_VERSION, the project version in the top-level CMakeLists.txt
 PROTOCOL_VERSION = 1
+monotonic = time.monotonic
+_log_lock = threading.RLock()  # reentrant: the signal handler logs too
 
 
 def log(what):
@@ -65,16 +67,16 @@ def log(what):
             pass
 
 
-_log_lock = threading.RLock()  # reentrant: the signal handler logs too
-
-
-def monotonic():
-    return time.monotonic()
-
-
 def seconds_text(value):
     """A duration as the C++ agent prints it: std::to_string(x).substr(0, 4)."""
     return ("%f" % value)[:4]
+
+
+def start_thread(target, name=None, args=()):
+    t = threading.Thread(target=target, name=name, args=args)
+    t.daemon = True
+    t.start()
+    return t
 
 
 def os_message(e):
@@ -90,21 +92,14 @@ HEADER = struct.Struct(">IB")
 AGENT_MAX_FRAME = 1 << 20
 
 
-def encode_frame(flag, payload):
-    return HEADER.pack(len(payload), flag) + payload
-
-
 class FrameDecoder(object):
-    """Bytes in, whole frames out. Length and flag are checked as soon as a header is in;
-    after an error (`self.error`) further input is ignored."""
+    """Bytes in, whole frames out, keep-alives skipped. Length and flag are checked as soon as a
+    header is in; after an error (`self.error`) further input is ignored."""
 
     def __init__(self, max_payload):
-        self.max_payload = max_payload
-        self.buf = bytearray()
-        self.error = None
+        self.max_payload, self.buf, self.error = max_payload, bytearray(), None
 
     def feed(self, data):
-        """The frames `data` completes, in order (keep-alives skipped)."""
         frames = []
         if self.error:
             return frames
@@ -188,14 +183,12 @@ def int_arg(args, key):
     return None
 
 
-def generate_pairing_code():
-    return binascii.hexlify(os.urandom(16)).decode("ascii")
-
-
-def constant_time_equal(expected, presented):
-    if not expected:
-        return False
-    return hmac.compare_digest(expected.encode("utf-8"), presented.encode("utf-8"))
+def timing_args(args):
+    """A command's (frequency, duration), None for each absent; None if one is out of range."""
+    freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
+    if (freq is None or 1 <= freq <= 100000) and (dur is None or 1 <= dur <= 3600):
+        return freq, dur
+    return None
 
 
 def build_arch():
@@ -239,13 +232,12 @@ class TextBuffer(object):
         self.parts = []
 
 
-class ZstandardStream(object):
+class ZstandardStream(TextBuffer):
     """One zstd frame per chunk through the zstandard module (level 1, with checksum)."""
 
     def __init__(self, module):
-        self.cctx = module.ZstdCompressor(level=1, write_checksum=True)
-        self.obj = None
-        self.parts = []
+        TextBuffer.__init__(self)
+        self.cctx, self.obj = module.ZstdCompressor(level=1, write_checksum=True), None
 
     def write(self, data):
         if self.obj is None:
@@ -255,8 +247,8 @@ class ZstandardStream(object):
     def finish(self):
         self.write(b"")
         self.parts.append(self.obj.flush())
-        out, self.parts, self.obj = b"".join(self.parts), [], None
-        return out
+        self.obj = None
+        return TextBuffer.finish(self)
 
     def close(self):
         self.parts, self.obj = [], None
@@ -267,32 +259,23 @@ class ZstdPipeStream(object):
     collects the compressed output, finish() closes the input and returns the frame."""
 
     def __init__(self, exe):
-        self.exe = exe
-        self.proc = None
-        self.reader = None
-        self.out = []
+        self.exe, self.proc, self.reader, self.out = exe, None, None, []
 
-    def _start(self):
-        self.proc = spawn([self.exe, "-q", "-c", "-1"], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE)
-        self.out = []
-        self.reader = threading.Thread(target=self._collect, args=(self.proc.stdout, self.out))
-        self.reader.daemon = True
-        self.reader.start()
+    def write(self, data):
+        if self.proc is None:
+            self.proc = spawn([self.exe, "-q", "-c", "-1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+            self.out = []
+            self.reader = start_thread(self._collect, args=(self.proc.stdout, self.out))
+        self.proc.stdin.write(data)
 
     @staticmethod
     def _collect(pipe, out):
         for block in iter(lambda: pipe.read(65536), b""):
             out.append(block)
 
-    def write(self, data):
-        if self.proc is None:
-            self._start()
-        self.proc.stdin.write(data)
-
     def finish(self):
-        if self.proc is None:
-            self._start()
+        self.write(b"")  # starts zstd for an empty chunk too
         proc, self.proc = self.proc, None
         proc.stdin.close()
         self.reader.join()
@@ -309,9 +292,7 @@ class ZstdPipeStream(object):
             self.proc = None
 
 
-class Compression(object):
-    def __init__(self, name, flag, make):
-        self.name, self.flag, self.make = name, flag, make
+Compression = collections.namedtuple("Compression", "name flag make")
 
 
 def choose_compression():
@@ -338,6 +319,8 @@ def choose_compression():
 
 
 # ================================================================================ procfs & metrics
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") or 100  # 100 on every Linux
 
 
 def read_file(path):
@@ -368,7 +351,7 @@ def to_float(token):
 
 
 def parse_stat(text):
-    """/proc/stat: (all, per_core, ctxt, intr, running, blocked); cpu times as (busy, total)."""
+    """/proc/stat; cpu times as (busy, total), busy excluding idle and iowait."""
     out = {"all": (0, 0), "cores": [], "ctxt": 0, "intr": 0, "running": 0, "blocked": 0}
     for line in text.splitlines():
         f = line.split()
@@ -377,14 +360,13 @@ def parse_stat(text):
         if f[0].startswith("cpu"):
             v = [u64(x) for x in (f[1:9] + ["0"] * 8)[:8]]
             total = sum(v)
-            times = (total - v[3] - v[4], total)  # busy excludes idle and iowait
+            times = (total - v[3] - v[4], total)
             if f[0] == "cpu":
                 out["all"] = times
             elif len(f[0]) > 3:
                 out["cores"].append(times)
         elif len(f) > 1 and f[0] in ("ctxt", "intr", "procs_running", "procs_blocked"):
-            key = {"procs_running": "running", "procs_blocked": "blocked"}.get(f[0], f[0])
-            out[key] = u64(f[1])
+            out[f[0].replace("procs_", "")] = u64(f[1])
     return out
 
 
@@ -403,8 +385,7 @@ def parse_meminfo(text):
     total = kb.get("MemTotal", 0)
     available = kb["MemAvailable"] if "MemAvailable" in kb else kb.get("MemFree", 0)
     used = total - available if total > available else 0
-    swap_total = kb.get("SwapTotal", 0)
-    swap_free = kb.get("SwapFree", 0)
+    swap_total, swap_free = kb.get("SwapTotal", 0), kb.get("SwapFree", 0)
     return {"total_kb": total, "used_kb": used, "available_kb": available,
             "buffers_kb": kb.get("Buffers", 0),
             "cached_kb": kb.get("Cached", 0) + kb.get("SReclaimable", 0),
@@ -448,26 +429,20 @@ def parse_maps_executables(text):
     out = set()
     for line in (text or "").splitlines():
         f = line.split(None, 5)
-        if len(f) < 6 or len(f[1]) < 4 or f[1][2] != "x":
-            continue
-        path = f[5]
-        if path.startswith("/") and not path.endswith(" (deleted)"):
-            out.add(path)
+        if len(f) == 6 and len(f[1]) >= 4 and f[1][2] == "x" and f[5].startswith("/") \
+                and not f[5].endswith(" (deleted)"):
+            out.add(f[5])
     return sorted(out)
 
 
 def read_cmdline(pid):
     data = read_file("/proc/%d/cmdline" % pid)
-    if not data:
-        return ""
-    return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace") if data else ""
 
 
 def pid_exists(pid):
     """Alive for profiling: a zombie that exited but was not reaped does not count."""
-    if pid is None or pid <= 0:
-        return False
-    stat = parse_pid_stat(read_text("/proc/%d/stat" % pid))
+    stat = parse_pid_stat(read_text("/proc/%d/stat" % pid)) if pid and pid > 0 else None
     return stat is not None and stat["state"] not in "ZX"
 
 
@@ -493,34 +468,23 @@ def read_build_id(path):
             return data if len(data) == n else b""
 
         ident = read_at(0, 64)
-        if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
+        if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
                 or ident[5] not in (1, 2):
             return None
-        wide, order = ident[4] == 2, "big" if ident[5] == 2 else "little"
-
-        def field(data, at, size):
-            return int.from_bytes(data[at:at + size], order)
-
-        phoff = field(ident, 32, 8) if wide else field(ident, 28, 4)
-        phentsize = field(ident, 54 if wide else 42, 2)
-        phnum = field(ident, 56 if wide else 44, 2)
+        wide, order = ident[4] == 2, ">" if ident[5] == 2 else "<"
+        phoff = struct.unpack_from(order + ("Q" if wide else "I"), ident, 32 if wide else 28)[0]
+        phentsize, phnum = struct.unpack_from(order + "HH", ident, 54 if wide else 42)
         if phentsize < (56 if wide else 32) or phnum == 0 or phnum > 512:
             return None
         table = read_at(phoff, phentsize * phnum)
-        if not table:
-            return None
-        for i in range(phnum):
-            h = i * phentsize
-            if field(table, h, 4) != 4:  # PT_NOTE
-                continue
-            offset = field(table, h + 8, 8) if wide else field(table, h + 4, 4)
-            size = field(table, h + 32, 8) if wide else field(table, h + 16, 4)
-            if size == 0 or size > 64 * 1024:
+        for h in range(0, len(table), phentsize):
+            kind, offset, size = struct.unpack_from(order + ("I4xQ16xQ" if wide else "II8xI"),
+                                                    table, h)
+            if kind != 4 or size == 0 or size > 64 * 1024:  # PT_NOTE
                 continue
             notes, at = read_at(offset, size), 0
             while len(notes) - at >= 12:
-                namesz, descsz, kind = field(notes, at, 4), field(notes, at + 4, 4), \
-                    field(notes, at + 8, 4)
+                namesz, descsz, kind = struct.unpack_from(order + "III", notes, at)
                 desc_at = at + 12 + ((namesz + 3) & ~3)
                 if desc_at + descsz > len(notes):
                     break
@@ -536,9 +500,6 @@ class MetricsSampler(object):
     cover the interval between two samples."""
 
     def __init__(self):
-        self.clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        if self.clk_tck <= 0:
-            self.clk_tck = 100
         self.last_stat = None
         self.last_process = None  # (pid, ticks, ts)
         self.last_binaries = (None, None)
@@ -567,17 +528,14 @@ class MetricsSampler(object):
              "mem": parse_meminfo(read_text("/proc/meminfo") or ""),
              "load": {"avg_1m": to_float(load[0]), "avg_5m": to_float(load[1]),
                       "avg_15m": to_float(load[2])}}
-        temps = []  # the hottest thermal zone, in degrees C
         try:
             zones = [z for z in os.listdir("/sys/class/thermal") if z.startswith("thermal_zone")]
         except OSError:
             zones = []
-        for zone in zones:
-            milli = read_text("/sys/class/thermal/%s/temp" % zone)
-            if milli is not None:
-                temps.append(u64(milli) / 1000.0)
+        temps = [read_text("/sys/class/thermal/%s/temp" % zone) for zone in zones]
+        temps = [u64(milli) / 1000.0 for milli in temps if milli is not None]
         if temps:
-            m["temp_c"] = max(temps)
+            m["temp_c"] = max(temps)  # the hottest thermal zone
         m.update({"uptime_sec": parse_uptime(read_text("/proc/uptime")),
                   "context_switches": stat["ctxt"], "interrupts": stat["intr"],
                   "procs_running": stat["running"], "procs_blocked": stat["blocked"]})
@@ -589,9 +547,7 @@ class MetricsSampler(object):
         if stat is None:
             return None
         status = parse_pid_status(read_text(base + "status"))
-        ticks = stat["utime"] + stat["stime"]
-        hz = float(self.clk_tck)
-        last = self.last_process
+        ticks, hz, last = stat["utime"] + stat["stime"], float(CLK_TCK), self.last_process
         if last and last[0] == pid and ts > last[2]:
             cpu = 100.0 * (ticks - min(ticks, last[1])) / hz / (ts - last[2])
         else:  # first sample: the average since the process started
@@ -641,15 +597,11 @@ class MetricsSampler(object):
             tids = os.listdir(task_dir)
         except OSError:
             return None
-        threads = []
-        for tid in tids:
-            s = parse_pid_stat(read_text("%s/%s/stat" % (task_dir, tid)))
-            if s:  # else the thread exited between listing and reading
-                threads.append({"tid": s["pid"], "comm": s["comm"], "state": s["state"],
-                                "ticks": s["utime"] + s["stime"]})
-        threads.sort(key=lambda t: t["tid"])
-        return {"type": "threads", "ts": ts, "pid": pid, "clk_tck": self.clk_tck,
-                "threads": threads}
+        stats = [parse_pid_stat(read_text("%s/%s/stat" % (task_dir, tid))) for tid in tids]
+        threads = sorted(({"tid": s["pid"], "comm": s["comm"], "state": s["state"],
+                           "ticks": s["utime"] + s["stime"]} for s in stats if s),
+                         key=lambda t: t["tid"])  # a thread without stat has exited
+        return {"type": "threads", "ts": ts, "pid": pid, "clk_tck": CLK_TCK, "threads": threads}
 
     def binaries(self, pid, ts):
         """The target's executable mappings with build-ids; None when unchanged or gone."""
@@ -661,42 +613,34 @@ class MetricsSampler(object):
             return None
         if len(self.build_ids) > 4096:
             self.build_ids.clear()  # a process that maps ever new files: bound the cache
-        binaries = []
         for path in paths:
             if path not in self.build_ids:
                 # Through the target's root, so a process in a container names its own files.
                 self.build_ids[path] = read_build_id("/proc/%d/root%s" % (pid, path)) \
                     or read_build_id(path) or ""
-            binaries.append({"path": path, "build_id": self.build_ids[path]})
         self.last_binaries = (pid, paths)
-        return {"type": "binaries", "ts": ts, "pid": pid, "binaries": binaries}
+        return {"type": "binaries", "ts": ts, "pid": pid,
+                "binaries": [{"path": p, "build_id": self.build_ids[p]} for p in paths]}
 
 
 def snapshot_processes():
     """{pid: (comm, utime + stime)} for every process now."""
-    out = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return out
-    for name in names:
-        if name.isdigit():
-            s = parse_pid_stat(read_text("/proc/%s/stat" % name))
-            if s:
-                out[s["pid"]] = (s["comm"], s["utime"] + s["stime"])
-    return out
+        return {}
+    stats = [parse_pid_stat(read_text("/proc/%s/stat" % n)) for n in names if n.isdigit()]
+    return dict((s["pid"], (s["comm"], s["utime"] + s["stime"])) for s in stats if s)
 
 
 def top_processes(before, after, seconds, limit=200):
-    hz = float(max(1, os.sysconf("SC_CLK_TCK")))
     rows = []
     for pid in sorted(after):
         comm, ticks = after[pid]
         base = before[pid][1] if pid in before else ticks
-        cpu = 100.0 * (ticks - min(ticks, base)) / hz / seconds if seconds > 0 else 0.0
+        cpu = 100.0 * (ticks - min(ticks, base)) / float(CLK_TCK) / seconds if seconds > 0 else 0.0
         rows.append({"pid": pid, "comm": comm, "cmdline": "", "cpu": cpu})
-    rows.sort(key=lambda r: -r["cpu"])  # stable: ties stay in pid order
-    rows = rows[:limit]
+    rows = sorted(rows, key=lambda r: -r["cpu"])[:limit]  # stable: ties stay in pid order
     for r in rows:
         r["cmdline"] = read_cmdline(r["pid"])
     return rows
@@ -777,11 +721,6 @@ def kill_all_children():
         kill_child(p)
 
 
-def exit_code(p):
-    """128+N for a child killed by signal N, like the C++ agent."""
-    return 128 - p.returncode if p.returncode < 0 else p.returncode
-
-
 def pump(streams, on_data, tick=None, deadline=None):
     """Reads the pipes in `streams` ({fd: name}) until each reaches EOF, handing every block
     to on_data(name, data) and an empty one at EOF; tick() runs at least every 0.25 s.
@@ -816,15 +755,13 @@ def bounded_buffers(limits):
     bufs = dict((name, bytearray()) for name in limits)
 
     def on_data(name, data):
-        room = limits[name] - len(bufs[name])
-        if room > 0:
-            bufs[name] += data[:room]
+        bufs[name] += data[:max(0, limits[name] - len(bufs[name]))]
     return bufs, on_data
 
 
 def run_command(argv, timeout):
     """Runs to completion (or `timeout` s, then stop) -> dict(code, out, err, error)."""
-    result = {"code": -1, "out": "", "err": "", "timed_out": False, "error": ""}
+    result = {"code": -1, "out": "", "err": "", "error": ""}
     try:
         p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:
@@ -833,32 +770,39 @@ def run_command(argv, timeout):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        result["timed_out"] = True
         stop_child(p, 0.5)
         out, err = p.communicate()
     forget_child(p)
-    result.update(code=exit_code(p), out=out.decode("utf-8", "replace"),
+    code = p.returncode  # -N for a child killed by signal N: 128+N, like the C++ agent
+    result.update(code=128 - code if code < 0 else code, out=out.decode("utf-8", "replace"),
                   err=err.decode("utf-8", "replace"))
     return result
 
 
-def run_pipeline(perf, record, script, timeout):
-    """`perf record -o - | perf script -i -` bounded by `timeout`: dict(out, rerr, serr,
-    started); the outputs stay empty when the deadline passes first."""
-    r = {"out": "", "rerr": "", "serr": "", "started": False}
-    try:
-        rec = spawn([perf] + record, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError:
-        return r
+def start_pipeline(perf, record, script):
+    """`perf record -o -` piped into `perf script -i -`, their other outputs piped: (record,
+    script). Raises OSError."""
+    rec = spawn([perf] + record, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         scr = spawn([perf] + script, stdin=rec.stdout, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE)
     except OSError:
-        rec.stdout.close()
         rec.stderr.close()
         kill_child(rec)
+        raise
+    finally:
+        rec.stdout.close()
+    return rec, scr
+
+
+def run_pipeline(perf, record, script, timeout):
+    """A pipeline bounded by `timeout`: dict(out, rerr, serr, started); the outputs stay empty
+    when the deadline passes first."""
+    r = {"out": "", "rerr": "", "serr": "", "started": False}
+    try:
+        rec, scr = start_pipeline(perf, record, script)
+    except OSError:
         return r
-    rec.stdout.close()
     r["started"] = True
     bufs, on_data = bounded_buffers({"out": 4 << 20, "rerr": 1 << 20, "serr": 1 << 20})
     finished = pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
@@ -887,12 +831,6 @@ def parallel(*calls):
     return results
 
 
-def find_program(name):
-    if "/" in name:
-        return name if os.access(name, os.X_OK) else ""
-    return shutil.which(name) or ""
-
-
 # ================================================================================ perf: commands
 
 CANDIDATE_EVENTS = ["cycles", "instructions", "cache-misses", "cache-references",
@@ -908,13 +846,10 @@ class Settings(object):
     """What one collection records: perf record's settings plus chunking."""
 
     def __init__(self, frequency=99, pid=None, duration=8):
-        self.events = []
-        self.frequency = frequency
+        self.events, self.stat_events = [], []
+        self.frequency, self.pid, self.duration = frequency, pid, duration  # pid None: system
         self.callgraph = "fp"  # fp, dwarf, lbr; empty for none
-        self.pid = pid  # None: the whole system
-        self.stat_events = []
         self.script_fields = True
-        self.duration = duration  # seconds per chunk or round
         self.chunk_max_text = 16 << 20
         self.rounds = False
 
@@ -965,9 +900,8 @@ def counted_events(text, asked):
             continue
         body = line.split("#", 1)[0].strip(" \t\r")
         parts = re.split(r"[ \t]", body)
-        if len(parts) < 2 or not body[0].isdigit():
-            continue
-        if parts[-1] in asked and parts[-1] not in out:
+        if len(parts) >= 2 and body[0].isdigit() and parts[-1] in asked \
+                and parts[-1] not in out:
             out.append(parts[-1])
     return out
 
@@ -988,15 +922,9 @@ def perf_version_line(text):
 
 class Capabilities(object):
     def __init__(self):
-        self.record_events = []
-        self.stat_only_events = []
-        self.callgraph = ""
-        self.script_fields = True
-        self.pipe_mode = True
-        self.perf_event_paranoid = 2
-        self.perf_version = ""
-        self.warnings = []
-        self.probe_seconds = 0.0
+        self.record_events, self.stat_only_events, self.warnings = [], [], []
+        self.callgraph, self.script_fields, self.pipe_mode = "", True, True
+        self.perf_event_paranoid, self.perf_version, self.probe_seconds = 2, "", 0.0
 
     def to_json(self):
         return {"record_events": self.record_events, "stat_only_events": self.stat_only_events,
@@ -1018,19 +946,19 @@ def probe(perf, pid):
     asked = CANDIDATE_EVENTS + SOFTWARE_CLOCKS
     sleep = ["sleep", "0.25"]
 
-    def probe_settings(event, callgraph):
+    def sample(event, callgraph, command=sleep):
+        """A callable: a short record of `event` with `callgraph`, through perf script."""
         s = Settings(999, pid)
         s.events, s.callgraph = [event], callgraph
-        return s
+        return lambda: run_pipeline(perf, record_args(s, "-", command),
+                                    script_args("-", caps.script_fields, False), 5.0)
 
     # perf stat tells which events count at all (perf record -e cycles on a machine without a
     # PMU silently records cpu-clock); the call-graph check on the software clock runs alongside.
-    clock_fp = probe_settings(SOFTWARE_CLOCKS[0], "fp")
+    clock = SOFTWARE_CLOCKS[0]
     version, stat, clock_run = parallel(
         lambda: run_command([perf, "--version"], 5.0),
-        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0),
-        lambda: run_pipeline(perf, record_args(clock_fp, "-", sleep),
-                             script_args("-", True, False), 5.0))
+        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0), sample(clock, "fp"))
     caps.perf_version = perf_version_line(version["out"])
     counted = counted_events(stat["err"], asked)
     caps.record_events = [e for e in SAMPLING_PREFERENCE if e in counted][:1]
@@ -1042,15 +970,11 @@ def probe(perf, pid):
     caps.pipe_mode = clock_run["started"] and "rror" not in clock_run["rerr"]
     if "Invalid field" in clock_run["serr"] or "unknown field" in clock_run["serr"]:
         caps.script_fields = False
-        clock_run = run_pipeline(perf, record_args(clock_fp, "-", sleep),
-                                 script_args("-", False, False), 5.0)
+        clock_run = sample(clock, "fp")()
 
     # Frame pointers first; dwarf and lbr only when they gave no stacks.
     primary = caps.record_events[0]
-    fp_run = clock_run
-    if primary != clock_fp.events[0]:
-        fp_run = run_pipeline(perf, record_args(probe_settings(primary, "fp"), "-", sleep),
-                              script_args("-", caps.script_fields, False), 5.0)
+    fp_run = clock_run if primary == clock else sample(primary, "fp")()
     any_samples = "\n" in fp_run["out"]
     if has_call_chains(fp_run["out"]) or not any_samples:
         caps.callgraph = "fp"
@@ -1058,10 +982,7 @@ def probe(perf, pid):
             caps.warnings.append("the target ran too little during the probe to check call "
                                  "graphs; assuming frame pointers")
     else:
-        def check(mode):
-            return lambda: run_pipeline(perf, record_args(probe_settings(primary, mode), "-"),
-                                        script_args("-", caps.script_fields, False), 5.0)
-        dwarf, lbr = parallel(check("dwarf"), check("lbr"))
+        dwarf, lbr = parallel(sample(primary, "dwarf", None), sample(primary, "lbr", None))
         if has_call_chains(dwarf["out"]):
             caps.callgraph = "dwarf"
         elif has_call_chains(lbr["out"]):
@@ -1071,6 +992,17 @@ def probe(perf, pid):
             caps.warnings.append("no call-graph mode yielded stacks; build the target with "
                                  "-fno-omit-frame-pointer for full stacks")
     caps.probe_seconds = monotonic() - started
+    return caps
+
+
+def probe_settings(s, perf, pid, events, say):
+    """Probes perf for `pid`, says its warnings, and sets `s` to record what it found (`events`
+    when given, else the probe's sampling event); the capabilities."""
+    caps = probe(perf, pid)
+    for w in caps.warnings:
+        say("probe: " + w)
+    s.events = list(events or caps.record_events)
+    s.callgraph, s.script_fields = caps.callgraph, caps.script_fields
     return caps
 
 
@@ -1104,8 +1036,7 @@ class Chunker(object):
     def __init__(self, compressor):
         self.compressor = compressor
         self.tail = b""
-        self.chunk_bytes = 0
-        self.lost_total = 0
+        self.chunk_bytes = self.lost_total = 0
 
     def _emit(self, complete):
         if complete:
@@ -1147,12 +1078,10 @@ class Collection(object):
         self.perf = perf
         self.s = copy.deepcopy(settings)
         self.chunker = Chunker(compressor)
-        self.on_chunk = on_chunk
-        self.on_done = on_done
+        self.on_chunk, self.on_done = on_chunk, on_done
         self.lock = threading.Lock()
-        self.record = self.script = self.stat = None
+        self.record = self.script = self.stat = self.kill_at = None
         self.stop_requested = False
-        self.kill_at = None
         self.chunks = 0
         self.error = ""
         self.done = threading.Event()
@@ -1162,26 +1091,25 @@ class Collection(object):
         return self.chunker.lost_total
 
     def start(self):
-        t = threading.Thread(target=self._main, name="collection")
-        t.daemon = True
-        t.start()
+        start_thread(self._main, "collection")
 
     def request_stop(self):
         """SIGINT to perf record (it flushes, the pipeline drains); SIGKILL 3 s later."""
         with self.lock:
-            if self.stop_requested:
-                return
-            self.stop_requested = True
-            if self.record is not None:
-                signal_child(self.record, signal.SIGINT)
-                self.kill_at = monotonic() + 3.0
+            if not self.stop_requested:
+                self.stop_requested = True
+                self._interrupt()
 
     def _adopt_record(self, rec):
         with self.lock:
             self.record = rec
             if self.stop_requested:  # asked to stop before perf had started
-                signal_child(rec, signal.SIGINT)
-                self.kill_at = monotonic() + 3.0
+                self._interrupt()
+
+    def _interrupt(self):
+        if self.record is not None:
+            signal_child(self.record, signal.SIGINT)
+            self.kill_at = monotonic() + 3.0
 
     def _watchdog(self):
         with self.lock:
@@ -1209,6 +1137,12 @@ class Collection(object):
                 self.on_done(self)
             self.done.set()
 
+    def _cannot_run(self, e):
+        self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+
+    def _script_args(self, source):
+        return script_args(source, self.s.script_fields, self.s.pid is None)
+
     def _start_stat(self):
         if self.s.stat_events:
             try:
@@ -1217,7 +1151,13 @@ class Collection(object):
             except OSError:
                 self.stat = None
 
-    def _finish_stat(self, p):
+    def _finish_stat(self, restart):
+        """The running perf stat's report; with `restart`, the next one's counts start now."""
+        p, self.stat = self.stat, None
+        if p is None:
+            return b""
+        if restart:
+            self._start_stat()
         signal_child(p, signal.SIGINT)
         try:
             _, err = p.communicate(timeout=1.0)
@@ -1227,14 +1167,7 @@ class Collection(object):
         forget_child(p)
         return (err or b"")[:256 << 10]
 
-    def _cut(self, final):
-        stat_text = b""
-        if self.stat is not None:
-            done, self.stat = self.stat, None
-            if not final:
-                self._start_stat()  # the next chunk's counts start now
-            stat_text = self._finish_stat(done)
-        payload = self.chunker.cut(stat_text, final)
+    def _send(self, payload):
         if payload is not None:
             self.chunks += 1
             self.on_chunk(payload)
@@ -1244,24 +1177,23 @@ class Collection(object):
             cut = why.find("\n", 200)
             self.error = why if cut < 0 else why[:cut]
 
+    def _wait_for(self, *procs):
+        give_up = monotonic() + 5.0
+        for p in procs:
+            while p.poll() is None:
+                self._watchdog()
+                if monotonic() > give_up:
+                    kill_child(p)
+                time.sleep(0.05)
+            forget_child(p)
+
     def _run_continuous(self):
         try:
-            rec = spawn([self.perf] + record_args(self.s, "-"), stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE)
+            rec, scr = start_pipeline(self.perf, record_args(self.s, "-"), self._script_args("-"))
         except OSError as e:
-            self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+            self._cannot_run(e)
             return
-        try:
-            self.script = spawn([self.perf] + script_args("-", self.s.script_fields,
-                                                          self.s.pid is None),
-                                stdin=rec.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as e:
-            self.error = "cannot run %s: %s" % (self.perf, os_message(e))
-            kill_child(rec)
-            return
-        finally:
-            rec.stdout.close()
-        scr = self.script
+        self.script = scr
         self._adopt_record(rec)
         self._start_stat()
         bufs, keep = bounded_buffers({"rerr": 64 << 10, "serr": 64 << 10})
@@ -1281,27 +1213,17 @@ class Collection(object):
             self._watchdog()
             if state["open"] and (state["cut_now"] or monotonic() >= state["next_cut"]):
                 state["cut_now"] = False
-                self._cut(False)
+                self._send(self.chunker.cut(self._finish_stat(True)))
                 state["next_cut"] = monotonic() + self.s.duration
 
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
               scr.stderr.fileno(): "serr"}, on_data, tick)
-        self._cut(True)  # perf script has ended: the last chunk, unfinished sample included
+        # perf script has ended: the last chunk, unfinished sample included
+        self._send(self.chunker.cut(self._finish_stat(False), True))
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
-        why = bufs["rerr"] or bufs["serr"]
-        self._fail_if_empty(bytes(why).decode("utf-8", "replace"))
-
-    def _wait_for(self, *procs):
-        give_up = monotonic() + 5.0
-        for p in procs:
-            while p.poll() is None:
-                self._watchdog()
-                if monotonic() > give_up:
-                    kill_child(p)
-                time.sleep(0.05)
-            forget_child(p)
+        self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
 
     def _run_rounds(self):
         # `perf record -o roundN.data -- sleep D` back to back; round N's perf script runs
@@ -1316,7 +1238,7 @@ class Collection(object):
                     rec = spawn([self.perf] + record_args(self.s, path, bound),
                                 stderr=subprocess.PIPE)
                 except OSError as e:
-                    self.error = "cannot run %s: %s" % (self.perf, os_message(e))
+                    self._cannot_run(e)
                     break
                 self._adopt_record(rec)
                 self._start_stat()
@@ -1330,11 +1252,7 @@ class Collection(object):
                 rec.stderr.close()
                 self._wait_for(rec)
                 record_err = (err_box[0] if err_box else b"")[:64 << 10]
-                previous_stat = b""
-                if self.stat is not None:
-                    done, self.stat = self.stat, None
-                    previous_stat = self._finish_stat(done)
-                previous = path
+                previous, previous_stat = path, self._finish_stat(False)
                 if self.stop_requested or monotonic() - started < self.s.duration - 0.2:
                     break  # stopped, or the target went away
             if previous:
@@ -1345,30 +1263,22 @@ class Collection(object):
 
     def _script_round(self, path, stat_text):
         try:
-            self.script = spawn([self.perf] + script_args(path, self.s.script_fields,
-                                                          self.s.pid is None),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.script = scr = spawn([self.perf] + self._script_args(path),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError:
-            self.script = None
-        if self.script is not None:
+            self.script = scr = None
+        if scr is not None:
             def on_data(name, data):
                 if name == "out" and data:
                     self.chunker.append(data)
                     if self.chunker.chunk_bytes >= self.s.chunk_max_text:
-                        part = self.chunker.cut()  # a huge round: send it in parts
-                        if part is not None:
-                            self.chunks += 1
-                            self.on_chunk(part)
-            scr = self.script
+                        self._send(self.chunker.cut())  # a huge round: send it in parts
             pump({scr.stdout.fileno(): "out", scr.stderr.fileno(): "err"}, on_data,
                  self._watchdog)
             scr.stdout.close()
             scr.stderr.close()
             self._wait_for(scr)
-        payload = self.chunker.cut(stat_text, True)
-        if payload is not None:
-            self.chunks += 1
-            self.on_chunk(payload)
+        self._send(self.chunker.cut(stat_text, True))
         try:
             os.remove(path)
         except OSError:
@@ -1380,6 +1290,7 @@ class Collection(object):
 MAX_QUEUED_BYTES = 64 << 20
 AUTH_TIMEOUT = 30.0
 MAX_AUTH_FAILURES = 3
+TIMING_ERROR = "frequency must be 1-100000 and duration 1-3600"
 
 
 class Session(object):
@@ -1393,10 +1304,8 @@ class Session(object):
     Closing (EOF, error, lockout, shutdown) stops the collection so no perf outlives it."""
 
     def __init__(self, sock, cfg, token, compression, on_authenticated=None):
-        self.sock = sock
-        self.cfg = cfg
+        self.sock, self.cfg, self.compression = sock, cfg, compression
         self.token = token  # None: starts authenticated
-        self.compression = compression
         self.on_authenticated = on_authenticated
         try:
             address = sock.getpeername()
@@ -1410,25 +1319,18 @@ class Session(object):
             except OSError:
                 pass
         self.authenticated = self.ever_authenticated = token is None
-        self.auth_failures = 0
+        self.auth_failures = self.queued_bytes = self.dropped_chunks = self.lost_samples = 0
         self.closed = False
-        self.queue = deque()
-        self.queued_bytes = 0
-        self.dropped_chunks = 0
+        self.queue = collections.deque()
         self.cond = threading.Condition()
         self.lock = threading.RLock()  # profiling state
         self.state = "idle"
-        self.caps = None
-        self.probed_pid = None
+        self.caps = self.probed_pid = self.current = self.auth_timer = None
         self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
-        self.current = None
-        self.lost_samples = 0
         self.sampler = MetricsSampler()
         self.metrics = {"enabled": True, "network": True, "disk": False, "threads": False}
         self.metrics_interval = 2.0
-        self.metrics_wake = threading.Event()
-        self.auth_timer = None
-        self.finished = threading.Event()
+        self.metrics_wake, self.finished = threading.Event(), threading.Event()
 
     def log(self, what):
         log("[%s] %s" % (self.peer, what))
@@ -1443,9 +1345,8 @@ class Session(object):
                 self.dropped_chunks += 1  # the collector is not keeping up; control flows on
                 return
             # A big payload is queued as is, beside its header: no second copy of a chunk.
-            frame = (encode_frame(flag, payload),) if len(payload) < 65536 else \
-                (HEADER.pack(len(payload), flag), payload)
-            self.queue.append(frame)
+            header = HEADER.pack(len(payload), flag)
+            self.queue.append((header + payload,) if len(payload) < 65536 else (header, payload))
             self.queued_bytes += HEADER.size + len(payload)
             self.cond.notify_all()
 
@@ -1494,17 +1395,14 @@ class Session(object):
                         "auth": "none" if self.token is None else "token",
                         "hostname": socket.gethostname(), "platform": platform_info})
         self.log("connected" + ("" if self.token is None else ", waiting for the pairing code"))
-        threads = [threading.Thread(target=self._writer, name="writer"),
-                   threading.Thread(target=self._metrics_loop, name="metrics")]
-        for t in threads:
-            t.daemon = True
-            t.start()
+        threads = [start_thread(self._writer, "writer"),
+                   start_thread(self._metrics_loop, "metrics")]
         if not self.authenticated:
             self.auth_timer = threading.Timer(AUTH_TIMEOUT, self._auth_expired)
             self.auth_timer.daemon = True
             self.auth_timer.start()
         try:
-            if self.authenticated and self.cfg.pid is not None and self.cfg.mode == "server":
+            if self.authenticated:
                 self._auto_start()
             self._reader()
         finally:
@@ -1584,14 +1482,6 @@ class Session(object):
                 self.log("protocol error: %s; closing" % decoder.error)
                 return
 
-    def _set_authenticated(self):
-        self.authenticated = self.ever_authenticated = True
-        if self.auth_timer is not None:
-            self.auth_timer.cancel()
-        self.metrics_wake.set()  # first metrics right away
-        if self.on_authenticated is not None:
-            self.on_authenticated(self)
-
     def _metrics_loop(self):
         while not self.closed:
             if self.authenticated and self.metrics["enabled"]:
@@ -1604,23 +1494,21 @@ class Session(object):
             self.metrics_wake.clear()
 
     def _send_metrics(self):
-        ts = time.time()
-        self.send_json(self.sampler.system(ts), FLAG_METRICS, True)
-        pid = self.settings.pid
+        ts, pid, sampler = time.time(), self.settings.pid, self.sampler
+        self._send_metric(sampler.system(ts))
         if pid is not None:
-            m = self.sampler.process(pid, ts)
-            if m is not None:
-                self.send_json(m, FLAG_METRICS, True)
-            m = self.sampler.threads(pid, ts) if self.metrics["threads"] else None
-            if m is not None:
-                self.send_json(m, FLAG_METRICS, True)
-            m = self.sampler.binaries(pid, ts)
-            if m is not None:  # sent once per change: never dropped
-                self.send_json(m, FLAG_METRICS, False)
+            self._send_metric(sampler.process(pid, ts))
+            if self.metrics["threads"]:
+                self._send_metric(sampler.threads(pid, ts))
+            self._send_metric(sampler.binaries(pid, ts), False)  # once per change: never dropped
         if self.metrics["network"]:
-            self.send_json(self.sampler.network(ts), FLAG_METRICS, True)
+            self._send_metric(sampler.network(ts))
         if self.metrics["disk"]:
-            self.send_json(self.sampler.disk(ts), FLAG_METRICS, True)
+            self._send_metric(sampler.disk(ts))
+
+    def _send_metric(self, value, droppable=True):
+        if value is not None:
+            self.send_json(value, FLAG_METRICS, droppable)
 
     # ---- commands
 
@@ -1630,13 +1518,18 @@ class Session(object):
             if self.token is None:
                 return response(rid)
             presented = args.get("token")
-            if constant_time_equal(self.token, presented if isinstance(presented, str) else ""):
+            presented = presented if isinstance(presented, str) else ""
+            if self.token and hmac.compare_digest(self.token.encode("utf-8"),
+                                                  presented.encode("utf-8")):
                 self.auth_failures = 0
                 self.log("authenticated")
-                self._set_authenticated()
-                if self.cfg.pid is not None and self.cfg.mode == "server" \
-                        and self.state == "idle":
-                    self._auto_start()
+                self.authenticated = self.ever_authenticated = True
+                if self.auth_timer is not None:
+                    self.auth_timer.cancel()
+                self.metrics_wake.set()  # first metrics right away
+                if self.on_authenticated is not None:
+                    self.on_authenticated(self)
+                self._auto_start()
                 return response(rid)
             self.auth_failures += 1
             self.log("wrong pairing code (%d of 3)" % self.auth_failures)
@@ -1679,11 +1572,14 @@ class Session(object):
 
     def cmd_verify_perf(self, rid, args):
         f = {"perf_event_paranoid": read_perf_event_paranoid()}
-        path = find_program(self.cfg.perf)
+        perf = self.cfg.perf
+        if "/" in perf:
+            path = perf if os.access(perf, os.X_OK) else ""
+        else:
+            path = shutil.which(perf) or ""
         f["available"] = bool(path)
         if not path:
-            f.update(version=None, functional=False,
-                     error=self.cfg.perf + " not found; install linux-perf")
+            f.update(version=None, functional=False, error=perf + " not found; install linux-perf")
             return response(rid, f)
         version, check = parallel(
             lambda: run_command([path, "--version"], 5.0),
@@ -1695,10 +1591,8 @@ class Session(object):
 
     def cmd_reprobe(self, rid, args):
         pid = int_arg(args, "pid")
-        if pid is None:
-            pid = self.settings.pid
         self.caps = None
-        self._ensure_probed(pid)
+        self._ensure_probed(self.settings.pid if pid is None else pid)
         return response(rid, self.caps.to_json())
 
     def cmd_start(self, rid, args):
@@ -1709,16 +1603,13 @@ class Session(object):
             pid = self.cfg.pid  # absent: the command line's --pid; explicit null: whole system
         if pid is not None and not pid_exists(pid):
             return response(rid, error="no such process: %d" % pid)
-        freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
-        if not valid_timing(freq, dur):
-            return response(rid, error="frequency must be 1-100000 and duration 1-3600")
+        timing = timing_args(args)
+        if timing is None:
+            return response(rid, error=TIMING_ERROR)
         self._ensure_probed(pid)
         s = self.settings
         s.pid = pid
-        if freq is not None:
-            s.frequency = freq
-        if dur is not None:
-            s.duration = dur
+        self._set_timing(timing)
         events = args.get("events")
         if isinstance(events, list) and events:
             s.events = [e for e in events if isinstance(e, str)]
@@ -1727,26 +1618,26 @@ class Session(object):
         self._begin_collection()
         self.log("profiling %s at %d Hz" % ("pid %d" % pid if pid is not None else "the system",
                                             s.frequency))
-        # The clock lets the collector place perf's monotonic timestamps on the wall clock.
+        # The clock lets the collector place perf's timestamps (CLOCK_MONOTONIC) on the wall
+        # clock.
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
                               "events": list(s.events), "callgraph": s.callgraph,
                               "mode": "rounds" if s.rounds else "continuous",
-                              "clock": {"monotonic": monotonic_raw(), "realtime": time.time()}})
+                              "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
+                                        "realtime": time.time()}})
 
     def cmd_stop(self, rid, args):
-        if self.state == "idle":
-            return response(rid, error="not profiling")
-        self.end_collection()
-        self.state = "idle"
-        self.log("profiling stopped")
-        return response(rid)
+        return self._halt(rid, self.state != "idle", "idle", "stopped")
 
     def cmd_pause(self, rid, args):
-        if self.state != "profiling":
+        return self._halt(rid, self.state == "profiling", "paused", "paused")
+
+    def _halt(self, rid, allowed, state, what):
+        if not allowed:
             return response(rid, error="not profiling")
         self.end_collection()
-        self.state = "paused"
-        self.log("profiling paused")
+        self.state = state
+        self.log("profiling " + what)
         return response(rid)
 
     def cmd_resume(self, rid, args):
@@ -1757,13 +1648,10 @@ class Session(object):
         return response(rid)
 
     def cmd_configure(self, rid, args):
-        freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
-        if not valid_timing(freq, dur):
-            return response(rid, error="frequency must be 1-100000 and duration 1-3600")
-        if freq is not None:
-            self.settings.frequency = freq
-        if dur is not None:
-            self.settings.duration = dur
+        timing = timing_args(args)
+        if timing is None:
+            return response(rid, error=TIMING_ERROR)
+        self._set_timing(timing)
         if self.state == "profiling":  # takes effect now: restart with the new settings
             self.end_collection()
             self._begin_collection()
@@ -1779,17 +1667,26 @@ class Session(object):
             ms = interval * 1000 if interval <= 60 else interval
             self.metrics_interval = min(max(ms, 250), 60000) / 1000.0
         self.metrics_wake.set()
-        return response(rid, {"enabled": self.metrics["enabled"],
-                              "interval": self.metrics_interval,
-                              "network": self.metrics["network"], "disk": self.metrics["disk"],
-                              "threads": self.metrics["threads"]})
+        m = self.metrics
+        return response(rid, {"enabled": m["enabled"], "interval": self.metrics_interval,
+                              "network": m["network"], "disk": m["disk"],
+                              "threads": m["threads"]})
 
     # ---- profiling
 
+    def _set_timing(self, timing):
+        freq, dur = timing
+        if freq is not None:
+            self.settings.frequency = freq
+        if dur is not None:
+            self.settings.duration = dur
+
     def _auto_start(self):
-        # Told what to profile on the command line: start without waiting for a command, and
-        # say so, since the collector did not ask.
+        # Told what to profile on the command line (--server, --pid): start without waiting
+        # for a command, and say so, since the collector did not ask.
         pid = self.cfg.pid
+        if pid is None or self.cfg.mode != "server" or self.state != "idle":
+            return
         if not pid_exists(pid):
             self.log("no such process: %d; idle" % pid)
             self.send_state("no such process: %d" % pid)
@@ -1802,17 +1699,11 @@ class Session(object):
     def _ensure_probed(self, pid):
         if self.caps is not None and self.probed_pid == pid:
             return
-        caps = probe(self.cfg.perf, pid)
-        for w in caps.warnings:
-            self.log("probe: " + w)
+        caps = probe_settings(self.settings, self.cfg.perf, pid, self.cfg.events, self.log)
         self.log("probe: sampling %s, call graphs %s (%s s)"
                  % (caps.record_events[0], caps.callgraph or "none",
                     seconds_text(caps.probe_seconds)))
         self.caps, self.probed_pid = caps, pid
-        s = self.settings
-        s.events = list(self.cfg.events or caps.record_events)
-        s.callgraph = caps.callgraph
-        s.script_fields = caps.script_fields
 
     def _begin_collection(self):
         if self.closed:
@@ -1861,45 +1752,22 @@ class Session(object):
             c.done.wait()
 
 
-def valid_timing(freq, dur):
-    return (freq is None or 1 <= freq <= 100000) and (dur is None or 1 <= dur <= 3600)
-
-
-def monotonic_raw():
-    """CLOCK_MONOTONIC, the clock perf's timestamps use."""
-    if hasattr(time, "clock_gettime"):
-        return time.clock_gettime(time.CLOCK_MONOTONIC)
-    return time.monotonic()
-
-
 # ================================================================================ modes
 
 
 class Backoff(object):
     """Reconnect delays: 1, 2, 4 ... s capped at 30 s, each up to 20 % shorter at random."""
 
-    def __init__(self, initial=1.0, cap=30.0):
-        self.initial, self.cap, self.attempt = initial, cap, 0
-        self.rng = random.SystemRandom()
+    def __init__(self):
+        self.attempt, self.rng = 0, random.SystemRandom()
 
     def next(self):
-        base = self.initial
-        for _ in range(self.attempt):
-            if base >= self.cap:
-                break
-            base *= 2
+        base = 2.0 ** min(self.attempt, 5)  # 1, 2, 4 ... 32
         self.attempt += 1
-        return min(base, self.cap) * self.rng.uniform(0.8, 1.0)
+        return min(base, 30.0) * self.rng.uniform(0.8, 1.0)
 
     def reset(self):
         self.attempt = 0
-
-
-def run_session_thread(session):
-    t = threading.Thread(target=session.run, name="session")
-    t.daemon = True
-    t.start()
-    return t
 
 
 def connect(host, port, stop, timeout=10.0):
@@ -1940,7 +1808,7 @@ def server_mode(cfg, compression, stop):
         else:
             log("connected to collector " + target)
             session = Session(sock, cfg, cfg.token, compression)
-            thread = run_session_thread(session)
+            thread = start_thread(session.run, "session")
             while thread.is_alive():
                 thread.join(0.2)
                 if stop.is_set():
@@ -1962,9 +1830,8 @@ def server_mode(cfg, compression, stop):
 def listen_mode(cfg, compression, stop):
     token = cfg.token or ""
     if not token:
-        token = generate_pairing_code()
-        sys.stderr.write("perfwire-agent: pairing code: %s\n" % token)
-        sys.stderr.flush()
+        token = binascii.hexlify(os.urandom(16)).decode("ascii")
+        log("pairing code: " + token)
     family = None
     for fam in (socket.AF_INET, socket.AF_INET6):
         try:
@@ -1991,12 +1858,11 @@ def listen_mode(cfg, compression, stop):
     # One collector at a time: a newcomer may connect, but only when it presents the pairing
     # code does it take over and the older connection is closed. A collector that crashed
     # never locks the device out; nobody without the code can disturb a running session.
-    registry = {"active": None, "live": []}
-    lock = threading.Lock()
+    active, lock, sessions = [None], threading.Lock(), []
 
     def on_authenticated(me):
         with lock:
-            previous, registry["active"] = registry["active"], me
+            previous, active[0] = active[0], me
         if previous is not None and previous is not me and not previous.finished.is_set():
             log("collector %s took over from %s" % (me.peer, previous.peer))
             previous.close()
@@ -2014,16 +1880,13 @@ def listen_mode(cfg, compression, stop):
             continue
         conn.settimeout(None)
         session = Session(conn, cfg, token, compression, on_authenticated)
-        with lock:
-            registry["live"] = [s for s in registry["live"] if not s.finished.is_set()]
-            registry["live"].append(session)
-        run_session_thread(session)
+        sessions = [s for s in sessions if not s.finished.is_set()] + [session]
+        start_thread(session.run, "session")
     listener.close()
-    with lock:
-        live = [s for s in registry["live"] if not s.finished.is_set()]
-    for s in live:
+    sessions = [s for s in sessions if not s.finished.is_set()]
+    for s in sessions:
         s.shutdown()
-    for s in live:  # let them finish their shutdown
+    for s in sessions:  # let them finish their shutdown
         s.finished.wait(5.0)
     return 0
 
@@ -2034,16 +1897,10 @@ def output_mode(cfg, stop):
     except (OSError, IOError) as e:
         log("cannot write %s: %s" % (cfg.output, os_message(e)))
         return 1
-    caps = probe(cfg.perf, cfg.pid)
-    for w in caps.warnings:
-        log("probe: " + w)
     s = Settings(cfg.frequency, cfg.pid, cfg.duration)
-    s.events = list(cfg.events or caps.record_events)
-    s.callgraph = caps.callgraph
+    caps = probe_settings(s, cfg.perf, cfg.pid, cfg.events, log)
     s.stat_events = s.events + caps.stat_only_events
-    s.script_fields = caps.script_fields
     written = {"n": 0, "failed": False}
-    coll = []
 
     def on_chunk(text):
         try:
@@ -2053,25 +1910,23 @@ def output_mode(cfg, stop):
             written["failed"] = True
         written["n"] += 1
         if written["n"] >= cfg.rounds or written["failed"]:
-            coll[0].request_stop()
+            coll.request_stop()
 
-    coll.append(Collection(cfg.perf, s, TextBuffer(), on_chunk))
+    coll = Collection(cfg.perf, s, TextBuffer(), on_chunk)
     log("profiling pid %d for %d round(s) of %d s" % (cfg.pid, cfg.rounds, cfg.duration))
-    coll[0].start()
-    while not coll[0].done.wait(0.1):
+    coll.start()
+    while not coll.done.wait(0.1):
         if stop.is_set():  # a signal ends the run early, still through SIGINT
-            coll[0].request_stop()
+            coll.request_stop()
     if out is not sys.stdout.buffer:
         out.close()
     if written["failed"]:
         log("write failed: " + cfg.output)
         return 1
     if written["n"] == 0:
-        log("no data: " + (coll[0].error or "perf produced nothing"))
+        log("no data: " + (coll.error or "perf produced nothing"))
         return 1
     return 0
-
-
 # ================================================================================ main
 
 HELP = """\
@@ -2179,47 +2034,35 @@ def parse_command_line(argv, env_token):
         raise usage("choose exactly one of --server, --listen, --output")
 
     c = Config()
-    c.server_host, c.server_port, c.output = "", 9999, ""
-    if "server" in values:
-        c.mode = "server"
+    c.mode = [m for m in ("server", "listen", "output") if m in values][0]
+    c.server_host, c.server_port, c.output = "", 9999, values.get("output", "")
+    if c.mode == "server":
         target = values["server"]
-        host, colon, port = target.rpartition(":")
+        c.server_host, colon, port = target.rpartition(":")
         if not colon:
-            host = target
+            c.server_host = target
         elif not re.match(r"\d+$", port) or not 0 < int(port) <= 65535:
             raise usage("bad port in --server " + target)
         else:
             c.server_port = int(port)
-        c.server_host = host
-        if not host:
+        if not c.server_host:
             raise usage("--server needs a host")
-    elif "listen" in values:
-        c.mode = "listen"
-    else:
-        c.mode = "output"
-        c.output = values["output"]
     for key, default in DEFAULTS.items():
         values.setdefault(key, default)
-    c.bind = values["bind"]
-    c.port = int(values["port"])
-    if not 0 <= c.port <= 65535:
-        raise usage("--port must be 0-65535 (0: any free port)")
-    c.rounds, c.frequency = int(values["rounds"]), int(values["frequency"])
-    c.duration = int(values["duration"])
+    c.bind, c.perf = values["bind"], values["perf"]
+    c.port, c.rounds = int(values["port"]), int(values["rounds"])
+    c.frequency, c.duration = int(values["frequency"]), int(values["duration"])
     c.pid = int(values["pid"]) if "pid" in values else None
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
-    c.perf = values["perf"]
-    if not 1 <= c.frequency <= 100000:
-        raise usage("--frequency must be 1-100000")
-    if not 1 <= c.duration <= 3600:
-        raise usage("--duration must be 1-3600 seconds")
-    if c.rounds < 1:
-        raise usage("--rounds must be at least 1")
-    if c.pid is not None and c.pid <= 0:
-        raise usage("--pid must be positive")
-    if c.mode == "output" and c.pid is None:
-        raise usage("--output needs --pid")
+    for bad, why in ((not 0 <= c.port <= 65535, "--port must be 0-65535 (0: any free port)"),
+                     (not 1 <= c.frequency <= 100000, "--frequency must be 1-100000"),
+                     (not 1 <= c.duration <= 3600, "--duration must be 1-3600 seconds"),
+                     (c.rounds < 1, "--rounds must be at least 1"),
+                     (c.pid is not None and c.pid <= 0, "--pid must be positive"),
+                     (c.mode == "output" and c.pid is None, "--output needs --pid")):
+        if bad:
+            raise usage(why)
     return c
 
 
