@@ -28,7 +28,10 @@ kill -0 "${pids[0]}" 2>/dev/null || { echo "run: the collector did not start" >&
 pids+=($!)
 demo=$!
 
-"$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" --duration 2 &
+# Agents enroll with the token the collector keeps beside the sessions (its agent port is
+# open to the network, so it asks).
+PERFWIRE_ENROLL_TOKEN=$(cat "$sessions/.agent-token") \
+    "$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" --duration 2 &
 pids+=($!)
 
 # The collector keeps the UI's access token beside the sessions; the link signs a browser in.

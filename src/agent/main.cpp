@@ -6,7 +6,8 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-    auto parsed = agent::parse_command_line(argc, argv, std::getenv("PERFWIRE_TOKEN"));
+    auto parsed = agent::parse_command_line(argc, argv, std::getenv("PERFWIRE_TOKEN"),
+                                            std::getenv("PERFWIRE_ENROLL_TOKEN"));
     if (auto* done = std::get_if<agent::exit_now>(&parsed)) {
         (done->code == 0 ? std::cout : std::cerr) << done->output;
         return done->code;

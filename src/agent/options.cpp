@@ -35,6 +35,8 @@ po::options_description describe_options() {
         ("duration", po::value<int>()->default_value(8), "seconds per chunk or round")
         ("events", po::value<std::string>(), "comma-separated perf events")
         ("token", po::value<std::string>(), "pairing code (or env PERFWIRE_TOKEN)")
+        ("enroll", po::value<std::string>(), "--server: the collector's enrollment token (or env "
+                                             "PERFWIRE_ENROLL_TOKEN)")
         ("perf", po::value<std::string>()->default_value("perf"), "perf executable")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -55,7 +57,7 @@ std::vector<std::string> split_events(const std::string& list) {
 } // namespace
 
 std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
-                                                  const char* env_token) {
+                                                  const char* env_token, const char* env_enroll) {
     const auto desc = describe_options();
     auto usage = [&](const std::string& why) {
         std::ostringstream out;
@@ -119,6 +121,10 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.token = vm["token"].as<std::string>();
     else if (env_token && *env_token)
         c.token = env_token;
+    if (vm.count("enroll"))
+        c.enroll = vm["enroll"].as<std::string>();
+    else if (env_enroll && *env_enroll)
+        c.enroll = env_enroll;
     c.perf_path = vm["perf"].as<std::string>();
 
     if (c.frequency < 1 || c.frequency > 100000)

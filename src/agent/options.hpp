@@ -23,7 +23,8 @@ struct config {
     int frequency = 99;
     int duration_sec = 8;
     std::vector<std::string> events;
-    std::optional<std::string> token; // --token or PERFWIRE_TOKEN
+    std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
+    std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";
 };
 
@@ -33,8 +34,10 @@ struct exit_now {
     std::string output; // text for stdout (code 0) or stderr (code 2)
 };
 
-// Parses argv; `env_token` is the value of PERFWIRE_TOKEN, if set.
+// Parses argv; `env_token` and `env_enroll` are the values of PERFWIRE_TOKEN and
+// PERFWIRE_ENROLL_TOKEN, if set.
 std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
-                                                  const char* env_token);
+                                                  const char* env_token,
+                                                  const char* env_enroll = nullptr);
 
 } // namespace agent

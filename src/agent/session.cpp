@@ -149,6 +149,8 @@ asio::awaitable<void> session::run() {
     if (const auto line = perf_version_line(version.out); !line.empty())
         p.perf_version = line;
     h.platform = p;
+    if (cfg_.run_mode == mode::server)
+        h.enrollment = cfg_.enroll; // only to the collector this agent was told to dial
     send(frame_flag::response, protocol::serialize(h));
     log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
 

@@ -97,6 +97,31 @@ int run(const config& c) {
         app.api_token_file = file.string();
     }
 
+    const bool loopback_agents =
+        c.agent_bind == "localhost" || c.agent_bind == "::1" || c.agent_bind.rfind("127.", 0) == 0;
+    if (c.agent_auth == "token" || (c.agent_auth == "auto" && !loopback_agents) ||
+        !c.agent_tokens.empty()) {
+        app.enrollment = c.agent_tokens;
+        std::string where = "--agent-token";
+        if (app.enrollment.empty()) {
+            const auto file = std::filesystem::path(c.sessions_dir) / ".agent-token";
+            std::string error;
+            const auto token = load_or_create_token(file, error);
+            if (!token) {
+                log("cannot set up the agents' enrollment token: " + error);
+                return 1;
+            }
+            app.enrollment.push_back(*token);
+            where = file.string();
+        }
+        log("agents enroll before anything is stored: start them with PERFWIRE_ENROLL_TOKEN "
+            "set to the token in " +
+            where);
+    } else if (!loopback_agents) {
+        log("warning: --agent-auth none: anyone who reaches " + c.agent_bind + ":" +
+            std::to_string(c.agent_port) + " can store sessions here");
+    }
+
     tcp::acceptor agents(io), web(io);
     if (!open_acceptor(agents, c.agent_bind, c.agent_port, "agents") ||
         !open_acceptor(web, c.http_bind, c.http_port, "HTTP"))

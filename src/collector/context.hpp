@@ -36,7 +36,8 @@ struct app_context {
     symbolizer symbols{cfg.symbols};
     std::vector<agent_binary> agent_binaries; // found at start, never changed
     config_limits limits;                     // what PUT /api/config may set; fixed at start
-    std::string api_token;      // what every API request presents; empty: --http-auth none
+    std::vector<std::string> enrollment; // tokens agents dialling in present; empty: none asked
+    std::string api_token;               // what every API request presents; empty: --http-auth none
     std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
 
     // Called (on the I/O thread) whenever something the UI shows changed: a target came or

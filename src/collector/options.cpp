@@ -26,6 +26,13 @@ po::options_description describe_options() {
                                                    "(default ~/.local/share/perfwire/sessions)")
         ("token", po::value<std::string>(), "pairing code agents must present (or env "
                                             "PERFWIRE_TOKEN)")
+        ("agent-auth", po::value<std::string>()->default_value("auto"),
+         "token: agents that dial in present an enrollment token before anything is stored; "
+         "none: any agent may; auto: token unless --agent-bind is a loopback address")
+        ("agent-token", po::value<std::vector<std::string>>()->composing(),
+         "an enrollment token agents may present (repeatable, to rotate; best in a --config "
+         "file); default: a random one kept in SESSIONS-DIR/.agent-token")
+        ("agent-tokens", po::value<std::string>(), "a file of enrollment tokens, one per line")
         ("http-auth", po::value<std::string>()->default_value("token"),
          "token: every API request presents the collector's access token (the link printed at "
          "start signs a browser in); none: no token, for a trusted single-user machine")
@@ -118,6 +125,27 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.token = vm["token"].as<std::string>();
     else if (env_token && *env_token)
         c.token = env_token;
+    c.agent_auth = vm["agent-auth"].as<std::string>();
+    if (c.agent_auth != "auto" && c.agent_auth != "token" && c.agent_auth != "none")
+        return usage("--agent-auth takes auto, token or none, not " + c.agent_auth);
+    if (vm.count("agent-token"))
+        c.agent_tokens = vm["agent-token"].as<std::vector<std::string>>();
+    if (vm.count("agent-tokens")) {
+        const auto path = vm["agent-tokens"].as<std::string>();
+        std::ifstream file(path);
+        if (!file)
+            return usage("cannot read --agent-tokens " + path);
+        for (std::string line; std::getline(file, line);) {
+            const auto from = line.find_first_not_of(" \t\r");
+            if (from == std::string::npos || line[from] == '#')
+                continue;
+            c.agent_tokens.push_back(line.substr(from, line.find_last_not_of(" \t\r") + 1 - from));
+        }
+    }
+    for (const auto& t : c.agent_tokens)
+        if (!valid_token(t))
+            return usage("an enrollment token must be 16 to 256 letters, digits or -._~ "
+                         "characters");
     const auto auth = vm["http-auth"].as<std::string>();
     if (auth != "token" && auth != "none")
         return usage("--http-auth takes token or none, not " + auth);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace collector {
 
@@ -17,7 +18,10 @@ struct config {
     std::uint16_t http_port = 8080;
     std::string sessions_dir; // default: ~/.local/share/perfwire/sessions
     std::optional<std::string> token;
-    bool http_auth = true;                 // --http-auth token (default) | none
+    // Enrollment: tokens agents that dial in must present (--agent-token, --agent-tokens FILE).
+    std::vector<std::string> agent_tokens;
+    std::string agent_auth = "auto"; // auto: enrollment unless the agent port is loopback-only
+    bool http_auth = true;           // --http-auth token (default) | none
     std::optional<std::string> http_token; // --http-token; default: kept in the sessions dir
     std::optional<std::string> import_file;
     std::optional<std::string> ui_dir;

@@ -44,8 +44,12 @@ struct hello {
     std::optional<std::string> auth; // "token" when a pairing code must be presented
     std::optional<std::string> hostname;
     std::optional<platform_info> platform;
+    // The collector's enrollment token, from an agent dialling it (--server): proves the agent
+    // may store sessions there. Never sent to a collector that dials the agent.
+    std::optional<std::string> enrollment;
 };
-BOOST_DESCRIBE_STRUCT(hello, (), (version, agent, agent_version, auth, hostname, platform))
+BOOST_DESCRIBE_STRUCT(hello, (),
+                      (version, agent, agent_version, auth, hostname, platform, enrollment))
 
 // Refuses payloads over max_hello before parsing them.
 parse_result<hello> parse_hello(std::string_view payload);

@@ -37,6 +37,15 @@ TEST_CASE("agent flags: modes and defaults", "[agent][options]") {
     CHECK(l.token == "cafe");
 
     CHECK(std::get<agent::config>(parse({"--server", "h"})).server_port == 9999);
+
+    // The enrollment token: the flag, else PERFWIRE_ENROLL_TOKEN.
+    std::vector<const char*> args{"perfwire-agent", "--server", "h"};
+    auto env = agent::parse_command_line(3, args.data(), nullptr, "from-env-0123456789");
+    CHECK(std::get<agent::config>(env).enroll == "from-env-0123456789");
+    args.insert(args.end(), {"--enroll", "from-flag-0123456789"});
+    auto flag = agent::parse_command_line(5, args.data(), nullptr, "from-env-0123456789");
+    CHECK(std::get<agent::config>(flag).enroll == "from-flag-0123456789");
+    CHECK_FALSE(std::get<agent::config>(parse({"--server", "h"})).enroll);
 }
 
 TEST_CASE("agent flags: errors exit 2, help and version exit 0", "[agent][options]") {

@@ -36,11 +36,11 @@ struct collector_proc {
     std::unique_ptr<spawned> proc;
     std::uint16_t agent_port = 0, http_port = 0;
 
-    explicit collector_proc(const fs::path& sessions) {
-        proc = std::make_unique<spawned>(
-            PERFWIRE_COLLECTOR_BIN,
-            std::vector<std::string>{"--sessions-dir", sessions.string(), "--agent-port", "0",
-                                     "--agent-bind", "127.0.0.1", "--http-port", "0"});
+    explicit collector_proc(const fs::path& sessions, const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> args{"--sessions-dir", sessions.string(), "--agent-port", "0",
+                                      "--agent-bind",   "127.0.0.1",       "--http-port",  "0"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        proc = std::make_unique<spawned>(PERFWIRE_COLLECTOR_BIN, args);
         const auto agents = proc->wait_for_stderr("agents on 127.0.0.1:", 5s);
         const auto http = proc->wait_for_stderr("API on http://127.0.0.1:", 5s);
         REQUIRE(agents);
@@ -660,4 +660,112 @@ TEST_CASE("the API asks for the collector's access token; the printed link signs
                     {"--sessions-dir", sessions.string(), "--agent-port", "0", "--http-port", "0"});
     CHECK(exposed.wait(5s) == 1);
     CHECK_THAT(exposed.stderr_text(), Catch::Contains("readable by others"));
+}
+
+// The session folders under `sessions` (dot files such as the tokens are not sessions).
+std::size_t session_folders(const fs::path& sessions) {
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator(sessions))
+        n += e.is_directory() && e.path().filename().string()[0] != '.';
+    return n;
+}
+
+TEST_CASE("agents enroll before anything is stored; several tokens rotate",
+          "[collector][integration][perf]") {
+    const auto flavour =
+        GENERATE(test_support::agent_flavour::cpp, test_support::agent_flavour::python);
+    INFO(flavour);
+    temp_dir dir;
+    const std::string old_token = "old-token-0123456789abcdef",
+                      new_token = "new-token-fedcba9876543210";
+    collector_proc coll(dir.path, {"--agent-token", old_token, "--agent-token", new_token});
+    CHECK(coll.proc->wait_for_stderr("agents enroll before anything is stored", 5s));
+    auto demo = start_demo();
+    auto agent_with = [&](const std::string& enroll) {
+        std::vector<std::string> env;
+        if (!enroll.empty())
+            env.push_back("PERFWIRE_ENROLL_TOKEN=" + enroll);
+        return test_support::start_agent(flavour,
+                                         {"--server",
+                                          "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                                          std::to_string(demo->pid()), "--duration", "1"},
+                                         env);
+    };
+    {
+        auto stranger = agent_with("");
+        auto wrong = agent_with("wrong-token-0123456789abcdef");
+        CHECK(coll.proc->wait_for_stderr("agent not enrolled", 15s));
+        CHECK(coll.proc->wait_for_stderr("wrong enrollment token", 15s));
+        CHECK(coll.get("/api/targets").as_array().empty());
+    }
+    CHECK(session_folders(dir.path) == 0); // nothing stored for either
+    auto enrolled = agent_with(new_token);
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("samples").to_number<std::uint64_t>() > 20;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    enrolled.reset(); // SIGKILL: the session stays, as received
+    // The token is never logged or written.
+    CHECK(coll.proc->stderr_text().find(new_token) == std::string::npos);
+    for (const auto& e : fs::recursive_directory_iterator(dir.path))
+        if (e.is_regular_file()) {
+            std::ifstream in(e.path(), std::ios::binary);
+            const std::string text((std::istreambuf_iterator<char>(in)), {});
+            CHECK(text.find(new_token) == std::string::npos);
+        }
+}
+
+TEST_CASE("a flood of agents that say hello and leave stores nothing, and is rate-limited",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--agent-auth", "token"});
+    // With no --agent-token, a random one is made and kept beside the sessions.
+    const auto token_file = dir.path / ".agent-token";
+    REQUIRE(fs::exists(token_file));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains(token_file.string()));
+    std::string token;
+    std::ifstream(token_file) >> token;
+    const std::string hello =
+        R"({"type":"hello","version":1,"agent":"perfwire","hostname":"flood","enrollment":")" +
+        token + R"("})";
+
+    // A protocol version the collector does not speak is refused with a clear reason.
+    {
+        auto v2 = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(v2);
+        v2->send(protocol::frame_flag::response,
+                 R"({"type":"hello","version":2,"agent":"perfwire","enrollment":")" + token +
+                     R"("})");
+        CHECK_FALSE(v2->next(3s));
+        CHECK(v2->closed());
+        CHECK(coll.proc->wait_for_stderr("the agent speaks protocol version 2", 5s));
+    }
+    // An enrolled agent that sends only metrics and leaves: its session goes with it.
+    {
+        auto idle = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(idle);
+        idle->send(protocol::frame_flag::response, hello);
+        idle->send(protocol::frame_flag::metrics,
+                   R"({"type":"system","ts":1.5,"cpu_pct":10,"mem_total_kb":1000,)"
+                   R"("mem_available_kb":500,"load1":0.5})");
+        wait_for(coll, "/api/sessions", 10s,
+                 [](const json::value& v) { return v.as_array().size() == 1; });
+        CHECK(session_folders(dir.path) == 1);
+    }
+    wait_for(coll, "/api/sessions", 10s, [](const json::value& v) { return v.as_array().empty(); });
+    CHECK(session_folders(dir.path) == 0);
+
+    // 200 connect + hello + close in a row: no folder at all, and past a burst the address is
+    // refused at accept.
+    for (int i = 0; i < 200; ++i) {
+        auto p = test_support::framing_peer::connect(coll.agent_port);
+        if (p)
+            p->send(protocol::frame_flag::response, hello);
+    }
+    CHECK(coll.proc->wait_for_stderr("too many connections from this address", 5s));
+    CHECK(session_folders(dir.path) == 0);
+    CHECK(coll.get("/api/sessions").as_array().empty());
+    const auto log = coll.proc->stderr_text();
+    CHECK(std::count(log.begin(), log.end(), '\n') < 200); // the refusals are logged once
 }

@@ -1390,10 +1390,12 @@ class Session(object):
         if version:
             platform_info["perf_version"] = version
         platform_info["perf_event_paranoid"] = read_perf_event_paranoid()
-        self.send_json({"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
-                        "agent_version": VERSION,
-                        "auth": "none" if self.token is None else "token",
-                        "hostname": socket.gethostname(), "platform": platform_info})
+        hello = {"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
+                 "agent_version": VERSION, "auth": "none" if self.token is None else "token",
+                 "hostname": socket.gethostname(), "platform": platform_info}
+        if self.cfg.mode == "server" and self.cfg.enroll:
+            hello["enrollment"] = self.cfg.enroll  # only to the collector it was told to dial
+        self.send_json(hello)
         self.log("connected" + ("" if self.token is None else ", waiting for the pairing code"))
         threads = [start_thread(self._writer, "writer"),
                    start_thread(self._metrics_loop, "metrics")]
@@ -1945,13 +1947,15 @@ Modes (exactly one):
   --duration arg (=8)   seconds per chunk or round
   --events arg          comma-separated perf events
   --token arg           pairing code (or env PERFWIRE_TOKEN)
+  --enroll arg          --server: the collector's enrollment token (or env 
+                        PERFWIRE_ENROLL_TOKEN)
   --perf arg (=perf)    perf executable
   --version             print the version and exit
   --help                print this help and exit
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "token", "perf", "version", "help"]
+           "duration", "events", "token", "enroll", "perf", "version", "help"]
 FLAGS = ("listen", "version", "help")  # options without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
@@ -1984,7 +1988,7 @@ def match_option(name):
     return found[0] if found else None
 
 
-def parse_command_line(argv, env_token):
+def parse_command_line(argv, env_token, env_enroll=None):
     """Flags as the C++ agent takes them (Boost.Program_options: unique prefixes accepted,
     --name value or --name=value); raises ExitNow for --help, --version and usage errors."""
     given = []
@@ -2055,6 +2059,7 @@ def parse_command_line(argv, env_token):
     c.pid = int(values["pid"]) if "pid" in values else None
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
+    c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     for bad, why in ((not 0 <= c.port <= 65535, "--port must be 0-65535 (0: any free port)"),
                      (not 1 <= c.frequency <= 100000, "--frequency must be 1-100000"),
                      (not 1 <= c.duration <= 3600, "--duration must be 1-3600 seconds"),
@@ -2069,7 +2074,8 @@ def parse_command_line(argv, env_token):
 def main(argv=None):
     try:
         cfg = parse_command_line(sys.argv[1:] if argv is None else argv,
-                                 os.environ.get("PERFWIRE_TOKEN"))
+                                 os.environ.get("PERFWIRE_TOKEN"),
+                                 os.environ.get("PERFWIRE_ENROLL_TOKEN"))
     except ExitNow as e:
         (sys.stdout if e.code == 0 else sys.stderr).write(e.output)
         return e.code

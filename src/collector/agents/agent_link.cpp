@@ -3,6 +3,7 @@
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
+#include "protocol/pairing.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -14,8 +15,10 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
+#include <unordered_map>
 
 namespace collector {
 using namespace asio::experimental::awaitable_operators;
@@ -63,14 +66,56 @@ json::object final_meta(const json::object& start, const session_model& m, doubl
     return meta;
 }
 
+// Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
+// connect-hello-close from one address is refused at accept, before a byte is read; the
+// buckets stay bounded however many addresses there are.
+class admission {
+public:
+    enum class verdict { admit, refuse, refuse_first };
+
+    verdict check(const std::string& address, std::chrono::steady_clock::time_point now) {
+        if (buckets_.size() >= max_addresses)
+            std::erase_if(buckets_, [&](const auto& kv) { return level(kv.second, now) >= burst; });
+        if (buckets_.size() >= max_addresses)
+            buckets_.clear(); // a spread-out flood: start over rather than grow
+        auto [it, fresh] = buckets_.try_emplace(address, bucket{burst, now, false});
+        bucket& b = it->second;
+        b.tokens = level(b, now);
+        b.at = now;
+        if (b.tokens >= 1) {
+            b.tokens -= 1;
+            b.refusing = false;
+            return verdict::admit;
+        }
+        return std::exchange(b.refusing, true) ? verdict::refuse : verdict::refuse_first;
+    }
+
+private:
+    struct bucket {
+        double tokens;
+        std::chrono::steady_clock::time_point at;
+        bool refusing;
+    };
+    static constexpr double burst = 20, per_second = 2;
+    static constexpr std::size_t max_addresses = 4096;
+
+    static double level(const bucket& b, std::chrono::steady_clock::time_point now) {
+        return std::min(burst,
+                        b.tokens + per_second * std::chrono::duration<double>(now - b.at).count());
+    }
+
+    std::unordered_map<std::string, bucket> buckets_;
+};
+
 } // namespace
 
 agent_link::agent_link(tcp::socket socket, app_context& app, std::string target_id,
-                       std::optional<std::string> token)
+                       std::optional<std::string> token, bool dialled)
     : socket_(std::move(socket))
     , app_(app)
     , id_(std::move(target_id))
     , token_(std::move(token))
+    , dialled_(dialled)
     , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
@@ -175,61 +220,101 @@ asio::awaitable<void> agent_link::reader() {
     close();
 }
 
-void agent_link::on_frame(protocol::frame&& f) {
-    if (!hello_) {
-        auto h = f.flag == frame_flag::response
-                     ? protocol::parse_hello(f.payload)
-                     : protocol::parse_result<protocol::hello>(protocol::parse_error{
-                           protocol::errc::invalid_message, "first frame must be the hello"});
-        if (!h) {
-            log(peer_, "bad hello: " + h.error().message() + "; closing");
-            close();
-            return;
-        }
-        hello_ = std::move(*h);
-        json::object meta;
-        meta["agent"] = hello_->agent;
-        meta["agent_version"] = hello_->agent_version.value_or("");
-        meta["hostname"] = hello_->hostname.value_or("");
-        meta["peer"] = peer_;
-        meta["started_at"] = connected_at_;
-        meta["live"] = true;
-        meta["platform"] = describe().at("platform");
-        auto created = app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), meta);
-        if (!created) {
-            log(peer_,
-                "cannot create a session on disk: " + created.error().message() + "; closing");
-            close();
-            return;
-        }
-        session_ = *created;
-        session_id_ = session_->id;
-        state_ = "idle";
-        log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") +
-                       " on " + hello_->hostname.value_or("?") + "; session " + session_id_);
-        if (token_) {
-            // Authenticate; the response arrives like any other.
-            state_ = "authenticating";
-            auto self = shared_from_this();
-            asio::co_spawn(
-                socket_.get_executor(),
-                [self]() -> asio::awaitable<void> {
-                    json::object args;
-                    args["token"] = *self->token_;
-                    const auto r = co_await self->command("auth", std::move(args));
-                    if (!r.ok) {
-                        log(self->peer_, "agent refused the pairing code: " + r.error);
-                        self->close();
-                    } else if (self->state_ == "authenticating") {
-                        self->state_ = "idle";
-                        self->app_.changed("targets");
-                    }
-                },
-                [](std::exception_ptr) {});
-        }
-        app_.changed("targets");
+void agent_link::on_hello(protocol::frame&& f) {
+    auto h = f.flag == frame_flag::response
+                 ? protocol::parse_hello(f.payload)
+                 : protocol::parse_result<protocol::hello>(protocol::parse_error{
+                       protocol::errc::invalid_message, "first frame must be the hello"});
+    if (!h) {
+        log(peer_, "bad hello: " + h.error().message() + "; closing");
+        close();
         return;
     }
+    if (h->version != protocol::protocol_version) {
+        log(peer_, "the agent speaks protocol version " + std::to_string(h->version) +
+                       "; this collector speaks " + std::to_string(protocol::protocol_version) +
+                       ": update one of them; closing");
+        close();
+        return;
+    }
+    // Enrollment: an agent that dialled in proves it may store sessions here. The token is
+    // compared in constant time and never kept, logged or written.
+    const auto presented = std::exchange(h->enrollment, std::nullopt);
+    if (!dialled_ && !app_.enrollment.empty()) {
+        bool enrolled = false;
+        for (const auto& t : app_.enrollment)
+            enrolled |= presented && protocol::constant_time_equal(t, *presented);
+        if (!enrolled) {
+            log(peer_, presented ? "wrong enrollment token; closing"
+                                 : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
+                                   "to this collector's enrollment token; closing");
+            close();
+            return;
+        }
+    }
+    hello_ = std::move(*h);
+    session_meta_["agent"] = hello_->agent;
+    session_meta_["agent_version"] = hello_->agent_version.value_or("");
+    session_meta_["hostname"] = hello_->hostname.value_or("");
+    session_meta_["peer"] = peer_;
+    session_meta_["started_at"] = connected_at_;
+    session_meta_["live"] = true;
+    session_meta_["platform"] = describe().at("platform");
+    state_ = "idle";
+    log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") + " on " +
+                   hello_->hostname.value_or("?"));
+    if (dialled_ && !open_session())
+        return;
+    if (token_) {
+        // Authenticate; the response arrives like any other.
+        state_ = "authenticating";
+        auto self = shared_from_this();
+        asio::co_spawn(
+            socket_.get_executor(),
+            [self]() -> asio::awaitable<void> {
+                json::object args;
+                args["token"] = *self->token_;
+                const auto r = co_await self->command("auth", std::move(args));
+                if (!r.ok) {
+                    log(self->peer_, "agent refused the pairing code: " + r.error);
+                    self->close();
+                } else if (self->state_ == "authenticating") {
+                    self->state_ = "idle";
+                    self->app_.changed("targets");
+                }
+            },
+            [](std::exception_ptr) {});
+    }
+    app_.changed("targets");
+}
+
+bool agent_link::open_session() {
+    if (session_)
+        return true;
+    auto created =
+        app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), session_meta_);
+    if (!created) {
+        log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
+        close();
+        return false;
+    }
+    session_ = *created;
+    session_id_ = session_->id;
+    log(peer_, "session " + session_id_);
+    app_.changed("targets");
+    return true;
+}
+
+void agent_link::on_frame(protocol::frame&& f) {
+    if (!hello_) {
+        on_hello(std::move(f));
+        return;
+    }
+    // Data and metrics are what a session holds: it opens with the first of them.
+    if ((f.flag == frame_flag::text || f.flag == frame_flag::zstd ||
+         f.flag == frame_flag::metrics) &&
+        !open_session())
+        return;
 
     switch (f.flag) {
     case frame_flag::text:
@@ -358,25 +443,44 @@ void agent_link::finish_session() {
         return;
     app_.sessions.set_live(session_id_, false);
     auto e = session_;
-    const session_store* store = &app_.store;
+    app_context* app = &app_;
     const double ended = wall_seconds();
-    asio::post(e->strand, [e, store, ended] {
+    asio::post(e->strand, [e, app, ended] {
         // The metadata written at the hello, completed; disk work stays off the I/O thread.
-        if (e->writer && e->model)
+        // A session that never held a sample (an agent that came and went, idle) is not kept.
+        const bool empty = !e->model || e->model->prof.sample_count() == 0;
+        if (e->writer && !empty)
             (void)e->writer->write_meta(
-                final_meta(store->meta(e->id).value_or(json::object()), *e->model, ended));
+                final_meta(app->store.meta(e->id).value_or(json::object()), *e->model, ended));
         e->writer.reset();
+        if (empty)
+            (void)app->store.remove(e->id);
+        asio::post(app->io, [app, id = e->id, empty] {
+            if (empty)
+                app->sessions.forget(id);
+            app->changed("sessions", id);
+        });
     });
-    app_.changed("sessions", session_id_);
 }
 
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
+    admission gate;
     for (;;) {
         auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
         if (ec) {
             if (ec == asio::error::operation_aborted || !acceptor.is_open())
                 co_return;
             log("listener", "accept: " + ec.message());
+            continue;
+        }
+        boost::system::error_code aec;
+        const auto address = socket.remote_endpoint(aec).address().to_string();
+        if (const auto v = gate.check(address, std::chrono::steady_clock::now());
+            v != admission::verdict::admit) {
+            if (v == admission::verdict::refuse_first)
+                log(address, "too many connections from this address; refusing them for a "
+                             "while");
+            socket.close(aec);
             continue;
         }
         const std::string id = "t" + std::to_string(app.next_target++);
@@ -406,8 +510,8 @@ dial_agent(app_context& app, std::string host, std::string port, std::optional<s
         co_return std::make_pair(std::string(),
                                  "cannot connect to " + host + ":" + port + ": " + ec.message());
     const std::string id = "t" + std::to_string(app.next_target++);
-    auto link =
-        std::make_shared<agent_link>(std::move(socket), app, id, token ? token : app.cfg.token);
+    auto link = std::make_shared<agent_link>(std::move(socket), app, id,
+                                             token ? token : app.cfg.token, true);
     app.targets[id] = link;
     asio::co_spawn(ex, link->run(), [](std::exception_ptr) {});
     // Ready once the hello arrived and, with a code, the agent accepted it.

@@ -24,8 +24,11 @@ namespace collector {
 
 class agent_link : public std::enable_shared_from_this<agent_link> {
 public:
+    // `dialled`: the collector's owner chose this agent (the wizard), so it needs no
+    // enrollment and its session opens at once; an agent that dialled in gets a session with
+    // its first data or metrics, once it has enrolled.
     agent_link(asio::ip::tcp::socket socket, app_context& app, std::string target_id,
-               std::optional<std::string> token);
+               std::optional<std::string> token, bool dialled = false);
 
     // Serves the connection until it closes; the live session then becomes a saved one.
     asio::awaitable<void> run();
@@ -46,6 +49,8 @@ private:
     asio::awaitable<void> reader();
     asio::awaitable<void> writer();
     void on_frame(protocol::frame&& f);
+    void on_hello(protocol::frame&& f);
+    bool open_session(); // false (and closed) when it cannot be stored
     void finish_session();
     void send(const std::string& payload);
 
@@ -53,10 +58,12 @@ private:
     app_context& app_;
     std::string id_;
     std::optional<std::string> token_;
+    bool dialled_ = false;
     std::string peer_;
     std::optional<protocol::hello> hello_;
     std::shared_ptr<session_entry> session_;
     std::string session_id_;
+    boost::json::object session_meta_; // from the hello, written when the session opens
     std::string state_ = "connecting";
     std::optional<int> pid_;
     double connected_at_ = 0;
