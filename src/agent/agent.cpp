@@ -91,7 +91,21 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
     // collector that crashed) therefore never locks the device out, and nobody without the
     // code can disturb a running session.
     auto active = std::make_shared<std::weak_ptr<session>>();
+    // One connection without the code at a time: the next waits in the listen backlog until
+    // it has authenticated or gone. Failures back off across connections (pairing_guard).
+    auto guard = std::make_shared<pairing_guard>();
+    std::weak_ptr<session> unsettled;
+    auto turn = std::make_shared<asio::steady_timer>(ex); // shared: a session may outlive us
     while (!reg.shutting_down) {
+        while (!reg.shutting_down) {
+            const auto waiting = unsettled.lock();
+            if (!waiting || waiting->settled())
+                break;
+            turn->expires_at(asio::steady_timer::time_point::max());
+            co_await turn->async_wait(use_nothrow);
+        }
+        if (reg.shutting_down)
+            break;
         auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
         if (ec) {
             if (reg.shutting_down || ec == asio::error::operation_aborted)
@@ -99,7 +113,9 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
             log("accept: " + ec.message());
             continue;
         }
-        auto s = std::make_shared<session>(std::move(socket), c, token);
+        auto s = std::make_shared<session>(std::move(socket), c, token, guard);
+        unsettled = s;
+        s->on_settled = [turn] { turn->cancel(); };
         s->on_authenticated = [active](session& me) {
             if (auto previous = active->lock(); previous && previous.get() != &me) {
                 log("collector " + me.peer() + " took over from " + previous->peer());
@@ -239,7 +255,7 @@ int run(const config& c) {
     case mode::listen: {
         std::string token = c.token.value_or("");
         if (token.empty()) {
-            token = protocol::generate_pairing_code();
+            token = protocol::generate_typeable_code();
             std::cerr << "perfwire-agent: pairing code: " << token << "\n";
         }
         boost::system::error_code ec;

@@ -1,5 +1,7 @@
 #include "agent/options.hpp"
 
+#include "protocol/pairing.hpp"
+
 #include <boost/program_options.hpp>
 
 #include <charconv>
@@ -121,6 +123,11 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.token = vm["token"].as<std::string>();
     else if (env_token && *env_token)
         c.token = env_token;
+    if (c.token && protocol::code_strength_bits(*c.token) < protocol::min_code_bits)
+        return usage("the pairing code is too easy to guess (about " +
+                     std::to_string(static_cast<int>(protocol::code_strength_bits(*c.token))) +
+                     " bits): use at least 10 random letters and digits, or leave --token out "
+                     "and the agent makes one");
     if (vm.count("enroll"))
         c.enroll = vm["enroll"].as<std::string>();
     else if (env_enroll && *env_enroll)

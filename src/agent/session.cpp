@@ -32,6 +32,11 @@ namespace {
 constexpr std::size_t max_queued_bytes = std::size_t{64} << 20;
 constexpr auto auth_timeout = std::chrono::seconds(30);
 constexpr int max_auth_failures = 3;
+constexpr int max_unauthenticated_commands = 3;
+// The reader stops reading commands while this much is waiting to be sent: a collector that
+// does not read its answers gets TCP backpressure, not an agent that grows.
+constexpr std::size_t max_backlog_for_reading = std::size_t{8} << 20;
+constexpr int max_pid = 4194304; // PID_MAX_LIMIT
 
 double wall_seconds() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -44,24 +49,27 @@ double monotonic_seconds() {
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-std::optional<int> int_arg(const json::object& args, std::string_view key) {
+// An integer argument: nullopt when absent or null; an error for anything but a JSON integer
+// in [lo, hi] ("12abc", 12.5 and 2^40 are not a pid).
+struct int_value {
+    std::optional<int> value;
+    std::string error;
+};
+
+int_value int_arg(const json::object& args, std::string_view key, std::int64_t lo,
+                  std::int64_t hi) {
     const auto* v = args.if_contains(key);
     if (!v || v->is_null())
-        return std::nullopt;
-    if (v->is_int64())
-        return static_cast<int>(v->as_int64());
-    if (v->is_uint64())
-        return static_cast<int>(v->as_uint64());
-    if (v->is_double())
-        return static_cast<int>(v->as_double());
-    if (v->is_string()) {
-        try {
-            return std::stoi(std::string(v->as_string()));
-        } catch (...) {
-            return std::nullopt;
-        }
-    }
-    return std::nullopt;
+        return {};
+    const bool in_range = (v->is_int64() && v->as_int64() >= lo && v->as_int64() <= hi) ||
+                          (v->is_uint64() && v->as_uint64() <= static_cast<std::uint64_t>(hi) &&
+                           static_cast<std::int64_t>(v->as_uint64()) >= lo);
+    if (!in_range)
+        return {std::nullopt, std::string(key) + " must be an integer from " + std::to_string(lo) +
+                                  " to " + std::to_string(hi)};
+    return {
+        static_cast<int>(v->is_int64() ? v->as_int64() : static_cast<std::int64_t>(v->as_uint64())),
+        {}};
 }
 
 // A process that exited but was not yet reaped by its parent is a zombie: gone for profiling.
@@ -109,11 +117,14 @@ void log(const std::string& peer, const std::string& what) {
 
 } // namespace
 
-session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token)
+session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
+                 std::shared_ptr<pairing_guard> guard)
     : socket_(std::move(socket))
     , cfg_(cfg)
     , token_(std::move(token))
+    , guard_(std::move(guard))
     , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
+    , drained_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , wake_auth_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , metrics_timer_(socket_.get_executor())
     , collection_done_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
@@ -171,8 +182,15 @@ void session::close() {
     wake_writer_.cancel();
     wake_auth_.cancel();
     metrics_timer_.cancel();
+    drained_.cancel();
     if (current_)
         current_->request_stop();
+    settle();
+}
+
+void session::settle() {
+    if (auto f = std::exchange(on_settled, nullptr))
+        f();
 }
 
 asio::awaitable<void> session::shutdown() {
@@ -221,6 +239,8 @@ asio::awaitable<void> session::writer() {
         }
         queued_bytes_ -= queue_.front().size();
         queue_.pop_front();
+        if (queued_bytes_ <= max_backlog_for_reading)
+            drained_.cancel();
     }
 }
 
@@ -228,6 +248,10 @@ asio::awaitable<void> session::reader() {
     protocol::frame_reader<asio::ip::tcp::socket> frames(socket_, protocol::agent_max_frame,
                                                          16 << 10);
     while (!closed_) {
+        while (queued_bytes_ > max_backlog_for_reading && !closed_) {
+            drained_.expires_at(asio::steady_timer::time_point::max());
+            co_await drained_.async_wait(use_nothrow);
+        }
         auto f = co_await frames.next();
         if (!f) {
             if (auto why = protocol::read_end_reason(f.error()); !why.empty())
@@ -253,6 +277,11 @@ asio::awaitable<void> session::reader() {
             co_await shutdown();
             co_return;
         }
+        if (unauthenticated_commands_ > max_unauthenticated_commands) {
+            log(peer_, "commands without the pairing code; closing");
+            close();
+            co_return;
+        }
     }
     close();
 }
@@ -271,6 +300,7 @@ asio::awaitable<void> session::auth_deadline() {
 void session::set_authenticated() {
     authenticated_ = ever_authenticated_ = true;
     wake_auth_.cancel();
+    settle();
     metrics_timer_.cancel(); // first metrics right away
     if (on_authenticated)
         on_authenticated(*this);
@@ -309,8 +339,17 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             co_return command_response::success(id);
         const auto* t = req.args.if_contains("token");
         const std::string presented = t && t->is_string() ? std::string(t->as_string()) : "";
-        if (protocol::constant_time_equal(*token_, presented)) {
+        // After failures, on any connection, the next attempt waits its turn.
+        if (const auto wait = guard_->next_attempt - std::chrono::steady_clock::now();
+            wait > wait.zero()) {
+            asio::steady_timer turn(socket_.get_executor(), wait);
+            co_await turn.async_wait(use_nothrow);
+            if (closed_)
+                co_return command_response::failure(id, "auth failed");
+        }
+        if (protocol::code_matches(*token_, presented)) {
             auth_failures_ = 0;
+            guard_->failures = 0;
             log(peer_, "authenticated");
             set_authenticated();
             if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle)
@@ -318,11 +357,21 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             co_return command_response::success(id);
         }
         ++auth_failures_;
-        log(peer_, "wrong pairing code (" + std::to_string(auth_failures_) + " of 3)");
+        ++guard_->failures;
+        // 0.1 s, 0.2 s, 0.4 s … capped at 30 s.
+        const auto delay = std::chrono::milliseconds(
+            std::min<std::int64_t>(100LL << std::min(guard_->failures - 1, 16), 30000));
+        guard_->next_attempt = std::chrono::steady_clock::now() + delay;
+        log(peer_, "wrong pairing code (" + std::to_string(auth_failures_) +
+                       " of 3 on this connection, " + std::to_string(guard_->failures) +
+                       " in a row; the next attempt waits " +
+                       std::to_string(delay.count() / 1000.0).substr(0, 4) + " s)");
         co_return command_response::failure(id, "auth failed");
     }
-    if (!authenticated_)
+    if (!authenticated_) {
+        ++unauthenticated_commands_;
         co_return command_response::failure(id, "unauthenticated");
+    }
 
     if (req.cmd == "ping")
         co_return command_response::success(id);
@@ -331,9 +380,12 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     if (req.cmd == "list_processes")
         co_return co_await cmd_list_processes(id);
     if (req.cmd == "verify_pid") {
-        const auto pid = int_arg(req.args, "pid");
-        if (!pid)
+        const auto arg = int_arg(req.args, "pid", 1, max_pid);
+        if (!arg.error.empty())
+            co_return command_response::failure(id, arg.error);
+        if (!arg.value)
             co_return command_response::failure(id, "pid required");
+        const int* pid = &*arg.value;
         json::object f;
         f["pid"] = *pid;
         const auto stat = procfs::read_file("/proc/" + std::to_string(*pid) + "/stat");
@@ -346,7 +398,10 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     if (req.cmd == "verify_perf")
         co_return co_await cmd_verify_perf(id);
     if (req.cmd == "reprobe") {
-        auto pid = int_arg(req.args, "pid");
+        const auto arg = int_arg(req.args, "pid", 1, max_pid);
+        if (!arg.error.empty())
+            co_return command_response::failure(id, arg.error);
+        auto pid = arg.value;
         if (!pid)
             pid = settings_.record.pid;
         caps_.reset();
@@ -379,11 +434,13 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         co_return command_response::success(id);
     }
     if (req.cmd == "configure") {
-        const auto freq = int_arg(req.args, "frequency");
-        const auto dur = int_arg(req.args, "duration");
-        if ((freq && (*freq < 1 || *freq > 100000)) || (dur && (*dur < 1 || *dur > 3600)))
-            co_return command_response::failure(id, "frequency must be 1-100000 and duration "
-                                                    "1-3600");
+        const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
+        const auto dur_arg = int_arg(req.args, "duration", 1, 3600);
+        if (!freq_arg.error.empty() || !dur_arg.error.empty())
+            co_return command_response::failure(id, freq_arg.error.empty() ? dur_arg.error
+                                                                           : freq_arg.error);
+        const auto freq = freq_arg.value;
+        const auto dur = dur_arg.value;
         if (freq)
             settings_.record.frequency = *freq;
         if (dur)
@@ -456,7 +513,10 @@ command_response session::cmd_configure_metrics(const protocol::command_request&
     flag("network", metrics_network_);
     flag("disk", metrics_disk_);
     flag("threads", metrics_threads_);
-    if (const auto interval = int_arg(req.args, "interval")) {
+    const auto [interval, bad] = int_arg(req.args, "interval", 1, 60000);
+    if (!bad.empty())
+        return command_response::failure(req.id, bad);
+    if (interval) {
         // seconds, or milliseconds when large
         const int ms = *interval <= 60 ? *interval * 1000 : *interval;
         metrics_interval_ = std::chrono::milliseconds(std::clamp(ms, 250, 60000));
@@ -506,15 +566,31 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     const auto& id = req.id;
     if (state_ != state::idle)
         co_return command_response::failure(id, "already profiling");
-    auto pid = int_arg(req.args, "pid");
+    const auto pid_arg = int_arg(req.args, "pid", 1, max_pid);
+    const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
+    const auto dur_arg = int_arg(req.args, "duration", 1, 3600);
+    const std::string bad = !pid_arg.error.empty()    ? pid_arg.error
+                            : !freq_arg.error.empty() ? freq_arg.error
+                                                      : dur_arg.error;
+    if (!bad.empty())
+        co_return command_response::failure(id, bad);
+    auto pid = pid_arg.value;
+    const auto freq = freq_arg.value;
+    const auto dur = dur_arg.value;
     if (!pid && !req.args.contains("pid"))
         pid = cfg_.pid; // absent: the command line's --pid; explicit null: whole system
     if (pid && !pid_exists(*pid))
         co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
-    const auto freq = int_arg(req.args, "frequency");
-    const auto dur = int_arg(req.args, "duration");
-    if ((freq && (*freq < 1 || *freq > 100000)) || (dur && (*dur < 1 || *dur > 3600)))
-        co_return command_response::failure(id, "frequency must be 1-100000 and duration 1-3600");
+    std::vector<std::string> events;
+    if (const auto* ev = req.args.if_contains("events"); ev && !ev->is_null()) {
+        if (!ev->is_array())
+            co_return command_response::failure(id, "events must be an array of event names");
+        for (const auto& e : ev->as_array()) {
+            if (!e.is_string())
+                co_return command_response::failure(id, "events must be an array of event names");
+            events.emplace_back(e.as_string());
+        }
+    }
 
     co_await ensure_probed(pid);
     settings_.record.pid = pid;
@@ -522,14 +598,20 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         settings_.record.frequency = *freq;
     if (dur)
         settings_.chunk_duration = std::chrono::seconds(*dur);
-    if (const auto* ev = req.args.if_contains("events");
-        ev && ev->is_array() && !ev->as_array().empty()) {
-        std::vector<std::string> events;
-        for (const auto& e : ev->as_array())
-            if (e.is_string())
-                events.emplace_back(e.as_string());
-        settings_.record.events = events;
+    // Only events the probe found this device can sample (or the command line named).
+    for (const auto& e : events) {
+        const auto& known = caps_->record_events;
+        if (std::find(known.begin(), known.end(), e) == known.end() &&
+            std::find(cfg_.events.begin(), cfg_.events.end(), e) == cfg_.events.end()) {
+            std::string list;
+            for (const auto& k : known)
+                list += (list.empty() ? "" : ", ") + k;
+            co_return command_response::failure(id, "unknown event: " + e +
+                                                        " (this device samples " + list + ")");
+        }
     }
+    if (!events.empty())
+        settings_.record.events = events;
     // Rounds when perf cannot stream through a pipe, or when asked for.
     const auto* mode_arg = req.args.if_contains("mode");
     settings_.rounds = !caps_->pipe_mode ||

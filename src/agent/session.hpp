@@ -25,13 +25,25 @@
 
 namespace agent {
 
+// Failed pairing attempts across every connection of this agent: after each, the next attempt
+// (on any connection) is answered only after a wait that doubles, from 0.1 s up to 30 s; a
+// success resets it. Lives as long as the agent.
+struct pairing_guard {
+    int failures = 0; // in a row
+    std::chrono::steady_clock::time_point next_attempt{};
+};
+
 class session : public std::enable_shared_from_this<session> {
 public:
     // `token`: the pairing code that must be presented, or nullopt to start authenticated.
-    session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token);
+    session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
+            std::shared_ptr<pairing_guard> guard = std::make_shared<pairing_guard>());
 
     // Called once the collector has authenticated (the listener closes an older session).
     std::function<void(session&)> on_authenticated;
+    // Called once, when the session authenticates or closes: the listener then lets the next
+    // connection in (one unauthenticated connection at a time).
+    std::function<void()> on_settled;
 
     asio::awaitable<void> run();
     // Stops profiling (flushing the last chunk), drains the queue briefly, closes.
@@ -39,6 +51,7 @@ public:
     void close();
 
     bool was_authenticated() const noexcept { return ever_authenticated_; }
+    bool settled() const noexcept { return authenticated_ || closed_; }
     const std::string& peer() const noexcept { return peer_; }
 
 private:
@@ -73,12 +86,16 @@ private:
     bool authenticated_ = false;
     bool ever_authenticated_ = false;
     int auth_failures_ = 0;
+    int unauthenticated_commands_ = 0;
+    std::shared_ptr<pairing_guard> guard_;
     bool closed_ = false;
+    void settle();
 
     std::deque<std::string> queue_;
     std::size_t queued_bytes_ = 0;
     std::uint64_t dropped_chunks_ = 0;
     asio::steady_timer wake_writer_;
+    asio::steady_timer drained_; // the reader waits here while the queue is over its limit
     asio::steady_timer wake_auth_;
     asio::steady_timer metrics_timer_;
 

@@ -29,12 +29,15 @@ TEST_CASE("agent flags: modes and defaults", "[agent][options]") {
     CHECK(c.duration_sec == 8);
     CHECK(c.pid == 42);
 
-    auto l =
-        std::get<agent::config>(parse({"--listen", "--events", "cpu-clock,,page-faults"}, "cafe"));
+    auto l = std::get<agent::config>(
+        parse({"--listen", "--events", "cpu-clock,,page-faults"}, "cafe-babe-dead-beef-f00d"));
     CHECK(l.run_mode == agent::mode::listen);
     CHECK(l.listen_port == 9999);
     CHECK(l.events == std::vector<std::string>{"cpu-clock", "page-faults"});
-    CHECK(l.token == "cafe");
+    CHECK(l.token == "cafe-babe-dead-beef-f00d");
+    // A code a guesser finds quickly is refused, with advice.
+    CHECK(exit_code(parse({"--listen"}, "cafe")) == 2);
+    CHECK(exit_code(parse({"--listen", "--token", "12345678"})) == 2);
 
     CHECK(std::get<agent::config>(parse({"--server", "h"})).server_port == 9999);
 

@@ -31,6 +31,7 @@ import copy
 import errno
 import hmac
 import json
+import math
 import os
 import platform
 import random
@@ -167,28 +168,27 @@ def parse_command(payload):
     return {"id": value["id"], "cmd": cmd, "args": args}, None
 
 
-def int_arg(args, key):
-    """An integer argument as the C++ agent reads it: numbers truncated, strings like stoi."""
+MAX_PID = 4194304  # PID_MAX_LIMIT
+
+
+class BadArgument(Exception):
+    """A command argument that is not what the command takes; answered as the error."""
+
+
+def int_arg(args, key, lo, hi):
+    """An integer argument: None when absent or null; BadArgument for anything but a JSON
+    integer in [lo, hi] ("12abc", 12.5 and 2**40 are not a pid)."""
     v = args.get(key)
-    if v is None or isinstance(v, bool):
+    if v is None:
         return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v) if v == v and abs(v) < 2 ** 63 else None
-    if isinstance(v, str):
-        m = re.match(r"\s*([+-]?\d+)", v)
-        if m and -2 ** 31 <= int(m.group(1)) < 2 ** 31:
-            return int(m.group(1))
-    return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadArgument("%s must be an integer from %d to %d" % (key, lo, hi))
+    return v
 
 
 def timing_args(args):
-    """A command's (frequency, duration), None for each absent; None if one is out of range."""
-    freq, dur = int_arg(args, "frequency"), int_arg(args, "duration")
-    if (freq is None or 1 <= freq <= 100000) and (dur is None or 1 <= dur <= 3600):
-        return freq, dur
-    return None
+    """A command's (frequency, duration), None for each absent; BadArgument if out of range."""
+    return int_arg(args, "frequency", 1, 100000), int_arg(args, "duration", 1, 3600)
 
 
 def build_arch():
@@ -1288,9 +1288,66 @@ class Collection(object):
 # ================================================================================ session
 
 MAX_QUEUED_BYTES = 64 << 20
+MAX_BACKLOG_FOR_READING = 8 << 20
 AUTH_TIMEOUT = 30.0
 MAX_AUTH_FAILURES = 3
-TIMING_ERROR = "frequency must be 1-100000 and duration 1-3600"
+MAX_UNAUTHENTICATED_COMMANDS = 3
+MIN_CODE_BITS = 40
+CODE_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"  # 32, no 0/o or 1/l: 5 bits each
+
+
+def generate_typeable_code():
+    """16 characters in groups of four ("k7mq-x3vd-9hwt-pe2c"), 80 bits: easy to read off one
+    screen and type on another, perhaps over a serial console."""
+    chars = [CODE_ALPHABET[b & 31] for b in bytearray(os.urandom(16))]
+    return "-".join("".join(chars[i:i + 4]) for i in range(0, 16, 4))
+
+
+def normalize_code(code):
+    """Codes compare without case, dashes and spaces."""
+    return "".join(c.lower() if "A" <= c <= "Z" else c for c in code if c not in "- ")
+
+
+def code_matches(expected, presented):
+    return hmac.compare_digest(normalize_code(expected).encode("utf-8"),
+                               normalize_code(presented).encode("utf-8"))
+
+
+def code_strength_bits(code):
+    """Roughly how many bits a guesser must search: length x bits of the classes used."""
+    c = normalize_code(code)
+    lower = any("a" <= ch <= "z" for ch in c)
+    digit = any("0" <= ch <= "9" for ch in c)
+    other = any(not ("a" <= ch <= "z" or "0" <= ch <= "9") for ch in c)
+    alphabet = (26 if lower else 0) + (10 if digit else 0) + (32 if other else 0)
+    return len(c) * math.log(alphabet, 2) if alphabet > 1 else 0.0
+
+
+class PairingGuard(object):
+    """Failed pairing attempts across every connection: after each, the next attempt (on any
+    connection) is answered only after a wait that doubles, 0.1 s up to 30 s; a success resets
+    it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.failures, self.next_attempt = 0, 0.0
+
+    def wait_turn(self, session):
+        with self.lock:
+            wait = self.next_attempt - monotonic()
+        if wait > 0:
+            time.sleep(wait)  # the reader waits: this connection can do nothing meanwhile
+
+    def failed(self):
+        with self.lock:
+            self.failures += 1
+            delay = min(0.1 * (1 << min(self.failures - 1, 16)), 30.0)
+            self.next_attempt = monotonic() + delay
+            return self.failures, delay
+
+    def succeeded(self):
+        with self.lock:
+            self.failures = 0
 
 
 class Session(object):
@@ -1303,10 +1360,13 @@ class Session(object):
     collection thread     -> chunks
     Closing (EOF, error, lockout, shutdown) stops the collection so no perf outlives it."""
 
-    def __init__(self, sock, cfg, token, compression, on_authenticated=None):
+    def __init__(self, sock, cfg, token, compression, on_authenticated=None, guard=None):
         self.sock, self.cfg, self.compression = sock, cfg, compression
         self.token = token  # None: starts authenticated
         self.on_authenticated = on_authenticated
+        self.guard = guard or PairingGuard()
+        self.unauthenticated_commands = 0
+        self.settled = threading.Event()  # authenticated or closed: the listener takes the next
         try:
             address = sock.getpeername()
         except OSError:
@@ -1429,6 +1489,7 @@ class Session(object):
         if self.auth_timer is not None:
             self.auth_timer.cancel()
         self.metrics_wake.set()
+        self.settled.set()
         current = self.current
         if current is not None:
             current.request_stop()
@@ -1480,6 +1541,15 @@ class Session(object):
                     self.log("3 failed pairing attempts; closing")
                     self.shutdown()
                     return
+                if self.unauthenticated_commands > MAX_UNAUTHENTICATED_COMMANDS:
+                    self.log("commands without the pairing code; closing")
+                    self.close()
+                    return
+                # A collector that does not read its answers gets TCP backpressure: no more
+                # commands are read while this much waits to be sent.
+                with self.cond:
+                    while self.queued_bytes > MAX_BACKLOG_FOR_READING and not self.closed:
+                        self.cond.wait(1.0)
             if decoder.error:
                 self.log("protocol error: %s; closing" % decoder.error)
                 return
@@ -1521,11 +1591,15 @@ class Session(object):
                 return response(rid)
             presented = args.get("token")
             presented = presented if isinstance(presented, str) else ""
-            if self.token and hmac.compare_digest(self.token.encode("utf-8"),
-                                                  presented.encode("utf-8")):
+            self.guard.wait_turn(self)  # after failures, on any connection, the next one waits
+            if self.closed:
+                return response(rid, error="auth failed")
+            if self.token and code_matches(self.token, presented):
                 self.auth_failures = 0
+                self.guard.succeeded()
                 self.log("authenticated")
                 self.authenticated = self.ever_authenticated = True
+                self.settled.set()
                 if self.auth_timer is not None:
                     self.auth_timer.cancel()
                 self.metrics_wake.set()  # first metrics right away
@@ -1534,14 +1608,21 @@ class Session(object):
                 self._auto_start()
                 return response(rid)
             self.auth_failures += 1
-            self.log("wrong pairing code (%d of 3)" % self.auth_failures)
+            failures, delay = self.guard.failed()
+            self.log("wrong pairing code (%d of 3 on this connection, %d in a row; the next "
+                     "attempt waits %s s)" % (self.auth_failures, failures,
+                                              ("%.3f" % delay)[:4]))
             return response(rid, error="auth failed")
         if not self.authenticated:
+            self.unauthenticated_commands += 1
             return response(rid, error="unauthenticated")
         handler = getattr(self, "cmd_" + cmd, None)
         if handler is None:
             return response(rid, error="unknown command: " + cmd)
-        return handler(rid, args)
+        try:
+            return handler(rid, args)
+        except BadArgument as e:
+            return response(rid, error=str(e))
 
     def cmd_ping(self, rid, args):
         return response(rid)
@@ -1563,10 +1644,10 @@ class Session(object):
         return response(rid, {"processes": top_processes(before, snapshot_processes(), 0.5)})
 
     def cmd_verify_pid(self, rid, args):
-        pid = int_arg(args, "pid")
+        pid = int_arg(args, "pid", 1, MAX_PID)
         if pid is None:
             return response(rid, error="pid required")
-        stat = parse_pid_stat(read_text("/proc/%d/stat" % pid)) if pid > 0 else None
+        stat = parse_pid_stat(read_text("/proc/%d/stat" % pid))
         f = {"pid": pid, "exists": stat is not None}
         if stat is not None:
             f["info"] = {"comm": stat["comm"], "cmdline": read_cmdline(pid)}
@@ -1592,7 +1673,7 @@ class Session(object):
         return response(rid, f)
 
     def cmd_reprobe(self, rid, args):
-        pid = int_arg(args, "pid")
+        pid = int_arg(args, "pid", 1, MAX_PID)
         self.caps = None
         self._ensure_probed(self.settings.pid if pid is None else pid)
         return response(rid, self.caps.to_json())
@@ -1600,21 +1681,27 @@ class Session(object):
     def cmd_start(self, rid, args):
         if self.state != "idle":
             return response(rid, error="already profiling")
-        pid = int_arg(args, "pid")
+        pid = int_arg(args, "pid", 1, MAX_PID)
+        timing = timing_args(args)
+        events = args.get("events")
+        if events is not None and (not isinstance(events, list) or
+                                   not all(isinstance(e, str) for e in events)):
+            raise BadArgument("events must be an array of event names")
         if pid is None and "pid" not in args:
             pid = self.cfg.pid  # absent: the command line's --pid; explicit null: whole system
         if pid is not None and not pid_exists(pid):
             return response(rid, error="no such process: %d" % pid)
-        timing = timing_args(args)
-        if timing is None:
-            return response(rid, error=TIMING_ERROR)
         self._ensure_probed(pid)
         s = self.settings
         s.pid = pid
+        # Only events the probe found this device can sample (or the command line named).
+        for e in events or []:
+            if e not in self.caps.record_events and e not in self.cfg.events:
+                return response(rid, error="unknown event: %s (this device samples %s)"
+                                % (e, ", ".join(self.caps.record_events)))
         self._set_timing(timing)
-        events = args.get("events")
-        if isinstance(events, list) and events:
-            s.events = [e for e in events if isinstance(e, str)]
+        if events:
+            s.events = list(events)
         # Rounds when perf cannot stream through a pipe, or when asked for.
         s.rounds = not self.caps.pipe_mode or args.get("mode") == "rounds"
         self._begin_collection()
@@ -1650,10 +1737,7 @@ class Session(object):
         return response(rid)
 
     def cmd_configure(self, rid, args):
-        timing = timing_args(args)
-        if timing is None:
-            return response(rid, error=TIMING_ERROR)
-        self._set_timing(timing)
+        self._set_timing(timing_args(args))
         if self.state == "profiling":  # takes effect now: restart with the new settings
             self.end_collection()
             self._begin_collection()
@@ -1664,7 +1748,7 @@ class Session(object):
         for key in ("enabled", "network", "disk", "threads"):
             if isinstance(args.get(key), bool):
                 self.metrics[key] = args[key]
-        interval = int_arg(args, "interval")
+        interval = int_arg(args, "interval", 1, 60000)
         if interval is not None:  # seconds, or milliseconds when large
             ms = interval * 1000 if interval <= 60 else interval
             self.metrics_interval = min(max(ms, 250), 60000) / 1000.0
@@ -1832,7 +1916,7 @@ def server_mode(cfg, compression, stop):
 def listen_mode(cfg, compression, stop):
     token = cfg.token or ""
     if not token:
-        token = binascii.hexlify(os.urandom(16)).decode("ascii")
+        token = generate_typeable_code()
         log("pairing code: " + token)
     family = None
     for fam in (socket.AF_INET, socket.AF_INET6):
@@ -1861,6 +1945,9 @@ def listen_mode(cfg, compression, stop):
     # code does it take over and the older connection is closed. A collector that crashed
     # never locks the device out; nobody without the code can disturb a running session.
     active, lock, sessions = [None], threading.Lock(), []
+    # One connection without the code at a time: the next waits in the listen backlog until it
+    # has authenticated or gone. Failures back off across connections (PairingGuard).
+    guard, unsettled = PairingGuard(), None
 
     def on_authenticated(me):
         with lock:
@@ -1870,6 +1957,8 @@ def listen_mode(cfg, compression, stop):
             previous.close()
 
     while not stop.is_set():
+        if unsettled is not None and not unsettled.settled.wait(0.2):
+            continue
         try:
             conn, _ = listener.accept()
         except socket.timeout:
@@ -1881,7 +1970,8 @@ def listen_mode(cfg, compression, stop):
             time.sleep(0.1)
             continue
         conn.settimeout(None)
-        session = Session(conn, cfg, token, compression, on_authenticated)
+        session = Session(conn, cfg, token, compression, on_authenticated, guard)
+        unsettled = session
         sessions = [s for s in sessions if not s.finished.is_set()] + [session]
         start_thread(session.run, "session")
     listener.close()
@@ -2060,6 +2150,10 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
+    if c.token is not None and code_strength_bits(c.token) < MIN_CODE_BITS:
+        raise usage("the pairing code is too easy to guess (about %d bits): use at least 10 "
+                    "random letters and digits, or leave --token out and the agent makes one"
+                    % int(code_strength_bits(c.token)))
     for bad, why in ((not 0 <= c.port <= 65535, "--port must be 0-65535 (0: any free port)"),
                      (not 1 <= c.frequency <= 100000, "--frequency must be 1-100000"),
                      (not 1 <= c.duration <= 3600, "--duration must be 1-3600 seconds"),
