@@ -769,3 +769,42 @@ TEST_CASE("a flood of agents that say hello and leave stores nothing, and is rat
     const auto log = coll.proc->stderr_text();
     CHECK(std::count(log.begin(), log.end(), '\n') < 200); // the refusals are logged once
 }
+
+TEST_CASE("an agent that sends faster than the collector digests is slowed by TCP, not buffered",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"firehose"})");
+    // 20 text frames of 64 MiB (1.25 GiB), sent as fast as loopback takes them: each is stored
+    // (fsync) and read through before much more is taken off the socket.
+    std::string frame;
+    const std::string line = "# a comment line that perf script could have printed\n";
+    while (frame.size() + line.size() < (std::size_t{64} << 20))
+        frame += line;
+    const auto started = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i)
+        agent->send(protocol::frame_flag::text, frame);
+    const auto sessions = wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("chunks").to_number<int>() == 20;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    INFO("sent and digested in "
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+         << " s");
+    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
+    long hwm_kb = 0;
+    for (std::string l; std::getline(status, l);)
+        if (l.rfind("VmHWM:", 0) == 0)
+            hwm_kb = std::stol(l.substr(6));
+    INFO("peak RSS " << hwm_kb / 1024 << " MiB");
+    CHECK(hwm_kb > 0);
+#if defined(__SANITIZE_ADDRESS__)
+    CHECK(hwm_kb < 1536 * 1024);
+#else
+    // A frame being read, one being digested, the limit: not the gigabyte sent.
+    CHECK(hwm_kb < 320 * 1024);
+#endif
+}

@@ -66,6 +66,9 @@ json::object final_meta(const json::object& start, const session_model& m, doubl
     return meta;
 }
 
+// Data received but not yet stored and parsed, per connection: past it, reading pauses.
+constexpr std::size_t max_undigested_bytes = std::size_t{16} << 20;
+
 // Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
 // connect-hello-close from one address is refused at accept, before a byte is read; the
 // buckets stay bounded however many addresses there are.
@@ -116,7 +119,8 @@ agent_link::agent_link(tcp::socket socket, app_context& app, std::string target_
     , id_(std::move(target_id))
     , token_(std::move(token))
     , dialled_(dialled)
-    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
+    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
+    , digested_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -170,6 +174,7 @@ void agent_link::close() {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     wake_writer_.cancel();
+    digested_.cancel();
     for (auto& [id, p] : pending_)
         p.timer->cancel();
 }
@@ -206,6 +211,10 @@ asio::awaitable<void> agent_link::reader() {
     // A peer that says nothing is dropped after 10 s.
     asio::steady_timer hello_deadline(socket_.get_executor(), std::chrono::seconds(10));
     while (!closed_) {
+        while (undigested_bytes_ > max_undigested_bytes && !closed_) {
+            digested_.expires_at(asio::steady_timer::time_point::max());
+            co_await digested_.async_wait(use_nothrow);
+        }
         asio::steady_timer* deadline = hello_ ? nullptr : &hello_deadline; // (no ?: in co_await)
         auto f = co_await next_frame(frames, deadline);
         if (!f) {
@@ -326,7 +335,9 @@ void agent_link::on_frame(protocol::frame&& f) {
         const bool compressed = f.flag == frame_flag::zstd;
         app_context* app = &app_;
         const std::string who = peer_;
-        asio::post(e->strand, [e, payload, compressed, app, who] {
+        undigested_bytes_ += payload->size();
+        auto self = shared_from_this();
+        asio::post(e->strand, [e, payload, compressed, app, who, self] {
             // Disk first: a crash after this line loses nothing that arrived.
             if (e->writer)
                 if (auto ec = e->writer->write_chunk(compressed, *payload)) {
@@ -342,7 +353,11 @@ void agent_link::on_frame(protocol::frame&& f) {
             e->chunks = e->model->chunks;
             e->lost_samples = e->model->parser.stats().lost_events;
             ++e->version;
-            asio::post(app->io, [app, id = e->id] { app->changed("data", id); });
+            asio::post(app->io, [app, id = e->id, self, n = payload->size()] {
+                self->undigested_bytes_ -= n;
+                self->digested_.cancel();
+                app->changed("data", id);
+            });
         });
         break;
     }

@@ -72,6 +72,10 @@ private:
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
+    // Bytes of data frames received but not yet stored and parsed: over the limit the reader
+    // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped).
+    std::size_t undigested_bytes_ = 0;
+    asio::steady_timer digested_;
 
     struct pending {
         std::optional<protocol::command_response> result;
