@@ -3,7 +3,7 @@
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, api, esc, mib, pct } from './util.js';
+import { $, api, attr, esc, mib, pct, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -19,12 +19,12 @@ function setHash(changes) {
 // ---- landing ----
 async function renderLanding() {
   const [targets, sessions] = await Promise.all([api('/api/targets'), api('/api/sessions')]);
-  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${esc(t.session_id)}">
+  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id)}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
-  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${esc(s.id)}">
+  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${attr(s.id)}">
     <td>${esc(s.id)}</td><td>${esc(s.hostname ?? '')}</td><td>${s.started_at ? new Date(s.started_at * 1000).toLocaleString() : ''}</td>
     <td>${esc(s.samples ?? '')}</td><td>${s.live ? '<b>live</b>' : 'saved'}</td></tr>`).join('');
 }
@@ -70,7 +70,7 @@ function drawFunctionRows() {
   const cols = view.diff ? 6 : 5;
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
-  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${esc(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
     <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted" title="${esc(r.module)}">${esc(r.module)}</td></tr>`).join('') + spacer(rows.length - last);
 }
 
@@ -102,12 +102,12 @@ function drawFlame() {
       : `hsl(${hue},65%,${55 + (b.y / rowH) % 3 * 5}%)`;
     g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
-    if (b.w > 40) { g.fillStyle = '#111'; g.fillText(b.n.name.slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
+    if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.n.name).slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
   }
   canvas.onmousemove = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-    $('#flame-tip').textContent = b ? `${b.n.name} — ${pct(100 * b.n.value / view.flame.total)}% (${b.n.module})${b.n.delta_pct != null ? `, ${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} vs baseline` : ''}` : '';
+    $('#flame-tip').textContent = b ? `${visible(b.n.name)} — ${pct(100 * b.n.value / view.flame.total)}% (${visible(b.n.module)})${b.n.delta_pct != null ? `, ${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} vs baseline` : ''}` : '';
   };
   canvas.onclick = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
@@ -139,7 +139,7 @@ async function renderSession(s) {
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
-  $('#session-info').textContent = [meta.hostname, `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
+  $('#session-info').textContent = [visible(meta.hostname || ''), `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
     (meta.event_types || []).join(', '), meta.live ? 'live' : ''].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
@@ -184,7 +184,7 @@ async function renderControls(session) {
   const t = targets.find((x) => x.session_id === session);
   view.target = t?.id;
   $('#controls').hidden = !t;
-  if (t) $('#control-state').textContent = `${t.hostname || ''} · ${t.state}${t.pid ? ' · pid ' + t.pid : ''}`;
+  if (t) $('#control-state').textContent = `${visible(t.hostname || '')} · ${t.state}${t.pid ? ' · pid ' + t.pid : ''}`;
 }
 
 // Every session: open, compare against (baseline), delete, export; import a recording.
@@ -197,7 +197,7 @@ async function renderSessions(s) {
   $('#all-sessions tbody').innerHTML = sessions.map((x) => `<tr>
     <td><a href="#session=${encodeURIComponent(x.id)}">${esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td>${esc(x.hostname ?? '')}</td>
     <td>${x.started_at ? new Date(x.started_at * 1000).toLocaleString() : ''}</td><td>${esc(x.samples ?? '')}</td><td>${x.live ? '<b>live</b>' : 'saved'}</td>
-    <td>${x.id !== s.session ? `<button data-baseline="${esc(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${esc(x.id)}">delete</button>`}</td>
+    <td>${x.id !== s.session ? `<button data-baseline="${attr(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${attr(x.id)}">delete</button>`}</td>
     <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`).join('');
 }
 
@@ -221,7 +221,7 @@ async function renderSource(s, q) {
   const list = await api(`${base}?${q}`);
   const files = list.files || [];
   const file = s.file || files[0]?.file;
-  $('#source-file').innerHTML = files.map((f) => `<option value="${esc(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
+  $('#source-file').innerHTML = files.map((f) => `<option value="${attr(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
   const warnings = (w) => (w || []).map((x) => `<br><span class="warn" data-warning>⚠ ${esc(x)}</span>`).join('');
   if (!file) {
     const why = (list.binaries || []).filter((b) => b.error).map((b) => esc(b.error)).join('<br>');

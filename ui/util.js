@@ -1,6 +1,12 @@
 // What the UI's modules share: DOM and text helpers and the one way to call the API.
 export const $ = (s) => document.querySelector(s);
-export const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+// Text for HTML, escaped; in what is shown, control characters and the Unicode controls that
+// reorder or hide text (bidi overrides and isolates, zero-width joiners) appear as ⟨U+202E⟩,
+// so a name such as "\u202eevil" cannot pass for "live".
+export const attr = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+const hidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+export const visible = (s) => String(s).replace(hidden, (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`);
+export const esc = (s) => attr(visible(s));
 export const pct = (v) => (v ?? 0).toFixed(2);
 export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0);
 

@@ -1,7 +1,7 @@
 // Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
 // check perf and choose events, say where binaries and sources are, set the rate, start.
 // Every step talks to the collector's API; agent commands go through the relay.
-import { $, api, esc } from './util.js';
+import { $, api, attr, esc } from './util.js';
 
 const state = { target: null, session: null, pid: null, comm: '', events: [], probe: null };
 
@@ -36,7 +36,7 @@ async function loadProcesses() {
 function renderProcesses() {
   const f = $('#wz-filter').value.toLowerCase();
   const rows = state.processes.filter((p) => !f || String(p.pid).includes(f) || (p.comm + ' ' + p.cmdline).toLowerCase().includes(f));
-  $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${p.pid}" data-comm="${esc(p.comm)}">
+  $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${p.pid}" data-comm="${attr(p.comm)}">
     <td>${p.pid}</td><td>${esc(p.comm)}</td><td>${(p.cpu ?? 0).toFixed(1)}</td><td class="name">${esc(p.cmdline || '')}</td></tr>`).join('');
 }
 
@@ -53,7 +53,7 @@ async function chooseProcess(pid, comm) {
   const probe = await command('reprobe', { pid });
   state.probe = probe;
   const rec = probe.record_events || [], stat = probe.stat_only_events || [];
-  $('#wz-events').innerHTML = rec.map((e, i) => `<label><input type="checkbox" name="event" value="${esc(e)}" ${i === 0 ? 'checked' : ''}> ${esc(e)}</label>`).join(' ')
+  $('#wz-events').innerHTML = rec.map((e, i) => `<label><input type="checkbox" name="event" value="${attr(e)}" ${i === 0 ? 'checked' : ''}> ${esc(e)}</label>`).join(' ')
     + (stat.length ? `<p class="muted">counted by perf stat alongside: ${stat.map(esc).join(', ')}</p>` : '')
     + `<p class="muted">call graphs: ${esc(probe.callgraph_method || 'none')} · ${probe.pipe_mode ? 'continuous stream' : 'rounds'}</p>`;
 }
@@ -64,7 +64,7 @@ async function loadSymbols() {
   $('#wz-source').value = (c.source_dirs || []).join(', ');
   // Only toolchains the collector found or was given: a request never names a program to run.
   $('#wz-toolchain').innerHTML = (c.toolchains || ['']).map((t) =>
-    `<option value="${esc(t)}">${t ? esc(t) + 'addr2line' : 'native (addr2line)'}</option>`).join('');
+    `<option value="${attr(t)}">${t ? esc(t) + 'addr2line' : 'native (addr2line)'}</option>`).join('');
   $('#wz-toolchain').value = c.toolchain_prefix || '';
   $('#wz-sysroot').value = c.sysroot || '';
   state.browseRoot = c.browse_root;
@@ -83,10 +83,11 @@ async function browse(path, input) {
   const box = $('#wz-browser');
   box.hidden = false;
   box.dataset.input = input;
-  box.innerHTML = `<div class="muted">${esc(r.path)} <button data-use="${esc(r.path)}">use this folder</button></div>`
-    + (r.parent ? `<div class="link" data-dir="${esc(r.parent)}">..</div>` : '')
-    + r.entries.map((e) => e.type === 'dir' ? `<div class="link" data-dir="${esc(r.path + '/' + e.name)}">${esc(e.name)}/</div>`
-      : `<div class="link" data-use="${esc(r.path + '/' + e.name)}">${esc(e.name)}${e.executable ? ' *' : ''}</div>`).join('');
+  box.innerHTML = `<div class="muted">${esc(r.path)} <button data-use="${attr(r.path)}">use this folder</button></div>`
+    + (r.parent ? `<div class="link" data-dir="${attr(r.parent)}">..</div>` : '')
+    + r.entries.map((e) => e.type === 'dir' ? `<div class="link" data-dir="${attr(r.path + '/' + e.name)}">${esc(e.name)}/</div>`
+      : e.type === 'link' ? `<div class="muted" title="a link out of the browse root">${esc(e.name)} ↗</div>`
+      : `<div class="link" data-use="${attr(r.path + '/' + e.name)}">${esc(e.name)}${e.executable ? ' *' : ''}</div>`).join('');
 }
 
 function review() {

@@ -190,6 +190,14 @@ TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests"
     CHECK(f.call(http::verb::get, "/api/status", {}, "localhost:8080").result() ==
           http::status::ok);
     CHECK(f.call(http::verb::get, "/api/status", {}, "[::1]:8080").result() == http::status::ok);
+    // The port is digits only and the name compares without case: no user-info tricks.
+    for (const char* host :
+         {"localhost:8080@evil.example", "127.0.0.1:80:81", "localhost:", "localhost:8080x",
+          "[::1]x", "[::1", "localhost.evil.example", "127.0.0.1:1234567"})
+        CHECK(f.call(http::verb::get, "/api/status", {}, host).result() == http::status::forbidden);
+    CHECK(f.call(http::verb::get, "/api/status", {}, "LocalHost:8080").result() ==
+          http::status::ok);
+    CHECK(f.call(http::verb::get, "/api/status", {}, "localhost").result() == http::status::ok);
     // A page elsewhere cannot delete; the collector's own page and curl (no Origin) can.
     CHECK(f.call(http::verb::delete_, base, {}, "127.0.0.1:8080", "http://evil.example").result() ==
           http::status::forbidden);

@@ -271,15 +271,28 @@ TEST_CASE("file browser stays under its root, links included", "[collector][api]
     std::ofstream(dir.path / "root/bin/app") << "x";
     fs::permissions(dir.path / "root/bin/app", fs::perms::owner_exec, fs::perm_options::add);
     fs::create_directory_symlink(dir.path / "outside", dir.path / "root/escape");
+    std::ofstream(dir.path / "outside/secret") << std::string(12345, 'x');
+    fs::create_symlink(dir.path / "outside/secret", dir.path / "root/peek");
+    fs::create_symlink(dir.path / "root/bin/app", dir.path / "root/app-link");
     const auto root = (dir.path / "root").string();
 
     auto r = browse(root, "");
     REQUIRE(r.status == 200);
     CHECK(r.body.at("parent").is_null());
     const auto& entries = r.body.at("entries").as_array();
-    REQUIRE(entries.size() == 2);
+    REQUIRE(entries.size() == 4);
     CHECK(entries[0].at("name").as_string() == "bin");
     CHECK(entries[0].at("type").as_string() == "dir");
+    // Links out of the root say nothing of their target (not even its size); links inside do.
+    for (const auto& e : entries) {
+        INFO(boost::json::serialize(e));
+        if (e.at("name") == "peek" || e.at("name") == "escape") {
+            CHECK(e.at("type").as_string() == "link");
+            CHECK(e.at("size").to_number<std::uint64_t>() == 0);
+        }
+        if (e.at("name") == "app-link")
+            CHECK(e.at("type").as_string() == "file");
+    }
 
     r = browse(root, "bin");
     REQUIRE(r.status == 200);

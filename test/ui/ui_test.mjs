@@ -281,7 +281,9 @@ try {
   await wz.locator('#all-sessions tbody tr').first().waitFor({ timeout: 10000 });
   const shapes = readFileSync(new URL('../collector/fixtures/header_shapes.tsv', import.meta.url), 'utf8')
     .split('\n').filter((l) => l && !l.startsWith('#'))
-    .map((l) => `${l.split('\t')[0]}\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n`).join('') + 'not perf output\n';
+    .map((l) => `${l.split('\t')[0]}\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n`).join('') +
+    // A name that would read as "live" if its bidi override were obeyed.
+    'app 7 1.000000: 1 cycles:\n\t 4005d6 \u202eevil+0x4 (/bin/app)\n\n' + 'not perf output\n';
   await wz.setInputFiles('#import-file', { name: 'shapes.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
   await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
   const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
@@ -295,6 +297,9 @@ try {
   const [leafRows, shownEvent, skippedText] = await shapesState();
   check(leafRows === 1 && shownEvent === 'cycles' && skippedText === '1 unreadable lines skipped',
     `flags-field text imports from the UI (${leafRows} table_leaf rows, event ${shownEvent}, "${skippedText}")`);
+  const shownNames = await wz.locator('#functions tbody td.name').allTextContents();
+  check(shownNames.includes('⟨U+202E⟩evil') && !shownNames.some((n) => n.includes('\u202e')),
+    'a bidi override in a name is shown, not obeyed (⟨U+202E⟩evil)');
 
   // A local binary that is not the build the agent reported: the Source tab says so.
   doing = "a local binary of another build";

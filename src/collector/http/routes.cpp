@@ -118,18 +118,36 @@ std::optional<double> number_param(const target_url& u, const std::string& key, 
     return v;
 }
 
-std::string_view host_only(std::string_view host) {
+// The name in a Host header, lowercased ("LocalHost:8080" -> "localhost", "[::1]:80" ->
+// "[::1]"); empty when anything but ":" and a port of digits follows the name, so
+// "localhost:8080@evil.example" names nothing.
+std::string host_only(std::string_view host) {
+    std::string_view name = host, rest;
     if (!host.empty() && host.front() == '[') {
         const auto close = host.find(']');
-        return close == std::string_view::npos ? host : host.substr(0, close + 1);
+        if (close == std::string_view::npos)
+            return {};
+        name = host.substr(0, close + 1);
+        rest = host.substr(close + 1);
+    } else if (const auto colon = host.find(':'); colon != std::string_view::npos) {
+        name = host.substr(0, colon);
+        rest = host.substr(colon);
     }
-    return host.substr(0, host.rfind(':'));
+    if (!rest.empty() &&
+        (rest.size() < 2 || rest.size() > 6 || rest[0] != ':' ||
+         !std::all_of(rest.begin() + 1, rest.end(), [](char c) { return c >= '0' && c <= '9'; })))
+        return {};
+    std::string out(name);
+    for (char& c : out)
+        if (c >= 'A' && c <= 'Z')
+            c = static_cast<char>(c - 'A' + 'a');
+    return out;
 }
 
 bool allowed_host(const app_context& app, std::string_view host) {
     const auto h = host_only(host);
-    return h == "localhost" || h == "127.0.0.1" || h == "[::1]" ||
-           (h == app.cfg.http_bind && app.cfg.http_bind != "0.0.0.0");
+    return !h.empty() && (h == "localhost" || h == "127.0.0.1" || h == "[::1]" ||
+                          (h == app.cfg.http_bind && app.cfg.http_bind != "0.0.0.0"));
 }
 
 // What a view needs, parsed from the query; `error` set for a bad parameter.

@@ -222,8 +222,14 @@ browse_result browse(const std::string& root, const std::string& path) {
             break;
         }
         std::error_code e2;
-        const auto st = it->status(e2); // follows links: a link to a folder is a folder
         entry en{it->path().filename().string(), "other"};
+        // A link that leads out of the root is listed as a link, nothing about its target.
+        if (it->is_symlink(e2) && !inside(base, fs::weakly_canonical(it->path(), e2))) {
+            en.type = "link";
+            entries.push_back(std::move(en));
+            continue;
+        }
+        const auto st = it->status(e2); // follows links: a link to a folder is a folder
         if (fs::is_directory(st))
             en.type = "dir";
         else if (fs::is_regular_file(st)) {
