@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -82,6 +84,18 @@ int run(const config& c) {
         app.sessions.adopt(r.session_id, std::move(r.model));
     }
 
+    // Sessions are kept here: a folder that cannot be written is an error now, not at the
+    // first agent.
+    {
+        const auto probe = std::filesystem::path(c.sessions_dir) / ".write-test";
+        std::error_code ec;
+        if (std::FILE* f = std::fopen(probe.c_str(), "w"); f && std::fclose(f) == 0) {
+            std::filesystem::remove(probe, ec);
+        } else {
+            log("cannot write to --sessions-dir " + c.sessions_dir + ": " + std::strerror(errno));
+            return 1;
+        }
+    }
     if (c.http_auth && c.http_token) {
         app.api_token = *c.http_token;
         app.api_token_file = "the collector's --http-token";

@@ -66,6 +66,7 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
     e->model = std::make_unique<session_model>();
     e->loaded = true;
     e->writer.emplace(std::move(*writer));
+    e->live = true;
     entries_[e->id] = e;
     live_.insert(e->id);
     return e;
@@ -148,10 +149,64 @@ bool session_registry::is_live(std::string_view id) const {
 }
 
 void session_registry::set_live(std::string_view id, bool live) {
+    if (const auto it = entries_.find(id); it != entries_.end())
+        it->second->live = live;
     if (live)
         live_.emplace(id);
     else if (const auto it = live_.find(id); it != live_.end())
         live_.erase(it);
+}
+
+std::uint64_t session_entry::unsaved_samples() const {
+    std::uint64_t n = dropped_samples;
+    for (const auto& u : unsaved)
+        n += u.samples;
+    return n;
+}
+
+bool store_chunk(session_entry& e, bool compressed, std::string_view payload) {
+    if (!e.writer)
+        return true;
+    // What waits goes first, so the recording keeps the order the chunks arrived in.
+    while (!e.unsaved.empty()) {
+        auto& first = e.unsaved.front();
+        if (auto ec = e.writer->write_chunk(first.compressed, first.payload)) {
+            e.store_error = ec.message();
+            break;
+        }
+        e.unsaved_bytes -= first.payload.size();
+        e.unsaved.pop_front();
+    }
+    if (e.unsaved.empty()) {
+        const auto ec = e.writer->write_chunk(compressed, payload);
+        if (!ec)
+            return true;
+        e.store_error = ec.message();
+    }
+    e.unsaved.push_back({compressed, std::string(payload), 0});
+    e.unsaved_bytes += payload.size();
+    while (e.unsaved_bytes > max_unsaved_bytes && e.unsaved.size() > 1) {
+        e.unsaved_bytes -= e.unsaved.front().payload.size();
+        ++e.dropped_chunks;
+        e.dropped_samples += e.unsaved.front().samples;
+        e.unsaved.pop_front();
+    }
+    return false;
+}
+
+void chunk_samples(session_entry& e, std::uint64_t samples) {
+    if (!e.unsaved.empty() && e.unsaved.back().samples == 0)
+        e.unsaved.back().samples = samples;
+}
+
+void note_unsaved(session_entry& e, const session_store& store) {
+    if (!e.writer)
+        return;
+    auto meta = store.meta(e.id).value_or(boost::json::object());
+    meta["unsaved_chunks"] = e.unsaved_chunks();
+    meta["unsaved_samples"] = e.unsaved_samples();
+    meta["store_error"] = e.store_error;
+    (void)e.writer->write_meta(meta); // best effort: the disk may still be full
 }
 
 void ensure_loaded(session_entry& e, const session_store& store) {

@@ -16,6 +16,7 @@
 #include <boost/json/object.hpp>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,13 +39,25 @@ struct session_entry {
     std::unique_ptr<session_model> model;
     std::optional<session_writer> writer; // live sessions
     bool loaded = false;
-    // Chunks that reached memory but not the disk (a full disk, a removed folder), and why.
-    std::uint64_t unsaved_chunks = 0;
+    // Chunks that reached memory but not the disk yet (a full disk, a removed folder): kept,
+    // up to max_unsaved_bytes, and written before the next chunk once there is room; beyond
+    // that the oldest are given up and counted. And why the last write failed.
+    struct unsaved_chunk {
+        bool compressed = false;
+        std::string payload;
+        std::uint64_t samples = 0;
+    };
+    std::deque<unsaved_chunk> unsaved;
+    std::size_t unsaved_bytes = 0;
+    std::uint64_t dropped_chunks = 0, dropped_samples = 0;
     std::string store_error;
+    std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
+    std::uint64_t unsaved_samples() const;
 
     // Published for listings and SSE (written on the strand, read anywhere).
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
     std::atomic<std::size_t> memory_bytes{0}; // of the loaded model; 0 when not loaded
+    std::atomic<bool> live{false};            // an agent is connected now
 
     std::uint64_t last_used = 0; // I/O thread: the registry's clock at the last find()
 };
@@ -84,5 +97,17 @@ private:
 
 // On the entry's strand: replays a saved session from disk if it is not in memory yet.
 void ensure_loaded(session_entry& e, const session_store& store);
+
+inline constexpr std::size_t max_unsaved_bytes = std::size_t{64} << 20;
+
+// On the strand of a live session: stores a chunk as it arrived, after any kept from before
+// (in order). False when it could not be written now: it is then kept (see unsaved) and
+// `e.store_error` says why. Call chunk_samples() once the chunk is parsed.
+bool store_chunk(session_entry& e, bool compressed, std::string_view payload);
+// How many samples the chunk just stored brought: counted as unsaved while it waits.
+void chunk_samples(session_entry& e, std::uint64_t samples);
+// Writes the session's metadata with `unsaved_chunks` / `unsaved_samples` as they are now:
+// after a restart the list and the view still say what never reached the disk.
+void note_unsaved(session_entry& e, const session_store& store);
 
 } // namespace collector

@@ -562,19 +562,48 @@ TEST_CASE("a full disk: chunks stay in the live view, the session says what is n
     });
     CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
     CHECK_THAT(std::string(meta.at("store_error").as_string()), Catch::Contains("No space"));
+    CHECK(meta.at("live").as_bool());
     CHECK(meta.at("samples").to_number<std::uint64_t>() == 2 * per_chunk); // still shown
     CHECK_FALSE(fs::exists(chunks / "000002.txt.tmp"));                    // nothing half-written
     CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("cannot store chunk"));
 
-    // Room again: the next chunk is on disk, and the recording holds every chunk it could.
+    CHECK(meta.at("unsaved_samples").to_number<std::uint64_t>() == per_chunk);
+
+    // Room again: the kept chunk is written first, then the new one; nothing is missing.
     agent->send(protocol::frame_flag::text, chunk);
     meta = wait_for(coll, "/api/sessions/" + id, 10s, [&](const json::value& v) {
-        return v.at("samples").to_number<std::uint64_t>() == 3 * per_chunk;
+        return v.at("samples").to_number<std::uint64_t>() == 3 * per_chunk &&
+               v.at("unsaved_chunks").to_number<std::uint64_t>() == 0;
     });
-    CHECK(meta.at("samples").to_number<std::uint64_t>() == 3 * per_chunk);
+    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 0);
     CHECK(fs::exists(chunks / "000002.txt"));
-    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
-    CHECK(http_call(coll.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
+    CHECK(fs::exists(chunks / "000003.txt"));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("kept in memory are on disk now"));
+
+    // Full again, and the collector is killed before there is room: after a restart the list
+    // and the view agree on what the recording holds, and both say what it lacks.
+    fs::create_symlink("/dev/full", chunks / "000004.txt.tmp");
+    agent->send(protocol::frame_flag::text, chunk);
+    wait_for(coll, "/api/sessions/" + id, 10s, [](const json::value& v) {
+        return v.at("unsaved_chunks").to_number<std::uint64_t>() == 1;
+    });
+    coll.proc->signal(SIGKILL);
+    coll.proc->wait(5s);
+    agent.reset();
+    collector_proc again(dir.path);
+    const auto listed = again.get("/api/sessions");
+    REQUIRE(listed.as_array().size() == 1);
+    const auto& entry = listed.at(0).as_object();
+    const auto detail = again.get("/api/sessions/" + id);
+    INFO(json::serialize(entry) << "\n" << json::serialize(detail));
+    CHECK_FALSE(entry.at("live").as_bool());
+    CHECK_FALSE(detail.at("live").as_bool());
+    CHECK(detail.at("samples").to_number<std::uint64_t>() == 3 * per_chunk); // replayed
+    CHECK(entry.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK(detail.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK(detail.at("unsaved_samples").to_number<std::uint64_t>() == per_chunk);
+    CHECK_THAT(std::string(detail.at("store_error").as_string()), Catch::Contains("No space"));
+    CHECK(http_call(again.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
 }
 
 TEST_CASE("the API asks for the collector's access token; the printed link signs a browser in",
@@ -807,4 +836,13 @@ TEST_CASE("an agent that sends faster than the collector digests is slowed by TC
     // A frame being read, one being digested, the limit: not the gigabyte sent.
     CHECK(hwm_kb < 320 * 1024);
 #endif
+}
+
+TEST_CASE("a sessions folder that cannot be written is an error at start",
+          "[collector][integration][store]") {
+    spawned bad(PERFWIRE_COLLECTOR_BIN, {"--sessions-dir", "/proc/forbidden", "--agent-port", "0",
+                                         "--agent-bind", "127.0.0.1", "--http-port", "0"});
+    CHECK(bad.wait(5s) == 1);
+    CHECK_THAT(bad.stderr_text(),
+               Catch::Contains("cannot write to --sessions-dir /proc/forbidden"));
 }

@@ -50,16 +50,20 @@ void log(const std::string& who, const std::string& what) {
     std::cerr << "perfwire-collector: [" << who << "] " << what << "\n";
 }
 
-json::object final_meta(const json::object& start, const session_model& m, double ended) {
+json::object final_meta(const json::object& start, const session_entry& e, double ended) {
+    const session_model& m = *e.model;
     json::object meta = start;
     meta["ended_at"] = ended;
     meta["live"] = false;
-    meta["samples"] = m.prof.sample_count();
+    // What the recording on disk holds, and what never reached it.
+    meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
+    meta["unsaved_chunks"] = e.unsaved_chunks();
+    meta["unsaved_samples"] = e.unsaved_samples();
     meta["chunks"] = m.chunks;
     meta["lost_samples"] = m.parser.stats().lost_events;
     json::array events;
-    for (const auto& e : m.event_types)
-        events.emplace_back(e);
+    for (const auto& ev : m.event_types)
+        events.emplace_back(ev);
     meta["event_types"] = std::move(events);
     if (!m.last_stat_text.empty())
         meta["perf_stat_text"] = m.last_stat_text;
@@ -338,17 +342,24 @@ void agent_link::on_frame(protocol::frame&& f) {
         undigested_bytes_ += payload->size();
         auto self = shared_from_this();
         asio::post(e->strand, [e, payload, compressed, app, who, self] {
-            // Disk first: a crash after this line loses nothing that arrived.
-            if (e->writer)
-                if (auto ec = e->writer->write_chunk(compressed, *payload)) {
-                    // Still parsed and shown; the session view warns that the recording
-                    // on disk lacks it. Later chunks are written as soon as they can be.
-                    ++e->unsaved_chunks;
-                    e->store_error = ec.message();
-                    log(who, "cannot store chunk (kept in memory): " + ec.message());
-                }
+            // Disk first: a crash after this line loses nothing that arrived. A chunk that
+            // cannot be written is still parsed and shown, kept, and written once there is
+            // room; the session says what the recording on disk lacks meanwhile.
+            const auto unsaved_before = e->unsaved_chunks();
+            const bool stored = store_chunk(*e, compressed, *payload);
+            if (!stored)
+                log(who, "cannot store chunk (kept in memory, written when there is room): " +
+                             e->store_error);
+            const auto samples_before = e->model->prof.sample_count();
             if (!e->model->ingest(compressed, *payload))
                 log(who, "unreadable data chunk skipped");
+            if (!stored)
+                chunk_samples(*e, e->model->prof.sample_count() - samples_before);
+            if (e->unsaved_chunks() != unsaved_before) {
+                if (stored)
+                    log(who, "the chunks kept in memory are on disk now");
+                note_unsaved(*e, app->store);
+            }
             e->samples = e->model->prof.sample_count();
             e->chunks = e->model->chunks;
             e->lost_samples = e->model->parser.stats().lost_events;
@@ -466,7 +477,7 @@ void agent_link::finish_session() {
         const bool empty = !e->model || e->model->prof.sample_count() == 0;
         if (e->writer && !empty)
             (void)e->writer->write_meta(
-                final_meta(app->store.meta(e->id).value_or(json::object()), *e->model, ended));
+                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended));
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);

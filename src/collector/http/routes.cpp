@@ -556,8 +556,15 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
         o["skipped_lines"] = m.parser.stats().skipped_lines;
-        o["unsaved_chunks"] = e->unsaved_chunks;
-        o["store_error"] = e->store_error;
+        // Live: as it stands now; saved: as the metadata recorded it (after a restart too).
+        o["live"] = e->live.load();
+        if (e->live) {
+            o["unsaved_chunks"] = e->unsaved_chunks();
+            o["unsaved_samples"] = e->unsaved_samples();
+            o["store_error"] = e->store_error;
+        } else if (!o.contains("unsaved_chunks")) {
+            o["unsaved_chunks"] = 0;
+        }
         json::array events;
         for (const auto& ev : m.event_types)
             events.emplace_back(ev);

@@ -31,12 +31,16 @@ error_code write_file_synced(const fs::path& path, std::string_view data, bool a
     const int fd = ::open(path.c_str(), flags, 0644);
     if (fd < 0)
         return last_error();
+    // An append that fails half way is undone: the file never holds half a line.
+    const off_t start = append ? ::lseek(fd, 0, SEEK_END) : 0;
     while (!data.empty()) {
         const ssize_t n = ::write(fd, data.data(), data.size());
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             const auto ec = last_error();
+            if (append && start >= 0)
+                (void)::ftruncate(fd, start);
             ::close(fd);
             return ec;
         }
