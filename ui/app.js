@@ -3,7 +3,7 @@
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, api, attr, esc, mib, pct, visible } from './util.js';
+import { $, api, attr, esc, mib, pct, sessionPage, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -18,7 +18,8 @@ function setHash(changes) {
 
 // ---- landing ----
 async function renderLanding() {
-  const [targets, sessions] = await Promise.all([api('/api/targets'), api('/api/sessions')]);
+  const q = $('#sessions-q').value.trim();
+  const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
   $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id)}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
@@ -27,7 +28,12 @@ async function renderLanding() {
   $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${attr(s.id)}">
     <td>${esc(s.id)}</td><td>${esc(s.hostname ?? '')}</td><td>${s.started_at ? new Date(s.started_at * 1000).toLocaleString() : ''}</td>
     <td>${esc(s.samples ?? '')}</td><td>${s.live ? '<b>live</b>' : 'saved'}</td></tr>`).join('');
+  // Thousands of sessions stay usable: the newest first, a page at a time, and a search.
+  $('#sessions-count').textContent = q ? `${sessions.length < total ? `${sessions.length} shown, ` : ''}${total.toLocaleString()} ${total === 1 ? 'session matches' : 'sessions match'}`
+    : `${sessions.length < total ? `${sessions.length} of ` : ''}${total.toLocaleString()} ${total === 1 ? 'session' : 'sessions'}`;
+  $('#sessions-more').hidden = sessions.length >= total;
 }
+let sessionsShown = 100;
 
 // ---- session ----
 let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [] };
@@ -192,7 +198,7 @@ async function renderControls(session) {
 
 // Every session: open, compare against (baseline), delete, export; import a recording.
 async function renderSessions(s) {
-  const sessions = await api('/api/sessions');
+  const { sessions } = await sessionPage({ limit: 500 });
   $('#baseline-info').innerHTML = s.baseline
     ? `comparing against <b>${esc(s.baseline)}</b>: functions gain a Δ column, the flame graph turns red where time grew and blue where it shrank. <button data-baseline="">stop comparing</button>`
     : 'choose a baseline to compare this session against';
@@ -298,6 +304,12 @@ $('#event').addEventListener('change', (e) => setHash({ event: e.target.value })
 $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
 $('#import-file').addEventListener('change', (e) => { if (e.target.files[0]) importRecording(e.target.files[0]); });
 $('#import-state').addEventListener('click', (e) => { if (e.target.id === 'import-cancel') importing?.abort.abort(); });
+let sessionsSearch;
+$('#sessions-q').addEventListener('input', () => {
+  clearTimeout(sessionsSearch);
+  sessionsSearch = setTimeout(() => { sessionsShown = 100; rerender(); }, 200);
+});
+$('#sessions-more').addEventListener('click', () => { sessionsShown += 100; rerender(); });
 $('#all-sessions').addEventListener('click', async (e) => {
   const del = e.target.closest('button[data-delete]');
   if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {

@@ -14,6 +14,13 @@ export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0
 // is), or nothing. A failed call throws with the collector's message, or the agent's for a
 // relayed command ({"ok":false,"error":"not profiling"}).
 // `signal`: an AbortSignal that cancels the call.
+// A page of sessions, newest first: {sessions, total} (total: how many match `q`).
+export async function sessionPage({ q = '', limit = 100, offset = 0 } = {}) {
+  const r = await fetch(`/api/sessions?limit=${limit}&offset=${offset}${q ? '&q=' + encodeURIComponent(q) : ''}`, { headers: { Accept: 'application/json' } });
+  if (!r.ok) throw new Error((await r.json().catch(() => ({})))?.error?.message || r.statusText);
+  return { sessions: await r.json(), total: Number(r.headers.get('X-Total-Count') || 0) };
+}
+
 export async function api(path, { method = 'GET', body, signal } = {}) {
   const json = body !== undefined && !(body instanceof Blob);
   const r = await fetch(path, {

@@ -211,6 +211,41 @@ TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests"
     CHECK(f.call(http::verb::delete_, base).result() == http::status::not_found);
 }
 
+TEST_CASE("API: the session list pages and filters, newest first", "[collector][api]") {
+    fixture_app f;
+    for (int i = 0; i < 5; ++i) {
+        auto w = f.app->store.create("board-" + std::to_string(i),
+                                     {{"agent", "perfwire"},
+                                      {"hostname", i % 2 ? "Board-Odd" : "board-even"},
+                                      {"started_at", 1000.0 + i}});
+        REQUIRE(w.has_value());
+    }
+    auto page = [&](const std::string& query) {
+        const auto res = f.call(http::verb::get, "/api/sessions" + query);
+        INFO(query << " -> " << res.body());
+        REQUIRE(res.result() == http::status::ok);
+        return std::make_pair(json::parse(res.body()).as_array(),
+                              std::stoul(std::string(res.at("X-Total-Count"))));
+    };
+    const auto [all, total] = page("");
+    CHECK(all.size() == 6); // the fixture's own session too
+    CHECK(total == 6);
+    const auto [first, n1] = page("?limit=2");
+    REQUIRE(first.size() == 2);
+    CHECK(n1 == 6);
+    CHECK(first[0].at("hostname").as_string() == "board-even"); // started last (1004)
+    CHECK(first[1].at("hostname").as_string() == "Board-Odd");  // 1003
+    const auto [next, n2] = page("?limit=2&offset=2");
+    REQUIRE(next.size() == 2);
+    CHECK(next[0].at("started_at").to_number<double>() == 1002.0);
+    const auto [odd, n3] = page("?q=board-ODD");
+    CHECK(n3 == 2);
+    CHECK(odd.size() == 2);
+    CHECK(page("?q=board&offset=100").first.empty());
+    CHECK(f.call(http::verb::get, "/api/sessions?limit=-1").result() == http::status::bad_request);
+    CHECK(f.call(http::verb::get, "/api/sessions?offset=x").result() == http::status::bad_request);
+}
+
 TEST_CASE("API: with an access token, every API request presents it", "[collector][api]") {
     fixture_app f;
     const std::string token = "0123456789abcdef0123456789abcdef";

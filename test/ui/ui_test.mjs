@@ -366,6 +366,16 @@ try {
     (await again.locator('#theme').textContent()) === 'theme: dark', `the theme switches and is remembered (${light}, ${dark})`);
 
   doing = "an unknown session";
+  // Many sessions stay usable: the landing page counts them and a search narrows them.
+  doing = "searching sessions";
+  await again.goto(http + '/');
+  await again.locator('#sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const allCount = await again.locator('#sessions-count').textContent();
+  await again.fill('#sessions-q', '_import');
+  await again.waitForFunction(() => /match/.test(document.querySelector('#sessions-count').textContent), null, { timeout: 10000 });
+  const found = await again.locator('#sessions tbody tr td:first-child').allTextContents();
+  check(/^\d+ sessions?$/.test(allCount) && found.length > 0 && found.every((id) => id.includes('_import')),
+    `the session list counts (${allCount}) and a search narrows it (${await again.locator('#sessions-count').textContent()})`);
   await again.goto(http + '/#session=nope&tab=source');
   await again.waitForFunction(() => document.querySelector('#conn').textContent.startsWith('error'), null, { timeout: 10000 });
   check((await again.locator('#conn').textContent()).includes('no session nope'), 'an unknown session shows its error');

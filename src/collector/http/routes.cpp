@@ -17,9 +17,11 @@
 
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <unistd.h>
@@ -658,6 +660,65 @@ asio::awaitable<std::vector<json::object>> read_session_list(const session_store
     co_return store->list();
 }
 
+struct page_params {
+    std::string q; // lowercased
+    std::size_t offset = 0;
+    std::size_t limit = std::numeric_limits<std::size_t>::max();
+    std::string error;
+};
+
+page_params parse_page(const target_url& u) {
+    page_params p;
+    auto number = [&](const char* key, std::size_t& out) {
+        const auto it = u.query.find(key);
+        if (it == u.query.end())
+            return;
+        const auto& v = it->second;
+        if (v.empty() || v.size() > 9 ||
+            !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            p.error = std::string(key) + " must be a number";
+        else
+            out = std::stoul(v);
+    };
+    number("offset", p.offset);
+    number("limit", p.limit);
+    if (const auto it = u.query.find("q"); it != u.query.end())
+        for (char c : it->second)
+            p.q.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    return p;
+}
+
+// Keeps the page of `metas` (newest first) that `p` asks for; returns how many matched.
+std::size_t select_page(std::vector<json::object>& metas, const page_params& p) {
+    auto field = [](const json::object& m, const char* key) {
+        const auto* v = m.if_contains(key);
+        std::string out = v && v->is_string() ? std::string(v->as_string()) : std::string();
+        for (char& c : out)
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return out;
+    };
+    if (!p.q.empty())
+        std::erase_if(metas, [&](const json::object& m) {
+            for (const char* key : {"id", "hostname", "agent", "peer"})
+                if (field(m, key).find(p.q) != std::string::npos)
+                    return false;
+            return true;
+        });
+    auto started = [](const json::object& m) {
+        const auto* v = m.if_contains("started_at");
+        return v && v->is_number() ? v->to_number<double>() : 0.0;
+    };
+    std::stable_sort(metas.begin(), metas.end(), [&](const json::object& a, const json::object& b) {
+        return started(a) > started(b);
+    });
+    const std::size_t total = metas.size();
+    const std::size_t from = std::min(p.offset, total);
+    const std::size_t to = from + std::min(p.limit, total - from);
+    metas.erase(metas.begin() + static_cast<std::ptrdiff_t>(to), metas.end());
+    metas.erase(metas.begin(), metas.begin() + static_cast<std::ptrdiff_t>(from));
+    return total;
+}
+
 // On the I/O thread, which owns the registry: live sessions get their current counts.
 json::array session_list(app_context& app, std::vector<json::object> metas) {
     json::array out;
@@ -890,9 +951,17 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
         if (s.size() == 2) {
             if (method != http::verb::get)
                 co_return wrong_method();
+            // Newest first; ?q= keeps those whose id, host, agent or peer contain it (any
+            // case), ?offset= and ?limit= page them; X-Total-Count says how many matched.
+            const auto page = parse_page(url);
+            if (!page.error.empty())
+                co_return make_error(req, http::status::bad_request, "bad_parameter", page.error);
             auto metas = co_await asio::co_spawn(
                 asio::make_strand(app.pool), read_session_list(&app.store), asio::use_awaitable);
-            co_return make_json(req, http::status::ok, session_list(app, std::move(metas)));
+            const auto total = select_page(metas, page);
+            auto res = make_json(req, http::status::ok, session_list(app, std::move(metas)));
+            res.set("X-Total-Count", std::to_string(total));
+            co_return res;
         }
         if (s.size() == 3 && s[2] == "import") {
             // The connection streams real uploads through the same path (upload.hpp); here
