@@ -22,16 +22,16 @@ function commands(arch) {
   const b = binaries.find((x) => x.arch === arch);
   const agentPort = (status.agent_listener || ':9999').split(':').pop();
   const collector = loopback(location.hostname) ? 'COLLECTOR' : location.hostname;
-  // The API asks for the collector's access token, kept in status.token_file.
-  const auth = !status.token_file ? ''
-    : loopback(location.hostname) ? ` -H "Authorization: Bearer $(cat ${status.token_file})"` : ' -H "Authorization: Bearer TOKEN"';
   const fetchCmd = loopback(location.hostname)
-    ? `# on this machine: fetch it, then copy it over\ncurl -fo ${file}${auth} ${location.origin}/api/agent-binaries/${arch}\nscp ${file} root@DEVICE:/tmp/perfwire-agent`
-    : `# on the device${auth ? ` (TOKEN: the collector's access token, in ${status.token_file})` : ''}\ncurl -fo /tmp/perfwire-agent${auth} ${location.origin}/api/agent-binaries/${arch}`;
+    ? `# on this machine: fetch it, then copy it over\ncurl -fo ${file} ${location.origin}/api/agent-binaries/${arch}\nscp ${file} root@DEVICE:/tmp/perfwire-agent`
+    : `# on the device\ncurl -fo /tmp/perfwire-agent ${location.origin}/api/agent-binaries/${arch}`;
+  // This collector asks agents that dial in for its enrollment token (kept in a file here).
+  const enroll = status.enrollment ? 'PERFWIRE_ENROLL_TOKEN=TOKEN ' : '';
+  const enrollNote = status.enrollment ? ` (TOKEN: the enrollment token in ${status.enrollment_file} on this machine)` : '';
   const block = (title, text) => `<p>${title}</p><pre class="cmd">${esc(text)}</pre><button data-copy>copy</button>`;
   return block('1. Get it onto the device', fetchCmd) +
     block('2. Check it and make it executable', `cd /tmp && echo "${b?.sha256 || 'SHA256'}  perfwire-agent" | sha256sum -c && chmod +x perfwire-agent`) +
-    block('3. Start it: stream to this collector (the device reaches it)', `/tmp/perfwire-agent --server ${collector}:${agentPort} --pid PID`) +
+    block(`3. Start it: stream to this collector (the device reaches it)${esc(enrollNote)}`, `${enroll}/tmp/perfwire-agent --server ${collector}:${agentPort} --pid PID`) +
     block('… or wait for this collector to dial in (Live Debug), behind NAT use ssh -R', '/tmp/perfwire-agent --listen --port 9999   # prints a pairing code') +
     block('… or record on the device and import the file on the Sessions tab', '/tmp/perfwire-agent --output /tmp/profile.txt --pid PID --rounds 3');
 }

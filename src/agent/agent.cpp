@@ -41,7 +41,12 @@ struct registry {
 
 asio::awaitable<void> run_session(registry& reg, std::shared_ptr<session> s) {
     reg.live.insert(s);
-    co_await s->run();
+    try {
+        co_await s->run();
+    } catch (const std::exception& e) {
+        log(std::string("session failed: ") + e.what());
+    }
+    s->close(); // settles it, whatever happened: the listener takes the next connection
     reg.live.erase(s);
 }
 

@@ -128,9 +128,9 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
                      std::to_string(static_cast<int>(protocol::code_strength_bits(*c.token))) +
                      " bits): use at least 10 random letters and digits, or leave --token out "
                      "and the agent makes one");
-    if (vm.count("enroll"))
+    if (vm.count("enroll") && !vm["enroll"].as<std::string>().empty())
         c.enroll = vm["enroll"].as<std::string>();
-    else if (env_enroll && *env_enroll)
+    else if (!vm.count("enroll") && env_enroll && *env_enroll)
         c.enroll = env_enroll;
     c.perf_path = vm["perf"].as<std::string>();
 

@@ -30,12 +30,15 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 namespace {
 
 constexpr std::size_t max_queued_bytes = std::size_t{64} << 20;
-constexpr auto auth_timeout = std::chrono::seconds(30);
+// The collector sends the code right after the hello: a connection that does not is closed
+// soon, so it cannot hold the one unpaired slot of a --listen agent for long.
+constexpr auto auth_timeout = std::chrono::seconds(10);
 constexpr int max_auth_failures = 3;
 constexpr int max_unauthenticated_commands = 3;
-// The reader stops reading commands while this much is waiting to be sent: a collector that
-// does not read its answers gets TCP backpressure, not an agent that grows.
-constexpr std::size_t max_backlog_for_reading = std::size_t{8} << 20;
+// The reader stops reading commands while this much of answers waits to be sent: a collector
+// that does not read them gets TCP backpressure, not an agent that grows. (Data and metrics
+// have their own cap, max_queued_bytes, past which chunks are dropped and counted.)
+constexpr std::size_t max_backlog_for_reading = std::size_t{1} << 20;
 constexpr int max_pid = 4194304; // PID_MAX_LIMIT
 
 double wall_seconds() {
@@ -211,8 +214,11 @@ void session::send(frame_flag flag, std::string_view payload, bool droppable) {
         ++dropped_chunks_;
         return;
     }
-    queue_.push_back(protocol::encode_frame(flag, payload));
-    queued_bytes_ += queue_.back().size();
+    const bool reply = flag == frame_flag::response;
+    queue_.push_back({protocol::encode_frame(flag, payload), reply});
+    queued_bytes_ += queue_.back().bytes.size();
+    if (reply)
+        reply_bytes_ += queue_.back().bytes.size();
     wake_writer_.cancel_one();
 }
 
@@ -232,14 +238,16 @@ asio::awaitable<void> session::writer() {
             continue;
         }
         auto [ec, n] =
-            co_await asio::async_write(socket_, asio::buffer(queue_.front()), use_nothrow);
+            co_await asio::async_write(socket_, asio::buffer(queue_.front().bytes), use_nothrow);
         if (ec) {
             close();
             break;
         }
-        queued_bytes_ -= queue_.front().size();
+        queued_bytes_ -= queue_.front().bytes.size();
+        if (queue_.front().reply)
+            reply_bytes_ -= queue_.front().bytes.size();
         queue_.pop_front();
-        if (queued_bytes_ <= max_backlog_for_reading)
+        if (reply_bytes_ <= max_backlog_for_reading)
             drained_.cancel();
     }
 }
@@ -248,7 +256,12 @@ asio::awaitable<void> session::reader() {
     protocol::frame_reader<asio::ip::tcp::socket> frames(socket_, protocol::agent_max_frame,
                                                          16 << 10);
     while (!closed_) {
-        while (queued_bytes_ > max_backlog_for_reading && !closed_) {
+        if (unauthenticated_commands_ >= max_unauthenticated_commands) {
+            log(peer_, "commands without the pairing code; closing");
+            co_await shutdown(); // the answers already queued still go out
+            co_return;
+        }
+        while (reply_bytes_ > max_backlog_for_reading && !closed_) {
             drained_.expires_at(asio::steady_timer::time_point::max());
             co_await drained_.async_wait(use_nothrow);
         }
@@ -265,6 +278,8 @@ asio::awaitable<void> session::reader() {
         }
         auto req = protocol::parse_command_request(f->payload);
         if (!req) {
+            if (!authenticated_)
+                ++unauthenticated_commands_;
             log(peer_, "bad command: " + req.error().message());
             send(frame_flag::response,
                  protocol::serialize(command_response::failure("", req.error().message())));
@@ -277,11 +292,6 @@ asio::awaitable<void> session::reader() {
             co_await shutdown();
             co_return;
         }
-        if (unauthenticated_commands_ > max_unauthenticated_commands) {
-            log(peer_, "commands without the pairing code; closing");
-            close();
-            co_return;
-        }
     }
     close();
 }
@@ -292,7 +302,7 @@ asio::awaitable<void> session::auth_deadline() {
     wake_auth_.expires_after(auth_timeout);
     co_await wake_auth_.async_wait(use_nothrow);
     if (!authenticated_ && !closed_) {
-        log(peer_, "no pairing code within 30 s; closing");
+        log(peer_, "no pairing code within 10 s; closing");
         close();
     }
 }
@@ -340,6 +350,9 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         const auto* t = req.args.if_contains("token");
         const std::string presented = t && t->is_string() ? std::string(t->as_string()) : "";
         // After failures, on any connection, the next attempt waits its turn.
+        if (guard_->failures &&
+            std::chrono::steady_clock::now() - guard_->last_failure > std::chrono::minutes(5))
+            guard_->failures = 0;
         if (const auto wait = guard_->next_attempt - std::chrono::steady_clock::now();
             wait > wait.zero()) {
             asio::steady_timer turn(socket_.get_executor(), wait);
@@ -358,9 +371,10 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         }
         ++auth_failures_;
         ++guard_->failures;
-        // 0.1 s, 0.2 s, 0.4 s … capped at 30 s.
+        // 0.1 s, 0.2 s, 0.4 s … capped at 10 s (under the collector's wait for an answer).
         const auto delay = std::chrono::milliseconds(
-            std::min<std::int64_t>(100LL << std::min(guard_->failures - 1, 16), 30000));
+            std::min<std::int64_t>(100LL << std::min(guard_->failures - 1, 16), 10000));
+        guard_->last_failure = std::chrono::steady_clock::now();
         guard_->next_attempt = std::chrono::steady_clock::now() + delay;
         log(peer_, "wrong pairing code (" + std::to_string(auth_failures_) +
                        " of 3 on this connection, " + std::to_string(guard_->failures) +
@@ -577,10 +591,6 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     auto pid = pid_arg.value;
     const auto freq = freq_arg.value;
     const auto dur = dur_arg.value;
-    if (!pid && !req.args.contains("pid"))
-        pid = cfg_.pid; // absent: the command line's --pid; explicit null: whole system
-    if (pid && !pid_exists(*pid))
-        co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
     std::vector<std::string> events;
     if (const auto* ev = req.args.if_contains("events"); ev && !ev->is_null()) {
         if (!ev->is_array())
@@ -591,14 +601,14 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
             events.emplace_back(e.as_string());
         }
     }
+    if (!pid && !req.args.contains("pid"))
+        pid = cfg_.pid; // absent: the command line's --pid; explicit null: whole system
+    if (pid && !pid_exists(*pid))
+        co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
 
     co_await ensure_probed(pid);
-    settings_.record.pid = pid;
-    if (freq)
-        settings_.record.frequency = *freq;
-    if (dur)
-        settings_.chunk_duration = std::chrono::seconds(*dur);
-    // Only events the probe found this device can sample (or the command line named).
+    // Only events the probe found this device can sample (or the command line named). Checked
+    // before anything changes: a refused start leaves the settings as they were.
     for (const auto& e : events) {
         const auto& known = caps_->record_events;
         if (std::find(known.begin(), known.end(), e) == known.end() &&
@@ -610,6 +620,11 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
                                                         " (this device samples " + list + ")");
         }
     }
+    settings_.record.pid = pid;
+    if (freq)
+        settings_.record.frequency = *freq;
+    if (dur)
+        settings_.chunk_duration = std::chrono::seconds(*dur);
     if (!events.empty())
         settings_.record.events = events;
     // Rounds when perf cannot stream through a pipe, or when asked for.

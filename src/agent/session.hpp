@@ -29,8 +29,8 @@ namespace agent {
 // (on any connection) is answered only after a wait that doubles, from 0.1 s up to 30 s; a
 // success resets it. Lives as long as the agent.
 struct pairing_guard {
-    int failures = 0; // in a row
-    std::chrono::steady_clock::time_point next_attempt{};
+    int failures = 0; // in a row, forgotten after 5 minutes without one
+    std::chrono::steady_clock::time_point next_attempt{}, last_failure{};
 };
 
 class session : public std::enable_shared_from_this<session> {
@@ -91,8 +91,13 @@ private:
     bool closed_ = false;
     void settle();
 
-    std::deque<std::string> queue_;
+    struct outgoing {
+        std::string bytes;
+        bool reply; // an answer or a notice (never dropped), not data or metrics
+    };
+    std::deque<outgoing> queue_;
     std::size_t queued_bytes_ = 0;
+    std::size_t reply_bytes_ = 0; // of those queued: answers and notices
     std::uint64_t dropped_chunks_ = 0;
     asio::steady_timer wake_writer_;
     asio::steady_timer drained_; // the reader waits here while the queue is over its limit

@@ -113,10 +113,11 @@ int run(const config& c) {
 
     const bool loopback_agents =
         c.agent_bind == "localhost" || c.agent_bind == "::1" || c.agent_bind.rfind("127.", 0) == 0;
-    if (c.agent_auth == "token" || (c.agent_auth == "auto" && !loopback_agents) ||
-        !c.agent_tokens.empty()) {
+    if (c.agent_auth == "token" ||
+        (c.agent_auth == "auto" && (!loopback_agents || !c.agent_tokens.empty()))) {
         app.enrollment = c.agent_tokens;
         std::string where = "--agent-token";
+        app.enrollment_file = where;
         if (app.enrollment.empty()) {
             const auto file = std::filesystem::path(c.sessions_dir) / ".agent-token";
             std::string error;
@@ -127,6 +128,7 @@ int run(const config& c) {
             }
             app.enrollment.push_back(*token);
             where = file.string();
+            app.enrollment_file = where;
         }
         log("agents enroll before anything is stored: start them with PERFWIRE_ENROLL_TOKEN "
             "set to the token in " +

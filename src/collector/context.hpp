@@ -37,6 +37,7 @@ struct app_context {
     std::vector<agent_binary> agent_binaries; // found at start, never changed
     config_limits limits;                     // what PUT /api/config may set; fixed at start
     std::vector<std::string> enrollment; // tokens agents dialling in present; empty: none asked
+    std::string enrollment_file;         // where the owner finds one (named in /api/status)
     std::string api_token;               // what every API request presents; empty: --http-auth none
     std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
 

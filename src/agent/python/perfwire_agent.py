@@ -1288,8 +1288,8 @@ class Collection(object):
 # ================================================================================ session
 
 MAX_QUEUED_BYTES = 64 << 20
-MAX_BACKLOG_FOR_READING = 8 << 20
-AUTH_TIMEOUT = 30.0
+MAX_BACKLOG_FOR_READING = 1 << 20  # of answers: past it no more commands are read
+AUTH_TIMEOUT = 10.0  # the collector sends the code right after the hello
 MAX_AUTH_FAILURES = 3
 MAX_UNAUTHENTICATED_COMMANDS = 3
 MIN_CODE_BITS = 40
@@ -1325,15 +1325,17 @@ def code_strength_bits(code):
 
 class PairingGuard(object):
     """Failed pairing attempts across every connection: after each, the next attempt (on any
-    connection) is answered only after a wait that doubles, 0.1 s up to 30 s; a success resets
-    it."""
+    connection) is answered only after a wait that doubles, 0.1 s up to 10 s; a success, or
+    5 minutes without a failure, resets it."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.failures, self.next_attempt = 0, 0.0
+        self.failures, self.next_attempt, self.last_failure = 0, 0.0, 0.0
 
     def wait_turn(self, session):
         with self.lock:
+            if self.failures and monotonic() - self.last_failure > 300:
+                self.failures = 0  # forgotten after 5 minutes without one
             wait = self.next_attempt - monotonic()
         if wait > 0:
             time.sleep(wait)  # the reader waits: this connection can do nothing meanwhile
@@ -1341,8 +1343,9 @@ class PairingGuard(object):
     def failed(self):
         with self.lock:
             self.failures += 1
-            delay = min(0.1 * (1 << min(self.failures - 1, 16)), 30.0)
-            self.next_attempt = monotonic() + delay
+            delay = min(0.1 * (1 << min(self.failures - 1, 16)), 10.0)  # under the collector's wait
+            self.last_failure = monotonic()
+            self.next_attempt = self.last_failure + delay
             return self.failures, delay
 
     def succeeded(self):
@@ -1365,7 +1368,7 @@ class Session(object):
         self.token = token  # None: starts authenticated
         self.on_authenticated = on_authenticated
         self.guard = guard or PairingGuard()
-        self.unauthenticated_commands = 0
+        self.unauthenticated_commands = self.reply_bytes = 0
         self.settled = threading.Event()  # authenticated or closed: the listener takes the next
         try:
             address = sock.getpeername()
@@ -1408,6 +1411,8 @@ class Session(object):
             header = HEADER.pack(len(payload), flag)
             self.queue.append((header + payload,) if len(payload) < 65536 else (header, payload))
             self.queued_bytes += HEADER.size + len(payload)
+            if flag == FLAG_RESPONSE:
+                self.reply_bytes += HEADER.size + len(payload)
             self.cond.notify_all()
 
     def send_json(self, value, flag=FLAG_RESPONSE, droppable=False):
@@ -1437,11 +1442,20 @@ class Session(object):
             with self.cond:
                 self.queue.popleft()
                 self.queued_bytes -= sum(len(part) for part in frame)
+                if bytearray(frame[0][4:5]) == bytearray([FLAG_RESPONSE]):
+                    self.reply_bytes -= sum(len(part) for part in frame)
                 self.cond.notify_all()
 
     # ---- life cycle
 
     def run(self):
+        try:
+            self._run()
+        finally:
+            self.close()  # whatever happened: settled, so the listener takes the next one
+            self.finished.set()
+
+    def _run(self):
         platform_info = {"arch": build_arch(), "machine": os.uname()[4]}
         kernel = read_text("/proc/sys/kernel/osrelease")
         if kernel is not None:
@@ -1506,7 +1520,7 @@ class Session(object):
 
     def _auth_expired(self):
         if not self.authenticated and not self.closed:
-            self.log("no pairing code within 30 s; closing")
+            self.log("no pairing code within 10 s; closing")
             self.close()
 
     def _reader(self):
@@ -1523,11 +1537,15 @@ class Session(object):
             for flag, payload in decoder.feed(data):
                 if self.closed:
                     return
+                if self.unauthenticated_commands >= MAX_UNAUTHENTICATED_COMMANDS:
+                    break  # closed below, before anything more is read or answered
                 if flag != FLAG_COMMAND:
                     self.log("ignoring unexpected %s frame" % FLAG_NAMES[flag])
                     continue
                 req, error = parse_command(payload)
                 if req is None:
+                    if not self.authenticated:
+                        self.unauthenticated_commands += 1
                     self.log("bad command: " + error)
                     self.send_json(response("", error=error))
                     continue
@@ -1541,15 +1559,15 @@ class Session(object):
                     self.log("3 failed pairing attempts; closing")
                     self.shutdown()
                     return
-                if self.unauthenticated_commands > MAX_UNAUTHENTICATED_COMMANDS:
-                    self.log("commands without the pairing code; closing")
-                    self.close()
-                    return
                 # A collector that does not read its answers gets TCP backpressure: no more
-                # commands are read while this much waits to be sent.
+                # commands are read while this much of them waits to be sent.
                 with self.cond:
-                    while self.queued_bytes > MAX_BACKLOG_FOR_READING and not self.closed:
+                    while self.reply_bytes > MAX_BACKLOG_FOR_READING and not self.closed:
                         self.cond.wait(1.0)
+            if self.unauthenticated_commands >= MAX_UNAUTHENTICATED_COMMANDS:
+                self.log("commands without the pairing code; closing")
+                self.shutdown()  # the answers already queued still go out
+                return
             if decoder.error:
                 self.log("protocol error: %s; closing" % decoder.error)
                 return
@@ -1693,12 +1711,12 @@ class Session(object):
             return response(rid, error="no such process: %d" % pid)
         self._ensure_probed(pid)
         s = self.settings
-        s.pid = pid
         # Only events the probe found this device can sample (or the command line named).
         for e in events or []:
             if e not in self.caps.record_events and e not in self.cfg.events:
                 return response(rid, error="unknown event: %s (this device samples %s)"
                                 % (e, ", ".join(self.caps.record_events)))
+        s.pid = pid
         self._set_timing(timing)
         if events:
             s.events = list(events)

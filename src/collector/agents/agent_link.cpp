@@ -542,7 +542,8 @@ dial_agent(app_context& app, std::string host, std::string port, std::optional<s
     asio::co_spawn(ex, link->run(), [](std::exception_ptr) {});
     // Ready once the hello arrived and, with a code, the agent accepted it.
     asio::steady_timer step(ex);
-    for (int i = 0; i < 200; ++i) {
+    // (20 s: a --listen agent serves one unpaired connection at a time, for up to 10 s each.)
+    for (int i = 0; i < 400; ++i) {
         const auto state = link->describe().at("state").as_string();
         if (state != "connecting" && state != "authenticating")
             co_return std::make_pair(id, std::string());

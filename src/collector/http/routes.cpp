@@ -762,8 +762,11 @@ std::optional<http_response> check_access(const app_context& app, const http_req
                               "page");
     }
     const std::string_view target(req.target().data(), req.target().size());
-    const bool ui_file = (method == http::verb::get || method == http::verb::head) &&
-                         target.rfind("/api/", 0) != 0 && target != "/api";
+    // The UI's own files, and the agent executables (public builds, checked by their sha256,
+    // fetched from the device itself), need no token.
+    const bool get = method == http::verb::get || method == http::verb::head;
+    const bool ui_file = get && ((target.rfind("/api/", 0) != 0 && target != "/api") ||
+                                 target.rfind("/api/agent-binaries", 0) == 0);
     if (!app.api_token.empty() && !ui_file &&
         !presents_token(req[http::field::authorization], req[http::field::cookie], app.api_token)) {
         auto res = make_json(
@@ -810,7 +813,9 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
                                          {"agent_listener", app.agent_listen_address},
                                          {"targets", agents_of(app).size()},
                                          {"sessions", app.store.count()},
-                                         {"token_file", app.api_token_file}});
+                                         {"token_file", app.api_token_file},
+                                         {"enrollment", !app.enrollment.empty()},
+                                         {"enrollment_file", app.enrollment_file}});
     }
 
     if (s.size() == 2 && s[1] == "config") {

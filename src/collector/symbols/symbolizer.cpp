@@ -51,9 +51,11 @@ bool is_regular_file(const std::string& path) {
 
 // Why binutils may not read `path`, or nothing: only a regular ELF file is handed to readelf
 // and addr2line, never a device, FIFO or kernel file that a hostile agent names as a module.
-std::string unreadable_binary(const std::string& path) {
+// `real` gets the resolved path, which is what the tools are given (no link followed later).
+std::string unreadable_binary(const std::string& path, std::string& real_path) {
     std::error_code ec;
     const fs::path real = fs::canonical(path, ec);
+    real_path = real.string();
     if (ec || !fs::is_regular_file(real, ec))
         return "binary not found: " + path + " (set --binary or --sysroot)";
     for (const char* kernel : {"/proc", "/sys", "/dev"})
@@ -137,9 +139,10 @@ symbolizer::binary& symbolizer::load(const std::string& module) {
     b->path = local_binary(module);
     if (module.empty() || module.front() == '[') {
         b->error = "no binary for " + module; // kernel, vdso, unknown
-    } else if (auto why = unreadable_binary(b->path); !why.empty()) {
+    } else if (std::string real, why = unreadable_binary(b->path, real); !why.empty()) {
         b->error = std::move(why);
     } else {
+        b->path = std::move(real);
         auto c = run_capture({config_.toolchain_prefix + "readelf", "-sW", b->path});
         if (c.code != 0) {
             b->error = "readelf failed on " + b->path + ": " + c.err.substr(0, 200);
