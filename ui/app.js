@@ -48,6 +48,7 @@ function statCards(meta) {
   });
   if (st.ipc != null) cards.push(`<div class="card">IPC<b>${st.ipc.toFixed(2)}</b></div>`);
   if (meta.lost_samples) cards.push(`<div class="card warn">lost samples<b>${meta.lost_samples}</b></div>`);
+  if (meta.unparsed_chunks) cards.push(`<div class="card warn" title="the live profile reached its memory budget (--live-mb): these chunks are on disk and shown when the session is opened after it ends">not shown live<b>${meta.unparsed_chunks} ${meta.unparsed_chunks === 1 ? 'chunk' : 'chunks'}</b></div>`);
   if (meta.unsaved_chunks) {
     const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
     cards.push(`<div class="card warn" title="${meta.live ? 'shown here, kept in memory and written when there is room' : 'missing from the recording on disk'}">${meta.live ? 'not on disk yet' : 'incomplete recording'}<b>${what}: ${esc(meta.store_error || '')}</b></div>`);

@@ -61,6 +61,9 @@ po::options_description describe_options() {
                                                   "HOME)")
         ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
                                                             "least recently used are unloaded")
+        ("live-mb", po::value<int>()->default_value(1024), "memory for one live session's "
+                                                           "profile; past it chunks are stored "
+                                                           "but shown only once it is reopened")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -179,6 +182,9 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm["cache-mb"].as<int>() < 1)
         return usage("--cache-mb must be at least 1");
     c.saved_cache_mb = static_cast<std::size_t>(vm["cache-mb"].as<int>());
+    if (vm["live-mb"].as<int>() < 1)
+        return usage("--live-mb must be at least 1");
+    c.live_mb = static_cast<std::size_t>(vm["live-mb"].as<int>());
     if (vm.count("agents-dir"))
         c.agents_dir = vm["agents-dir"].as<std::string>();
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()

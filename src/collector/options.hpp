@@ -28,6 +28,7 @@ struct config {
     symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...
     std::string browse_root; // the file browser's root; default: HOME
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
+    std::size_t live_mb = 1024;        // one live session's model; past it chunks go to disk only
     std::string agents_dir; // agent executables to hand out; default: default_agents_dir()
 };
 

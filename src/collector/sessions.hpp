@@ -51,6 +51,9 @@ struct session_entry {
     std::size_t unsaved_bytes = 0;
     std::uint64_t dropped_chunks = 0, dropped_samples = 0;
     std::string store_error;
+    // A live model past its budget (--live-mb) takes no more chunks: they are stored, and
+    // shown when the session is opened again from disk.
+    std::uint64_t unparsed_chunks = 0;
     std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
     std::uint64_t unsaved_samples() const;
 

@@ -846,3 +846,43 @@ TEST_CASE("a sessions folder that cannot be written is an error at start",
     CHECK_THAT(bad.stderr_text(),
                Catch::Contains("cannot write to --sessions-dir /proc/forbidden"));
 }
+
+TEST_CASE("a live session past its memory budget keeps storing, and shows it all once reopened",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--live-mb", "1"});
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"big"})");
+    // Chunks of 20,000 distinct one-frame samples each: a few take the model past 1 MiB.
+    auto chunk = [](int n) {
+        std::string text;
+        for (int i = 0; i < 20000; ++i)
+            text += "app 7/7 " + std::to_string(n) + "." + std::to_string(100000 + i) +
+                    ": 1 cpu-clock:\n\t 1 f" + std::to_string(n * 20000 + i) + "+0x1 (/x)\n\n";
+        return text;
+    };
+    for (int n = 1; n <= 8; ++n)
+        agent->send(protocol::frame_flag::text, chunk(n));
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == 8;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    const std::string id(sessions.at(0).at("id").as_string());
+    const auto live = coll.get("/api/sessions/" + id);
+    INFO(json::serialize(live));
+    const auto unparsed = live.at("unparsed_chunks").to_number<std::uint64_t>();
+    CHECK(unparsed > 0);
+    CHECK(unparsed < 8);
+    CHECK(live.at("samples").to_number<std::uint64_t>() == (8 - unparsed) * 20000);
+    CHECK(live.at("chunks").to_number<std::uint64_t>() == 8);
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("over its memory budget"));
+    // Every chunk is on disk: once the agent has gone, the session opens whole.
+    agent.reset();
+    const auto saved = wait_for(coll, "/api/sessions/" + id, 20s, [](const json::value& v) {
+        return !v.at("live").as_bool() && v.at("samples").to_number<std::uint64_t>() == 160000;
+    });
+    CHECK(saved.at("samples").to_number<std::uint64_t>() == 160000);
+    CHECK(saved.at("unparsed_chunks").to_number<std::uint64_t>() == 0);
+}

@@ -58,6 +58,8 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
     // What the recording on disk holds, and what never reached it.
     meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
     meta["unsaved_chunks"] = e.unsaved_chunks();
+    if (e.unparsed_chunks) // "samples" counts only what the live model took
+        meta["unparsed_chunks"] = e.unparsed_chunks;
     meta["unsaved_samples"] = e.unsaved_samples();
     meta["chunks"] = m.chunks;
     meta["lost_samples"] = m.parser.stats().lost_events;
@@ -351,8 +353,15 @@ void agent_link::on_frame(protocol::frame&& f) {
                 log(who, "cannot store chunk (kept in memory, written when there is room): " +
                              e->store_error);
             const auto samples_before = e->model->prof.sample_count();
-            if (!e->model->ingest(compressed, *payload))
+            if (e->model->memory_bytes() > (app->cfg.live_mb << 20)) {
+                // Past the live budget: on disk, not in memory (one log line).
+                if (e->unparsed_chunks++ == 0)
+                    log(who, "the live session is over its memory budget (--live-mb " +
+                                 std::to_string(app->cfg.live_mb) +
+                                 "): later chunks are stored, and shown when it is reopened");
+            } else if (!e->model->ingest(compressed, *payload)) {
                 log(who, "unreadable data chunk skipped");
+            }
             if (!stored)
                 chunk_samples(*e, e->model->prof.sample_count() - samples_before);
             if (e->unsaved_chunks() != unsaved_before) {
@@ -361,7 +370,7 @@ void agent_link::on_frame(protocol::frame&& f) {
                 note_unsaved(*e, app->store);
             }
             e->samples = e->model->prof.sample_count();
-            e->chunks = e->model->chunks;
+            e->chunks = e->model->chunks + e->unparsed_chunks;
             e->lost_samples = e->model->parser.stats().lost_events;
             ++e->version;
             asio::post(app->io, [app, id = e->id, self, n = payload->size()] {
@@ -481,6 +490,12 @@ void agent_link::finish_session() {
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);
+        if (e->unparsed_chunks) {
+            // Part of it never reached the live model: the next view replays it all from disk.
+            e->model.reset();
+            e->loaded = false;
+            e->memory_bytes = 0;
+        }
         asio::post(app->io, [app, id = e->id, empty] {
             if (empty)
                 app->sessions.forget(id);

@@ -554,12 +554,13 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     if (kind == view_kind::meta) {
         json::object o = app->store.meta(e->id).value_or(json::object());
         o["samples"] = m.prof.sample_count();
-        o["chunks"] = m.chunks;
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
         o["skipped_lines"] = m.parser.stats().skipped_lines;
         // Live: as it stands now; saved: as the metadata recorded it (after a restart too).
         o["live"] = e->live.load();
+        o["unparsed_chunks"] = e->live ? e->unparsed_chunks : 0; // saved: replayed whole
+        o["chunks"] = m.chunks + (e->live ? e->unparsed_chunks : 0);
         if (e->live) {
             o["unsaved_chunks"] = e->unsaved_chunks();
             o["unsaved_samples"] = e->unsaved_samples();
