@@ -886,3 +886,47 @@ TEST_CASE("a live session past its memory budget keeps storing, and shows it all
     CHECK(saved.at("samples").to_number<std::uint64_t>() == 160000);
     CHECK(saved.at("unparsed_chunks").to_number<std::uint64_t>() == 0);
 }
+
+TEST_CASE("three large uploads at once: two import side by side, the third is told to wait, and "
+          "the collector stays small",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    // ~95 MB of perf script text: 1,100,000 samples over 2,000 functions.
+    std::string text;
+    text.reserve(std::size_t{100} << 20);
+    for (int i = 0; i < 1100000; ++i)
+        text += "app 7/7 1." + std::to_string(100000 + i % 900000) + ": 1 cpu-clock:\n\t 4005d6 f" +
+                std::to_string(i % 2000) + "+0x4 (/bin/app)\n\t 4004aa main+0x1a (/bin/app)\n\n";
+    std::vector<test_support::http_reply> replies(3);
+    std::vector<std::thread> uploads;
+    for (int u = 0; u < 3; ++u)
+        uploads.emplace_back([&, u] {
+            replies[u] = http_call(coll.http_port, "POST", "/api/sessions/import", text);
+        });
+    for (auto& t : uploads)
+        t.join();
+    int imported = 0;
+    for (const auto& r : replies) {
+        INFO(r.status << " " << r.body.substr(0, 300));
+        CHECK((r.status == 200 || (r.status == 503 && r.body.find("busy") != std::string::npos)));
+        imported += r.status == 200;
+    }
+    CHECK(imported >= 2);
+    for (const auto& r : replies)
+        if (r.status == 200) {
+            const std::string id(json::parse(r.body).at("session_id").as_string());
+            CHECK(coll.get("/api/sessions/" + id).at("samples").to_number<int>() == 1100000);
+        }
+    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
+    long hwm_kb = 0;
+    for (std::string l; std::getline(status, l);)
+        if (l.rfind("VmHWM:", 0) == 0)
+            hwm_kb = std::stol(l.substr(6));
+    INFO("peak RSS " << hwm_kb / 1024 << " MiB for " << imported << " imports of "
+                     << (text.size() >> 20) << " MiB");
+    CHECK(hwm_kb > 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    CHECK(hwm_kb < 200 * 1024); // not the bodies held whole (3 x 95 MB, and their copies)
+#endif
+}
