@@ -239,7 +239,10 @@ int run(const config& c) {
             boost::system::error_code ignored;
             acceptor->close(ignored);
         }
-        asio::co_spawn(io, stop_sessions(reg), [](std::exception_ptr) {});
+        asio::co_spawn(io, stop_sessions(reg), [](std::exception_ptr e) {
+            if (e)
+                log("stopping failed: " + protocol::describe(e));
+        });
     };
     signals.async_wait(on_signal);
 

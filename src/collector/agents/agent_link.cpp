@@ -126,6 +126,7 @@ agent_link::agent_link(tcp::socket socket, app_context& app, std::string target_
     , token_(std::move(token))
     , dialled_(dialled)
     , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
+    , settled_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , digested_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
@@ -181,6 +182,7 @@ void agent_link::close() {
     socket_.close(ec);
     wake_writer_.cancel();
     digested_.cancel();
+    settled_.cancel();
     for (auto& [id, p] : pending_)
         p.timer->cancel();
 }
@@ -280,6 +282,8 @@ void agent_link::on_hello(protocol::frame&& f) {
                    hello_->hostname.value_or("?"));
     if (dialled_ && !open_session())
         return;
+    if (!token_)
+        settled_.cancel(); // ready: no code to present
     if (token_) {
         // Authenticate; the response arrives like any other.
         state_ = "authenticating";
@@ -295,10 +299,14 @@ void agent_link::on_hello(protocol::frame&& f) {
                     self->close();
                 } else if (self->state_ == "authenticating") {
                     self->state_ = "idle";
+                    self->settled_.cancel();
                     self->app_.changed("targets");
                 }
             },
-            [](std::exception_ptr) {});
+            [peer = peer_](std::exception_ptr e) {
+                if (e)
+                    log(peer, "pairing failed: " + protocol::describe(e));
+            });
     }
     app_.changed("targets");
 }
@@ -504,6 +512,17 @@ void agent_link::finish_session() {
     });
 }
 
+asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration timeout) {
+    auto self = shared_from_this();
+    asio::steady_timer deadline(socket_.get_executor(), timeout);
+    while (!closed_ && pending_ready()) {
+        auto r = co_await (settled_.async_wait(use_nothrow) || deadline.async_wait(use_nothrow));
+        if (r.index() == 1)
+            break;
+    }
+    co_return !closed_ && !pending_ready();
+}
+
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
     admission gate;
     for (;;) {
@@ -554,19 +573,13 @@ dial_agent(app_context& app, std::string host, std::string port, std::optional<s
     auto link = std::make_shared<agent_link>(std::move(socket), app, id,
                                              token ? token : app.cfg.token, true);
     app.targets[id] = link;
-    asio::co_spawn(ex, link->run(), [](std::exception_ptr) {});
-    // Ready once the hello arrived and, with a code, the agent accepted it.
-    asio::steady_timer step(ex);
+    asio::co_spawn(ex, link->run(), [](std::exception_ptr e) {
+        if (e)
+            log("wizard", "agent connection failed: " + protocol::describe(e));
+    });
     // (20 s: a --listen agent serves one unpaired connection at a time, for up to 10 s each.)
-    for (int i = 0; i < 400; ++i) {
-        const auto state = link->describe().at("state").as_string();
-        if (state != "connecting" && state != "authenticating")
-            co_return std::make_pair(id, std::string());
-        if (!app.targets.count(id))
-            break;
-        step.expires_after(std::chrono::milliseconds(50));
-        co_await step.async_wait(use_nothrow);
-    }
+    if (co_await link->ready(std::chrono::seconds(20)))
+        co_return std::make_pair(id, std::string());
     link->close();
     co_return std::make_pair(std::string(), std::string("the agent did not accept the connection "
                                                         "(wrong pairing code?)"));

@@ -43,6 +43,9 @@ public:
     const std::string& session_id() const noexcept { return session_id_; }
     // An agent once it has said hello; before that, just a connection.
     bool introduced() const noexcept { return hello_.has_value() && !closed_; }
+    // Waits (at most `timeout`) until the agent has said hello and, when a pairing code is
+    // sent, accepted it: true then; false when it closed, refused or took too long.
+    asio::awaitable<bool> ready(std::chrono::steady_clock::duration timeout);
     boost::json::object describe() const;
 
 private:
@@ -72,6 +75,8 @@ private:
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
+    asio::steady_timer settled_; // cancelled when the agent is ready or the link closes
+    bool pending_ready() const { return state_ == "connecting" || state_ == "authenticating"; }
     // Bytes of data frames received but not yet stored and parsed: over the limit the reader
     // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped).
     std::size_t undigested_bytes_ = 0;
