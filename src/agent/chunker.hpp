@@ -9,6 +9,7 @@
 #pragma once
 
 #include "protocol/compression.hpp"
+#include "protocol/frame.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -17,7 +18,7 @@
 
 namespace agent {
 
-inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
+using protocol::perf_stat_marker;
 
 class chunker {
 public:

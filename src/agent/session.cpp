@@ -103,6 +103,11 @@ json::object timing_fields(int frequency, std::chrono::milliseconds duration) {
             {"duration", std::chrono::duration_cast<std::chrono::seconds>(duration).count()}};
 }
 
+// The state an answer to start, stop, pause or resume leaves the agent in.
+json::object state_fields(std::string_view state) {
+    return {{"state", state}};
+}
+
 json::object clock_fields() {
     return {{"monotonic", monotonic_seconds()}, {"realtime", wall_seconds()}};
 }
@@ -430,7 +435,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         co_await end_collection();
         state_ = state::idle;
         log(peer_, "profiling stopped");
-        co_return command_response::success(id);
+        co_return command_response::success(id, state_fields("idle"));
     }
     if (req.cmd == "pause") {
         if (state_ != state::profiling)
@@ -438,14 +443,14 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         co_await end_collection();
         state_ = state::paused;
         log(peer_, "profiling paused");
-        co_return command_response::success(id);
+        co_return command_response::success(id, state_fields("paused"));
     }
     if (req.cmd == "resume") {
         if (state_ != state::paused)
             co_return command_response::failure(id, "not paused");
         begin_collection();
         log(peer_, "profiling resumed");
-        co_return command_response::success(id);
+        co_return command_response::success(id, state_fields("profiling"));
     }
     if (req.cmd == "configure") {
         const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
@@ -643,6 +648,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["events"] = json::value_from(settings_.record.events);
     f["callgraph"] = settings_.record.callgraph;
     f["mode"] = settings_.rounds ? "rounds" : "continuous";
+    f["state"] = "profiling";
     // Lets the collector place perf's monotonic timestamps on the wall clock.
     f["clock"] = clock_fields();
     co_return command_response::success(id, std::move(f));

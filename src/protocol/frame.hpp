@@ -34,6 +34,10 @@ enum class frame_flag : std::uint8_t {
     metrics = 4,  // agent -> collector: one health-metrics object
 };
 
+// A data chunk (flag 0 or 1) is perf script text, then this line and the perf stat report of
+// the same span.
+inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
+
 inline constexpr std::size_t header_size = 5;
 
 // Receiver limits (SPEC §1).

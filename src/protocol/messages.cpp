@@ -221,6 +221,30 @@ parse_result<command_response> response_from(json::object obj) {
 
 } // namespace
 
+std::string_view to_string(agent_state s) noexcept {
+    switch (s) {
+    case agent_state::connecting:
+        return "connecting";
+    case agent_state::authenticating:
+        return "authenticating";
+    case agent_state::idle:
+        return "idle";
+    case agent_state::profiling:
+        return "profiling";
+    case agent_state::paused:
+        return "paused";
+    }
+    return "idle";
+}
+
+std::optional<agent_state> agent_state_from(std::string_view s) noexcept {
+    for (auto st : {agent_state::connecting, agent_state::authenticating, agent_state::idle,
+                    agent_state::profiling, agent_state::paused})
+        if (to_string(st) == s)
+            return st;
+    return std::nullopt;
+}
+
 parse_result<hello> parse_hello(std::string_view payload) {
     if (payload.size() > max_hello)
         return parse_error{make_error_code(errc::message_too_large),

@@ -23,6 +23,22 @@ namespace protocol {
 
 inline constexpr int protocol_version = 1;
 
+// The commands an agent answers (flag 2 -> flag 3).
+namespace cmd {
+inline constexpr std::string_view auth = "auth", ping = "ping", status = "status",
+                                  list_processes = "list_processes", verify_pid = "verify_pid",
+                                  verify_perf = "verify_perf", reprobe = "reprobe", start = "start",
+                                  stop = "stop", pause = "pause", resume = "resume",
+                                  configure = "configure", configure_metrics = "configure_metrics";
+} // namespace cmd
+
+// What an agent is doing. The agent reports idle, profiling or paused (state notices, and the
+// "state" of its answers to start, stop, pause and resume); before that the collector knows it
+// only as connecting, then authenticating while its pairing code is checked.
+enum class agent_state { connecting, authenticating, idle, profiling, paused };
+std::string_view to_string(agent_state s) noexcept;
+std::optional<agent_state> agent_state_from(std::string_view s) noexcept;
+
 // ---- hello (flag 3, first frame from the agent) --------------------------------------------
 
 // What the agent was built for (`arch`: x86_64, aarch64, armv7, s390x, …, from the compiler,

@@ -206,17 +206,23 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
     CHECK_THAT(got.text, Catch::Contains(" " + event + ":"));
     CHECK(caps.at("probe_seconds").as_double() < 5.0);
 
-    CHECK(ok(peer.command("pause")));
+    // Each answer says the state it leaves the agent in.
+    auto state_after = [&](const std::string& cmd) {
+        auto r = peer.command(cmd);
+        REQUIRE(ok(r));
+        return std::string(r->fields.at("state").as_string());
+    };
+    CHECK(state_after("pause") == "paused");
     CHECK(no_perf_children(agent->pid(), 3s));
     CHECK(peer.command("status")->fields.at("state").as_string() == "paused");
     CHECK(error_of(peer.command("pause")) == "not profiling");
-    CHECK(ok(peer.command("resume")));
+    CHECK(state_after("resume") == "profiling");
     CHECK(error_of(peer.command("resume")) == "not paused");
     CHECK(error_of(peer.command("start")) == "already profiling");
     auto conf = peer.command("configure", R"({"frequency":199})");
     REQUIRE(ok(conf));
     CHECK(conf->fields.at("frequency").as_int64() == 199);
-    CHECK(ok(peer.command("stop")));
+    CHECK(state_after("stop") == "idle");
     CHECK(no_perf_children(agent->pid(), 3s));
     CHECK(error_of(peer.command("stop")) == "not profiling");
     CHECK(error_of(peer.command("bogus")) == "unknown command: bogus");

@@ -1729,7 +1729,7 @@ class Session(object):
         # clock.
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
                               "events": list(s.events), "callgraph": s.callgraph,
-                              "mode": "rounds" if s.rounds else "continuous",
+                              "mode": "rounds" if s.rounds else "continuous", "state": "profiling",
                               "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                                         "realtime": time.time()}})
 
@@ -1745,14 +1745,14 @@ class Session(object):
         self.end_collection()
         self.state = state
         self.log("profiling " + what)
-        return response(rid)
+        return response(rid, {"state": state})
 
     def cmd_resume(self, rid, args):
         if self.state != "paused":
             return response(rid, error="not paused")
         self._begin_collection()
         self.log("profiling resumed")
-        return response(rid)
+        return response(rid, {"state": "profiling"})
 
     def cmd_configure(self, rid, args):
         self._set_timing(timing_args(args))

@@ -23,6 +23,7 @@
 namespace collector {
 using namespace asio::experimental::awaitable_operators;
 using asio::ip::tcp;
+using protocol::agent_state;
 using protocol::command_response;
 using protocol::frame_flag;
 namespace json = boost::json;
@@ -160,7 +161,7 @@ json::object agent_link::describe() const {
             platform["perf_event_paranoid"] = *p.perf_event_paranoid;
     }
     o["platform"] = std::move(platform);
-    o["state"] = state_;
+    o["state"] = protocol::to_string(state_);
     o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
     o["connected_at"] = connected_at_;
     return o;
@@ -277,7 +278,7 @@ void agent_link::on_hello(protocol::frame&& f) {
     session_meta_["started_at"] = connected_at_;
     session_meta_["live"] = true;
     session_meta_["platform"] = describe().at("platform");
-    state_ = "idle";
+    state_ = agent_state::idle;
     log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") + " on " +
                    hello_->hostname.value_or("?"));
     if (dialled_ && !open_session())
@@ -286,7 +287,7 @@ void agent_link::on_hello(protocol::frame&& f) {
         settled_.cancel(); // ready: no code to present
     if (token_) {
         // Authenticate; the response arrives like any other.
-        state_ = "authenticating";
+        state_ = agent_state::authenticating;
         auto self = shared_from_this();
         asio::co_spawn(
             socket_.get_executor(),
@@ -297,8 +298,8 @@ void agent_link::on_hello(protocol::frame&& f) {
                 if (!r.ok) {
                     log(self->peer_, "agent refused the pairing code: " + r.error);
                     self->close();
-                } else if (self->state_ == "authenticating") {
-                    self->state_ = "idle";
+                } else if (self->state_ == agent_state::authenticating) {
+                    self->state_ = agent_state::idle;
                     self->settled_.cancel();
                     self->app_.changed("targets");
                 }
@@ -342,8 +343,8 @@ void agent_link::on_frame(protocol::frame&& f) {
     switch (f.flag) {
     case frame_flag::text:
     case frame_flag::zstd: {
-        if (state_ == "idle")
-            state_ = "profiling";
+        if (state_ == agent_state::idle)
+            state_ = agent_state::profiling;
         auto e = session_;
         auto payload = std::make_shared<std::string>(std::move(f.payload));
         const bool compressed = f.flag == frame_flag::zstd;
@@ -427,7 +428,9 @@ void agent_link::on_frame(protocol::frame&& f) {
             break;
         }
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
-            state_ = n->state;
+            if (const auto st = protocol::agent_state_from(n->state);
+                st && *st != agent_state::connecting && *st != agent_state::authenticating)
+                state_ = *st;
             if (n->pid)
                 pid_ = n->pid;
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
@@ -461,20 +464,25 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
     if (!result)
         co_return command_response::failure(id, closed_ ? "agent disconnected"
                                                         : "no answer from the agent in time");
-    // What the agent is doing now, for /api/targets.
+    // What the agent is doing now, for /api/targets: what its answer says ("state"); an
+    // agent that does not say is taken at its word that the command did what it names.
     if (result->ok) {
-        if (cmd == "start") {
-            state_ = "profiling";
+        std::optional<agent_state> now;
+        if (const auto* st = result->fields.if_contains("state"); st && st->is_string())
+            now = protocol::agent_state_from(st->as_string());
+        else if (cmd == protocol::cmd::start || cmd == protocol::cmd::resume)
+            now = agent_state::profiling;
+        else if (cmd == protocol::cmd::stop)
+            now = agent_state::idle;
+        else if (cmd == protocol::cmd::pause)
+            now = agent_state::paused;
+        if (cmd == protocol::cmd::start)
             if (const auto* p = result->fields.if_contains("pid"); p && p->is_int64())
                 pid_ = static_cast<int>(p->as_int64());
-        } else if (cmd == "stop") {
-            state_ = "idle";
-        } else if (cmd == "pause") {
-            state_ = "paused";
-        } else if (cmd == "resume") {
-            state_ = "profiling";
+        if (now && *now != state_) {
+            state_ = *now;
+            app_.changed("targets");
         }
-        app_.changed("targets");
     }
     co_return std::move(*result);
 }

@@ -67,7 +67,7 @@ private:
     std::shared_ptr<session_entry> session_;
     std::string session_id_;
     boost::json::object session_meta_; // from the hello, written when the session opens
-    std::string state_ = "connecting";
+    protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
     double connected_at_ = 0;
     bool closed_ = false;
@@ -76,7 +76,10 @@ private:
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
     asio::steady_timer settled_; // cancelled when the agent is ready or the link closes
-    bool pending_ready() const { return state_ == "connecting" || state_ == "authenticating"; }
+    bool pending_ready() const {
+        return state_ == protocol::agent_state::connecting ||
+               state_ == protocol::agent_state::authenticating;
+    }
     // Bytes of data frames received but not yet stored and parsed: over the limit the reader
     // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped).
     std::size_t undigested_bytes_ = 0;

@@ -18,6 +18,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -132,6 +133,7 @@ asio::awaitable<void> serve_events(app_context& app, Stream& stream, unsigned ve
     if (hec)
         co_return;
     sse_client client(app.sse, stream.get_executor());
+    client.on_drop = [&stream] { boost::beast::get_lowest_layer(stream).close(); };
     push_initial_events(app, client);
     co_await (write_events(stream, client, limits) || watch_for_close(stream));
 }

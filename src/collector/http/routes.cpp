@@ -925,7 +925,8 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
         if (s.size() == 3) {
             if (method != http::verb::delete_)
                 co_return wrong_method();
-            (void)co_await link->command("stop", {}, std::chrono::seconds(5));
+            (void)co_await link->command(std::string(protocol::cmd::stop), {},
+                                         std::chrono::seconds(5));
             link->close();
             co_return no_content(req);
         }

@@ -3,6 +3,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <utility>
+
 namespace collector {
 
 // Each line of `data` is its own "data:" field (the browser joins them with '\n'), so no
@@ -48,6 +50,8 @@ bool sse_client::push(std::shared_ptr<const std::string> event) {
         dropped_ = true; // the writer notices and ends the response
         queue_.clear();
         wake_.cancel();
+        if (auto f = std::exchange(on_drop, nullptr))
+            f();
         return false;
     }
     queued_ += event->size();

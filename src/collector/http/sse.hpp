@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -59,6 +60,9 @@ public:
     next(std::chrono::steady_clock::duration heartbeat);
     void written(std::size_t bytes) noexcept { queued_ -= bytes; }
     void close();
+    // Called once when the client is dropped: ends its connection at once, so a write that
+    // waits on a browser that stopped reading ends too and the client is gone.
+    std::function<void()> on_drop;
 
 private:
     sse_hub& hub_;

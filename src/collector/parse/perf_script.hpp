@@ -17,6 +17,7 @@
 #pragma once
 
 #include "collector/model/profile.hpp"
+#include "protocol/frame.hpp"
 
 #include <cstdint>
 #include <string>
@@ -41,7 +42,7 @@ inline constexpr std::size_t max_comm = 31;
 // A longer line is counted as skipped and never held in memory.
 inline constexpr std::size_t max_line = std::size_t{1} << 20;
 
-inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
+using protocol::perf_stat_marker;
 
 // A chunk's perf script text and the perf stat report after the marker (empty if none).
 std::pair<std::string_view, std::string_view> split_perf_stat(std::string_view chunk) noexcept;
