@@ -16,6 +16,7 @@
 #include "protocol/frame.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
+#include "support/proc_status.hpp"
 #include "support/spawn.hpp"
 
 #include <algorithm>
@@ -40,14 +41,6 @@ using protocol::frame_flag;
 using test_support::framing_peer;
 
 namespace {
-
-long status_kb(int pid, const char* field) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind(field, 0) == 0)
-            return std::atol(line.c_str() + std::strlen(field));
-    return -1;
-}
 
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -154,7 +147,7 @@ int main(int argc, char** argv) {
     const std::string target = "/api/sessions/" + session + "/functions";
 
     auto alone = measure(http, target, 5s);
-    const long rss_before_kb = status_kb(coll.pid(), "VmRSS:");
+    const long rss_before_kb = test_support::status_kb(coll.pid(), "VmRSS:");
 
     // The attack.
     std::string zeros_bomb, text_bomb;
@@ -197,7 +190,7 @@ int main(int argc, char** argv) {
     for (auto& t : attackers)
         t.join();
     honest.join();
-    const long hwm_kb = status_kb(coll.pid(), "VmHWM:");
+    const long hwm_kb = test_support::status_kb(coll.pid(), "VmHWM:");
     std::this_thread::sleep_for(1s); // the leavers' sessions settle
     const auto folders = session_folders(work / "sessions");
 
@@ -254,7 +247,7 @@ int main(int argc, char** argv) {
                 "the answers in 10 s\n",
                 connections, sent >> 20);
     std::printf("  peak RSS         %ld MB   goal <= 32 MB\n",
-                status_kb(agent.pid(), "VmHWM:") / 1024);
+                test_support::status_kb(agent.pid(), "VmHWM:") / 1024);
     agent.signal(SIGTERM);
     agent.wait(10s);
     fs::remove_all(work);

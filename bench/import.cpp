@@ -11,6 +11,7 @@
 //
 // Usage: import [megabytes, default 150]
 #include "capture.hpp"
+#include "support/proc_status.hpp"
 
 #include <arpa/inet.h>
 #include <chrono>
@@ -68,14 +69,6 @@ std::size_t naive_collapse(std::string_view text) {
         p = nl + 1;
     }
     return stacks.size();
-}
-
-long status_kb(int pid, const char* field) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind(field, 0) == 0)
-            return std::atol(line.c_str() + std::strlen(field));
-    return -1;
 }
 
 int connect_port(int port) {
@@ -189,7 +182,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const long idle_kb = status_kb(pid, "VmRSS:");
+    const long idle_kb = test_support::status_kb(pid, "VmRSS:");
 
     t0 = clock_type::now();
     const std::string answer = upload(port, file);
@@ -199,7 +192,7 @@ int main(int argc, char** argv) {
                                                     "/functions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                                     "Connection: close\r\n\r\n");
     const double import_s = seconds_since(t0);
-    const long peak_kb = status_kb(pid, "VmHWM:");
+    const long peak_kb = test_support::status_kb(pid, "VmHWM:");
     const bool ok = !id.empty() && functions.rfind("HTTP/1.1 200", 0) == 0;
     std::printf("import over HTTP: %.0f MB/s (%.2f s to the answer, %.2f s to the function "
                 "table; %s samples)%s\n",
@@ -220,7 +213,7 @@ int main(int argc, char** argv) {
     const bool both = !field(a, "session_id").empty() && !field(b, "session_id").empty();
     std::printf("two concurrent imports: %.2f s, %s; collector peak RSS %.0f MB above idle\n",
                 both_s, both ? "both stored" : ("FAILED: " + a + " / " + b).c_str(),
-                static_cast<double>(status_kb(pid, "VmHWM:") - idle_kb) / 1024.0);
+                static_cast<double>(test_support::status_kb(pid, "VmHWM:") - idle_kb) / 1024.0);
 
     ::kill(pid, SIGTERM);
     ::waitpid(pid, nullptr, 0);

@@ -96,19 +96,24 @@ int run(const config& c) {
             return 1;
         }
     }
+    // A token the owner gave, or one kept beside the sessions (made at the first start).
+    auto token_in = [&](const char* name, const char* what) -> std::optional<std::string> {
+        const auto file = std::filesystem::path(c.sessions_dir) / name;
+        std::string error;
+        auto token = load_or_create_token(file, error);
+        if (!token)
+            log(std::string("cannot set up ") + what + ": " + error);
+        return token;
+    };
     if (c.http_auth && c.http_token) {
         app.api_token = *c.http_token;
         app.api_token_file = "the collector's --http-token";
     } else if (c.http_auth) {
-        const auto file = std::filesystem::path(c.sessions_dir) / ".http-token";
-        std::string error;
-        const auto token = load_or_create_token(file, error);
-        if (!token) {
-            log("cannot set up the API's access token: " + error);
+        const auto token = token_in(".http-token", "the API's access token");
+        if (!token)
             return 1;
-        }
         app.api_token = *token;
-        app.api_token_file = file.string();
+        app.api_token_file = (std::filesystem::path(c.sessions_dir) / ".http-token").string();
     }
 
     const bool loopback_agents =
@@ -116,23 +121,17 @@ int run(const config& c) {
     if (c.agent_auth == "token" ||
         (c.agent_auth == "auto" && (!loopback_agents || !c.agent_tokens.empty()))) {
         app.enrollment = c.agent_tokens;
-        std::string where = "--agent-token";
-        app.enrollment_file = where;
+        app.enrollment_file = "--agent-token";
         if (app.enrollment.empty()) {
-            const auto file = std::filesystem::path(c.sessions_dir) / ".agent-token";
-            std::string error;
-            const auto token = load_or_create_token(file, error);
-            if (!token) {
-                log("cannot set up the agents' enrollment token: " + error);
+            const auto token = token_in(".agent-token", "the agents' enrollment token");
+            if (!token)
                 return 1;
-            }
             app.enrollment.push_back(*token);
-            where = file.string();
-            app.enrollment_file = where;
+            app.enrollment_file = (std::filesystem::path(c.sessions_dir) / ".agent-token").string();
         }
         log("agents enroll before anything is stored: start them with PERFWIRE_ENROLL_TOKEN "
             "set to the token in " +
-            where);
+            app.enrollment_file);
     } else if (!loopback_agents) {
         log("warning: --agent-auth none: anyone who reaches " + c.agent_bind + ":" +
             std::to_string(c.agent_port) + " can store sessions here");

@@ -5,6 +5,7 @@
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
+#include "support/proc_status.hpp"
 #include "support/spawn.hpp"
 
 #include "support/fixtures.hpp"
@@ -486,11 +487,7 @@ TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, for
     const auto meta = coll.get("/api/sessions/" + id);
     CHECK(meta.at("bad_chunks").to_number<int>() == 1);
     // The bomb never expanded far: the collector stayed small.
-    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
-    long hwm_kb = 0;
-    for (std::string line; std::getline(status, line);)
-        if (line.rfind("VmHWM:", 0) == 0)
-            hwm_kb = std::stol(line.substr(6));
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
     CHECK(hwm_kb > 0);
 #if defined(__SANITIZE_ADDRESS__)
     // AddressSanitizer's quarantine keeps freed buffers resident: a looser bound, still far
@@ -823,11 +820,7 @@ TEST_CASE("an agent that sends faster than the collector digests is slowed by TC
     INFO("sent and digested in "
          << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
          << " s");
-    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
-    long hwm_kb = 0;
-    for (std::string l; std::getline(status, l);)
-        if (l.rfind("VmHWM:", 0) == 0)
-            hwm_kb = std::stol(l.substr(6));
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
     INFO("peak RSS " << hwm_kb / 1024 << " MiB");
     CHECK(hwm_kb > 0);
 #if defined(__SANITIZE_ADDRESS__)
@@ -918,11 +911,7 @@ TEST_CASE("three large uploads at once: two import side by side, the third is to
             const std::string id(json::parse(r.body).at("session_id").as_string());
             CHECK(coll.get("/api/sessions/" + id).at("samples").to_number<int>() == 1100000);
         }
-    std::ifstream status("/proc/" + std::to_string(coll.proc->pid()) + "/status");
-    long hwm_kb = 0;
-    for (std::string l; std::getline(status, l);)
-        if (l.rfind("VmHWM:", 0) == 0)
-            hwm_kb = std::stol(l.substr(6));
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
     INFO("peak RSS " << hwm_kb / 1024 << " MiB for " << imported << " imports of "
                      << (text.size() >> 20) << " MiB");
     CHECK(hwm_kb > 0);
