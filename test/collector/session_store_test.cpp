@@ -68,6 +68,19 @@ TEST_CASE("sessions are written as received and replay in order", "[collector][s
     CHECK_FALSE(store.remove(w->id()));
     CHECK(store.list().size() == 1);
     CHECK(store.remove(w->id())); // already gone
+    // Nothing of it is left, hidden or not: the root holds only the other session.
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(tmp.path))
+        names.push_back(e.path().filename().string());
+    CHECK(names == std::vector<std::string>{w2->id()});
+
+    // A removal or an import cut short by a crash leaves a hidden folder: cleared at start.
+    fs::create_directories(tmp.path / ".removed-abc123" / "session" / "chunks");
+    fs::create_directories(tmp.path / ".staging-abc123" / "chunks");
+    session_store reopened(tmp.path);
+    CHECK_FALSE(fs::exists(tmp.path / ".removed-abc123"));
+    CHECK_FALSE(fs::exists(tmp.path / ".staging-abc123"));
+    CHECK(reopened.list().size() == 1);
 }
 
 TEST_CASE("session ids cannot leave the root", "[collector][store]") {

@@ -132,10 +132,13 @@ session_store::session_store(fs::path root)
     : root_(std::move(root)) {
     std::error_code ec;
     fs::create_directories(root_, ec);
-    // Imports that never finished (the collector stopped mid-way) leave staged folders.
-    for (const auto& e : fs::directory_iterator(root_, ec))
-        if (e.path().filename().string().rfind(".staging-", 0) == 0)
+    // Imports that never finished and removals cut short (the collector stopped mid-way)
+    // leave hidden folders.
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+        const auto name = e.path().filename().string();
+        if (name.rfind(".staging-", 0) == 0 || name.rfind(".removed-", 0) == 0)
             fs::remove_all(e.path(), ec);
+    }
 }
 
 bool session_store::valid_id(std::string_view id) noexcept {
@@ -277,7 +280,18 @@ error_code session_store::remove(std::string_view id) {
     std::error_code ec;
     if (!fs::exists(dir / "meta.json", ec))
         return {ENOENT, boost::system::system_category()};
-    fs::remove_all(dir, ec);
+    // One rename takes the session out of sight at once; a listing never sees it half gone
+    // (remove_all alone deletes meta.json before the folder).
+    std::string hidden = (root_ / ".removed-XXXXXX").string();
+    if (!::mkdtemp(hidden.data()))
+        return last_error();
+    fs::rename(dir, fs::path(hidden) / "session", ec);
+    if (ec) {
+        std::error_code ignored;
+        fs::remove(hidden, ignored);
+        return error_code(ec.value(), boost::system::system_category());
+    }
+    fs::remove_all(hidden, ec);
     return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
 }
 
