@@ -4,29 +4,24 @@
 #include "collector/context.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/server.hpp"
+#include "collector/log.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/json/serialize.hpp>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 
 namespace collector {
 using asio::ip::tcp;
 
 namespace {
-
-void log(const std::string& what) {
-    std::cerr << "perfwire-collector: " << what << "\n";
-}
 
 bool open_acceptor(tcp::acceptor& a, const std::string& address, std::uint16_t port,
                    const char* what) {
@@ -66,16 +61,17 @@ int run(const config& c) {
 
     if (c.import_file) {
         const auto started = std::chrono::steady_clock::now();
-        auto r = import_file(
+        auto done = import_file(
             app.store, *c.import_file, *c.import_file, "perf", [&](const import_progress& p) {
                 log("importing " + *c.import_file + ": " + std::to_string(p.bytes.load() >> 20) +
                     " MiB read, " + std::to_string(p.samples.load()) + " samples" +
                     (p.converting ? " (perf script)" : ""));
             });
-        if (r.session_id.empty()) {
-            log("import failed: " + r.error);
+        if (!done) {
+            log("import failed: " + done.error().message);
             return 1;
         }
+        auto& r = *done;
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         log("imported " + *c.import_file + " (" + std::to_string(r.model->prof.sample_count()) +
@@ -99,11 +95,12 @@ int run(const config& c) {
     // A token the owner gave, or one kept beside the sessions (made at the first start).
     auto token_in = [&](const char* name, const char* what) -> std::optional<std::string> {
         const auto file = std::filesystem::path(c.sessions_dir) / name;
-        std::string error;
-        auto token = load_or_create_token(file, error);
-        if (!token)
-            log(std::string("cannot set up ") + what + ": " + error);
-        return token;
+        auto token = load_or_create_token(file);
+        if (!token) {
+            log(std::string("cannot set up ") + what + ": " + token.error().message);
+            return std::nullopt;
+        }
+        return *token;
     };
     if (c.http_auth && c.http_token) {
         app.api_token = *c.http_token;
@@ -157,32 +154,6 @@ int run(const config& c) {
             "in " +
             app.api_token_file);
     }
-
-    // What changed, as SSE events for the browsers.
-    app.on_change = [&app](std::string_view kind, const std::string& session_id) {
-        if (!app.sse.clients())
-            return;
-        if (kind == "targets") {
-            boost::json::array list;
-            for (const auto& [id, weak] : app.targets)
-                if (auto link = weak.lock(); link && link->introduced())
-                    list.push_back(link->describe());
-            app.sse.broadcast("targets", boost::json::serialize(list));
-        } else if (kind == "data") {
-            auto e = app.sessions.find(session_id);
-            if (!e)
-                return;
-            app.sse.broadcast("data_version", boost::json::serialize(boost::json::object{
-                                                  {"session_id", session_id},
-                                                  {"version", e->version.load()},
-                                                  {"chunks", e->chunks.load()},
-                                                  {"samples", e->samples.load()},
-                                                  {"lost_samples", e->lost_samples.load()}}));
-        } else if (kind == "sessions") {
-            app.sse.broadcast("sessions", boost::json::serialize(
-                                              boost::json::object{{"session_id", session_id}}));
-        }
-    };
 
     asio::co_spawn(io, accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);

@@ -1,5 +1,7 @@
 #include "collector/context.hpp"
 
+#include "collector/http/events.hpp"
+
 #include <cstdlib>
 
 namespace collector {
@@ -13,5 +15,9 @@ app_context::app_context(asio::io_context& io_context, config c)
           cfg.agents_dir.empty() ? default_agents_dir() : std::filesystem::path(cfg.agents_dir)))
     , limits{cfg.browse_root, find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
                                               cfg.symbols.toolchain_prefix)} {}
+
+void app_context::changed(change what, const std::string& session_id) {
+    events::publish(*this, what, session_id);
+}
 
 } // namespace collector

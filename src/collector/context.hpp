@@ -11,7 +11,6 @@
 #include <boost/asio/io_context.hpp>
 
 #include <chrono>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +18,13 @@
 namespace collector {
 
 class agent_link;
+
+// What the browsers are told changed (http/events.hpp forms the event).
+enum class change {
+    targets,  // an agent came, went, or changed state
+    data,     // a live session took a chunk
+    sessions, // a session was created, ended, imported or removed
+};
 
 struct app_context {
     app_context(asio::io_context& io_context, config c);
@@ -41,13 +47,8 @@ struct app_context {
     std::string api_token;               // what every API request presents; empty: --http-auth none
     std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
 
-    // Called (on the I/O thread) whenever something the UI shows changed: a target came or
-    // went, a session received data. SSE subscribes here.
-    std::function<void(std::string_view kind, const std::string& session_id)> on_change;
-    void changed(std::string_view kind, const std::string& session_id = {}) {
-        if (on_change)
-            on_change(kind, session_id);
-    }
+    // On the I/O thread, whenever something the UI shows changed: tells the browsers.
+    void changed(change what, const std::string& session_id = {});
 };
 
 } // namespace collector

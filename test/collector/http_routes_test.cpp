@@ -139,6 +139,10 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
 
     // speedscope: stacks outermost first, weights summing to the total, clock units in ns.
     const auto ss = f.get_json(base + "/export?format=speedscope");
+    const auto ss_file = f.call(http::verb::get, base + "/export?format=speedscope");
+    CHECK(ss_file[http::field::content_type] == "application/json");
+    CHECK(ss_file[http::field::content_disposition] ==
+          "attachment; filename=\"" + f.session_id + ".speedscope.json\"");
     const auto& prof = ss.at("profiles").as_array().at(0);
     CHECK(prof.at("type").as_string() == "sampled");
     CHECK(prof.at("unit").as_string() == "nanoseconds");
@@ -177,8 +181,19 @@ TEST_CASE("API: bad requests get clear errors", "[collector][api]") {
     CHECK(code(f.get_json("/api/sessions/nope", http::status::not_found)) == "no_session");
     CHECK(code(f.get_json("/api/nothing", http::status::not_found)) == "not_found");
     CHECK(code(f.get_json(base + "/export?format=pdf", http::status::bad_request)) == "bad_format");
-    CHECK(code(f.get_json("/api/targets/t9/command", http::status::not_found)) == "no_target");
+    const auto no_target =
+        f.call(http::verb::post, "/api/targets/t9/command", R"({"cmd":"status"})");
+    CHECK(no_target.result() == http::status::not_found);
+    CHECK(code(json::parse(no_target.body())) == "no_target");
+    // A path the API has, with a method it does not take there.
+    CHECK(code(f.get_json("/api/targets/t9/command", http::status::method_not_allowed)) ==
+          "method_not_allowed");
     CHECK(f.call(http::verb::put, "/api/status").result() == http::status::method_not_allowed);
+    CHECK(f.call(http::verb::post, base + "/functions").result() ==
+          http::status::method_not_allowed);
+    CHECK(code(f.get_json(base + "/nothing", http::status::not_found)) == "not_found");
+    CHECK(code(f.get_json("/api/sessions/" + f.session_id + "/functions/extra",
+                          http::status::not_found)) == "not_found");
 }
 
 TEST_CASE("API: Host and Origin checks defeat rebinding and cross-site requests",
@@ -297,21 +312,21 @@ TEST_CASE("access token: kept in a private file, presented by header or cookie",
           "[collector][api]") {
     test_support::temp_dir dir;
     const auto file = dir.path / ".http-token";
-    std::string error;
-    const auto made = load_or_create_token(file, error);
+    const auto made = load_or_create_token(file);
     REQUIRE(made);
     CHECK(made->size() == 32);
     CHECK(valid_token(*made));
     CHECK((fs::status(file).permissions() & fs::perms::all) ==
           (fs::perms::owner_read | fs::perms::owner_write));
-    CHECK(load_or_create_token(file, error) == made); // the same token after a restart
+    CHECK(load_or_create_token(file).value() == *made); // the same token after a restart
 
     fs::permissions(file, fs::perms::group_read | fs::perms::others_read, fs::perm_options::add);
-    CHECK_FALSE(load_or_create_token(file, error));
-    CHECK_THAT(error, Catch::Contains("readable by others"));
+    const auto shared = load_or_create_token(file);
+    REQUIRE_FALSE(shared);
+    CHECK_THAT(shared.error().message, Catch::Contains("readable by others"));
     fs::remove(file);
     fs::create_symlink("/etc/hostname", file);
-    CHECK_FALSE(load_or_create_token(file, error));
+    CHECK_FALSE(load_or_create_token(file));
     fs::remove(file);
     {
         std::ofstream out(file);
@@ -319,8 +334,8 @@ TEST_CASE("access token: kept in a private file, presented by header or cookie",
     }
     fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write,
                     fs::perm_options::replace);
-    CHECK_FALSE(load_or_create_token(file, error));
-    CHECK_FALSE(load_or_create_token(dir.path / "no/such/dir/.http-token", error));
+    CHECK_FALSE(load_or_create_token(file));
+    CHECK_FALSE(load_or_create_token(dir.path / "no/such/dir/.http-token"));
 
     CHECK(token_in_query("/?token=abc") == "abc");
     CHECK(token_in_query("/index.html?x=1&token=abc&y=2") == "abc");

@@ -69,9 +69,10 @@ TEST_CASE("an import parses in one pass into chunks that replay to the same prof
     parser.feed(text);
     parser.finish();
 
-    auto r = import_text(store, text, 5);
-    INFO(r.error);
-    REQUIRE_FALSE(r.session_id.empty());
+    auto done = import_text(store, text, 5);
+    if (!done)
+        FAIL(done.error());
+    auto& r = *done;
     REQUIRE(r.model);
     CHECK(r.model->prof.sample_count() == direct.sample_count());
     CHECK(r.model->parser.stats().skipped_lines == 0);
@@ -113,9 +114,10 @@ TEST_CASE("an agent's --output file imports whole, perf stat blocks and all",
     parser.feed(script + script);
     parser.finish();
 
-    auto r = import_text(store, file, 9);
-    INFO(r.error);
-    REQUIRE_FALSE(r.session_id.empty());
+    auto done = import_text(store, file, 9);
+    if (!done)
+        FAIL(done.error());
+    auto& r = *done;
     CHECK(r.model->prof.sample_count() == direct.sample_count());
     CHECK(r.model->parser.stats().skipped_lines == 0);
     REQUIRE(r.model->last_stat);
@@ -138,17 +140,20 @@ TEST_CASE("an import that finds nothing says what it found, and leaves nothing",
     for (auto& c : random)
         c = static_cast<char>(rng());
     auto bin = import_text(store, random, 1);
-    CHECK(bin.session_id.empty());
-    CHECK(bin.bad_input);
-    CHECK_THAT(bin.error, Catch::Contains("neither a perf.data file nor perf script text"));
+    REQUIRE_FALSE(bin.has_value());
+    CHECK(bin.error().code == "import_failed");
+    CHECK(bin.error().status == 400); // the input's fault
+    CHECK_THAT(bin.error().message,
+               Catch::Contains("neither a perf.data file nor perf script text"));
 
     auto words = import_text(store, "hello\nthis is <b>not</b> perf\n", 1);
-    CHECK(words.session_id.empty());
-    CHECK_THAT(words.error, Catch::Contains("holds no perf script samples"));
-    CHECK_THAT(words.error, Catch::Contains("hello"));
+    REQUIRE_FALSE(words.has_value());
+    CHECK_THAT(words.error().message, Catch::Contains("holds no perf script samples"));
+    CHECK_THAT(words.error().message, Catch::Contains("hello"));
 
     auto empty = import_text(store, "", 1);
-    CHECK_THAT(empty.error, Catch::Contains("is empty"));
+    REQUIRE_FALSE(empty.has_value());
+    CHECK_THAT(empty.error().message, Catch::Contains("is empty"));
     CHECK(folders(tmp.path).empty());
     CHECK(store.list().empty());
 }
@@ -169,8 +174,9 @@ TEST_CASE("an import abandoned half way or cancelled leaves nothing", "[collecto
     s.cancel();
     CHECK_FALSE(s.feed(text));
     const auto r = s.finish();
-    CHECK(r.session_id.empty());
-    CHECK(r.error == "cancelled");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == "cancelled");
+    CHECK(r.error().message == "cancelled");
     CHECK(folders(tmp.path).empty());
 }
 

@@ -1,5 +1,8 @@
 #include "collector/agents/agent_link.hpp"
 
+#include "collector/live_session.hpp"
+#include "collector/log.hpp"
+
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
@@ -16,7 +19,6 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 #include <unordered_map>
 
@@ -45,32 +47,6 @@ next_frame(protocol::frame_reader<tcp::socket>& frames, asio::steady_timer* dead
 double wall_seconds() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-void log(const std::string& who, const std::string& what) {
-    std::cerr << "perfwire-collector: [" << who << "] " << what << "\n";
-}
-
-json::object final_meta(const json::object& start, const session_entry& e, double ended) {
-    const session_model& m = *e.model;
-    json::object meta = start;
-    meta["ended_at"] = ended;
-    meta["live"] = false;
-    // What the recording on disk holds, and what never reached it.
-    meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
-    meta["unsaved_chunks"] = e.unsaved_chunks();
-    if (e.unparsed_chunks) // "samples" counts only what the live model took
-        meta["unparsed_chunks"] = e.unparsed_chunks;
-    meta["unsaved_samples"] = e.unsaved_samples();
-    meta["chunks"] = m.chunks;
-    meta["lost_samples"] = m.parser.stats().lost_events;
-    json::array events;
-    for (const auto& ev : m.event_types)
-        events.emplace_back(ev);
-    meta["event_types"] = std::move(events);
-    if (!m.last_stat_text.empty())
-        meta["perf_stat_text"] = m.last_stat_text;
-    return meta;
 }
 
 // Data received but not yet stored and parsed, per connection: past it, reading pauses.
@@ -301,7 +277,7 @@ void agent_link::on_hello(protocol::frame&& f) {
                 } else if (self->state_ == agent_state::authenticating) {
                     self->state_ = agent_state::idle;
                     self->settled_.cancel();
-                    self->app_.changed("targets");
+                    self->app_.changed(change::targets);
                 }
             },
             [peer = peer_](std::exception_ptr e) {
@@ -309,7 +285,7 @@ void agent_link::on_hello(protocol::frame&& f) {
                     log(peer, "pairing failed: " + protocol::describe(e));
             });
     }
-    app_.changed("targets");
+    app_.changed(change::targets);
 }
 
 bool agent_link::open_session() {
@@ -325,7 +301,7 @@ bool agent_link::open_session() {
     session_ = *created;
     session_id_ = session_->id;
     log(peer_, "session " + session_id_);
-    app_.changed("targets");
+    app_.changed(change::targets);
     return true;
 }
 
@@ -345,49 +321,13 @@ void agent_link::on_frame(protocol::frame&& f) {
     case frame_flag::zstd: {
         if (state_ == agent_state::idle)
             state_ = agent_state::profiling;
-        auto e = session_;
-        auto payload = std::make_shared<std::string>(std::move(f.payload));
-        const bool compressed = f.flag == frame_flag::zstd;
-        app_context* app = &app_;
-        const std::string who = peer_;
-        undigested_bytes_ += payload->size();
-        auto self = shared_from_this();
-        asio::post(e->strand, [e, payload, compressed, app, who, self] {
-            // Disk first: a crash after this line loses nothing that arrived. A chunk that
-            // cannot be written is still parsed and shown, kept, and written once there is
-            // room; the session says what the recording on disk lacks meanwhile.
-            const auto unsaved_before = e->unsaved_chunks();
-            const bool stored = store_chunk(*e, compressed, *payload);
-            if (!stored)
-                log(who, "cannot store chunk (kept in memory, written when there is room): " +
-                             e->store_error);
-            const auto samples_before = e->model->prof.sample_count();
-            if (e->model->memory_bytes() > (app->cfg.live_mb << 20)) {
-                // Past the live budget: on disk, not in memory (one log line).
-                if (e->unparsed_chunks++ == 0)
-                    log(who, "the live session is over its memory budget (--live-mb " +
-                                 std::to_string(app->cfg.live_mb) +
-                                 "): later chunks are stored, and shown when it is reopened");
-            } else if (!e->model->ingest(compressed, *payload)) {
-                log(who, "unreadable data chunk skipped");
-            }
-            if (!stored)
-                chunk_samples(*e, e->model->prof.sample_count() - samples_before);
-            if (e->unsaved_chunks() != unsaved_before) {
-                if (stored)
-                    log(who, "the chunks kept in memory are on disk now");
-                note_unsaved(*e, app->store);
-            }
-            e->samples = e->model->prof.sample_count();
-            e->chunks = e->model->chunks + e->unparsed_chunks;
-            e->lost_samples = e->model->parser.stats().lost_events;
-            ++e->version;
-            asio::post(app->io, [app, id = e->id, self, n = payload->size()] {
-                self->undigested_bytes_ -= n;
-                self->digested_.cancel();
-                app->changed("data", id);
-            });
-        });
+        const std::size_t n = f.payload.size();
+        undigested_bytes_ += n;
+        ingest_chunk(app_, session_, peer_, f.flag == frame_flag::zstd, std::move(f.payload),
+                     [self = shared_from_this(), n] {
+                         self->undigested_bytes_ -= n;
+                         self->digested_.cancel();
+                     });
         break;
     }
     case frame_flag::metrics: {
@@ -407,18 +347,7 @@ void agent_link::on_frame(protocol::frame&& f) {
                 log(peer_, "metrics refused (logged once): " + refused);
             break;
         }
-        auto e = session_;
-        auto payload = std::make_shared<std::string>(protocol::serialize(*parsed));
-        asio::post(e->strand, [e, payload] {
-            if (e->writer)
-                (void)e->writer->append_metrics(*payload);
-            if (e->model)
-                e->model->note_metrics(*payload);
-        });
-        // To the browsers: {"session_id":…,"metrics":{…}}.
-        if (app_.sse.clients())
-            app_.sse.broadcast("metrics", R"({"session_id":")" + session_id_ + R"(","metrics":)" +
-                                              *payload + "}");
+        ingest_metrics(app_, session_, protocol::serialize(*parsed));
         break;
     }
     case frame_flag::response: {
@@ -434,7 +363,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (n->pid)
                 pid_ = n->pid;
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
-            app_.changed("targets");
+            app_.changed(change::targets);
         } else if (auto* r = std::get_if<command_response>(&*reply)) {
             if (const auto it = pending_.find(r->id); it != pending_.end()) {
                 it->second.result = std::move(*r);
@@ -481,7 +410,7 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
                 pid_ = static_cast<int>(p->as_int64());
         if (now && *now != state_) {
             state_ = *now;
-            app_.changed("targets");
+            app_.changed(change::targets);
         }
     }
     co_return std::move(*result);
@@ -489,35 +418,10 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
 
 void agent_link::finish_session() {
     app_.targets.erase(id_);
-    app_.changed("targets");
+    app_.changed(change::targets);
     if (!session_)
         return;
-    app_.sessions.set_live(session_id_, false);
-    auto e = session_;
-    app_context* app = &app_;
-    const double ended = wall_seconds();
-    asio::post(e->strand, [e, app, ended] {
-        // The metadata written at the hello, completed; disk work stays off the I/O thread.
-        // A session that never held a sample (an agent that came and went, idle) is not kept.
-        const bool empty = !e->model || e->model->prof.sample_count() == 0;
-        if (e->writer && !empty)
-            (void)e->writer->write_meta(
-                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended));
-        e->writer.reset();
-        if (empty)
-            (void)app->store.remove(e->id);
-        if (e->unparsed_chunks) {
-            // Part of it never reached the live model: the next view replays it all from disk.
-            e->model.reset();
-            e->loaded = false;
-            e->memory_bytes = 0;
-        }
-        asio::post(app->io, [app, id = e->id, empty] {
-            if (empty)
-                app->sessions.forget(id);
-            app->changed("sessions", id);
-        });
-    });
+    end_live(app_, session_, wall_seconds());
 }
 
 asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration timeout) {
@@ -529,6 +433,14 @@ asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration time
             break;
     }
     co_return !closed_ && !pending_ready();
+}
+
+std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& app) {
+    std::vector<std::shared_ptr<agent_link>> out;
+    for (const auto& [id, weak] : app.targets)
+        if (auto link = weak.lock(); link && link->introduced())
+            out.push_back(std::move(link));
+    return out;
 }
 
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {

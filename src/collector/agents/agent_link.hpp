@@ -18,7 +18,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <deque>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace collector {
 
@@ -94,6 +97,9 @@ private:
 };
 
 // Accepts agents until the acceptor closes.
+// The connected agents that said hello, in id order.
+std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& app);
+
 asio::awaitable<void> accept_agents(app_context& app, asio::ip::tcp::acceptor& acceptor);
 
 // Dials a listening agent and serves it like an inbound one (the Live Debug wizard). Returns

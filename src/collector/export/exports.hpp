@@ -1,5 +1,6 @@
-// Exports that other tools open: a self-contained flame-graph SVG (any browser) and a pprof
-// profile (`go tool pprof`, `pprof -http`, Perfetto, Pyroscope). Pure functions of the model.
+// Exports that other tools open: collapsed stacks (flamegraph.pl, inferno), speedscope's JSON,
+// a self-contained flame-graph SVG (any browser) and a pprof profile (`go tool pprof`,
+// `pprof -http`, Perfetto, Pyroscope). Pure functions of the model.
 #pragma once
 
 #include "collector/model/views.hpp"
@@ -7,6 +8,12 @@
 #include <string>
 
 namespace collector {
+
+// "a;b;c <weight>" lines, root first: the input of flamegraph.pl and friends.
+std::string collapsed_text(const profile& p, const view_filter& f);
+
+// speedscope's sampled format: every stack with self weight, outermost frame first.
+std::string speedscope_json(const profile& p, const view_filter& f, const std::string& name);
 
 // A static flame graph (root at the bottom), one <rect> per call path wide enough to see, each
 // with a <title> tooltip; no script, no external reference.

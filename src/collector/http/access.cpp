@@ -36,8 +36,15 @@ bool valid_token(std::string_view token) {
     return true;
 }
 
-std::optional<std::string> load_or_create_token(const std::filesystem::path& file,
-                                                std::string& error) {
+namespace {
+
+failure token_failure(std::string why) {
+    return {"token", std::move(why), 500};
+}
+
+} // namespace
+
+result<std::string> load_or_create_token(const std::filesystem::path& file) {
     // Created exclusively, so two collectors starting together agree on one token.
     const int created = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (created >= 0) {
@@ -46,38 +53,33 @@ std::optional<std::string> load_or_create_token(const std::filesystem::path& fil
         const bool written =
             ::write(created, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
             ::fsync(created) == 0;
+        const int write_errno = errno;
         ::close(created);
         if (written)
             return token;
-        error = "cannot write " + file.string() + ": " + std::strerror(errno);
         ::unlink(file.c_str());
-        return std::nullopt;
+        return token_failure("cannot write " + file.string() + ": " + std::strerror(write_errno));
     }
-    if (errno != EEXIST) {
-        error = "cannot create " + file.string() + ": " + std::strerror(errno);
-        return std::nullopt;
-    }
+    if (errno != EEXIST)
+        return token_failure("cannot create " + file.string() + ": " + std::strerror(errno));
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st {};
     if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
             ::close(fd);
-        error = "cannot read " + file.string() + " (a regular file, not a link)";
-        return std::nullopt;
+        return token_failure("cannot read " + file.string() + " (a regular file, not a link)");
     }
     if ((st.st_mode & 077) != 0) {
         ::close(fd);
-        error = file.string() + " is readable by others: chmod 600 it";
-        return std::nullopt;
+        return token_failure(file.string() + " is readable by others: chmod 600 it");
     }
     char buf[512];
     const ssize_t n = ::read(fd, buf, sizeof buf);
     ::close(fd);
     const auto token = trim(std::string_view(buf, n > 0 ? static_cast<std::size_t>(n) : 0));
-    if (!valid_token(token)) {
-        error = file.string() + " does not hold a token (16 to 256 letters, digits or -._~)";
-        return std::nullopt;
-    }
+    if (!valid_token(token))
+        return token_failure(file.string() +
+                             " does not hold a token (16 to 256 letters, digits or -._~)");
     return std::string(token);
 }
 

@@ -4,6 +4,8 @@
 // steer an agent. Pure functions: no Beast, no sockets.
 #pragma once
 
+#include "collector/result.hpp"
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,10 +15,9 @@ namespace collector {
 
 inline constexpr std::string_view token_cookie = "perfwire_token";
 
-// The token kept in `file` (created with a fresh random token, mode 0600, when missing).
-// nullopt with `error` set when it can be neither read nor created, or is not a usable token.
-std::optional<std::string> load_or_create_token(const std::filesystem::path& file,
-                                                std::string& error);
+// The token kept in `file` (created with a fresh random token, mode 0600, when missing); a
+// failure when it can be neither read nor created, or is not a usable token.
+result<std::string> load_or_create_token(const std::filesystem::path& file);
 
 // Whether the request's Authorization and Cookie header values carry `token`. Compared in
 // constant time.

@@ -1,8 +1,11 @@
 // The HTTP API (docs/api.md): a request in, a response out, no socket — the server and the
-// tests both call handle_request. Views are computed on the session's strand.
+// tests both call handle_request. One table maps (method, path pattern) to a handler; a path
+// the table has with a method it does not take is 405, any other 404. Session views are in
+// http/views.hpp, computed on the session's strand.
 #pragma once
 
 #include "collector/context.hpp"
+#include "collector/result.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/message.hpp>
@@ -28,5 +31,7 @@ http_response make_json(const http_request& req, http::status status,
                         const boost::json::value& body);
 http_response make_error(const http_request& req, http::status status, std::string_view code,
                          std::string_view message);
+// The same for a failure, with its status, and its candidates when it has some.
+http_response make_error(const http_request& req, const failure& f);
 
 } // namespace collector

@@ -2,6 +2,7 @@
 
 #include "collector/http/access.hpp"
 #include "collector/http/connection.hpp"
+#include "collector/http/events.hpp"
 #include "protocol/error.hpp"
 #include "protocol/pairing.hpp"
 
@@ -39,16 +40,8 @@ void add_security_headers(http_response& res) {
 } // namespace detail
 
 void push_initial_events(app_context& app, sse_client& client) {
-    boost::json::array targets;
-    for (const auto& [id, weak] : app.targets)
-        if (auto link = weak.lock(); link && link->introduced())
-            targets.push_back(link->describe());
-    client.push(std::make_shared<const std::string>(sse_hub::format(
-        "status",
-        boost::json::serialize(boost::json::object{
-            {"version", PERFWIRE_VERSION}, {"agent_listener", app.agent_listen_address}}))));
-    client.push(std::make_shared<const std::string>(
-        sse_hub::format("targets", boost::json::serialize(targets))));
+    for (auto& event : events::first_picture(app))
+        client.push(std::make_shared<const std::string>(std::move(event)));
 }
 
 http_response ui_response(app_context& app, const http_request& req) {

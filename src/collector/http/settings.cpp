@@ -115,28 +115,36 @@ json::object config_json(const symbol_config& c, const config_limits& limits) {
             {"toolchains", strings_json(limits.toolchains)}};
 }
 
-std::string update_config(symbol_config& c, const json::object& body, const config_limits& limits) {
+namespace {
+
+failure bad_config(std::string why) {
+    return {"bad_config", std::move(why)};
+}
+
+} // namespace
+
+result<> update_config(symbol_config& c, const json::object& body, const config_limits& limits) {
     symbol_config next = c;
     if (const auto* v = body.if_contains("binaries"); v && !read_strings(*v, next.binaries))
-        return "binaries must be an array of strings";
+        return bad_config("binaries must be an array of strings");
     if (const auto* v = body.if_contains("source_dirs"); v && !read_strings(*v, next.source_dirs))
-        return "source_dirs must be an array of strings";
+        return bad_config("source_dirs must be an array of strings");
     if (const auto* v = body.if_contains("path_map")) {
         if (!v->is_array())
-            return "path_map must be an array of {from, to}";
+            return bad_config("path_map must be an array of {from, to}");
         next.path_map.clear();
         for (const auto& e : v->as_array()) {
             const auto* o = e.if_object();
             const auto* from = o ? o->if_contains("from") : nullptr;
             const auto* to = o ? o->if_contains("to") : nullptr;
             if (!from || !to || !from->is_string() || !to->is_string() || from->as_string().empty())
-                return "path_map must be an array of {from, to} with a non-empty from";
+                return bad_config("path_map must be an array of {from, to} with a non-empty from");
             next.path_map.emplace_back(from->as_string(), to->as_string());
         }
     }
     if (const auto* v = body.if_contains("toolchain_prefix")) {
         if (!v->is_string())
-            return "toolchain_prefix must be a string";
+            return bad_config("toolchain_prefix must be a string");
         const std::string p(v->as_string());
         // The prefix names programs to run: only one of those the owner made available.
         if (std::find(limits.toolchains.begin(), limits.toolchains.end(), p) ==
@@ -144,24 +152,25 @@ std::string update_config(symbol_config& c, const json::object& body, const conf
             std::string known;
             for (const auto& t : limits.toolchains)
                 known += (known.empty() ? "" : ", ") + (t.empty() ? std::string("\"\"") : t);
-            return "toolchain_prefix must be one of the toolchains the collector found: " + known;
+            return bad_config(
+                "toolchain_prefix must be one of the toolchains the collector found: " + known);
         }
         next.toolchain_prefix = p;
     }
     if (const auto* v = body.if_contains("sysroot")) {
         if (!v->is_string())
-            return "sysroot must be a string";
+            return bad_config("sysroot must be a string");
         next.sysroot = std::string(v->as_string());
         if (!next.sysroot.empty() && next.sysroot != c.sysroot)
             if (auto why = outside_root("sysroot", next.sysroot, limits.browse_root); !why.empty())
-                return why;
+                return bad_config(why);
     }
     if (auto why = outside_root("binaries", next.binaries, limits.browse_root, c.binaries);
         !why.empty())
-        return why;
+        return bad_config(why);
     if (auto why = outside_root("source_dirs", next.source_dirs, limits.browse_root, c.source_dirs);
         !why.empty())
-        return why;
+        return bad_config(why);
     std::vector<std::string> targets, kept_targets;
     for (const auto& m : next.path_map)
         targets.push_back(m.second);
@@ -169,10 +178,10 @@ std::string update_config(symbol_config& c, const json::object& body, const conf
         kept_targets.push_back(m.second);
     if (auto why = outside_root("path_map targets", targets, limits.browse_root, kept_targets);
         !why.empty())
-        return why;
+        return bad_config(why);
     if (const auto* v = body.if_contains("inline")) {
         if (!v->is_bool())
-            return "inline must be true or false";
+            return bad_config("inline must be true or false");
         next.inline_frames = v->as_bool();
     }
     c = std::move(next);

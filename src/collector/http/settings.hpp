@@ -3,6 +3,7 @@
 // Pure functions: no Beast, no sockets.
 #pragma once
 
+#include "collector/result.hpp"
 #include "collector/symbols/symbolizer.hpp"
 
 #include <boost/json/object.hpp>
@@ -27,10 +28,10 @@ std::vector<std::string> find_toolchains(const std::string& path_env, const std:
 boost::json::object config_json(const symbol_config& c, const config_limits& limits);
 
 // Applies the fields present in `body` ({binaries, source_dirs, path_map:[{from,to}],
-// toolchain_prefix, sysroot, inline}) within `limits`; an error message names the first bad
+// toolchain_prefix, sysroot, inline}) within `limits`; a bad_config failure names the first bad
 // field, and nothing is applied then.
-std::string update_config(symbol_config& c, const boost::json::object& body,
-                          const config_limits& limits);
+result<> update_config(symbol_config& c, const boost::json::object& body,
+                       const config_limits& limits);
 
 struct browse_result {
     int status = 200; // 200, 403 outside the root, 404 missing, 400 not a folder

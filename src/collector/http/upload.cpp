@@ -1,5 +1,6 @@
 #include "collector/http/upload.hpp"
 
+#include "collector/http/events.hpp"
 #include "collector/store/import.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -51,7 +52,7 @@ struct upload::state : std::enable_shared_from_this<upload::state> {
                        {"samples", p.samples.load()}};
         if (declared)
             o["total"] = *declared;
-        app.sse.broadcast("import", json::serialize(o));
+        events::import_progress(app, o);
     }
 };
 
@@ -121,14 +122,14 @@ void upload::abandon() {
 
 asio::awaitable<http_response> upload::finish(const http_request& req) {
     state_->announce("parsing", true); // (a perf.data upload then reports "converting")
-    auto r = co_await asio::co_spawn(state_->strand, finish_on_pool(state_), asio::use_awaitable);
+    auto done =
+        co_await asio::co_spawn(state_->strand, finish_on_pool(state_), asio::use_awaitable);
     auto& app = state_->app;
-    if (r.session_id.empty()) {
+    if (!done) {
         state_->announce("failed", true);
-        co_return make_error(
-            req, r.bad_input ? http::status::bad_request : http::status::internal_server_error,
-            "import_failed", r.error);
+        co_return make_error(req, done.error());
     }
+    auto& r = *done;
     const auto samples = r.model->prof.sample_count();
     const auto& st = r.model->parser.stats();
     json::object body{{"session_id", r.session_id},
@@ -138,7 +139,7 @@ asio::awaitable<http_response> upload::finish(const http_request& req) {
                       {"lost_samples", st.lost_events}};
     app.sessions.adopt(r.session_id, std::move(r.model));
     state_->announce("done", true);
-    app.changed("sessions", r.session_id);
+    app.changed(change::sessions, r.session_id);
     co_return make_json(req, http::status::ok, body);
 }
 

@@ -366,7 +366,6 @@ struct import_stream::impl {
     }
 
     import_result finish() {
-        import_result r;
         if (ok() && what == kind::unknown && !head.empty()) {
             // Shorter than the magic: text, if anything.
             what = kind::text;
@@ -401,10 +400,10 @@ struct import_stream::impl {
         if (progress.cancelled)
             fail("cancelled");
         if (!ok()) {
-            r.error = error;
-            r.bad_input = bad_input;
             discard();
-            return r;
+            if (progress.cancelled)
+                return failure("cancelled", error);
+            return failure("import_failed", error, bad_input ? 400 : 500);
         }
         model->note_events();
         const auto& st = model->parser.stats();
@@ -420,12 +419,11 @@ struct import_stream::impl {
                                  {"skipped_lines", st.skipped_lines},
                                  {"lost_samples", st.lost_events}};
         if (auto ec = store.publish(*writer, "import", meta)) {
-            r.error = "cannot store the session: " + ec.message();
-            r.bad_input = false;
             discard();
-            return r;
+            return failure("import_failed", "cannot store the session: " + ec.message(), 500);
         }
         finished = true;
+        imported r;
         r.session_id = writer->id();
         r.model = std::move(model);
         return r;
@@ -490,11 +488,8 @@ import_result import_file(session_store& store, const std::string& path, const s
                           const std::function<void(const import_progress&)>& report) {
     import_stream stream(store, source, perf);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        import_result r;
-        r.error = "cannot read " + source + ": " + std::strerror(errno);
-        return r;
-    }
+    if (fd < 0)
+        return failure("import_failed", "cannot read " + source + ": " + std::strerror(errno));
     std::vector<char> buf(std::size_t{1} << 20);
     auto last_report = std::chrono::steady_clock::now();
     bool first = true;

@@ -11,6 +11,8 @@
 // progress() may be read, and cancel() called, from elsewhere.
 #pragma once
 
+#include "collector/result.hpp"
+
 #include "collector/session_model.hpp"
 #include "collector/store/session_store.hpp"
 
@@ -31,12 +33,13 @@ struct import_progress {
     std::atomic<bool> cancelled{false};
 };
 
-struct import_result {
-    std::string session_id; // empty on failure
+struct imported {
+    std::string session_id;
     std::unique_ptr<session_model> model;
-    std::string error;
-    bool bad_input = true; // on failure: the input's fault, or the collector's (disk, no perf)
 };
+// A failure is "import_failed" with status 400 when the input is at fault and 500 when the
+// collector is (a full disk, no perf), or "cancelled".
+using import_result = result<imported>;
 
 class import_stream {
 public:

@@ -1,0 +1,297 @@
+#include "collector/http/views.hpp"
+
+#include "collector/export/exports.hpp"
+#include "collector/model/view_json.hpp"
+#include "collector/symbols/source_view.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/monotonic_resource.hpp>
+
+#include <algorithm>
+
+namespace collector {
+
+namespace {
+
+// What a view needs, parsed from the query.
+struct view_params {
+    std::string event;
+    bool by_period = true;
+    std::optional<std::uint32_t> tid;
+    std::optional<double> start_s, end_s, min_pct;
+    std::optional<int> max_depth;
+    std::string baseline; // session id to compare against
+    std::string metrics_type;
+    source_request source; // file=, function=
+};
+
+result<view_params> parse_view_params(const target_url& u) {
+    view_params v;
+    if (const auto it = u.query.find("event"); it != u.query.end())
+        v.event = it->second;
+    if (const auto it = u.query.find("baseline"); it != u.query.end())
+        v.baseline = it->second;
+    if (const auto it = u.query.find("type"); it != u.query.end())
+        v.metrics_type = it->second;
+    if (const auto it = u.query.find("file"); it != u.query.end())
+        v.source.file = it->second;
+    if (const auto it = u.query.find("function"); it != u.query.end())
+        v.source.function = it->second;
+    if (const auto it = u.query.find("weight"); it != u.query.end()) {
+        if (it->second == "samples")
+            v.by_period = false;
+        else if (it->second != "period" && !it->second.empty())
+            return failure{"bad_parameter", "weight must be period or samples"};
+    }
+    bool bad = false;
+    if (const auto tid = number_param(u, "tid", bad))
+        v.tid = static_cast<std::uint32_t>(*tid);
+    v.start_s = number_param(u, "start", bad);
+    v.end_s = number_param(u, "end", bad);
+    v.min_pct = number_param(u, "min_pct", bad);
+    if (const auto d = number_param(u, "max_depth", bad))
+        v.max_depth = static_cast<int>(*d);
+    if (bad)
+        return failure{"bad_parameter", "tid, start, end, min_pct and max_depth must be numbers"};
+    return v;
+}
+
+// Resolves the event and the filter against a model (on the strand).
+result<view_filter> make_filter(const profile& p, const view_params& v) {
+    auto r = resolve_event(p, v.event);
+    if (!r.event) {
+        if (!p.event_count())
+            return failure{"no_data", "the session has no samples yet", 404};
+        return failure{"bad_event", "event '" + v.event + "' is not unique or unknown", 400,
+                       std::move(r.candidates)};
+    }
+    view_filter f;
+    f.event = *r.event;
+    f.by_period = v.by_period;
+    f.tid = v.tid;
+    const auto base = p.first_time();
+    if (v.start_s)
+        f.start_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.start_s) * 1e9);
+    if (v.end_s)
+        f.end_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.end_s) * 1e9);
+    return f;
+}
+
+// On the baseline session's strand.
+asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<session_entry> e,
+                                                          app_context* app, view_params v) {
+    ensure_loaded(*e, app->store);
+    v.tid.reset(); // a thread or window of one session means nothing in the other
+    v.start_s.reset();
+    v.end_s.reset();
+    const auto f = make_filter(e->model->prof, v);
+    if (!f)
+        co_return failure{"bad_baseline", "baseline: " + f.error().message};
+    co_return baseline_of(e->model->prof, *f);
+}
+
+// What a view computes on the strand: a JSON body (or a text body), or an error. The body
+// lives in an arena of its own (a flame graph is a node per stack), freed whole with it;
+// values built in that storage are moved into it, never copied.
+struct view_result {
+    http::status status = http::status::ok; // of a source view
+    std::optional<failure> failed;
+    json::value body = json::value(json::make_shared_resource<json::monotonic_resource>());
+    std::string text; // set for text exports
+};
+
+enum class view_kind {
+    functions,
+    flamegraph,
+    threads,
+    meta,
+    export_collapsed,
+    export_json,
+    export_speedscope,
+    export_svg,
+    export_pprof,
+    metrics,
+    source
+};
+
+asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
+                                          view_kind kind, view_params v) {
+    ensure_loaded(*e, app->store);
+    const session_model& m = *e->model;
+    view_result r;
+    if (kind == view_kind::metrics) {
+        // Health history from metrics.jsonl; start/end in seconds from the session's start.
+        const auto meta = app->store.meta(e->id);
+        const double t0 = meta && meta->contains("started_at") && meta->at("started_at").is_number()
+                              ? meta->at("started_at").to_number<double>()
+                              : 0.0;
+        r.body = metrics_history(app->store.metrics(e->id), t0, v.metrics_type, v.start_s, v.end_s);
+        co_return r;
+    }
+    if (kind == view_kind::meta) {
+        json::object o = app->store.meta(e->id).value_or(json::object());
+        o["samples"] = m.prof.sample_count();
+        o["bad_chunks"] = m.bad_chunks;
+        o["lost_samples"] = m.parser.stats().lost_events;
+        o["skipped_lines"] = m.parser.stats().skipped_lines;
+        // Live: as it stands now; saved: as the metadata recorded it (after a restart too).
+        o["live"] = e->live.load();
+        o["unparsed_chunks"] = e->live ? e->unparsed_chunks : 0; // saved: replayed whole
+        o["chunks"] = m.chunks + (e->live ? e->unparsed_chunks : 0);
+        if (e->live) {
+            o["unsaved_chunks"] = e->unsaved_chunks();
+            o["unsaved_samples"] = e->unsaved_samples();
+            o["store_error"] = e->store_error;
+        } else if (!o.contains("unsaved_chunks")) {
+            o["unsaved_chunks"] = 0;
+        }
+        json::array events;
+        for (const auto& ev : m.event_types)
+            events.emplace_back(ev);
+        o["event_types"] = std::move(events);
+        o["perf_stat"] = stat_json(m);
+        o["duration_sec"] =
+            m.prof.sample_count()
+                ? static_cast<double>(m.prof.last_time() - m.prof.first_time()) / 1e9
+                : 0.0;
+        r.body = std::move(o);
+        co_return r;
+    }
+    const auto f = make_filter(m.prof, v);
+    if (!f) {
+        r.failed = f.error();
+        co_return r;
+    }
+    const json::storage_ptr arena = r.body.storage();
+    switch (kind) {
+    case view_kind::functions:
+        r.body = functions_json(m.prof, *f, 1000000, arena);
+        break;
+    case view_kind::flamegraph:
+        r.body =
+            flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0), arena);
+        break;
+    case view_kind::threads:
+        r.body = threads_json(m.prof, *f, arena);
+        break;
+    case view_kind::export_collapsed:
+        r.text = collapsed_text(m.prof, *f);
+        break;
+    case view_kind::export_json:
+        r.body = json::object({{"functions", functions_json(m.prof, *f, 1000000, arena)},
+                               {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
+                               {"threads", threads_json(m.prof, *f, arena)}},
+                              arena);
+        break;
+    case view_kind::export_speedscope:
+        r.text = speedscope_json(m.prof, *f, e->id);
+        break;
+    case view_kind::export_svg:
+        r.text = flame_svg(m.prof, *f,
+                           e->id + " — " + std::string(m.prof.event_name(f->event)) + " by " +
+                               (f->by_period ? "period" : "samples"));
+        break;
+    case view_kind::export_pprof:
+        r.text = pprof_profile(m.prof, *f);
+        break;
+    case view_kind::source: {
+        auto a = source_view(m.prof, *f, app->symbols, v.source, m.device_build_ids);
+        r.status = static_cast<http::status>(a.status);
+        r.body = std::move(a.body);
+        break;
+    }
+    case view_kind::meta:
+    case view_kind::metrics:
+        break; // answered above
+    }
+    co_return r;
+}
+
+struct export_format {
+    std::string_view name;
+    view_kind kind;
+    const char* content_type; // nullptr: a JSON body
+    const char* suffix;
+};
+
+constexpr export_format export_formats[] = {
+    {"json", view_kind::export_json, nullptr, ""},
+    {"collapsed", view_kind::export_collapsed, "text/plain; charset=utf-8", ".collapsed.txt"},
+    {"speedscope", view_kind::export_speedscope, "application/json", ".speedscope.json"},
+    {"svg", view_kind::export_svg, "image/svg+xml", ".svg"},
+    {"pprof", view_kind::export_pprof, "application/octet-stream", ".pb"},
+};
+
+constexpr std::pair<std::string_view, view_kind> views[] = {
+    {"", view_kind::meta},
+    {"functions", view_kind::functions},
+    {"flamegraph", view_kind::flamegraph},
+    {"threads", view_kind::threads},
+    {"metrics", view_kind::metrics},
+    {"source", view_kind::source},
+};
+
+} // namespace
+
+asio::awaitable<http_response> session_view(app_context& app, const http_request& req,
+                                            const target_url& url, std::shared_ptr<session_entry> e,
+                                            std::string_view view) {
+    const export_format* format = nullptr;
+    view_kind kind = view_kind::meta;
+    if (view == "export") {
+        const std::string& name = url.param("format");
+        for (const auto& f : export_formats)
+            if (f.name == (name.empty() ? "json" : name))
+                format = &f;
+        if (!format)
+            co_return make_error(req, http::status::bad_request, "bad_format",
+                                 "format must be collapsed, json, svg, speedscope or pprof");
+        kind = format->kind;
+    } else {
+        const auto it = std::find_if(std::begin(views), std::end(views),
+                                     [&](const auto& v) { return v.first == view; });
+        if (it == std::end(views))
+            co_return make_error(req, http::status::not_found, "not_found", "no such resource");
+        kind = it->second;
+    }
+    auto parsed = parse_view_params(url);
+    if (!parsed)
+        co_return make_error(req, parsed.error());
+    view_params v = std::move(*parsed);
+    std::optional<baseline_shares> base;
+    if (!v.baseline.empty() && (kind == view_kind::functions || kind == view_kind::flamegraph)) {
+        auto b = app.sessions.find(v.baseline);
+        if (!b)
+            co_return make_error(req, http::status::not_found, "no_session",
+                                 "no baseline session " + v.baseline);
+        auto shares =
+            co_await asio::co_spawn(b->strand, compute_baseline(b, &app, v), asio::use_awaitable);
+        if (!shares)
+            co_return make_error(req, shares.error());
+        base = std::move(*shares);
+    }
+    const std::string baseline_id = v.baseline;
+    auto r = co_await asio::co_spawn(e->strand, compute_view(e, &app, kind, std::move(v)),
+                                     asio::use_awaitable);
+    if (r.failed)
+        co_return make_error(req, *r.failed);
+    if (base && r.status == http::status::ok)
+        apply_baseline(r.body, *base, baseline_id);
+    if (!format || !format->content_type || r.status != http::status::ok)
+        co_return make_json(req, r.status, r.body);
+    // A file to save: named after the session.
+    http_response res{http::status::ok, req.version()};
+    res.set(http::field::content_type, format->content_type);
+    res.set(http::field::content_disposition,
+            "attachment; filename=\"" + e->id + format->suffix + "\"");
+    if (kind == view_kind::export_svg) // its own zoom script runs; it can reach nothing
+        res.set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
+                                           "style-src 'unsafe-inline'; frame-ancestors 'none'");
+    res.keep_alive(req.keep_alive());
+    res.body() = std::move(r.text);
+    res.prepare_payload();
+    co_return res;
+}
+
+} // namespace collector

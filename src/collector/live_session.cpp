@@ -1,0 +1,122 @@
+#include "collector/live_session.hpp"
+
+#include "collector/context.hpp"
+#include "collector/http/events.hpp"
+#include "collector/log.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+
+namespace collector {
+namespace json = boost::json;
+
+namespace {
+
+json::object final_meta(const json::object& start, const session_entry& e, double ended) {
+    const session_model& m = *e.model;
+    json::object meta = start;
+    meta["ended_at"] = ended;
+    meta["live"] = false;
+    // What the recording on disk holds, and what never reached it.
+    meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
+    meta["unsaved_chunks"] = e.unsaved_chunks();
+    if (e.unparsed_chunks) // "samples" counts only what the live model took
+        meta["unparsed_chunks"] = e.unparsed_chunks;
+    meta["unsaved_samples"] = e.unsaved_samples();
+    meta["chunks"] = m.chunks;
+    meta["lost_samples"] = m.parser.stats().lost_events;
+    json::array events;
+    for (const auto& ev : m.event_types)
+        events.emplace_back(ev);
+    meta["event_types"] = std::move(events);
+    if (!m.last_stat_text.empty())
+        meta["perf_stat_text"] = m.last_stat_text;
+    return meta;
+}
+
+// On the strand: disk first, so a crash after it loses nothing that arrived. A chunk that
+// cannot be written is still parsed and shown, kept, and written once there is room; the
+// session says what the recording on disk lacks meanwhile.
+void take_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
+                const std::string& payload) {
+    const auto unsaved_before = e.unsaved_chunks();
+    const bool stored = store_chunk(e, compressed, payload);
+    if (!stored)
+        log(who,
+            "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
+    const auto samples_before = e.model->prof.sample_count();
+    if (e.model->memory_bytes() > (app.cfg.live_mb << 20)) {
+        // Past the live budget: on disk, not in memory (one log line).
+        if (e.unparsed_chunks++ == 0)
+            log(who, "the live session is over its memory budget (--live-mb " +
+                         std::to_string(app.cfg.live_mb) +
+                         "): later chunks are stored, and shown when it is reopened");
+    } else if (!e.model->ingest(compressed, payload)) {
+        log(who, "unreadable data chunk skipped");
+    }
+    if (!stored)
+        chunk_samples(e, e.model->prof.sample_count() - samples_before);
+    if (e.unsaved_chunks() != unsaved_before) {
+        if (stored)
+            log(who, "the chunks kept in memory are on disk now");
+        note_unsaved(e, app.store);
+    }
+    e.samples = e.model->prof.sample_count();
+    e.chunks = e.model->chunks + e.unparsed_chunks;
+    e.lost_samples = e.model->parser.stats().lost_events;
+    ++e.version;
+}
+
+} // namespace
+
+void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std::string who,
+                  bool compressed, std::string payload, std::function<void()> digested) {
+    asio::post(e->strand, [e, app = &app, who = std::move(who), compressed,
+                           payload = std::move(payload), digested = std::move(digested)] {
+        take_chunk(*e, *app, who, compressed, payload);
+        asio::post(app->io, [app, id = e->id, digested] {
+            digested();
+            app->changed(change::data, id);
+        });
+    });
+}
+
+void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record) {
+    events::metrics(app, e->id, record);
+    asio::post(e->strand, [e, record = std::move(record)] {
+        if (e->writer)
+            (void)e->writer->append_metrics(record);
+        if (e->model)
+            e->model->note_metrics(record);
+    });
+}
+
+void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at) {
+    app.sessions.set_live(e->id, false);
+    asio::post(e->strand, [e, app = &app, ended_at] {
+        // The metadata written at the first data, completed; disk work stays off the I/O
+        // thread. A session that never held a sample (an agent that came and went, idle) is
+        // not kept.
+        const bool empty = !e->model || e->model->prof.sample_count() == 0;
+        if (e->writer && !empty)
+            (void)e->writer->write_meta(
+                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended_at));
+        e->writer.reset();
+        if (empty)
+            (void)app->store.remove(e->id);
+        if (e->unparsed_chunks) {
+            // Part of it never reached the live model: the next view replays it all from disk.
+            e->model.reset();
+            e->loaded = false;
+            e->memory_bytes = 0;
+        }
+        asio::post(app->io, [app, id = e->id, empty] {
+            if (empty)
+                app->sessions.forget(id);
+            app->changed(change::sessions, id);
+        });
+    });
+}
+
+} // namespace collector

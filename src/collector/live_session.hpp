@@ -1,0 +1,30 @@
+// A live session's one path. The agent's link reads frames and hands each data chunk and
+// metrics record here, on the I/O thread; the session's strand stores it (disk first), parses
+// it into the model and publishes the counts; then one typed change reaches the browsers
+// (http/events.hpp). When the agent leaves, the session is completed on disk, or removed if it
+// never held a sample.
+#pragma once
+
+#include "collector/sessions.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace collector {
+
+struct app_context;
+
+// A data chunk as it arrived (`who` names the peer in the log). `digested` runs on the I/O
+// thread once the chunk is stored and parsed: the link counts what is still in flight by it.
+void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std::string who,
+                  bool compressed, std::string payload, std::function<void()> digested);
+
+// One metrics record, already parsed and re-serialised (protocol::serialize): appended to the
+// session, kept in its model, sent to the browsers.
+void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record);
+
+// The agent left at `ended_at` (seconds since the epoch).
+void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at);
+
+} // namespace collector

@@ -1,0 +1,239 @@
+#include "collector/model/view_json.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+
+namespace collector {
+
+namespace {
+
+json::object view_header(const profile& p, const view_filter& f, std::uint64_t total,
+                         json::storage_ptr sp) {
+    return json::object({{"event", p.event_name(f.event)},
+                         {"weight", f.by_period ? "period" : "samples"},
+                         {"total", total},
+                         {"samples", p.sample_count()}},
+                        std::move(sp));
+}
+
+std::string function_key(std::string_view name, std::string_view module) {
+    std::string k(name);
+    k.push_back('\x1f');
+    k.append(module);
+    return k;
+}
+
+} // namespace
+
+double pct(std::uint64_t part, std::uint64_t whole) {
+    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
+                           const json::storage_ptr& sp) {
+    const auto t = functions(p, f);
+    json::object o = view_header(p, f, t.total_weight, sp);
+    json::array rows(sp);
+    rows.reserve(std::min(limit, t.rows.size()));
+    for (const auto& r : t.rows) {
+        if (rows.size() >= limit)
+            break;
+        rows.push_back(json::object({{"name", p.symbol(r.frame)},
+                                     {"module", p.module(r.frame)},
+                                     {"self", r.self},
+                                     {"total", r.total},
+                                     {"self_pct", pct(r.self, t.total_weight)},
+                                     {"total_pct", pct(r.total, t.total_weight)}},
+                                    sp));
+    }
+    o["functions"] = std::move(rows);
+    return o;
+}
+
+json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
+                            const json::storage_ptr& sp) {
+    const auto self = node_self_weights(p, f);
+    const auto incl = inclusive_weights(p, self);
+    const auto kids = children_of(p);
+    const std::uint64_t total = incl.empty() ? 0 : incl[0];
+    const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
+    json::object o = view_header(p, f, total, sp);
+    // Iterative build: deep stacks cannot exhaust the call stack.
+    json::object root({{"name", "all"}, {"module", ""}, {"value", total}, {"self", self[0]}}, sp);
+    struct item {
+        std::uint32_t node;
+        json::object* out;
+        int depth;
+    };
+    std::vector<item> todo{{0, &root, 0}};
+    while (!todo.empty()) {
+        const item it = todo.back();
+        todo.pop_back();
+        json::array& children = (*it.out)["children"].emplace_array();
+        if (it.depth >= max_depth)
+            continue;
+        std::vector<std::uint32_t> order(kids.child.begin() + kids.offset[it.node],
+                                         kids.child.begin() + kids.offset[it.node + 1]);
+        std::sort(order.begin(), order.end(),
+                  [&](std::uint32_t a, std::uint32_t b) { return incl[a] > incl[b]; });
+        for (const auto c : order) {
+            if (incl[c] == 0 || incl[c] < min_value)
+                continue;
+            const auto frame = p.node_frame(c);
+            children.push_back(json::object({{"name", p.symbol(frame)},
+                                             {"module", p.module(frame)},
+                                             {"value", incl[c]},
+                                             {"self", self[c]}},
+                                            sp));
+        }
+        // Children were pushed in order; recurse into each (addresses are stable now).
+        std::size_t i = 0;
+        for (const auto c : order) {
+            if (incl[c] == 0 || incl[c] < min_value)
+                continue;
+            todo.push_back({c, &children[i++].as_object(), it.depth + 1});
+        }
+    }
+    o["root"] = std::move(root);
+    return o;
+}
+
+json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {
+    const auto rows = threads(p, f);
+    std::uint64_t total = 0;
+    for (const auto& r : rows)
+        total += r.weight;
+    json::array out(sp);
+    for (const auto& r : rows) {
+        json::array top(sp);
+        for (const auto& fn : r.top_functions)
+            top.push_back(json::object({{"name", p.symbol(fn.frame)},
+                                        {"module", p.module(fn.frame)},
+                                        {"self", fn.self},
+                                        {"self_pct", pct(fn.self, r.weight)}},
+                                       sp));
+        json::object row({{"tid", r.tid},
+                          {"pid", r.pid},
+                          {"comm", r.comm},
+                          {"samples", r.samples},
+                          {"weight", r.weight},
+                          {"pct", pct(r.weight, total)}},
+                         sp);
+        row["top_functions"] = std::move(top);
+        out.push_back(std::move(row));
+    }
+    return out;
+}
+
+json::object stat_json(const session_model& m) {
+    json::object o;
+    if (!m.last_stat)
+        return o;
+    json::array counters;
+    for (const auto& c : m.last_stat->counters) {
+        json::object jc{{"event", c.event},
+                        {"value", c.value ? json::value(*c.value) : json::value(nullptr)},
+                        {"unit", c.unit},
+                        {"supported", c.supported},
+                        {"counted", c.counted},
+                        {"note", c.note}};
+        jc["running_pct"] = c.running_pct ? json::value(*c.running_pct) : json::value(nullptr);
+        counters.push_back(std::move(jc));
+    }
+    o["counters"] = std::move(counters);
+    auto opt = [](const std::optional<double>& v) {
+        return v ? json::value(*v) : json::value(nullptr);
+    };
+    o["ipc"] = opt(m.last_stat->ipc);
+    o["cache_miss_pct"] = opt(m.last_stat->cache_miss_pct);
+    o["branch_miss_pct"] = opt(m.last_stat->branch_miss_pct);
+    o["elapsed_seconds"] = opt(m.last_stat->elapsed_seconds);
+    o["scaled"] = m.last_stat->scaled();
+    return o;
+}
+
+baseline_shares baseline_of(const profile& p, const view_filter& f) {
+    baseline_shares b;
+    const auto t = functions(p, f);
+    for (const auto& r : t.rows)
+        b.functions[function_key(p.symbol(r.frame), p.module(r.frame))] = {
+            pct(r.self, t.total_weight), pct(r.total, t.total_weight)};
+    const auto incl = inclusive_weights(p, node_self_weights(p, f));
+    std::vector<std::string> path(p.node_count());
+    for (std::uint32_t n = 1; n < p.node_count(); ++n) {
+        const auto parent = p.node_parent(n);
+        path[n] = (parent == profile::root ? std::string() : path[parent] + ";") +
+                  std::string(p.symbol(p.node_frame(n)));
+        if (incl[n])
+            b.nodes[path[n]] = pct(incl[n], incl[0]);
+    }
+    return b;
+}
+
+// Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
+// (and the same for total); flame nodes get baseline_pct and delta_pct.
+void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id) {
+    auto& o = body.as_object();
+    o["baseline"] = id;
+    if (auto* fns = o.if_contains("functions")) {
+        for (auto& row : fns->as_array()) {
+            auto& r = row.as_object();
+            const auto it = b.functions.find(
+                function_key(r.at("name").as_string(), r.at("module").as_string()));
+            const double bs = it == b.functions.end() ? 0.0 : it->second.first;
+            const double bt = it == b.functions.end() ? 0.0 : it->second.second;
+            r["baseline_self_pct"] = bs;
+            r["baseline_total_pct"] = bt;
+            r["delta_self_pct"] = r.at("self_pct").as_double() - bs;
+            r["delta_total_pct"] = r.at("total_pct").as_double() - bt;
+        }
+    }
+    if (auto* root = o.if_contains("root")) {
+        const double total = static_cast<double>(o.at("total").to_number<std::uint64_t>());
+        struct item {
+            json::object* node;
+            std::string path;
+        };
+        std::vector<item> todo;
+        for (auto& c : root->as_object()["children"].as_array())
+            todo.push_back({&c.as_object(), std::string(c.at("name").as_string())});
+        while (!todo.empty()) {
+            auto [node, path] = std::move(todo.back());
+            todo.pop_back();
+            const auto it = b.nodes.find(path);
+            const double base = it == b.nodes.end() ? 0.0 : it->second;
+            const double now =
+                total ? 100.0 * static_cast<double>(node->at("value").to_number<std::uint64_t>()) /
+                            total
+                      : 0.0;
+            (*node)["baseline_pct"] = base;
+            (*node)["delta_pct"] = now - base;
+            for (auto& c : (*node)["children"].as_array())
+                todo.push_back(
+                    {&c.as_object(), path + ";" + std::string(c.at("name").as_string())});
+        }
+    }
+}
+
+json::array metrics_history(const std::vector<std::string>& lines, double t0, std::string_view type,
+                            std::optional<double> start_s, std::optional<double> end_s) {
+    json::array out;
+    for (const auto& line : lines) {
+        boost::system::error_code ec;
+        auto sample = json::parse(line, ec);
+        if (ec || !sample.is_object())
+            continue;
+        const auto* t = sample.as_object().if_contains("type");
+        const auto* ts = sample.as_object().if_contains("ts");
+        if (!type.empty() && (!t || !t->is_string() || t->as_string() != type))
+            continue;
+        const double rel = ts && ts->is_number() ? ts->to_number<double>() - t0 : 0.0;
+        if ((start_s && rel < *start_s) || (end_s && rel > *end_s))
+            continue;
+        out.push_back(std::move(sample));
+    }
+    return out;
+}
+
+} // namespace collector

@@ -1,0 +1,56 @@
+// The views' JSON shapes (docs/api.md), made from the model: pure functions, no I/O. Views
+// that can be large (a flame graph is a node per stack) are built in the storage they are
+// given, an arena the caller frees whole.
+#pragma once
+
+#include "collector/model/views.hpp"
+#include "collector/session_model.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace collector {
+
+namespace json = boost::json;
+
+// part in percent of whole; 0 for an empty whole.
+double pct(std::uint64_t part, std::uint64_t whole);
+
+// {"event", "weight", "total", "samples", "functions": [{name, module, self, total, self_pct,
+// total_pct}]}, by self, at most `limit` rows.
+json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
+                           const json::storage_ptr& sp);
+// {…header, "root": {name, module, value, self, children: […]}}: children by value, those
+// under min_pct of the total and below max_depth left out.
+json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
+                            const json::storage_ptr& sp);
+// [{tid, pid, comm, samples, weight, pct, top_functions: […]}].
+json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp);
+// The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.
+json::object stat_json(const session_model& m);
+
+// A baseline's shares, keyed by "name\x1fmodule" for functions and by the ';'-joined path for
+// flame-graph nodes, in percent of its total.
+struct baseline_shares {
+    std::unordered_map<std::string, std::pair<double, double>> functions; // self %, total %
+    std::unordered_map<std::string, double> nodes;                        // inclusive %
+};
+
+baseline_shares baseline_of(const profile& p, const view_filter& f);
+// Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
+// (and the same for total); flame nodes get baseline_pct and delta_pct.
+void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id);
+
+// Health history: the metrics records (one JSON object per line) of `type` (empty: all) whose
+// time, in seconds from t0, lies within [start_s, end_s].
+json::array metrics_history(const std::vector<std::string>& lines, double t0, std::string_view type,
+                            std::optional<double> start_s, std::optional<double> end_s);
+
+} // namespace collector
