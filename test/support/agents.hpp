@@ -1,14 +1,22 @@
 // Test helper: the two agent flavours, started the way a user starts them. The C++ agent is the
 // built binary; the Python agent is src/agent/python/perfwire_agent.py run by the Debian
 // interpreter (the one python3-zstandard is installed for). A test that holds for every agent
-// takes its flavour from GENERATE(agent_flavour::cpp, agent_flavour::python).
+// takes its flavour from each_agent().
 #pragma once
 
+#include "protocol/messages.hpp"
+#include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace test_support {
@@ -29,6 +37,40 @@ inline std::unique_ptr<spawned> start_agent(agent_flavour f, std::vector<std::st
         return std::make_unique<spawned>(PERFWIRE_AGENT_BIN, args, "/dev/null", env);
     args.insert(args.begin(), PERFWIRE_PYTHON_AGENT);
     return std::make_unique<spawned>(PERFWIRE_PYTHON, args, "/dev/null", env);
+}
+
+// The demo workload, running for `seconds`.
+inline std::unique_ptr<spawned> start_demo(double seconds) {
+    auto demo = std::make_unique<spawned>(PERFWIRE_DEMO_BIN,
+                                          std::vector<std::string>{std::to_string(seconds)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200)); // let its threads start
+    return demo;
+}
+
+// The flavour under test: a test case that calls this runs once with each.
+inline agent_flavour each_agent() {
+    return GENERATE(agent_flavour::cpp, agent_flavour::python);
+}
+
+// The hello an agent sends first.
+inline protocol::hello read_hello(framing_peer& peer) {
+    auto f = peer.next(std::chrono::seconds(5));
+    REQUIRE(f);
+    REQUIRE(f->flag == protocol::frame_flag::response);
+    auto h = protocol::parse_hello(f->payload);
+    REQUIRE(h.has_value());
+    return *h;
+}
+
+// A command's refusal: it must have been answered, and not ok.
+inline std::string error_of(const std::optional<protocol::command_response>& r) {
+    REQUIRE(r);
+    CHECK_FALSE(r->ok);
+    return r->error;
+}
+
+inline bool ok(const std::optional<protocol::command_response>& r) {
+    return r && r->ok;
 }
 
 } // namespace test_support

@@ -1,0 +1,512 @@
+// Attacks on the collector as a hostile device, a hostile local user and a full disk make
+// them, against the real collector on loopback: each test reproduces one attack and asserts
+// the bound that now holds (docs/security.md lists them).
+#include "protocol/compression.hpp"
+#include "protocol/frame.hpp"
+#include "support/agents.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/framing_peer.hpp"
+#include "support/http_client.hpp"
+#include "support/proc_status.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <poll.h>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using test_support::collector_proc;
+using test_support::http_call;
+using test_support::session_folders;
+using test_support::spawned;
+using test_support::start_demo;
+using test_support::temp_dir;
+using test_support::wait_for;
+
+TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, forged metrics",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+
+    // A browser on the event stream, read raw for what reaches it.
+    const int browser = test_support::connect_loopback(coll.http_port);
+    REQUIRE(browser >= 0);
+    const std::string get =
+        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: perfwire_token=" +
+        test_support::api_token(coll.http_port) + "\r\n\r\n";
+    REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+
+    // Before the hello a frame may be no larger than a hello: a header declaring 1 MiB closes
+    // the connection at once, before any of it is sent.
+    auto big = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(big);
+    const auto declared = std::chrono::steady_clock::now();
+    big->send_raw(std::string("\x00\x10\x00\x00\x03", 5));
+    CHECK_FALSE(big->next(5s));
+    CHECK(big->closed());
+    CHECK(std::chrono::steady_clock::now() - declared < 3s); // not the 10 s hello deadline
+
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"bomb"})");
+    // 1 GiB of zeros in a 32 KiB frame: stopped as it expands past a chunk's size.
+    protocol::zstd_compressor z;
+    const std::string zeros(std::size_t{1} << 20, '\0');
+    for (int i = 0; i < 1024; ++i)
+        z.write(zeros);
+    const std::string bomb = z.finish();
+    REQUIRE(bomb.size() < (std::size_t{64} << 10));
+    agent->send(protocol::frame_flag::zstd, bomb);
+    // Metrics that try to forge another event, and metrics that are not JSON.
+    agent->send(protocol::frame_flag::metrics,
+                R"({"type":"process","ts":1,"pid":7,"comm":"x\n\nevent: targets\ndata: []",)"
+                R"("state":"R","cpu_pct":1,"rss_kb":1,"vsize_kb":1,"threads":1,"fds":1,)"
+                R"("voluntary_csw":1,"involuntary_csw":1,"minor_faults":1,"major_faults":1,)"
+                R"("oom_score":0,"forged":"\n\nevent: targets\ndata: []"})");
+    agent->send(protocol::frame_flag::metrics, "{not json\n\nevent: targets\ndata: []");
+    agent->send(protocol::frame_flag::text, "app 7/7 1.000000: 1 cpu-clock:\n\t1 f (/x)\n\n");
+
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("samples").to_number<int>() == 1;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    const std::string id(sessions.as_array()[0].at("id").as_string());
+    const auto meta = coll.get("/api/sessions/" + id);
+    CHECK(meta.at("bad_chunks").to_number<int>() == 1);
+    // The bomb never expanded far: the collector stayed small.
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
+    CHECK(hwm_kb > 0);
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's quarantine keeps freed buffers resident: a looser bound, still far
+    // below the gigabyte the bomb expanded to before.
+    CHECK(hwm_kb < 768 * 1024);
+#else
+    CHECK(hwm_kb < 256 * 1024);
+#endif
+
+    // What reached the browser: the metrics as known fields only, one "data:" line each; no
+    // forged event, nothing from the frame that is not JSON.
+    std::string seen;
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        pollfd p{browser, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+            char buf[4096];
+            const ssize_t n = ::read(browser, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            seen.append(buf, static_cast<std::size_t>(n));
+        }
+        if (seen.find("event: metrics") != std::string::npos &&
+            seen.find("\n\n", seen.find("event: metrics")) != std::string::npos)
+            break;
+    }
+    ::close(browser);
+    INFO(seen);
+    const auto at = seen.find("event: metrics\n");
+    REQUIRE(at != std::string::npos);
+    const auto event = seen.substr(at, seen.find("\n\n", at) - at);
+    CHECK(event.find("forged") == std::string::npos);
+    CHECK(event.find("\ndata: ") != std::string::npos);
+    CHECK(event.find("\nevent:") == std::string::npos);
+    CHECK(seen.find("{not json") == std::string::npos);
+    std::size_t targets_events = 0;
+    for (auto p = seen.find("event: targets\n"); p != std::string::npos;
+         p = seen.find("event: targets\n", p + 1))
+        ++targets_events;
+    CHECK(targets_events >= 1); // the real ones: on connect and for the agent
+    CHECK(seen.find("data: []}") == std::string::npos); // no event forged from the bad frame
+}
+
+TEST_CASE("a full disk: chunks stay in the live view, the session says what is not on disk",
+          "[collector][integration][store][attack]") {
+    REQUIRE(fs::exists("/dev/full")); // writes to it fail with ENOSPC, like a full disk
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"device"})");
+    const std::string chunk = test_support::fixture("collector/fixtures/callchain_fields.txt");
+    agent->send(protocol::frame_flag::text, chunk);
+    const auto first = wait_for(coll, "/api/sessions", 10s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("samples").to_number<std::uint64_t>() > 0;
+    });
+    REQUIRE(first.as_array().size() == 1);
+    const std::string id(first.at(0).at("id").as_string());
+    const auto per_chunk = first.at(0).at("samples").to_number<std::uint64_t>();
+    const fs::path chunks = dir.path / id / "chunks";
+    REQUIRE(fs::exists(chunks / "000001.txt"));
+
+    // The next chunk's file is written through a link to /dev/full: a real ENOSPC.
+    fs::create_symlink("/dev/full", chunks / "000002.txt.tmp");
+    agent->send(protocol::frame_flag::text, chunk);
+    auto meta = wait_for(coll, "/api/sessions/" + id, 10s, [](const json::value& v) {
+        return v.at("unsaved_chunks").to_number<std::uint64_t>() == 1;
+    });
+    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK_THAT(std::string(meta.at("store_error").as_string()), Catch::Contains("No space"));
+    CHECK(meta.at("live").as_bool());
+    CHECK(meta.at("samples").to_number<std::uint64_t>() == 2 * per_chunk); // still shown
+    CHECK_FALSE(fs::exists(chunks / "000002.txt.tmp"));                    // nothing half-written
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("cannot store chunk"));
+
+    CHECK(meta.at("unsaved_samples").to_number<std::uint64_t>() == per_chunk);
+
+    // Room again: the kept chunk is written first, then the new one; nothing is missing.
+    agent->send(protocol::frame_flag::text, chunk);
+    meta = wait_for(coll, "/api/sessions/" + id, 10s, [&](const json::value& v) {
+        return v.at("samples").to_number<std::uint64_t>() == 3 * per_chunk &&
+               v.at("unsaved_chunks").to_number<std::uint64_t>() == 0;
+    });
+    CHECK(meta.at("unsaved_chunks").to_number<std::uint64_t>() == 0);
+    CHECK(fs::exists(chunks / "000002.txt"));
+    CHECK(fs::exists(chunks / "000003.txt"));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("kept in memory are on disk now"));
+
+    // Full again, and the collector is killed before there is room: after a restart the list
+    // and the view agree on what the recording holds, and both say what it lacks.
+    fs::create_symlink("/dev/full", chunks / "000004.txt.tmp");
+    agent->send(protocol::frame_flag::text, chunk);
+    wait_for(coll, "/api/sessions/" + id, 10s, [](const json::value& v) {
+        return v.at("unsaved_chunks").to_number<std::uint64_t>() == 1;
+    });
+    coll.proc->signal(SIGKILL);
+    coll.proc->wait(5s);
+    agent.reset();
+    collector_proc again(dir.path);
+    const auto listed = again.get("/api/sessions");
+    REQUIRE(listed.as_array().size() == 1);
+    const auto& entry = listed.at(0).as_object();
+    const auto detail = again.get("/api/sessions/" + id);
+    INFO(json::serialize(entry) << "\n" << json::serialize(detail));
+    CHECK_FALSE(entry.at("live").as_bool());
+    CHECK_FALSE(detail.at("live").as_bool());
+    CHECK(detail.at("samples").to_number<std::uint64_t>() == 3 * per_chunk); // replayed
+    CHECK(entry.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK(detail.at("unsaved_chunks").to_number<std::uint64_t>() == 1);
+    CHECK(detail.at("unsaved_samples").to_number<std::uint64_t>() == per_chunk);
+    CHECK_THAT(std::string(detail.at("store_error").as_string()), Catch::Contains("No space"));
+    CHECK(http_call(again.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
+}
+
+TEST_CASE("the API asks for the collector's access token; the printed link signs a browser in",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    const auto sessions = dir.path / "sessions";
+    std::string token;
+    {
+        collector_proc coll(sessions);
+        token = test_support::api_token(coll.http_port);
+        REQUIRE(token.size() == 32);
+        // Kept where the log says, readable by the owner only.
+        const auto file = sessions / ".http-token";
+        CHECK((fs::status(file).permissions() & fs::perms::all) ==
+              (fs::perms::owner_read | fs::perms::owner_write));
+        std::ifstream in(file);
+        std::string kept;
+        in >> kept;
+        CHECK(kept == token);
+        CHECK_THAT(coll.proc->stderr_text(), Catch::Contains(file.string()));
+
+        const std::vector<std::string> none{"Cookie: unrelated=1"}; // no credentials
+        for (const auto& [method, target] :
+             std::vector<std::pair<std::string, std::string>>{{"GET", "/api/sessions"},
+                                                              {"GET", "/api/stream"},
+                                                              {"GET", "/api/config"},
+                                                              {"PUT", "/api/config"},
+                                                              {"POST", "/api/targets/connect"},
+                                                              {"POST", "/api/sessions/import"}}) {
+            INFO(method << " " << target);
+            const auto r = http_call(coll.http_port, method, target, "{}", none);
+            CHECK(r.status == 401);
+            CHECK_THAT(r.headers, Catch::Contains("WWW-Authenticate: Bearer"));
+            CHECK(r.body.find(token) == std::string::npos);
+        }
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions", {},
+                        {"Authorization: Bearer ffffffffffffffffffffffffffffffff"})
+                  .status == 401);
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions").status == 200); // Bearer
+        CHECK(http_call(coll.http_port, "GET", "/api/sessions", {},
+                        {"Cookie: perfwire_token=" + token})
+                  .status == 200);
+        // The UI shell itself needs nothing: it asks for the token.
+        const auto shell = http_call(coll.http_port, "GET", "/", {}, none);
+        CHECK(shell.status == 200);
+        CHECK_THAT(shell.body, Catch::Contains("<title>perfwire</title>"));
+
+        // The printed link: a cookie for the browser, then the UI without the token in the
+        // address. Never a redirect elsewhere; a wrong token gets nothing.
+        const auto link = http_call(coll.http_port, "GET", "/?token=" + token, {}, none);
+        CHECK(link.status == 303);
+        CHECK_THAT(link.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token +
+                                                 "; Path=/; HttpOnly; SameSite=Strict"));
+        CHECK_THAT(link.headers,
+                   Catch::Contains("Location: /\r") || Catch::EndsWith("Location: /"));
+        const auto elsewhere =
+            http_call(coll.http_port, "GET", "//evil.example/?token=" + token, {}, none);
+        CHECK_THAT(elsewhere.headers, !Catch::Contains("evil.example"));
+        const auto wrong = http_call(coll.http_port, "GET", "/?token=nope", {}, none);
+        CHECK(wrong.status == 401);
+        CHECK_THAT(wrong.headers, !Catch::Contains("Set-Cookie"));
+    }
+    {
+        collector_proc again(sessions); // the same token after a restart: links keep working
+        CHECK(test_support::api_token(again.http_port) == token);
+    }
+    {
+        spawned open_box(PERFWIRE_COLLECTOR_BIN,
+                         {"--sessions-dir", sessions.string(), "--agent-port", "0", "--agent-bind",
+                          "127.0.0.1", "--http-port", "0", "--http-auth", "none"});
+        const auto port = open_box.wait_for_stderr("API on http://127.0.0.1:", 5s);
+        REQUIRE(port);
+        const auto http = test_support::api_port(*port);
+        CHECK(test_support::api_token(http).empty());
+        CHECK(open_box.wait_for_stderr("warning: --http-auth none", 5s));
+        CHECK(http_call(http, "GET", "/api/sessions").status == 200);
+    }
+    spawned short_token(PERFWIRE_COLLECTOR_BIN,
+                        {"--sessions-dir", sessions.string(), "--http-token", "0123456789abcde"});
+    CHECK(short_token.wait(5s) == 2);
+    fs::permissions(sessions / ".http-token", fs::perms::others_read, fs::perm_options::add);
+    spawned exposed(PERFWIRE_COLLECTOR_BIN,
+                    {"--sessions-dir", sessions.string(), "--agent-port", "0", "--http-port", "0"});
+    CHECK(exposed.wait(5s) == 1);
+    CHECK_THAT(exposed.stderr_text(), Catch::Contains("readable by others"));
+}
+
+TEST_CASE("agents enroll before anything is stored; several tokens rotate",
+          "[collector][integration][perf][attack]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    temp_dir dir;
+    const std::string old_token = "old-token-0123456789abcdef",
+                      new_token = "new-token-fedcba9876543210";
+    collector_proc coll(dir.path, {"--agent-token", old_token, "--agent-token", new_token});
+    CHECK(coll.proc->wait_for_stderr("agents enroll before anything is stored", 5s));
+    auto demo = start_demo(120);
+    auto agent_with = [&](const std::string& enroll) {
+        std::vector<std::string> env;
+        if (!enroll.empty())
+            env.push_back("PERFWIRE_ENROLL_TOKEN=" + enroll);
+        return test_support::start_agent(flavour,
+                                         {"--server",
+                                          "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                                          std::to_string(demo->pid()), "--duration", "1"},
+                                         env);
+    };
+    {
+        auto stranger = agent_with("");
+        auto wrong = agent_with("wrong-token-0123456789abcdef");
+        CHECK(coll.proc->wait_for_stderr("agent not enrolled", 15s));
+        CHECK(coll.proc->wait_for_stderr("wrong enrollment token", 15s));
+        CHECK(coll.get("/api/targets").as_array().empty());
+    }
+    CHECK(session_folders(dir.path) == 0); // nothing stored for either
+    auto enrolled = agent_with(new_token);
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("samples").to_number<std::uint64_t>() > 20;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    enrolled.reset(); // SIGKILL: the session stays, as received
+    // The token is never logged or written.
+    CHECK(coll.proc->stderr_text().find(new_token) == std::string::npos);
+    for (const auto& e : fs::recursive_directory_iterator(dir.path))
+        if (e.is_regular_file()) {
+            std::ifstream in(e.path(), std::ios::binary);
+            const std::string text((std::istreambuf_iterator<char>(in)), {});
+            CHECK(text.find(new_token) == std::string::npos);
+        }
+}
+
+TEST_CASE("a flood of agents that say hello and leave stores nothing, and is rate-limited",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--agent-auth", "token"});
+    // With no --agent-token, a random one is made and kept beside the sessions.
+    const auto token_file = dir.path / ".agent-token";
+    REQUIRE(fs::exists(token_file));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains(token_file.string()));
+    std::string token;
+    std::ifstream(token_file) >> token;
+    const std::string hello =
+        R"({"type":"hello","version":1,"agent":"perfwire","hostname":"flood","enrollment":")" +
+        token + R"("})";
+
+    // A protocol version the collector does not speak is refused with a clear reason.
+    {
+        auto v2 = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(v2);
+        v2->send(protocol::frame_flag::response,
+                 R"({"type":"hello","version":2,"agent":"perfwire","enrollment":")" + token +
+                     R"("})");
+        CHECK_FALSE(v2->next(3s));
+        CHECK(v2->closed());
+        CHECK(coll.proc->wait_for_stderr("the agent speaks protocol version 2", 5s));
+    }
+    // An enrolled agent that sends only metrics and leaves: its session goes with it.
+    {
+        auto idle = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(idle);
+        idle->send(protocol::frame_flag::response, hello);
+        idle->send(protocol::frame_flag::metrics,
+                   R"({"type":"system","ts":1.5,"cpu_pct":10,"mem_total_kb":1000,)"
+                   R"("mem_available_kb":500,"load1":0.5})");
+        wait_for(coll, "/api/sessions", 10s,
+                 [](const json::value& v) { return v.as_array().size() == 1; });
+        CHECK(session_folders(dir.path) == 1);
+    }
+    wait_for(coll, "/api/sessions", 10s, [](const json::value& v) { return v.as_array().empty(); });
+    CHECK(session_folders(dir.path) == 0);
+
+    // 200 connect + hello + close in a row: no folder at all, and past a burst the address is
+    // refused at accept.
+    for (int i = 0; i < 200; ++i) {
+        auto p = test_support::framing_peer::connect(coll.agent_port);
+        if (p)
+            p->send(protocol::frame_flag::response, hello);
+    }
+    CHECK(coll.proc->wait_for_stderr("too many connections from this address", 5s));
+    CHECK(session_folders(dir.path) == 0);
+    CHECK(coll.get("/api/sessions").as_array().empty());
+    const auto log = coll.proc->stderr_text();
+    CHECK(std::count(log.begin(), log.end(), '\n') < 200); // the refusals are logged once
+}
+
+TEST_CASE("an agent that sends faster than the collector digests is slowed by TCP, not buffered",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"firehose"})");
+    // 20 text frames of 64 MiB (1.25 GiB), sent as fast as loopback takes them: each is stored
+    // (fsync) and read through before much more is taken off the socket.
+    std::string frame;
+    const std::string line = "# a comment line that perf script could have printed\n";
+    while (frame.size() + line.size() < (std::size_t{64} << 20))
+        frame += line;
+    const auto started = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i)
+        agent->send(protocol::frame_flag::text, frame);
+    const auto sessions = wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("chunks").to_number<int>() == 20;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    INFO("sent and digested in "
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+         << " s");
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
+    INFO("peak RSS " << hwm_kb / 1024 << " MiB");
+    CHECK(hwm_kb > 0);
+#if defined(__SANITIZE_ADDRESS__)
+    CHECK(hwm_kb < 1536 * 1024);
+#else
+    // A frame being read, one being digested, the limit: not the gigabyte sent.
+    CHECK(hwm_kb < 320 * 1024);
+#endif
+}
+
+TEST_CASE("a sessions folder that cannot be written is an error at start",
+          "[collector][integration][store][attack]") {
+    spawned bad(PERFWIRE_COLLECTOR_BIN, {"--sessions-dir", "/proc/forbidden", "--agent-port", "0",
+                                         "--agent-bind", "127.0.0.1", "--http-port", "0"});
+    CHECK(bad.wait(5s) == 1);
+    CHECK_THAT(bad.stderr_text(),
+               Catch::Contains("cannot write to --sessions-dir /proc/forbidden"));
+}
+
+TEST_CASE("a live session past its memory budget keeps storing, and shows it all once reopened",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--live-mb", "1"});
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"big"})");
+    // Chunks of 20,000 distinct one-frame samples each: a few take the model past 1 MiB.
+    auto chunk = [](int n) {
+        std::string text;
+        for (int i = 0; i < 20000; ++i)
+            text += "app 7/7 " + std::to_string(n) + "." + std::to_string(100000 + i) +
+                    ": 1 cpu-clock:\n\t 1 f" + std::to_string(n * 20000 + i) + "+0x1 (/x)\n\n";
+        return text;
+    };
+    for (int n = 1; n <= 8; ++n)
+        agent->send(protocol::frame_flag::text, chunk(n));
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == 8;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    const std::string id(sessions.at(0).at("id").as_string());
+    const auto live = coll.get("/api/sessions/" + id);
+    INFO(json::serialize(live));
+    const auto unparsed = live.at("unparsed_chunks").to_number<std::uint64_t>();
+    CHECK(unparsed > 0);
+    CHECK(unparsed < 8);
+    CHECK(live.at("samples").to_number<std::uint64_t>() == (8 - unparsed) * 20000);
+    CHECK(live.at("chunks").to_number<std::uint64_t>() == 8);
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("over its memory budget"));
+    // Every chunk is on disk: once the agent has gone, the session opens whole.
+    agent.reset();
+    const auto saved = wait_for(coll, "/api/sessions/" + id, 20s, [](const json::value& v) {
+        return !v.at("live").as_bool() && v.at("samples").to_number<std::uint64_t>() == 160000;
+    });
+    CHECK(saved.at("samples").to_number<std::uint64_t>() == 160000);
+    CHECK(saved.at("unparsed_chunks").to_number<std::uint64_t>() == 0);
+}
+
+TEST_CASE("three large uploads at once: two import side by side, the third is told to wait, and "
+          "the collector stays small",
+          "[collector][integration][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    // ~95 MB of perf script text: 1,100,000 samples over 2,000 functions.
+    std::string text;
+    text.reserve(std::size_t{100} << 20);
+    for (int i = 0; i < 1100000; ++i)
+        text += "app 7/7 1." + std::to_string(100000 + i % 900000) + ": 1 cpu-clock:\n\t 4005d6 f" +
+                std::to_string(i % 2000) + "+0x4 (/bin/app)\n\t 4004aa main+0x1a (/bin/app)\n\n";
+    std::vector<test_support::http_reply> replies(3);
+    std::vector<std::thread> uploads;
+    for (int u = 0; u < 3; ++u)
+        uploads.emplace_back([&, u] {
+            replies[u] = http_call(coll.http_port, "POST", "/api/sessions/import", text);
+        });
+    for (auto& t : uploads)
+        t.join();
+    int imported = 0;
+    for (const auto& r : replies) {
+        INFO(r.status << " " << r.body.substr(0, 300));
+        CHECK((r.status == 200 || (r.status == 503 && r.body.find("busy") != std::string::npos)));
+        imported += r.status == 200;
+    }
+    CHECK(imported >= 2);
+    for (const auto& r : replies)
+        if (r.status == 200) {
+            const std::string id(json::parse(r.body).at("session_id").as_string());
+            CHECK(coll.get("/api/sessions/" + id).at("samples").to_number<int>() == 1100000);
+        }
+    const long hwm_kb = test_support::status_kb(coll.proc->pid(), "VmHWM:");
+    INFO("peak RSS " << hwm_kb / 1024 << " MiB for " << imported << " imports of "
+                     << (text.size() >> 20) << " MiB");
+    CHECK(hwm_kb > 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    CHECK(hwm_kb < 200 * 1024); // not the bodies held whole (3 x 95 MB, and their copies)
+#endif
+}

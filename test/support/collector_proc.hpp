@@ -1,0 +1,65 @@
+// Test helper: the real collector started on loopback with free ports, a fresh sessions folder
+// and any extra arguments; its HTTP port is registered so http_call presents the API token.
+#pragma once
+
+#include "support/http_client.hpp"
+#include "support/poll_json.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace test_support {
+
+struct collector_proc {
+    std::unique_ptr<spawned> proc;
+    std::uint16_t agent_port = 0, http_port = 0;
+
+    explicit collector_proc(const std::filesystem::path& sessions,
+                            const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> args{"--sessions-dir", sessions.string(), "--agent-port", "0",
+                                      "--agent-bind",   "127.0.0.1",       "--http-port",  "0"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        proc = std::make_unique<spawned>(PERFWIRE_COLLECTOR_BIN, args);
+        const auto agents = proc->wait_for_stderr("agents on 127.0.0.1:", std::chrono::seconds(5));
+        const auto http =
+            proc->wait_for_stderr("API on http://127.0.0.1:", std::chrono::seconds(5));
+        REQUIRE(agents);
+        REQUIRE(http);
+        agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
+        http_port = api_port(*http);
+    }
+
+    boost::json::value get(const std::string& target) {
+        const auto r = http_call(http_port, "GET", target);
+        INFO(target << " -> " << r.status << " " << r.body);
+        REQUIRE(r.status == 200);
+        boost::json::parse_options deep;
+        deep.max_depth = 4096;
+        return boost::json::parse(r.body, {}, deep);
+    }
+};
+
+// Polls until `pred(json)` holds for GET target, up to `timeout`.
+template <class Pred>
+boost::json::value wait_for(collector_proc& c, const std::string& target,
+                            std::chrono::seconds timeout, Pred pred) {
+    return poll_json(c.http_port, target, timeout, pred);
+}
+
+// The session folders under `sessions` (dot files such as the tokens are not sessions).
+inline std::size_t session_folders(const std::filesystem::path& sessions) {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(sessions))
+        n += e.is_directory() && e.path().filename().string()[0] != '.';
+    return n;
+}
+
+} // namespace test_support
