@@ -18,6 +18,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -135,7 +136,11 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
     }
 }
 
-asio::awaitable<int> output_mode(const config& c, registry& reg) {
+asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_timer& wake) {
+    if (!std::filesystem::exists("/proc/" + std::to_string(*c.pid))) {
+        log("no such process " + std::to_string(*c.pid));
+        co_return 1;
+    }
     std::FILE* out = c.output_path == "-" ? stdout : std::fopen(c.output_path.c_str(), "wb");
     if (!out) {
         log("cannot write " + c.output_path + ": " + std::strerror(errno));
@@ -153,28 +158,33 @@ asio::awaitable<int> output_mode(const config& c, registry& reg) {
     s.script_fields = caps.script_fields;
     s.chunk_duration = std::chrono::seconds(c.duration_sec);
     s.encoding = chunker::encoding::text;
+    s.periods = c.rounds; // the last round ends with the drain: no partial round after it
     int written = 0;
-    bool write_failed = false;
+    bool write_failed = false, done = false;
     std::shared_ptr<collection> coll;
     coll = std::make_shared<collection>(c.perf_path, s, [&](std::string text) {
-        if (std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fflush(out) != 0)
+        if (write_failed)
+            return;
+        if (std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fflush(out) != 0) {
             write_failed = true;
-        if (++written >= c.rounds || write_failed)
-            coll->request_stop();
+            done = true;
+            wake.cancel();
+        }
+        ++written;
     });
     log("profiling pid " + std::to_string(*c.pid) + " for " + std::to_string(c.rounds) +
         " round(s) of " + std::to_string(c.duration_sec) + " s");
-    bool finished = false;
     auto runner = [&]() -> asio::awaitable<void> {
         co_await coll->run();
-        finished = true;
+        done = true;
+        wake.cancel();
     };
     auto stopper = [&]() -> asio::awaitable<void> {
-        // A signal ends the run early, still through SIGINT so the last round is written.
-        asio::steady_timer t(co_await asio::this_coro::executor);
-        while (!finished && !reg.shutting_down && written < c.rounds) {
-            t.expires_after(std::chrono::milliseconds(100));
-            co_await t.async_wait(use_nothrow);
+        // Woken by a failed write, the collection's end or a signal; a signal ends the run
+        // early, still through SIGINT, so the round in progress is written.
+        if (!done && !reg.shutting_down) {
+            wake.expires_at(asio::steady_timer::time_point::max());
+            co_await wake.async_wait(use_nothrow);
         }
         coll->request_stop();
     };
@@ -228,6 +238,13 @@ int run(const config& c) {
     asio::signal_set signals(io, SIGINT, SIGTERM);
     asio::steady_timer wake(io);
     std::optional<tcp::acceptor> acceptor;
+
+    // A perf that is not there fails now, not at the first profile.
+    if (find_program(c.perf_path).empty()) {
+        log("perf not found: " + c.perf_path +
+            " (install perf for this kernel, e.g. Debian's linux-perf, or give --perf PATH)");
+        return 1;
+    }
 
     auto on_signal = [&](boost::system::error_code ec, int sig) {
         if (ec)
@@ -292,7 +309,7 @@ int run(const config& c) {
         break;
     }
     case mode::output:
-        asio::co_spawn(io, output_mode(c, reg), finish);
+        asio::co_spawn(io, output_mode(c, reg, wake), finish);
         break;
     }
     io.run();

@@ -10,6 +10,7 @@
 
 #include <csignal>
 #include <fcntl.h>
+#include <filesystem>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,8 +60,12 @@ int pipe_into(asio::readable_pipe& reader, boost::system::error_code& ec) {
 } // namespace
 
 std::string find_program(const std::string& name) {
-    if (name.find('/') != std::string::npos)
-        return ::access(name.c_str(), X_OK) == 0 ? name : std::string();
+    if (name.find('/') != std::string::npos) {
+        std::error_code ec;
+        return std::filesystem::is_regular_file(name, ec) && ::access(name.c_str(), X_OK) == 0
+                   ? name
+                   : std::string();
+    }
     return bp::environment::find_executable(name).string();
 }
 

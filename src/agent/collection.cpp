@@ -282,7 +282,12 @@ asio::awaitable<void> collection::cut_loop() {
         }
         if (reading_done_)
             break;
+        const bool timed = !cut_requested_;
         cut_requested_ = false;
+        if (timed && settings_.periods && ++periods_ >= settings_.periods) {
+            request_stop(); // the last period: its chunk is the final cut, after the drain
+            continue;
+        }
         co_await cut(false);
     }
     co_await cut(true);

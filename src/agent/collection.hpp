@@ -51,6 +51,9 @@ struct collection_settings {
     std::size_t chunk_max_text = std::size_t{16} << 20;
     chunker::encoding encoding = chunker::encoding::zstd;
     bool rounds = false; // record to files in rounds instead of the pipe
+    // Continuous: stop after this many periods of chunk_duration (0: until stopped). The last
+    // period ends with perf's drain, so its chunk holds every sample recorded in it.
+    int periods = 0;
 };
 
 class collection {
@@ -97,6 +100,7 @@ private:
     bool cut_requested_ = false;
     bool stop_requested_ = false;
     std::uint64_t chunks_ = 0;
+    int periods_ = 0; // timed cuts made (and the stop that ends the last period)
     std::string error_;
     std::string record_err_;
 };

@@ -90,8 +90,29 @@ struct sorter {
 
 } // namespace demo
 
+namespace {
+
+// "2", "0.5": seconds to run; anything else (a flag, "1x", "-3") is refused.
+bool parse_seconds(const char* text, double& out) {
+    char* end = nullptr;
+    out = std::strtod(text, &end);
+    return end != text && *end == '\0' && out >= 0 && out < 1e9;
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
-    const double seconds = argc > 1 ? std::atof(argv[1]) : 0;
+    const char* usage = "usage: perfwire-demo [seconds]   (a number; without it, run until "
+                        "killed)\n";
+    double seconds = 0;
+    if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+        std::fputs(usage, stdout);
+        return 0;
+    }
+    if (argc > 2 || (argc == 2 && !parse_seconds(argv[1], seconds))) {
+        std::fputs(usage, stderr);
+        return 2;
+    }
     std::vector<std::thread> threads;
     threads.emplace_back(matrix_worker);
     threads.emplace_back(hash_worker);

@@ -1,6 +1,7 @@
 // Both real agents -- the perfwire-agent binary and the Python agent -- profiling the real demo
 // workload with real perf, against a framing peer written here on loopback. Every test case runs
 // once per flavour: the collector must not be able to tell them apart.
+#include "collector/store/import.hpp"
 #include "protocol/compression.hpp"
 #include "support/agents.hpp"
 #include "support/fixtures.hpp"
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 using protocol::frame_flag;
 using test_support::agent_flavour;
 using test_support::each_agent;
@@ -383,11 +385,13 @@ TEST_CASE("agent --server retries with growing backoff and resets after a sessio
     CHECK(d2.back() <= 1.0); // back to the first step
 }
 
-TEST_CASE("agent --output writes perf script text with perf stat", "[agent][integration][perf]") {
+TEST_CASE("agent --output writes the rounds asked for, and the collector imports every sample",
+          "[agent][integration][perf]") {
     const auto flavour = each_agent();
     INFO(flavour);
     auto demo = start_demo(30);
-    const std::string path = "perfwire_output_test.txt";
+    test_support::temp_dir dir;
+    const auto path = (dir.path / "out.txt").string();
     auto agent = start_agent(flavour, {"--output", path, "--pid", std::to_string(demo->pid()),
                                        "--rounds", "2", "--duration", "1"});
     const auto code = agent->wait(20s);
@@ -399,12 +403,69 @@ TEST_CASE("agent --output writes perf script text with perf stat", "[agent][inte
     ss << in.rdbuf();
     const std::string text = ss.str();
     CHECK_THAT(text, Catch::Contains("matrix_multiply"));
-    CHECK(std::count(text.begin(), text.end(), '#') >= 2 * 6); // two stat sections at least
-    std::remove(path.c_str());
+    // Two rounds: each chunk is that span's samples, then its perf stat report. (The first
+    // may hold no sample: perf record starts more slowly than perf stat.) Nothing follows the
+    // second report: the last round ends with perf's drain, not with a partial third round.
+    const std::string marker(protocol::perf_stat_marker);
+    std::vector<std::size_t> at;
+    for (auto p = text.find(marker); p != std::string::npos; p = text.find(marker, p + 1))
+        at.push_back(p);
+    CHECK(at.size() == 2);
+    std::size_t samples = 0, after_last = 0;
+    std::istringstream lines(text);
+    std::size_t offset = 0;
+    for (std::string line; std::getline(lines, line); offset += line.size() + 1)
+        if (!line.empty() && line[0] != ' ' && line[0] != '\t' && line[0] != '#') {
+            ++samples; // a sample's header line: "comm pid/tid time: period event:"
+            after_last += !at.empty() && offset > at.back();
+        }
+    CHECK(samples > 0);
+    CHECK(after_last == 0);
+
+    // The collector's import takes the agent's own file whole.
+    collector::session_store store(dir.path / "sessions");
+    const auto imported = collector::import_file(store, path, "out.txt");
+    if (!imported)
+        FAIL(imported.error());
+    CHECK(imported->model->prof.sample_count() == samples);
 
     auto bad = start_agent(
         flavour, {"--output", "/nonexistent/dir/x.txt", "--pid", std::to_string(demo->pid())});
     CHECK(bad->wait(10s) == 1);
+
+    // A process that is not there, a perf that is not there: said at once, exit 1, no file.
+    const auto nothing = (dir.path / "nothing.txt").string();
+    int gone = 4194303; // the largest pid Linux hands out, then down to one not in use
+    while (fs::exists("/proc/" + std::to_string(gone)))
+        --gone;
+    auto no_pid = start_agent(flavour, {"--output", nothing, "--pid", std::to_string(gone)});
+    CHECK(no_pid->wait(10s) == 1);
+    CHECK_THAT(no_pid->stderr_text(), Catch::Contains("no such process " + std::to_string(gone)));
+    auto no_perf = start_agent(flavour, {"--output", nothing, "--pid", std::to_string(demo->pid()),
+                                         "--perf", "/nonexistent"});
+    CHECK(no_perf->wait(10s) == 1);
+    CHECK_THAT(no_perf->stderr_text(), Catch::Contains("perf not found: /nonexistent"));
+    CHECK_FALSE(fs::exists(nothing));
+}
+
+TEST_CASE("the demo takes seconds or --help, and refuses anything else", "[agent]") {
+    test_support::temp_dir dir;
+    const auto out = (dir.path / "help.txt").string();
+    {
+        spawned help(PERFWIRE_DEMO_BIN, {"--help"}, out);
+        CHECK(help.wait(5s) == 0);
+    }
+    std::ifstream in(out);
+    std::string first;
+    std::getline(in, first);
+    CHECK_THAT(first, Catch::StartsWith("usage: perfwire-demo [seconds]"));
+    for (const char* bad : {"--bogus", "1x", "-3"}) {
+        spawned refused(PERFWIRE_DEMO_BIN, {bad});
+        CHECK(refused.wait(5s) == 2);
+        CHECK_THAT(refused.stderr_text(), Catch::Contains("usage: perfwire-demo"));
+    }
+    spawned brief(PERFWIRE_DEMO_BIN, {"0.2"});
+    CHECK(brief.wait(10s) == 0);
 }
 
 TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
@@ -466,7 +527,6 @@ TEST_CASE("the Python agent compresses with the zstandard module, a zstd executa
     const std::string mode = GENERATE(as<std::string>{}, "zstandard", "zstd", "none");
     INFO("compression: " << mode);
     test_support::temp_dir dir;
-    namespace fs = std::filesystem;
     // A device without the module: a package of that name that cannot be imported comes first.
     fs::create_directories(dir.path / "lib" / "zstandard");
     std::ofstream(dir.path / "lib" / "zstandard" / "__init__.py")

@@ -852,6 +852,9 @@ class Settings(object):
         self.script_fields = True
         self.chunk_max_text = 16 << 20
         self.rounds = False
+        # continuous: stop after this many periods of `duration` (0: until stopped); the last
+        # period ends with perf's drain, so its chunk holds every sample recorded in it
+        self.periods = 0
 
 
 def mmap_pages_for(frequency, dwarf=False):
@@ -1197,7 +1200,8 @@ class Collection(object):
         self._adopt_record(rec)
         self._start_stat()
         bufs, keep = bounded_buffers({"rerr": 64 << 10, "serr": 64 << 10})
-        state = {"next_cut": monotonic() + self.s.duration, "cut_now": False, "open": True}
+        state = {"next_cut": monotonic() + self.s.duration, "cut_now": False, "open": True,
+                 "periods": 0}
 
         def on_data(name, data):
             if name != "out":
@@ -1212,9 +1216,15 @@ class Collection(object):
         def tick():
             self._watchdog()
             if state["open"] and (state["cut_now"] or monotonic() >= state["next_cut"]):
+                timed = not state["cut_now"]
                 state["cut_now"] = False
-                self._send(self.chunker.cut(self._finish_stat(True)))
                 state["next_cut"] = monotonic() + self.s.duration
+                if timed and self.s.periods:
+                    state["periods"] += 1
+                    if state["periods"] >= self.s.periods:
+                        self.request_stop()  # the last period: the final cut, after the drain
+                        return
+                self._send(self.chunker.cut(self._finish_stat(True)))
 
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
               scr.stderr.fileno(): "serr"}, on_data, tick)
@@ -1674,10 +1684,7 @@ class Session(object):
     def cmd_verify_perf(self, rid, args):
         f = {"perf_event_paranoid": read_perf_event_paranoid()}
         perf = self.cfg.perf
-        if "/" in perf:
-            path = perf if os.access(perf, os.X_OK) else ""
-        else:
-            path = shutil.which(perf) or ""
+        path = find_program(perf)
         f["available"] = bool(path)
         if not path:
             f.update(version=None, functional=False, error=perf + " not found; install linux-perf")
@@ -2001,7 +2008,17 @@ def listen_mode(cfg, compression, stop):
     return 0
 
 
+def find_program(name):
+    """The path perf (or any program) runs from: "" when it is not there."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else ""
+    return shutil.which(name) or ""
+
+
 def output_mode(cfg, stop):
+    if not os.path.exists("/proc/%d" % cfg.pid):
+        log("no such process %d" % cfg.pid)
+        return 1
     try:
         out = sys.stdout.buffer if cfg.output == "-" else open(cfg.output, "wb")
     except (OSError, IOError) as e:
@@ -2012,15 +2029,18 @@ def output_mode(cfg, stop):
     s.stat_events = s.events + caps.stat_only_events
     written = {"n": 0, "failed": False}
 
+    s.periods = cfg.rounds  # the last round ends with the drain: no partial round after it
+
     def on_chunk(text):
+        if written["failed"]:
+            return
         try:
             out.write(text)
             out.flush()
         except (OSError, IOError, ValueError):
             written["failed"] = True
-        written["n"] += 1
-        if written["n"] >= cfg.rounds or written["failed"]:
             coll.request_stop()
+        written["n"] += 1
 
     coll = Collection(cfg.perf, s, TextBuffer(), on_chunk)
     log("profiling pid %d for %d round(s) of %d s" % (cfg.pid, cfg.rounds, cfg.duration))
@@ -2202,6 +2222,11 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # A perf that is not there fails now, not at the first profile.
+    if not find_program(cfg.perf):
+        log("perf not found: %s (install perf for this kernel, e.g. Debian's linux-perf, or "
+            "give --perf PATH)" % cfg.perf)
+        return 1
     try:
         if cfg.mode == "output":
             return output_mode(cfg, stop)
