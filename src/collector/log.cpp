@@ -1,9 +1,6 @@
 #include "collector/log.hpp"
 
-#include "collector/result.hpp"
-
 #include <iostream>
-#include <stdexcept>
 #include <string>
 
 namespace collector {
@@ -21,14 +18,6 @@ void log(std::string_view who, std::string_view what) {
     line += "] ";
     line += what;
     log(line);
-}
-
-std::ostream& operator<<(std::ostream& os, const failure& f) {
-    return os << f.code << ": " << f.message;
-}
-
-void throw_exception_from_error(const failure& f, const boost::source_location&) {
-    throw std::runtime_error(f.code + ": " + f.message);
 }
 
 } // namespace collector

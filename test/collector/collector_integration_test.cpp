@@ -1,12 +1,10 @@
 // The real collector with real agents profiling the real demo under real perf.
-#include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
-#include "support/proc_status.hpp"
 #include "support/spawn.hpp"
 
 #include "support/fixtures.hpp"
@@ -19,8 +17,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <poll.h>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 

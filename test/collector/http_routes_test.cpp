@@ -141,6 +141,7 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     const auto ss = f.get_json(base + "/export?format=speedscope");
     const auto ss_file = f.call(http::verb::get, base + "/export?format=speedscope");
     CHECK(ss_file[http::field::content_type] == "application/json");
+    CHECK(ss_file[http::field::cache_control] == "no-store");
     CHECK(ss_file[http::field::content_disposition] ==
           "attachment; filename=\"" + f.session_id + ".speedscope.json\"");
     const auto& prof = ss.at("profiles").as_array().at(0);
@@ -190,6 +191,11 @@ TEST_CASE("API: bad requests get clear errors", "[collector][api]") {
           "method_not_allowed");
     CHECK(f.call(http::verb::put, "/api/status").result() == http::status::method_not_allowed);
     CHECK(f.call(http::verb::post, base + "/functions").result() ==
+          http::status::method_not_allowed);
+    // A literal path is its own resource: never taken for an id by the route after it.
+    CHECK(code(f.get_json("/api/sessions/import", http::status::method_not_allowed)) ==
+          "method_not_allowed");
+    CHECK(f.call(http::verb::delete_, "/api/targets/connect").result() ==
           http::status::method_not_allowed);
     CHECK(code(f.get_json(base + "/nothing", http::status::not_found)) == "not_found");
     CHECK(code(f.get_json("/api/sessions/" + f.session_id + "/functions/extra",

@@ -96,10 +96,10 @@ private:
     std::uint64_t next_command_ = 1;
 };
 
-// Accepts agents until the acceptor closes.
-// The connected agents that said hello, in id order.
+// The connected agents that said hello, in the order of their ids (as strings: "t10" < "t9").
 std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& app);
 
+// Accepts agents until the acceptor closes.
 asio::awaitable<void> accept_agents(app_context& app, asio::ip::tcp::acceptor& acceptor);
 
 // Dials a listening agent and serves it like an inbound one (the Live Debug wizard). Returns

@@ -339,12 +339,15 @@ asio::awaitable<http_response> connect_target(request_context& c) {
         token = std::string(t->as_string());
     const std::string port_text =
         port->is_int64() ? std::to_string(port->as_int64()) : std::string(port->as_string());
-    auto dialled = co_await dial_agent(c.app, std::string(host->as_string()), port_text, token);
+    std::string host_name(host->as_string()); // (a local: GCC 12 and temporaries in co_await)
+    auto dialled = co_await dial_agent(c.app, std::move(host_name), port_text, token);
     if (dialled.first.empty())
         co_return make_error(c.req, http::status::bad_gateway, "connect_failed", dialled.second);
-    json::object out{{"id", dialled.first}};
-    if (auto link = c.app.targets[dialled.first].lock())
-        out = link->describe();
+    json::object out;
+    out["id"] = dialled.first;
+    if (const auto it = c.app.targets.find(dialled.first); it != c.app.targets.end())
+        if (auto link = it->second.lock())
+            out = link->describe();
     co_return make_json(c.req, http::status::ok, out);
 }
 
@@ -362,7 +365,9 @@ asio::awaitable<http_response> disconnect_target(request_context& c) {
     auto link = target_of(c);
     if (!link)
         co_return no_target(c);
-    (void)co_await link->command(std::string(protocol::cmd::stop), {}, std::chrono::seconds(5));
+    std::string stop(protocol::cmd::stop); // (locals: GCC 12 and temporaries in co_await)
+    json::object no_args;
+    (void)co_await link->command(std::move(stop), std::move(no_args), std::chrono::seconds(5));
     link->close();
     co_return no_content(c.req);
 }
@@ -382,7 +387,8 @@ asio::awaitable<http_response> command_target(request_context& c) {
     json::object args;
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
-    auto r = co_await link->command(std::string(cmd->as_string()), std::move(args));
+    std::string name(cmd->as_string());
+    auto r = co_await link->command(std::move(name), std::move(args));
     json::object out = r.fields;
     out["ok"] = r.ok;
     if (!r.ok)
@@ -449,7 +455,7 @@ struct route {
     handler handle;
 };
 
-// Literal segments before parameters: the first route that matches is taken.
+// A path's routes are listed together, literal patterns before those with parameters.
 constexpr route routes[] = {
     {http::verb::get, "/api/status", get_status},
     {http::verb::get, "/api/config", get_config},
@@ -496,18 +502,22 @@ asio::awaitable<http_response> handle_request(app_context& app, http_request req
     if (auto refused = check_access(app, req))
         co_return std::move(*refused);
     const auto url = split_target(req.target());
-    bool path_known = false;
+    // The first pattern that matches names the resource ("/api/sessions/import" before
+    // "/api/sessions/:id"); only its routes are candidates for the method.
+    std::string_view resource;
     for (const auto& r : routes) {
+        if (!resource.empty() && r.pattern != resource)
+            continue;
         auto params = match(r.pattern, url.segments);
         if (!params)
             continue;
-        path_known = true;
+        resource = r.pattern;
         if (r.method != req.method())
             continue;
         request_context c{app, req, url, std::move(*params)};
         co_return co_await r.handle(c);
     }
-    if (path_known)
+    if (!resource.empty())
         co_return make_error(req, http::status::method_not_allowed, "method_not_allowed",
                              "method not allowed here");
     co_return make_error(req, http::status::not_found, "not_found", "no such resource");

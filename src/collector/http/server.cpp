@@ -3,13 +3,12 @@
 #include "collector/http/access.hpp"
 #include "collector/http/connection.hpp"
 #include "collector/http/events.hpp"
+#include "collector/log.hpp"
 #include "protocol/error.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-
-#include <iostream>
 
 namespace collector {
 namespace beast = boost::beast;
@@ -104,8 +103,7 @@ asio::awaitable<void> serve_http(app_context& app, tcp::acceptor& acceptor) {
                        http_session(app, beast::tcp_stream(std::move(socket))),
                        [](std::exception_ptr e) {
                            if (e)
-                               std::cerr << "perfwire-collector: HTTP connection failed: "
-                                         << protocol::describe(e) << "\n";
+                               log("HTTP connection failed: " + protocol::describe(e));
                        });
     }
 }

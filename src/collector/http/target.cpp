@@ -10,6 +10,9 @@ const std::string& target_url::param(const std::string& key) const {
     return it == query.end() ? none : it->second;
 }
 
+namespace {
+
+// %XX and '+' decoded.
 std::string percent_decode(std::string_view s) {
     std::string out;
     out.reserve(s.size());
@@ -27,6 +30,8 @@ std::string percent_decode(std::string_view s) {
     }
     return out;
 }
+
+} // namespace
 
 target_url split_target(std::string_view target) {
     target_url t;

@@ -17,8 +17,6 @@ struct target_url {
     const std::string& param(const std::string& key) const;
 };
 
-// %XX and '+' decoded.
-std::string percent_decode(std::string_view s);
 target_url split_target(std::string_view target);
 // A numeric parameter: nullopt when absent or empty; `bad` set when present but not a number.
 std::optional<double> number_param(const target_url& u, const std::string& key, bool& bad);

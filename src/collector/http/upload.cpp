@@ -1,13 +1,15 @@
 #include "collector/http/upload.hpp"
 
 #include "collector/http/events.hpp"
+#include "collector/log.hpp"
 #include "collector/store/import.hpp"
+#include "protocol/error.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/json/serialize.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -116,8 +118,14 @@ asio::awaitable<bool> upload::feed(std::string_view block) {
 
 void upload::abandon() {
     auto s = state_;
+    // The staged folder goes on the strand; the browsers hear of it on the I/O thread, which
+    // owns the SSE hub.
     asio::co_spawn(s->strand, drop_on_pool(s),
-                   [s](std::exception_ptr) { s->announce("cancelled", true); });
+                   asio::bind_executor(s->app.io, [s](std::exception_ptr e) {
+                       if (e)
+                           log("dropping an unfinished import failed: " + protocol::describe(e));
+                       s->announce("cancelled", true);
+                   }));
 }
 
 asio::awaitable<http_response> upload::finish(const http_request& req) {

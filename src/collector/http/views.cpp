@@ -283,6 +283,7 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
     // A file to save: named after the session.
     http_response res{http::status::ok, req.version()};
     res.set(http::field::content_type, format->content_type);
+    res.set(http::field::cache_control, "no-store");
     res.set(http::field::content_disposition,
             "attachment; filename=\"" + e->id + format->suffix + "\"");
     if (kind == view_kind::export_svg) // its own zoom script runs; it can reach nothing

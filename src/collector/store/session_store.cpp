@@ -291,8 +291,9 @@ error_code session_store::remove(std::string_view id) {
         fs::remove(hidden, ignored);
         return error_code(ec.value(), boost::system::system_category());
     }
+    // Gone from the listing now; what cannot be deleted (yet) is cleared at the next start.
     fs::remove_all(hidden, ec);
-    return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
+    return {};
 }
 
 boost::system::result<std::size_t> session_store::replay(

@@ -1,5 +1,7 @@
 #include "collector/symbols/source_view.hpp"
 
+#include "collector/model/view_json.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
@@ -16,10 +18,6 @@ namespace {
 constexpr std::size_t whole_file_lines = 2000;
 constexpr std::size_t context_lines = 100;
 constexpr std::uintmax_t max_source_bytes = 16 << 20;
-
-double pct(std::uint64_t part, std::uint64_t whole) {
-    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
-}
 
 struct line_weight {
     std::uint64_t samples = 0, value = 0, self_value = 0;
