@@ -3,7 +3,7 @@
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, api, attr, esc, mib, pct, sessionPage, visible } from './util.js';
+import { $, api, attr, esc, filterRegex, mib, pct, sessionPage, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -62,14 +62,18 @@ const ROW_H = 24;
 function renderFunctions() {
   let rows = view.functions;
   const f = $('#filter').value;
-  if (f) { try { const re = new RegExp(f, 'i'); rows = rows.filter((r) => re.test(r.name) || re.test(r.module)); } catch { /* incomplete regex */ } }
+  const { re, error } = filterRegex(f);
+  $('#filter-error').hidden = !error;
+  $('#filter-error').textContent = error ? `incomplete pattern, showing all: ${error}` : '';
+  $('#filter').classList.toggle('invalid', !!error);
+  if (re) rows = rows.filter((r) => re.test(r.name) || re.test(r.module));
   const k = view.sort, d = view.desc ? -1 : 1;
   view.rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0));
   view.diff = view.rows.some((r) => r.delta_self_pct != null);
   for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !view.diff;
   for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (view.desc ? 'desc' : 'asc') : '';
   const n = view.functions.length.toLocaleString();
-  $('#functions-count').textContent = f ? `${view.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`;
+  $('#functions-count').textContent = re ? `${view.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`;
   drawFunctionRows();
 }
 
@@ -103,7 +107,7 @@ function drawFlame() {
   canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
-  const re = $('#filter').value ? new RegExp($('#filter').value, 'i') : null;
+  const { re } = filterRegex($('#filter').value);
   for (const b of boxes) {
     const hue = (b.n.module || '').split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
     // Against a baseline: red grew, blue shrank, grey unchanged; otherwise a hue per module.
@@ -132,14 +136,32 @@ function drawFlame() {
   $('#crumbs').innerHTML = ['all', ...view.zoomPath].map((n, i) => `<span data-depth="${i}">${esc(n)}</span>`).join(' › ');
 }
 
+// What a session view shows, emptied: nothing of another session stays on screen while this
+// one loads or when it cannot be shown.
+function clearSession(title) {
+  $('#session-title').textContent = title;
+  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs']) $(id).textContent = '';
+  for (const id of ['#stat-cards', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
+  $('#session-skipped').hidden = true;
+  $('#controls').hidden = true;
+  delete $('#functions').dataset.shows;
+  view.functions = []; view.rows = []; view.flame = null;
+  const canvas = $('#flame'); canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
+}
+
 async function renderSession(s) {
+  // The tab the user chose shows at once, even if what fills it cannot be fetched.
+  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
+  for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
+  if (view.shown !== s.session) { clearSession(s.session); view.shown = s.session; }
   const q = new URLSearchParams({ weight: $('#weight').value });
   if (s.tid) q.set('tid', s.tid);
   if (s.event) q.set('event', s.event);
   if (s.baseline) q.set('baseline', s.baseline);
   if (s.start) q.set('start', s.start);
   if (s.end) q.set('end', s.end);
-  const meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`);
+  let meta;
+  try { meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`); } catch (e) { clearSession(s.session); view.shown = null; throw e; }
   const events = meta.event_types || [];
   // Without an event in the URL the collector picks the one with most samples: keep showing
   // the one it picked last for this session, so a re-render never flashes another.
@@ -155,8 +177,6 @@ async function renderSession(s) {
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
   statCards(meta);
-  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
-  for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
   // #functions[data-shows] names the session and query its rows came from: a reader (or a test)
   // waits for the state a filter produces, not for rows that may already have been there.
   if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows; return; }
@@ -260,18 +280,24 @@ async function openFunctionSource(name) {
     const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
     view.focusFunction = name; view.focusFile = src.file; // scroll to this function's hottest line
     setHash({ tab: 'source', file: src.file });
-  } catch (e) { $('#conn').textContent = e.message; }
+  } catch (e) { showError(e.message); }
+}
+
+function showError(message) {
+  $('#view-error').hidden = !message;
+  $('#view-error').textContent = message ? visible(message) : '';
 }
 
 let rendering = null;
 async function render() {
   const s = hashState();
-  if (location.hash === '#wizard') { openWizard(); return; }
+  if (location.hash === '#wizard') { showError(null); openWizard(); return; }
   $('#wizard').hidden = true;
   $('#landing').hidden = !!s.session;
   $('#session').hidden = !s.session;
-  try { await (s.session ? renderSession(s) : renderLanding()); }
-  catch (e) { $('#conn').textContent = 'error: ' + e.message; }
+  // An error is shown above the view it belongs to, and goes when that view renders again.
+  try { await (s.session ? renderSession(s) : renderLanding()); showError(null); }
+  catch (e) { showError(e.message); }
 }
 // One render at a time; a change that arrives during one is rendered right after it, once.
 let again = false;

@@ -10,20 +10,35 @@ export const esc = (s) => attr(visible(s));
 export const pct = (v) => (v ?? 0).toFixed(2);
 export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0);
 
-// A call to the collector's API. `body`: an object (sent as JSON), a File or Blob (sent as
-// is), or nothing. A failed call throws with the collector's message, or the agent's for a
-// relayed command ({"ok":false,"error":"not profiling"}).
-// `signal`: an AbortSignal that cancels the call.
+// The filter box's text as a case-blind regex: {re} (null when empty), or {error} while the
+// pattern is incomplete ("hash_(") — the views then show everything and say why.
+export function filterRegex(text) {
+  if (!text) return { re: null };
+  try { return { re: new RegExp(text, 'i') }; } catch (e) { return { re: null, error: e.message.replace(/^Invalid regular expression: /, '') }; }
+}
+
+// fetch, with a collector that cannot be reached said as such (not "Failed to fetch").
+async function reach(path, init) {
+  try { return await fetch(path, init); } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new Error(`cannot reach the collector (${e.message}); is it running?`);
+  }
+}
+
 // A page of sessions, newest first: {sessions, total} (total: how many match `q`).
 export async function sessionPage({ q = '', limit = 100, offset = 0 } = {}) {
-  const r = await fetch(`/api/sessions?limit=${limit}&offset=${offset}${q ? '&q=' + encodeURIComponent(q) : ''}`, { headers: { Accept: 'application/json' } });
+  const r = await reach(`/api/sessions?limit=${limit}&offset=${offset}${q ? '&q=' + encodeURIComponent(q) : ''}`, { headers: { Accept: 'application/json' } });
   if (!r.ok) throw new Error((await r.json().catch(() => ({})))?.error?.message || r.statusText);
   return { sessions: await r.json(), total: Number(r.headers.get('X-Total-Count') || 0) };
 }
 
+// A call to the collector's API. `body`: an object (sent as JSON), a File or Blob (sent as
+// is), or nothing. A failed call throws with the collector's message, or the agent's for a
+// relayed command ({"ok":false,"error":"not profiling"}).
+// `signal`: an AbortSignal that cancels the call.
 export async function api(path, { method = 'GET', body, signal } = {}) {
   const json = body !== undefined && !(body instanceof Blob);
-  const r = await fetch(path, {
+  const r = await reach(path, {
     method,
     headers: json ? { 'Content-Type': 'application/json', Accept: 'application/json' } : { Accept: 'application/json' },
     body: json ? JSON.stringify(body) : body,

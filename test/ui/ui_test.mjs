@@ -247,7 +247,6 @@ try {
   await tableShows(wz, { start: chosen.get('start'), end: chosen.get('end') });
   check(await wz.locator('#functions tbody tr[data-function]').count() > 0, 'the functions view answers for the window');
 
-  // A session id that does not exist: an error message, not a silent blank page.
   // Sessions tab: import a real capture, compare it against the live session, delete it.
   doing = "importing on the Sessions tab";
   const liveSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
@@ -365,7 +364,6 @@ try {
   check(light === 'rgb(255, 255, 255)' && dark === 'rgb(18, 21, 28)' && await background() === dark &&
     (await again.locator('#theme').textContent()) === 'theme: dark', `the theme switches and is remembered (${light}, ${dark})`);
 
-  doing = "an unknown session";
   // Many sessions stay usable: the landing page counts them and a search narrows them.
   doing = "searching sessions";
   await again.goto(http + '/');
@@ -376,9 +374,51 @@ try {
   const found = await again.locator('#sessions tbody tr td:first-child').allTextContents();
   check(/^\d+ sessions?$/.test(allCount) && found.length > 0 && found.every((id) => id.includes('_import')),
     `the session list counts (${allCount}) and a search narrows it (${await again.locator('#sessions-count').textContent()})`);
-  await again.goto(http + '/#session=nope&tab=source');
-  await again.waitForFunction(() => document.querySelector('#conn').textContent.startsWith('error'), null, { timeout: 10000 });
-  check((await again.locator('#conn').textContent()).includes('no session nope'), 'an unknown session shows its error');
+
+  // A half-typed regex in the filter: said next to the box, the views keep showing everything.
+  doing = "a half-typed filter";
+  await again.goto(`${http}/#session=${session}&tab=flamegraph`);
+  await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 1, null, { timeout: 15000 });
+  await again.fill('#filter', 'hash_(');
+  await again.locator('#filter-error').waitFor({ timeout: 5000 });
+  const said = await again.locator('#filter-error').textContent();
+  const framesDrawn = Number(await again.locator('#flame').getAttribute('data-boxes'));
+  await again.fill('#filter', 'hash_(s|x)');
+  await again.locator('#filter-error').waitFor({ state: 'hidden', timeout: 5000 });
+  check(framesDrawn > 1 && /incomplete pattern/.test(said), `an incomplete regex is said ("${said}"), and the flame graph stays drawn (${framesDrawn} frames)`);
+  await again.fill('#filter', '');
+
+  // A session id that does not exist: its error where the session would be, nothing of the
+  // previous session left on screen; a valid session afterwards clears the error.
+  doing = "an unknown session";
+  await again.goto(`${http}/#session=${session}&tab=functions`);
+  await tableShows(again, { session });
+  await again.evaluate(() => { location.hash = 'session=nope&tab=functions'; });
+  await again.locator('#view-error').waitFor({ timeout: 10000 });
+  const leftover = await again.evaluate(() => ({
+    title: document.querySelector('#session-title').textContent,
+    info: document.querySelector('#session-info').textContent,
+    cards: document.querySelector('#stat-cards').children.length,
+    rows: document.querySelectorAll('#functions tbody tr').length,
+  }));
+  check((await again.locator('#view-error').textContent()).includes('no session nope') && leftover.title === 'nope' &&
+    !leftover.info && !leftover.cards && !leftover.rows, `an unknown session shows its error and nothing of the last one (${JSON.stringify(leftover)})`);
+  await again.evaluate((id) => { location.hash = `session=${id}&tab=functions`; }, session);
+  await tableShows(again, { session });
+  await again.locator('#view-error').waitFor({ state: 'hidden', timeout: 10000 });
+  check(await again.locator('#session-title').textContent() === session, 'a valid session afterwards clears the error');
+
+  // The collector out of reach: a tab click still switches the tab, and says why it is empty.
+  doing = "the collector out of reach";
+  await again.route('**/api/sessions/**', (r) => r.abort('connectionrefused'));
+  await again.locator('#tabs button[data-tab="threads"]').click();
+  await again.locator('#view-error').waitFor({ timeout: 10000 });
+  check(/cannot reach the collector/.test(await again.locator('#view-error').textContent()) && await again.locator('#tab-threads').isVisible(),
+    `a tab clicked while the collector is down opens and says so ("${await again.locator('#view-error').textContent()}")`);
+  await again.unroute('**/api/sessions/**');
+  await again.locator('#tabs button[data-tab="functions"]').click();
+  await tableShows(again, { session });
+  await again.locator('#view-error').waitFor({ state: 'hidden', timeout: 10000 });
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
