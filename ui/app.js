@@ -3,7 +3,7 @@
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, api, attr, esc, filterRegex, mib, pct, sessionPage, visible } from './util.js';
+import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, unitOf, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -25,15 +25,25 @@ async function renderLanding() {
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
-  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${attr(s.id)}">
-    <td>${esc(s.id)}</td><td>${esc(s.hostname ?? '')}</td><td>${s.started_at ? new Date(s.started_at * 1000).toLocaleString() : ''}</td>
-    <td>${esc(s.samples ?? '')}</td><td>${s.live ? '<b>live</b>' : 'saved'}</td></tr>`).join('');
+  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
+    <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
+    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.agent === 'import' ? 'imported' : 'saved'}</td></tr>`).join('');
   // Thousands of sessions stay usable: the newest first, a page at a time, and a search.
   $('#sessions-count').textContent = q ? `${sessions.length < total ? `${sessions.length} shown, ` : ''}${total.toLocaleString()} ${total === 1 ? 'session matches' : 'sessions match'}`
     : `${sessions.length < total ? `${sessions.length} of ` : ''}${total.toLocaleString()} ${total === 1 ? 'session' : 'sessions'}`;
   $('#sessions-more').hidden = sessions.length >= total;
 }
 let sessionsShown = 100;
+
+// How a session reads in a list: when, what process (pid), which event, how long, how much.
+const started = (s) => (s.started_at ? esc(new Date(s.started_at * 1000).toLocaleString()) : '');
+const processOf = (s) => (s.agent === 'import' ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
+  : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
+const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
+const duration = (sec) => (sec == null ? '' : sec < 60 ? `${sec.toFixed(1)} s` : sec < 3600 ? `${Math.floor(sec / 60)} min ${Math.round(sec % 60)} s` : `${(sec / 3600).toFixed(1)} h`);
+const count = (n) => (n == null ? '' : Number(n).toLocaleString());
+// perf's event modifiers (cpu-clock:pppH, cycles:u) are noise in a heading.
+const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 
 // ---- session ----
 let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [] };
@@ -85,7 +95,7 @@ function drawFunctionRows() {
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td>${r.self}</td><td class="name">${esc(r.name)}</td><td class="muted" title="${esc(r.module)}">${esc(r.module)}</td></tr>`).join('') + spacer(rows.length - last);
+    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
 }
 
 function drawFlame() {
@@ -166,13 +176,13 @@ async function renderSession(s) {
   // Without an event in the URL the collector picks the one with most samples: keep showing
   // the one it picked last for this session, so a re-render never flashes another.
   const shown = s.event || (view.picked?.session === s.session ? view.picked.event : null);
-  $('#event').innerHTML = events.map((e) => `<option ${e === shown ? 'selected' : ''}>${esc(e)}</option>`).join('');
+  $('#event').innerHTML = events.map((e) => `<option value="${attr(e)}" ${e === shown ? 'selected' : ''}>${esc(eventName(e))}</option>`).join('');
   await renderControls(s.session);
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = [visible(meta.hostname || ''), `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
-    (meta.event_types || []).join(', '), meta.live ? 'live' : ''].filter(Boolean).join(' · ');
+    (meta.event_types || []).map(eventName).join(', '), meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
@@ -183,6 +193,7 @@ async function renderSession(s) {
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
+    view.unit = unitOf(answer);
     if (!s.event) { view.picked = { session: s.session, event: answer.event }; $('#event').value = answer.event; }
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
@@ -208,13 +219,23 @@ async function renderThreadChoice(s) {
 
 const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
 
-// Pause, resume and stop for a session whose agent is connected.
+// Pause, resume and stop for a session whose agent is connected, each offered only when the
+// agent's state allows it; "start again" for the run its idle agent last finished.
 async function renderControls(session) {
   const targets = await api('/api/targets');
-  const t = targets.find((x) => x.session_id === session);
+  const t = targets.find((x) => x.session_id === session) || targets.find((x) => x.last_session_id === session && x.state === 'idle');
   view.target = t?.id;
+  view.targetPid = t?.pid;
   $('#controls').hidden = !t;
-  if (t) $('#control-state').textContent = `${visible(t.hostname || '')} · ${t.state}${t.pid ? ' · pid ' + t.pid : ''}`;
+  if (!t) return;
+  const state = t.session_id === session ? t.state : 'ended';
+  const allowed = { pause: state === 'profiling', resume: state === 'paused', stop: state === 'profiling' || state === 'paused' };
+  for (const b of document.querySelectorAll('#controls button[data-cmd]')) {
+    if (b.dataset.cmd === 'start') { b.hidden = state !== 'ended' || !t.pid; continue; }
+    b.hidden = state === 'ended';
+    b.disabled = !allowed[b.dataset.cmd];
+  }
+  $('#control-state').textContent = [visible(t.hostname || ''), state === 'ended' ? 'this run has ended; the agent is idle' : t.state, t.pid ? `pid ${t.pid}` : ''].filter(Boolean).join(' · ');
 }
 
 // Every session: open, compare against (baseline), delete, export; import a recording.
@@ -224,9 +245,9 @@ async function renderSessions(s) {
     ? `comparing against <b>${esc(s.baseline)}</b>: functions gain a Δ column, the flame graph turns red where time grew and blue where it shrank. <button data-baseline="">stop comparing</button>`
     : 'choose a baseline to compare this session against';
   const formats = ['collapsed', 'json', 'svg', 'speedscope', 'pprof'];
-  $('#all-sessions tbody').innerHTML = sessions.map((x) => `<tr>
-    <td><a href="#session=${encodeURIComponent(x.id)}">${esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td>${esc(x.hostname ?? '')}</td>
-    <td>${x.started_at ? new Date(x.started_at * 1000).toLocaleString() : ''}</td><td>${esc(x.samples ?? '')}</td><td>${x.live ? '<b>live</b>' : 'saved'}</td>
+  $('#all-sessions tbody').innerHTML = sessions.map((x) => `<tr title="${attr(x.id)}">
+    <td><a href="#session=${encodeURIComponent(x.id)}">${started(x) || esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td class="name">${processOf(x)}</td><td>${esc(x.hostname ?? '')}</td>
+    <td class="num">${duration(x.duration_sec)}</td><td class="num">${count(x.samples)}</td><td>${x.live ? '<b>live</b>' : x.agent === 'import' ? 'imported' : 'saved'}</td>
     <td>${x.id !== s.session ? `<button data-baseline="${attr(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${attr(x.id)}">delete</button>`}</td>
     <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`).join('');
 }
@@ -352,9 +373,15 @@ document.addEventListener('click', (e) => {
 $('#controls').addEventListener('click', async (e) => {
   const b = e.target.closest('button[data-cmd]');
   if (!b || !view.target) return;
+  const target = view.target;
+  const body = b.dataset.cmd === 'start' ? { cmd: 'start', args: { pid: view.targetPid } } : { cmd: b.dataset.cmd };
   try {
-    await api(`/api/targets/${encodeURIComponent(view.target)}/command`, { method: 'POST', body: { cmd: b.dataset.cmd } });
+    await api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
     $('#control-result').textContent = '';
+    if (b.dataset.cmd === 'start') { // the new run is a session of its own: open it
+      const t = (await api('/api/targets')).find((x) => x.id === target);
+      if (t?.session_id) { setHash({ session: t.session_id, baseline: null, start: null, end: null, zoom: null, tid: null }); return; }
+    }
   } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
   rerender(); // the target's state changed
 });
@@ -401,7 +428,13 @@ if (await signedIn()) {
   const stream = new EventSource('/api/stream');
   stream.onopen = () => { $('#conn').textContent = 'live'; };
   stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
-  for (const kind of ['targets', 'sessions']) stream.addEventListener(kind, () => { if (!hashState().session) rerender(); });
+  // The landing page lists targets and sessions; a session's view follows its agent's state
+  // (controls, "ended") and its own end.
+  stream.addEventListener('targets', () => rerender());
+  stream.addEventListener('sessions', (e) => {
+    const s = hashState();
+    if (!s.session || JSON.parse(e.data).session_id === s.session) rerender();
+  });
   stream.addEventListener('import', (e) => {
     const d = JSON.parse(e.data);
     if (!importing || !['receiving', 'converting', 'parsing'].includes(d.phase)) return;

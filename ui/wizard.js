@@ -3,7 +3,7 @@
 // Every step talks to the collector's API; agent commands go through the relay.
 import { $, api, attr, esc } from './util.js';
 
-const state = { target: null, session: null, pid: null, comm: '', events: [], probe: null };
+const state = { target: null, pid: null, comm: '', events: [], probe: null };
 
 const command = (cmd, args = {}) => api(`/api/targets/${encodeURIComponent(state.target)}/command`, { method: 'POST', body: { cmd, args } });
 
@@ -22,7 +22,7 @@ async function connect() {
   const host = $('#wz-host').value.trim(), port = Number($('#wz-port').value), token = $('#wz-token').value.trim();
   if (!host || !port) throw new Error('host and port are needed');
   const t = await api('/api/targets/connect', { method: 'POST', body: token ? { host, port, token } : { host, port } });
-  state.target = t.id; state.session = t.session_id;
+  state.target = t.id;
   $('#wz-connected').textContent = `${t.hostname || host} · ${t.agent || 'agent'} ${t.agent_version || ''} · ${t.platform?.perf_version || ''}`;
   await loadProcesses();
   step('process');
@@ -107,7 +107,10 @@ async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
   await command('start', args);
-  location.hash = `session=${encodeURIComponent(state.session)}&tab=functions`;
+  // The run is a session from the start's answer on.
+  const t = (await api('/api/targets')).find((x) => x.id === state.target);
+  if (!t?.session_id) throw new Error('the agent started, but the collector opened no session for it');
+  location.hash = `session=${encodeURIComponent(t.session_id)}&tab=functions`;
 }
 
 export function openWizard() {

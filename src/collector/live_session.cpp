@@ -3,6 +3,7 @@
 #include "collector/context.hpp"
 #include "collector/http/events.hpp"
 #include "collector/log.hpp"
+#include "collector/model/views.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -13,7 +14,8 @@ namespace json = boost::json;
 
 namespace {
 
-json::object final_meta(const json::object& start, const session_entry& e, double ended) {
+json::object final_meta(const json::object& start, const session_entry& e, double ended,
+                        std::optional<int> pid) {
     const session_model& m = *e.model;
     json::object meta = start;
     meta["ended_at"] = ended;
@@ -32,6 +34,16 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
     meta["event_types"] = std::move(events);
     if (!m.last_stat_text.empty())
         meta["perf_stat_text"] = m.last_stat_text;
+    // What the session list shows for it: the process and how long it was profiled.
+    if (!pid)
+        if (const auto* p = start.if_contains("pid"); p && p->is_int64())
+            pid = static_cast<int>(p->as_int64());
+    if (pid)
+        meta["pid"] = *pid;
+    meta["process"] = process_name(m.prof, pid ? std::optional<std::uint32_t>(*pid) : std::nullopt);
+    meta["duration_sec"] = m.prof.sample_count()
+                               ? static_cast<double>(m.prof.last_time() - m.prof.first_time()) / 1e9
+                               : 0.0;
     return meta;
 }
 
@@ -92,16 +104,17 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
     });
 }
 
-void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at) {
+void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
+              std::optional<int> pid) {
     app.sessions.set_live(e->id, false);
-    asio::post(e->strand, [e, app = &app, ended_at] {
+    asio::post(e->strand, [e, app = &app, ended_at, pid] {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
         // not kept.
         const bool empty = !e->model || e->model->prof.sample_count() == 0;
         if (e->writer && !empty)
             (void)e->writer->write_meta(
-                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended_at));
+                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended_at, pid));
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace collector {
@@ -24,7 +25,10 @@ void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std
 // session, kept in its model, sent to the browsers.
 void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record);
 
-// The agent left at `ended_at` (seconds since the epoch).
-void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at);
+// The run ended at `ended_at` (seconds since the epoch): the agent went idle or left. `pid`:
+// the process it profiled, when the agent said (a session may open with the agent's first
+// metrics, before it knows).
+void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
+              std::optional<int> pid = std::nullopt);
 
 } // namespace collector

@@ -237,6 +237,68 @@ TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile pe
     CHECK(names(coll->get("/api/sessions/" + ids[1] + "/functions"), matrix));
 }
 
+TEST_CASE("a session is one run: the target's exit and a stop end it, a start opens the next",
+          "[collector][integration][perf]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    auto brief = start_demo(4); // exits on its own: the run ends with it
+    auto agent = start_agent(flavour, coll.agent_port, brief->pid());
+    auto one_target = [&](auto pred) {
+        return wait_for(coll, "/api/targets", 20s, [&](const json::value& v) {
+            return v.as_array().size() == 1 && pred(v.as_array()[0].as_object());
+        });
+    };
+    const auto running =
+        one_target([](const json::object& t) { return t.at("session_id").is_string(); });
+    REQUIRE(running.as_array().size() == 1);
+    const std::string target(running.as_array()[0].at("id").as_string());
+    const std::string first(running.as_array()[0].at("session_id").as_string());
+
+    // The target exits: the agent goes idle, the session ends, saying what it profiled.
+    const auto idle = one_target([&](const json::object& t) {
+        return t.at("state").as_string() == "idle" && t.at("session_id").is_null();
+    });
+    REQUIRE(idle.as_array().size() == 1);
+    CHECK(idle.as_array()[0].at("last_session_id").as_string() == first);
+    const auto ended = wait_for(coll, "/api/sessions/" + first, 10s,
+                                [](const json::value& v) { return !v.at("ended_at").is_null(); });
+    CHECK_FALSE(ended.at("live").as_bool());
+    CHECK(ended.at("samples").to_number<std::uint64_t>() > 0);
+    CHECK(ended.at("process").as_string() == "perfwire-demo");
+    CHECK(ended.at("pid").to_number<int>() == brief->pid());
+    CHECK(ended.at("duration_sec").to_number<double>() > 1.0);
+
+    // "Start again" on another process: a new session from the answer on, ended by a stop.
+    auto demo = start_demo(60);
+    const auto start =
+        http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                  R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + "}}");
+    REQUIRE(start.status == 200);
+    const auto again = coll.get("/api/targets");
+    REQUIRE(again.as_array().size() == 1);
+    REQUIRE(again.as_array()[0].at("session_id").is_string());
+    const std::string second(again.as_array()[0].at("session_id").as_string());
+    CHECK(second != first);
+    wait_for(coll, "/api/sessions/" + second, 20s,
+             [](const json::value& v) { return v.at("samples").to_number<std::uint64_t>() > 20; });
+    CHECK(http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                    R"({"cmd":"stop"})")
+              .status == 200);
+    const auto stopped = wait_for(coll, "/api/sessions/" + second, 10s,
+                                  [](const json::value& v) { return !v.at("ended_at").is_null(); });
+    CHECK_FALSE(stopped.at("live").as_bool());
+    CHECK(stopped.at("samples").to_number<std::uint64_t>() > 20);
+    CHECK(coll.get("/api/targets").as_array()[0].at("last_session_id").as_string() == second);
+    // The list tells the runs apart by process, not only by a timestamp id.
+    const auto listed = coll.get("/api/sessions");
+    INFO(json::serialize(listed));
+    CHECK(listed.as_array().size() == 2);
+    for (const auto& s : listed.as_array())
+        CHECK(s.at("process").as_string() == "perfwire-demo");
+}
+
 TEST_CASE("the wizard dials a listening agent with its pairing code",
           "[collector][integration][perf]") {
     const auto flavour =

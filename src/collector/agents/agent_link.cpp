@@ -114,6 +114,8 @@ json::object agent_link::describe() const {
     json::object o;
     o["id"] = id_;
     o["session_id"] = session_id_.empty() ? json::value(nullptr) : json::value(session_id_);
+    o["last_session_id"] =
+        last_session_id_.empty() ? json::value(nullptr) : json::value(last_session_id_);
     o["agent"] = hello_ ? json::value(hello_->agent) : json::value(nullptr);
     o["agent_version"] = hello_ && hello_->agent_version ? json::value(*hello_->agent_version)
                                                          : json::value(nullptr);
@@ -255,8 +257,6 @@ void agent_link::on_hello(protocol::frame&& f) {
     state_ = agent_state::idle;
     log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") + " on " +
                    hello_->hostname.value_or("?"));
-    if (dialled_ && !open_session())
-        return;
     if (!token_)
         settled_.cancel(); // ready: no code to present
     if (token_) {
@@ -289,8 +289,11 @@ void agent_link::on_hello(protocol::frame&& f) {
 bool agent_link::open_session() {
     if (session_)
         return true;
-    auto created =
-        app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), session_meta_);
+    json::object meta = session_meta_;
+    meta["started_at"] = wall_seconds();
+    if (pid_)
+        meta["pid"] = *pid_;
+    auto created = app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), meta);
     if (!created) {
         log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
         close();
@@ -298,6 +301,8 @@ bool agent_link::open_session() {
     }
     session_ = *created;
     session_id_ = session_->id;
+    for (auto& [type, record] : std::exchange(between_runs_, {}))
+        ingest_metrics(app_, session_, std::move(record));
     log(peer_, "session " + session_id_);
     app_.changed(change::targets);
     return true;
@@ -308,17 +313,17 @@ void agent_link::on_frame(protocol::frame&& f) {
         on_hello(std::move(f));
         return;
     }
-    // Data and metrics are what a session holds: it opens with the first of them.
-    if ((f.flag == frame_flag::text || f.flag == frame_flag::zstd ||
-         f.flag == frame_flag::metrics) &&
-        !open_session())
+    // A session is a run: it opens when the agent says it is profiling, or with its first
+    // data. Metrics belong to the run in progress; between runs only the last record of each
+    // type is kept, and the next run starts with them (the binaries' build-ids come first).
+    if ((f.flag == frame_flag::text || f.flag == frame_flag::zstd) && !open_session())
         return;
 
     switch (f.flag) {
     case frame_flag::text:
     case frame_flag::zstd: {
         if (state_ == agent_state::idle)
-            state_ = agent_state::profiling;
+            set_state(agent_state::profiling);
         const std::size_t n = f.payload.size();
         undigested_bytes_ += n;
         ingest_chunk(app_, session_, peer_, f.flag == frame_flag::zstd, std::move(f.payload),
@@ -345,7 +350,11 @@ void agent_link::on_frame(protocol::frame&& f) {
                 log(peer_, "metrics refused (logged once): " + refused);
             break;
         }
-        ingest_metrics(app_, session_, protocol::serialize(*parsed));
+        if (session_)
+            ingest_metrics(app_, session_, protocol::serialize(*parsed));
+        else
+            between_runs_[std::string(protocol::metrics_type(*parsed))] =
+                protocol::serialize(*parsed);
         break;
     }
     case frame_flag::response: {
@@ -355,12 +364,12 @@ void agent_link::on_frame(protocol::frame&& f) {
             break;
         }
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
-            if (const auto st = protocol::agent_state_from(n->state);
-                st && *st != agent_state::connecting && *st != agent_state::authenticating)
-                state_ = *st;
             if (n->pid)
                 pid_ = n->pid;
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
+            if (const auto st = protocol::agent_state_from(n->state);
+                st && *st != agent_state::connecting && *st != agent_state::authenticating)
+                set_state(*st);
             app_.changed(change::targets);
         } else if (auto* r = std::get_if<command_response>(&*reply)) {
             if (const auto it = pending_.find(r->id); it != pending_.end()) {
@@ -382,6 +391,9 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
     const std::string id = "c" + std::to_string(next_command_++);
     if (closed_)
         co_return command_response::failure(id, "agent disconnected");
+    std::optional<int> asked_pid; // a start names the process it profiles
+    if (const auto* p = args.if_contains("pid"); p && p->is_int64())
+        asked_pid = static_cast<int>(p->as_int64());
     asio::steady_timer timer(socket_.get_executor(), timeout);
     pending_[id] = pending{std::nullopt, &timer};
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
@@ -403,23 +415,42 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
             now = agent_state::idle;
         else if (cmd == protocol::cmd::pause)
             now = agent_state::paused;
-        if (cmd == protocol::cmd::start)
+        if (cmd == protocol::cmd::start) {
             if (const auto* p = result->fields.if_contains("pid"); p && p->is_int64())
                 pid_ = static_cast<int>(p->as_int64());
-        if (now && *now != state_) {
-            state_ = *now;
-            app_.changed(change::targets);
+            else if (asked_pid)
+                pid_ = asked_pid;
         }
+        if (now)
+            set_state(*now); // a started run is a session from now on, before its first data
     }
     co_return std::move(*result);
+}
+
+void agent_link::set_state(agent_state now) {
+    if (now == state_)
+        return;
+    const bool running = state_ == agent_state::profiling || state_ == agent_state::paused;
+    state_ = now;
+    if (running && now == agent_state::idle)
+        end_session(); // everything of the run arrived before the answer or notice that says so
+    else if (!running && now == agent_state::profiling && hello_)
+        (void)open_session(); // a run began (a start, or --pid on the agent's command line)
+    app_.changed(change::targets);
+}
+
+void agent_link::end_session() {
+    if (!session_)
+        return;
+    last_session_id_ = session_id_;
+    end_live(app_, std::exchange(session_, nullptr), wall_seconds(), pid_);
+    session_id_.clear();
 }
 
 void agent_link::finish_session() {
     app_.targets.erase(id_);
     app_.changed(change::targets);
-    if (!session_)
-        return;
-    end_live(app_, session_, wall_seconds());
+    end_session();
 }
 
 asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration timeout) {

@@ -28,8 +28,10 @@ namespace collector {
 class agent_link : public std::enable_shared_from_this<agent_link> {
 public:
     // `dialled`: the collector's owner chose this agent (the wizard), so it needs no
-    // enrollment and its session opens at once; an agent that dialled in gets a session with
-    // its first data or metrics, once it has enrolled.
+    // enrollment. A session is one run: it opens when the (enrolled) agent says it is
+    // profiling — the answer to a `start`, or the notice of an agent started with --pid — or
+    // with its first data, and ends when the agent goes idle (stopped, or the target exited)
+    // or leaves.
     agent_link(asio::ip::tcp::socket socket, app_context& app, std::string target_id,
                std::optional<std::string> token, bool dialled = false);
 
@@ -57,7 +59,9 @@ private:
     void on_frame(protocol::frame&& f);
     void on_hello(protocol::frame&& f);
     bool open_session(); // false (and closed) when it cannot be stored
+    void end_session();  // the run is over: its session is completed (or removed, if empty)
     void finish_session();
+    void set_state(protocol::agent_state now);
     void send(const std::string& payload);
 
     asio::ip::tcp::socket socket_;
@@ -69,12 +73,16 @@ private:
     std::optional<protocol::hello> hello_;
     std::shared_ptr<session_entry> session_;
     std::string session_id_;
+    std::string last_session_id_;      // the run before, ended: "start again" continues from it
     boost::json::object session_meta_; // from the hello, written when the session opens
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
+    // Between runs: the last metrics record of each type (a handful, each ≤ 256 KiB), for the
+    // next session to start with.
+    std::map<std::string, std::string> between_runs_;
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;

@@ -183,4 +183,26 @@ std::vector<thread_row> threads(const profile& p, const view_filter& f) {
     return out;
 }
 
+std::string_view process_name(const profile& p, std::optional<std::uint32_t> pid) {
+    if (!pid) { // the process of the busiest thread
+        const thread_info* busiest = nullptr;
+        for (const auto& [tid, t] : p.threads())
+            if (!busiest || t.samples > busiest->samples)
+                busiest = &t;
+        if (!busiest)
+            return {};
+        pid = busiest->pid;
+    }
+    const thread_info* best = nullptr;
+    for (const auto& [tid, t] : p.threads()) {
+        if (t.pid != *pid)
+            continue;
+        if (tid == *pid)
+            return p.strings()[t.comm];
+        if (!best || t.samples > best->samples)
+            best = &t;
+    }
+    return best ? p.strings()[best->comm] : std::string_view();
+}
+
 } // namespace collector

@@ -57,6 +57,11 @@ struct thread_row {
 
 std::vector<thread_row> threads(const profile& p, const view_filter& f);
 
+// The profiled process's name: the comm of its main thread (tid == pid), else of its thread
+// with most samples; without `pid`, the process of the busiest thread. Empty when no thread
+// of it was sampled.
+std::string_view process_name(const profile& p, std::optional<std::uint32_t> pid);
+
 // Calls fn(node, frames) for every node with weight in `self`, `frames` being its call stack
 // leaf first (frame ids). Exports write one record per such stack.
 template <class Fn>
