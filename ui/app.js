@@ -1,5 +1,5 @@
 // perfwire UI: plain ES module, no build step. State lives in the URL hash:
-// #session=<id>&tab=functions|flamegraph|source|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>
+// #session=<id>&tab=functions|flamegraph|source|sandwich|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>&fn=<function>
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
@@ -8,7 +8,7 @@ import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline') };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn') };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -95,7 +95,7 @@ function drawFunctionRows() {
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
+    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
 }
 
 function drawFlame() {
@@ -143,7 +143,10 @@ function drawFlame() {
     view.zoomPath = [...view.zoomPath, ...path];
     setHash({ zoom: view.zoomPath.join(';') });
   };
-  $('#crumbs').innerHTML = ['all', ...view.zoomPath].map((n, i) => `<span data-depth="${i}">${esc(n)}</span>`).join(' › ');
+  $('#crumbs').innerHTML = crumbs(view.zoomPath);
+  const focus = view.zoomPath[view.zoomPath.length - 1];
+  $('#flame-sandwich').hidden = !focus;
+  if (focus) { $('#flame-sandwich').dataset.sandwich = focus; $('#flame-sandwich').textContent = `⇅ callers and callees of ${visible(focus)}`; }
 }
 
 // What a session view shows, emptied: nothing of another session stays on screen while this
@@ -157,6 +160,37 @@ function clearSession(title) {
   delete $('#functions').dataset.shows;
   view.functions = []; view.rows = []; view.flame = null;
   const canvas = $('#flame'); canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
+}
+
+// The zoom path as breadcrumbs, a run of one function calling itself shown once with a count
+// ("recursive_fib ×7"), each crumb still zooming to its own depth.
+function crumbs(path) {
+  const parts = [`<span data-depth="0">all</span>`];
+  for (let i = 0; i < path.length;) {
+    let j = i;
+    while (j + 1 < path.length && path[j + 1] === path[i]) ++j;
+    parts.push(`<span data-depth="${j + 1}" title="${attr(visible(path[i]))}">${esc(path[i])}${j > i ? ` <b>×${j - i + 1}</b>` : ''}</span>`);
+    i = j + 1;
+  }
+  return parts.join(' › ');
+}
+
+// Who calls a function and what it calls, with the same filters as the other views.
+async function renderSandwich(s, q) {
+  if (!s.fn) { $('#sandwich-fn').textContent = ''; $('#callers tbody').innerHTML = ''; $('#callees tbody').innerHTML = ''; return; }
+  const d = await api(`/api/sessions/${encodeURIComponent(s.session)}/sandwich?${q}&function=${encodeURIComponent(s.fn)}`);
+  const unit = unitOf(d);
+  const row = (r, self) => `<tr class="link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">${self ? `<td class="num">${pct(r.self_pct)}</td>` : ''}
+    <td class="num"><span class="bar" style="width:${Math.min(60, r.total_pct * 0.6)}px"></span>${pct(r.total_pct)}</td><td class="num">${amount(r.total, unit)}</td>
+    <td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;
+  const none = (cols, what) => `<tr><td colspan="${cols}" class="muted">${what}</td></tr>`;
+  $('#callers tbody').innerHTML = d.callers.map((r) => row(r, false)).join('') || none(4, 'none: it is where these stacks begin');
+  $('#callees tbody').innerHTML = d.callees.map((r) => row(r, true)).join('') || none(5, 'none: its time is its own');
+  const f = d.function;
+  $('#sandwich-fn').innerHTML = `${esc(f.name)} <span class="muted">self ${pct(f.self_pct)} % (${amount(f.self, unit)}) · total ${pct(f.total_pct)} % (${amount(f.total, unit)})</span>
+    <button data-source-of="${attr(f.name)}">source</button>`;
+  $('#sandwich-info').textContent = '';
+  $('#tab-sandwich').dataset.shows = f.name;
 }
 
 async function renderSession(s) {
@@ -200,6 +234,7 @@ async function renderSession(s) {
   }
   if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
+  if (s.tab === 'sandwich') await renderSandwich(s, q);
   if (s.tab === 'sessions') await renderSessions(s);
   if (s.tab === 'threads') {
     const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
@@ -284,7 +319,7 @@ async function renderSource(s, q) {
   const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
   const scope = s.tid || s.start ? ' · <span class="warn" data-scope>all threads, whole session: the thread and time filters do not apply to source lines</span>' : '';
   $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`) +
-    scope + warnings(src.warnings);
+    scope + (fn ? ` · <a href="#" data-sandwich="${attr(view.focusFunction)}">⇅ callers and callees of ${esc(view.focusFunction)}</a>` : '') + warnings(src.warnings);
   const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
   $('#source tbody').innerHTML = src.lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
@@ -332,6 +367,10 @@ document.addEventListener('click', (e) => {
   if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
   const tidRow = e.target.closest('tr[data-tid]');
   if (tidRow) setHash({ tid: tidRow.dataset.tid, tab: 'functions' });
+  const toSandwich = e.target.closest('[data-sandwich]');
+  if (toSandwich) { e.preventDefault(); setHash({ tab: 'sandwich', fn: toSandwich.dataset.sandwich }); return; }
+  const sourceOf = e.target.closest('[data-source-of]');
+  if (sourceOf) { openFunctionSource(sourceOf.dataset.sourceOf); return; }
   const fnRow = e.target.closest('tr[data-function]');
   if (fnRow) openFunctionSource(fnRow.dataset.function);
   const tab = e.target.closest('#tabs button');

@@ -389,6 +389,47 @@ TEST_CASE("API: importing perf script text makes a queryable session", "[collect
           http::status::ok);
 }
 
+TEST_CASE("API: the sandwich of a function names its callers and callees", "[collector][api]") {
+    fixture_app f;
+    // Stacks leaf first, as perf script prints them; B is reached from A and from X, recurses
+    // once, and calls C.
+    auto sample = [](int period, std::vector<std::string> frames) {
+        std::string s = "app 1/1 1.0: " + std::to_string(period) + " cpu-clock:\n";
+        for (const auto& fr : frames)
+            s += "\t1 " + fr + " (/bin/app)\n";
+        return s + "\n";
+    };
+    const std::string text = sample(10, {"C", "B", "A", "main"}) + sample(20, {"B", "A", "main"}) +
+                             sample(30, {"B", "B", "X", "main"}) + sample(40, {"D", "main"});
+    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
+    REQUIRE(res.result() == http::status::ok);
+    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto b = f.get_json("/api/sessions/" + id + "/sandwich?function=B");
+    CHECK(b.at("total").to_number<int>() == 100);
+    CHECK(b.at("function").at("self").to_number<int>() == 50);
+    CHECK(b.at("function").at("total").to_number<int>() == 60); // the recursion counts once
+    CHECK(b.at("function").at("module").as_string() == "/bin/app");
+    auto rows = [](const json::value& list) {
+        std::vector<std::pair<std::string, int>> out;
+        for (const auto& r : list.as_array())
+            out.emplace_back(r.at("name").as_string(), r.at("total").to_number<int>());
+        return out;
+    };
+    using rows_t = std::vector<std::pair<std::string, int>>;
+    CHECK(rows(b.at("callers")) == rows_t{{"A", 30}, {"X", 30}});
+    CHECK(rows(b.at("callees")) == rows_t{{"C", 10}});
+    CHECK(b.at("callees").as_array()[0].at("self").to_number<int>() == 10);
+    // Filters apply as elsewhere; an unknown function is a 404 that says so.
+    const auto by_samples =
+        f.get_json("/api/sessions/" + id + "/sandwich?function=B&weight=samples");
+    CHECK(by_samples.at("function").at("total").to_number<int>() == 3);
+    const auto missing = f.call(http::verb::get, "/api/sessions/" + id + "/sandwich?function=Z");
+    CHECK(missing.result() == http::status::not_found);
+    CHECK_THAT(missing.body(), Catch::Contains("no_function"));
+    CHECK(f.call(http::verb::get, "/api/sessions/" + id + "/sandwich").result() ==
+          http::status::bad_request);
+}
+
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
           "[collector][api]") {
     test_support::temp_dir agents;

@@ -164,6 +164,25 @@ try {
   const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
   check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
 
+  // The sandwich of hash_strings: its callers are the frames right above it in every stack,
+  // as the collapsed export (an independent reading of the same profile) has them.
+  doing = "the sandwich of hash_strings";
+  await again.evaluate(() => { location.hash = location.hash.replace(/tab=[^&]*/, 'tab=functions'); });
+  await tableShows(again, { session });
+  await again.locator('#functions tbody tr', { hasText: 'hash_strings' }).first().locator('button[data-sandwich]').click();
+  await again.waitForFunction(() => /hash_strings/.test(document.querySelector('#tab-sandwich').dataset.shows || ''), null, { timeout: 15000 });
+  const callerNames = await again.locator('#callers tbody td.name').allTextContents();
+  const collapsed = await (await fetch(`${http}/api/sessions/${session}/export?format=collapsed`)).text();
+  const byCaller = new Map();
+  for (const line of collapsed.split('\n')) {
+    const cut = line.lastIndexOf(' '), frames = line.slice(0, cut).split(';'), w = Number(line.slice(cut + 1));
+    const i = frames.findIndex((f) => f.endsWith('::hash_strings'));
+    if (i > 0) byCaller.set(frames[i - 1], (byCaller.get(frames[i - 1]) || 0) + w);
+  }
+  const expectedCaller = [...byCaller].sort((a, b) => b[1] - a[1])[0]?.[0];
+  check(expectedCaller && callerNames[0] === expectedCaller && await again.locator('#tabs button.active').textContent() === 'Callers',
+    `the sandwich of hash_strings lists its real caller first (${callerNames[0]})`);
+
   // The Live Debug wizard against an agent waiting with --listen and a pairing code: the
   // Python agent, run by Debian's interpreter as a device with only python3 would run it, so
   // everything below (processes, perf check, file browser, live session, health) is its.
@@ -295,7 +314,7 @@ try {
   const [leafRows, shownEvent, skippedText] = await shapesState();
   check(leafRows === 1 && shownEvent === 'cycles' && skippedText === '1 unreadable lines skipped',
     `flags-field text imports from the UI (${leafRows} table_leaf rows, event ${shownEvent}, "${skippedText}")`);
-  const shownNames = await wz.locator('#functions tbody td.name').allTextContents();
+  const shownNames = (await wz.locator('#functions tbody td.name').allTextContents()).map((n) => n.replace(/^⇅ /, ''));
   check(shownNames.includes('⟨U+202E⟩evil') && !shownNames.some((n) => n.includes('\u202e')),
     'a bidi override in a name is shown, not obeyed (⟨U+202E⟩evil)');
 

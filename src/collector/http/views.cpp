@@ -24,6 +24,7 @@ struct view_params {
     std::string baseline; // session id to compare against
     std::string metrics_type;
     source_request source; // file=, function=
+    std::string module;    // sandwich: module= narrows function= to one module
 };
 
 result<view_params> parse_view_params(const target_url& u) {
@@ -38,6 +39,8 @@ result<view_params> parse_view_params(const target_url& u) {
         v.source.file = it->second;
     if (const auto it = u.query.find("function"); it != u.query.end())
         v.source.function = it->second;
+    if (const auto it = u.query.find("module"); it != u.query.end())
+        v.module = it->second;
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -112,7 +115,8 @@ enum class view_kind {
     export_svg,
     export_pprof,
     metrics,
-    source
+    source,
+    sandwich
 };
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
@@ -175,6 +179,16 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     case view_kind::threads:
         r.body = threads_json(m.prof, *f, arena);
         break;
+    case view_kind::sandwich:
+        if (v.source.function.empty()) {
+            r.failed = failure("bad_parameter", "function= names the function");
+        } else if (auto body = sandwich_json(m.prof, *f, v.source.function, v.module, arena)) {
+            r.body = std::move(*body);
+        } else {
+            r.failed = failure("no_function",
+                               "no sampled function " + v.source.function + " in this view", 404);
+        }
+        break;
     case view_kind::export_collapsed:
         r.text = collapsed_text(m.prof, *f);
         break;
@@ -228,6 +242,7 @@ constexpr std::pair<std::string_view, view_kind> views[] = {
     {"functions", view_kind::functions},
     {"flamegraph", view_kind::flamegraph},
     {"threads", view_kind::threads},
+    {"sandwich", view_kind::sandwich},
     {"metrics", view_kind::metrics},
     {"source", view_kind::source},
 };

@@ -99,6 +99,45 @@ json::value flamegraph_json(const profile& p, const view_filter& f, int max_dept
     return o;
 }
 
+std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
+                                         std::string_view name, std::string_view module,
+                                         const json::storage_ptr& sp) {
+    std::vector<std::uint32_t> frames;
+    for (std::uint32_t i = 0; i < p.frame_count(); ++i)
+        if (p.symbol(i) == name && (module.empty() || p.module(i) == module))
+            frames.push_back(i);
+    const auto t = sandwich(p, f, frames);
+    if (!t.total)
+        return std::nullopt;
+    json::object o = view_header(p, f, t.total_weight, sp);
+    o["function"] = json::object({{"name", name},
+                                  {"module", frames.size() == 1 ? p.module(frames[0]) : module},
+                                  {"self", t.self},
+                                  {"total", t.total},
+                                  {"self_pct", pct(t.self, t.total_weight)},
+                                  {"total_pct", pct(t.total, t.total_weight)}},
+                                 sp);
+    auto rows = [&](const std::vector<function_row>& list, bool with_self) {
+        json::array out(sp);
+        for (const auto& r : list) {
+            json::object row({{"name", p.symbol(r.frame)},
+                              {"module", p.module(r.frame)},
+                              {"total", r.total},
+                              {"total_pct", pct(r.total, t.total_weight)}},
+                             sp);
+            if (with_self) {
+                row["self"] = r.self;
+                row["self_pct"] = pct(r.self, t.total_weight);
+            }
+            out.push_back(std::move(row));
+        }
+        return out;
+    };
+    o["callers"] = rows(t.callers, false);
+    o["callees"] = rows(t.callees, true);
+    return json::value(std::move(o));
+}
+
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {
     const auto rows = threads(p, f);
     std::uint64_t total = 0;

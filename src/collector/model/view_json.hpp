@@ -31,6 +31,12 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
 // under min_pct of the total and below max_depth left out.
 json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
                             const json::storage_ptr& sp);
+// {…header, "function": {name, module, self, total, self_pct, total_pct}, "callers": [{name,
+// module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}]}
+// for the frames named `name` (in `module`, when not empty); nullopt when none is sampled.
+std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
+                                         std::string_view name, std::string_view module,
+                                         const json::storage_ptr& sp);
 // [{tid, pid, comm, samples, weight, pct, top_functions: […]}].
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp);
 // The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.

@@ -205,4 +205,66 @@ std::string_view process_name(const profile& p, std::optional<std::uint32_t> pid
     return best ? p.strings()[best->comm] : std::string_view();
 }
 
+sandwich_table sandwich(const profile& p, const view_filter& f,
+                        const std::vector<std::uint32_t>& frames) {
+    const auto self = node_self_weights(p, f);
+    sandwich_table t;
+    for (const auto w : self)
+        t.total_weight += w;
+    auto is_target = [&](std::uint32_t frame) {
+        return std::find(frames.begin(), frames.end(), frame) != frames.end();
+    };
+    std::unordered_map<std::uint32_t, function_row> callers, callees;
+    std::vector<std::uint32_t> seen_callers, seen_callees;
+    for_each_stack(p, self, [&](std::uint32_t n, const std::vector<std::uint32_t>& stack) {
+        const std::uint64_t w = self[n];
+        seen_callers.clear();
+        seen_callees.clear();
+        bool holds = false;
+        for (std::size_t i = 0; i < stack.size(); ++i) {
+            if (!is_target(stack[i]))
+                continue;
+            holds = true;
+            if (i + 1 < stack.size() && !is_target(stack[i + 1]) &&
+                std::find(seen_callers.begin(), seen_callers.end(), stack[i + 1]) ==
+                    seen_callers.end())
+                seen_callers.push_back(stack[i + 1]);
+            if (i > 0 && !is_target(stack[i - 1]) &&
+                std::find(seen_callees.begin(), seen_callees.end(), stack[i - 1]) ==
+                    seen_callees.end())
+                seen_callees.push_back(stack[i - 1]);
+        }
+        if (!holds)
+            return;
+        t.total += w;
+        if (is_target(stack.front()))
+            t.self += w;
+        for (const auto c : seen_callers) {
+            auto& row = callers[c];
+            row.frame = c;
+            row.total += w;
+        }
+        for (const auto c : seen_callees) {
+            auto& row = callees[c];
+            row.frame = c;
+            row.total += w;
+            if (stack.size() >= 2 && stack.front() == c && is_target(stack[1]))
+                row.self += w;
+        }
+    });
+    auto sorted = [](std::unordered_map<std::uint32_t, function_row>& m) {
+        std::vector<function_row> v;
+        v.reserve(m.size());
+        for (auto& [frame, row] : m)
+            v.push_back(row);
+        std::sort(v.begin(), v.end(), [](const function_row& a, const function_row& b) {
+            return a.total != b.total ? a.total > b.total : a.frame < b.frame;
+        });
+        return v;
+    };
+    t.callers = sorted(callers);
+    t.callees = sorted(callees);
+    return t;
+}
+
 } // namespace collector

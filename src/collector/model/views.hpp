@@ -77,6 +77,19 @@ void for_each_stack(const profile& p, const std::vector<std::uint64_t>& self, Fn
     }
 }
 
+// A function's callers and callees ("sandwich"), the function being every frame in `frames`
+// (one name may be several frames: one per module). For each stack that holds it, the frame
+// right above each occurrence is a caller and the frame right below a callee, each counted
+// once per stack (total); a callee's self is the weight of stacks that end in it, right below
+// the function. Recursion into the function itself is left out of both lists.
+struct sandwich_table {
+    std::uint64_t total_weight = 0; // of the whole view
+    std::uint64_t self = 0, total = 0;
+    std::vector<function_row> callers, callees; // by total, descending
+};
+sandwich_table sandwich(const profile& p, const view_filter& f,
+                        const std::vector<std::uint32_t>& frames);
+
 // Children of every node, as ranges into one array (nodes in id order).
 struct node_children {
     std::vector<std::uint32_t> offset; // node n's children: child[offset[n] .. offset[n+1])
