@@ -154,7 +154,7 @@ function drawFlame() {
 function clearSession(title) {
   $('#session-title').textContent = title;
   for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs']) $(id).textContent = '';
-  for (const id of ['#stat-cards', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
+  for (const id of ['#stat-cards', '#quality-checks', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
   $('#session-skipped').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
@@ -173,6 +173,21 @@ function crumbs(path) {
     i = j + 1;
   }
   return parts.join(' › ');
+}
+
+// How far this profile can be trusted, each check with its measured value and the fix.
+async function renderQuality(s, q) {
+  const d = await api(`/api/sessions/${encodeURIComponent(s.session)}/quality?${q}`);
+  const mark = { ok: '✓', warn: '!', bad: '✗' };
+  $('#quality-checks').innerHTML = d.checks.map((c) => `<li class="q-${attr(c.status)}" data-check="${attr(c.id)}">
+    <span class="q-mark">${mark[c.status] || ''}</span> <b>${esc(c.title)}</b>: ${esc(c.value)}
+    ${c.fix ? `<div class="q-fix">→ ${esc(c.fix)}</div>` : ''}
+    ${c.detail.length && c.status !== 'ok' ? `<div class="muted q-fix">${c.detail.map((x) => `${esc(x.name)}${x.pct ? ` (${pct(x.pct)} %)` : ''}`).join(' · ')}</div>` : ''}</li>`).join('');
+  const worst = d.checks.some((c) => c.status === 'bad') ? 'bad' : d.checks.some((c) => c.status === 'warn') ? 'warn' : 'ok';
+  const open = d.checks.filter((c) => c.status !== 'ok').length;
+  $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
+  $('#quality').className = `q-${worst}`;
+  $('#quality').dataset.shows = s.session;
 }
 
 // Who calls a function and what it calls, with the same filters as the other views.
@@ -224,6 +239,7 @@ async function renderSession(s) {
   // #functions[data-shows] names the session and query its rows came from: a reader (or a test)
   // waits for the state a filter produces, not for rows that may already have been there.
   if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows; return; }
+  await renderQuality(s, q);
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include <fstream>
 
 #include <boost/asio/co_spawn.hpp>
@@ -428,6 +430,46 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
     CHECK_THAT(missing.body(), Catch::Contains("no_function"));
     CHECK(f.call(http::verb::get, "/api/sessions/" + id + "/sandwich").result() ==
           http::status::bad_request);
+}
+
+TEST_CASE("API: a profile says how far it can be trusted, and what would fix it",
+          "[collector][api]") {
+    fixture_app f;
+    auto sample = [](int period, std::vector<std::string> frames) {
+        std::string s = "app 1/1 1.0: " + std::to_string(period) + " cpu-clock:\n";
+        for (const auto& fr : frames)
+            s += "\t1 " + fr + "\n";
+        return s + "\n";
+    };
+    // 60 complete, 30 complete but with a nameless leaf, 10 stopped inside liby.
+    const std::string text =
+        sample(60, {"f (/bin/app)", "main (/bin/app)", "__libc_start_main (/lib/libc.so.6)",
+                    "_start (/bin/app)"}) +
+        sample(30, {"[unknown] (/lib/libx.so)", "g (/bin/app)", "clone3 (/lib/libc.so.6)"}) +
+        sample(10, {"h (/bin/app)", "[unknown] (/lib/liby.so)"});
+    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
+    REQUIRE(res.result() == http::status::ok);
+    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto q = f.get_json("/api/sessions/" + id + "/quality");
+    std::map<std::string, json::object> checks;
+    for (const auto& c : q.at("checks").as_array())
+        checks[std::string(c.at("id").as_string())] = c.as_object();
+    REQUIRE(checks.count("samples"));
+    CHECK(checks["samples"].at("status").as_string() == "bad"); // 3 samples
+    CHECK(checks["unknown"].at("pct").as_double() == Approx(30));
+    CHECK(checks["unknown"].at("status").as_string() == "bad");
+    CHECK(checks["unknown"].at("detail").as_array()[0].at("name").as_string() == "/lib/libx.so");
+    CHECK_THAT(std::string(checks["unknown"].at("fix").as_string()), Catch::Contains("--binary"));
+    CHECK(checks["truncated"].at("pct").as_double() == Approx(10));
+    CHECK(checks["truncated"].at("status").as_string() == "warn");
+    CHECK(checks["truncated"].at("detail").as_array()[0].at("name").as_string() == "/lib/liby.so");
+    CHECK_THAT(std::string(checks["truncated"].at("fix").as_string()),
+               Catch::Contains("--call-graph dwarf"));
+    CHECK(checks["lost"].at("status").as_string() == "ok");
+    // The real capture of the fixture session: enough samples for its shares to mean little
+    // more than a point, and every check answered.
+    const auto real = f.get_json("/api/sessions/" + f.session_id + "/quality");
+    CHECK(real.at("checks").as_array().size() >= 4);
 }
 
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",

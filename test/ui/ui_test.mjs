@@ -164,6 +164,16 @@ try {
   const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
   check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
 
+  // The profile's health: every check with its value; a failing one carries its fix.
+  doing = "the profile-health panel";
+  await again.waitForFunction(() => document.querySelector('#quality').dataset.shows && document.querySelectorAll('#quality-checks li').length >= 4, null, { timeout: 15000 });
+  const health = await again.evaluate(() => [...document.querySelectorAll('#quality-checks li')].map((li) => ({
+    id: li.dataset.check, status: li.className.replace('q-', ''), text: li.textContent.replace(/\s+/g, ' ').trim() })));
+  const stacks = health.find((c) => c.id === 'truncated');
+  check(health.find((c) => c.id === 'samples')?.text.includes('samples') && stacks &&
+    (stacks.status === 'ok' || /--call-graph dwarf/.test(stacks.text)),
+    `the profile-health panel answers each check (${health.map((c) => `${c.id} ${c.status}`).join(', ')})`);
+
   // The sandwich of hash_strings: its callers are the frames right above it in every stack,
   // as the collapsed export (an independent reading of the same profile) has them.
   doing = "the sandwich of hash_strings";

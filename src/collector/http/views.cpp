@@ -116,7 +116,8 @@ enum class view_kind {
     export_pprof,
     metrics,
     source,
-    sandwich
+    sandwich,
+    quality
 };
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
@@ -178,6 +179,9 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         break;
     case view_kind::threads:
         r.body = threads_json(m.prof, *f, arena);
+        break;
+    case view_kind::quality:
+        r.body = quality_json(m, *f, arena);
         break;
     case view_kind::sandwich:
         if (v.source.function.empty()) {
@@ -243,6 +247,7 @@ constexpr std::pair<std::string_view, view_kind> views[] = {
     {"flamegraph", view_kind::flamegraph},
     {"threads", view_kind::threads},
     {"sandwich", view_kind::sandwich},
+    {"quality", view_kind::quality},
     {"metrics", view_kind::metrics},
     {"source", view_kind::source},
 };

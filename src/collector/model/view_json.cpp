@@ -3,6 +3,8 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace collector {
 
@@ -136,6 +138,105 @@ std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
     o["callers"] = rows(t.callers, false);
     o["callees"] = rows(t.callees, true);
     return json::value(std::move(o));
+}
+
+namespace {
+
+std::string fixed(double v, int decimals) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+} // namespace
+
+json::value quality_json(const session_model& m, const view_filter& f,
+                         const json::storage_ptr& sp) {
+    const profile& p = m.prof;
+    const auto q = quality(p, f);
+    json::array checks(sp);
+    auto check = [&](std::string_view id, std::string_view title, std::string_view status,
+                     std::string value, std::optional<double> share, std::string fix,
+                     const std::vector<std::pair<std::string, std::uint64_t>>& detail = {}) {
+        json::object c({{"id", id}, {"title", title}, {"status", status}, {"value", value}}, sp);
+        if (share)
+            c["pct"] = *share;
+        c["fix"] = fix;
+        json::array d(sp);
+        for (const auto& [what, weight] : detail)
+            d.push_back(json::object({{"name", what}, {"pct", pct(weight, q.total)}}, sp));
+        c["detail"] = std::move(d);
+        checks.push_back(std::move(c));
+    };
+    auto grade = [](double v, double warn, double bad) {
+        return v >= bad ? "bad" : v >= warn ? "warn" : "ok";
+    };
+
+    // How far a share can be trusted: the 95 % interval of a function at 5 % of the samples.
+    const auto n = p.sample_count();
+    const double spread = n ? 196.0 * std::sqrt(0.05 * 0.95 / static_cast<double>(n)) : 100.0;
+    check("samples", "samples",
+          n < 200    ? "bad"
+          : n < 2000 ? "warn"
+                     : "ok",
+          std::to_string(n) + " samples: a function at 5 % is known to ±" + fixed(spread, 1) +
+              " points",
+          std::nullopt,
+          n < 2000 ? "profile longer, or at a higher frequency, before trusting differences "
+                     "smaller than that"
+                   : "");
+
+    const double unknown = pct(q.unknown_leaf, q.total);
+    check("unknown", "samples in code with no name", grade(unknown, 5, 25),
+          fixed(unknown, 1) + " % of the weight", unknown,
+          unknown >= 5 ? "name them at the collector: --binary or --sysroot with unstripped "
+                        "copies of these modules, or install their debug packages (-dbgsym) "
+                        "on the device"
+                      : "",
+          q.unknown_modules);
+
+    const double truncated = pct(q.truncated, q.total);
+    check("truncated", "stacks that stop before the thread's start", grade(truncated, 10, 40),
+          fixed(truncated, 1) + " % of the weight", truncated,
+          truncated >= 10 ? "the unwinder lost its way where frame pointers are missing (below): "
+                           "record with --call-graph dwarf, or build that code with "
+                           "-fno-omit-frame-pointer"
+                         : "",
+          q.stops);
+
+    const auto lost = m.parser.stats().lost_events;
+    const double lost_share =
+        lost ? 100.0 * static_cast<double>(lost) / static_cast<double>(lost + n) : 0.0;
+    check("lost", "samples perf lost", grade(lost_share, 0.1, 2),
+          std::to_string(lost) + " lost (" + fixed(lost_share, 2) + " %)", lost_share,
+          lost_share >= 0.1 ? "perf could not keep up: lower the frequency, or give it a larger "
+                             "buffer (perf record -m)"
+                           : "");
+
+    if (m.last_stat) {
+        std::vector<std::pair<std::string, std::uint64_t>> scaled;
+        double least = 100;
+        for (const auto& c : m.last_stat->counters)
+            if (c.running_pct && *c.running_pct < 99.5) {
+                least = std::min(least, *c.running_pct);
+                scaled.emplace_back(c.event + " counted " + fixed(*c.running_pct, 0) +
+                                        " % of "
+                                        "the time",
+                                    0);
+            }
+        check("multiplexing", "counters shared between events", scaled.empty() ? "ok" : "warn",
+              scaled.empty() ? std::string("every counter ran all the time")
+                             : std::to_string(scaled.size()) + " scaled, the least counted " +
+                                   fixed(least, 0) + " % of the time",
+              std::nullopt,
+              scaled.empty() ? ""
+                             : "perf stat counted more events than the hardware has "
+                               "counters: count fewer events at once for exact figures",
+              scaled);
+    }
+    json::object o = view_header(p, f, q.total, sp);
+    o["checks"] = std::move(checks);
+    return o;
 }
 
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {

@@ -37,6 +37,10 @@ json::value flamegraph_json(const profile& p, const view_filter& f, int max_dept
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
                                          std::string_view name, std::string_view module,
                                          const json::storage_ptr& sp);
+// The profile's health, each check with what was measured and the fix: {…header, "checks":
+// [{id, title, status: ok|warn|bad, value, pct?, fix, detail[]}]} for samples, unknown
+// frames, truncated stacks, lost samples and counter multiplexing.
+json::value quality_json(const session_model& m, const view_filter& f, const json::storage_ptr& sp);
 // [{tid, pid, comm, samples, weight, pct, top_functions: […]}].
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp);
 // The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.

@@ -267,4 +267,73 @@ sandwich_table sandwich(const profile& p, const view_filter& f,
     return t;
 }
 
+bool is_thread_start(std::string_view symbol) noexcept {
+    // Where glibc, musl, bionic and the kernel begin a thread or a process.
+    constexpr std::string_view starts[] = {"_start",
+                                           "__libc_start_main",
+                                           "__libc_start_call_main",
+                                           "start_thread",
+                                           "clone",
+                                           "clone3",
+                                           "__clone",
+                                           "__clone3",
+                                           "thread_start",
+                                           "__thread_start",
+                                           "__start_thread",
+                                           "__pthread_start",
+                                           "ret_from_fork",
+                                           "kthread",
+                                           "ret_from_fork_asm",
+                                           "secondary_startup_64",
+                                           "start_kernel",
+                                           "cpu_startup_entry",
+                                           "__libc_start_main_impl",
+                                           "_dl_start_user"};
+    const auto base = symbol.substr(0, symbol.find('+'));
+    for (const auto s : starts)
+        if (base == s ||
+            (base.size() > s.size() && base.substr(base.size() - s.size()) == s &&
+             (base[base.size() - s.size() - 1] == '_' || base[base.size() - s.size() - 1] == '.')))
+            return true;
+    return false;
+}
+
+quality_facts quality(const profile& p, const view_filter& f) {
+    const auto self = node_self_weights(p, f);
+    quality_facts q;
+    std::unordered_map<std::string_view, std::uint64_t> unknown_by_module, stops;
+    for (std::uint32_t n = 1; n < self.size(); ++n) {
+        if (!self[n])
+            continue;
+        q.total += self[n];
+        const auto leaf = p.node_frame(n);
+        if (p.symbol(leaf) == "[unknown]") {
+            q.unknown_leaf += self[n];
+            unknown_by_module[p.module(leaf)] += self[n];
+        }
+        std::uint32_t outer = n;
+        while (p.node_parent(outer) != profile::root)
+            outer = p.node_parent(outer);
+        const auto start = p.symbol(p.node_frame(outer));
+        if (!is_thread_start(start)) {
+            q.truncated += self[n];
+            stops[start == "[unknown]" ? p.module(p.node_frame(outer)) : start] += self[n];
+        }
+    }
+    auto top = [](std::unordered_map<std::string_view, std::uint64_t>& m) {
+        std::vector<std::pair<std::string, std::uint64_t>> v;
+        for (const auto& [k, w] : m)
+            v.emplace_back(std::string(k), w);
+        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+            return a.second != b.second ? a.second > b.second : a.first < b.first;
+        });
+        if (v.size() > 5)
+            v.resize(5);
+        return v;
+    };
+    q.unknown_modules = top(unknown_by_module);
+    q.stops = top(stops);
+    return q;
+}
+
 } // namespace collector

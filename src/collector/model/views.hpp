@@ -90,6 +90,20 @@ struct sandwich_table {
 sandwich_table sandwich(const profile& p, const view_filter& f,
                         const std::vector<std::uint32_t>& frames);
 
+// What a profile says about its own quality, under a filter: how much weight ends in a frame
+// no symbol names, and how much comes from stacks that stop before the thread's start (an
+// unwinder that lost its way: frame pointers missing somewhere).
+struct quality_facts {
+    std::uint64_t total = 0;
+    std::uint64_t unknown_leaf = 0; // the sampled frame itself has no name
+    std::uint64_t truncated = 0;    // the outermost frame is not where a thread begins
+    std::vector<std::pair<std::string, std::uint64_t>> unknown_modules; // by weight, at most 5
+    std::vector<std::pair<std::string, std::uint64_t>> stops; // where truncated stacks end
+};
+quality_facts quality(const profile& p, const view_filter& f);
+// Whether a frame is where a thread's stack begins (_start, clone, start_thread, kthread …).
+bool is_thread_start(std::string_view symbol) noexcept;
+
 // Children of every node, as ranges into one array (nodes in id order).
 struct node_children {
     std::vector<std::uint32_t> offset; // node n's children: child[offset[n] .. offset[n+1])
