@@ -98,6 +98,11 @@ function drawFunctionRows() {
     <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
 }
 
+// A module's hue, and frames of one module told apart by the name's own shade.
+const moduleHue = (m) => m.split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
+const moduleColour = (m) => `hsl(${moduleHue(m)},65%,60%)`;
+const nameShade = (n) => n.split('').reduce((h, c) => (h * 17 + c.charCodeAt(0)) % 23, 0);
+
 function drawFlame() {
   const canvas = $('#flame');
   if (!view.flame) return;
@@ -118,21 +123,43 @@ function drawFlame() {
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
   const { re } = filterRegex($('#filter').value);
+  const d0 = root.delta_pct ?? root.children?.find((c) => c.delta_pct != null)?.delta_pct;
   for (const b of boxes) {
-    const hue = (b.n.module || '').split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
+    const hue = moduleHue(b.n.module || '');
     // Against a baseline: red grew, blue shrank, grey unchanged; otherwise a hue per module.
     const d = b.n.delta_pct;
     const fill = d != null ? (Math.abs(d) < 0.05 ? 'hsl(0,0%,78%)' : `hsl(${d > 0 ? 0 : 220},${Math.min(90, 30 + Math.abs(d) * 6)}%,62%)`)
-      : `hsl(${hue},65%,${55 + (b.y / rowH) % 3 * 5}%)`;
+      : `hsl(${(hue + nameShade(b.n.name) - 11 + 360) % 360},${55 + nameShade(b.n.name)}%,${52 + (nameShade(b.n.name) % 5) * 3}%)`;
     g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
     if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.n.name).slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
   }
+  // A floating tooltip: the frame, its module, self and total in the view's unit and share.
+  const unit = unitOf(view.flame);
   canvas.onmousemove = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-    $('#flame-tip').textContent = b ? `${visible(b.n.name)} — ${pct(100 * b.n.value / view.flame.total)}% (${visible(b.n.module)})${b.n.delta_pct != null ? `, ${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} vs baseline` : ''}` : '';
+    const tip = $('#flame-tip');
+    tip.hidden = !b;
+    if (!b) return;
+    const share = (v) => `${amount(v, unit)} (${pct(100 * v / (view.flame.total || 1))} %)`;
+    tip.innerHTML = `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
+      total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`;
+    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`;
+    tip.style.top = `${y + 16}px`;
   };
+  canvas.onmouseleave = () => { $('#flame-tip').hidden = true; };
+  // The search's reach: the share of the total under frames that match (nested matches once).
+  let matched = 0;
+  if (re) {
+    const walkMatch = (n) => { if (re.test(n.name)) { matched += n.value; return; } for (const c of n.children || []) walkMatch(c); };
+    walkMatch(root);
+  }
+  const modules = new Map();
+  for (const b of boxes) if (b.n.module) modules.set(b.n.module, (modules.get(b.n.module) || 0) + b.w);
+  const legend = d0 != null ? '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline'
+    : [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
+  $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${view.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend;
   canvas.onclick = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
@@ -395,6 +422,16 @@ document.addEventListener('click', (e) => {
   if (th) { view.desc = view.sort === th.dataset.sort ? !view.desc : true; view.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; renderFunctions(); }
   const crumb = e.target.closest('#crumbs span');
   if (crumb) { view.zoomPath = view.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: view.zoomPath.join(';') }); }
+});
+// Keyboard: "/" to search, Esc to leave the search box or zoom out one level.
+document.addEventListener('keydown', (e) => {
+  const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement?.tagName);
+  if (e.key === '/' && !typing && !$('#session').hidden) { e.preventDefault(); $('#filter').focus(); }
+  else if (e.key === 'Escape' && typing && document.activeElement === $('#filter')) $('#filter').blur();
+  else if (e.key === 'Escape' && !typing && hashState().tab === 'flamegraph' && view.zoomPath.length) {
+    view.zoomPath = view.zoomPath.slice(0, -1);
+    setHash({ zoom: view.zoomPath.join(';') || null });
+  }
 });
 $('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; renderFunctions(); drawFlame(); });
 let scrollFrame = 0;

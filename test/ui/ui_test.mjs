@@ -45,6 +45,7 @@ function tableShows(page, want, ms = 15000) {
     return Object.entries(w).every(([k, v]) => (v === true ? shows.has(k) : shows.get(k) === v));
   }, want, { timeout: ms });
 }
+const pct2 = (v) => Number(v).toFixed(2);
 function check(ok, what) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
   if (!ok) failures++;
@@ -163,6 +164,23 @@ try {
   await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
   const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
   check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
+  // Hovering the widest frame under the root shows its total and self in the event's unit.
+  const flameBox = await again.locator('#flame').boundingBox();
+  await again.mouse.move(flameBox.x + flameBox.width / 2, flameBox.y + 18 + 9);
+  await again.locator('#flame-tip').waitFor({ timeout: 5000 });
+  const tipText = await again.locator('#flame-tip').textContent();
+  check(/total .*(s|ms|µs) \(\d+\.\d\d %\) · self/.test(tipText), `a frame's tooltip gives total and self in time ("${tipText.replace(/\s+/g, ' ').slice(0, 90)}…")`);
+  // "/" searches; the graph says how much the matches hold.
+  await again.mouse.move(0, 0);
+  await again.keyboard.press('/');
+  await again.keyboard.type('hash_strings');
+  await again.waitForFunction(() => /matched \d+\.\d\d %/.test(document.querySelector('#flame-legend').textContent), null, { timeout: 5000 });
+  const matchedShare = Number((await again.locator('#flame-legend').textContent()).match(/matched (\d+\.\d\d) %/)[1]);
+  const hashRow = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.find((f) => f.name.endsWith('::hash_strings'));
+  check(matchedShare > 0 && Math.abs(matchedShare - hashRow.total_pct) < 5,
+    `"/" searches the flame graph: hash_strings matched ${matchedShare} % (its total in the table: ${pct2(hashRow.total_pct)} %)`);
+  await again.fill('#filter', '');
+  await again.keyboard.press('Escape');
 
   // The profile's health: every check with its value; a failing one carries its fix.
   doing = "the profile-health panel";
