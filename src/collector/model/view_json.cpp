@@ -190,18 +190,18 @@ json::value quality_json(const session_model& m, const view_filter& f,
     check("unknown", "samples in code with no name", grade(unknown, 5, 25),
           fixed(unknown, 1) + " % of the weight", unknown,
           unknown >= 5 ? "name them at the collector: --binary or --sysroot with unstripped "
-                        "copies of these modules, or install their debug packages (-dbgsym) "
-                        "on the device"
-                      : "",
+                         "copies of these modules, or install their debug packages (-dbgsym) "
+                         "on the device"
+                       : "",
           q.unknown_modules);
 
     const double truncated = pct(q.truncated, q.total);
     check("truncated", "stacks that stop before the thread's start", grade(truncated, 10, 40),
           fixed(truncated, 1) + " % of the weight", truncated,
           truncated >= 10 ? "the unwinder lost its way where frame pointers are missing (below): "
-                           "record with --call-graph dwarf, or build that code with "
-                           "-fno-omit-frame-pointer"
-                         : "",
+                            "record with --call-graph dwarf, or build that code with "
+                            "-fno-omit-frame-pointer"
+                          : "",
           q.stops);
 
     const auto lost = m.parser.stats().lost_events;
@@ -210,8 +210,8 @@ json::value quality_json(const session_model& m, const view_filter& f,
     check("lost", "samples perf lost", grade(lost_share, 0.1, 2),
           std::to_string(lost) + " lost (" + fixed(lost_share, 2) + " %)", lost_share,
           lost_share >= 0.1 ? "perf could not keep up: lower the frequency, or give it a larger "
-                             "buffer (perf record -m)"
-                           : "");
+                              "buffer (perf record -m)"
+                            : "");
 
     if (m.last_stat) {
         std::vector<std::pair<std::string, std::uint64_t>> scaled;
