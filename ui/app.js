@@ -83,7 +83,8 @@ function renderFunctions() {
   for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !view.diff;
   for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (view.desc ? 'desc' : 'asc') : '';
   const n = view.functions.length.toLocaleString();
-  $('#functions-count').textContent = re ? `${view.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`;
+  $('#functions-count').innerHTML = esc(re ? `${view.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`) +
+    (view.diff && view.baseline ? ` · compared with <b>${esc(view.baseline)}</b>: Δ in points of each session's total, red grew, green shrank <button data-baseline="">stop comparing</button>` : '');
   drawFunctionRows();
 }
 
@@ -91,11 +92,11 @@ function drawFunctionRows() {
   const box = $('#functions-scroll'), rows = view.rows || [];
   const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 10);
   const last = Math.min(rows.length, first + Math.ceil((box.clientHeight || 800) / ROW_H) + 20);
-  const cols = view.diff ? 6 : 5;
+  const cols = view.diff ? 8 : 5;
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? delta(r.delta_self_pct) : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
+    <td>${pct(r.total_pct)}</td>${view.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
 }
 
 // A module's hue, and frames of one module told apart by the name's own shade.
@@ -270,6 +271,7 @@ async function renderSession(s) {
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
+    view.baseline = answer.baseline;
     view.unit = unitOf(answer);
     if (!s.event) { view.picked = { session: s.session, event: answer.event }; $('#event').value = answer.event; }
     renderFunctions();

@@ -309,8 +309,13 @@ try {
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
   await tableShows(wz, { session: imported, baseline: liveSession });
-  const deltas = await wz.locator('#functions tbody tr[data-function] td:nth-child(3)').allTextContents();
-  check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())), `functions gain a Δ column (${deltas.slice(0, 3).join(', ')})`);
+  const deltas = await wz.locator('#functions tbody tr[data-function] td:nth-child(4)').allTextContents();
+  const firstRow = (await wz.locator('#functions tbody tr[data-function]').first().locator('td').allTextContents()).map((t) => t.trim());
+  // self %, total %, baseline, Δ self, Δ total: Δ self is self % minus the baseline's.
+  const consistent = Math.abs(Number(firstRow[0]) - Number(firstRow[2]) - Number(firstRow[3])) < 0.011;
+  check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())) && consistent && /^[+-]?\d+\.\d\d$/.test(firstRow[4]) &&
+    (await wz.locator('#functions-count').textContent()).includes(`compared with ${liveSession}`),
+    `functions gain baseline, Δ self and Δ total columns, and say what they compare with (${firstRow.slice(0, 5).join(' | ')})`);
   doing = "deleting the imported session";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   wz.once('dialog', (d) => d.accept());
