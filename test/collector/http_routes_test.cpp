@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
+#include <sstream>
 
 #include <fstream>
 
@@ -138,6 +140,29 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     CHECK_THAT(collapsed.body(), Catch::Contains("(anonymous namespace)::matrix_worker;"
                                                  "(anonymous namespace)::matrix_multiply "));
     CHECK(f.get_json(base + "/export?format=json").as_object().contains("flamegraph"));
+    // Rooted at each thread ("comm-tid"), the same weight in all.
+    auto weigh = [](const std::string& text, std::set<std::string>* roots) {
+        std::uint64_t sum = 0;
+        std::istringstream in(text);
+        for (std::string l; std::getline(in, l);) {
+            sum += std::stoull(l.substr(l.rfind(' ') + 1));
+            if (roots)
+                roots->insert(l.substr(0, l.find(';')));
+        }
+        return sum;
+    };
+    const auto rooted = f.call(http::verb::get, base + "/export?format=collapsed&threads=1");
+    std::set<std::string> roots;
+    CHECK(weigh(rooted.body(), &roots) == weigh(collapsed.body(), nullptr));
+    CHECK(roots.size() == threads.size());
+    CHECK(roots.count("demo-hash-" +
+                      std::to_string(std::find_if(threads.begin(), threads.end(),
+                                                  [](const auto& t) {
+                                                      return t.at("comm").as_string() ==
+                                                             "demo-hash";
+                                                  })
+                                         ->at("tid")
+                                         .to_number<int>())));
 
     // speedscope: stacks outermost first, weights summing to the total, clock units in ns.
     const auto ss = f.get_json(base + "/export?format=speedscope");
@@ -146,24 +171,34 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     CHECK(ss_file[http::field::cache_control] == "no-store");
     CHECK(ss_file[http::field::content_disposition] ==
           "attachment; filename=\"" + f.session_id + ".speedscope.json\"");
-    const auto& prof = ss.at("profiles").as_array().at(0);
-    CHECK(prof.at("type").as_string() == "sampled");
-    CHECK(prof.at("unit").as_string() == "nanoseconds");
+    // One profile per thread, busiest first, whose weights add up to the view's total.
+    const auto& profiles = ss.at("profiles").as_array();
+    CHECK(profiles.size() == threads.size());
     const auto& frames = ss.at("shared").at("frames").as_array();
-    std::uint64_t weight_sum = 0;
-    for (const auto& w : prof.at("weights").as_array())
-        weight_sum += w.to_number<std::uint64_t>();
-    CHECK(weight_sum == fns.at("total").to_number<std::uint64_t>());
-    CHECK(prof.at("endValue").to_number<std::uint64_t>() == weight_sum);
+    std::uint64_t weight_sum = 0, previous = ~std::uint64_t{0};
     bool worker_above_multiply = false;
-    for (const auto& sample : prof.at("samples").as_array()) {
-        const auto& st = sample.as_array();
-        const auto leaf = frames.at(st.at(st.size() - 1).to_number<std::size_t>()).at("name");
-        if (leaf.as_string() == "(anonymous namespace)::matrix_multiply" && st.size() >= 2)
-            worker_above_multiply |=
-                frames.at(st.at(st.size() - 2).to_number<std::size_t>()).at("name").as_string() ==
-                "(anonymous namespace)::matrix_worker";
+    for (const auto& pv : profiles) {
+        const auto& prof = pv.as_object();
+        CHECK(prof.at("type").as_string() == "sampled");
+        CHECK(prof.at("unit").as_string() == "nanoseconds");
+        std::uint64_t lane = 0;
+        for (const auto& w : prof.at("weights").as_array())
+            lane += w.to_number<std::uint64_t>();
+        CHECK(prof.at("endValue").to_number<std::uint64_t>() == lane);
+        CHECK(lane <= previous);
+        previous = lane;
+        weight_sum += lane;
+        CHECK(prof.at("samples").as_array().size() == prof.at("weights").as_array().size());
+        for (const auto& sample : prof.at("samples").as_array()) {
+            const auto& st = sample.as_array();
+            const auto leaf = frames.at(st.at(st.size() - 1).to_number<std::size_t>()).at("name");
+            if (leaf.as_string() == "(anonymous namespace)::matrix_multiply" && st.size() >= 2)
+                worker_above_multiply |= frames.at(st.at(st.size() - 2).to_number<std::size_t>())
+                                             .at("name")
+                                             .as_string() == "(anonymous namespace)::matrix_worker";
+        }
     }
+    CHECK(weight_sum == fns.at("total").to_number<std::uint64_t>());
     CHECK(worker_above_multiply);
 }
 

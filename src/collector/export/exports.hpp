@@ -9,10 +9,12 @@
 
 namespace collector {
 
-// "a;b;c <weight>" lines, root first: the input of flamegraph.pl and friends.
-std::string collapsed_text(const profile& p, const view_filter& f);
+// "a;b;c <weight>" lines, root first: the input of flamegraph.pl and friends; `by_thread`
+// adds a root frame per thread ("demo-hash-4242").
+std::string collapsed_text(const profile& p, const view_filter& f, bool by_thread = false);
 
-// speedscope's sampled format: every stack with self weight, outermost frame first.
+// speedscope's sampled format, one profile per thread (busiest first) with its samples in the
+// order they were taken, each weighing its period (or 1), stacks outermost frame first.
 std::string speedscope_json(const profile& p, const view_filter& f, const std::string& name);
 
 // A static flame graph (root at the bottom), one <rect> per call path wide enough to see, each

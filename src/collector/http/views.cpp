@@ -23,8 +23,9 @@ struct view_params {
     std::optional<int> max_depth;
     std::string baseline; // session id to compare against
     std::string metrics_type;
-    source_request source; // file=, function=
-    std::string module;    // sandwich: module= narrows function= to one module
+    source_request source;  // file=, function=
+    std::string module;     // sandwich: module= narrows function= to one module
+    bool by_thread = false; // collapsed export: threads=1 roots each stack at its thread
 };
 
 result<view_params> parse_view_params(const target_url& u) {
@@ -41,6 +42,7 @@ result<view_params> parse_view_params(const target_url& u) {
         v.source.function = it->second;
     if (const auto it = u.query.find("module"); it != u.query.end())
         v.module = it->second;
+    v.by_thread = u.param("threads") == "1";
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -194,7 +196,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         }
         break;
     case view_kind::export_collapsed:
-        r.text = collapsed_text(m.prof, *f);
+        r.text = collapsed_text(m.prof, *f, v.by_thread);
         break;
     case view_kind::export_json:
         r.body = json::object({{"functions", functions_json(m.prof, *f, 1000000, arena)},

@@ -46,24 +46,6 @@ event_resolution resolve_event(const profile& p, std::string_view name) {
     return r;
 }
 
-namespace {
-
-// Calls fn(sample index) for every sample the filter keeps (event, thread, time window).
-template <class Fn>
-void for_each_sample(const profile& p, const view_filter& f, Fn fn) {
-    const std::uint64_t lo = f.start_ns.value_or(0);
-    const std::uint64_t hi = f.end_ns.value_or(~std::uint64_t{0});
-    for (std::size_t i = 0; i < p.sample_count(); ++i) {
-        if (p.sample_event(i) != f.event || (f.tid && p.sample_tid(i) != *f.tid))
-            continue;
-        const auto t = p.sample_time(i);
-        if (t >= lo && t <= hi)
-            fn(i);
-    }
-}
-
-} // namespace
-
 std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f) {
     std::vector<std::uint64_t> self(p.node_count(), 0);
     if (f.event >= p.event_count())

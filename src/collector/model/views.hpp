@@ -30,6 +30,21 @@ struct view_filter {
     std::optional<std::uint64_t> start_ns, end_ns; // on the profile's clock, inclusive
 };
 
+// Calls fn(sample index) for every sample the filter keeps (event, thread, time window), in
+// the order they arrived.
+template <class Fn>
+void for_each_sample(const profile& p, const view_filter& f, Fn fn) {
+    const std::uint64_t lo = f.start_ns.value_or(0);
+    const std::uint64_t hi = f.end_ns.value_or(~std::uint64_t{0});
+    for (std::size_t i = 0; i < p.sample_count(); ++i) {
+        if (p.sample_event(i) != f.event || (f.tid && p.sample_tid(i) != *f.tid))
+            continue;
+        const auto t = p.sample_time(i);
+        if (t >= lo && t <= hi)
+            fn(i);
+    }
+}
+
 // Self weight of every node under the filter.
 std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f);
 // Inclusive weight of every node (self plus descendants).
