@@ -8,7 +8,7 @@ import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn') };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn'), inverted: p.get('inverted') === '1' };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -277,7 +277,7 @@ async function renderSession(s) {
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
   }
-  if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+  if (s.tab === 'flamegraph') { $('#inverted').checked = s.inverted; view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}${s.inverted ? '&inverted=1' : ''}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sandwich') await renderSandwich(s, q);
   if (s.tab === 'sessions') await renderSessions(s);
@@ -495,6 +495,7 @@ initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } :
 initWizard();
 initAgentHelp();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
+$('#inverted').addEventListener('change', (e) => setHash({ inverted: e.target.checked ? '1' : null, zoom: null }));
 window.addEventListener('resize', drawFlame);
 
 // Signed in? The collector asks every API request for its access token, which the link it

@@ -456,6 +456,20 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
     CHECK(rows(b.at("callers")) == rows_t{{"A", 30}, {"X", 30}});
     CHECK(rows(b.at("callees")) == rows_t{{"C", 10}});
     CHECK(b.at("callees").as_array()[0].at("self").to_number<int>() == 10);
+    // Bottom-up: the sampled frames first, heaviest first, each expanding to its callers.
+    const auto inv = f.get_json("/api/sessions/" + id + "/flamegraph?inverted=1");
+    CHECK(inv.at("inverted").as_bool());
+    const auto& leaves = inv.at("root").at("children");
+    auto nodes = [](const json::value& list) {
+        rows_t out;
+        for (const auto& r : list.as_array())
+            out.emplace_back(r.at("name").as_string(), r.at("value").to_number<int>());
+        return out;
+    };
+    CHECK(nodes(leaves) == rows_t{{"B", 50}, {"D", 40}, {"C", 10}});
+    CHECK(nodes(leaves.as_array()[0].at("children")) == rows_t{{"B", 30}, {"A", 20}});
+    CHECK(nodes(leaves.as_array()[1].at("children")) == rows_t{{"main", 40}});
+    CHECK(leaves.as_array()[1].at("children").as_array()[0].at("self").to_number<int>() == 40);
     // Filters apply as elsewhere; an unknown function is a 404 that says so.
     const auto by_samples =
         f.get_json("/api/sessions/" + id + "/sandwich?function=B&weight=samples");

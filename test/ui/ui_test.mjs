@@ -181,6 +181,18 @@ try {
     `"/" searches the flame graph: hash_strings matched ${matchedShare} % (its total in the table: ${pct2(hashRow.total_pct)} %)`);
   await again.fill('#filter', '');
   await again.keyboard.press('Escape');
+  // Bottom-up: the widest frame under the root is the function with most self time.
+  await again.check('#inverted');
+  await again.waitForFunction(() => location.hash.includes('inverted=1') && Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
+  const invBox = await again.locator('#flame').boundingBox();
+  await again.mouse.move(invBox.x + 4, invBox.y + 18 + 9);
+  await again.locator('#flame-tip').waitFor({ timeout: 5000 });
+  const heaviest = await again.locator('#flame-tip b').textContent();
+  const topSelf = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions[0].name;
+  check(heaviest === topSelf, `bottom-up, the heaviest sampled function comes first (${heaviest})`);
+  await again.mouse.move(0, 0);
+  await again.uncheck('#inverted');
+  await again.waitForFunction(() => !location.hash.includes('inverted=1'), null, { timeout: 5000 });
 
   // The profile's health: every check with its value; a failing one carries its fix.
   doing = "the profile-health panel";

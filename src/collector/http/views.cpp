@@ -26,6 +26,7 @@ struct view_params {
     source_request source;  // file=, function=
     std::string module;     // sandwich: module= narrows function= to one module
     bool by_thread = false; // collapsed export: threads=1 roots each stack at its thread
+    bool inverted = false;  // flame graph: inverted=1 is the bottom-up tree
 };
 
 result<view_params> parse_view_params(const target_url& u) {
@@ -43,6 +44,7 @@ result<view_params> parse_view_params(const target_url& u) {
     if (const auto it = u.query.find("module"); it != u.query.end())
         v.module = it->second;
     v.by_thread = u.param("threads") == "1";
+    v.inverted = u.param("inverted") == "1";
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -176,8 +178,8 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         r.body = functions_json(m.prof, *f, 1000000, arena);
         break;
     case view_kind::flamegraph:
-        r.body =
-            flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0), arena);
+        r.body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0),
+                                 arena, v.inverted);
         break;
     case view_kind::threads:
         r.body = threads_json(m.prof, *f, arena);
@@ -282,7 +284,8 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
         co_return make_error(req, parsed.error());
     view_params v = std::move(*parsed);
     std::optional<baseline_shares> base;
-    if (!v.baseline.empty() && (kind == view_kind::functions || kind == view_kind::flamegraph)) {
+    if (!v.baseline.empty() &&
+        (kind == view_kind::functions || (kind == view_kind::flamegraph && !v.inverted))) {
         auto b = app.sessions.find(v.baseline);
         if (!b)
             co_return make_error(req, http::status::not_found, "no_session",

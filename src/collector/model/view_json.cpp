@@ -53,16 +53,70 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
     return o;
 }
 
-json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
-                            const json::storage_ptr& sp) {
-    const auto self = node_self_weights(p, f);
-    const auto incl = inclusive_weights(p, self);
-    const auto kids = children_of(p);
-    const std::uint64_t total = incl.empty() ? 0 : incl[0];
+namespace {
+
+// A call tree to shape as JSON: each node's frame, weight (inclusive) and self weight, and
+// its children; node 0 is the root.
+struct call_tree {
+    std::vector<std::uint32_t> frame; // frame of node n (unused for the root)
+    std::vector<std::uint64_t> value, self;
+    node_children kids;
+};
+
+node_children children_from_parents(const std::vector<std::uint32_t>& parent) {
+    node_children c;
+    c.offset.assign(parent.size() + 1, 0);
+    for (std::size_t n = 1; n < parent.size(); ++n)
+        ++c.offset[parent[n] + 1];
+    for (std::size_t n = 1; n < c.offset.size(); ++n)
+        c.offset[n] += c.offset[n - 1];
+    c.child.resize(parent.size() ? parent.size() - 1 : 0);
+    std::vector<std::uint32_t> fill(c.offset.begin(), c.offset.end() - 1);
+    for (std::uint32_t n = 1; n < parent.size(); ++n)
+        c.child[fill[parent[n]]++] = n;
+    return c;
+}
+
+// Bottom-up: the root's children are the sampled frames, each node's children its callers.
+call_tree inverted_tree(const profile& p, const std::vector<std::uint64_t>& self) {
+    call_tree t;
+    std::vector<std::uint32_t> parent{0};
+    t.frame.push_back(profile::no_frame);
+    t.value.push_back(0);
+    t.self.push_back(0);
+    std::unordered_map<std::uint64_t, std::uint32_t> index; // (parent << 32 | frame) -> node
+    for (std::uint32_t n = 1; n < self.size(); ++n) {
+        const auto w = self[n];
+        if (!w)
+            continue;
+        t.value[0] += w;
+        std::uint32_t cur = 0;
+        for (auto m = n; m != profile::root; m = p.node_parent(m)) {
+            const auto frame = p.node_frame(m);
+            const auto key = (std::uint64_t{cur} << 32) | frame;
+            auto [it, fresh] = index.try_emplace(key, static_cast<std::uint32_t>(parent.size()));
+            if (fresh) {
+                parent.push_back(cur);
+                t.frame.push_back(frame);
+                t.value.push_back(0);
+                t.self.push_back(0);
+            }
+            cur = it->second;
+            t.value[cur] += w;
+        }
+        t.self[cur] += w; // the stack's outermost frame: nothing called it
+    }
+    t.kids = children_from_parents(parent);
+    return t;
+}
+
+json::value tree_json(const profile& p, const view_filter& f, const call_tree& t, int max_depth,
+                      double min_pct, const json::storage_ptr& sp) {
+    const std::uint64_t total = t.value.empty() ? 0 : t.value[0];
     const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
     json::object o = view_header(p, f, total, sp);
     // Iterative build: deep stacks cannot exhaust the call stack.
-    json::object root({{"name", "all"}, {"module", ""}, {"value", total}, {"self", self[0]}}, sp);
+    json::object root({{"name", "all"}, {"module", ""}, {"value", total}, {"self", t.self[0]}}, sp);
     struct item {
         std::uint32_t node;
         json::object* out;
@@ -75,30 +129,44 @@ json::value flamegraph_json(const profile& p, const view_filter& f, int max_dept
         json::array& children = (*it.out)["children"].emplace_array();
         if (it.depth >= max_depth)
             continue;
-        std::vector<std::uint32_t> order(kids.child.begin() + kids.offset[it.node],
-                                         kids.child.begin() + kids.offset[it.node + 1]);
+        std::vector<std::uint32_t> order(t.kids.child.begin() + t.kids.offset[it.node],
+                                         t.kids.child.begin() + t.kids.offset[it.node + 1]);
+        std::erase_if(order,
+                      [&](std::uint32_t c) { return !t.value[c] || t.value[c] < min_value; });
         std::sort(order.begin(), order.end(),
-                  [&](std::uint32_t a, std::uint32_t b) { return incl[a] > incl[b]; });
-        for (const auto c : order) {
-            if (incl[c] == 0 || incl[c] < min_value)
-                continue;
-            const auto frame = p.node_frame(c);
-            children.push_back(json::object({{"name", p.symbol(frame)},
-                                             {"module", p.module(frame)},
-                                             {"value", incl[c]},
-                                             {"self", self[c]}},
+                  [&](std::uint32_t a, std::uint32_t b) { return t.value[a] > t.value[b]; });
+        for (const auto c : order)
+            children.push_back(json::object({{"name", p.symbol(t.frame[c])},
+                                             {"module", p.module(t.frame[c])},
+                                             {"value", t.value[c]},
+                                             {"self", t.self[c]}},
                                             sp));
-        }
         // Children were pushed in order; recurse into each (addresses are stable now).
-        std::size_t i = 0;
-        for (const auto c : order) {
-            if (incl[c] == 0 || incl[c] < min_value)
-                continue;
-            todo.push_back({c, &children[i++].as_object(), it.depth + 1});
-        }
+        for (std::size_t i = 0; i < order.size(); ++i)
+            todo.push_back({order[i], &children[i].as_object(), it.depth + 1});
     }
     o["root"] = std::move(root);
     return o;
+}
+
+} // namespace
+
+json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
+                            const json::storage_ptr& sp, bool inverted) {
+    auto self = node_self_weights(p, f);
+    if (inverted) {
+        auto o = tree_json(p, f, inverted_tree(p, self), max_depth, min_pct, sp);
+        o.as_object()["inverted"] = true;
+        return o;
+    }
+    call_tree t;
+    t.value = inclusive_weights(p, self);
+    t.self = std::move(self);
+    t.frame.resize(p.node_count());
+    for (std::uint32_t n = 0; n < p.node_count(); ++n)
+        t.frame[n] = p.node_frame(n);
+    t.kids = children_of(p);
+    return tree_json(p, f, t, max_depth, min_pct, sp);
 }
 
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,

@@ -29,8 +29,11 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
                            const json::storage_ptr& sp);
 // {…header, "root": {name, module, value, self, children: […]}}: children by value, those
 // under min_pct of the total and below max_depth left out.
+// `inverted`: bottom-up, the root's children being the sampled frames (heaviest first) and
+// each node's children its callers; a node's self is then the weight of stacks that begin
+// there, and "inverted": true is added.
 json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
-                            const json::storage_ptr& sp);
+                            const json::storage_ptr& sp, bool inverted = false);
 // {…header, "function": {name, module, self, total, self_pct, total_pct}, "callers": [{name,
 // module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}]}
 // for the frames named `name` (in `module`, when not empty); nullopt when none is sampled.
