@@ -14,7 +14,7 @@ packages=(
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then
-    packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard)
+    packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)
