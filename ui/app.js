@@ -363,10 +363,14 @@ async function renderSource(s, q) {
   const fn = view.focusFunction && view.focusFile === file ? `&function=${encodeURIComponent(view.focusFunction)}` : '';
   const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
   const scope = s.tid || s.start ? ' · <span class="warn" data-scope>all threads, whole session: the thread and time filters do not apply to source lines</span>' : '';
-  $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found: set --source-dir or --path-map'}`) +
+  if (!src.path) $('#source-settings').open = true; // say where the file is, right here
+  $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found here: add its folder or map its build path below'}`) +
     scope + (fn ? ` · <a href="#" data-sandwich="${attr(view.focusFunction)}">⇅ callers and callees of ${esc(view.focusFunction)}</a>` : '') + warnings(src.warnings);
-  const max = Math.max(...src.lines.map((l) => l.pct), 1e-9);
-  $('#source tbody').innerHTML = src.lines.map((l) => {
+  // Without the file, only the lines that hold samples (their numbers and shares), not
+  // thousands of empty rows.
+  const lines = src.path ? src.lines : src.lines.filter((l) => l.samples);
+  const max = Math.max(...lines.map((l) => l.pct), 1e-9);
+  $('#source tbody').innerHTML = lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
     const cls = [l.line === src.hottest_line ? 'hot' : '', l.line === src.focus_line ? 'focus' : ''].join(' ').trim();
     return `<tr id="L${l.line}" ${heat} class="${cls}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
@@ -495,6 +499,26 @@ initHealth((w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } :
 initWizard();
 initAgentHelp();
 $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
+// Source folders and path maps, set for this collector from the Source tab (PUT /api/config:
+// within its --browse-root), then the view again.
+async function addSourceSetting(change) {
+  try {
+    const c = await api('/api/config');
+    await api('/api/config', { method: 'PUT', body: change(c) });
+    $('#source-settings-state').textContent = 'saved; looking again…';
+    rerender();
+  } catch (e) { $('#source-settings-state').textContent = e.message; }
+}
+$('#source-dir-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const dir = $('#source-dir').value.trim();
+  if (dir) addSourceSetting((c) => ({ source_dirs: [...c.source_dirs, dir] }));
+});
+$('#path-map-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const from = $('#map-from').value.trim(), to = $('#map-to').value.trim();
+  if (from && to) addSourceSetting((c) => ({ path_map: [...c.path_map, { from, to }] }));
+});
 $('#inverted').addEventListener('change', (e) => setHash({ inverted: e.target.checked ? '1' : null, zoom: null }));
 window.addEventListener('resize', drawFlame);
 

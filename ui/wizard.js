@@ -1,7 +1,7 @@
 // Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
 // check perf and choose events, say where binaries and sources are, set the rate, start.
 // Every step talks to the collector's API; agent commands go through the relay.
-import { $, api, attr, esc } from './util.js';
+import { $, api, attr, esc, visible } from './util.js';
 
 const state = { target: null, pid: null, comm: '', events: [], probe: null };
 
@@ -37,7 +37,7 @@ function renderProcesses() {
   const f = $('#wz-filter').value.toLowerCase();
   const rows = state.processes.filter((p) => !f || String(p.pid).includes(f) || (p.comm + ' ' + p.cmdline).toLowerCase().includes(f));
   $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${p.pid}" data-comm="${attr(p.comm)}">
-    <td>${p.pid}</td><td>${esc(p.comm)}</td><td>${(p.cpu ?? 0).toFixed(1)}</td><td class="name">${esc(p.cmdline || '')}</td></tr>`).join('');
+    <td>${p.pid}</td><td>${esc(p.comm)}</td><td>${(p.cpu ?? 0).toFixed(1)}</td><td class="cmdline" title="${attr(visible(p.cmdline || ''))}">${esc(p.cmdline || '')}</td></tr>`).join('');
 }
 
 async function chooseProcess(pid, comm) {

@@ -378,6 +378,25 @@ try {
     `a different local build is called out: "${(await warning.first().textContent()).slice(0, 90)}…"`);
   await put({ binaries: [] });
 
+  // Where the sources are, set from the Source tab: a folder under the browse root is kept,
+  // one outside it is refused with the reason shown there.
+  doing = "source folders from the Source tab";
+  const srcDir = join(work, 'src-copy');
+  mkdirSync(srcDir, { recursive: true });
+  await again.click('#source-settings summary').catch(() => {});
+  await again.evaluate(() => { document.querySelector('#source-settings').open = true; });
+  await again.fill('#source-dir', srcDir);
+  await again.click('#source-dir-form button');
+  await again.waitForFunction(() => /saved|must|outside|browse/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
+  const kept = (await (await fetch(http + '/api/config')).json()).source_dirs;
+  await again.fill('#source-dir', '/etc');
+  await again.click('#source-dir-form button');
+  await again.waitForFunction(() => !/saved/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
+  const refusal = await again.locator('#source-settings-state').textContent();
+  check(kept.includes(srcDir) && /browse|root|outside/.test(refusal) && !(await (await fetch(http + '/api/config')).json()).source_dirs.includes('/etc'),
+    `a source folder is added from the Source tab, one outside the browse root refused ("${refusal}")`);
+  await put({ source_dirs: [] });
+
   // The svg export on its own: clicking a frame zooms into it, "Reset zoom" goes back.
   // The thread filter: choosing a thread narrows the table; "all threads" clears it.
   doing = "filtering by thread";
