@@ -218,6 +218,57 @@ async function renderQuality(s, q) {
   $('#quality').dataset.shows = s.session;
 }
 
+// Threads over time: a lane per thread (its activity), and the chosen thread's flame chart,
+// samples in time order. The window is the one the health charts share (start/end).
+async function renderTimeline(s, q) {
+  const width = Math.max(200, Math.floor($('#lanes').clientWidth || 900) - 160);
+  const t = await api(`/api/sessions/${encodeURIComponent(s.session)}/timeline?${q}&width=${width}`);
+  view.timeline = t;
+  const lanes = t.threads.slice(0, 24);
+  const max = Math.max(1, ...lanes.flatMap((l) => l.activity));
+  $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
+  $('#lanes').innerHTML = lanes.map((l) => `<div class="lane${String(l.tid) === s.tid ? ' chosen' : ''}" data-tid="${l.tid}" title="${attr(visible(l.comm))} ${l.tid}: click for its flame chart">
+    <span class="lane-name">${esc(l.comm)} <span class="muted">${l.tid}</span></span><canvas width="${width}" height="18"></canvas></div>`).join('');
+  [...document.querySelectorAll('#lanes canvas')].forEach((c, i) => {
+    const g = c.getContext('2d');
+    g.fillStyle = getComputedStyle(document.documentElement).getPropertyValue('--accent') || '#2563eb';
+    lanes[i].activity.forEach((v, x) => { if (v) { const h = Math.max(2, Math.round(18 * v / max)); g.fillRect(x, 18 - h, 1, h); } });
+  });
+  $('#timeline-reset').hidden = !(s.start || s.end);
+  drawChart(t);
+  $('#tab-timeline').dataset.shows = `${s.session} ${s.tid || ''} ${s.start || ''}-${s.end || ''}`;
+}
+
+function drawChart(t) {
+  const canvas = $('#chart');
+  const chart = t?.chart;
+  if (!chart) { canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes; return; }
+  const rowH = 16, width = canvas.clientWidth || 900, scale = width / t.buckets;
+  const depth = 1 + Math.max(0, ...chart.boxes.map((b) => b[0]));
+  canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
+  canvas.style.height = depth * rowH + 'px';
+  const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
+  g.font = '10px ui-monospace, monospace';
+  const boxes = chart.boxes.map(([d, b0, b1, fi]) => ({ x: b0 * scale, w: (b1 - b0 + 1) * scale, y: d * rowH, f: chart.frames[fi] }));
+  for (const b of boxes) {
+    g.fillStyle = `hsl(${moduleHue(b.f.module || '')},60%,${58 + nameShade(b.f.name) % 4 * 4}%)`;
+    g.fillRect(b.x, b.y, Math.max(b.w - 0.5, 0.5), rowH - 1);
+    if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.f.name).slice(0, Math.floor(b.w / 6)), b.x + 2, b.y + 11); }
+  }
+  canvas.dataset.boxes = boxes.length;
+  const secs = (t.end_s - t.start_s) / t.buckets;
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    const tip = $('#chart-tip');
+    tip.hidden = !b;
+    if (!b) return;
+    tip.innerHTML = `<b>${esc(b.f.name)}</b><br><span class="muted">${esc(b.f.module || '')}</span><br>${pct(t.start_s + b.x / scale * secs)}–${pct(t.start_s + (b.x + b.w) / scale * secs)} s`;
+    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`; tip.style.top = `${y + 16}px`;
+  };
+  canvas.onmouseleave = () => { $('#chart-tip').hidden = true; };
+}
+
 // Who calls a function and what it calls, with the same filters as the other views.
 async function renderSandwich(s, q) {
   if (!s.fn) { $('#sandwich-fn').textContent = ''; $('#callers tbody').innerHTML = ''; $('#callees tbody').innerHTML = ''; return; }
@@ -280,6 +331,7 @@ async function renderSession(s) {
   if (s.tab === 'flamegraph') { $('#inverted').checked = s.inverted; view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}${s.inverted ? '&inverted=1' : ''}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sandwich') await renderSandwich(s, q);
+  if (s.tab === 'timeline') await renderTimeline(s, q);
   if (s.tab === 'sessions') await renderSessions(s);
   if (s.tab === 'threads') {
     const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
@@ -519,8 +571,27 @@ $('#path-map-form').addEventListener('submit', (e) => {
   const from = $('#map-from').value.trim(), to = $('#map-to').value.trim();
   if (from && to) addSourceSetting((c) => ({ path_map: [...c.path_map, { from, to }] }));
 });
+// Lanes: a click picks the thread; a drag picks a time window within the one shown.
+let laneDrag = null;
+$('#lanes').addEventListener('mousedown', (e) => {
+  const c = e.target.closest('.lane canvas');
+  if (!c) return;
+  const r = c.getBoundingClientRect();
+  laneDrag = { x0: e.clientX - r.left, r, tid: e.target.closest('.lane').dataset.tid };
+});
+window.addEventListener('mouseup', (e) => {
+  if (!laneDrag) return;
+  const d = laneDrag; laneDrag = null;
+  const x1 = e.clientX - d.r.left;
+  const t = view.timeline;
+  if (Math.abs(x1 - d.x0) < 4 || !t) { setHash({ tid: d.tid }); return; }
+  const at = (x) => t.start_s + Math.max(0, Math.min(1, x / d.r.width)) * (t.end_s - t.start_s);
+  const [a, b] = [at(Math.min(d.x0, x1)), at(Math.max(d.x0, x1))];
+  setHash({ start: a.toFixed(3), end: b.toFixed(3) });
+});
+$('#timeline-reset').addEventListener('click', () => setHash({ start: null, end: null }));
 $('#inverted').addEventListener('change', (e) => setHash({ inverted: e.target.checked ? '1' : null, zoom: null }));
-window.addEventListener('resize', drawFlame);
+window.addEventListener('resize', () => { drawFlame(); if (hashState().tab === 'timeline') drawChart(view.timeline); });
 
 // Signed in? The collector asks every API request for its access token, which the link it
 // printed at start turns into a cookie. Without it, say where the token is and take it here.

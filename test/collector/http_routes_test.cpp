@@ -521,6 +521,52 @@ TEST_CASE("API: a profile says how far it can be trusted, and what would fix it"
     CHECK(real.at("checks").as_array().size() >= 4);
 }
 
+TEST_CASE("API: the timeline has a lane per thread and a flame chart in time order",
+          "[collector][api]") {
+    fixture_app f;
+    auto sample = [](int tid, const char* time, std::vector<std::string> frames) {
+        std::string s = "app 1/" + std::to_string(tid) + " " + time + ": 1 cpu-clock:\n";
+        for (const auto& fr : frames)
+            s += "\t1 " + fr + " (/bin/app)\n";
+        return s + "\n";
+    };
+    // Leaf first: thread 1 runs main>A>B twice, then main>C; thread 2 once, in between.
+    const std::string text =
+        sample(1, "1.000000", {"B", "A", "main"}) + sample(2, "1.500000", {"D", "main"}) +
+        sample(1, "2.000000", {"B", "A", "main"}) + sample(1, "3.000000", {"C", "main"});
+    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
+    REQUIRE(res.result() == http::status::ok);
+    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto t = f.get_json("/api/sessions/" + id + "/timeline?weight=samples&width=10&tid=1");
+    CHECK(t.at("buckets").to_number<int>() == 10);
+    CHECK(t.at("end_s").to_number<double>() == Approx(2.0));
+    const auto& lanes = t.at("threads").as_array();
+    REQUIRE(lanes.size() == 2);
+    CHECK(lanes[0].at("tid").to_number<int>() == 1); // busiest first
+    auto activity = [](const json::value& lane) {
+        std::vector<int> v;
+        for (const auto& x : lane.at("activity").as_array())
+            v.push_back(x.to_number<int>());
+        return v;
+    };
+    CHECK(activity(lanes[0]) == std::vector<int>{1, 0, 0, 0, 0, 1, 0, 0, 0, 1});
+    CHECK(activity(lanes[1]) == std::vector<int>{0, 0, 1, 0, 0, 0, 0, 0, 0, 0});
+    // The chart: main spans the whole run, A and B the first two samples, C the last.
+    const auto& chart = t.at("chart").as_object();
+    std::map<std::string, std::vector<int>> boxes;
+    for (const auto& b : chart.at("boxes").as_array()) {
+        const auto& a = b.as_array();
+        const std::string name(
+            chart.at("frames").as_array()[a[3].to_number<std::size_t>()].at("name").as_string());
+        boxes[name] = {a[0].to_number<int>(), a[1].to_number<int>(), a[2].to_number<int>()};
+    }
+    CHECK(boxes["main"] == std::vector<int>{0, 0, 9});
+    CHECK(boxes["A"] == std::vector<int>{1, 0, 5});
+    CHECK(boxes["B"] == std::vector<int>{2, 0, 5});
+    CHECK(boxes["C"] == std::vector<int>{1, 9, 9});
+    CHECK(boxes.count("D") == 0); // another thread's
+}
+
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
           "[collector][api]") {
     test_support::temp_dir agents;

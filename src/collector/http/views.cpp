@@ -23,10 +23,11 @@ struct view_params {
     std::optional<int> max_depth;
     std::string baseline; // session id to compare against
     std::string metrics_type;
-    source_request source;  // file=, function=
-    std::string module;     // sandwich: module= narrows function= to one module
-    bool by_thread = false; // collapsed export: threads=1 roots each stack at its thread
-    bool inverted = false;  // flame graph: inverted=1 is the bottom-up tree
+    source_request source;            // file=, function=
+    std::string module;               // sandwich: module= narrows function= to one module
+    bool by_thread = false;           // collapsed export: threads=1 roots each stack at its thread
+    bool inverted = false;            // flame graph: inverted=1 is the bottom-up tree
+    std::optional<std::size_t> width; // timeline: buckets across the window
 };
 
 result<view_params> parse_view_params(const target_url& u) {
@@ -59,6 +60,8 @@ result<view_params> parse_view_params(const target_url& u) {
     v.min_pct = number_param(u, "min_pct", bad);
     if (const auto d = number_param(u, "max_depth", bad))
         v.max_depth = static_cast<int>(*d);
+    if (const auto w = number_param(u, "width", bad); w && *w >= 1 && *w <= 1e6)
+        v.width = static_cast<std::size_t>(*w);
     if (bad)
         return failure{"bad_parameter", "tid, start, end, min_pct and max_depth must be numbers"};
     return v;
@@ -121,7 +124,8 @@ enum class view_kind {
     metrics,
     source,
     sandwich,
-    quality
+    quality,
+    timeline
 };
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
@@ -183,6 +187,9 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         break;
     case view_kind::threads:
         r.body = threads_json(m.prof, *f, arena);
+        break;
+    case view_kind::timeline:
+        r.body = timeline_json(m.prof, *f, v.width.value_or(1000), v.tid, arena);
         break;
     case view_kind::quality:
         r.body = quality_json(m, *f, arena);
@@ -252,6 +259,7 @@ constexpr std::pair<std::string_view, view_kind> views[] = {
     {"threads", view_kind::threads},
     {"sandwich", view_kind::sandwich},
     {"quality", view_kind::quality},
+    {"timeline", view_kind::timeline},
     {"metrics", view_kind::metrics},
     {"source", view_kind::source},
 };

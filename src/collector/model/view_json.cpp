@@ -307,6 +307,114 @@ json::value quality_json(const session_model& m, const view_filter& f,
     return o;
 }
 
+json::value timeline_json(const profile& p, const view_filter& f, std::size_t width,
+                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp) {
+    width = std::clamp<std::size_t>(width, 10, 4000);
+    const std::uint64_t t0 = f.start_ns.value_or(p.first_time());
+    const std::uint64_t t1 = std::max(f.end_ns.value_or(p.last_time()), t0 + 1);
+    const double per_bucket = static_cast<double>(t1 - t0) / static_cast<double>(width);
+    auto bucket = [&](std::uint64_t t) {
+        const auto b =
+            static_cast<std::size_t>(static_cast<double>(t - std::min(t, t0)) / per_bucket);
+        return std::min(b, width - 1);
+    };
+    struct lane {
+        std::uint64_t weight = 0;
+        std::vector<std::uint64_t> activity;
+    };
+    std::unordered_map<std::uint32_t, lane> lanes;
+    // The lanes show every thread; the chart, the chosen one.
+    view_filter all_threads;
+    all_threads.event = f.event;
+    all_threads.by_period = f.by_period;
+    all_threads.start_ns = f.start_ns;
+    all_threads.end_ns = f.end_ns;
+    std::uint64_t total = 0;
+    for_each_sample(p, all_threads, [&](std::size_t i) {
+        auto& l = lanes[p.sample_tid(i)];
+        if (l.activity.empty())
+            l.activity.assign(width, 0);
+        const std::uint64_t w = f.by_period ? p.sample_period(i) : 1;
+        l.activity[bucket(p.sample_time(i))] += w;
+        l.weight += w;
+        total += w;
+    });
+    std::vector<std::pair<std::uint32_t, const lane*>> order;
+    for (const auto& [tid, l] : lanes)
+        order.emplace_back(tid, &l);
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+        return a.second->weight != b.second->weight ? a.second->weight > b.second->weight
+                                                    : a.first < b.first;
+    });
+    json::array threads(sp);
+    for (const auto& [tid, l] : order) {
+        json::array activity(sp);
+        activity.reserve(width);
+        for (const auto v : l->activity)
+            activity.push_back(v);
+        const auto t = p.threads().find(tid);
+        json::object row(
+            {{"tid", tid},
+             {"comm", t == p.threads().end() ? std::string_view() : p.strings()[t->second.comm]},
+             {"weight", l->weight}},
+            sp);
+        row["activity"] = std::move(activity);
+        threads.push_back(std::move(row));
+    }
+    json::object o = view_header(p, f, total, sp);
+    o["start_s"] = static_cast<double>(t0 - p.first_time()) / 1e9;
+    o["end_s"] = static_cast<double>(t1 - p.first_time()) / 1e9;
+    o["buckets"] = width;
+    o["threads"] = std::move(threads);
+    if (!chart_tid)
+        return o;
+
+    // The chosen thread's samples in time order; a frame at a depth is one box for as long as
+    // consecutive samples keep it there.
+    struct open_box {
+        std::uint32_t frame;
+        std::size_t first, last;
+    };
+    std::vector<open_box> open;
+    std::vector<std::uint32_t> stack;
+    std::unordered_map<std::uint32_t, std::uint32_t> frame_index;
+    json::array frames(sp), boxes(sp);
+    auto close_from = [&](std::size_t depth) {
+        while (open.size() > depth) {
+            const auto& b = open.back();
+            auto [it, fresh] = frame_index.try_emplace(b.frame, frames.size());
+            if (fresh)
+                frames.push_back(
+                    json::object({{"name", p.symbol(b.frame)}, {"module", p.module(b.frame)}}, sp));
+            boxes.push_back(json::array({open.size() - 1, b.first, b.last, it->second}, sp));
+            open.pop_back();
+        }
+    };
+    view_filter one = f;
+    one.tid = *chart_tid;
+    for_each_sample(p, one, [&](std::size_t i) {
+        stack.clear();
+        for (auto n = p.sample_node(i); n != profile::root; n = p.node_parent(n))
+            stack.push_back(p.node_frame(n));
+        std::reverse(stack.begin(), stack.end()); // root first
+        const auto b = bucket(p.sample_time(i));
+        std::size_t same = 0;
+        while (same < open.size() && same < stack.size() && open[same].frame == stack[same])
+            ++same;
+        close_from(same);
+        for (std::size_t d = 0; d < same; ++d)
+            open[d].last = b;
+        for (std::size_t d = same; d < stack.size(); ++d)
+            open.push_back({stack[d], b, b});
+    });
+    close_from(0);
+    json::object chart({{"tid", *chart_tid}}, sp);
+    chart["frames"] = std::move(frames);
+    chart["boxes"] = std::move(boxes);
+    o["chart"] = std::move(chart);
+    return o;
+}
+
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {
     const auto rows = threads(p, f);
     std::uint64_t total = 0;

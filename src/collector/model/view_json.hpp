@@ -44,6 +44,13 @@ std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
 // [{id, title, status: ok|warn|bad, value, pct?, fix, detail[]}]} for samples, unknown
 // frames, truncated stacks, lost samples and counter multiplexing.
 json::value quality_json(const session_model& m, const view_filter& f, const json::storage_ptr& sp);
+// Samples over time, `width` buckets across [start, end] of the filter (or of the session):
+// {…header, start_s, end_s, buckets, threads: [{tid, comm, weight, activity: [per bucket]}]}
+// busiest first; with `chart_tid`, that thread's flame chart: "chart": {tid, frames: [{name,
+// module}], boxes: [[depth, first bucket, last bucket, frame], …]}, a box being a frame that
+// stayed at its depth across consecutive samples (root depth 0).
+json::value timeline_json(const profile& p, const view_filter& f, std::size_t width,
+                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp);
 // [{tid, pid, comm, samples, weight, pct, top_functions: […]}].
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp);
 // The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.
