@@ -238,7 +238,7 @@ asio::awaitable<void> collection::run_continuous() {
         co_await ((read_script(*script_) && cut_loop() && watchdog()) &&
                   read_all(record_->err(), 64 << 10) && read_all(script_->err(), 64 << 10));
     record_err_ = std::move(record_err);
-    co_await record_->wait();
+    record_status_ = co_await record_->wait();
     co_await script_->wait();
     if (chunks_ == 0 && !stop_requested_) {
         // perf gave up before producing anything: say why.

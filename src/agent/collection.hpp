@@ -75,6 +75,8 @@ public:
     std::string record_stderr() const { return record_err_; }
     std::uint64_t lost_samples() const noexcept { return chunker_.lost_total(); }
     std::uint64_t chunks() const noexcept { return chunks_; }
+    // perf record's exit status (continuous mode), once it has ended; -1 before.
+    int record_status() const noexcept { return record_status_; }
 
 private:
     asio::awaitable<void> run_continuous();
@@ -101,6 +103,7 @@ private:
     bool stop_requested_ = false;
     std::uint64_t chunks_ = 0;
     int periods_ = 0; // timed cuts made (and the stop that ends the last period)
+    int record_status_ = -1;
     std::string error_;
     std::string record_err_;
 };

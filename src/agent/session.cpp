@@ -686,8 +686,9 @@ asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
             std::string reason;
             if (!c->error().empty() && c->chunks() == 0)
                 reason = "perf failed: " + c->error();
-            else if (settings_.record.pid && !pid_exists(*settings_.record.pid))
-                reason = "target process exited";
+            else if (settings_.record.pid &&
+                     (!pid_exists(*settings_.record.pid) || c->record_status() == 0))
+                reason = "target process exited"; // perf record -p ends cleanly with it
             else
                 reason = "perf exited";
             log(peer_, reason + "; idle");

@@ -1087,6 +1087,7 @@ class Collection(object):
         self.stop_requested = False
         self.chunks = 0
         self.error = ""
+        self.record_status = None  # perf record's exit status (continuous mode), once ended
         self.done = threading.Event()
 
     @property
@@ -1233,6 +1234,7 @@ class Collection(object):
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
+        self.record_status = rec.returncode
         self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
 
     def _run_rounds(self):
@@ -1846,8 +1848,8 @@ class Session(object):
             pid = self.settings.pid
             if c.error and c.chunks == 0:
                 reason = "perf failed: " + c.error
-            elif pid is not None and not pid_exists(pid):
-                reason = "target process exited"
+            elif pid is not None and (not pid_exists(pid) or c.record_status == 0):
+                reason = "target process exited"  # perf record -p ends cleanly with it
             else:
                 reason = "perf exited"
         self.log(reason + "; idle")
