@@ -20,7 +20,7 @@ function setHash(changes) {
 async function renderLanding() {
   const q = $('#sessions-q').value.trim();
   const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
-  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id)}">
+  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
@@ -181,12 +181,14 @@ function drawFlame() {
 // one loads or when it cannot be shown.
 function clearSession(title) {
   $('#session-title').textContent = title;
-  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs']) $(id).textContent = '';
-  for (const id of ['#stat-cards', '#quality-checks', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
+  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
+  for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
   $('#session-skipped').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
-  view.functions = []; view.rows = []; view.flame = null;
+  view.functions = []; view.rows = []; view.flame = null; view.timeline = null;
+  $('#quality').className = ''; delete $('#quality').dataset.shows; delete $('#tab-sandwich').dataset.shows; delete $('#tab-timeline').dataset.shows;
+  drawChart(null);
   const canvas = $('#flame'); canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
 }
 
@@ -222,10 +224,13 @@ async function renderQuality(s, q) {
 // samples in time order. The window is the one the health charts share (start/end).
 async function renderTimeline(s, q) {
   const width = Math.max(200, Math.floor($('#lanes').clientWidth || 900) - 160);
-  const t = await api(`/api/sessions/${encodeURIComponent(s.session)}/timeline?${q}&width=${width}`);
+  const t = await api(`/api/sessions/${encodeURIComponent(s.session)}/timeline?${q}&width=${width}`).catch((e) => {
+    $('#lanes').innerHTML = ''; view.timeline = null; drawChart(null); delete $('#tab-timeline').dataset.shows;
+    throw e;
+  });
   view.timeline = t;
   const lanes = t.threads.slice(0, 24);
-  const max = Math.max(1, ...lanes.flatMap((l) => l.activity));
+  const max = lanes.reduce((m, l) => l.activity.reduce((a, v) => (v > a ? v : a), m), 1);
   $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
   $('#lanes').innerHTML = lanes.map((l) => `<div class="lane${String(l.tid) === s.tid ? ' chosen' : ''}" data-tid="${l.tid}" title="${attr(visible(l.comm))} ${l.tid}: click for its flame chart">
     <span class="lane-name">${esc(l.comm)} <span class="muted">${l.tid}</span></span><canvas width="${width}" height="18"></canvas></div>`).join('');
@@ -244,7 +249,7 @@ function drawChart(t) {
   const chart = t?.chart;
   if (!chart) { canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes; return; }
   const rowH = 16, width = canvas.clientWidth || 900, scale = width / t.buckets;
-  const depth = 1 + Math.max(0, ...chart.boxes.map((b) => b[0]));
+  const depth = 1 + chart.boxes.reduce((m, b) => (b[0] > m ? b[0] : m), 0);
   canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
   canvas.style.height = depth * rowH + 'px';
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
@@ -272,7 +277,10 @@ function drawChart(t) {
 // Who calls a function and what it calls, with the same filters as the other views.
 async function renderSandwich(s, q) {
   if (!s.fn) { $('#sandwich-fn').textContent = ''; $('#callers tbody').innerHTML = ''; $('#callees tbody').innerHTML = ''; return; }
-  const d = await api(`/api/sessions/${encodeURIComponent(s.session)}/sandwich?${q}&function=${encodeURIComponent(s.fn)}`);
+  const d = await api(`/api/sessions/${encodeURIComponent(s.session)}/sandwich?${q}&function=${encodeURIComponent(s.fn)}`).catch((e) => {
+    $('#callers tbody').innerHTML = ''; $('#callees tbody').innerHTML = ''; $('#sandwich-fn').textContent = ''; delete $('#tab-sandwich').dataset.shows;
+    throw e; // nothing of the last answer stays under the error
+  });
   const unit = unitOf(d);
   const row = (r, self) => `<tr class="link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">${self ? `<td class="num">${pct(r.self_pct)}</td>` : ''}
     <td class="num"><span class="bar" style="width:${Math.min(60, r.total_pct * 0.6)}px"></span>${pct(r.total_pct)}</td><td class="num">${amount(r.total, unit)}</td>
@@ -526,11 +534,12 @@ $('#controls').addEventListener('click', async (e) => {
   const target = view.target;
   const body = b.dataset.cmd === 'start' ? { cmd: 'start', args: { pid: view.targetPid } } : { cmd: b.dataset.cmd };
   try {
-    await api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
+    const answer = await api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
     $('#control-result').textContent = '';
     if (b.dataset.cmd === 'start') { // the new run is a session of its own: open it
-      const t = (await api('/api/targets')).find((x) => x.id === target);
-      if (t?.session_id) { setHash({ session: t.session_id, baseline: null, start: null, end: null, zoom: null, tid: null }); return; }
+      const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === target);
+      const next = answer.session_id || t?.session_id || t?.last_session_id;
+      if (next) { setHash({ session: next, baseline: null, start: null, end: null, zoom: null, tid: null }); return; }
     }
   } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
   rerender(); // the target's state changed
@@ -620,7 +629,14 @@ if (await signedIn()) {
   stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
   // The landing page lists targets and sessions; a session's view follows its agent's state
   // (controls, "ended") and its own end.
-  stream.addEventListener('targets', () => rerender());
+  let ownTarget = '';
+  stream.addEventListener('targets', (e) => {
+    const s = hashState();
+    if (!s.session) { rerender(); return; }
+    const t = JSON.parse(e.data).find((x) => x.session_id === s.session || x.last_session_id === s.session);
+    const now = t ? `${t.id} ${t.state} ${t.session_id} ${t.last_session_id} ${t.pid}` : '';
+    if (now !== ownTarget) { ownTarget = now; rerender(); }
+  });
   stream.addEventListener('sessions', (e) => {
     const s = hashState();
     if (!s.session || JSON.parse(e.data).session_id === s.session) rerender();

@@ -106,11 +106,13 @@ function review() {
 async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
-  await command('start', args);
-  // The run is a session from the start's answer on.
-  const t = (await api('/api/targets')).find((x) => x.id === state.target);
-  if (!t?.session_id) throw new Error('the agent started, but the collector opened no session for it');
-  location.hash = `session=${encodeURIComponent(t.session_id)}&tab=functions`;
+  const answer = await command('start', args);
+  // The run is a session from the start's answer on; if it already ended (the target exited
+  // at once), the session it left.
+  const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === state.target);
+  const session = answer.session_id || t?.session_id || t?.last_session_id;
+  if (!session) throw new Error('the agent started, but no session came of it (did the process exit at once?)');
+  location.hash = `session=${encodeURIComponent(session)}&tab=functions`;
 }
 
 export function openWizard() {

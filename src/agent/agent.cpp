@@ -137,7 +137,8 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
 }
 
 asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_timer& wake) {
-    if (!std::filesystem::exists("/proc/" + std::to_string(*c.pid))) {
+    std::error_code ec;
+    if (!std::filesystem::exists("/proc/" + std::to_string(*c.pid), ec)) {
         log("no such process " + std::to_string(*c.pid));
         co_return 1;
     }
@@ -239,11 +240,13 @@ int run(const config& c) {
     asio::steady_timer wake(io);
     std::optional<tcp::acceptor> acceptor;
 
-    // A perf that is not there fails now, not at the first profile.
+    // A perf that is not there: --output fails now, not after a misleading probe; a serving
+    // agent says so at once and stays up (the collector's perf check tells the user too).
     if (find_program(c.perf_path).empty()) {
         log("perf not found: " + c.perf_path +
             " (install perf for this kernel, e.g. Debian's linux-perf, or give --perf PATH)");
-        return 1;
+        if (c.run_mode == mode::output)
+            return 1;
     }
 
     auto on_signal = [&](boost::system::error_code ec, int sig) {

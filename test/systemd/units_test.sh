@@ -33,7 +33,7 @@ done
 # What those exit codes mean, from the programs themselves.
 set +e
 "$agent" --server >/dev/null 2>&1; usage=$?
-"$agent" --server 127.0.0.1:1 --perf /nonexistent >/dev/null 2>&1; noperf=$?
+"$agent" --output /dev/null --pid 1 --perf /nonexistent >/dev/null 2>&1; noperf=$?
 "$collector" --sessions-dir /proc/forbidden --http-port 0 --agent-port 0 >/dev/null 2>&1; nodir=$?
 set -e
 check "a bad option exits 2 ($usage), no perf exits 1 ($noperf), an unusable sessions folder exits 1 ($nodir)" \

@@ -301,8 +301,8 @@ bool agent_link::open_session() {
     }
     session_ = *created;
     session_id_ = session_->id;
-    for (auto& [type, record] : std::exchange(between_runs_, {}))
-        ingest_metrics(app_, session_, std::move(record));
+    for (const auto& [type, record] : last_metrics_)
+        ingest_metrics(app_, session_, record);
     log(peer_, "session " + session_id_);
     app_.changed(change::targets);
     return true;
@@ -350,11 +350,10 @@ void agent_link::on_frame(protocol::frame&& f) {
                 log(peer_, "metrics refused (logged once): " + refused);
             break;
         }
+        auto record = protocol::serialize(*parsed);
+        last_metrics_[std::string(protocol::metrics_type(*parsed))] = record;
         if (session_)
-            ingest_metrics(app_, session_, protocol::serialize(*parsed));
-        else
-            between_runs_[std::string(protocol::metrics_type(*parsed))] =
-                protocol::serialize(*parsed);
+            ingest_metrics(app_, session_, std::move(record));
         break;
     }
     case frame_flag::response: {
@@ -364,8 +363,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             break;
         }
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
-            if (n->pid)
-                pid_ = n->pid;
+            pid_ = n->pid; // null: the whole system
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
@@ -373,6 +371,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             app_.changed(change::targets);
         } else if (auto* r = std::get_if<command_response>(&*reply)) {
             if (const auto it = pending_.find(r->id); it != pending_.end()) {
+                on_answer(it->second, *r);
                 it->second.result = std::move(*r);
                 it->second.timer->cancel();
             }
@@ -395,7 +394,7 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
     if (const auto* p = args.if_contains("pid"); p && p->is_int64())
         asked_pid = static_cast<int>(p->as_int64());
     asio::steady_timer timer(socket_.get_executor(), timeout);
-    pending_[id] = pending{std::nullopt, &timer};
+    pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid};
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
     co_await timer.async_wait(use_nothrow);
     auto result = std::move(pending_[id].result);
@@ -403,28 +402,31 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
     if (!result)
         co_return command_response::failure(id, closed_ ? "agent disconnected"
                                                         : "no answer from the agent in time");
+    co_return std::move(*result);
+}
+
+void agent_link::on_answer(const pending& asked, const command_response& answer) {
+    if (!answer.ok)
+        return;
     // What the agent is doing now, for /api/targets: what its answer says ("state"); an
     // agent that does not say is taken at its word that the command did what it names.
-    if (result->ok) {
-        std::optional<agent_state> now;
-        if (const auto* st = result->fields.if_contains("state"); st && st->is_string())
-            now = protocol::agent_state_from(st->as_string());
-        else if (cmd == protocol::cmd::start || cmd == protocol::cmd::resume)
-            now = agent_state::profiling;
-        else if (cmd == protocol::cmd::stop)
-            now = agent_state::idle;
-        else if (cmd == protocol::cmd::pause)
-            now = agent_state::paused;
-        if (cmd == protocol::cmd::start) {
-            if (const auto* p = result->fields.if_contains("pid"); p && p->is_int64())
-                pid_ = static_cast<int>(p->as_int64());
-            else if (asked_pid)
-                pid_ = asked_pid;
-        }
-        if (now)
-            set_state(*now); // a started run is a session from now on, before its first data
+    std::optional<agent_state> now;
+    if (const auto* st = answer.fields.if_contains("state"); st && st->is_string())
+        now = protocol::agent_state_from(st->as_string());
+    else if (asked.cmd == protocol::cmd::start || asked.cmd == protocol::cmd::resume)
+        now = agent_state::profiling;
+    else if (asked.cmd == protocol::cmd::stop)
+        now = agent_state::idle;
+    else if (asked.cmd == protocol::cmd::pause)
+        now = agent_state::paused;
+    if (asked.cmd == protocol::cmd::start) {
+        if (const auto* p = answer.fields.if_contains("pid"); p && p->is_int64())
+            pid_ = static_cast<int>(p->as_int64());
+        else
+            pid_ = asked.asked_pid; // none: the whole system
     }
-    co_return std::move(*result);
+    if (now)
+        set_state(*now); // a started run is a session from now on, before its first data
 }
 
 void agent_link::set_state(agent_state now) {
@@ -449,7 +451,8 @@ void agent_link::end_session() {
 
 void agent_link::finish_session() {
     app_.targets.erase(id_);
-    app_.changed(change::targets);
+    if (hello_) // a connection that never said hello was never listed
+        app_.changed(change::targets);
     end_session();
 }
 

@@ -80,9 +80,10 @@ private:
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
-    // Between runs: the last metrics record of each type (a handful, each ≤ 256 KiB), for the
-    // next session to start with.
-    std::map<std::string, std::string> between_runs_;
+    // The last metrics record of each type on this connection (a handful, each ≤ 256 KiB):
+    // every new session starts with them (agents send the binaries' build-ids only when they
+    // change, so a second run on the same process would otherwise have none).
+    std::map<std::string, std::string> last_metrics_;
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
@@ -99,7 +100,12 @@ private:
     struct pending {
         std::optional<protocol::command_response> result;
         asio::steady_timer* timer;
+        std::string cmd;              // what was asked, for the state its answer implies
+        std::optional<int> asked_pid; // a start's pid
     };
+    // The state an answer implies, applied as the answer is read: in the order the frames
+    // came, so a notice that follows it (the run ended at once) is applied after it.
+    void on_answer(const pending& asked, const protocol::command_response& answer);
     std::map<std::string, pending> pending_;
     std::uint64_t next_command_ = 1;
 };

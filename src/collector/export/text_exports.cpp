@@ -49,63 +49,76 @@ std::string collapsed_text(const profile& p, const view_filter& f, bool by_threa
 }
 
 std::string speedscope_json(const profile& p, const view_filter& f, const std::string& name) {
-    json::array frames;
-    frames.reserve(p.frame_count());
-    for (std::uint32_t i = 0; i < p.frame_count(); ++i)
-        frames.push_back({{"name", p.symbol(i)}, {"file", p.module(i)}});
+    // Written as text as it goes: a JSON value per sample would be tens of bytes of memory
+    // for each of millions of samples.
+    auto quoted = [](std::string_view v) { return json::serialize(json::string(v)); };
     // One profile per thread, its samples in the order they were taken, each weighing its
     // period (or 1): speedscope's Time Order view then shows what the thread did when.
     struct lane {
         std::uint32_t tid;
-        json::array samples, weights;
+        std::vector<std::uint32_t> samples; // sample indices, in time order
         std::uint64_t total = 0;
     };
     std::vector<lane> lanes;
     std::unordered_map<std::uint32_t, std::size_t> lane_of;
-    std::vector<std::uint32_t> stack;
     for_each_sample(p, f, [&](std::size_t i) {
         const auto tid = p.sample_tid(i);
         auto [it, fresh] = lane_of.try_emplace(tid, lanes.size());
         if (fresh)
-            lanes.push_back({tid, {}, {}, 0});
+            lanes.push_back({tid, {}, 0});
         lane& l = lanes[it->second];
-        stack.clear();
-        for (auto n = p.sample_node(i); n != profile::root; n = p.node_parent(n))
-            stack.push_back(p.node_frame(n));
-        json::array s;
-        s.reserve(stack.size());
-        for (auto fr = stack.rbegin(); fr != stack.rend(); ++fr)
-            s.push_back(*fr);
-        const std::uint64_t w = f.by_period ? p.sample_period(i) : 1;
-        l.samples.push_back(std::move(s));
-        l.weights.push_back(w);
-        l.total += w;
+        l.samples.push_back(static_cast<std::uint32_t>(i));
+        l.total += f.by_period ? p.sample_period(i) : 1;
     });
     std::stable_sort(lanes.begin(), lanes.end(),
                      [](const lane& a, const lane& b) { return a.total > b.total; });
     const auto base = event_base_name(p.event_name(f.event));
     const bool clock = base == "cpu-clock" || base == "task-clock";
-    json::array profiles;
-    for (auto& l : lanes) {
+    const std::string event(p.event_name(f.event));
+
+    std::string out =
+        R"({"$schema":"https://www.speedscope.app/file-format-schema.json","shared":{"frames":[)";
+    for (std::uint32_t i = 0; i < p.frame_count(); ++i) {
+        if (i)
+            out += ',';
+        out += R"({"name":)" + quoted(p.symbol(i)) + R"(,"file":)" + quoted(p.module(i)) + '}';
+    }
+    out += R"(]},"profiles":[)";
+    std::vector<std::uint32_t> stack;
+    for (std::size_t li = 0; li < lanes.size(); ++li) {
+        const lane& l = lanes[li];
         std::string comm;
         if (const auto t = p.threads().find(l.tid); t != p.threads().end())
             comm = std::string(p.strings()[t->second.comm]);
-        profiles.push_back(json::object{{"type", "sampled"},
-                                        {"name", comm + " " + std::to_string(l.tid) + " (" +
-                                                     std::string(p.event_name(f.event)) + ")"},
-                                        {"unit", f.by_period && clock ? "nanoseconds" : "none"},
-                                        {"startValue", 0},
-                                        {"endValue", l.total},
-                                        {"samples", std::move(l.samples)},
-                                        {"weights", std::move(l.weights)}});
+        if (li)
+            out += ',';
+        out += R"({"type":"sampled","name":)" +
+               quoted(comm + " " + std::to_string(l.tid) + " (" + event + ")") + R"(,"unit":)" +
+               (f.by_period && clock ? R"("nanoseconds")" : R"("none")") +
+               R"(,"startValue":0,"endValue":)" + std::to_string(l.total) + R"(,"samples":[)";
+        for (std::size_t k = 0; k < l.samples.size(); ++k) {
+            stack.clear();
+            for (auto n = p.sample_node(l.samples[k]); n != profile::root; n = p.node_parent(n))
+                stack.push_back(p.node_frame(n));
+            out += k ? ",[" : "[";
+            for (auto fr = stack.rbegin(); fr != stack.rend(); ++fr) {
+                if (fr != stack.rbegin())
+                    out += ',';
+                out += std::to_string(*fr);
+            }
+            out += ']';
+        }
+        out += R"(],"weights":[)";
+        for (std::size_t k = 0; k < l.samples.size(); ++k) {
+            if (k)
+                out += ',';
+            out += std::to_string(f.by_period ? p.sample_period(l.samples[k]) : 1);
+        }
+        out += "]}";
     }
-    return json::serialize(
-        json::object{{"$schema", "https://www.speedscope.app/file-format-schema.json"},
-                     {"shared", {{"frames", std::move(frames)}}},
-                     {"profiles", std::move(profiles)},
-                     {"name", name},
-                     {"activeProfileIndex", 0},
-                     {"exporter", "perfwire " PERFWIRE_VERSION}});
+    out += R"(],"name":)" + quoted(name) + R"(,"activeProfileIndex":0,"exporter":"perfwire )" +
+           PERFWIRE_VERSION + "\"}";
+    return out;
 }
 
 } // namespace collector

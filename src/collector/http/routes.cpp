@@ -393,6 +393,9 @@ asio::awaitable<http_response> command_target(request_context& c) {
     out["ok"] = r.ok;
     if (!r.ok)
         out["error"] = r.error;
+    else if (r.fields.contains("state")) // the run it is in now (or just ended), for the UI
+        out["session_id"] =
+            link->session_id().empty() ? json::value(nullptr) : json::value(link->session_id());
     co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
 }
 

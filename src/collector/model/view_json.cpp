@@ -85,6 +85,10 @@ call_tree inverted_tree(const profile& p, const std::vector<std::uint64_t>& self
     t.value.push_back(0);
     t.self.push_back(0);
     std::unordered_map<std::uint64_t, std::uint32_t> index; // (parent << 32 | frame) -> node
+    if (!self.empty()) {                                    // samples with no stack at all
+        t.value[0] += self[0];
+        t.self[0] += self[0];
+    }
     for (std::uint32_t n = 1; n < self.size(); ++n) {
         const auto w = self[n];
         if (!w)
@@ -241,7 +245,8 @@ json::value quality_json(const session_model& m, const view_filter& f,
     };
 
     // How far a share can be trusted: the 95 % interval of a function at 5 % of the samples.
-    const auto n = p.sample_count();
+    std::uint64_t n = 0; // the samples this view holds
+    for_each_sample(p, f, [&](std::size_t) { ++n; });
     const double spread = n ? 196.0 * std::sqrt(0.05 * 0.95 / static_cast<double>(n)) : 100.0;
     check("samples", "samples",
           n < 200    ? "bad"
@@ -320,7 +325,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     };
     struct lane {
         std::uint64_t weight = 0;
-        std::vector<std::uint64_t> activity;
+        std::vector<std::uint64_t> activity; // only for the lanes shown
     };
     std::unordered_map<std::uint32_t, lane> lanes;
     // The lanes show every thread; the chart, the chosen one.
@@ -329,22 +334,30 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     all_threads.by_period = f.by_period;
     all_threads.start_ns = f.start_ns;
     all_threads.end_ns = f.end_ns;
+    // Two passes: every thread's weight, then activity for the busiest (memory stays
+    // lanes_shown × width, however many threads the session saw).
+    constexpr std::size_t lanes_shown = 64;
     std::uint64_t total = 0;
     for_each_sample(p, all_threads, [&](std::size_t i) {
-        auto& l = lanes[p.sample_tid(i)];
-        if (l.activity.empty())
-            l.activity.assign(width, 0);
         const std::uint64_t w = f.by_period ? p.sample_period(i) : 1;
-        l.activity[bucket(p.sample_time(i))] += w;
-        l.weight += w;
+        lanes[p.sample_tid(i)].weight += w;
         total += w;
     });
-    std::vector<std::pair<std::uint32_t, const lane*>> order;
-    for (const auto& [tid, l] : lanes)
+    std::vector<std::pair<std::uint32_t, lane*>> order;
+    for (auto& [tid, l] : lanes)
         order.emplace_back(tid, &l);
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
         return a.second->weight != b.second->weight ? a.second->weight > b.second->weight
                                                     : a.first < b.first;
+    });
+    const std::size_t hidden = order.size() > lanes_shown ? order.size() - lanes_shown : 0;
+    order.resize(order.size() - hidden);
+    for (auto& [tid, l] : order)
+        l->activity.assign(width, 0);
+    for_each_sample(p, all_threads, [&](std::size_t i) {
+        auto& l = lanes[p.sample_tid(i)];
+        if (!l.activity.empty())
+            l.activity[bucket(p.sample_time(i))] += f.by_period ? p.sample_period(i) : 1;
     });
     json::array threads(sp);
     for (const auto& [tid, l] : order) {
@@ -366,6 +379,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     o["end_s"] = static_cast<double>(t1 - p.first_time()) / 1e9;
     o["buckets"] = width;
     o["threads"] = std::move(threads);
+    o["threads_not_shown"] = hidden;
     if (!chart_tid)
         return o;
 
@@ -379,9 +393,18 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     std::vector<std::uint32_t> stack;
     std::unordered_map<std::uint32_t, std::uint32_t> frame_index;
     json::array frames(sp), boxes(sp);
+    // A box narrower than a bucket next to one of the same frame is drawn as one; past the
+    // cap the chart says it stops early.
+    constexpr std::size_t max_boxes = 200000;
+    bool cut = false;
     auto close_from = [&](std::size_t depth) {
         while (open.size() > depth) {
             const auto& b = open.back();
+            if (boxes.size() >= max_boxes) {
+                cut = true;
+                open.pop_back();
+                continue;
+            }
             auto [it, fresh] = frame_index.try_emplace(b.frame, frames.size());
             if (fresh)
                 frames.push_back(
@@ -408,7 +431,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
             open.push_back({stack[d], b, b});
     });
     close_from(0);
-    json::object chart({{"tid", *chart_tid}}, sp);
+    json::object chart({{"tid", *chart_tid}, {"truncated", cut}}, sp);
     chart["frames"] = std::move(frames);
     chart["boxes"] = std::move(boxes);
     o["chart"] = std::move(chart);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace collector {
 
@@ -193,9 +194,8 @@ sandwich_table sandwich(const profile& p, const view_filter& f,
     sandwich_table t;
     for (const auto w : self)
         t.total_weight += w;
-    auto is_target = [&](std::uint32_t frame) {
-        return std::find(frames.begin(), frames.end(), frame) != frames.end();
-    };
+    const std::unordered_set<std::uint32_t> targets(frames.begin(), frames.end());
+    auto is_target = [&](std::uint32_t frame) { return targets.count(frame) != 0; };
     std::unordered_map<std::uint32_t, function_row> callers, callees;
     std::vector<std::uint32_t> seen_callers, seen_callees;
     for_each_stack(p, self, [&](std::uint32_t n, const std::vector<std::uint32_t>& stack) {
@@ -270,6 +270,14 @@ bool is_thread_start(std::string_view symbol) noexcept {
                                            "start_kernel",
                                            "cpu_startup_entry",
                                            "__libc_start_main_impl",
+                                           "runtime.goexit",
+                                           "runtime.rt0_go",
+                                           "runtime.mstart",
+                                           "common_startup_64",
+                                           "__secondary_switched",
+                                           "_rt0_amd64_linux",
+                                           "_rt0_arm64_linux",
+                                           "_rt0_arm_linux",
                                            "_dl_start_user"};
     const auto base = symbol.substr(0, symbol.find('+'));
     for (const auto s : starts)
