@@ -302,6 +302,52 @@ TEST_CASE("a session is one run: the target's exit and a stop end it, a start op
         CHECK(s.at("process").as_string() == "perfwire-demo");
 }
 
+TEST_CASE("a run that ends as it starts leaves no session open", "[collector][integration]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    // An agent whose start answer and "target exited" notice reach the collector together.
+    auto agent = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(agent);
+    agent->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"quick"})");
+    const auto listed = wait_for(coll, "/api/targets", 10s,
+                                 [](const json::value& v) { return v.as_array().size() == 1; });
+    REQUIRE(listed.as_array().size() == 1);
+    const std::string target(listed.as_array()[0].at("id").as_string());
+    bool relayed = false; // (Catch's assertions stay on the test's own thread)
+    std::thread relay([&] {
+        auto asked = agent->next_of(protocol::frame_flag::command, 10s);
+        if (!asked)
+            return;
+        relayed = true;
+        const auto id = json::parse(asked->payload).at("id");
+        const std::string both =
+            protocol::encode_frame(protocol::frame_flag::response,
+                                   R"({"type":"response","id":)" + json::serialize(id) +
+                                       R"(,"ok":true,"state":"profiling","pid":4242})") +
+            protocol::encode_frame(
+                protocol::frame_flag::response,
+                R"({"type":"state","state":"idle","reason":"target process exited","pid":4242})");
+        agent->send_raw(both); // one write: both are read before the relay resumes
+    });
+    const auto start = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                                 R"({"cmd":"start","args":{"pid":4242}})");
+    relay.join();
+    REQUIRE(relayed);
+    CHECK(start.status == 200);
+    // The notice came after the answer: the agent is idle and no session stays open (an empty
+    // run is not kept).
+    const auto after = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
+    });
+    REQUIRE(after.as_array().size() == 1);
+    CHECK(after.as_array()[0].at("session_id").is_null());
+    const auto sessions = wait_for(coll, "/api/sessions", 10s,
+                                   [](const json::value& v) { return v.as_array().empty(); });
+    CHECK(sessions.as_array().empty());
+    CHECK(test_support::session_folders(dir.path) == 0);
+}
+
 TEST_CASE("the wizard dials a listening agent with its pairing code",
           "[collector][integration][perf]") {
     const auto flavour =
