@@ -104,6 +104,21 @@ const moduleHue = (m) => m.split('').reduce((h, c) => (h * 31 + c.charCodeAt(0))
 const moduleColour = (m) => `hsl(${moduleHue(m)},65%,60%)`;
 const nameShade = (n) => n.split('').reduce((h, c) => (h * 17 + c.charCodeAt(0)) % 23, 0);
 
+// The box under the pointer of a canvas of boxes ({x, y, w} in CSS pixels, rows `rowH` high),
+// described in a floating tooltip next to it.
+function hoverTip(canvas, tip, boxes, rowH, describe) {
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    tip.hidden = !b;
+    if (!b) return;
+    tip.innerHTML = describe(b);
+    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`;
+    tip.style.top = `${y + 16}px`;
+  };
+  canvas.onmouseleave = () => { tip.hidden = true; };
+}
+
 function drawFlame() {
   const canvas = $('#flame');
   if (!view.flame) return;
@@ -121,6 +136,7 @@ function drawFlame() {
   canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
   canvas.style.height = depth * rowH + 'px';
   canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
+  canvas.dataset.inverted = view.flame.inverted ? '1' : '';
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
   const { re } = filterRegex($('#filter').value);
@@ -137,19 +153,9 @@ function drawFlame() {
   }
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(view.flame);
-  canvas.onmousemove = (e) => {
-    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
-    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-    const tip = $('#flame-tip');
-    tip.hidden = !b;
-    if (!b) return;
-    const share = (v) => `${amount(v, unit)} (${pct(100 * v / (view.flame.total || 1))} %)`;
-    tip.innerHTML = `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-      total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`;
-    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`;
-    tip.style.top = `${y + 16}px`;
-  };
-  canvas.onmouseleave = () => { $('#flame-tip').hidden = true; };
+  const share = (v) => `${amount(v, unit)} (${pct(100 * v / (view.flame.total || 1))} %)`;
+  hoverTip(canvas, $('#flame-tip'), boxes, rowH, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`);
   // The search's reach: the share of the total under frames that match (nested matches once).
   let matched = 0;
   if (re) {
@@ -262,16 +268,7 @@ function drawChart(t) {
   }
   canvas.dataset.boxes = boxes.length;
   const secs = (t.end_s - t.start_s) / t.buckets;
-  canvas.onmousemove = (e) => {
-    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
-    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-    const tip = $('#chart-tip');
-    tip.hidden = !b;
-    if (!b) return;
-    tip.innerHTML = `<b>${esc(b.f.name)}</b><br><span class="muted">${esc(b.f.module || '')}</span><br>${pct(t.start_s + b.x / scale * secs)}–${pct(t.start_s + (b.x + b.w) / scale * secs)} s`;
-    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`; tip.style.top = `${y + 16}px`;
-  };
-  canvas.onmouseleave = () => { $('#chart-tip').hidden = true; };
+  hoverTip(canvas, $('#chart-tip'), boxes, rowH, (b) => `<b>${esc(b.f.name)}</b><br><span class="muted">${esc(b.f.module || '')}</span><br>${pct(t.start_s + b.x / scale * secs)}–${pct(t.start_s + (b.x + b.w) / scale * secs)} s`);
 }
 
 // Who calls a function and what it calls, with the same filters as the other views.
@@ -296,7 +293,9 @@ async function renderSandwich(s, q) {
 }
 
 async function renderSession(s) {
-  // The tab the user chose shows at once, even if what fills it cannot be fetched.
+  // The tab the user chose shows at once, even if what fills it cannot be fetched; controls
+  // follow the URL here, before any wait, so a render under way never undoes a later click.
+  $('#inverted').checked = s.inverted;
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
   if (view.shown !== s.session) { clearSession(s.session); view.shown = s.session; }
@@ -336,7 +335,7 @@ async function renderSession(s) {
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
   }
-  if (s.tab === 'flamegraph') { $('#inverted').checked = s.inverted; view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}${s.inverted ? '&inverted=1' : ''}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+  if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}${s.inverted ? '&inverted=1' : ''}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sandwich') await renderSandwich(s, q);
   if (s.tab === 'timeline') await renderTimeline(s, q);

@@ -58,10 +58,7 @@ TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, for
     CHECK(big->closed());
     CHECK(std::chrono::steady_clock::now() - declared < 3s); // not the 10 s hello deadline
 
-    auto agent = test_support::framing_peer::connect(coll.agent_port);
-    REQUIRE(agent);
-    agent->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"bomb"})");
+    auto agent = test_support::hello_agent(coll, "bomb");
     // 1 GiB of zeros in a 32 KiB frame: stopped as it expands past a chunk's size.
     protocol::zstd_compressor z;
     const std::string zeros(std::size_t{1} << 20, '\0');
@@ -136,10 +133,7 @@ TEST_CASE("a full disk: chunks stay in the live view, the session says what is n
     REQUIRE(fs::exists("/dev/full")); // writes to it fail with ENOSPC, like a full disk
     temp_dir dir;
     collector_proc coll(dir.path);
-    auto agent = test_support::framing_peer::connect(coll.agent_port);
-    REQUIRE(agent);
-    agent->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"device"})");
+    auto agent = test_support::hello_agent(coll, "device");
     const std::string chunk = test_support::fixture("collector/fixtures/callchain_fields.txt");
     agent->send(protocol::frame_flag::text, chunk);
     const auto first = wait_for(coll, "/api/sessions", 10s, [](const json::value& v) {
@@ -397,10 +391,7 @@ TEST_CASE("an agent that sends faster than the collector digests is slowed by TC
           "[collector][integration][attack]") {
     temp_dir dir;
     collector_proc coll(dir.path);
-    auto agent = test_support::framing_peer::connect(coll.agent_port);
-    REQUIRE(agent);
-    agent->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"firehose"})");
+    auto agent = test_support::hello_agent(coll, "firehose");
     // 20 text frames of 64 MiB (1.25 GiB), sent as fast as loopback takes them: each is stored
     // (fsync) and read through before much more is taken off the socket.
     std::string frame;
@@ -441,10 +432,7 @@ TEST_CASE("a live session past its memory budget keeps storing, and shows it all
           "[collector][integration][attack]") {
     temp_dir dir;
     collector_proc coll(dir.path, {"--live-mb", "1"});
-    auto agent = test_support::framing_peer::connect(coll.agent_port);
-    REQUIRE(agent);
-    agent->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"big"})");
+    auto agent = test_support::hello_agent(coll, "big");
     // Chunks of 20,000 distinct one-frame samples each: a few take the model past 1 MiB.
     auto chunk = [](int n) {
         std::string text;

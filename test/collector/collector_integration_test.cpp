@@ -306,10 +306,7 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
     temp_dir dir;
     collector_proc coll(dir.path);
     // An agent whose start answer and "target exited" notice reach the collector together.
-    auto agent = test_support::framing_peer::connect(coll.agent_port);
-    REQUIRE(agent);
-    agent->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"quick"})");
+    auto agent = test_support::hello_agent(coll, "quick");
     const auto listed = wait_for(coll, "/api/targets", 10s,
                                  [](const json::value& v) { return v.as_array().size() == 1; });
     REQUIRE(listed.as_array().size() == 1);

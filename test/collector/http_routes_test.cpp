@@ -74,7 +74,25 @@ struct fixture_app {
         deep.max_depth = 4096; // flame graphs nest as deep as the stacks
         return json::parse(res.body(), {}, deep);
     }
+    // A session imported from `text`; its id.
+    std::string import(const std::string& text) {
+        const auto res = call(http::verb::post, "/api/sessions/import", text);
+        INFO(res.body());
+        REQUIRE(res.result() == http::status::ok);
+        return std::string(json::parse(res.body()).at("session_id").as_string());
+    }
 };
+
+// One sample as perf script prints it: thread `tid` at `time`, `frames` leaf first, each
+// "symbol (module)" or a symbol of /bin/app.
+std::string script_sample(std::vector<std::string> frames, std::uint64_t period = 1, int tid = 1,
+                          const std::string& time = "1.0") {
+    std::string s = "app 1/" + std::to_string(tid) + " " + time + ": " + std::to_string(period) +
+                    " cpu-clock:\n";
+    for (const auto& fr : frames)
+        s += "\t1 " + fr + (fr.find(" (") == std::string::npos ? " (/bin/app)\n" : "\n");
+    return s + "\n";
+}
 
 } // namespace
 
@@ -430,17 +448,9 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
     fixture_app f;
     // Stacks leaf first, as perf script prints them; B is reached from A and from X, recurses
     // once, and calls C.
-    auto sample = [](int period, std::vector<std::string> frames) {
-        std::string s = "app 1/1 1.0: " + std::to_string(period) + " cpu-clock:\n";
-        for (const auto& fr : frames)
-            s += "\t1 " + fr + " (/bin/app)\n";
-        return s + "\n";
-    };
-    const std::string text = sample(10, {"C", "B", "A", "main"}) + sample(20, {"B", "A", "main"}) +
-                             sample(30, {"B", "B", "X", "main"}) + sample(40, {"D", "main"});
-    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
-    REQUIRE(res.result() == http::status::ok);
-    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto id = f.import(
+        script_sample({"C", "B", "A", "main"}, 10) + script_sample({"B", "A", "main"}, 20) +
+        script_sample({"B", "B", "X", "main"}, 30) + script_sample({"D", "main"}, 40));
     const auto b = f.get_json("/api/sessions/" + id + "/sandwich?function=B");
     CHECK(b.at("total").to_number<int>() == 100);
     CHECK(b.at("function").at("self").to_number<int>() == 50);
@@ -484,21 +494,11 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
 TEST_CASE("API: a profile says how far it can be trusted, and what would fix it",
           "[collector][api]") {
     fixture_app f;
-    auto sample = [](int period, std::vector<std::string> frames) {
-        std::string s = "app 1/1 1.0: " + std::to_string(period) + " cpu-clock:\n";
-        for (const auto& fr : frames)
-            s += "\t1 " + fr + "\n";
-        return s + "\n";
-    };
     // 60 complete, 30 complete but with a nameless leaf, 10 stopped inside liby.
-    const std::string text =
-        sample(60, {"f (/bin/app)", "main (/bin/app)", "__libc_start_main (/lib/libc.so.6)",
-                    "_start (/bin/app)"}) +
-        sample(30, {"[unknown] (/lib/libx.so)", "g (/bin/app)", "clone3 (/lib/libc.so.6)"}) +
-        sample(10, {"h (/bin/app)", "[unknown] (/lib/liby.so)"});
-    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
-    REQUIRE(res.result() == http::status::ok);
-    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto id =
+        f.import(script_sample({"f", "main", "__libc_start_main (/lib/libc.so.6)", "_start"}, 60) +
+                 script_sample({"[unknown] (/lib/libx.so)", "g", "clone3 (/lib/libc.so.6)"}, 30) +
+                 script_sample({"h", "[unknown] (/lib/liby.so)"}, 10));
     const auto q = f.get_json("/api/sessions/" + id + "/quality");
     std::map<std::string, json::object> checks;
     for (const auto& c : q.at("checks").as_array())
@@ -524,19 +524,11 @@ TEST_CASE("API: a profile says how far it can be trusted, and what would fix it"
 TEST_CASE("API: the timeline has a lane per thread and a flame chart in time order",
           "[collector][api]") {
     fixture_app f;
-    auto sample = [](int tid, const char* time, std::vector<std::string> frames) {
-        std::string s = "app 1/" + std::to_string(tid) + " " + time + ": 1 cpu-clock:\n";
-        for (const auto& fr : frames)
-            s += "\t1 " + fr + " (/bin/app)\n";
-        return s + "\n";
-    };
     // Leaf first: thread 1 runs main>A>B twice, then main>C; thread 2 once, in between.
-    const std::string text =
-        sample(1, "1.000000", {"B", "A", "main"}) + sample(2, "1.500000", {"D", "main"}) +
-        sample(1, "2.000000", {"B", "A", "main"}) + sample(1, "3.000000", {"C", "main"});
-    const auto res = f.call(http::verb::post, "/api/sessions/import", text);
-    REQUIRE(res.result() == http::status::ok);
-    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto id = f.import(script_sample({"B", "A", "main"}, 1, 1, "1.000000") +
+                             script_sample({"D", "main"}, 1, 2, "1.500000") +
+                             script_sample({"B", "A", "main"}, 1, 1, "2.000000") +
+                             script_sample({"C", "main"}, 1, 1, "3.000000"));
     const auto t = f.get_json("/api/sessions/" + id + "/timeline?weight=samples&width=10&tid=1");
     CHECK(t.at("buckets").to_number<int>() == 10);
     CHECK(t.at("end_s").to_number<double>() == Approx(2.0));

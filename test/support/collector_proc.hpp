@@ -2,6 +2,8 @@
 // and any extra arguments; its HTTP port is registered so http_call presents the API token.
 #pragma once
 
+#include "protocol/frame.hpp"
+#include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
 #include "support/spawn.hpp"
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,18 @@ struct collector_proc {
         return boost::json::parse(r.body, {}, deep);
     }
 };
+
+// A peer on the collector's agent port that has said hello as a perfwire agent on
+// `hostname`: a stand-in agent whose every frame the test writes (engaged; reset() hangs up).
+inline std::optional<framing_peer> hello_agent(const collector_proc& c,
+                                               const std::string& hostname) {
+    auto peer = framing_peer::connect(c.agent_port);
+    REQUIRE(peer);
+    peer->send(protocol::frame_flag::response,
+               R"({"type":"hello","version":1,"agent":"perfwire","hostname":")" + hostname +
+                   R"("})");
+    return peer;
+}
 
 // Polls until `pred(json)` holds for GET target, up to `timeout`.
 template <class Pred>

@@ -183,7 +183,8 @@ try {
   await again.keyboard.press('Escape');
   // Bottom-up: the widest frame under the root is the function with most self time.
   await again.check('#inverted');
-  await again.waitForFunction(() => location.hash.includes('inverted=1') && Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
+  // The drawing the switch produces (the forward graph already had boxes).
+  await again.waitForFunction(() => document.querySelector('#flame').dataset.inverted === '1' && Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
   const invBox = await again.locator('#flame').boundingBox();
   await again.mouse.move(invBox.x + 4, invBox.y + 18 + 9);
   await again.locator('#flame-tip').waitFor({ timeout: 5000 });
@@ -192,7 +193,7 @@ try {
   check(heaviest === topSelf, `bottom-up, the heaviest sampled function comes first (${heaviest})`);
   await again.mouse.move(0, 0);
   await again.uncheck('#inverted');
-  await again.waitForFunction(() => !location.hash.includes('inverted=1'), null, { timeout: 5000 });
+  await again.waitForFunction(() => !location.hash.includes('inverted=1') && document.querySelector('#flame').dataset.inverted === '', null, { timeout: 15000 });
 
   // The profile's health: every check with its value; a failing one carries its fix.
   doing = "the profile-health panel";

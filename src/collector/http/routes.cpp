@@ -105,6 +105,11 @@ asio::awaitable<browse_result> list_folder(std::string root, std::string path) {
     co_return browse(root, path);
 }
 
+// On a session's strand: its folder removed.
+asio::awaitable<boost::system::error_code> remove_session(session_store* store, std::string id) {
+    co_return store->remove(id);
+}
+
 // On the pool: every session's metadata from disk.
 asio::awaitable<std::vector<json::object>> read_session_list(const session_store* store) {
     co_return store->list();
@@ -437,7 +442,10 @@ asio::awaitable<http_response> delete_session(request_context& c) {
     if (c.app.sessions.is_live(e->id))
         co_return make_error(c.req, http::status::conflict, "live",
                              "the session is still receiving; disconnect its agent first");
-    if (auto ec = c.app.store.remove(e->id))
+    // Disk work on the session's strand: off the I/O thread, after any view still replaying it.
+    auto ec = co_await asio::co_spawn(e->strand, remove_session(&c.app.store, e->id),
+                                      asio::use_awaitable);
+    if (ec)
         co_return make_error(c.req, http::status::internal_server_error, "io", ec.message());
     c.app.sessions.forget(e->id);
     c.app.changed(change::sessions, e->id);
