@@ -3,18 +3,20 @@
 # when everything is present it touches nothing and needs no network.
 #   scripts/setup.sh          build and run
 #   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer,
-#                             the Python agent's interpreter and zstandard module, and the
+#                             the Python agent's interpreter and zstandard module, Go's pprof
+#                             to read our exports, lintian for the Debian package, and the
 #                             browser test: Debian's chromium, playwright-core from npm)
 set -euo pipefail
 
 packages=(
     cmake ninja-build g++ pkg-config
     libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
-    libboost-filesystem1.81-dev libzstd-dev catch2
+    libboost-filesystem1.81-dev libzstd-dev zlib1g-dev catch2
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then
-    packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd)
+    packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd
+        golang-go lintian)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)
@@ -46,7 +48,8 @@ sudo=()
 if ((EUID != 0)); then
     sudo=(sudo)
 fi
-"${sudo[@]}" apt-get update -qq
+# A mirror caught mid-sync fails some index files; the lists at hand usually still serve.
+"${sudo[@]}" apt-get update -qq || echo "setup: apt-get update reported errors; trying the package lists at hand"
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
 install_ui_test_modules "${1:-}"

@@ -421,7 +421,7 @@ async function renderSource(s, q) {
   }
   const fn = view.focusFunction && view.focusFile === file ? `&function=${encodeURIComponent(view.focusFunction)}` : '';
   const src = await api(`${base}?${q}&file=${encodeURIComponent(file)}${fn}`);
-  const scope = s.tid || s.start ? ' · <span class="warn" data-scope>all threads, whole session: the thread and time filters do not apply to source lines</span>' : '';
+  const scope = s.tid || s.start || s.end ? ' · <span data-scope>this thread and time window only</span>' : '';
   if (!src.path) $('#source-settings').open = true; // say where the file is, right here
   $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found here: add its folder or map its build path below'}`) +
     scope + (fn ? ` · <a href="#" data-sandwich="${attr(view.focusFunction)}">⇅ callers and callees of ${esc(view.focusFunction)}</a>` : '') + warnings(src.warnings);

@@ -17,6 +17,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -426,6 +428,113 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
                 {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",
                  "--http-port", "0", "--import", "/nonexistent.data"});
     CHECK(bad.wait(10s) == 1);
+}
+
+namespace {
+
+// `go tool pprof -top …` rows: flat and cum (sample counts) by node name.
+struct pprof_row {
+    std::uint64_t flat = 0, cum = 0;
+};
+std::map<std::string, pprof_row> go_pprof_top(const fs::path& dir, const std::string& file,
+                                              const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"tool",
+                                     "pprof",
+                                     "-top",
+                                     "-sample_index=samples",
+                                     "-nodecount=100000",
+                                     "-nodefraction=0",
+                                     "-edgefraction=0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(file);
+    const auto out = (dir / "pprof.out").string();
+    spawned go("/usr/bin/go", args, out,
+               {"HOME=" + dir.string(), "GOFLAGS=", "GOPATH=" + dir.string()});
+    REQUIRE(go.wait(60s) == 0);
+    std::ifstream in(out);
+    std::map<std::string, pprof_row> rows;
+    bool table = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line.find("flat%") != std::string::npos) {
+            table = true;
+            continue;
+        }
+        if (!table)
+            continue;
+        std::istringstream row(line);
+        pprof_row r;
+        std::string pct;
+        row >> r.flat >> pct >> pct >> r.cum >> pct;
+        std::string name;
+        std::getline(row >> std::ws, name);
+        if (row.fail() || name.empty())
+            FAIL("unreadable pprof row: " << line);
+        rows[name] = r;
+    }
+    REQUIRE_FALSE(rows.empty());
+    return rows;
+}
+
+} // namespace
+
+TEST_CASE("pprof export of a real recording: Go's pprof reads the UI's figures and source lines",
+          "[collector][integration][perf][export]") {
+    temp_dir dir;
+    auto demo = start_demo(60);
+    const std::string data = (dir.path / "demo.perf.data").string();
+    spawned record("/usr/bin/perf", {"record", "-q", "-e", "cpu-clock", "-F", "499", "-g", "-p",
+                                     std::to_string(demo->pid()), "-o", data, "--", "sleep", "1"});
+    REQUIRE(record.wait(20s) == 0);
+    importing_collector coll(dir.path / "sessions", data);
+    const auto base = "/api/sessions/" + coll.session;
+    const auto exported = http_call(coll.http_port, "GET", base + "/export?format=pprof");
+    REQUIRE(exported.status == 200);
+    const auto file = (dir.path / "demo.pb.gz").string();
+    std::ofstream(file, std::ios::binary) << exported.body;
+
+    // Function figures: pprof's flat and cum are the UI's self and total, sample for sample.
+    // (-noinlines: code inlined into a function counts as the function's, as in perf and the UI.)
+    const auto top = go_pprof_top(dir.path, file, {"-noinlines"});
+    const auto fns =
+        json::parse(http_call(coll.http_port, "GET", base + "/functions?weight=samples").body);
+    int compared = 0;
+    for (const auto& fn : fns.at("functions").as_array()) {
+        const std::string name(fn.at("name").as_string());
+        const std::string anonymous = "(anonymous namespace)"; // pprof leaves it out
+        if (name.rfind(anonymous + "::", 0) != 0 || !top.count(name.substr(anonymous.size())))
+            continue;
+        const auto short_name = name.substr(anonymous.size());
+        INFO(name);
+        CHECK(top.at(short_name).flat == fn.at("self").to_number<std::uint64_t>());
+        CHECK(top.at(short_name).cum == fn.at("total").to_number<std::uint64_t>());
+        ++compared;
+    }
+    CHECK(compared >= 3); // matrix_multiply, hash_strings, recursive_fib and their workers
+
+    // Lines: each of hash_strings' lines in pprof -lines holds what the Source tab shows there.
+    // (Inlined code at the line of the call in this file, as the Source tab places it.)
+    const auto lines = go_pprof_top(dir.path, file, {"-lines", "-noinlines"});
+    const auto src = json::parse(
+        http_call(
+            coll.http_port, "GET",
+            base + "/source?weight=samples&function=%28anonymous%20namespace%29%3A%3Ahash_strings")
+            .body);
+    const std::string source_file(src.at("file").as_string());
+    CHECK_THAT(source_file, Catch::EndsWith("demo.cpp"));
+    std::map<std::uint64_t, std::uint64_t> shown;
+    for (const auto& l : src.at("lines").as_array())
+        shown[l.at("line").to_number<std::uint64_t>()] = l.at("samples").to_number<std::uint64_t>();
+    int placed = 0;
+    for (const auto& [name, row] : lines) {
+        const std::string prefix = "::hash_strings " + source_file + ":";
+        if (name.rfind(prefix, 0) != 0)
+            continue;
+        const auto line = std::stoull(name.substr(prefix.size()));
+        INFO(name);
+        CHECK(row.flat == shown[line]);
+        placed += row.flat > 0;
+    }
+    CHECK(placed >= 2); // the loop's lines, not one line for the whole function
 }
 
 TEST_CASE("every header shape imports from the command line and by upload, and an upload cut "

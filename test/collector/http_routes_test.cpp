@@ -4,6 +4,7 @@
 #include "collector/http/upload.hpp"
 #include "protocol/compression.hpp"
 #include "support/fixtures.hpp"
+#include "support/pprof_reader.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -666,60 +667,6 @@ TEST_CASE("API: symbolizer config, file browser and source listing", "[collector
               .result() == http::status::not_found);
 }
 
-namespace {
-
-// Just enough protobuf to read a pprof profile back: fields as (number, varint or bytes).
-struct pb_field {
-    int number = 0;
-    std::uint64_t value = 0;
-    std::string_view bytes;
-    bool is_bytes = false;
-};
-
-std::uint64_t pb_varint(std::string_view& in) {
-    std::uint64_t v = 0;
-    for (int shift = 0; !in.empty(); shift += 7) {
-        const auto b = static_cast<unsigned char>(in.front());
-        in.remove_prefix(1);
-        v |= std::uint64_t{b & 0x7FU} << shift;
-        if (!(b & 0x80))
-            return v;
-    }
-    throw std::runtime_error("truncated varint");
-}
-
-std::vector<pb_field> pb_fields(std::string_view in) {
-    std::vector<pb_field> out;
-    while (!in.empty()) {
-        const auto key = pb_varint(in);
-        pb_field f;
-        f.number = static_cast<int>(key >> 3);
-        if ((key & 7) == 0) {
-            f.value = pb_varint(in);
-        } else if ((key & 7) == 2) {
-            const auto n = pb_varint(in);
-            if (n > in.size())
-                throw std::runtime_error("truncated bytes");
-            f.bytes = in.substr(0, n);
-            f.is_bytes = true;
-            in.remove_prefix(n);
-        } else {
-            throw std::runtime_error("unexpected wire type");
-        }
-        out.push_back(f);
-    }
-    return out;
-}
-
-std::vector<std::uint64_t> pb_packed(std::string_view in) {
-    std::vector<std::uint64_t> out;
-    while (!in.empty())
-        out.push_back(pb_varint(in));
-    return out;
-}
-
-} // namespace
-
 TEST_CASE("API: pprof and svg exports of a real capture", "[collector][api]") {
     fixture_app f;
     const auto base = "/api/sessions/" + f.session_id;
@@ -730,56 +677,33 @@ TEST_CASE("API: pprof and svg exports of a real capture", "[collector][api]") {
 
     const auto res = f.call(http::verb::get, base + "/export?format=pprof");
     REQUIRE(res.result() == http::status::ok);
-    CHECK(res[http::field::content_disposition].find(".pb\"") != boost::string_view::npos);
-    std::vector<std::string_view> strings;
-    std::vector<std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>> samples;
-    std::map<std::uint64_t, std::uint64_t> location_function; // location id -> function id
-    std::map<std::uint64_t, std::uint64_t> function_name;     // function id -> string index
-    int sample_types = 0;
-    for (const auto& fld : pb_fields(res.body())) {
-        if (fld.number == 1)
-            ++sample_types;
-        if (fld.number == 2) {
-            std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>> s;
-            for (const auto& sf : pb_fields(fld.bytes))
-                (sf.number == 1 ? s.first : s.second) = pb_packed(sf.bytes);
-            samples.push_back(std::move(s));
-        }
-        if (fld.number == 4) {
-            std::uint64_t id = 0, fn = 0;
-            for (const auto& lf : pb_fields(fld.bytes)) {
-                if (lf.number == 1)
-                    id = lf.value;
-                if (lf.number == 4)
-                    fn = pb_fields(lf.bytes).at(0).value;
-            }
-            location_function[id] = fn;
-        }
-        if (fld.number == 5) {
-            const auto ff = pb_fields(fld.bytes);
-            function_name[ff.at(0).value] = ff.at(1).value;
-        }
-        if (fld.number == 6)
-            strings.push_back(fld.bytes);
-    }
-    CHECK(sample_types == 2);
-    REQUIRE_FALSE(strings.empty());
-    CHECK(strings[0].empty()); // pprof's string table starts with ""
+    CHECK(res[http::field::content_disposition].find(".pb.gz\"") != boost::string_view::npos);
+    CHECK(res.body().rfind("\x1f\x8b", 0) == 0); // gzip, as pprof files are
+    const auto pp = test_support::read_pprof(res.body());
+    CHECK(pp.sample_types.size() == 2);
+    REQUIRE_FALSE(pp.strings.empty());
+    CHECK(pp.strings[0].empty()); // pprof's string table starts with ""
     std::uint64_t n = 0, period = 0;
     bool matrix_leaf = false;
-    for (const auto& [locations, values] : samples) {
-        REQUIRE(values.size() == 2);
-        n += values[0];
-        period += values[1];
-        REQUIRE_FALSE(locations.empty());
-        for (auto loc : locations)
-            REQUIRE(location_function.count(loc));
-        const auto leaf = strings.at(function_name.at(location_function.at(locations.front())));
-        matrix_leaf |= leaf == "(anonymous namespace)::matrix_multiply";
+    for (const auto& s : pp.samples) {
+        REQUIRE(s.values.size() == 2);
+        n += s.values[0];
+        period += s.values[1];
+        REQUIRE_FALSE(s.locations.empty());
+        for (auto loc : s.locations)
+            REQUIRE(pp.locations.count(loc));
+        const auto& leaf = pp.locations.at(s.locations.front()).lines;
+        REQUIRE_FALSE(leaf.empty());
+        matrix_leaf |= leaf.back().function == "(anonymous namespace)::matrix_multiply";
     }
     CHECK(n == total_samples);
     CHECK(period == total_period);
+    CHECK(pp.period == total_period / total_samples);
     CHECK(matrix_leaf); // locations run leaf first
+    // Every mapping says the names come with the profile, so pprof does not look for binaries.
+    REQUIRE_FALSE(pp.mappings.empty());
+    for (const auto& [id, m] : pp.mappings)
+        CHECK(m.has_functions);
 
     const auto svg = f.call(http::verb::get, base + "/export?format=svg");
     REQUIRE(svg.result() == http::status::ok);

@@ -164,14 +164,18 @@ TEST_CASE("header variants across perf versions", "[collector][parser]") {
     CHECK(p.symbol(p.node_frame(flat)) == "(anonymous namespace)::f");
     CHECK(p.module(p.node_frame(flat)) == "/bin/flat (deleted)");
 
-    // Where in the leaf function each sample landed: the leaf's +0x offset, nothing for
-    // [unknown] leaves.
+    // Where in the leaf function each sample landed: the leaf's +0x offset, none for
+    // [unknown] leaves; every sample has a site on its own call path.
+    for (std::size_t i = 0; i < p.sample_count(); ++i)
+        CHECK(p.site_node(p.sample_site(i)) == p.sample_node(i));
+    CHECK(p.site_offset(p.sample_site(2)) == profile::no_offset);
     std::map<std::pair<std::string, std::uint32_t>, std::uint64_t> sites;
     for (std::uint32_t s = 0; s < p.site_count(); ++s)
-        for (std::uint8_t e = 0; e < p.event_count(); ++e)
-            if (s < p.site_samples(e).size() && p.site_samples(e)[s])
-                sites[{std::string(p.symbol(p.site_frame(s))), p.site_offset(s)}] +=
-                    p.site_samples(e)[s];
+        if (p.site_offset(s) != profile::no_offset)
+            for (std::uint8_t e = 0; e < p.event_count(); ++e)
+                if (s < p.site_samples(e).size() && p.site_samples(e)[s])
+                    sites[{std::string(p.symbol(p.site_frame(s))), p.site_offset(s)}] +=
+                        p.site_samples(e)[s];
     CHECK(sites == decltype(sites){{{"js::RunScript(JSContext*, JS::Handle<JSScript*>)", 0x10}, 1},
                                    {{"native_safe_halt", 0xe}, 1},
                                    {{"(anonymous namespace)::f", 0x1}, 1}});

@@ -1,5 +1,6 @@
 // The symbolizer on real binaries (the demo built with this tree, and its readelf and
 // addr2line output), the source view on a real capture, and the file browser's confinement.
+#include "collector/export/exports.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "collector/symbols/source_view.hpp"
@@ -7,6 +8,7 @@
 #include "collector/symbols/symbolizer.hpp"
 #include "protocol/build_id.hpp"
 #include "support/fixtures.hpp"
+#include "support/pprof_reader.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -119,8 +121,8 @@ TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
     REQUIRE(where.size() == sites.size());
     std::set<std::uint32_t> lines;
     for (std::size_t i = 0; i + 3 < sites.size(); ++i) {
-        REQUIRE_FALSE(where[i].empty());
-        const auto& outer = where[i].back(); // the matrix_multiply frame of the chain
+        REQUIRE_FALSE(where[i].chain.empty());
+        const auto& outer = where[i].chain.back(); // the matrix_multiply frame of the chain
         CHECK(outer.file.find("demo.cpp") != std::string::npos);
         CHECK(outer.line >= hot - 8);
         CHECK(outer.line <= hot + 3);
@@ -128,9 +130,14 @@ TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
     }
     CHECK(lines.count(hot)); // the loop body is its own line, not the function's first
     CHECK(lines.size() > 2);
-    CHECK(where[where.size() - 3].empty());
-    CHECK(where[where.size() - 2].empty());
-    CHECK(where[where.size() - 1].empty());
+    // Addresses: the symbol's value in the binary plus the offset, one apart as the offsets are.
+    REQUIRE(where[0].address);
+    REQUIRE(where[1].address);
+    CHECK(*where[1].address - *where[0].address == 4);
+    for (std::size_t i = sites.size() - 3; i < sites.size(); ++i) {
+        CHECK(where[i].chain.empty());
+        CHECK_FALSE(where[i].address);
+    }
 
     const auto bins = sym.binaries();
     REQUIRE(bins.size() == 3);
@@ -142,7 +149,11 @@ TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
     }
 
     // A second pass is answered from the cache with the same result.
-    CHECK(sym.resolve(sites) == where);
+    const auto again = sym.resolve(sites);
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+        CHECK(again[i].chain == where[i].chain);
+        CHECK(again[i].address == where[i].address);
+    }
 }
 
 TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[collector][symbols]") {
@@ -155,19 +166,19 @@ TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[coll
     const symbolizer::site site{"/opt/app/bin/perfwire-demo",
                                 "(anonymous namespace)::recursive_fib", 0};
     symbolizer sym;
-    CHECK(sym.resolve({site})[0].empty()); // no such path on this machine
+    CHECK(sym.resolve({site})[0].chain.empty()); // no such path on this machine
 
     symbol_config c;
     c.sysroot = (dir.path / "sysroot").string();
     sym.configure(c);
-    auto chain = sym.resolve({site})[0];
+    auto chain = sym.resolve({site})[0].chain;
     REQUIRE_FALSE(chain.empty());
     CHECK(chain.back().line == demo_line("std::uint64_t recursive_fib(int n)"));
 
     c = {};
     c.binaries = {(dir.path / "sysroot/opt/app/bin/perfwire-demo").string()};
     sym.configure(c);
-    REQUIRE_FALSE(sym.resolve({site})[0].empty());
+    REQUIRE_FALSE(sym.resolve({site})[0].chain.empty());
 
     // The debug info names the build tree's path; map it to the copy, or find it by its tail.
     const std::string built = chain.back().file;
@@ -259,9 +270,90 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     CHECK(binary_of(source_view(p, f, sym, {}, {{demo_bin, "0123456789abcdef"}}).body)
               .at("build_matches") == false);
 
+    // The thread filter applies: recurse's thread has its one sample, on recursive_fib.
+    view_filter one_thread;
+    one_thread.tid = 3;
+    const auto recurse = source_view(p, one_thread, sym, {file, ""});
+    REQUIRE(recurse.status == 200);
+    CHECK(recurse.body.at("samples").to_number<std::uint64_t>() == 1);
+    CHECK(recurse.body.at("hottest_line").to_number<std::uint32_t>() ==
+          demo_line("std::uint64_t recursive_fib(int n)"));
+
     // Only files the debug info named can be asked for: nothing else is ever opened.
     CHECK(source_view(p, f, sym, {"/etc/passwd", ""}).status == 404);
     CHECK(source_view(p, f, sym, {"", "no_such_function"}).status == 404);
+}
+
+TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers by function, "
+          "the device's build-id",
+          "[collector][symbols][export]") {
+    // matrix_multiply sampled at four offsets, called from matrix_worker, under a libc frame.
+    profile p;
+    script_parser parser(p);
+    std::ostringstream text;
+    for (int i = 0; i < 40; ++i)
+        text << "demo-matrix 1/2 10." << 100 + i << ": 1000 cpu-clock:\n\t1300 "
+             << "(anonymous namespace)::matrix_multiply+0x" << std::hex << (0x30 + (i % 4) * 4)
+             << std::dec << " (" << demo_bin
+             << ")\n\t1400 (anonymous namespace)::matrix_worker+0x1f (" << demo_bin
+             << ")\n\t7f00 start_thread+0x2f3 (/usr/lib/x86_64-linux-gnu/libc.so.6)\n\n";
+    parser.feed(text.str());
+    parser.finish();
+    REQUIRE(p.sample_count() == 40);
+
+    symbolizer sym;
+    const std::map<std::string, std::string> build_ids{{demo_bin, "00aa11bb22cc"}};
+    const auto pp = test_support::read_pprof(pprof_profile(p, {}, {&sym, &build_ids, 1234}));
+    CHECK(pp.time_nanos == 1234);
+    REQUIRE(pp.mappings.size() == 2);
+    CHECK(pp.mappings[0].second.file == demo_bin); // the program first, libc after
+    CHECK(pp.mappings[0].second.build_id == "00aa11bb22cc");
+    CHECK(pp.mappings[0].second.has_lines);
+    CHECK(pp.mappings[1].second.build_id.empty()); // nothing known: nothing claimed
+
+    // What the symbolizer says of each sampled instruction and of the caller's start.
+    std::vector<symbolizer::site> sites;
+    for (std::uint32_t off = 0x30; off < 0x40; off += 4)
+        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off});
+    sites.push_back({demo_bin, "(anonymous namespace)::matrix_worker", 0});
+    const auto where = sym.resolve(sites);
+    std::map<std::uint64_t, source_chain> expected;
+    for (std::size_t i = 0; i + 1 < where.size(); ++i) {
+        REQUIRE(where[i].address);
+        expected[*where[i].address] = where[i].chain;
+    }
+    REQUIRE(pp.samples.size() == 4); // one per instruction
+    for (const auto& s : pp.samples) {
+        CHECK(s.values == std::vector<std::uint64_t>{10, 10000});
+        REQUIRE(s.locations.size() == 3);
+        const auto& leaf = pp.locations.at(s.locations[0]);
+        REQUIRE(expected.count(leaf.address));
+        const auto& chain = expected.at(leaf.address);
+        REQUIRE(leaf.lines.size() == chain.size());
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+            CHECK(leaf.lines[k].number == chain[k].line);
+            CHECK(leaf.lines[k].file == chain[k].file);
+        }
+        CHECK(leaf.lines.back().function == "(anonymous namespace)::matrix_multiply");
+        CHECK(leaf.lines.back().number > 0);
+        const auto& caller = pp.locations.at(s.locations[1]);
+        CHECK(caller.address == *where.back().address); // the function's start
+        REQUIRE(caller.lines.size() == 1);
+        CHECK(caller.lines[0].function == "(anonymous namespace)::matrix_worker");
+        CHECK(caller.lines[0].file == where.back().chain.back().file);
+        CHECK(caller.lines[0].number == 0); // the model keeps no call-site line
+        const auto& libc = pp.locations.at(s.locations[2]);
+        CHECK(libc.lines.at(0).function == "start_thread");
+        CHECK(libc.mapping == pp.mappings[1].first);
+    }
+
+    // Without a symbolizer: the same samples and functions, no addresses or lines.
+    const auto bare = test_support::read_pprof(pprof_profile(p, {}));
+    REQUIRE(bare.samples.size() == 4);
+    for (const auto& [id, l] : bare.locations) {
+        CHECK(l.address == 0);
+        CHECK(l.lines.at(0).number == 0);
+    }
 }
 
 TEST_CASE("file browser stays under its root, links included", "[collector][api]") {
@@ -427,9 +519,9 @@ TEST_CASE("binutils run only on regular ELF files, whatever a hostile agent name
     for (const auto& m : hostile)
         sites.push_back({m, "f", 1});
     const auto where = sym.resolve(sites);
-    CHECK_FALSE(where[0].empty());
+    CHECK_FALSE(where[0].chain.empty());
     for (std::size_t i = 1; i < where.size(); ++i)
-        CHECK(where[i].empty());
+        CHECK(where[i].chain.empty());
     for (const auto& b : sym.binaries()) {
         INFO(b.module << ": " << b.error);
         CHECK(b.error.empty() == (b.module == demo_bin));

@@ -5,6 +5,8 @@
 
 #include "collector/model/views.hpp"
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 namespace collector {
@@ -21,9 +23,18 @@ std::string speedscope_json(const profile& p, const view_filter& f, const std::s
 // with a <title> tooltip; no script, no external reference.
 std::string flame_svg(const profile& p, const view_filter& f, const std::string& title);
 
-// pprof's profile.proto, uncompressed (pprof reads both): sample types `samples/count` and
-// `<event>/<unit>`, one sample per call path with weight, one location and one function per
-// distinct (symbol, module), a mapping per module.
-std::string pprof_profile(const profile& p, const view_filter& f);
+class symbolizer;
+
+struct pprof_sources {
+    symbolizer* symbols = nullptr; // addresses and source lines; none: functions only
+    const std::map<std::string, std::string>* build_ids = nullptr; // device module -> build-id
+    std::uint64_t start_unix_ns = 0;                               // when the session began
+};
+
+// pprof's profile.proto, gzip-compressed as `go tool pprof` and friends expect: sample types
+// `samples/count` and `<event>/<unit>`; one sample per call path and sampled instruction;
+// the leaf's location with its address and source lines (inlined functions as pprof lines),
+// callers at function level; a mapping per module with the device's build-id.
+std::string pprof_profile(const profile& p, const view_filter& f, const pprof_sources& src = {});
 
 } // namespace collector

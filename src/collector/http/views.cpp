@@ -221,9 +221,17 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
                            e->id + " — " + std::string(m.prof.event_name(f->event)) + " by " +
                                (f->by_period ? "period" : "samples"));
         break;
-    case view_kind::export_pprof:
-        r.text = pprof_profile(m.prof, *f);
+    case view_kind::export_pprof: {
+        // Symbolized as the source view is (on this strand, which runs on the pool).
+        const auto meta = app->store.meta(e->id);
+        const auto* started = meta ? meta->if_contains("started_at") : nullptr;
+        r.text = pprof_profile(m.prof, *f,
+                               {&app->symbols, &m.device_build_ids,
+                                started && started->is_number()
+                                    ? static_cast<std::uint64_t>(started->to_number<double>() * 1e9)
+                                    : 0});
         break;
+    }
     case view_kind::source: {
         auto a = source_view(m.prof, *f, app->symbols, v.source, m.device_build_ids);
         r.status = static_cast<http::status>(a.status);
@@ -249,7 +257,7 @@ constexpr export_format export_formats[] = {
     {"collapsed", view_kind::export_collapsed, "text/plain; charset=utf-8", ".collapsed.txt"},
     {"speedscope", view_kind::export_speedscope, "application/json", ".speedscope.json"},
     {"svg", view_kind::export_svg, "image/svg+xml", ".svg"},
-    {"pprof", view_kind::export_pprof, "application/octet-stream", ".pb"},
+    {"pprof", view_kind::export_pprof, "application/octet-stream", ".pb.gz"},
 };
 
 constexpr std::pair<std::string_view, view_kind> views[] = {

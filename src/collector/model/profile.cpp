@@ -81,20 +81,20 @@ std::uint32_t profile::child(std::uint32_t parent, std::uint32_t frame) {
     return n;
 }
 
-std::uint32_t profile::intern_site(std::uint32_t frame, std::uint32_t offset) {
-    if (last_site_ != no_frame && site_frame_[last_site_] == frame &&
+std::uint32_t profile::intern_site(std::uint32_t node, std::uint32_t offset) {
+    if (last_site_ != no_frame && site_node_[last_site_] == node &&
         site_offset_[last_site_] == offset)
         return last_site_;
-    const auto found = site_index_.find(pair_hash(frame, offset), [&](std::uint32_t s) {
-        return site_frame_[s] == frame && site_offset_[s] == offset;
+    const auto found = site_index_.find(pair_hash(node, offset), [&](std::uint32_t s) {
+        return site_node_[s] == node && site_offset_[s] == offset;
     });
     if (found.id != dense_index::none)
         return last_site_ = found.id;
-    const auto s = static_cast<std::uint32_t>(site_frame_.size());
-    site_frame_.push_back(frame);
+    const auto s = static_cast<std::uint32_t>(site_node_.size());
+    site_node_.push_back(node);
     site_offset_.push_back(offset);
     site_index_.insert(found.slot, s, [this](std::uint32_t i) {
-        return pair_hash(site_frame_[i], site_offset_[i]);
+        return pair_hash(site_node_[i], site_offset_[i]);
     });
     return last_site_ = s;
 }
@@ -107,8 +107,9 @@ void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_
     if (time_ns > last_time_)
         last_time_ = time_ns;
     const std::size_t index = time_.size();
+    const std::uint32_t site = intern_site(node, leaf_offset);
     time_.push_back(time_ns);
-    node_.push_back(node);
+    site_.push_back(site);
     tid_.push_back(tid);
     event_.push_back(event);
     if (period >= std::numeric_limits<std::uint32_t>::max()) {
@@ -119,10 +120,7 @@ void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_
     }
 
     count(self_samples_[event], self_period_[event], node, node_parent_.size(), period);
-    if (leaf_offset != no_offset) {
-        const std::uint32_t site = intern_site(node_frame_[node], leaf_offset);
-        count(site_samples_[event], site_period_[event], site, site_frame_.size(), period);
-    }
+    count(site_samples_[event], site_period_[event], site, site_node_.size(), period);
 
     if (tid != last_tid_ || !last_thread_) {
         auto [it, fresh] = threads_.try_emplace(tid);
@@ -145,7 +143,7 @@ std::uint64_t profile::sample_period(std::size_t i) const noexcept {
 }
 
 std::size_t profile::sample_bytes() const noexcept {
-    return time_.memory_bytes() + node_.memory_bytes() + tid_.memory_bytes() +
+    return time_.memory_bytes() + site_.memory_bytes() + tid_.memory_bytes() +
            event_.memory_bytes() + period_.memory_bytes() + big_periods_.size() * 32;
 }
 
@@ -161,7 +159,7 @@ std::size_t profile::memory_bytes() const noexcept {
     return sample_bytes() + strings_.memory_bytes() + self +
            (frame_symbol_.capacity() + frame_module_.capacity()) * 4 + frame_index_.memory_bytes() +
            frame_hash_.capacity() * 8 + (node_parent_.capacity() + node_frame_.capacity()) * 4 +
-           node_index_.memory_bytes() + (site_frame_.capacity() + site_offset_.capacity()) * 4 +
+           node_index_.memory_bytes() + (site_node_.capacity() + site_offset_.capacity()) * 4 +
            site_index_.memory_bytes() + threads_.size() * 48;
 }
 

@@ -4,11 +4,14 @@
 //   frames    (symbol, module) pairs: one per function
 //   trie      (parent node, frame) -> node; node 0 is the root; a node's id is larger than
 //             its parent's, so a reverse sweep over ids visits children before parents
-//   samples   columns: time (ns), node, tid, event, period — 21 bytes a sample
+//   sites     (node, offset of the sampled instruction into the leaf's symbol): where a
+//             sample was, down to the instruction when perf printed `sym+0x…`; samples and
+//             period per event per site, which the symbolizer turns into source lines and
+//             addresses. Every sample has one (offset `no_offset` when perf gave none).
+//   samples   columns: time (ns), site, tid, event, period — 21 bytes a sample; a sample's
+//             node is its site's
 //   self      per event, per node: samples and period whose leaf is that node, kept up to
 //             date as samples arrive, so unfiltered views cost O(nodes), not O(samples)
-//   sites     (leaf frame, offset into its symbol) -> samples and period per event: where
-//             inside a function the time went, which the symbolizer turns into source lines
 #pragma once
 
 #include "collector/model/column.hpp"
@@ -67,7 +70,8 @@ public:
     std::uint32_t node_frame(std::uint32_t n) const noexcept { return node_frame_[n]; }
 
     std::uint64_t sample_time(std::size_t i) const noexcept { return time_[i]; }
-    std::uint32_t sample_node(std::size_t i) const noexcept { return node_[i]; }
+    std::uint32_t sample_site(std::size_t i) const noexcept { return site_[i]; }
+    std::uint32_t sample_node(std::size_t i) const noexcept { return site_node_[site_[i]]; }
     std::uint32_t sample_tid(std::size_t i) const noexcept { return tid_[i]; }
     std::uint8_t sample_event(std::size_t i) const noexcept { return event_[i]; }
     std::uint64_t sample_period(std::size_t i) const noexcept;
@@ -80,8 +84,9 @@ public:
     const std::unordered_map<std::uint32_t, thread_info>& threads() const noexcept {
         return threads_;
     }
-    std::size_t site_count() const noexcept { return site_frame_.size(); }
-    std::uint32_t site_frame(std::uint32_t s) const noexcept { return site_frame_[s]; }
+    std::size_t site_count() const noexcept { return site_node_.size(); }
+    std::uint32_t site_node(std::uint32_t s) const noexcept { return site_node_[s]; }
+    std::uint32_t site_frame(std::uint32_t s) const noexcept { return node_frame_[site_node_[s]]; }
     std::uint32_t site_offset(std::uint32_t s) const noexcept { return site_offset_[s]; }
     // Per-site counts for event `e` (indexed by site id; may be shorter than site_count()).
     const std::vector<std::uint64_t>& site_samples(std::uint8_t e) const {
@@ -92,7 +97,7 @@ public:
     std::uint64_t last_time() const noexcept { return last_time_; }
 
 private:
-    std::uint32_t intern_site(std::uint32_t frame, std::uint32_t offset);
+    std::uint32_t intern_site(std::uint32_t node, std::uint32_t offset);
 
     string_table strings_;
     std::vector<std::uint32_t> events_; // string ids
@@ -104,13 +109,13 @@ private:
     std::vector<std::uint32_t> node_parent_, node_frame_;
     dense_index node_index_{4096};
 
-    std::vector<std::uint32_t> site_frame_, site_offset_;
+    std::vector<std::uint32_t> site_node_, site_offset_;
     dense_index site_index_;
     std::vector<std::vector<std::uint64_t>> site_samples_, site_period_;
     std::uint32_t last_site_ = no_frame;
 
     column<std::uint64_t> time_;
-    column<std::uint32_t> node_, tid_;
+    column<std::uint32_t> site_, tid_;
     column<std::uint8_t> event_;
     column<std::uint32_t> period_; // UINT32_MAX: look in big_periods_
     std::unordered_map<std::size_t, std::uint64_t> big_periods_;

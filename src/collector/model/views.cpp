@@ -62,6 +62,21 @@ std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter
     return self;
 }
 
+std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f) {
+    std::vector<std::uint64_t> self(p.site_count(), 0);
+    if (f.event >= p.event_count())
+        return self;
+    if (!f.tid && !f.start_ns && !f.end_ns) {
+        const auto& agg = f.by_period ? p.site_period(f.event) : p.site_samples(f.event);
+        std::copy(agg.begin(), agg.end(), self.begin());
+        return self;
+    }
+    for_each_sample(p, f, [&](std::size_t i) {
+        self[p.sample_site(i)] += f.by_period ? p.sample_period(i) : 1;
+    });
+    return self;
+}
+
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {
     // Children have larger ids than their parents: one reverse sweep sums subtrees.
     for (std::size_t n = w.size(); n-- > 1;)

@@ -47,6 +47,8 @@ void for_each_sample(const profile& p, const view_filter& f, Fn fn) {
 
 // Self weight of every node under the filter.
 std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f);
+// Self weight of every site (call path + instruction offset) under the filter.
+std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f);
 // Inclusive weight of every node (self plus descendants).
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> self);
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 
 namespace collector {
 namespace json = boost::json;
@@ -49,20 +50,31 @@ std::vector<std::string> read_lines(const std::string& path) {
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
                           const source_request& req,
                           const std::map<std::string, std::string>& device_build_ids) {
-    // Sites with weight under this event.
-    const auto& counts = f.by_period ? p.site_period(f.event) : p.site_samples(f.event);
-    const auto& samples = p.site_samples(f.event);
+    // Where the samples with an instruction offset landed, per (function, offset): the same
+    // instruction reached along different call paths is one address.
+    view_filter by_samples = f;
+    by_samples.by_period = false;
+    const auto counts = site_self_weights(p, f);
+    const auto site_samples = f.by_period ? site_self_weights(p, by_samples) : counts;
     std::vector<symbolizer::site> sites;
-    std::vector<std::uint32_t> ids;
+    std::vector<std::uint64_t> values, samples;
+    std::unordered_map<std::uint64_t, std::size_t> index; // frame << 32 | offset -> sites[i]
     std::uint64_t total = 0, placed = 0;
     for (std::uint32_t s = 0; s < counts.size(); ++s) {
-        if (!counts[s])
+        if (!counts[s] || p.site_offset(s) == profile::no_offset)
             continue;
         total += counts[s];
         const auto frame = p.site_frame(s);
-        sites.push_back(
-            {std::string(p.module(frame)), std::string(p.symbol(frame)), p.site_offset(s)});
-        ids.push_back(s);
+        const auto [it, fresh] =
+            index.try_emplace(std::uint64_t{frame} << 32 | p.site_offset(s), sites.size());
+        if (fresh) {
+            sites.push_back(
+                {std::string(p.module(frame)), std::string(p.symbol(frame)), p.site_offset(s)});
+            values.push_back(0);
+            samples.push_back(0);
+        }
+        values[it->second] += counts[s];
+        samples[it->second] += site_samples[s];
     }
     const auto where = symbols.resolve(sites);
 
@@ -71,11 +83,11 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     // called it. "self" is the innermost file and line only.
     std::map<std::string, file_weight> files;
     for (std::size_t i = 0; i < sites.size(); ++i) {
-        const auto& chain = where[i];
+        const auto& chain = where[i].chain;
         if (chain.empty())
             continue;
-        const auto value = counts[ids[i]];
-        const auto n = samples[ids[i]];
+        const auto value = values[i];
+        const auto n = samples[i];
         placed += value;
         for (std::size_t k = 0; k < chain.size(); ++k) {
             bool seen = false;
@@ -219,9 +231,9 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         std::map<std::uint32_t, std::uint64_t> mine;
         for (std::size_t i = 0; i < sites.size(); ++i)
             if (sites[i].symbol == req.function)
-                for (const auto& loc : where[i])
+                for (const auto& loc : where[i].chain)
                     if (loc.file == file) {
-                        mine[loc.line] += counts[ids[i]];
+                        mine[loc.line] += values[i];
                         break;
                     }
         std::uint32_t focus = hottest;

@@ -4,7 +4,7 @@
 // weights add up per file and per line. Without `file` (or `function`) the answer lists the
 // files; with one it gives that file's lines: all of them up to 2000, else the hottest ± 100.
 // Files are only ever those the debug info named, so a request cannot open anything else.
-// Sites are aggregated over the whole session: thread and time filters do not apply here.
+// The view's thread and time filters apply as everywhere else.
 #pragma once
 
 #include "collector/model/views.hpp"

@@ -196,10 +196,10 @@ void symbolizer::lookup(binary& b, const std::vector<std::uint64_t>& addresses) 
     }
 }
 
-std::vector<source_chain> symbolizer::resolve(const std::vector<site>& sites) {
+std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& sites) {
     std::lock_guard lock(mutex_);
     refresh_config();
-    std::vector<source_chain> out(sites.size());
+    std::vector<placement> out(sites.size());
     // Per module: the addresses not cached yet, then one pass through addr2line.
     std::map<std::string, std::vector<std::size_t>, std::less<>> by_module;
     for (std::size_t i = 0; i < sites.size(); ++i)
@@ -219,10 +219,13 @@ std::vector<source_chain> symbolizer::resolve(const std::vector<site>& sites) {
         std::sort(missing.begin(), missing.end());
         missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
         lookup(b, missing);
-        for (std::size_t k = 0; k < indices.size(); ++k)
-            if (address[k] != sentinel)
-                if (auto it = b.cache.find(address[k]); it != b.cache.end())
-                    out[indices[k]] = it->second;
+        for (std::size_t k = 0; k < indices.size(); ++k) {
+            if (address[k] == sentinel)
+                continue;
+            out[indices[k]].address = address[k];
+            if (auto it = b.cache.find(address[k]); it != b.cache.end())
+                out[indices[k]].chain = it->second;
+        }
     }
     return out;
 }

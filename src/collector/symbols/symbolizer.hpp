@@ -62,7 +62,13 @@ public:
         std::string module, symbol;
         std::uint32_t offset = 0;
     };
-    std::vector<source_chain> resolve(const std::vector<site>& sites);
+    struct placement {
+        std::optional<std::uint64_t> address; // in the binary's own address space
+        source_chain chain;
+    };
+    // One placement per site, in order: the address when the local binary names the symbol,
+    // the source lines when its debug info places that address.
+    std::vector<placement> resolve(const std::vector<site>& sites);
 
     // The local binary used for a module, or why there is none.
     struct binary_status {
