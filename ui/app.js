@@ -189,7 +189,7 @@ function clearSession(title) {
   $('#session-title').textContent = title;
   for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
   for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
-  $('#session-skipped').hidden = true;
+  $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
   view.functions = []; view.rows = []; view.flame = null; view.timeline = null;
@@ -223,6 +223,13 @@ async function renderQuality(s, q) {
   const open = d.checks.filter((c) => c.status !== 'ok').length;
   $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
   $('#quality').className = `q-${worst}`;
+  // Stacks cut short on a target this collector can still steer: one click records it again
+  // with DWARF unwinding (the agent refuses, saying why, if its perf cannot).
+  // (A standing element, not part of the list redrawn with every live update, so a click on
+  // it always lands.)
+  const cut = d.checks.find((c) => c.id === 'truncated' && c.status !== 'ok');
+  $('#quality-action').hidden = !(cut && view.target && view.targetPid && view.callgraph !== 'dwarf');
+  $('#quality-action-what').textContent = `${view.running ? 'stops this run and records' : 'records'} pid ${view.targetPid} again with --call-graph dwarf: whole stacks where frame pointers are missing, at more cost per sample`;
   $('#quality').dataset.shows = s.session;
 }
 
@@ -312,12 +319,13 @@ async function renderSession(s) {
   // the one it picked last for this session, so a re-render never flashes another.
   const shown = s.event || (view.picked?.session === s.session ? view.picked.event : null);
   $('#event').innerHTML = events.map((e) => `<option value="${attr(e)}" ${e === shown ? 'selected' : ''}>${esc(eventName(e))}</option>`).join('');
+  view.callgraph = meta.callgraph;
   await renderControls(s.session);
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = [visible(meta.hostname || ''), `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
-    (meta.event_types || []).map(eventName).join(', '), meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
+    (meta.event_types || []).map(eventName).join(', '), meta.callgraph ? `call graphs: ${meta.callgraph}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
@@ -368,6 +376,7 @@ async function renderControls(session) {
   $('#controls').hidden = !t;
   if (!t) return;
   const state = t.session_id === session ? t.state : 'ended';
+  view.running = state !== 'ended';
   const allowed = { pause: state === 'profiling', resume: state === 'paused', stop: state === 'profiling' || state === 'paused' };
   for (const b of document.querySelectorAll('#controls button[data-cmd]')) {
     if (b.dataset.cmd === 'start') { b.hidden = state !== 'ended' || !t.pid; continue; }
@@ -527,21 +536,35 @@ document.addEventListener('click', (e) => {
   const b = e.target.closest('button[data-baseline]');
   if (b) setHash({ baseline: b.dataset.baseline || null, tab: b.dataset.baseline ? 'functions' : 'sessions' });
 });
+const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
+// A new run on the same process; it is a session of its own, which is opened.
+async function startRun(target, args) {
+  const answer = await agentCommand(target, { cmd: 'start', args });
+  const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === target);
+  const next = answer.session_id || t?.session_id || t?.last_session_id;
+  if (next) { setHash({ session: next, baseline: null, start: null, end: null, zoom: null, tid: null }); return true; }
+  return false;
+}
 $('#controls').addEventListener('click', async (e) => {
   const b = e.target.closest('button[data-cmd]');
   if (!b || !view.target) return;
-  const target = view.target;
-  const body = b.dataset.cmd === 'start' ? { cmd: 'start', args: { pid: view.targetPid } } : { cmd: b.dataset.cmd };
   try {
-    const answer = await api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
     $('#control-result').textContent = '';
-    if (b.dataset.cmd === 'start') { // the new run is a session of its own: open it
-      const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === target);
-      const next = answer.session_id || t?.session_id || t?.last_session_id;
-      if (next) { setHash({ session: next, baseline: null, start: null, end: null, zoom: null, tid: null }); return; }
-    }
+    if (b.dataset.cmd === 'start' ? await startRun(view.target, { pid: view.targetPid }) : (await agentCommand(view.target, { cmd: b.dataset.cmd }), false)) return;
   } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
   rerender(); // the target's state changed
+});
+document.addEventListener('click', async (e) => {
+  const b = e.target.closest('button[data-restart-callgraph]');
+  if (!b || !view.target) return;
+  b.disabled = true;
+  const target = view.target, pid = view.targetPid;
+  try {
+    if (view.running) await agentCommand(target, { cmd: 'stop' });
+    if (await startRun(target, { pid, callgraph: b.dataset.restartCallgraph })) return;
+  } catch (err) { $('#control-result').textContent = `restart with ${b.dataset.restartCallgraph}: ${err.message}`; }
+  b.disabled = false;
+  rerender();
 });
 // Theme: auto (the system's), light or dark; remembered by this browser.
 const themes = ['auto', 'light', 'dark'];

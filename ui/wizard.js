@@ -50,13 +50,26 @@ async function chooseProcess(pid, comm) {
   const perf = await command('verify_perf');
   $('#wz-perf').innerHTML = `${esc(perf.version || 'perf')} · ${perf.functional ? 'works' : '<span class="warn">does not work: ' + esc(perf.error || '') + '</span>'} · perf_event_paranoid ${esc(perf.perf_event_paranoid ?? '?')}`;
   $('#wz-events').innerHTML = '<span class="muted">probing events…</span>';
+  $('#wz-callgraph').innerHTML = '';
   const probe = await command('reprobe', { pid });
   state.probe = probe;
   const rec = probe.record_events || [], stat = probe.stat_only_events || [];
   $('#wz-events').innerHTML = rec.map((e, i) => `<label><input type="checkbox" name="event" value="${attr(e)}" ${i === 0 ? 'checked' : ''}> ${esc(e)}</label>`).join(' ')
     + (stat.length ? `<p class="muted">counted by perf stat alongside: ${stat.map(esc).join(', ')}</p>` : '')
-    + `<p class="muted">call graphs: ${esc(probe.callgraph_method || 'none')} · ${probe.pipe_mode ? 'continuous stream' : 'rounds'}</p>`;
+    + `<p class="muted">${probe.pipe_mode ? 'continuous stream' : 'rounds'}</p>`;
+  // Call-graph modes the probe saw give stacks on this device, its pick checked; none as well.
+  const modes = [...(probe.callgraph_modes || []), 'none'];
+  const picked = probe.callgraph_method || 'none';
+  $('#wz-callgraph').innerHTML = 'call graphs: ' + modes.map((m) => `<label title="${attr(callgraphHelp[m] || '')}"><input type="radio" name="callgraph" value="${attr(m)}" ${m === picked ? 'checked' : ''}> ${esc(callgraphLabel[m] || m)}</label>`).join(' ');
 }
+const callgraphLabel = { fp: 'frame pointers', dwarf: 'DWARF unwinding', lbr: 'LBR', none: 'none' };
+const callgraphHelp = {
+  fp: 'cheap; stacks stop where code was built without frame pointers',
+  dwarf: 'copies a slice of the stack with each sample: full stacks without frame pointers, more overhead and data',
+  lbr: 'the CPU\'s last-branch records: cheap and deep for user code, on Intel hardware',
+  none: 'only the sampled function, no callers',
+};
+const chosenCallgraph = () => document.querySelector('#wz-callgraph input[name=callgraph]:checked')?.value;
 
 async function loadSymbols() {
   const c = await api('/api/config');
@@ -97,6 +110,7 @@ function review() {
     <tr><td>target</td><td>${esc($('#wz-connected').textContent)}</td></tr>
     <tr><td>process</td><td>${state.pid} ${esc(state.comm)}</td></tr>
     <tr><td>events</td><td>${events.map(esc).join(', ') || '<span class="warn">none chosen: the agent picks</span>'}</td></tr>
+    <tr><td>call graphs</td><td>${esc(callgraphLabel[chosenCallgraph()] || 'the agent picks')}</td></tr>
     <tr><td>frequency</td><td>${Number($('#wz-frequency').value)} Hz</td></tr>
     <tr><td>chunk length</td><td>${Number($('#wz-duration').value)} s</td></tr>
     <tr><td>binaries</td><td>${esc($('#wz-binary').value || '(the device paths)')}</td></tr></table>`;
@@ -106,6 +120,7 @@ function review() {
 async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
+  if (chosenCallgraph()) args.callgraph = chosenCallgraph();
   const answer = await command('start', args);
   // The run is a session from the start's answer on; if it already ended (the target exited
   // at once), the session it left.

@@ -89,6 +89,7 @@ boost::json::object capabilities::to_json() const {
     o["stat_only_events"] = boost::json::value_from(stat_only_events);
     o["callgraph_method"] =
         callgraph.empty() ? boost::json::value(nullptr) : boost::json::value(callgraph);
+    o["callgraph_modes"] = boost::json::value_from(callgraph_modes);
     o["script_fields"] = script_fields;
     o["pipe_mode"] = pipe_mode;
     o["perf_event_paranoid"] = perf_event_paranoid;
@@ -119,11 +120,18 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
 
     // perf stat tells which events count at all; one run covers every candidate. The
     // call-graph check on the software clock runs alongside.
+    // So do dwarf and lbr on the same clock: which call-graph modes this perf and kernel can
+    // record at all, for the user to choose from.
     const record_settings clock_fp = probe_settings(software_clocks.front(), "fp", pid);
-    auto [version, stat, clock_run] = co_await (
+    const record_settings clock_dwarf = probe_settings(software_clocks.front(), "dwarf", pid);
+    const record_settings clock_lbr = probe_settings(software_clocks.front(), "lbr", pid);
+    auto [version, stat, clock_run, dwarf_run, lbr_run] = co_await (
         run_command(perf, version_args(), to) &&
         run_command(perf, stat_args(asked, pid, sleep_for_probe()), to) &&
-        run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()), probe_script(true), to));
+        run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()), probe_script(true), to) &&
+        run_pipeline(perf, record_args(clock_dwarf, "-", sleep_for_probe()), probe_script(true),
+                     to) &&
+        run_pipeline(perf, record_args(clock_lbr, "-", sleep_for_probe()), probe_script(true), to));
     caps.perf_version = perf_version_line(version.out);
     const auto counted = counted_events(stat.err, asked);
 
@@ -144,9 +152,20 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
     caps.pipe_mode = clock_run.started && clock_run.record_err.find("rror") == std::string::npos;
     if (mentions_bad_field(clock_run.script_err)) {
         caps.script_fields = false;
-        clock_run = co_await run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()),
-                                          probe_script(false), to);
+        auto [c, d, l] =
+            co_await (run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()),
+                                   probe_script(false), to) &&
+                      run_pipeline(perf, record_args(clock_dwarf, "-", sleep_for_probe()),
+                                   probe_script(false), to) &&
+                      run_pipeline(perf, record_args(clock_lbr, "-", sleep_for_probe()),
+                                   probe_script(false), to));
+        clock_run = std::move(c);
+        dwarf_run = std::move(d);
+        lbr_run = std::move(l);
     }
+    const bool clock_stacks = has_call_chains(clock_run.script_out);
+    const bool dwarf_stacks = has_call_chains(dwarf_run.script_out);
+    const bool lbr_stacks = has_call_chains(lbr_run.script_out);
 
     // Frame pointers first; dwarf and lbr only when fp gave no stacks.
     const std::string& primary = caps.record_events.front();
@@ -165,10 +184,10 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
     } else {
         record_settings dwarf{{primary}, 999, "dwarf", pid};
         record_settings lbr{{primary}, 999, "lbr", pid};
-        auto [d, l] = co_await (run_pipeline(perf, record_args(dwarf, "-"),
-                                             script_args("-", caps.script_fields, false), to) &&
-                                run_pipeline(perf, record_args(lbr, "-"),
-                                             script_args("-", caps.script_fields, false), to));
+        auto [d, l] = co_await (run_pipeline(perf, record_args(dwarf, "-", sleep_for_probe()),
+                                             probe_script(caps.script_fields), to) &&
+                                run_pipeline(perf, record_args(lbr, "-", sleep_for_probe()),
+                                             probe_script(caps.script_fields), to));
         if (has_call_chains(d.script_out))
             caps.callgraph = "dwarf";
         else if (has_call_chains(l.script_out))
@@ -179,6 +198,12 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
                                     "-fno-omit-frame-pointer for full stacks");
         }
     }
+    // The modes that can be chosen: those that gave stacks, and always the default.
+    for (const auto& [mode, works] : {std::pair<std::string, bool>{"fp", clock_stacks},
+                                      {"dwarf", dwarf_stacks},
+                                      {"lbr", lbr_stacks}})
+        if (works || mode == caps.callgraph)
+            caps.callgraph_modes.push_back(mode);
     caps.probe_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     co_return caps;

@@ -28,6 +28,7 @@ struct capabilities {
     std::vector<std::string> record_events;    // what perf record samples, best first
     std::vector<std::string> stat_only_events; // counted by perf stat alongside
     std::string callgraph;                     // fp, dwarf, lbr; empty when none yields stacks
+    std::vector<std::string> callgraph_modes;  // those a start may choose (the default too)
     bool script_fields = true;                 // perf script -F works
     bool pipe_mode = true;                     // perf record -o - | perf script -i - works
     int perf_event_paranoid = 2;

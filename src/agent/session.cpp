@@ -625,7 +625,23 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
                                                         " (this device samples " + list + ")");
         }
     }
+    // A call-graph mode the probe saw work ("none": no stacks).
+    std::optional<std::string> callgraph;
+    if (const auto* cg = req.args.if_contains("callgraph"); cg && !cg->is_null()) {
+        const auto& modes = caps_->callgraph_modes;
+        std::string list = "none";
+        for (const auto& m : modes)
+            list += ", " + m;
+        if (!cg->is_string() || (cg->as_string() != "none" &&
+                                 std::find(modes.begin(), modes.end(),
+                                           std::string_view(cg->as_string())) == modes.end()))
+            co_return command_response::failure(id, "callgraph must be one this device records: " +
+                                                        list);
+        callgraph = cg->as_string() == "none" ? "" : std::string(cg->as_string());
+    }
     settings_.record.pid = pid;
+    if (callgraph)
+        settings_.record.callgraph = *callgraph;
     if (freq)
         settings_.record.frequency = *freq;
     if (dur)
@@ -646,7 +662,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["duration"] =
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
     f["events"] = json::value_from(settings_.record.events);
-    f["callgraph"] = settings_.record.callgraph;
+    f["callgraph"] = settings_.record.callgraph.empty() ? "none" : settings_.record.callgraph;
     f["mode"] = settings_.rounds ? "rounds" : "continuous";
     f["state"] = "profiling";
     // Lets the collector place perf's monotonic timestamps on the wall clock.

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -201,6 +202,49 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
     CHECK(state_after("stop") == "idle");
     CHECK(no_perf_children(agent->pid(), 3s));
     CHECK(error_of(peer.command("stop")) == "not profiling");
+
+    // The call-graph mode: one the probe saw give stacks, kept for later starts.
+    std::vector<std::string> modes;
+    for (const auto& m : caps.at("callgraph_modes").as_array())
+        modes.emplace_back(m.as_string());
+    CHECK(modes.at(0) == "fp");
+    CHECK(std::find(modes.begin(), modes.end(), "dwarf") != modes.end());
+    CHECK_THAT(error_of(peer.command("start", R"({"callgraph":"bogus"})")),
+               Catch::StartsWith("callgraph must be one this device records: none, fp, dwarf"));
+    CHECK(peer.command("status")->fields.at("state").as_string() == "idle"); // refused: no run
+    auto perf_args = [&] { // perf record's arguments, once it runs
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        do {
+            for (const int pid : test_support::children_of(agent->pid(), "perf")) {
+                std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+                std::string args((std::istreambuf_iterator<char>(in)), {});
+                std::replace(args.begin(), args.end(), '\0', ' ');
+                if (args.find(" record ") != std::string::npos)
+                    return args;
+            }
+            std::this_thread::sleep_for(50ms);
+        } while (std::chrono::steady_clock::now() < deadline);
+        FAIL("no perf record under the agent");
+        return std::string();
+    };
+    auto dwarf = peer.command("start", R"({"callgraph":"dwarf"})");
+    REQUIRE(ok(dwarf));
+    CHECK(dwarf->fields.at("callgraph").as_string() == "dwarf");
+    CHECK_THAT(perf_args(), Catch::Contains("--call-graph=dwarf"));
+    CHECK(state_after("stop") == "idle");
+    CHECK(no_perf_children(agent->pid(), 3s));
+    auto again = peer.command("start");
+    REQUIRE(ok(again));
+    CHECK(again->fields.at("callgraph").as_string() == "dwarf");
+    CHECK(state_after("stop") == "idle");
+    CHECK(no_perf_children(agent->pid(), 3s));
+    auto flat = peer.command("start", R"({"callgraph":"none"})");
+    REQUIRE(ok(flat));
+    CHECK(flat->fields.at("callgraph").as_string() == "none");
+    CHECK_THAT(perf_args(), !Catch::Contains("--call-graph"));
+    CHECK(state_after("stop") == "idle");
+    CHECK(no_perf_children(agent->pid(), 3s));
+
     CHECK(error_of(peer.command("bogus")) == "unknown command: bogus");
     CHECK(error_of(peer.command("verify_pid", "{}")) == "pid required");
     auto vp = peer.command("verify_pid", R"({"pid":)" + std::to_string(demo->pid()) + "}");

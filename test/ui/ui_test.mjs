@@ -255,6 +255,8 @@ try {
   check(/works/.test(await wz.locator('#wz-perf').textContent()), 'perf is verified on the device');
   const events = await wz.locator('#wz-events input[name=event]').evaluateAll((l) => l.map((i) => i.value));
   check(events.includes('cpu-clock') || events.includes('cycles'), `sampling events offered: ${events.join(', ')}`);
+  const modes = await wz.locator('#wz-callgraph input[name=callgraph]').evaluateAll((l) => l.map((i) => `${i.value}${i.checked ? '*' : ''}`));
+  check(modes.includes('fp*') && modes.includes('dwarf') && modes.includes('none'), `call-graph modes offered, the probe's checked: ${modes.join(', ')}`);
   doing = "the wizard's symbols step";
   await wz.click('#wz-perf-next');
   await wz.click('#wizard [data-browse="wz-source"]');
@@ -266,7 +268,8 @@ try {
   await wz.click('#wz-symbols-next');
   await wz.fill('#wz-frequency', '199');
   await wz.click('#wz-rate-next');
-  check((await wz.locator('#wz-review').textContent()).includes('199 Hz'), 'the review shows the chosen rate');
+  check((await wz.locator('#wz-review').textContent()).includes('199 Hz') && (await wz.locator('#wz-review').textContent()).includes('frame pointers'),
+    'the review shows the chosen rate and call-graph mode');
   doing = "starting from the wizard";
   await wz.click('#wz-start');
   await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
@@ -550,6 +553,29 @@ try {
   const next = new URLSearchParams(new URL(again.url()).hash.slice(1)).get('session');
   await again.waitForFunction(() => / live$/.test(document.querySelector('#session-info').textContent), null, { timeout: 20000 });
   check(next && next !== session, `"start again" opens the new run as session ${next}`);
+
+  // Stacks cut short (the demo's libstdc++ has no frame pointers): one click records the same
+  // process again with DWARF unwinding, and far more of the new run's stacks reach their start.
+  doing = "restarting with dwarf";
+  await again.waitForFunction(() => /call graphs: fp/.test(document.querySelector('#session-info').textContent), null, { timeout: 20000 });
+  const restart = again.locator('#quality-action:not([hidden]) button[data-restart-callgraph="dwarf"]');
+  await restart.waitFor({ state: 'attached', timeout: 30000 });
+  if (!await again.locator('#quality').evaluate((d) => d.open)) await again.locator('#quality > summary').click(); // as a user opens the panel
+  const cutShare = () => again.evaluate(() => {
+    const m = document.querySelector('#quality-checks [data-check="truncated"]')?.textContent.match(/([\d.]+) % of the weight/);
+    return document.querySelector('#quality').dataset.shows === new URLSearchParams(location.hash.slice(1)).get('session') && m ? Number(m[1]) : null;
+  });
+  const cutBefore = await cutShare();
+  await restart.click();
+  await again.waitForFunction((old) => new URLSearchParams(location.hash.slice(1)).get('session') !== old, next, { timeout: 30000 });
+  await again.waitForFunction(() => /call graphs: dwarf/.test(document.querySelector('#session-info').textContent), null, { timeout: 20000 });
+  // The share falls as the new run's samples arrive: the state the restart produces.
+  await again.waitForFunction((b) => {
+    const m = document.querySelector('#quality-checks [data-check="truncated"]')?.textContent.match(/([\d.]+) % of the weight/);
+    return document.querySelector('#quality').dataset.shows === new URLSearchParams(location.hash.slice(1)).get('session') && m && Number(m[1]) < b / 2;
+  }, cutBefore, { timeout: 60000 });
+  const cutAfter = await cutShare();
+  check(cutBefore >= 10 && cutAfter < cutBefore / 2, `restarting with dwarf: stacks cut short fall from ${cutBefore} % to ${cutAfter} %`);
   await again.goto(http + '/');
   const endedRow = again.locator(`#sessions tbody tr[data-session="${session}"]`);
   await endedRow.waitFor({ timeout: 10000 });

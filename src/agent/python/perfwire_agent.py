@@ -927,11 +927,13 @@ class Capabilities(object):
     def __init__(self):
         self.record_events, self.stat_only_events, self.warnings = [], [], []
         self.callgraph, self.script_fields, self.pipe_mode = "", True, True
+        self.callgraph_modes = []  # those a start may choose (the default too)
         self.perf_event_paranoid, self.perf_version, self.probe_seconds = 2, "", 0.0
 
     def to_json(self):
         return {"record_events": self.record_events, "stat_only_events": self.stat_only_events,
-                "callgraph_method": self.callgraph or None, "script_fields": self.script_fields,
+                "callgraph_method": self.callgraph or None,
+                "callgraph_modes": self.callgraph_modes, "script_fields": self.script_fields,
                 "pipe_mode": self.pipe_mode, "perf_event_paranoid": self.perf_event_paranoid,
                 "perf_version": self.perf_version, "warnings": self.warnings,
                 "probe_seconds": self.probe_seconds}
@@ -957,11 +959,13 @@ def probe(perf, pid):
                                     script_args("-", caps.script_fields, False), 5.0)
 
     # perf stat tells which events count at all (perf record -e cycles on a machine without a
-    # PMU silently records cpu-clock); the call-graph check on the software clock runs alongside.
+    # PMU silently records cpu-clock); the call-graph check on the software clock runs alongside,
+    # for each mode: which ones this perf and kernel can record at all, for the user to choose.
     clock = SOFTWARE_CLOCKS[0]
-    version, stat, clock_run = parallel(
+    version, stat, clock_run, dwarf_run, lbr_run = parallel(
         lambda: run_command([perf, "--version"], 5.0),
-        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0), sample(clock, "fp"))
+        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0), sample(clock, "fp"),
+        sample(clock, "dwarf"), sample(clock, "lbr"))
     caps.perf_version = perf_version_line(version["out"])
     counted = counted_events(stat["err"], asked)
     caps.record_events = [e for e in SAMPLING_PREFERENCE if e in counted][:1]
@@ -973,7 +977,10 @@ def probe(perf, pid):
     caps.pipe_mode = clock_run["started"] and "rror" not in clock_run["rerr"]
     if "Invalid field" in clock_run["serr"] or "unknown field" in clock_run["serr"]:
         caps.script_fields = False
-        clock_run = sample(clock, "fp")()
+        clock_run, dwarf_run, lbr_run = parallel(sample(clock, "fp"), sample(clock, "dwarf"),
+                                                 sample(clock, "lbr"))
+    works = {"fp": has_call_chains(clock_run["out"]), "dwarf": has_call_chains(dwarf_run["out"]),
+             "lbr": has_call_chains(lbr_run["out"])}
 
     # Frame pointers first; dwarf and lbr only when they gave no stacks.
     primary = caps.record_events[0]
@@ -985,7 +992,7 @@ def probe(perf, pid):
             caps.warnings.append("the target ran too little during the probe to check call "
                                  "graphs; assuming frame pointers")
     else:
-        dwarf, lbr = parallel(sample(primary, "dwarf", None), sample(primary, "lbr", None))
+        dwarf, lbr = parallel(sample(primary, "dwarf"), sample(primary, "lbr"))
         if has_call_chains(dwarf["out"]):
             caps.callgraph = "dwarf"
         elif has_call_chains(lbr["out"]):
@@ -994,6 +1001,7 @@ def probe(perf, pid):
             caps.callgraph = "fp"
             caps.warnings.append("no call-graph mode yielded stacks; build the target with "
                                  "-fno-omit-frame-pointer for full stacks")
+    caps.callgraph_modes = [m for m in ("fp", "dwarf", "lbr") if works[m] or m == caps.callgraph]
     caps.probe_seconds = monotonic() - started
     return caps
 
@@ -1725,8 +1733,17 @@ class Session(object):
             if e not in self.caps.record_events and e not in self.cfg.events:
                 return response(rid, error="unknown event: %s (this device samples %s)"
                                 % (e, ", ".join(self.caps.record_events)))
+        # A call-graph mode the probe saw work ("none": no stacks).
+        callgraph = args.get("callgraph")
+        modes = self.caps.callgraph_modes
+        if callgraph is not None and (not isinstance(callgraph, str) or
+                                      (callgraph != "none" and callgraph not in modes)):
+            return response(rid, error="callgraph must be one this device records: "
+                            + ", ".join(["none"] + modes))
         s.pid = pid
         self._set_timing(timing)
+        if callgraph is not None:
+            s.callgraph = "" if callgraph == "none" else callgraph
         if events:
             s.events = list(events)
         # Rounds when perf cannot stream through a pipe, or when asked for.
@@ -1737,7 +1754,7 @@ class Session(object):
         # The clock lets the collector place perf's timestamps (CLOCK_MONOTONIC) on the wall
         # clock.
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
-                              "events": list(s.events), "callgraph": s.callgraph,
+                              "events": list(s.events), "callgraph": s.callgraph or "none",
                               "mode": "rounds" if s.rounds else "continuous", "state": "profiling",
                               "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                                         "realtime": time.time()}})

@@ -293,6 +293,8 @@ bool agent_link::open_session() {
     meta["started_at"] = wall_seconds();
     if (pid_)
         meta["pid"] = *pid_;
+    if (!callgraph_.empty())
+        meta["callgraph"] = callgraph_;
     auto created = app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), meta);
     if (!created) {
         log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
@@ -364,6 +366,8 @@ void agent_link::on_frame(protocol::frame&& f) {
         }
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
             pid_ = n->pid; // null: the whole system
+            if (state_ == agent_state::idle)
+                callgraph_.clear(); // a run the agent began itself: its mode is not known
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
@@ -424,6 +428,8 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
             pid_ = static_cast<int>(p->as_int64());
         else
             pid_ = asked.asked_pid; // none: the whole system
+        const auto* cg = answer.fields.if_contains("callgraph");
+        callgraph_ = cg && cg->is_string() ? std::string(cg->as_string()) : std::string();
     }
     if (now)
         set_state(*now); // a started run is a session from now on, before its first data

@@ -77,6 +77,7 @@ private:
     boost::json::object session_meta_; // from the hello, written when the session opens
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
+    std::string callgraph_; // of the run, as the start's answer said ("": not said)
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
