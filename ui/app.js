@@ -8,7 +8,7 @@ import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
   const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn'), inverted: p.get('inverted') === '1' };
+  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn'), inverted: p.get('inverted') === '1', focus: p.get('focus'), hide: p.get('hide') };
 }
 function setHash(changes) {
   const p = new URLSearchParams(location.hash.slice(1));
@@ -78,7 +78,17 @@ function renderFunctions() {
   $('#filter').classList.toggle('invalid', !!error);
   if (re) rows = rows.filter((r) => re.test(r.name) || re.test(r.module));
   const k = view.sort, d = view.desc ? -1 : 1;
-  view.rows = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0));
+  const sorted = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0));
+  // New numbers for the same view while the pointer is over the table: rows keep their places
+  // (new ones below), so a click lands on the row aimed at; the order catches up on leaving.
+  const key = `${view.query}|${k}|${view.desc}|${f}`;
+  if (key === view.orderKey && view.rows?.length && $('#functions-scroll').matches(':hover')) {
+    const place = new Map(view.rows.map((r, i) => [`${r.name}\0${r.module}`, i]));
+    sorted.sort((a, b) => (place.get(`${a.name}\0${a.module}`) ?? Infinity) - (place.get(`${b.name}\0${b.module}`) ?? Infinity));
+    view.frozen = true;
+  }
+  view.orderKey = key;
+  view.rows = sorted;
   view.diff = view.rows.some((r) => r.delta_self_pct != null);
   for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !view.diff;
   for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (view.desc ? 'desc' : 'asc') : '';
@@ -155,7 +165,7 @@ function drawFlame() {
   const unit = unitOf(view.flame);
   const share = (v) => `${amount(v, unit)} (${pct(100 * v / (view.flame.total || 1))} %)`;
   hoverTip(canvas, $('#flame-tip'), boxes, rowH, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-    total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`);
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide</span>${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`);
   // The search's reach: the share of the total under frames that match (nested matches once).
   let matched = 0;
   if (re) {
@@ -167,9 +177,26 @@ function drawFlame() {
   const legend = d0 != null ? '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline'
     : [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
   $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${view.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend;
-  canvas.onclick = (e) => {
+  const boxAt = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
-    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    return boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+  };
+  // Right-click: focus on the frame's function (every stack through it, from there down) or
+  // hide it from every stack, as pprof's -focus and -hide do.
+  canvas.oncontextmenu = (e) => {
+    const b = boxAt(e);
+    if (!b || b.y === 0) return;
+    e.preventDefault();
+    const menu = $('#flame-menu'), r = canvas.getBoundingClientRect();
+    menu.dataset.name = b.n.name;
+    $('#flame-menu-name').textContent = visible(b.n.name);
+    menu.style.left = `${Math.min(e.clientX - r.left, r.width - 260)}px`;
+    menu.style.top = `${e.clientY - r.top + 4}px`;
+    menu.hidden = false;
+    $('#flame-tip').hidden = true;
+  };
+  canvas.onclick = (e) => {
+    const b = boxAt(e);
     if (!b || b.y === 0) return;
     const path = []; // names from the zoom root down to the clicked box
     const find = (n, trail) => { if (n === b.n) { path.push(...trail); return true; } return (n.children || []).some((c) => find(c, [...trail, c.name])); };
@@ -177,6 +204,12 @@ function drawFlame() {
     view.zoomPath = [...view.zoomPath, ...path];
     setHash({ zoom: view.zoomPath.join(';') });
   };
+  // What the graph is reduced to, each undone with its ✕.
+  const s = hashState();
+  const hidden = s.hide ? s.hide.split(';') : [];
+  $('#flame-shape').innerHTML = (s.focus ? `<span class="chip">focused on <b>${esc(s.focus)}</b> (${pct(100 * root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
+    + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' ');
+  $('#flame-shape').dataset.shows = `${s.focus || ''}|${s.hide || ''}`;
   $('#crumbs').innerHTML = crumbs(view.zoomPath);
   const focus = view.zoomPath[view.zoomPath.length - 1];
   $('#flame-sandwich').hidden = !focus;
@@ -187,7 +220,7 @@ function drawFlame() {
 // one loads or when it cannot be shown.
 function clearSession(title) {
   $('#session-title').textContent = title;
-  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
+  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#flame-shape', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
   for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
   $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
   $('#controls').hidden = true;
@@ -337,13 +370,19 @@ async function renderSession(s) {
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
+    view.query = `${s.session}?${q}`;
     view.baseline = answer.baseline;
     view.unit = unitOf(answer);
     if (!s.event) { view.picked = { session: s.session, event: answer.event }; $('#event').value = answer.event; }
     renderFunctions();
     $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...q]).toString();
   }
-  if (s.tab === 'flamegraph') { view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}${s.inverted ? '&inverted=1' : ''}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+  if (s.tab === 'flamegraph') {
+    const shape = new URLSearchParams();
+    if (s.inverted) shape.set('inverted', '1');
+    if (s.focus) shape.set('focus', s.focus);
+    if (s.hide) shape.set('hide', s.hide);
+    view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sandwich') await renderSandwich(s, q);
   if (s.tab === 'timeline') await renderTimeline(s, q);
@@ -494,6 +533,17 @@ document.addEventListener('click', (e) => {
   if (tab) setHash({ tab: tab.dataset.tab });
   const th = e.target.closest('th[data-sort]');
   if (th) { view.desc = view.sort === th.dataset.sort ? !view.desc : true; view.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; renderFunctions(); }
+  const menu = e.target.closest('#flame-menu button');
+  if (menu) {
+    const name = $('#flame-menu').dataset.name, s = hashState();
+    if (menu.dataset.act === 'focus') setHash({ focus: name, zoom: null });
+    if (menu.dataset.act === 'hide') setHash({ hide: [...(s.hide ? s.hide.split(';') : []).filter((h) => h !== name), name].join(';'), zoom: null });
+    if (menu.dataset.act === 'sandwich') setHash({ tab: 'sandwich', fn: name });
+  }
+  if (!e.target.closest('#flame-menu')) $('#flame-menu').hidden = true; // any click closes it
+  if (e.target.closest('[data-unfocus]')) setHash({ focus: null, zoom: null });
+  const unhide = e.target.closest('[data-unhide]');
+  if (unhide) setHash({ hide: hashState().hide.split(';').filter((h) => h !== unhide.dataset.unhide).join(';') || null, zoom: null });
   const crumb = e.target.closest('#crumbs span');
   if (crumb) { view.zoomPath = view.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: view.zoomPath.join(';') }); }
 });
@@ -502,12 +552,14 @@ document.addEventListener('keydown', (e) => {
   const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement?.tagName);
   if (e.key === '/' && !typing && !$('#session').hidden) { e.preventDefault(); $('#filter').focus(); }
   else if (e.key === 'Escape' && typing && document.activeElement === $('#filter')) $('#filter').blur();
+  else if (e.key === 'Escape' && !$('#flame-menu').hidden) $('#flame-menu').hidden = true;
   else if (e.key === 'Escape' && !typing && hashState().tab === 'flamegraph' && view.zoomPath.length) {
     view.zoomPath = view.zoomPath.slice(0, -1);
     setHash({ zoom: view.zoomPath.join(';') || null });
   }
 });
 $('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; renderFunctions(); drawFlame(); });
+$('#functions-scroll').addEventListener('mouseleave', () => { if (view.frozen) { view.frozen = false; renderFunctions(); } });
 let scrollFrame = 0;
 $('#functions-scroll').addEventListener('scroll', () => {
   if (!scrollFrame) scrollFrame = requestAnimationFrame(() => { scrollFrame = 0; drawFunctionRows(); });

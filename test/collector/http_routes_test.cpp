@@ -18,6 +18,7 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <filesystem>
 
@@ -481,6 +482,27 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
     CHECK(nodes(leaves.as_array()[0].at("children")) == rows_t{{"B", 30}, {"A", 20}});
     CHECK(nodes(leaves.as_array()[1].at("children")) == rows_t{{"main", 40}});
     CHECK(leaves.as_array()[1].at("children").as_array()[0].at("self").to_number<int>() == 40);
+    // Focus on B: only stacks through B, cut above its outermost call; the header keeps the
+    // view's total, and every node counts its samples whatever the weight.
+    const auto focus = f.get_json("/api/sessions/" + id + "/flamegraph?focus=B");
+    CHECK(focus.at("total").to_number<int>() == 100);
+    CHECK(focus.at("focus").as_string() == "B");
+    CHECK(focus.at("root").at("value").to_number<int>() == 60);
+    CHECK(focus.at("root").at("samples").to_number<int>() == 3);
+    const auto& focused = focus.at("root").at("children");
+    REQUIRE(nodes(focused) == rows_t{{"B", 60}});
+    CHECK(focused.as_array()[0].at("self").to_number<int>() == 20);
+    CHECK(nodes(focused.as_array()[0].at("children")) == rows_t{{"B", 30}, {"C", 10}});
+    CHECK(f.call(http::verb::get, "/api/sessions/" + id + "/flamegraph?focus=Z").result() ==
+          http::status::not_found);
+    // Hide A and X: what they call moves up to their callers; nothing else changes.
+    const auto hide = f.get_json("/api/sessions/" + id + "/flamegraph?hide=A;X");
+    CHECK(hide.at("root").at("value").to_number<int>() == 100);
+    const auto& main_node = hide.at("root").at("children").as_array().at(0);
+    CHECK(main_node.at("name").as_string() == "main");
+    CHECK(nodes(main_node.at("children")) == rows_t{{"B", 60}, {"D", 40}});
+    CHECK(hide.at("hide").as_array().size() == 2);
+    CHECK(json::serialize(hide.at("root")).find("\"A\"") == std::string::npos);
     // Filters apply as elsewhere; an unknown function is a 404 that says so.
     const auto by_samples =
         f.get_json("/api/sessions/" + id + "/sandwich?function=B&weight=samples");

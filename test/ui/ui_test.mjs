@@ -195,6 +195,37 @@ try {
   await again.uncheck('#inverted');
   await again.waitForFunction(() => !location.hash.includes('inverted=1') && document.querySelector('#flame').dataset.inverted === '', null, { timeout: 15000 });
 
+  // Right-click a frame: focus on its function (every stack through it, from it down) or hide
+  // it from every stack; each shows as a chip whose ✕ undoes it.
+  doing = "focusing and hiding in the flame graph";
+  const depth1 = async () => {
+    const b = await again.locator('#flame').boundingBox();
+    await again.mouse.move(b.x + b.width / 2, b.y + 18 + 9);
+    await again.locator('#flame-tip').waitFor({ timeout: 5000 });
+    return { name: await again.locator('#flame-tip b').textContent(), x: b.x + b.width / 2, y: b.y + 18 + 9 };
+  };
+  const shapeShows = (want) => again.waitForFunction((w) => document.querySelector('#flame-shape').dataset.shows === w && Number(document.querySelector('#flame').dataset.boxes) > 0, want, { timeout: 15000 });
+  const under = await depth1();
+  await again.mouse.click(under.x, under.y, { button: 'right' });
+  await again.locator('#flame-menu button[data-act="focus"]').click();
+  await shapeShows(`${under.name}|`);
+  const focusShare = Number((await again.locator('#flame-shape').textContent()).match(/\(([\d.]+) % of the total\)/)[1]);
+  const focusRow = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.find((f) => f.name === under.name);
+  check(focusRow && Math.abs(focusShare - focusRow.total_pct) < 5 && (await depth1()).name === under.name,
+    `focus on ${under.name}: the graph holds its stacks, ${focusShare} % (its total in the table: ${pct2(focusRow?.total_pct ?? 0)} %)`);
+  await again.mouse.move(0, 0);
+  await again.locator('#flame-shape [data-unfocus]').click();
+  await shapeShows('|');
+  const top = await depth1();
+  await again.mouse.click(top.x, top.y, { button: 'right' });
+  await again.locator('#flame-menu button[data-act="hide"]').click();
+  await shapeShows(`|${top.name}`);
+  const afterHide = await depth1();
+  check(afterHide.name !== top.name && /hidden/.test(await again.locator('#flame-shape').textContent()), `hiding ${top.name} takes it out of the graph (${afterHide.name} in its place)`);
+  await again.mouse.move(0, 0);
+  await again.locator('#flame-shape [data-unhide]').click();
+  await shapeShows('|');
+
   // The profile's health: every check with its value; a failing one carries its fix.
   doing = "the profile-health panel";
   await again.waitForFunction(() => document.querySelector('#quality').dataset.shows && document.querySelectorAll('#quality-checks li').length >= 4, null, { timeout: 15000 });

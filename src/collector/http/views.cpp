@@ -26,7 +26,7 @@ struct view_params {
     source_request source;            // file=, function=
     std::string module;               // sandwich: module= narrows function= to one module
     bool by_thread = false;           // collapsed export: threads=1 roots each stack at its thread
-    bool inverted = false;            // flame graph: inverted=1 is the bottom-up tree
+    tree_shape shape;                 // flame graph: inverted=1, focus=NAME, hide=A;B
     std::optional<std::size_t> width; // timeline: buckets across the window
 };
 
@@ -45,7 +45,17 @@ result<view_params> parse_view_params(const target_url& u) {
     if (const auto it = u.query.find("module"); it != u.query.end())
         v.module = it->second;
     v.by_thread = u.param("threads") == "1";
-    v.inverted = u.param("inverted") == "1";
+    v.shape.inverted = u.param("inverted") == "1";
+    v.shape.focus = u.param("focus");
+    // Names as the flame graph shows them, ';' between (as in collapsed stacks): at most 64.
+    for (std::string_view rest = u.param("hide"); !rest.empty();) {
+        const auto semi = rest.find(';');
+        if (const auto name = rest.substr(0, semi); !name.empty())
+            v.shape.hide.emplace_back(name);
+        rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+    }
+    if (v.shape.hide.size() > 64)
+        return failure{"bad_parameter", "hide= names at most 64 functions"};
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -182,8 +192,12 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         r.body = functions_json(m.prof, *f, 1000000, arena);
         break;
     case view_kind::flamegraph:
-        r.body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256), v.min_pct.value_or(0.0),
-                                 arena, v.inverted);
+        if (auto body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256),
+                                        v.min_pct.value_or(0.0), arena, v.shape))
+            r.body = std::move(*body);
+        else
+            r.failed = failure("no_function",
+                               "no sampled function " + v.shape.focus + " to focus on", 404);
         break;
     case view_kind::threads:
         r.body = threads_json(m.prof, *f, arena);
@@ -209,7 +223,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         break;
     case view_kind::export_json:
         r.body = json::object({{"functions", functions_json(m.prof, *f, 1000000, arena)},
-                               {"flamegraph", flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
+                               {"flamegraph", *flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
                                {"threads", threads_json(m.prof, *f, arena)}},
                               arena);
         break;
@@ -301,7 +315,8 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
     view_params v = std::move(*parsed);
     std::optional<baseline_shares> base;
     if (!v.baseline.empty() &&
-        (kind == view_kind::functions || (kind == view_kind::flamegraph && !v.inverted))) {
+        (kind == view_kind::functions || (kind == view_kind::flamegraph && !v.shape.inverted &&
+                                          v.shape.focus.empty() && v.shape.hide.empty()))) {
         auto b = app.sessions.find(v.baseline);
         if (!b)
             co_return make_error(req, http::status::not_found, "no_session",

@@ -55,11 +55,11 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
 
 namespace {
 
-// A call tree to shape as JSON: each node's frame, weight (inclusive) and self weight, and
-// its children; node 0 is the root.
+// A call tree to shape as JSON: each node's frame, weight (inclusive), self weight and
+// inclusive sample count, and its children; node 0 is the root.
 struct call_tree {
     std::vector<std::uint32_t> frame; // frame of node n (unused for the root)
-    std::vector<std::uint64_t> value, self;
+    std::vector<std::uint64_t> value, self, samples;
     node_children kids;
 };
 
@@ -77,26 +77,44 @@ node_children children_from_parents(const std::vector<std::uint32_t>& parent) {
     return c;
 }
 
-// Bottom-up: the root's children are the sampled frames, each node's children its callers.
-call_tree inverted_tree(const profile& p, const std::vector<std::uint64_t>& self) {
+// A tree rebuilt from every weighted stack: frames in `hidden` dropped; with `focus`, only
+// stacks holding a focus frame, cut above its outermost one; root first, or leaf first when
+// inverted (each node's children then its callers).
+call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self,
+                        const std::vector<std::uint64_t>& self_samples,
+                        const std::vector<bool>& focus, const std::vector<bool>& hidden,
+                        bool inverted) {
     call_tree t;
     std::vector<std::uint32_t> parent{0};
     t.frame.push_back(profile::no_frame);
     t.value.push_back(0);
     t.self.push_back(0);
+    t.samples.push_back(0);
     std::unordered_map<std::uint64_t, std::uint32_t> index; // (parent << 32 | frame) -> node
-    if (!self.empty()) {                                    // samples with no stack at all
-        t.value[0] += self[0];
-        t.self[0] += self[0];
-    }
-    for (std::uint32_t n = 1; n < self.size(); ++n) {
-        const auto w = self[n];
-        if (!w)
+    std::vector<std::uint32_t> stack;                       // leaf first
+    for (std::uint32_t n = 0; n < self.size(); ++n) {
+        const auto w = self[n], k = self_samples[n];
+        if (!w && !k)
             continue;
-        t.value[0] += w;
-        std::uint32_t cur = 0;
+        stack.clear();
+        std::size_t cut = 0; // frames kept: stack[0, cut)
         for (auto m = n; m != profile::root; m = p.node_parent(m)) {
             const auto frame = p.node_frame(m);
+            if (!hidden.empty() && hidden[frame])
+                continue;
+            stack.push_back(frame);
+            if (!focus.empty() && focus[frame])
+                cut = stack.size();
+        }
+        if (focus.empty())
+            cut = stack.size();
+        else if (!cut)
+            continue; // not through the focused function
+        stack.resize(cut);
+        std::uint32_t cur = 0;
+        t.value[0] += w;
+        t.samples[0] += k;
+        auto step = [&](std::uint32_t frame) {
             const auto key = (std::uint64_t{cur} << 32) | frame;
             auto [it, fresh] = index.try_emplace(key, static_cast<std::uint32_t>(parent.size()));
             if (fresh) {
@@ -104,23 +122,33 @@ call_tree inverted_tree(const profile& p, const std::vector<std::uint64_t>& self
                 t.frame.push_back(frame);
                 t.value.push_back(0);
                 t.self.push_back(0);
+                t.samples.push_back(0);
             }
             cur = it->second;
             t.value[cur] += w;
-        }
-        t.self[cur] += w; // the stack's outermost frame: nothing called it
+            t.samples[cur] += k;
+        };
+        if (inverted)
+            std::for_each(stack.begin(), stack.end(), step);
+        else
+            std::for_each(stack.rbegin(), stack.rend(), step);
+        t.self[cur] += w; // the last frame placed: the leaf, or the outermost when inverted
     }
     t.kids = children_from_parents(parent);
     return t;
 }
 
 json::value tree_json(const profile& p, const view_filter& f, const call_tree& t, int max_depth,
-                      double min_pct, const json::storage_ptr& sp) {
-    const std::uint64_t total = t.value.empty() ? 0 : t.value[0];
+                      double min_pct, const json::storage_ptr& sp, std::uint64_t total) {
     const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
     json::object o = view_header(p, f, total, sp);
     // Iterative build: deep stacks cannot exhaust the call stack.
-    json::object root({{"name", "all"}, {"module", ""}, {"value", total}, {"self", t.self[0]}}, sp);
+    json::object root({{"name", "all"},
+                       {"module", ""},
+                       {"value", t.value[0]},
+                       {"self", t.self[0]},
+                       {"samples", t.samples[0]}},
+                      sp);
     struct item {
         std::uint32_t node;
         json::object* out;
@@ -143,7 +171,8 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
             children.push_back(json::object({{"name", p.symbol(t.frame[c])},
                                              {"module", p.module(t.frame[c])},
                                              {"value", t.value[c]},
-                                             {"self", t.self[c]}},
+                                             {"self", t.self[c]},
+                                             {"samples", t.samples[c]}},
                                             sp));
         // Children were pushed in order; recurse into each (addresses are stable now).
         for (std::size_t i = 0; i < order.size(); ++i)
@@ -155,22 +184,62 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
 
 } // namespace
 
-json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
-                            const json::storage_ptr& sp, bool inverted) {
+std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
+                                           double min_pct, const json::storage_ptr& sp,
+                                           const tree_shape& shape) {
     auto self = node_self_weights(p, f);
-    if (inverted) {
-        auto o = tree_json(p, f, inverted_tree(p, self), max_depth, min_pct, sp);
-        o.as_object()["inverted"] = true;
+    view_filter by_samples = f;
+    by_samples.by_period = false;
+    auto self_samples = f.by_period ? node_self_weights(p, by_samples) : self;
+    std::uint64_t total = 0;
+    for (const auto w : self)
+        total += w;
+    if (shape.inverted || !shape.focus.empty() || !shape.hide.empty()) {
+        auto by_name = [&](auto&& named) {
+            std::vector<bool> mark(p.frame_count(), false);
+            bool any = false;
+            for (std::uint32_t fr = 0; fr < p.frame_count(); ++fr)
+                if (named(p.symbol(fr)))
+                    any = mark[fr] = true;
+            return std::pair{std::move(mark), any};
+        };
+        std::vector<bool> focus, hidden;
+        if (!shape.focus.empty()) {
+            auto [mark, any] = by_name([&](std::string_view s) { return s == shape.focus; });
+            if (!any)
+                return std::nullopt;
+            focus = std::move(mark);
+        }
+        if (!shape.hide.empty())
+            hidden =
+                by_name([&](std::string_view s) {
+                    return std::find(shape.hide.begin(), shape.hide.end(), s) != shape.hide.end();
+                }).first;
+        auto o =
+            tree_json(p, f, reshaped_tree(p, self, self_samples, focus, hidden, shape.inverted),
+                      max_depth, min_pct, sp, total);
+        auto& obj = o.as_object();
+        if (shape.inverted)
+            obj["inverted"] = true;
+        if (!shape.focus.empty())
+            obj["focus"] = shape.focus;
+        if (!shape.hide.empty()) {
+            json::array h(sp);
+            for (const auto& name : shape.hide)
+                h.emplace_back(name);
+            obj["hide"] = std::move(h);
+        }
         return o;
     }
     call_tree t;
     t.value = inclusive_weights(p, self);
+    t.samples = f.by_period ? inclusive_weights(p, std::move(self_samples)) : t.value;
     t.self = std::move(self);
     t.frame.resize(p.node_count());
     for (std::uint32_t n = 0; n < p.node_count(); ++n)
         t.frame[n] = p.node_frame(n);
     t.kids = children_of(p);
-    return tree_json(p, f, t, max_depth, min_pct, sp);
+    return tree_json(p, f, t, max_depth, min_pct, sp, total);
 }
 
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,

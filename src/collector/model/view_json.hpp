@@ -27,13 +27,22 @@ double pct(std::uint64_t part, std::uint64_t whole);
 // total_pct}]}, by self, at most `limit` rows.
 json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
                            const json::storage_ptr& sp);
-// {…header, "root": {name, module, value, self, children: […]}}: children by value, those
-// under min_pct of the total and below max_depth left out.
-// `inverted`: bottom-up, the root's children being the sampled frames (heaviest first) and
-// each node's children its callers; a node's self is then the weight of stacks that begin
-// there, and "inverted": true is added.
-json::value flamegraph_json(const profile& p, const view_filter& f, int max_depth, double min_pct,
-                            const json::storage_ptr& sp, bool inverted = false);
+// How a flame graph is drawn from the stacks.
+struct tree_shape {
+    bool inverted = false; // bottom-up: the sampled frames first, each above its callers
+    std::string focus;     // only stacks through this function, from its outermost call down
+    std::vector<std::string> hide; // functions left out of every stack (callees move up)
+};
+
+// {…header, "root": {name, module, value, self, samples, children: […]}}: children by value,
+// those under min_pct of the total and below max_depth left out; `samples` counts samples
+// whatever the weight. The header's total is the view's, whatever the shape keeps.
+// inverted: a node's self is the weight of stacks that begin there; "inverted": true is added.
+// focus: the root holds only the stacks through the function ("focus" names it); nullopt when
+// no sampled function has that name.
+std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
+                                           double min_pct, const json::storage_ptr& sp,
+                                           const tree_shape& shape = {});
 // {…header, "function": {name, module, self, total, self_pct, total_pct}, "callers": [{name,
 // module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}]}
 // for the frames named `name` (in `module`, when not empty); nullopt when none is sampled.
