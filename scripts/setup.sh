@@ -4,7 +4,7 @@
 #   scripts/setup.sh          build and run
 #   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer,
 #                             the Python agent's interpreter and zstandard module, Go's pprof
-#                             to read our exports, lintian for the Debian package, and the
+#                             to read our exports, help2man and lintian for the Debian package, and the
 #                             browser test: Debian's chromium, playwright-core from npm)
 set -euo pipefail
 
@@ -16,7 +16,7 @@ packages=(
 )
 if [[ "${1:-}" == "--test" ]]; then
     packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd
-        golang-go lintian)
+        golang-go lintian help2man)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)

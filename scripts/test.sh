@@ -2,7 +2,8 @@
 # Sets up, builds and runs every test: the clang-format check, the test suite, a browser test
 # of the UI in headless Chromium, the static agents for x86_64, aarch64, armv7 and s390x (the
 # foreign ones run under qemu-user against a real collector), the suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and short libFuzzer runs.
+# AddressSanitizer + UndefinedBehaviorSanitizer, the Debian package (contents, lintian), and
+# short libFuzzer runs.
 #   PERFWIRE_FUZZ_SECONDS   length of the protocol fuzz run; the parser gets half (default 60;
 #                           0 skips both)
 set -euo pipefail
@@ -28,6 +29,10 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 step "static agents for every architecture, the foreign ones tested under qemu-user"
 scripts/build-agents.sh
 PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
+
+step "Debian package: cpack, its contents, lintian"
+scripts/package.sh
+bash test/package/package_test.sh build/perfwire_*.deb
 
 step "browser test: the UI in headless Chromium on a live profile"
 node test/ui/ui_test.mjs build
