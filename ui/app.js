@@ -46,7 +46,7 @@ const count = (n) => (n == null ? '' : Number(n).toLocaleString());
 const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 
 // ---- session ----
-let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [] };
+let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [], expanded: new Map() };
 
 function statCards(meta) {
   const st = meta.perf_stat || {};
@@ -88,7 +88,8 @@ function renderFunctions() {
     view.frozen = true;
   }
   view.orderKey = key;
-  view.rows = sorted;
+  // A nameless module's row, opened: its addresses right below it.
+  view.rows = sorted.flatMap((r) => [r, ...(view.expanded.get(groupKey(r)) || [])]);
   view.diff = view.rows.some((r) => r.delta_self_pct != null);
   for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !view.diff;
   for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (view.desc ? 'desc' : 'asc') : '';
@@ -98,6 +99,23 @@ function renderFunctions() {
   drawFunctionRows();
 }
 
+// "[unknown]" rows: the code of a module perf could not name, which opens into the addresses
+// the samples fell on ("libx.so.1+0x15bc9", as perf report lists them).
+const groupKey = (r) => `${encodeURIComponent(r.name)} ${encodeURIComponent(r.module)}`;
+async function loadAddresses(session, q, r) {
+  const d = await api(`/api/sessions/${encodeURIComponent(session)}/addresses?${q}&function=${encodeURIComponent(r.name)}&module=${encodeURIComponent(r.module)}`);
+  const rows = d.addresses.map((a) => ({ child: true, name: a.label, module: a.module, self: a.self, self_pct: a.self_pct }));
+  if (d.addresses_total > rows.length) rows.push({ child: true, more: d.addresses_total - rows.length, name: '', module: r.module, self_pct: 0 });
+  return rows;
+}
+async function refreshAddresses(session, q) {
+  for (const key of [...view.expanded.keys()]) {
+    const r = view.functions.find((f) => groupKey(f) === key);
+    if (!r) { view.expanded.delete(key); continue; }
+    view.expanded.set(key, await loadAddresses(session, q, r).catch(() => []));
+  }
+}
+
 function drawFunctionRows() {
   const box = $('#functions-scroll'), rows = view.rows || [];
   const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 10);
@@ -105,8 +123,12 @@ function drawFunctionRows() {
   const cols = view.diff ? 8 : 5;
   const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
-  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
+  const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${view.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`
+    : `<tr class="sub" title="${attr(r.name)}: an address in ${attr(r.module)}, which has no symbol for it"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td><td></td>${view.diff ? '<td></td><td></td><td></td>' : ''}<td class="num">${amount(r.self, view.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;
+  const toggle = (r) => r.name === '[unknown]' && r.module && r.module !== '[unknown]' && r.self > 0
+    ? `<button class="expand" data-expand="${attr(groupKey(r))}" title="${view.expanded.has(groupKey(r)) ? 'close' : 'the addresses in this module its samples fell on'}">${view.expanded.has(groupKey(r)) ? '▾' : '▸'}</button> ` : '';
+  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+    <td>${pct(r.total_pct)}</td>${view.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
 }
 
 // A module's hue, and frames of one module told apart by the name's own shade.
@@ -159,7 +181,12 @@ function drawFlame() {
       : `hsl(${(hue + nameShade(b.n.name) - 11 + 360) % 360},${55 + nameShade(b.n.name)}%,${52 + (nameShade(b.n.name) % 5) * 3}%)`;
     g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
-    if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.n.name).slice(0, Math.floor(b.w / 6.5)), b.x + 3, b.y + 13); }
+    if (b.w > 40) {
+      // As many characters as fit the box (the font's own width, not a guess).
+      const label = b.y === 0 && hashState().focus ? `all stacks through ${visible(hashState().focus)}` : visible(b.n.name);
+      const fit = Math.max(0, Math.floor((b.w - 6) / g.measureText('M').width));
+      g.fillStyle = '#111'; g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
+    }
   }
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(view.flame);
@@ -190,6 +217,9 @@ function drawFlame() {
     const menu = $('#flame-menu'), r = canvas.getBoundingClientRect();
     menu.dataset.name = b.n.name;
     $('#flame-menu-name').textContent = visible(b.n.name);
+    // The focused function itself: hiding it would leave nothing, focusing again changes nothing.
+    const focused = b.n.name === hashState().focus;
+    for (const act of ['focus', 'hide']) menu.querySelector(`[data-act="${act}"]`).hidden = focused;
     menu.style.left = `${Math.min(e.clientX - r.left, r.width - 260)}px`;
     menu.style.top = `${e.clientY - r.top + 4}px`;
     menu.hidden = false;
@@ -207,7 +237,7 @@ function drawFlame() {
   // What the graph is reduced to, each undone with its ✕.
   const s = hashState();
   const hidden = s.hide ? s.hide.split(';') : [];
-  $('#flame-shape').innerHTML = (s.focus ? `<span class="chip">focused on <b>${esc(s.focus)}</b> (${pct(100 * root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
+  $('#flame-shape').innerHTML = (s.focus ? `<span class="chip">focused on <b>${esc(s.focus)}</b> (${pct(100 * view.flame.root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
     + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' ');
   $('#flame-shape').dataset.shows = `${s.focus || ''}|${s.hide || ''}`;
   $('#crumbs').innerHTML = crumbs(view.zoomPath);
@@ -225,7 +255,7 @@ function clearSession(title) {
   $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
-  view.functions = []; view.rows = []; view.flame = null; view.timeline = null;
+  view.functions = []; view.rows = []; view.expanded = new Map(); view.flameKey = null; view.pendingFlame = null; view.flame = null; view.timeline = null;
   $('#quality').className = ''; delete $('#quality').dataset.shows; delete $('#tab-sandwich').dataset.shows; delete $('#tab-timeline').dataset.shows;
   drawChart(null);
   const canvas = $('#flame'); canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
@@ -256,6 +286,8 @@ async function renderQuality(s, q) {
   const open = d.checks.filter((c) => c.status !== 'ok').length;
   $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
   $('#quality').className = `q-${worst}`;
+  // A check that fails opens the panel, once per session: it holds the fix.
+  if (worst === 'bad' && view.qualityOpened !== s.session) { view.qualityOpened = s.session; $('#quality').open = true; }
   // Stacks cut short on a target this collector can still steer: one click records it again
   // with DWARF unwinding (the agent refuses, saying why, if its perf cannot).
   // (A standing element, not part of the list redrawn with every live update, so a click on
@@ -365,12 +397,18 @@ async function renderSession(s) {
   statCards(meta);
   // #functions[data-shows] names the session and query its rows came from: a reader (or a test)
   // waits for the state a filter produces, not for rows that may already have been there.
-  if (!meta.samples) { $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows; return; }
+  if (!meta.samples) {
+    $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows;
+    $('#quality-summary').textContent = 'waiting for samples…'; $('#flame-legend').textContent = 'waiting for samples…';
+    return;
+  }
   await renderQuality(s, q);
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
     view.query = `${s.session}?${q}`;
+    view.q = q.toString();
+    await refreshAddresses(s.session, q);
     view.baseline = answer.baseline;
     view.unit = unitOf(answer);
     if (!s.event) { view.picked = { session: s.session, event: answer.event }; $('#event').value = answer.event; }
@@ -382,7 +420,14 @@ async function renderSession(s) {
     if (s.inverted) shape.set('inverted', '1');
     if (s.focus) shape.set('focus', s.focus);
     if (s.hide) shape.set('hide', s.hide);
-    view.flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}`); view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame(); }
+    const flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}`);
+    // New numbers for the same graph while the pointer is on it (or its menu is open): drawn
+    // when the pointer leaves, so frames never move under it.
+    const key = `${s.session}?${q}&${shape}&${s.zoom || ''}`;
+    if (key === view.flameKey && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { view.pendingFlame = flame; return; }
+    view.flameKey = key; view.pendingFlame = null;
+    view.flame = flame; view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame();
+  }
   if (s.tab === 'source') await renderSource(s, q);
   if (s.tab === 'sandwich') await renderSandwich(s, q);
   if (s.tab === 'timeline') await renderTimeline(s, q);
@@ -527,6 +572,14 @@ document.addEventListener('click', (e) => {
   if (toSandwich) { e.preventDefault(); setHash({ tab: 'sandwich', fn: toSandwich.dataset.sandwich }); return; }
   const sourceOf = e.target.closest('[data-source-of]');
   if (sourceOf) { openFunctionSource(sourceOf.dataset.sourceOf); return; }
+  const expand = e.target.closest('[data-expand]');
+  if (expand) {
+    const key = expand.dataset.expand, s = hashState();
+    if (view.expanded.has(key)) { view.expanded.delete(key); renderFunctions(); return; }
+    const r = view.functions.find((f) => groupKey(f) === key);
+    if (r) loadAddresses(s.session, view.q, r).then((rows) => { view.expanded.set(key, rows); renderFunctions(); }).catch((err) => showError(err.message));
+    return;
+  }
   const fnRow = e.target.closest('tr[data-function]');
   if (fnRow) openFunctionSource(fnRow.dataset.function);
   const tab = e.target.closest('#tabs button');
@@ -540,7 +593,7 @@ document.addEventListener('click', (e) => {
     if (menu.dataset.act === 'hide') setHash({ hide: [...(s.hide ? s.hide.split(';') : []).filter((h) => h !== name), name].join(';'), zoom: null });
     if (menu.dataset.act === 'sandwich') setHash({ tab: 'sandwich', fn: name });
   }
-  if (!e.target.closest('#flame-menu')) $('#flame-menu').hidden = true; // any click closes it
+  if (menu || !e.target.closest('#flame-menu')) $('#flame-menu').hidden = true; // a choice or a click elsewhere closes it
   if (e.target.closest('[data-unfocus]')) setHash({ focus: null, zoom: null });
   const unhide = e.target.closest('[data-unhide]');
   if (unhide) setHash({ hide: hashState().hide.split(';').filter((h) => h !== unhide.dataset.unhide).join(';') || null, zoom: null });
@@ -559,6 +612,9 @@ document.addEventListener('keydown', (e) => {
   }
 });
 $('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; renderFunctions(); drawFlame(); });
+$('#flame-box').addEventListener('mouseleave', () => {
+  if (view.pendingFlame && $('#flame-menu').hidden) { view.flame = view.pendingFlame; view.pendingFlame = null; drawFlame(); }
+});
 $('#functions-scroll').addEventListener('mouseleave', () => { if (view.frozen) { view.frozen = false; renderFunctions(); } });
 let scrollFrame = 0;
 $('#functions-scroll').addEventListener('scroll', () => {
@@ -614,9 +670,9 @@ document.addEventListener('click', async (e) => {
   try {
     if (view.running) await agentCommand(target, { cmd: 'stop' });
     if (await startRun(target, { pid, callgraph: b.dataset.restartCallgraph })) return;
-  } catch (err) { $('#control-result').textContent = `restart with ${b.dataset.restartCallgraph}: ${err.message}`; }
-  b.disabled = false;
-  rerender();
+    rerender();
+  } catch (err) { $('#control-result').textContent = `restart with ${b.dataset.restartCallgraph}: ${err.message}`; rerender(); }
+  finally { b.disabled = false; }
 });
 // Theme: auto (the system's), light or dark; remembered by this browser.
 const themes = ['auto', 'light', 'dark'];

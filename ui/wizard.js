@@ -60,7 +60,14 @@ async function chooseProcess(pid, comm) {
   // Call-graph modes the probe saw give stacks on this device, its pick checked; none as well.
   const modes = [...(probe.callgraph_modes || []), 'none'];
   const picked = probe.callgraph_method || 'none';
-  $('#wz-callgraph').innerHTML = 'call graphs: ' + modes.map((m) => `<label title="${attr(callgraphHelp[m] || '')}"><input type="radio" name="callgraph" value="${attr(m)}" ${m === picked ? 'checked' : ''}> ${esc(callgraphLabel[m] || m)}</label>`).join(' ');
+  $('#wz-callgraph').innerHTML = 'call graphs: ' + modes.map((m) => `<label title="${attr(callgraphHelp[m] || '')}"><input type="radio" name="callgraph" value="${attr(m)}" ${m === picked ? 'checked' : ''}> ${esc(callgraphLabel[m] || m)}</label>`).join(' ')
+    + '<br><span id="wz-callgraph-help" class="muted"></span>';
+  explainCallgraph();
+}
+// What the chosen mode costs and gives, under the choice (a title alone is easy to miss).
+function explainCallgraph() {
+  const help = $('#wz-callgraph-help');
+  if (help) help.textContent = callgraphHelp[chosenCallgraph()] || '';
 }
 const callgraphLabel = { fp: 'frame pointers', dwarf: 'DWARF unwinding', lbr: 'LBR', none: 'none' };
 const callgraphHelp = {
@@ -146,6 +153,7 @@ export function initWizard() {
   on('#wz-rate-next', async () => review());
   on('#wz-start', start);
   $('#wz-filter').addEventListener('input', renderProcesses);
+  $('#wz-callgraph').addEventListener('change', explainCallgraph);
   $('#wz-processes').addEventListener('click', (e) => {
     const row = e.target.closest('tr[data-pid]');
     if (row) busy(row, () => chooseProcess(Number(row.dataset.pid), row.dataset.comm));

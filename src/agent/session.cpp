@@ -233,6 +233,8 @@ void session::send_state(std::string reason) {
     n.reason = std::move(reason);
     n.pid = settings_.record.pid;
     n.lost_samples = lost_samples_;
+    if (state_ != state::idle)
+        n.callgraph = settings_.record.callgraph.empty() ? "none" : settings_.record.callgraph;
     send(frame_flag::response, protocol::serialize(n));
 }
 

@@ -102,8 +102,9 @@ struct state_notice {
     std::optional<std::string> reason;
     std::optional<int> pid;
     std::optional<std::uint64_t> lost_samples;
+    std::optional<std::string> callgraph; // of the run under way: fp, dwarf, lbr or none
 };
-BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples))
+BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples, callgraph))
 
 std::string serialize(const state_notice& n);
 

@@ -270,6 +270,7 @@ TEST_CASE("a session is one run: the target's exit and a stop end it, a start op
     CHECK(ended.at("samples").to_number<std::uint64_t>() > 0);
     CHECK(ended.at("process").as_string() == "perfwire-demo");
     CHECK(ended.at("pid").to_number<int>() == brief->pid());
+    CHECK(ended.at("callgraph").as_string() == "fp"); // as the agent's notice said (its --pid)
     // The span of its samples: within the 4 s the target lived (how much of it the agent saw
     // depends on how long its probe took).
     CHECK(ended.at("duration_sec").to_number<double>() > 0.0);

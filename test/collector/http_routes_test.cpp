@@ -514,6 +514,48 @@ TEST_CASE("API: the sandwich of a function names its callers and callees", "[col
           http::status::bad_request);
 }
 
+TEST_CASE("API: addresses inside a function, and inside a module where perf named nothing",
+          "[collector][api]") {
+    fixture_app f;
+    auto sample = [](const std::string& leaf, int period) {
+        return "app 1/1 1.0: " + std::to_string(period) + " cpu-clock:\n\t" + leaf +
+               "\n\t1 main (/bin/app)\n\n";
+    };
+    const auto id = f.import(sample("15bc9 [unknown] (/usr/lib/liblzma.so.5)", 10) +
+                             sample("15c00 [unknown] (/usr/lib/liblzma.so.5)", 30) +
+                             sample("15bc9 [unknown] (/usr/lib/liblzma.so.5)", 15) +
+                             sample("ffffffffc0001234 [unknown] ([kernel.kallsyms])", 5) +
+                             sample("4005d6 hot+0x1c (/bin/app)", 40));
+    const auto lz =
+        f.get_json("/api/sessions/" + id +
+                   "/addresses?function=%5Bunknown%5D&module=%2Fusr%2Flib%2Fliblzma.so.5");
+    CHECK(lz.at("total").to_number<int>() == 100);
+    CHECK(lz.at("self").to_number<int>() == 55);
+    CHECK(lz.at("unplaced").to_number<int>() == 0);
+    std::vector<std::pair<std::string, int>> rows;
+    for (const auto& r : lz.at("addresses").as_array())
+        rows.emplace_back(r.at("label").as_string(), r.at("self").to_number<int>());
+    // Heaviest first, named as perf report names them.
+    CHECK(rows == decltype(rows){{"liblzma.so.5+0x15c00", 30}, {"liblzma.so.5+0x15bc9", 25}});
+    // Every [unknown]: the kernel's has no address perf could give in a module.
+    const auto all = f.get_json("/api/sessions/" + id + "/addresses?function=%5Bunknown%5D");
+    CHECK(all.at("self").to_number<int>() == 60);
+    CHECK(all.at("unplaced").to_number<int>() == 5);
+    // A named function: offsets into it.
+    const auto hot = f.get_json("/api/sessions/" + id + "/addresses?function=hot");
+    CHECK(hot.at("addresses").as_array().at(0).at("label").as_string() == "hot+0x1c");
+    CHECK(f.call(http::verb::get, "/api/sessions/" + id + "/addresses?function=nothing").result() ==
+          http::status::not_found);
+    // pprof: the nameless leaf's location carries its address in the module.
+    const auto pp = test_support::read_pprof(
+        f.call(http::verb::get, "/api/sessions/" + id + "/export?format=pprof").body());
+    std::set<std::uint64_t> nameless;
+    for (const auto& [loc_id, l] : pp.locations)
+        if (l.lines.at(0).function == "[unknown]" && l.address)
+            nameless.insert(l.address);
+    CHECK(nameless == std::set<std::uint64_t>{0x15bc9, 0x15c00});
+}
+
 TEST_CASE("API: a profile says how far it can be trusted, and what would fix it",
           "[collector][api]") {
     fixture_app f;

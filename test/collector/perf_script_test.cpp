@@ -181,6 +181,23 @@ TEST_CASE("header variants across perf versions", "[collector][parser]") {
                                    {{"(anonymous namespace)::f", 0x1}, 1}});
 }
 
+TEST_CASE("perf script: a nameless frame in a named module keeps its address there",
+          "[collector][parser]") {
+    const auto r = parse("app 1/1 1.0: 1 cpu-clock:\n"
+                         "\t           d44a3 [unknown] (/usr/lib/libstdc++.so.6)\n"
+                         "\t            2437 worker+0x1f (/bin/app)\n\n"
+                         "app 1/1 1.1: 1 cpu-clock:\n"
+                         "\tffffffffc0001234 [unknown] ([kernel.kallsyms])\n\n"
+                         "app 1/1 1.2: 1 cpu-clock:\n"
+                         "\t        7f001234 [unknown] ([unknown])\n\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 3);
+    CHECK(p.module(p.site_frame(p.sample_site(0))) == "/usr/lib/libstdc++.so.6");
+    CHECK(p.site_offset(p.sample_site(0)) == 0xd44a3);
+    CHECK(p.site_offset(p.sample_site(1)) == profile::no_offset); // beyond 32 bits: none
+    CHECK(p.site_offset(p.sample_site(2)) == profile::no_offset); // no module to be in
+}
+
 namespace {
 
 struct header_shape {

@@ -62,6 +62,15 @@ TEST_CASE("perf's names for symbol table names", "[collector][symbols]") {
     CHECK(perf_symbol_name("_ZN4demo6sorterIiE3runERSt6vectorIiSaIiEEj") ==
           "demo::sorter<int>::run");
     CHECK(perf_symbol_name("memcpy@GLIBC_2.14") == "memcpy");
+    // A function template: perf shows neither its return type nor its parameters.
+    CHECK(perf_symbol_name("_ZSt16__introsort_loopIN9__gnu_cxx17__normal_iteratorIPiSt6vectorIiSa"
+                           "IiEEEElNS0_5__ops15_Iter_less_iterEEvT_S9_T0_T1_") ==
+          "std::__introsort_loop<__gnu_cxx::__normal_iterator<int*, std::vector<int, "
+          "std::allocator<int> > >, long, __gnu_cxx::__ops::_Iter_less_iter>");
+    CHECK(strip_return_type("char const* f<int>") == "f<int>");
+    CHECK(strip_return_type("(anonymous namespace)::g") == "(anonymous namespace)::g");
+    CHECK(strip_return_type("A::operator bool") == "A::operator bool");
+    CHECK(strip_return_type("operator new") == "operator new");
     CHECK(perf_symbol_name("_Znot_mangled_really") == "_Znot_mangled_really");
 }
 

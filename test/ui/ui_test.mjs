@@ -211,8 +211,8 @@ try {
   await shapeShows(`${under.name}|`);
   const focusShare = Number((await again.locator('#flame-shape').textContent()).match(/\(([\d.]+) % of the total\)/)[1]);
   const focusRow = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.find((f) => f.name === under.name);
-  check(focusRow && Math.abs(focusShare - focusRow.total_pct) < 5 && (await depth1()).name === under.name,
-    `focus on ${under.name}: the graph holds its stacks, ${focusShare} % (its total in the table: ${pct2(focusRow?.total_pct ?? 0)} %)`);
+  check(focusRow && Math.abs(focusShare - focusRow.total_pct) < 5 && await again.locator('#flame-menu').isHidden() && (await depth1()).name === under.name,
+    `focus on ${under.name}: the menu closes, the graph holds its stacks, ${focusShare} % (its total in the table: ${pct2(focusRow?.total_pct ?? 0)} %)`);
   await again.mouse.move(0, 0);
   await again.locator('#flame-shape [data-unfocus]').click();
   await shapeShows('|');
@@ -380,7 +380,10 @@ try {
     .split('\n').filter((l) => l && !l.startsWith('#'))
     .map((l) => `${l.split('\t')[0]}\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n`).join('') +
     // A name that would read as "live" if its bidi override were obeyed.
-    'app 7 1.000000: 1 cycles:\n\t 4005d6 \u202eevil+0x4 (/bin/app)\n\n' + 'not perf output\n';
+    'app 7 1.000000: 1 cycles:\n\t 4005d6 \u202eevil+0x4 (/bin/app)\n\n' +
+    // Code perf could not name, in a library it could: two addresses, one twice.
+    ['15bc9', '15c00', '15bc9'].map((a) => `app 7 1.000000: 1 cycles:\n\t ${a} [unknown] (/usr/lib/liblzma.so.5)\n\t 4005d6 main+0x4 (/bin/app)\n\n`).join('') +
+    'not perf output\n';
   await wz.setInputFiles('#import-file', { name: 'shapes.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
   await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
   const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
@@ -397,6 +400,12 @@ try {
   const shownNames = (await wz.locator('#functions tbody td.name').allTextContents()).map((n) => n.replace(/^⇅ /, ''));
   check(shownNames.includes('⟨U+202E⟩evil') && !shownNames.some((n) => n.includes('\u202e')),
     'a bidi override in a name is shown, not obeyed (⟨U+202E⟩evil)');
+  // The nameless code of a library opens into the addresses its samples fell on.
+  await wz.locator('#functions tbody tr[data-function="[unknown]"] button[data-expand]').click();
+  await wz.locator('#functions tbody tr.sub').first().waitFor({ timeout: 10000 });
+  const addressRows = await wz.locator('#functions tbody tr.sub td.name').allTextContents();
+  check(addressRows.join(',') === 'liblzma.so.5+0x15bc9,liblzma.so.5+0x15c00',
+    `a library's nameless code opens into its addresses, heaviest first (${addressRows.join(', ')})`);
 
   // A local binary that is not the build the agent reported: the Source tab says so.
   doing = "a local binary of another build";

@@ -1443,6 +1443,8 @@ class Session(object):
         if self.settings.pid is not None:
             notice["pid"] = self.settings.pid
         notice["lost_samples"] = self.lost_samples
+        if self.state != "idle":
+            notice["callgraph"] = self.settings.callgraph or "none"
         self.send_json(notice)
 
     def _writer(self):

@@ -367,7 +367,9 @@ void agent_link::on_frame(protocol::frame&& f) {
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
             pid_ = n->pid; // null: the whole system
             if (state_ == agent_state::idle)
-                callgraph_.clear(); // a run the agent began itself: its mode is not known
+                callgraph_.clear(); // a run the agent began itself: its mode as it says
+            if (n->callgraph)
+                callgraph_ = *n->callgraph;
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)

@@ -248,7 +248,11 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
         proto loc;
         loc.uint(1, i + 1);
         loc.uint(2, m.id);
-        if (const auto address = offset == profile::no_offset ? start.address : here.address)
+        // (A frame perf could not name has, as its offset, its address in the module.)
+        const bool nameless = p.symbol(frame) == "[unknown]" && offset != profile::no_offset;
+        if (const auto address = nameless ? std::optional(std::uint64_t{offset})
+                                 : offset == profile::no_offset ? start.address
+                                                                : here.address)
             loc.uint(3, *address);
         auto line = [&](std::uint64_t fn, std::uint32_t number) {
             proto l;

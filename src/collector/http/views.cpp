@@ -134,6 +134,7 @@ enum class view_kind {
     metrics,
     source,
     sandwich,
+    addresses,
     quality,
     timeline
 };
@@ -218,6 +219,17 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
                                "no sampled function " + v.source.function + " in this view", 404);
         }
         break;
+    case view_kind::addresses:
+        if (v.source.function.empty()) {
+            r.failed = failure("bad_parameter", "function= names the function");
+        } else if (auto body =
+                       addresses_json(m.prof, *f, v.source.function, v.module, 500, arena)) {
+            r.body = std::move(*body);
+        } else {
+            r.failed = failure("no_function",
+                               "no sampled function " + v.source.function + " in this view", 404);
+        }
+        break;
     case view_kind::export_collapsed:
         r.text = collapsed_text(m.prof, *f, v.by_thread);
         break;
@@ -280,6 +292,7 @@ constexpr std::pair<std::string_view, view_kind> views[] = {
     {"flamegraph", view_kind::flamegraph},
     {"threads", view_kind::threads},
     {"sandwich", view_kind::sandwich},
+    {"addresses", view_kind::addresses},
     {"quality", view_kind::quality},
     {"timeline", view_kind::timeline},
     {"metrics", view_kind::metrics},

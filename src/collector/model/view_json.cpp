@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 namespace collector {
 
@@ -278,6 +279,64 @@ std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
     };
     o["callers"] = rows(t.callers, false);
     o["callees"] = rows(t.callees, true);
+    return json::value(std::move(o));
+}
+
+std::optional<json::value> addresses_json(const profile& p, const view_filter& f,
+                                          std::string_view name, std::string_view module,
+                                          std::size_t limit, const json::storage_ptr& sp) {
+    std::vector<bool> mine(p.frame_count(), false);
+    bool any = false;
+    for (std::uint32_t i = 0; i < p.frame_count(); ++i)
+        if (p.symbol(i) == name && (module.empty() || p.module(i) == module))
+            any = mine[i] = true;
+    if (!any)
+        return std::nullopt;
+    const auto weights = site_self_weights(p, f);
+    std::uint64_t total = 0, self = 0, unplaced = 0;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> by_address; // frame, offset
+    for (std::uint32_t s = 0; s < weights.size(); ++s) {
+        total += weights[s];
+        if (!weights[s] || !mine[p.site_frame(s)])
+            continue;
+        self += weights[s];
+        if (p.site_offset(s) == profile::no_offset)
+            unplaced += weights[s];
+        else
+            by_address[{p.site_frame(s), p.site_offset(s)}] += weights[s];
+    }
+    std::vector<std::pair<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t>> rows(
+        by_address.begin(), by_address.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    json::object o = view_header(p, f, total, sp);
+    o["function"] = name;
+    o["self"] = self;
+    o["self_pct"] = pct(self, total);
+    o["unplaced"] = unplaced;
+    o["addresses_total"] = rows.size();
+    json::array out(sp);
+    char hex[16];
+    for (std::size_t i = 0; i < rows.size() && i < limit; ++i) {
+        const auto [frame, offset] = rows[i].first;
+        std::snprintf(hex, sizeof hex, "+0x%x", offset);
+        // A nameless frame's offset is its address in the module; a named one's, into it.
+        std::string label;
+        if (name == "[unknown]") {
+            const auto m = p.module(frame);
+            label = std::string(m.substr(m.rfind('/') + 1)) + hex;
+        } else {
+            label = std::string(name) + hex;
+        }
+        out.push_back(json::object({{"label", label},
+                                    {"module", p.module(frame)},
+                                    {"offset", offset},
+                                    {"self", rows[i].second},
+                                    {"self_pct", pct(rows[i].second, total)}},
+                                   sp));
+    }
+    o["addresses"] = std::move(out);
     return json::value(std::move(o));
 }
 

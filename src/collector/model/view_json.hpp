@@ -43,6 +43,15 @@ struct tree_shape {
 std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
                                            double min_pct, const json::storage_ptr& sp,
                                            const tree_shape& shape = {});
+// {…header, "function", "self", "self_pct", "unplaced", "addresses_total", "addresses":
+// [{label, module, offset, self, self_pct}]}: where in the function `name` (in `module`, when
+// not empty) its self weight fell, by instruction, heaviest first, at most `limit`. For a frame
+// perf could not name ("[unknown]") the offset is the address in its module and the label
+// reads "libx.so.1+0x15bc9", as perf report shows it; otherwise "name+0x1c". `unplaced`: the
+// weight perf printed no address for. nullopt when no frame has that name.
+std::optional<json::value> addresses_json(const profile& p, const view_filter& f,
+                                          std::string_view name, std::string_view module,
+                                          std::size_t limit, const json::storage_ptr& sp);
 // {…header, "function": {name, module, self, total, self_pct, total_pct}, "callers": [{name,
 // module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}]}
 // for the frames named `name` (in `module`, when not empty); nullopt when none is sampled.

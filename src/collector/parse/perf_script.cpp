@@ -18,6 +18,14 @@ int hex_value(char c) noexcept {
     return (c | 0x20) - 'a' + 10;
 }
 
+// Up to 8 hex digits as a number below profile::no_offset (which means "none").
+std::uint32_t hex_u32(std::string_view digits) noexcept {
+    std::uint32_t v = 0;
+    for (const char c : digits)
+        v = v * 16 + static_cast<std::uint32_t>(hex_value(c));
+    return v == profile::no_offset ? profile::no_offset - 1 : v;
+}
+
 std::string_view trim(std::string_view s) noexcept {
     std::size_t b = 0, e = s.size();
     while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
@@ -370,8 +378,14 @@ bool script_parser::frame_text(std::string_view text) {
     }
     if (rest.empty())
         rest = "[unknown]";
-    if (frames_.empty())
-        leaf_offset_ = rest == "[unknown]" ? profile::no_offset : offset;
+    if (frames_.empty()) {
+        leaf_offset_ = offset;
+        // A frame perf could not name, in a module it could: perf prints the address in that
+        // module, which stands in for the offset (the function table lists them per module).
+        if (rest == "[unknown]")
+            leaf_offset_ =
+                module != "[unknown]" && sp <= 8 ? hex_u32(text.substr(0, sp)) : profile::no_offset;
+    }
     frames_.push_back(profile_.intern_frame(rest, module));
     return true;
 }

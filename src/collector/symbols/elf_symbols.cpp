@@ -47,6 +47,26 @@ std::string strip_parameters(std::string_view s) {
     return std::string(s);
 }
 
+std::string strip_return_type(std::string_view s) {
+    // A function template's demangled name starts with its return type ("void std::sort<…>"),
+    // which perf leaves out: keep what follows the last space outside brackets. Conversion
+    // and other operators ("operator new", "A::operator bool") have spaces of their own.
+    if (s.find("operator") != std::string_view::npos)
+        return std::string(s);
+    int depth = 0;
+    std::size_t cut = std::string_view::npos;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (c == '<' || c == '(' || c == '[' || c == '{')
+            ++depth;
+        else if ((c == '>' || c == ')' || c == ']' || c == '}') && depth > 0)
+            --depth;
+        else if (c == ' ' && depth == 0)
+            cut = i;
+    }
+    return cut == std::string_view::npos ? std::string(s) : std::string(s.substr(cut + 1));
+}
+
 std::string perf_symbol_name(std::string_view raw) {
     if (const auto at = raw.find('@'); at != std::string_view::npos && at > 0)
         raw = raw.substr(0, at);
@@ -58,7 +78,7 @@ std::string perf_symbol_name(std::string_view raw) {
         abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
     if (status != 0 || !d)
         return mangled;
-    return strip_parameters(d.get());
+    return strip_return_type(strip_parameters(d.get()));
 }
 
 elf_symbols elf_symbols::parse_readelf(std::string_view text) {

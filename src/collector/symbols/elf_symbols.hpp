@@ -22,6 +22,9 @@ namespace collector {
 // "ns::f(int) const" -> "ns::f"; "(anonymous namespace)::g(int)" -> "(anonymous namespace)::g".
 std::string strip_parameters(std::string_view demangled);
 
+// "void std::sort<int*>" -> "std::sort<int*>": a function template's return type dropped.
+std::string strip_return_type(std::string_view demangled);
+
 // The name perf script shows for a symbol table name (mangled or not, "@VERSION" dropped).
 std::string perf_symbol_name(std::string_view raw);
 

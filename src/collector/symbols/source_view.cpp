@@ -65,6 +65,8 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             continue;
         total += counts[s];
         const auto frame = p.site_frame(s);
+        if (p.symbol(frame) == "[unknown]")
+            continue; // an address in a module with no symbol for it: no line to place it on
         const auto [it, fresh] =
             index.try_emplace(std::uint64_t{frame} << 32 | p.site_offset(s), sites.size());
         if (fresh) {
