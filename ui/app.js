@@ -183,7 +183,7 @@ function drawFlame() {
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
     if (b.w > 40) {
       // As many characters as fit the box (the font's own width, not a guess).
-      const label = b.y === 0 && hashState().focus ? `all stacks through ${visible(hashState().focus)}` : visible(b.n.name);
+      const label = b.y === 0 && view.flame.focus ? `all stacks through ${visible(view.flame.focus)}` : visible(b.n.name);
       const fit = Math.max(0, Math.floor((b.w - 6) / g.measureText('M').width));
       g.fillStyle = '#111'; g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
     }
@@ -235,11 +235,11 @@ function drawFlame() {
     setHash({ zoom: view.zoomPath.join(';') });
   };
   // What the graph is reduced to, each undone with its ✕.
-  const s = hashState();
-  const hidden = s.hide ? s.hide.split(';') : [];
-  $('#flame-shape').innerHTML = (s.focus ? `<span class="chip">focused on <b>${esc(s.focus)}</b> (${pct(100 * view.flame.root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
+  // (From the answer drawn, not from the URL: a graph still on its way cannot be mislabelled.)
+  const focusName = view.flame.focus || '', hidden = view.flame.hide || [];
+  $('#flame-shape').innerHTML = (focusName ? `<span class="chip">focused on <b>${esc(focusName)}</b> (${pct(100 * view.flame.root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
     + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' ');
-  $('#flame-shape').dataset.shows = `${s.focus || ''}|${s.hide || ''}`;
+  $('#flame-shape').dataset.shows = `${focusName}|${hidden.join(';')}`;
   $('#crumbs').innerHTML = crumbs(view.zoomPath);
   const focus = view.zoomPath[view.zoomPath.length - 1];
   $('#flame-sandwich').hidden = !focus;
@@ -390,7 +390,7 @@ async function renderSession(s) {
   await showSession(s.session, meta.started_at, windowOf(s));
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = [visible(meta.hostname || ''), `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
-    (meta.event_types || []).map(eventName).join(', '), meta.callgraph ? `call graphs: ${meta.callgraph}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
+    (meta.event_types || []).map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
@@ -420,11 +420,12 @@ async function renderSession(s) {
     if (s.inverted) shape.set('inverted', '1');
     if (s.focus) shape.set('focus', s.focus);
     if (s.hide) shape.set('hide', s.hide);
+    const key = `${s.session}?${q}&${shape}&${s.zoom || ''}`;
+    view.flameWanted = key;
     const flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}`);
     // New numbers for the same graph while the pointer is on it (or its menu is open): drawn
     // when the pointer leaves, so frames never move under it.
-    const key = `${s.session}?${q}&${shape}&${s.zoom || ''}`;
-    if (key === view.flameKey && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { view.pendingFlame = flame; return; }
+    if (key === view.flameKey && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { view.pendingFlame = { key, flame }; return; }
     view.flameKey = key; view.pendingFlame = null;
     view.flame = flame; view.zoomPath = s.zoom ? s.zoom.split(';') : []; drawFlame();
   }
@@ -613,7 +614,9 @@ document.addEventListener('keydown', (e) => {
 });
 $('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; renderFunctions(); drawFlame(); });
 $('#flame-box').addEventListener('mouseleave', () => {
-  if (view.pendingFlame && $('#flame-menu').hidden) { view.flame = view.pendingFlame; view.pendingFlame = null; drawFlame(); }
+  // Only the graph still asked for: one a later render replaces is dropped.
+  const pending = view.pendingFlame;
+  if (pending && $('#flame-menu').hidden) { view.pendingFlame = null; if (pending.key === view.flameWanted) { view.flame = pending.flame; drawFlame(); } }
 });
 $('#functions-scroll').addEventListener('mouseleave', () => { if (view.frozen) { view.frozen = false; renderFunctions(); } });
 let scrollFrame = 0;

@@ -119,19 +119,17 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
     const auto to = std::chrono::milliseconds(5000);
 
     // perf stat tells which events count at all; one run covers every candidate. The
-    // call-graph check on the software clock runs alongside.
-    // So do dwarf and lbr on the same clock: which call-graph modes this perf and kernel can
-    // record at all, for the user to choose from.
+    // call-graph checks on the software clock run alongside, fp and dwarf: which modes this
+    // perf and kernel can record at all, for the user to choose from. (lbr needs a hardware
+    // event: it is tried below on the sampling event, when that is one.)
     const record_settings clock_fp = probe_settings(software_clocks.front(), "fp", pid);
     const record_settings clock_dwarf = probe_settings(software_clocks.front(), "dwarf", pid);
-    const record_settings clock_lbr = probe_settings(software_clocks.front(), "lbr", pid);
-    auto [version, stat, clock_run, dwarf_run, lbr_run] = co_await (
+    auto [version, stat, clock_run, dwarf_run] = co_await (
         run_command(perf, version_args(), to) &&
         run_command(perf, stat_args(asked, pid, sleep_for_probe()), to) &&
         run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()), probe_script(true), to) &&
         run_pipeline(perf, record_args(clock_dwarf, "-", sleep_for_probe()), probe_script(true),
-                     to) &&
-        run_pipeline(perf, record_args(clock_lbr, "-", sleep_for_probe()), probe_script(true), to));
+                     to));
     caps.perf_version = perf_version_line(version.out);
     const auto counted = counted_events(stat.err, asked);
 
@@ -152,28 +150,29 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
     caps.pipe_mode = clock_run.started && clock_run.record_err.find("rror") == std::string::npos;
     if (mentions_bad_field(clock_run.script_err)) {
         caps.script_fields = false;
-        auto [c, d, l] =
-            co_await (run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()),
-                                   probe_script(false), to) &&
-                      run_pipeline(perf, record_args(clock_dwarf, "-", sleep_for_probe()),
-                                   probe_script(false), to) &&
-                      run_pipeline(perf, record_args(clock_lbr, "-", sleep_for_probe()),
-                                   probe_script(false), to));
+        auto [c, d] = co_await (run_pipeline(perf, record_args(clock_fp, "-", sleep_for_probe()),
+                                             probe_script(false), to) &&
+                                run_pipeline(perf, record_args(clock_dwarf, "-", sleep_for_probe()),
+                                             probe_script(false), to));
         clock_run = std::move(c);
         dwarf_run = std::move(d);
-        lbr_run = std::move(l);
     }
     const bool clock_stacks = has_call_chains(clock_run.script_out);
-    const bool dwarf_stacks = has_call_chains(dwarf_run.script_out);
-    const bool lbr_stacks = has_call_chains(lbr_run.script_out);
+    bool dwarf_stacks = has_call_chains(dwarf_run.script_out), lbr_stacks = false;
 
     // Frame pointers first; dwarf and lbr only when fp gave no stacks.
     const std::string& primary = caps.record_events.front();
     pipeline_output fp_run = std::move(clock_run);
-    if (primary != clock_fp.events.front()) {
-        fp_run = co_await run_pipeline(
-            perf, record_args(probe_settings(primary, "fp", pid), "-", sleep_for_probe()),
-            probe_script(caps.script_fields), to);
+    if (primary != clock_fp.events.front()) { // a hardware event: lbr may work too
+        auto [f, l] = co_await (
+            run_pipeline(perf,
+                         record_args(probe_settings(primary, "fp", pid), "-", sleep_for_probe()),
+                         probe_script(caps.script_fields), to) &&
+            run_pipeline(perf,
+                         record_args(probe_settings(primary, "lbr", pid), "-", sleep_for_probe()),
+                         probe_script(caps.script_fields), to));
+        fp_run = std::move(f);
+        lbr_stacks = has_call_chains(l.script_out);
     }
     const bool any_samples = fp_run.script_out.find('\n') != std::string::npos;
     if (has_call_chains(fp_run.script_out) || !any_samples) {
@@ -188,6 +187,8 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
                                              probe_script(caps.script_fields), to) &&
                                 run_pipeline(perf, record_args(lbr, "-", sleep_for_probe()),
                                              probe_script(caps.script_fields), to));
+        dwarf_stacks = dwarf_stacks || has_call_chains(d.script_out);
+        lbr_stacks = lbr_stacks || has_call_chains(l.script_out);
         if (has_call_chains(d.script_out))
             caps.callgraph = "dwarf";
         else if (has_call_chains(l.script_out))

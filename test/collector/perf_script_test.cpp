@@ -189,13 +189,34 @@ TEST_CASE("perf script: a nameless frame in a named module keeps its address the
                          "app 1/1 1.1: 1 cpu-clock:\n"
                          "\tffffffffc0001234 [unknown] ([kernel.kallsyms])\n\n"
                          "app 1/1 1.2: 1 cpu-clock:\n"
-                         "\t        7f001234 [unknown] ([unknown])\n\n");
+                         "\t        7f001234 [unknown] ([unknown])\n\n"
+                         // A 32-bit kernel's address fits 8 digits: still not a module's.
+                         "app 1/1 1.3: 1 cpu-clock:\n"
+                         "\t        c0123456 [unknown] ([kernel.kallsyms])\n\n");
     const auto& p = r->prof;
-    REQUIRE(p.sample_count() == 3);
+    REQUIRE(p.sample_count() == 4);
     CHECK(p.module(p.site_frame(p.sample_site(0))) == "/usr/lib/libstdc++.so.6");
     CHECK(p.site_offset(p.sample_site(0)) == 0xd44a3);
     CHECK(p.site_offset(p.sample_site(1)) == profile::no_offset); // beyond 32 bits: none
     CHECK(p.site_offset(p.sample_site(2)) == profile::no_offset); // no module to be in
+    CHECK(p.site_offset(p.sample_site(3)) == profile::no_offset);
+}
+
+TEST_CASE("perf script: a stack deeper than any perf makes is cut, and says so",
+          "[collector][parser]") {
+    std::string text = "app 1/1 1.0: 1 cpu-clock:\n";
+    for (std::size_t i = 0; i < max_stack_frames + 10; ++i)
+        text += "\t 1 f" + std::to_string(i) + " (/bin/app)\n";
+    const auto r = parse(text + "\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 1);
+    std::size_t depth = 0;
+    for (auto n = p.sample_node(0); n != profile::root; n = p.node_parent(n))
+        ++depth;
+    CHECK(depth == max_stack_frames);
+    CHECK(r->stats.deep_frames == 10);
+    CHECK(r->stats.skipped_lines == 0);
+    CHECK(p.symbol(p.node_frame(p.sample_node(0))) == "f0"); // the leaf is kept
 }
 
 namespace {

@@ -68,9 +68,13 @@ TEST_CASE("perf's names for symbol table names", "[collector][symbols]") {
           "std::__introsort_loop<__gnu_cxx::__normal_iterator<int*, std::vector<int, "
           "std::allocator<int> > >, long, __gnu_cxx::__ops::_Iter_less_iter>");
     CHECK(strip_return_type("char const* f<int>") == "f<int>");
+    CHECK(strip_return_type("bool std::operator==<char>") == "std::operator==<char>");
     CHECK(strip_return_type("(anonymous namespace)::g") == "(anonymous namespace)::g");
     CHECK(strip_return_type("A::operator bool") == "A::operator bool");
     CHECK(strip_return_type("operator new") == "operator new");
+    CHECK(strip_return_type("non-virtual thunk to D::f") == "non-virtual thunk to D::f");
+    CHECK(strip_return_type("virtual thunk to D::g<int>") == "virtual thunk to D::g<int>");
+    CHECK(strip_return_type("TLS wrapper function for x") == "TLS wrapper function for x");
     CHECK(perf_symbol_name("_Znot_mangled_really") == "_Znot_mangled_really");
 }
 

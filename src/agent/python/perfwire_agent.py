@@ -959,13 +959,14 @@ def probe(perf, pid):
                                     script_args("-", caps.script_fields, False), 5.0)
 
     # perf stat tells which events count at all (perf record -e cycles on a machine without a
-    # PMU silently records cpu-clock); the call-graph check on the software clock runs alongside,
-    # for each mode: which ones this perf and kernel can record at all, for the user to choose.
+    # PMU silently records cpu-clock); the call-graph checks on the software clock run alongside,
+    # fp and dwarf: which modes this perf and kernel can record at all, for the user to choose.
+    # (lbr needs a hardware event: it is tried below on the sampling event, when that is one.)
     clock = SOFTWARE_CLOCKS[0]
-    version, stat, clock_run, dwarf_run, lbr_run = parallel(
+    version, stat, clock_run, dwarf_run = parallel(
         lambda: run_command([perf, "--version"], 5.0),
         lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0), sample(clock, "fp"),
-        sample(clock, "dwarf"), sample(clock, "lbr"))
+        sample(clock, "dwarf"))
     caps.perf_version = perf_version_line(version["out"])
     counted = counted_events(stat["err"], asked)
     caps.record_events = [e for e in SAMPLING_PREFERENCE if e in counted][:1]
@@ -977,14 +978,16 @@ def probe(perf, pid):
     caps.pipe_mode = clock_run["started"] and "rror" not in clock_run["rerr"]
     if "Invalid field" in clock_run["serr"] or "unknown field" in clock_run["serr"]:
         caps.script_fields = False
-        clock_run, dwarf_run, lbr_run = parallel(sample(clock, "fp"), sample(clock, "dwarf"),
-                                                 sample(clock, "lbr"))
+        clock_run, dwarf_run = parallel(sample(clock, "fp"), sample(clock, "dwarf"))
     works = {"fp": has_call_chains(clock_run["out"]), "dwarf": has_call_chains(dwarf_run["out"]),
-             "lbr": has_call_chains(lbr_run["out"])}
+             "lbr": False}
 
     # Frame pointers first; dwarf and lbr only when they gave no stacks.
     primary = caps.record_events[0]
-    fp_run = clock_run if primary == clock else sample(primary, "fp")()
+    fp_run = clock_run
+    if primary != clock:  # a hardware event: lbr may work too
+        fp_run, lbr_run = parallel(sample(primary, "fp"), sample(primary, "lbr"))
+        works["lbr"] = has_call_chains(lbr_run["out"])
     any_samples = "\n" in fp_run["out"]
     if has_call_chains(fp_run["out"]) or not any_samples:
         caps.callgraph = "fp"
@@ -993,6 +996,8 @@ def probe(perf, pid):
                                  "graphs; assuming frame pointers")
     else:
         dwarf, lbr = parallel(sample(primary, "dwarf"), sample(primary, "lbr"))
+        works["dwarf"] = works["dwarf"] or has_call_chains(dwarf["out"])
+        works["lbr"] = works["lbr"] or has_call_chains(lbr["out"])
         if has_call_chains(dwarf["out"]):
             caps.callgraph = "dwarf"
         elif has_call_chains(lbr["out"]):

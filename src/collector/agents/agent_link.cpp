@@ -31,6 +31,14 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
+// A call-graph mode an agent names, kept only if it is one perf has (anything else: unknown).
+std::string known_callgraph(std::string_view mode) {
+    for (const std::string_view known : {"fp", "dwarf", "lbr", "none"})
+        if (mode == known)
+            return std::string(known);
+    return {};
+}
+
 // The next frame; with a `deadline` (before the hello), timed_out once it passes.
 asio::awaitable<boost::system::result<protocol::frame>>
 next_frame(protocol::frame_reader<tcp::socket>& frames, asio::steady_timer* deadline) {
@@ -369,7 +377,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (state_ == agent_state::idle)
                 callgraph_.clear(); // a run the agent began itself: its mode as it says
             if (n->callgraph)
-                callgraph_ = *n->callgraph;
+                callgraph_ = known_callgraph(*n->callgraph);
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
@@ -431,7 +439,7 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
         else
             pid_ = asked.asked_pid; // none: the whole system
         const auto* cg = answer.fields.if_contains("callgraph");
-        callgraph_ = cg && cg->is_string() ? std::string(cg->as_string()) : std::string();
+        callgraph_ = cg && cg->is_string() ? known_callgraph(cg->as_string()) : std::string();
     }
     if (now)
         set_state(*now); // a started run is a session from now on, before its first data

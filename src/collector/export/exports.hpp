@@ -28,7 +28,7 @@ class symbolizer;
 struct pprof_sources {
     symbolizer* symbols = nullptr; // addresses and source lines; none: functions only
     const std::map<std::string, std::string>* build_ids = nullptr; // device module -> build-id
-    std::uint64_t start_unix_ns = 0;                               // when the session began
+    std::uint64_t start_unix_ns = 0; // wall clock at the first sample; 0: not known
 };
 
 // pprof's profile.proto, gzip-compressed as `go tool pprof` and friends expect: sample types

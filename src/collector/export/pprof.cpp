@@ -265,7 +265,8 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
             // Innermost first, as pprof wants; the last line is in the function perf named.
             const auto& chain = here.chain;
             for (std::size_t k = 0; k + 1 < chain.size(); ++k)
-                line(function(strip_parameters(chain[k].function), chain[k].file, 0),
+                line(function(strip_return_type(strip_parameters(chain[k].function)), chain[k].file,
+                              0),
                      chain[k].line);
             line(function(p.symbol(frame), file.empty() ? chain.back().file : file, first_line),
                  chain.back().line);
@@ -298,10 +299,13 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
     }
     out.str() += functions.str();
 
+    // The span of the view: the session's, or the time window's part of it.
+    const auto lo = std::max(p.first_time(), f.start_ns.value_or(0));
+    const auto hi = std::min(p.last_time(), f.end_ns.value_or(~std::uint64_t{0}));
     if (src.start_unix_ns)
-        out.uint(9, src.start_unix_ns);
-    if (p.sample_count())
-        out.uint(10, p.last_time() - p.first_time());
+        out.uint(9, src.start_unix_ns + (lo - p.first_time()));
+    if (p.sample_count() && hi > lo)
+        out.uint(10, hi - lo);
     proto period_type;
     period_type.uint(1, strings.get(event));
     period_type.uint(2, strings.get(unit));

@@ -249,8 +249,12 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         break;
     case view_kind::export_pprof: {
         // Symbolized as the source view is (on this strand, which runs on the pool).
+        // A live session began at its first samples; an import's started_at is when it
+        // was imported, which says nothing of when it was recorded.
         const auto meta = app->store.meta(e->id);
-        const auto* started = meta ? meta->if_contains("started_at") : nullptr;
+        const auto* agent = meta ? meta->if_contains("agent") : nullptr;
+        const bool imported = agent && agent->is_string() && agent->as_string() == "import";
+        const auto* started = meta && !imported ? meta->if_contains("started_at") : nullptr;
         r.text = pprof_profile(m.prof, *f,
                                {&app->symbols, &m.device_build_ids,
                                 started && started->is_number()

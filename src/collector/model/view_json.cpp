@@ -139,6 +139,61 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
     return t;
 }
 
+// The same for a forward tree in one sweep over the trie (a node's id is larger than its
+// parent's): each node maps to the reshaped node of its parent's image plus its own frame,
+// or to its parent's image when hidden; with a focus, nothing before the outermost focus frame
+// is kept. O(nodes), whatever the stacks' depth.
+call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
+                      const std::vector<std::uint64_t>& self_samples,
+                      const std::vector<bool>& focus, const std::vector<bool>& hidden) {
+    constexpr std::uint32_t none = 0xFFFFFFFFU;
+    const auto n = static_cast<std::uint32_t>(p.node_count());
+    std::vector<std::uint32_t> image(n, none), parent{0};
+    std::vector<char> through(n, 0); // the path holds a focus frame
+    image[0] = 0;
+    call_tree t;
+    t.frame.push_back(profile::no_frame);
+    std::unordered_map<std::uint64_t, std::uint32_t> index; // (parent << 32 | frame) -> node
+    auto child = [&](std::uint32_t up, std::uint32_t frame) {
+        const auto key = (std::uint64_t{up} << 32) | frame;
+        auto [it, fresh] = index.try_emplace(key, static_cast<std::uint32_t>(parent.size()));
+        if (fresh) {
+            parent.push_back(up);
+            t.frame.push_back(frame);
+        }
+        return it->second;
+    };
+    for (std::uint32_t m = 1; m < n; ++m) {
+        const auto up = p.node_parent(m), frame = p.node_frame(m);
+        if (image[up] == none && !(focus.size() && focus[frame]))
+            continue; // before any focus frame: not kept
+        if (!hidden.empty() && hidden[frame]) {
+            image[m] = image[up];
+            through[m] = through[up];
+        } else if (focus.empty() || through[up]) {
+            image[m] = child(image[up], frame);
+            through[m] = 1;
+        } else if (focus[frame]) {
+            image[m] = child(0, frame); // the outermost call: the root's child
+            through[m] = 1;
+        }
+    }
+    t.self.assign(parent.size(), 0);
+    t.samples.assign(parent.size(), 0);
+    for (std::uint32_t m = 0; m < self.size(); ++m)
+        if (image[m] != none && (focus.empty() || through[m])) {
+            t.self[image[m]] += self[m];
+            t.samples[image[m]] += self_samples[m];
+        }
+    t.value = t.self;
+    for (std::size_t x = parent.size(); x-- > 1;) {
+        t.value[parent[x]] += t.value[x];
+        t.samples[parent[x]] += t.samples[x];
+    }
+    t.kids = children_from_parents(parent);
+    return t;
+}
+
 json::value tree_json(const profile& p, const view_filter& f, const call_tree& t, int max_depth,
                       double min_pct, const json::storage_ptr& sp, std::uint64_t total) {
     const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
@@ -211,13 +266,17 @@ std::optional<json::value> flamegraph_json(const profile& p, const view_filter& 
                 return std::nullopt;
             focus = std::move(mark);
         }
-        if (!shape.hide.empty())
-            hidden =
-                by_name([&](std::string_view s) {
-                    return std::find(shape.hide.begin(), shape.hide.end(), s) != shape.hide.end();
-                }).first;
+        if (!shape.hide.empty()) {
+            auto [mark, any] = by_name([&](std::string_view s) {
+                return std::find(shape.hide.begin(), shape.hide.end(), s) != shape.hide.end();
+            });
+            if (any) // names nothing sampled: nothing to leave out
+                hidden = std::move(mark);
+        }
         auto o =
-            tree_json(p, f, reshaped_tree(p, self, self_samples, focus, hidden, shape.inverted),
+            tree_json(p, f,
+                      shape.inverted ? reshaped_tree(p, self, self_samples, focus, hidden, true)
+                                     : pruned_tree(p, self, self_samples, focus, hidden),
                       max_depth, min_pct, sp, total);
         auto& obj = o.as_object();
         if (shape.inverted)

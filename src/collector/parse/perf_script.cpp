@@ -326,6 +326,10 @@ bool script_parser::header(std::string_view l) {
 }
 
 bool script_parser::frame_text(std::string_view text) {
+    if (frames_.size() >= max_stack_frames) {
+        ++stats_.deep_frames;
+        return true; // a frame line, but the stack is as deep as it may be
+    }
     text = trim(text);
     const auto sp = text.find(' ');
     if (sp == 0 || sp == std::string_view::npos) {
@@ -383,8 +387,9 @@ bool script_parser::frame_text(std::string_view text) {
         // A frame perf could not name, in a module it could: perf prints the address in that
         // module, which stands in for the offset (the function table lists them per module).
         if (rest == "[unknown]")
-            leaf_offset_ =
-                module != "[unknown]" && sp <= 8 ? hex_u32(text.substr(0, sp)) : profile::no_offset;
+            leaf_offset_ = !module.empty() && module.front() != '[' && sp <= 8
+                               ? hex_u32(text.substr(0, sp))
+                               : profile::no_offset; // not "[unknown]", not the kernel's
     }
     frames_.push_back(profile_.intern_frame(rest, module));
     return true;

@@ -34,7 +34,12 @@ struct script_stats {
     std::uint64_t lost_events = 0;   // from PERF_RECORD_LOST records
     std::uint64_t records = 0;       // side-band records (PERF_RECORD_*), not samples
     std::uint64_t comments = 0;      // '#' lines (perf script --header)
+    std::uint64_t deep_frames = 0;   // frames beyond max_stack_frames, left out
 };
+
+// Frames kept per sample, outermost ones dropped beyond it: perf's own limit is 127
+// (kernel.perf_event_max_stack); this bounds what any view costs per stack.
+inline constexpr std::size_t max_stack_frames = 1024;
 
 // A thread's name is at most 15 bytes (TASK_COMM_LEN); some tools print longer ones. A
 // header whose comm would be longer is read at another time-like token.

@@ -48,15 +48,20 @@ std::string strip_parameters(std::string_view s) {
 }
 
 std::string strip_return_type(std::string_view s) {
-    // A function template's demangled name starts with its return type ("void std::sort<…>"),
-    // which perf leaves out: keep what follows the last space outside brackets. Conversion
-    // and other operators ("operator new", "A::operator bool") have spaces of their own.
-    if (s.find("operator") != std::string_view::npos)
+    // A function template's demangled name starts with its return type ("void std::sort<…>",
+    // "bool std::operator==<char>"), which perf leaves out: keep what follows the last space
+    // outside brackets, before any operator's own name ("operator new", "operator bool").
+    // Only template names end in '>' this way; thunks and wrappers ("virtual thunk to f",
+    // "TLS wrapper function for x") are other symbols and keep their names.
+    if (s.empty() || s.back() != '>' || s.find(" to ") != std::string_view::npos ||
+        s.find(" for ") != std::string_view::npos)
         return std::string(s);
     int depth = 0;
     std::size_t cut = std::string_view::npos;
     for (std::size_t i = 0; i < s.size(); ++i) {
         const char c = s[i];
+        if (depth == 0 && s.substr(i, 8) == "operator")
+            break;
         if (c == '<' || c == '(' || c == '[' || c == '{')
             ++depth;
         else if ((c == '>' || c == ')' || c == ']' || c == '}') && depth > 0)

@@ -63,10 +63,10 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     for (std::uint32_t s = 0; s < counts.size(); ++s) {
         if (!counts[s] || p.site_offset(s) == profile::no_offset)
             continue;
-        total += counts[s];
         const auto frame = p.site_frame(s);
         if (p.symbol(frame) == "[unknown]")
             continue; // an address in a module with no symbol for it: no line to place it on
+        total += counts[s];
         const auto [it, fresh] =
             index.try_emplace(std::uint64_t{frame} << 32 | p.site_offset(s), sites.size());
         if (fresh) {
