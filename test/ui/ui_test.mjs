@@ -52,6 +52,7 @@ function check(ok, what) {
 }
 
 let browser;
+const inflight = new Map(); // request -> when it was sent
 let doing = 'starting'; // the step in progress, named in a failure
 try {
   const demo = start(bin('demo/perfwire-demo'), ['300']);
@@ -88,6 +89,10 @@ try {
   await stranger.close();
   // One browser context, signed in once by the printed link, for every page below.
   const context = await browser.newContext();
+  // Requests under way, for a failure to name what was still pending (a page that cannot
+  // load may be waiting behind the browser's 6 connections per host).
+  context.on('request', (r) => inflight.set(r, Date.now()));
+  for (const done of ['requestfinished', 'requestfailed']) context.on(done, (r) => inflight.delete(r));
   const page = await context.newPage();
   await page.goto(signIn);
   const cookie = (await context.cookies()).find((c) => c.name === 'perfwire_token');
@@ -625,6 +630,8 @@ try {
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
+  const now = Date.now();
+  for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/token=[^&]*/, 'token=…')}`);
   failures++;
 } finally {
   if (browser) await browser.close();
