@@ -7,7 +7,7 @@
 // functions; clicking one opens the Source tab on demo.cpp with the hot loop heat-coloured;
 // the flame graph draws; the URL hash reopens the same view in a fresh page; a broken source
 // request shows an error instead of a blank page. Every wait is bounded.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -53,6 +53,8 @@ function check(ok, what) {
 
 let browser;
 const inflight = new Map(); // request -> when it was sent
+let httpPort = ''; // the collector's, for counting the browser's connections to it
+let askDirectly = null;
 let doing = 'starting'; // the step in progress, named in a failure
 try {
   const demo = start(bin('demo/perfwire-demo'), ['300']);
@@ -62,6 +64,11 @@ try {
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir,
      '--browse-root', work]);
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
+  httpPort = new URL(http).port;
+  askDirectly = async (url) => { // the collector asked outside the browser, 5 s at most
+    const t0 = Date.now();
+    try { const r = await fetch(url, { signal: AbortSignal.timeout(5000) }); return `${r.status} in ${Date.now() - t0} ms`; } catch (e) { return `no answer in ${Date.now() - t0} ms`; }
+  };
   // The link the collector prints signs a browser in; scripts send the token as a header.
   const signIn = collector.log.match(/UI and API on (http:\S+\?token=\S+)/)[1];
   const token = new URL(signIn).searchParams.get('token');
@@ -631,7 +638,10 @@ try {
 } catch (e) {
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
   const now = Date.now();
-  for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/token=[^&]*/, 'token=…')}`);
+  for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/token=[^&]*/, 'token=…')}${askDirectly && r.method() === 'GET' ? ` (asked directly: ${await askDirectly(r.url())})` : ''}`);
+  // Open connections to the collector (Chrome keeps at most 6 per host), when ss is there.
+  const ss = httpPort ? spawnSync('ss', ['-tnH', 'state', 'established', `( dport = :${httpPort} )`], { encoding: 'utf8' }) : null;
+  if (ss && ss.status === 0) console.log(`  connections to the collector's HTTP port: ${ss.stdout.split('\n').filter(Boolean).length}`);
   failures++;
 } finally {
   if (browser) await browser.close();
