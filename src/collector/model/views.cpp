@@ -47,34 +47,44 @@ event_resolution resolve_event(const profile& p, std::string_view name) {
     return r;
 }
 
-std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f) {
-    std::vector<std::uint64_t> self(p.node_count(), 0);
+namespace {
+
+// Self weight per row of a table (nodes or sites) under the filter: its running per-event
+// counters when nothing narrows the view, else a scan of the samples that fall in it.
+template <class Aggregate, class RowOf>
+std::vector<std::uint64_t> self_weights(const profile& p, const view_filter& f, std::size_t rows,
+                                        Aggregate aggregate, RowOf row_of) {
+    std::vector<std::uint64_t> self(rows, 0);
     if (f.event >= p.event_count())
         return self;
     if (!f.tid && !f.start_ns && !f.end_ns) {
-        const auto& agg = f.by_period ? p.self_period(f.event) : p.self_samples(f.event);
+        const auto& agg = aggregate(f.by_period);
         std::copy(agg.begin(), agg.end(), self.begin());
         return self;
     }
-    for_each_sample(p, f, [&](std::size_t i) {
-        self[p.sample_node(i)] += f.by_period ? p.sample_period(i) : 1;
-    });
+    for_each_sample(
+        p, f, [&](std::size_t i) { self[row_of(i)] += f.by_period ? p.sample_period(i) : 1; });
     return self;
 }
 
+} // namespace
+
+std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f) {
+    return self_weights(
+        p, f, p.node_count(),
+        [&](bool period) -> const auto& {
+            return period ? p.self_period(f.event) : p.self_samples(f.event);
+        },
+        [&](std::size_t i) { return p.sample_node(i); });
+}
+
 std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f) {
-    std::vector<std::uint64_t> self(p.site_count(), 0);
-    if (f.event >= p.event_count())
-        return self;
-    if (!f.tid && !f.start_ns && !f.end_ns) {
-        const auto& agg = f.by_period ? p.site_period(f.event) : p.site_samples(f.event);
-        std::copy(agg.begin(), agg.end(), self.begin());
-        return self;
-    }
-    for_each_sample(p, f, [&](std::size_t i) {
-        self[p.sample_site(i)] += f.by_period ? p.sample_period(i) : 1;
-    });
-    return self;
+    return self_weights(
+        p, f, p.site_count(),
+        [&](bool period) -> const auto& {
+            return period ? p.site_period(f.event) : p.site_samples(f.event);
+        },
+        [&](std::size_t i) { return p.sample_site(i); });
 }
 
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {
