@@ -11,12 +11,12 @@ set -euo pipefail
 packages=(
     cmake ninja-build g++ pkg-config
     libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
-    libboost-filesystem1.81-dev libzstd-dev zlib1g-dev catch2
+    libboost-filesystem1.81-dev libzstd-dev zlib1g-dev libdebuginfod-dev catch2
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then
     packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd
-        golang-go lintian help2man)
+        golang-go lintian help2man debuginfod)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)

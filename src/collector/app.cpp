@@ -4,12 +4,14 @@
 #include "collector/context.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/server.hpp"
+#include "collector/live_session.hpp"
 #include "collector/log.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/error.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <chrono>
@@ -58,15 +60,30 @@ int run(const config& c) {
     std::signal(SIGPIPE, SIG_IGN);
     asio::io_context io(1);
     app_context app(io, c);
+    if (!app.limits.debuginfod_urls.empty()) {
+        // An answer that brings symbols names the sessions again, from the I/O thread.
+        app.debuginfod = std::make_unique<debuginfod_fetcher>(app.limits.debuginfod_urls, [&app] {
+            asio::post(app.io, [&app] {
+                app.symbols.refresh();
+                rename_frames(app);
+            });
+        });
+        app.symbols.use_debuginfod(
+            [f = app.debuginfod.get()](const std::string& id, std::string& why, bool& pending) {
+                return f->lookup(id, why, pending);
+            });
+    }
 
     if (c.import_file) {
         const auto started = std::chrono::steady_clock::now();
         auto done = import_file(
-            app.store, *c.import_file, *c.import_file, "perf", [&](const import_progress& p) {
+            app.store, *c.import_file, *c.import_file, "perf",
+            [&](const import_progress& p) {
                 log("importing " + *c.import_file + ": " + std::to_string(p.bytes.load() >> 20) +
                     " MiB read, " + std::to_string(p.samples.load()) + " samples" +
                     (p.converting ? " (perf script)" : ""));
-            });
+            },
+            &app.symbols);
         if (!done) {
             log("import failed: " + done.error().message);
             return 1;

@@ -7,6 +7,7 @@
 #include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
+#include "collector/symbols/debuginfod.hpp"
 
 #include <boost/asio/io_context.hpp>
 
@@ -40,8 +41,9 @@ struct app_context {
     std::string agent_listen_address; // "host:port" once bound
     sse_hub sse;
     symbolizer symbols{cfg.symbols};
-    std::vector<agent_binary> agent_binaries; // found at start, never changed
-    config_limits limits;                     // what PUT /api/config may set; fixed at start
+    std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
+    std::vector<agent_binary> agent_binaries;       // found at start, never changed
+    config_limits limits;                           // what PUT /api/config may set; fixed at start
     std::vector<std::string> enrollment; // tokens agents dialling in present; empty: none asked
     std::string enrollment_file;         // where the owner finds one (named in /api/status)
     std::string api_token;               // what every API request presents; empty: --http-auth none

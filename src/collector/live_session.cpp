@@ -104,6 +104,34 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
     });
 }
 
+void rename_frames(app_context& app) {
+    const auto generation = app.symbols.generation();
+    for (auto& e : app.sessions.entries())
+        asio::post(e->strand, [e, app = &app, generation] {
+            if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
+                return;
+            if (e->writer) {
+                auto fresh = std::make_unique<session_model>(&app->symbols);
+                for (const auto& line : app->store.metrics(e->id))
+                    fresh->note_metrics(line);
+                (void)app->store.replay(e->id, [&](bool compressed, std::string_view payload) {
+                    fresh->ingest(compressed, payload);
+                });
+                for (const auto& u : e->unsaved)
+                    fresh->ingest(u.compressed, u.payload);
+                e->model = std::move(fresh);
+                e->samples = e->model->prof.sample_count();
+                e->lost_samples = e->model->parser.stats().lost_events;
+                ++e->version;
+            } else {
+                e->model.reset();
+                e->loaded = false;
+                e->memory_bytes = 0;
+            }
+            asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
+        });
+}
+
 void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
               std::optional<int> pid) {
     app.sessions.set_live(e->id, false);

@@ -31,4 +31,10 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
 void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
               std::optional<int> pid = std::nullopt);
 
+// The collector's symbols changed (a setting, a debuginfod answer): every session in memory
+// that was named under older ones is named again, on its strand. A live one is rebuilt at once
+// from its recording (and the chunks still waiting for the disk); a saved one is let go and
+// replays, newly named, when next viewed. The browsers are told each one changed.
+void rename_frames(app_context& app);
+
 } // namespace collector

@@ -43,7 +43,11 @@ po::options_description describe_options() {
         ("ui-dir", po::value<std::string>(), "serve the UI from this folder instead of the "
                                              "embedded copy")
         ("binary", po::value<std::vector<std::string>>()->composing(),
-         "a local copy of a profiled binary or library, matched by file name (repeatable)")
+         "a local copy of a profiled binary or library, matched by build-id, else by file "
+         "name (repeatable)")
+        ("debug-dir", po::value<std::vector<std::string>>()->composing(),
+         "a folder of debug files by build-id, DIR/.build-id/ab/cdef….debug, as gdb and perf "
+         "use (repeatable; default /usr/lib/debug)")
         ("source-dir", po::value<std::vector<std::string>>()->composing(),
          "where to look for source files (repeatable)")
         ("path-map", po::value<std::vector<std::string>>()->composing(),
@@ -168,6 +172,8 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     };
     c.symbols.binaries = list("binary");
     c.symbols.source_dirs = list("source-dir");
+    if (vm.count("debug-dir"))
+        c.symbols.debug_dirs = list("debug-dir");
     for (const auto& m : list("path-map")) {
         const auto eq = m.find('=');
         if (eq == std::string::npos || eq == 0)

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -16,9 +17,20 @@
 
 namespace collector {
 
+class symbolizer;
+
 struct session_model {
+    // `names`: the collector's symbols, which name frames the device could not (for the
+    // build the agent reported in its metrics); nullptr leaves them as perf printed them.
+    explicit session_model(symbolizer* names = nullptr);
+    ~session_model();
+    session_model(const session_model&) = delete;
+    session_model& operator=(const session_model&) = delete;
+
     profile prof;
     script_parser parser{prof};
+    // The symbolizer's generation when this model was made (the names it holds).
+    std::uint64_t symbols_generation = 0;
     std::optional<stat_report> last_stat;
     std::string last_stat_text;
     std::uint64_t chunks = 0, bad_chunks = 0;
@@ -40,6 +52,9 @@ struct session_model {
     std::size_t memory_bytes() const noexcept {
         return prof.memory_bytes() + last_stat_text.size();
     }
+
+private:
+    std::unique_ptr<frame_namer> namer_;
 };
 
 } // namespace collector

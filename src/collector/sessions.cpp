@@ -1,11 +1,48 @@
 #include "collector/sessions.hpp"
 
+#include "collector/symbols/symbolizer.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/messages.hpp"
 
 #include <boost/asio/post.hpp>
 
 namespace collector {
+namespace {
+
+// The frames a device could not name, named by the collector's symbols for the build the
+// agent reported.
+class session_namer final : public frame_namer {
+public:
+    session_namer(symbolizer& symbols, const std::map<std::string, std::string>& build_ids)
+        : symbols_(symbols)
+        , build_ids_(build_ids) {}
+
+    std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
+        const std::string m(module);
+        const auto id = build_ids_.find(m);
+        auto answer =
+            symbols_.name_frame(m, id == build_ids_.end() ? std::string() : id->second, address);
+        if (!answer)
+            return std::nullopt;
+        return name{std::move(answer->symbol), answer->offset};
+    }
+
+private:
+    symbolizer& symbols_;
+    const std::map<std::string, std::string>& build_ids_;
+};
+
+} // namespace
+
+session_model::session_model(symbolizer* names) {
+    if (!names)
+        return;
+    symbols_generation = names->generation();
+    namer_ = std::make_unique<session_namer>(*names, device_build_ids);
+    parser.name_frames_with(namer_.get());
+}
+
+session_model::~session_model() = default;
 
 void session_model::note_metrics(std::string_view payload) {
     if (payload.find("\"binaries\"") == std::string_view::npos)
@@ -52,10 +89,11 @@ void session_model::note_events() {
 }
 
 session_registry::session_registry(session_store& store, asio::thread_pool& pool,
-                                   std::size_t budget_bytes)
+                                   std::size_t budget_bytes, symbolizer* names)
     : store_(store)
     , pool_(pool)
-    , budget_(budget_bytes) {}
+    , budget_(budget_bytes)
+    , names_(names) {}
 
 boost::system::result<std::shared_ptr<session_entry>>
 session_registry::create_live(std::string_view agent_name, const boost::json::object& meta) {
@@ -63,7 +101,7 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
     if (!writer)
         return writer.error();
     auto e = std::make_shared<session_entry>(writer->id(), pool_);
-    e->model = std::make_unique<session_model>();
+    e->model = std::make_unique<session_model>(names_);
     e->loaded = true;
     e->writer.emplace(std::move(*writer));
     e->live = true;
@@ -102,6 +140,14 @@ std::shared_ptr<session_entry> session_registry::find(std::string_view id) {
     e->last_used = ++clock_;
     evict_over_budget(e.get());
     return e;
+}
+
+std::vector<std::shared_ptr<session_entry>> session_registry::entries() const {
+    std::vector<std::shared_ptr<session_entry>> out;
+    out.reserve(entries_.size());
+    for (const auto& [id, e] : entries_)
+        out.push_back(e);
+    return out;
 }
 
 std::size_t session_registry::saved_bytes() const {
@@ -209,15 +255,16 @@ void note_unsaved(session_entry& e, const session_store& store) {
     (void)e.writer->write_meta(meta); // best effort: the disk may still be full
 }
 
-void ensure_loaded(session_entry& e, const session_store& store) {
+void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names) {
     if (e.loaded)
         return;
-    e.model = std::make_unique<session_model>();
+    e.model = std::make_unique<session_model>(names);
+    // The build-ids first: frames are named for the build that ran.
+    for (const auto& line : store.metrics(e.id))
+        e.model->note_metrics(line);
     (void)store.replay(e.id, [&](bool compressed, std::string_view payload) {
         e.model->ingest(compressed, payload);
     });
-    for (const auto& line : store.metrics(e.id))
-        e.model->note_metrics(line);
     e.loaded = true;
     e.samples = e.model->prof.sample_count();
     e.chunks = e.model->chunks;

@@ -68,8 +68,9 @@ struct session_entry {
 class session_registry {
 public:
     // `budget_bytes`: how much memory loaded saved sessions may hold (live ones always stay).
+    // `names`: the collector's symbols, for the models of live sessions (session_model).
     session_registry(session_store& store, asio::thread_pool& pool,
-                     std::size_t budget_bytes = std::size_t{2} << 30);
+                     std::size_t budget_bytes = std::size_t{2} << 30, symbolizer* names = nullptr);
 
     session_store& store() noexcept { return store_; }
 
@@ -84,6 +85,8 @@ public:
     void forget(std::string_view id);
     bool is_live(std::string_view id) const;
     void set_live(std::string_view id, bool live);
+    // Every session known now, live or saved (I/O thread).
+    std::vector<std::shared_ptr<session_entry>> entries() const;
     // Memory held by loaded saved sessions, as last published.
     std::size_t saved_bytes() const;
 
@@ -96,10 +99,12 @@ private:
     std::set<std::string, std::less<>> live_;
     std::size_t budget_;
     std::uint64_t clock_ = 0;
+    symbolizer* names_;
 };
 
-// On the entry's strand: replays a saved session from disk if it is not in memory yet.
-void ensure_loaded(session_entry& e, const session_store& store);
+// On the entry's strand: replays a saved session from disk if it is not in memory yet, its
+// frames named by `names` (when given).
+void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names = nullptr);
 
 inline constexpr std::size_t max_unsaved_bytes = std::size_t{64} << 20;
 

@@ -1,12 +1,18 @@
 #include "protocol/build_id.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 
 namespace protocol {
 namespace {
 
+constexpr std::uint32_t pt_load = 1;
 constexpr std::uint32_t pt_note = 4;
+constexpr std::uint32_t sht_nobits = 8;
+constexpr std::size_t max_sections = 16384;
+constexpr std::size_t max_section_names = 1 << 20;
+constexpr std::size_t max_debuglink = 4096;
 constexpr std::uint32_t nt_gnu_build_id = 3;
 constexpr std::size_t max_note_bytes = 64 * 1024;
 constexpr std::size_t max_program_headers = 512;
@@ -94,36 +100,116 @@ std::optional<std::string> find_in_notes(std::string_view notes, bool be) {
     return std::nullopt;
 }
 
-std::optional<std::string> build_id(elf_reader& r) {
+struct header {
+    bool wide = false, be = false;
+    std::uint64_t phoff = 0, shoff = 0;
+    std::size_t phentsize = 0, phnum = 0, shentsize = 0, shnum = 0, shstrndx = 0;
+};
+
+std::optional<header> read_header(elf_reader& r) {
     const std::string ident = r.bytes(0, 64);
     if (ident.size() < 52 || ident.compare(0, 4,
                                            "\x7f"
                                            "ELF") != 0)
         return std::nullopt;
-    const bool wide = ident[4] == 2; // ELFCLASS64
-    const bool be = ident[5] == 2;   // ELFDATA2MSB
+    header h;
+    h.wide = ident[4] == 2; // ELFCLASS64
+    h.be = ident[5] == 2;   // ELFDATA2MSB
     if ((ident[4] != 1 && ident[4] != 2) || (ident[5] != 1 && ident[5] != 2))
         return std::nullopt;
-    const std::uint64_t phoff = wide ? field(ident, 32, 8, be) : field(ident, 28, 4, be);
-    const std::size_t phentsize = field(ident, wide ? 54 : 42, 2, be);
-    const std::size_t phnum = field(ident, wide ? 56 : 44, 2, be);
-    if (phentsize < (wide ? 56u : 32u) || phnum == 0 || phnum > max_program_headers)
-        return std::nullopt;
-    const std::string table = r.bytes(phoff, phentsize * phnum);
+    const bool w = h.wide, be = h.be;
+    h.phoff = w ? field(ident, 32, 8, be) : field(ident, 28, 4, be);
+    h.shoff = w ? field(ident, 40, 8, be) : field(ident, 32, 4, be);
+    h.phentsize = field(ident, w ? 54 : 42, 2, be);
+    h.phnum = field(ident, w ? 56 : 44, 2, be);
+    h.shentsize = field(ident, w ? 58 : 46, 2, be);
+    h.shnum = field(ident, w ? 60 : 48, 2, be);
+    h.shstrndx = field(ident, w ? 62 : 50, 2, be);
+    return h;
+}
+
+void read_segments(elf_reader& r, const header& h, elf_facts& out) {
+    const bool w = h.wide, be = h.be;
+    if (h.phentsize < (w ? 56u : 32u) || h.phnum == 0 || h.phnum > max_program_headers)
+        return;
+    const std::string table = r.bytes(h.phoff, h.phentsize * h.phnum);
     if (table.empty())
-        return std::nullopt;
-    for (std::size_t i = 0; i < phnum; ++i) {
-        const std::size_t h = i * phentsize;
-        if (field(table, h, 4, be) != pt_note)
-            continue;
-        const std::uint64_t offset = wide ? field(table, h + 8, 8, be) : field(table, h + 4, 4, be);
-        const std::uint64_t size = wide ? field(table, h + 32, 8, be) : field(table, h + 16, 4, be);
-        if (size == 0 || size > max_note_bytes)
-            continue;
-        if (auto id = find_in_notes(r.bytes(offset, size), be))
-            return id;
+        return;
+    for (std::size_t i = 0; i < h.phnum; ++i) {
+        const std::size_t at = i * h.phentsize;
+        const auto type = field(table, at, 4, be);
+        const std::uint64_t offset = w ? field(table, at + 8, 8, be) : field(table, at + 4, 4, be);
+        const std::uint64_t vaddr = w ? field(table, at + 16, 8, be) : field(table, at + 8, 4, be);
+        const std::uint64_t size = w ? field(table, at + 32, 8, be) : field(table, at + 16, 4, be);
+        if (type == pt_load)
+            out.loads.push_back({offset, vaddr, size});
+        else if (type == pt_note && !out.build_id && size > 0 && size <= max_note_bytes)
+            out.build_id = find_in_notes(r.bytes(offset, size), be);
     }
-    return std::nullopt;
+}
+
+void read_sections(elf_reader& r, const header& h, elf_facts& out) {
+    const bool w = h.wide, be = h.be;
+    if (h.shentsize < (w ? 64u : 40u) || h.shnum == 0 || h.shnum > max_sections ||
+        h.shstrndx >= h.shnum)
+        return;
+    const std::string table = r.bytes(h.shoff, h.shentsize * h.shnum);
+    if (table.empty())
+        return;
+    struct section {
+        std::uint64_t name, type, offset, size;
+    };
+    const auto at = [&](std::size_t i) {
+        const std::size_t a = i * h.shentsize;
+        return section{field(table, a, 4, be), field(table, a + 4, 4, be),
+                       w ? field(table, a + 24, 8, be) : field(table, a + 16, 4, be),
+                       w ? field(table, a + 32, 8, be) : field(table, a + 20, 4, be)};
+    };
+    const section names = at(h.shstrndx);
+    if (names.size == 0 || names.size > max_section_names)
+        return;
+    const std::string strings = r.bytes(names.offset, names.size);
+    if (strings.empty())
+        return;
+    const auto name_of = [&](std::uint64_t n) -> std::string_view {
+        if (n >= strings.size())
+            return {};
+        const auto end = strings.find('\0', n);
+        return std::string_view(strings).substr(n, end == std::string::npos ? end : end - n);
+    };
+    for (std::size_t i = 0; i < h.shnum; ++i) {
+        const section s = at(i);
+        const auto name = name_of(s.name);
+        const bool contents = s.type != sht_nobits && s.size > 0;
+        if (name == ".symtab")
+            out.symtab = out.symtab || contents;
+        else if (name == ".debug_info")
+            out.debug_info = out.debug_info || contents;
+        else if (name == ".gnu_debuglink" && contents) {
+            const std::string link =
+                r.bytes(s.offset, std::min<std::uint64_t>(s.size, max_debuglink));
+            out.debuglink = link.substr(0, link.find('\0'));
+        }
+    }
+}
+
+std::optional<elf_facts> facts(elf_reader& r) {
+    const auto h = read_header(r);
+    if (!h)
+        return std::nullopt;
+    elf_facts out;
+    read_segments(r, *h, out);
+    read_sections(r, *h, out);
+    return out;
+}
+
+std::optional<std::string> build_id(elf_reader& r) {
+    const auto h = read_header(r);
+    if (!h)
+        return std::nullopt;
+    elf_facts out;
+    read_segments(r, *h, out);
+    return out.build_id;
 }
 
 } // namespace
@@ -138,6 +224,26 @@ std::optional<std::string> read_build_id(const std::string& path) {
     if (!r)
         return std::nullopt;
     return build_id(r);
+}
+
+std::optional<elf_facts> parse_elf_facts(std::string_view image) {
+    memory_reader r(image);
+    return facts(r);
+}
+
+std::optional<elf_facts> read_elf_facts(const std::string& path) {
+    file_reader r(path);
+    if (!r)
+        return std::nullopt;
+    return facts(r);
+}
+
+std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>& loads,
+                                                  std::uint64_t offset) {
+    for (const auto& s : loads)
+        if (offset >= s.offset && offset - s.offset < s.filesz)
+            return offset - s.offset + s.vaddr;
+    return std::nullopt;
 }
 
 } // namespace protocol

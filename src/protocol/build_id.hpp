@@ -2,9 +2,11 @@
 // has mapped, and the collector compares with its local copy before trusting that copy's lines.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace protocol {
 
@@ -15,5 +17,27 @@ std::optional<std::string> read_build_id(const std::string& path);
 
 // The same on an ELF image already in memory (tests, fuzzing).
 std::optional<std::string> parse_build_id(std::string_view image);
+
+// What the collector needs of a file it may take symbols from.
+struct elf_segment {
+    std::uint64_t offset = 0, vaddr = 0, filesz = 0; // a PT_LOAD: file bytes at vaddr
+};
+struct elf_facts {
+    std::optional<std::string> build_id;
+    std::vector<elf_segment> loads; // in header order
+    bool symtab = false;            // a .symtab with contents (not stripped)
+    bool debug_info = false;        // a .debug_info with contents (source lines)
+    std::string debuglink;          // .gnu_debuglink's file name, when there is one
+};
+// nullopt when the file cannot be read or is not ELF. Headers and the few sections read are
+// bounded, like read_build_id.
+std::optional<elf_facts> read_elf_facts(const std::string& path);
+std::optional<elf_facts> parse_elf_facts(std::string_view image);
+
+// perf script prints an address in a module as a file offset (the mapping's page offset plus
+// the distance into it); symbol tables and DWARF use virtual addresses. nullopt when no
+// PT_LOAD holds that offset.
+std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>& loads,
+                                                  std::uint64_t offset);
 
 } // namespace protocol

@@ -178,7 +178,8 @@ TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile pe
                 matched =
                     b.at("build_matches") == true && b.at("device_build_id") == b.at("build_id");
         CHECK(matched);
-        CHECK(listing.at("warnings").as_array().empty());
+        for (const auto& w : listing.at("warnings").as_array()) // others may lack symbols
+            CHECK(w.as_string().find(PERFWIRE_DEMO_BIN) == boost::json::string::npos);
     }
     // The UI and the event stream bypass the API router: the server guards them itself.
     CHECK(http_call(coll->http_port, "GET", "/", {}, {"Host: evil.example"}).status == 403);

@@ -275,13 +275,18 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     const auto same = source_view(p, f, sym, {}, {{demo_bin, *local_id}});
     CHECK(same.body.at("warnings").as_array().empty());
     CHECK(binary_of(same.body).at("build_matches") == true);
-    const auto other = source_view(p, f, sym, {file, ""}, {{demo_bin, "0123456789abcdef"}});
-    REQUIRE(other.status == 200);
+    // Another build is refused, not used: no lines, and the listing says what was tried.
+    CHECK(source_view(p, f, sym, {file, ""}, {{demo_bin, "0123456789abcdef"}}).status == 404);
+    const auto other = source_view(p, f, sym, {}, {{demo_bin, "0123456789abcdef"}});
     const auto& warnings = other.body.at("warnings").as_array();
     REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].as_string().find("0123456789abcdef") != boost::json::string::npos);
-    CHECK(binary_of(source_view(p, f, sym, {}, {{demo_bin, "0123456789abcdef"}}).body)
-              .at("build_matches") == false);
+    CHECK(warnings[0].as_string().find("--debug-dir") != boost::json::string::npos);
+    const auto& refused = binary_of(other.body);
+    CHECK(refused.at("build_matches") == false);
+    CHECK(refused.at("path").as_string().empty());
+    CHECK(
+        boost::json::serialize(refused.at("tried")).find("another build (build-id " + *local_id) !=
+        std::string::npos);
 
     // The thread filter applies: recurse's thread has its one sample, on recursive_fib.
     view_filter one_thread;
@@ -315,12 +320,14 @@ TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers b
     REQUIRE(p.sample_count() == 40);
 
     symbolizer sym;
-    const std::map<std::string, std::string> build_ids{{demo_bin, "00aa11bb22cc"}};
+    const auto demo_id = protocol::read_build_id(demo_bin);
+    REQUIRE(demo_id);
+    const std::map<std::string, std::string> build_ids{{demo_bin, *demo_id}};
     const auto pp = test_support::read_pprof(pprof_profile(p, {}, {&sym, &build_ids, 1234}));
     CHECK(pp.time_nanos == 1234);
     REQUIRE(pp.mappings.size() == 2);
     CHECK(pp.mappings[0].second.file == demo_bin); // the program first, libc after
-    CHECK(pp.mappings[0].second.build_id == "00aa11bb22cc");
+    CHECK(pp.mappings[0].second.build_id == *demo_id);
     CHECK(pp.mappings[0].second.has_lines);
     CHECK(pp.mappings[1].second.build_id.empty()); // nothing known: nothing claimed
 

@@ -175,7 +175,11 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
         auto ask = [&](std::uint32_t frame, std::uint32_t offset, symbolizer::placement* to) {
             if (p.symbol(frame) == "[unknown]")
                 return;
-            sites.push_back({std::string(p.module(frame)), std::string(p.symbol(frame)), offset});
+            std::string module(p.module(frame)), id;
+            if (src.build_ids)
+                if (const auto it = src.build_ids->find(module); it != src.build_ids->end())
+                    id = it->second;
+            sites.push_back({std::move(module), std::string(p.symbol(frame)), offset, id});
             into.push_back(to);
         };
         for (std::size_t i = 0; i < frames.size(); ++i)

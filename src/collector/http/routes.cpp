@@ -6,6 +6,7 @@
 #include "collector/http/target.hpp"
 #include "collector/http/upload.hpp"
 #include "collector/http/views.hpp"
+#include "collector/live_session.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/strand.hpp>
@@ -276,6 +277,7 @@ asio::awaitable<http_response> put_config(request_context& c) {
     if (auto updated = update_config(cfg, *body, c.app.limits); !updated)
         co_return make_error(c.req, updated.error());
     c.app.symbols.configure(cfg);
+    rename_frames(c.app);
     co_return make_json(c.req, http::status::ok, config_json(cfg, c.app.limits));
 }
 

@@ -107,6 +107,8 @@ json::object config_json(const symbol_config& c, const config_limits& limits) {
         map.push_back(json::object{{"from", from}, {"to", to}});
     return {{"binaries", strings_json(c.binaries)},
             {"source_dirs", strings_json(c.source_dirs)},
+            {"debug_dirs", strings_json(c.debug_dirs)},
+            {"debuginfod_urls", limits.debuginfod_urls},
             {"path_map", std::move(map)},
             {"toolchain_prefix", c.toolchain_prefix},
             {"sysroot", c.sysroot},
@@ -129,6 +131,8 @@ result<> update_config(symbol_config& c, const json::object& body, const config_
         return bad_config("binaries must be an array of strings");
     if (const auto* v = body.if_contains("source_dirs"); v && !read_strings(*v, next.source_dirs))
         return bad_config("source_dirs must be an array of strings");
+    if (const auto* v = body.if_contains("debug_dirs"); v && !read_strings(*v, next.debug_dirs))
+        return bad_config("debug_dirs must be an array of strings");
     if (const auto* v = body.if_contains("path_map")) {
         if (!v->is_array())
             return bad_config("path_map must be an array of {from, to}");
@@ -169,6 +173,9 @@ result<> update_config(symbol_config& c, const json::object& body, const config_
         !why.empty())
         return bad_config(why);
     if (auto why = outside_root("source_dirs", next.source_dirs, limits.browse_root, c.source_dirs);
+        !why.empty())
+        return bad_config(why);
+    if (auto why = outside_root("debug_dirs", next.debug_dirs, limits.browse_root, c.debug_dirs);
         !why.empty())
         return bad_config(why);
     std::vector<std::string> targets, kept_targets;

@@ -19,6 +19,7 @@ namespace collector {
 struct config_limits {
     std::string browse_root;
     std::vector<std::string> toolchains; // prefixes of addr2line + readelf; "" is the native one
+    std::string debuginfod_urls = {};    // DEBUGINFOD_URLS as the collector started
 };
 
 // Toolchain prefixes on `path_env` (PATH): every X-addr2line with an X-readelf beside it, the

@@ -30,7 +30,7 @@ struct upload::state : std::enable_shared_from_this<upload::state> {
     state(app_context& a, std::optional<std::uint64_t> d)
         : app(a)
         , strand(asio::make_strand(a.pool))
-        , stream(a.store, "upload")
+        , stream(a.store, "upload", "perf", &a.symbols)
         , declared(d)
         , id(next_id++) {}
 

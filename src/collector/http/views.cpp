@@ -101,7 +101,7 @@ result<view_filter> make_filter(const profile& p, const view_params& v) {
 // On the baseline session's strand.
 asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<session_entry> e,
                                                           app_context* app, view_params v) {
-    ensure_loaded(*e, app->store);
+    ensure_loaded(*e, app->store, &app->symbols);
     v.tid.reset(); // a thread or window of one session means nothing in the other
     v.start_s.reset();
     v.end_s.reset();
@@ -141,7 +141,7 @@ enum class view_kind {
 
 asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
                                           view_kind kind, view_params v) {
-    ensure_loaded(*e, app->store);
+    ensure_loaded(*e, app->store, &app->symbols);
     const session_model& m = *e->model;
     view_result r;
     if (kind == view_kind::metrics) {

@@ -26,6 +26,14 @@ std::uint32_t hex_u32(std::string_view digits) noexcept {
     return v == profile::no_offset ? profile::no_offset - 1 : v;
 }
 
+// Up to 16 hex digits.
+std::uint64_t hex_u64(std::string_view digits) noexcept {
+    std::uint64_t v = 0;
+    for (const char c : digits)
+        v = v * 16 + static_cast<std::uint64_t>(hex_value(c));
+    return v;
+}
+
 std::string_view trim(std::string_view s) noexcept {
     std::size_t b = 0, e = s.size();
     while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
@@ -382,9 +390,20 @@ bool script_parser::frame_text(std::string_view text) {
     }
     if (rest.empty())
         rest = "[unknown]";
+    if (rest == "[unknown]" && namer_ && !module.empty() && module.front() == '/' && sp <= 16) {
+        // A frame perf could not name, in a file: the collector's symbols may.
+        std::uint32_t named_offset = profile::no_offset;
+        const auto frame = named_frame(module, hex_u64(text.substr(0, sp)), named_offset);
+        if (frame != profile::no_frame) {
+            if (frames_.empty())
+                leaf_offset_ = named_offset;
+            frames_.push_back(frame);
+            return true;
+        }
+    }
     if (frames_.empty()) {
         leaf_offset_ = offset;
-        // A frame perf could not name, in a module it could: perf prints the address in that
+        // A frame nobody could name, in a module perf could: perf prints the address in that
         // module, which stands in for the offset (the function table lists them per module).
         if (rest == "[unknown]")
             leaf_offset_ = !module.empty() && module.front() != '[' && sp <= 8
@@ -393,6 +412,28 @@ bool script_parser::frame_text(std::string_view text) {
     }
     frames_.push_back(profile_.intern_frame(rest, module));
     return true;
+}
+
+std::uint32_t script_parser::named_frame(std::string_view module, std::uint64_t address,
+                                         std::uint32_t& offset) {
+    auto by_module = named_.find(module);
+    if (by_module == named_.end())
+        by_module = named_.emplace(std::string(module), 0).first;
+    if (const auto it = by_module->second.find(address); it != by_module->second.end()) {
+        offset = it->second.offset;
+        return it->second.frame;
+    }
+    named n;
+    if (auto answer = namer_->name_frame(module, address)) {
+        n.frame = profile_.intern_frame(answer->symbol, module);
+        n.offset = answer->offset;
+    }
+    if (named_count_ < max_named_addresses) {
+        by_module->second.emplace(address, n);
+        ++named_count_;
+    }
+    offset = n.offset;
+    return n.frame;
 }
 
 void script_parser::commit() {

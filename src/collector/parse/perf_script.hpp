@@ -20,8 +20,11 @@
 #include "protocol/frame.hpp"
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -62,9 +65,25 @@ struct header_fields {
 };
 bool read_header(std::string_view line, header_fields& out) noexcept;
 
+// Names the frames perf printed as "ADDR [unknown] (/path/module)", perf's address being a
+// file offset into the module (the collector's symbolizer, through session_model).
+class frame_namer {
+public:
+    virtual ~frame_namer() = default;
+    struct name {
+        std::string symbol;
+        std::uint32_t offset = 0; // of the address into the function
+    };
+    virtual std::optional<name> name_frame(std::string_view module, std::uint64_t address) = 0;
+};
+
 class script_parser {
 public:
     explicit script_parser(profile& into);
+
+    // From now on, frames perf could not name are named by `namer` where it can; the others
+    // stay "[unknown]" in their module. Each (module, address) is asked once.
+    void name_frames_with(frame_namer* namer) noexcept { namer_ = namer; }
 
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
@@ -95,6 +114,19 @@ private:
     std::string last_event_name_;
     bool have_event_ = false;
     std::uint32_t unknown_frame_ = profile::no_frame;
+
+    // Frames named here: per module, address -> (frame, offset), or no_frame when unnamed.
+    std::uint32_t named_frame(std::string_view module, std::uint64_t address,
+                              std::uint32_t& offset);
+    frame_namer* namer_ = nullptr;
+    struct named {
+        std::uint32_t frame = profile::no_frame, offset = profile::no_offset;
+    };
+    std::map<std::string, std::unordered_map<std::uint64_t, named>, std::less<>> named_;
+    std::size_t named_count_ = 0;
 };
+
+// Addresses remembered per parser; past it each is asked again (still bounded work).
+inline constexpr std::size_t max_named_addresses = std::size_t{1} << 20;
 
 } // namespace collector

@@ -117,10 +117,11 @@ bool has_nul(std::string_view s) {
 } // namespace
 
 struct import_stream::impl {
-    impl(session_store& s, std::string src, std::string p)
+    impl(session_store& s, std::string src, std::string p, symbolizer* names)
         : store(s)
         , source(std::move(src))
-        , perf(std::move(p)) {}
+        , perf(std::move(p))
+        , model(std::make_unique<session_model>(names)) {}
 
     enum class kind { unknown, text, perf_data };
 
@@ -132,7 +133,7 @@ struct import_stream::impl {
 
     std::optional<session_writer> writer; // the staged folder
     std::optional<chunk_sink> sink;
-    std::unique_ptr<session_model> model = std::make_unique<session_model>();
+    std::unique_ptr<session_model> model;
     kind what = kind::unknown;
     std::string head;       // the first bytes, until they say what the input is
     int perf_data_fd = -1;  // an uploaded perf.data, written into the staged folder
@@ -451,8 +452,9 @@ struct import_stream::impl {
     ~impl() { discard(); }
 };
 
-import_stream::import_stream(session_store& store, std::string source, std::string perf)
-    : impl_(std::make_unique<impl>(store, std::move(source), std::move(perf))) {}
+import_stream::import_stream(session_store& store, std::string source, std::string perf,
+                             symbolizer* names)
+    : impl_(std::make_unique<impl>(store, std::move(source), std::move(perf), names)) {}
 
 import_stream::~import_stream() = default;
 
@@ -485,8 +487,9 @@ const std::string& import_stream::error() const noexcept {
 
 import_result import_file(session_store& store, const std::string& path, const std::string& source,
                           const std::string& perf,
-                          const std::function<void(const import_progress&)>& report) {
-    import_stream stream(store, source, perf);
+                          const std::function<void(const import_progress&)>& report,
+                          symbolizer* names) {
+    import_stream stream(store, source, perf, names);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return failure("import_failed", "cannot read " + source + ": " + std::strerror(errno));

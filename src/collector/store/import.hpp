@@ -43,7 +43,9 @@ using import_result = result<imported>;
 
 class import_stream {
 public:
-    import_stream(session_store& store, std::string source, std::string perf = "perf");
+    // `names`: the collector's symbols, to name what the device could not (session_model).
+    import_stream(session_store& store, std::string source, std::string perf = "perf",
+                  symbolizer* names = nullptr);
     ~import_stream(); // without a successful finish(): nothing is left
     import_stream(const import_stream&) = delete;
     import_stream& operator=(const import_stream&) = delete;
@@ -70,6 +72,7 @@ private:
 // A file on disk (perf.data or text). `report` is called about once a second.
 import_result import_file(session_store& store, const std::string& path, const std::string& source,
                           const std::string& perf = "perf",
-                          const std::function<void(const import_progress&)>& report = {});
+                          const std::function<void(const import_progress&)>& report = {},
+                          symbolizer* names = nullptr);
 
 } // namespace collector

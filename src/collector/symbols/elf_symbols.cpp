@@ -1,5 +1,6 @@
 #include "collector/symbols/elf_symbols.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cxxabi.h>
 #include <memory>
@@ -101,16 +102,51 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text) {
             (f[3] != "FUNC" && f[3] != "IFUNC") || f[6] == "UND")
             continue;
         char* end = nullptr;
-        const std::string value(f[1]);
+        const std::string value(f[1]), size_text(f[2]);
         const std::uint64_t address = std::strtoull(value.c_str(), &end, 16);
         if (address == 0 || *end != '\0')
             continue;
+        // readelf prints a size in decimal, or in hex with "0x" when it is large.
+        const std::uint64_t size = std::strtoull(size_text.c_str(), &end, 0);
+        if (*end != '\0')
+            continue;
         // Both the name perf shows and the raw name, first definition wins (.dynsym first,
         // which agrees with .symtab).
-        out.by_name_.try_emplace(perf_symbol_name(f[7]), address);
+        auto name = perf_symbol_name(f[7]);
+        out.by_name_.try_emplace(name, address);
         out.by_name_.try_emplace(std::string(f[7]), address);
+        const int rank = f[4] == "GLOBAL" ? 0 : f[4] == "WEAK" ? 1 : 2;
+        out.by_address_.push_back({address, size, std::move(name), rank});
     }
+    // One entry per address: the alias perf would show (global before weak before local,
+    // then the first listed), with the largest size any alias gives.
+    auto& v = out.by_address_;
+    std::stable_sort(v.begin(), v.end(), [](const entry& a, const entry& b) {
+        return a.start != b.start ? a.start < b.start : a.rank < b.rank;
+    });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (kept && v[kept - 1].start == v[i].start) {
+            v[kept - 1].size = std::max(v[kept - 1].size, v[i].size);
+            continue;
+        }
+        if (kept != i)
+            v[kept] = std::move(v[i]);
+        ++kept;
+    }
+    v.resize(kept);
     return out;
+}
+
+std::optional<elf_symbols::function> elf_symbols::at(std::uint64_t address) const {
+    auto it = std::upper_bound(by_address_.begin(), by_address_.end(), address,
+                               [](std::uint64_t a, const entry& e) { return a < e.start; });
+    if (it == by_address_.begin())
+        return std::nullopt;
+    --it;
+    if (it->size != 0 && address - it->start >= it->size)
+        return std::nullopt; // past its end: a gap between functions
+    return function{it->name, it->start};
 }
 
 std::optional<std::uint64_t> elf_symbols::address_of(std::string_view perf_name) const {

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace collector {
 
@@ -33,10 +34,24 @@ public:
     static elf_symbols parse_readelf(std::string_view text);
 
     std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
-    std::size_t size() const noexcept { return by_name_.size(); }
+    std::size_t size() const noexcept { return by_address_.size(); }
+
+    // The function holding `address` (its name as perf shows it, and its start): the one
+    // whose [start, start + size) holds it, or one of no size starting at or below it.
+    struct function {
+        std::string_view name;
+        std::uint64_t start = 0;
+    };
+    std::optional<function> at(std::uint64_t address) const;
 
 private:
+    struct entry {
+        std::uint64_t start = 0, size = 0;
+        std::string name; // perf's
+        int rank = 0;     // among aliases at one address: GLOBAL 0, WEAK 1, LOCAL 2
+    };
     std::unordered_map<std::string, std::uint64_t> by_name_;
+    std::vector<entry> by_address_; // by start; one entry per address
 };
 
 } // namespace collector

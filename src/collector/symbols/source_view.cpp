@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -47,6 +48,43 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 } // namespace
 
+json::array binaries_json(const profile& p, const symbolizer& symbols,
+                          const std::map<std::string, std::string>& device_build_ids,
+                          json::array& warnings) {
+    std::set<std::string_view> modules, unnamed; // unnamed: with frames no symbol named
+    for (std::uint32_t f = 0; f < p.frame_count(); ++f) {
+        modules.insert(p.module(f));
+        if (p.symbol(f) == "[unknown]")
+            unnamed.insert(p.module(f));
+    }
+    json::array out;
+    for (const auto& b : symbols.binaries()) {
+        if (!modules.count(b.module))
+            continue;
+        const auto device = device_build_ids.find(b.module);
+        if (device != device_build_ids.end() && device->second != b.device_build_id)
+            continue; // looked up for another device's build
+        json::array tried;
+        for (const auto& t : b.tried)
+            tried.emplace_back(t);
+        json::object o{{"module", b.module},        {"path", b.path},   {"origin", b.origin},
+                       {"symbols", b.symbols},      {"error", b.error}, {"build_id", b.build_id},
+                       {"tried", std::move(tried)}, {"fix", b.fix},     {"pending", b.pending}};
+        if (b.device_build_id.empty()) {
+            o["build_matches"] = nullptr; // nothing to compare
+        } else {
+            o["device_build_id"] = b.device_build_id;
+            o["build_matches"] = !b.path.empty() && b.build_id == b.device_build_id;
+        }
+        if (!b.fix.empty() && !b.pending && (b.path.empty() || unnamed.count(b.module)))
+            warnings.emplace_back("no symbols for " + b.module +
+                                  (b.path.empty() ? "" : " beyond its dynamic ones") + ": " +
+                                  b.fix);
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
                           const source_request& req,
                           const std::map<std::string, std::string>& device_build_ids) {
@@ -70,8 +108,10 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         const auto [it, fresh] =
             index.try_emplace(std::uint64_t{frame} << 32 | p.site_offset(s), sites.size());
         if (fresh) {
-            sites.push_back(
-                {std::string(p.module(frame)), std::string(p.symbol(frame)), p.site_offset(s)});
+            const std::string module(p.module(frame));
+            const auto id = device_build_ids.find(module);
+            sites.push_back({module, std::string(p.symbol(frame)), p.site_offset(s),
+                             id == device_build_ids.end() ? std::string() : id->second});
             values.push_back(0);
             samples.push_back(0);
         }
@@ -116,29 +156,8 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                       {"weight", f.by_period ? "period" : "samples"},
                       {"session_total", total},
                       {"placed_pct", pct(placed, total)}};
-    // Binaries: the local copy used, and whether it is the build that ran on the device.
-    json::array bins, warnings;
-    for (const auto& b : symbols.binaries()) {
-        json::object o{{"module", b.module},
-                       {"path", b.path},
-                       {"symbols", b.symbols},
-                       {"error", b.error},
-                       {"build_id", b.build_id}};
-        const auto device = device_build_ids.find(b.module);
-        if (device == device_build_ids.end() || device->second.empty() || b.build_id.empty()) {
-            o["build_matches"] = nullptr; // nothing to compare
-        } else {
-            o["device_build_id"] = device->second;
-            o["build_matches"] = device->second == b.build_id;
-            if (device->second != b.build_id && b.error.empty())
-                warnings.emplace_back(b.path +
-                                      " is not the build that ran on the device (build-id " +
-                                      b.build_id + ", the device's " + device->second +
-                                      "): its source lines may be wrong; point --binary or "
-                                      "--sysroot at the matching build");
-        }
-        bins.push_back(std::move(o));
-    }
+    json::array warnings;
+    head["binaries"] = binaries_json(p, symbols, device_build_ids, warnings);
     head["warnings"] = std::move(warnings);
 
     std::string file = req.file;
@@ -180,7 +199,6 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                                         {"functions", std::move(top)}});
         }
         head["files"] = std::move(list);
-        head["binaries"] = std::move(bins);
         return {200, std::move(head)};
     }
 

@@ -27,9 +27,10 @@ struct source_answer {
     boost::json::value body; // the API's error shape when not 200
 };
 
-// `device_build_ids` (module path -> build-id, from the agent's `binaries` metrics) is
-// compared with each local copy's: a different build is named in `warnings`, since its
-// lines would be wrong.
+// `device_build_ids` (module path -> build-id, from the agent's `binaries` metrics) picks the
+// build each module's symbols must come from (locate.hpp). "binaries" lists, for the
+// profile's modules, the file used and where it was found, or what was tried and the fix;
+// a module with frames still unnamed is named in "warnings".
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
                           const source_request& req,
                           const std::map<std::string, std::string>& device_build_ids = {});

@@ -49,29 +49,6 @@ bool is_regular_file(const std::string& path) {
     return !path.empty() && fs::is_regular_file(path, ec);
 }
 
-// Why binutils may not read `path`, or nothing: only a regular ELF file is handed to readelf
-// and addr2line, never a device, FIFO or kernel file that a hostile agent names as a module.
-// `real` gets the resolved path, which is what the tools are given (no link followed later).
-std::string unreadable_binary(const std::string& path, std::string& real_path) {
-    std::error_code ec;
-    const fs::path real = fs::canonical(path, ec);
-    real_path = real.string();
-    if (ec || !fs::is_regular_file(real, ec))
-        return "binary not found: " + path + " (set --binary or --sysroot)";
-    for (const char* kernel : {"/proc", "/sys", "/dev"})
-        if (real == kernel || real.native().rfind(std::string(kernel) + "/", 0) == 0)
-            return "not a binary: " + real.string();
-    char magic[4] = {};
-    if (std::FILE* f = std::fopen(real.c_str(), "rb")) {
-        const auto n = std::fread(magic, 1, sizeof magic, f);
-        std::fclose(f);
-        if (n == sizeof magic && std::string_view(magic, 4) == "\x7f"
-                                                               "ELF")
-            return {};
-    }
-    return "not an ELF file: " + real.string();
-}
-
 } // namespace
 
 std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines) {
@@ -97,71 +74,105 @@ std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines)
 
 symbolizer::symbolizer(symbol_config c)
     : config_(c)
-    , next_config_(std::move(c)) {}
+    , lines_config_(std::move(c)) {}
 
 symbol_config symbolizer::config() const {
-    std::lock_guard lock(next_mutex_);
-    return next_config_;
+    std::lock_guard lock(config_mutex_);
+    return config_;
+}
+
+std::uint64_t symbolizer::generation() const {
+    std::lock_guard lock(config_mutex_);
+    return generation_;
 }
 
 void symbolizer::configure(symbol_config c) {
-    std::lock_guard lock(next_mutex_);
-    next_config_ = std::move(c);
-    ++next_generation_;
+    std::lock_guard lock(config_mutex_);
+    config_ = std::move(c);
+    ++generation_;
+    tables_.clear();
 }
 
-void symbolizer::refresh_config() {
-    std::lock_guard lock(next_mutex_);
-    if (generation_ == next_generation_)
-        return;
-    config_ = next_config_;
-    generation_ = next_generation_;
-    binaries_.clear();
+void symbolizer::refresh() {
+    std::lock_guard lock(config_mutex_);
+    ++generation_;
+    tables_.clear();
 }
 
-std::string symbolizer::local_binary(const std::string& module) const {
-    std::string m = module;
-    if (const auto del = m.find(" (deleted)"); del != std::string::npos)
-        m.erase(del);
-    const auto name = fs::path(m).filename();
-    for (const auto& b : config_.binaries)
-        if (b == m || fs::path(b).filename() == name)
-            return b;
-    if (!config_.sysroot.empty())
-        return (fs::path(config_.sysroot) / fs::path(m).relative_path()).string();
+void symbolizer::use_debuginfod(debuginfod_lookup lookup) {
+    std::lock_guard lock(config_mutex_);
+    debuginfod_ = std::move(lookup);
+}
+
+std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::string& module,
+                                                                    const std::string& build_id) {
+    std::shared_ptr<module_slot> slot;
+    symbol_config c;
+    debuginfod_lookup debuginfod;
+    {
+        std::lock_guard lock(config_mutex_);
+        auto& s = tables_[module + '\0' + build_id];
+        if (!s)
+            s = std::make_shared<module_slot>();
+        slot = s;
+        if (slot->value)
+            return slot->value;
+        c = config_;
+        debuginfod = debuginfod_;
+    }
+    std::lock_guard loading(slot->loading);
+    if (slot->value)
+        return slot->value;
+    auto m = std::make_shared<module_symbols>();
+    m->module = module;
+    m->device_build_id = build_id;
+    m->source = locate_symbols(c, module, build_id, debuginfod);
+    if (m->source.path.empty()) {
+        m->error = "no symbols found for " + module;
+    } else {
+        auto r = run_capture({c.toolchain_prefix + "readelf", "-sW", m->source.path});
+        if (r.code != 0)
+            m->error = "readelf failed on " + m->source.path + ": " + r.err.substr(0, 200);
+        else
+            m->symbols = elf_symbols::parse_readelf(r.out);
+    }
+    std::lock_guard lock(config_mutex_);
+    slot->value = m;
     return m;
 }
 
-symbolizer::binary& symbolizer::load(const std::string& module) {
-    if (auto it = binaries_.find(module); it != binaries_.end())
-        return *it->second;
-    auto b = std::make_unique<binary>();
-    b->path = local_binary(module);
-    if (module.empty() || module.front() == '[') {
-        b->error = "no binary for " + module; // kernel, vdso, unknown
-    } else if (std::string real, why = unreadable_binary(b->path, real); !why.empty()) {
-        b->error = std::move(why);
-    } else {
-        b->path = std::move(real);
-        auto c = run_capture({config_.toolchain_prefix + "readelf", "-sW", b->path});
-        if (c.code != 0) {
-            b->error = "readelf failed on " + b->path + ": " + c.err.substr(0, 200);
-        } else {
-            b->symbols = elf_symbols::parse_readelf(c.out);
-            b->build_id = protocol::read_build_id(b->path).value_or("");
-            std::vector<std::string> argv{config_.toolchain_prefix + "addr2line", "-a", "-f", "-C"};
-            if (config_.inline_frames)
-                argv.push_back("-i");
-            argv.insert(argv.end(), {"-e", b->path});
-            b->addr2line = coprocess::start(argv);
-            if (!b->addr2line)
-                b->error = "cannot start " + argv[0];
-        }
-    }
-    return *binaries_.emplace(module, std::move(b)).first->second;
+std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& module,
+                                                             const std::string& build_id,
+                                                             std::uint64_t address) {
+    const auto m = table(module, build_id);
+    if (!m->error.empty())
+        return std::nullopt;
+    const auto vaddr = protocol::file_offset_to_vaddr(m->source.facts.loads, address);
+    if (!vaddr)
+        return std::nullopt;
+    const auto f = m->symbols.at(*vaddr);
+    if (!f || *vaddr - f->start >= 0xFFFFFFFFULL)
+        return std::nullopt;
+    return frame_name{std::string(f->name), static_cast<std::uint32_t>(*vaddr - f->start)};
 }
 
-void symbolizer::lookup(binary& b, const std::vector<std::uint64_t>& addresses) {
+symbolizer::binary& symbolizer::lines_for(const module_symbols& m) {
+    auto [it, fresh] = binaries_.try_emplace(m.source.path);
+    binary& b = it->second;
+    if (!fresh)
+        return b;
+    std::vector<std::string> argv{lines_config_.toolchain_prefix + "addr2line", "-a", "-f", "-C"};
+    if (lines_config_.inline_frames)
+        argv.push_back("-i");
+    argv.insert(argv.end(), {"-e", m.source.path});
+    b.addr2line = coprocess::start(argv);
+    if (!b.addr2line)
+        b.error = "cannot start " + argv[0];
+    return b;
+}
+
+void symbolizer::lookup(binary& b, const std::string& path,
+                        const std::vector<std::uint64_t>& addresses) {
     for (std::size_t at = 0; at < addresses.size() && b.addr2line; at += batch_size) {
         const auto end = std::min(addresses.size(), at + batch_size);
         std::string input;
@@ -185,7 +196,7 @@ void symbolizer::lookup(binary& b, const std::vector<std::uint64_t>& addresses) 
             },
             tool_timeout);
         if (!ok) {
-            b.error = "addr2line stopped answering for " + b.path;
+            b.error = "addr2line stopped answering for " + path;
             b.addr2line.reset();
             return;
         }
@@ -198,19 +209,29 @@ void symbolizer::lookup(binary& b, const std::vector<std::uint64_t>& addresses) 
 
 std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& sites) {
     std::lock_guard lock(mutex_);
-    refresh_config();
+    {
+        std::lock_guard config_lock(config_mutex_);
+        if (lines_generation_ != generation_) {
+            lines_generation_ = generation_;
+            lines_config_ = config_;
+            binaries_.clear();
+        }
+    }
     std::vector<placement> out(sites.size());
     // Per module: the addresses not cached yet, then one pass through addr2line.
-    std::map<std::string, std::vector<std::size_t>, std::less<>> by_module;
+    std::map<std::pair<std::string, std::string>, std::vector<std::size_t>> by_module;
     for (std::size_t i = 0; i < sites.size(); ++i)
-        by_module[sites[i].module].push_back(i);
-    for (const auto& [module, indices] : by_module) {
-        binary& b = load(module);
+        by_module[{sites[i].module, sites[i].build_id}].push_back(i);
+    for (const auto& [key, indices] : by_module) {
+        const auto m = table(key.first, key.second);
+        if (!m->error.empty())
+            continue;
+        binary& b = lines_for(*m);
         std::vector<std::uint64_t> address(indices.size(), sentinel);
         std::vector<std::uint64_t> missing;
         for (std::size_t k = 0; k < indices.size(); ++k) {
             const auto& s = sites[indices[k]];
-            if (const auto base = b.symbols.address_of(s.symbol)) {
+            if (const auto base = m->symbols.address_of(s.symbol)) {
                 address[k] = *base + s.offset;
                 if (!b.cache.count(address[k]))
                     missing.push_back(address[k]);
@@ -218,7 +239,7 @@ std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& 
         }
         std::sort(missing.begin(), missing.end());
         missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-        lookup(b, missing);
+        lookup(b, m->source.path, missing);
         for (std::size_t k = 0; k < indices.size(); ++k) {
             if (address[k] == sentinel)
                 continue;
@@ -231,17 +252,31 @@ std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& 
 }
 
 std::vector<symbolizer::binary_status> symbolizer::binaries() const {
+    std::vector<std::shared_ptr<const module_symbols>> tables;
+    {
+        std::lock_guard lock(config_mutex_);
+        for (const auto& [key, slot] : tables_)
+            if (slot->value)
+                tables.push_back(slot->value);
+    }
     std::lock_guard lock(mutex_);
     std::vector<binary_status> out;
-    for (const auto& [module, b] : binaries_)
-        out.push_back({module, b->path, b->error, b->symbols.size(), b->build_id});
+    for (const auto& m : tables) {
+        binary_status s{m->module,          m->source.path,   m->source.origin,  m->error,
+                        m->source.fix,      m->source.tried,  m->symbols.size(), m->source.build_id,
+                        m->device_build_id, m->source.pending};
+        if (const auto b = binaries_.find(m->source.path);
+            s.error.empty() && b != binaries_.end() && !b->second.error.empty())
+            s.error = b->second.error;
+        out.push_back(std::move(s));
+    }
     return out;
 }
 
 std::optional<std::string> symbolizer::source_path(const std::string& file) const {
-    std::lock_guard lock(mutex_); // the config that placed the lines
+    const auto c = config();
     std::string mapped = file;
-    for (const auto& [from, to] : config_.path_map)
+    for (const auto& [from, to] : c.path_map)
         if (!from.empty() && mapped.rfind(from, 0) == 0) {
             mapped = to + mapped.substr(from.size());
             break;
@@ -251,7 +286,7 @@ std::optional<std::string> symbolizer::source_path(const std::string& file) cons
     // Under a source dir: the whole path, then ever shorter tails of it.
     const fs::path p = fs::path(mapped).relative_path();
     std::vector<fs::path> parts(p.begin(), p.end());
-    for (const auto& dir : config_.source_dirs)
+    for (const auto& dir : c.source_dirs)
         for (std::size_t skip = 0; skip < parts.size(); ++skip) {
             fs::path candidate = dir;
             for (std::size_t i = skip; i < parts.size(); ++i)

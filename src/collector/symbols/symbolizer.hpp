@@ -1,18 +1,22 @@
-// Sample sites (leaf function + offset, in a module perf named) to source lines.
+// Sample sites (leaf function + offset, in a module perf named) to source lines, and frames
+// perf could not name (an address in a module) to functions.
 //
-// Per binary: its function symbols (from readelf) turn "sym+off" into an address in the
-// binary's own address space, and one long-lived `addr2line -a -f -i -C -e BIN` answers batches
-// of addresses, each batch ended by a sentinel address so a variable number of inline lines is
-// delimited. Answers are cached per binary. Runs on the thread pool (it blocks); one mutex
-// serializes it across sessions.
+// Per module and build: the file its symbols come from (locate.hpp: --binary, --sysroot,
+// debug dirs, .gnu_debuglink, perf's build-id cache, debuginfod), that file's function
+// symbols (from readelf) and load segments. They turn "sym+off" into an address in the
+// binary's own address space, and a bare address into the function holding it. One
+// long-lived `addr2line -a -f -i -C -e FILE` answers batches of addresses, each batch ended by
+// a sentinel address so a variable number of inline lines is delimited. Answers are cached
+// per file. Source lines run on the thread pool (they block); one mutex serializes them
+// across sessions. Naming frames does not wait for them: it reads the symbol tables, loaded
+// once per module under their own lock.
 //
-// Where files are: a module's path on the device may differ from the collector's. --binary
-// names local copies (matched by file name), --sysroot is prepended to module paths (like
-// perf --symfs); source paths from the debug info go through --path-map FROM=TO and are then
-// looked for under each --source-dir.
+// Source paths from the debug info go through --path-map FROM=TO and are then looked for
+// under each --source-dir.
 #pragma once
 
 #include "collector/symbols/elf_symbols.hpp"
+#include "collector/symbols/locate.hpp"
 #include "collector/symbols/subprocess.hpp"
 
 #include <cstdint>
@@ -33,6 +37,8 @@ struct symbol_config {
     std::vector<std::pair<std::string, std::string>> path_map; // from -> to
     std::string toolchain_prefix;                              // e.g. "aarch64-linux-gnu-"
     std::string sysroot;
+    std::vector<std::string> debug_dirs{"/usr/lib/debug"}; // each with .build-id/ab/cdef….debug
+    std::string build_id_cache;                            // perf's; empty: $HOME/.debug
     bool inline_frames = true;
 };
 
@@ -54,27 +60,52 @@ public:
     explicit symbolizer(symbol_config c = {});
 
     // Neither waits for a symbolization in progress (so the I/O thread may call them); a new
-    // configuration takes effect at the next resolve, which forgets every binary and answer.
+    // configuration takes effect at once for naming and at the next resolve for lines, and
+    // forgets every module and answer.
     symbol_config config() const;
     void configure(symbol_config c);
+    // Counts configurations and new symbols (a debuginfod answer): a session named under an
+    // older generation may name more now.
+    std::uint64_t generation() const;
+
+    // Debug files by build-id from a debuginfod server.
+    void use_debuginfod(debuginfod_lookup lookup);
+    // Forgets what was found for every module (the next use looks again) and moves the
+    // generation on; what a debuginfod answer calls.
+    void refresh();
+
+    // A frame perf printed as "ADDR [unknown] (module)": the function holding it, from the
+    // symbol file found for the module (build-id: the device's, may be empty). `address` is
+    // perf's, a file offset; `offset` is the address's distance into the function.
+    struct frame_name {
+        std::string symbol;
+        std::uint32_t offset = 0;
+    };
+    std::optional<frame_name> name_frame(const std::string& module, const std::string& build_id,
+                                         std::uint64_t address);
 
     struct site {
         std::string module, symbol;
         std::uint32_t offset = 0;
+        std::string build_id = {}; // the device's, when known
     };
     struct placement {
         std::optional<std::uint64_t> address; // in the binary's own address space
         source_chain chain;
     };
-    // One placement per site, in order: the address when the local binary names the symbol,
+    // One placement per site, in order: the address when the symbol file names the symbol,
     // the source lines when its debug info places that address.
     std::vector<placement> resolve(const std::vector<site>& sites);
 
-    // The local binary used for a module, or why there is none.
+    // For each module looked up so far: the file used and where it was found, or what was
+    // tried and the fix.
     struct binary_status {
-        std::string module, path, error;
+        std::string module, path, origin, error, fix;
+        std::vector<std::string> tried;
         std::size_t symbols = 0;
-        std::string build_id; // of the local copy; empty when it has none
+        std::string build_id;        // of the file used; empty when it has none
+        std::string device_build_id; // what the agent reported; empty when it did not
+        bool pending = false;        // a debuginfod answer is on its way
     };
     std::vector<binary_status> binaries() const;
 
@@ -82,23 +113,38 @@ public:
     std::optional<std::string> source_path(const std::string& file) const;
 
 private:
-    struct binary {
-        std::string path, error, build_id;
+    // One module (path + device build-id): where its symbols come from, and the table.
+    struct module_symbols {
+        std::string module, device_build_id;
+        symbol_source source;
         elf_symbols symbols;
+        std::string error;
+    };
+    struct module_slot {
+        std::mutex loading;
+        std::shared_ptr<const module_symbols> value;
+    };
+    std::shared_ptr<const module_symbols> table(const std::string& module,
+                                                const std::string& build_id);
+    // Lines: one addr2line per symbol file.
+    struct binary {
+        std::string error;
         std::unique_ptr<coprocess> addr2line;
         std::unordered_map<std::uint64_t, source_chain> cache;
     };
-    void refresh_config(); // under mutex_
-    binary& load(const std::string& module);
-    std::string local_binary(const std::string& module) const;
-    void lookup(binary& b, const std::vector<std::uint64_t>& addresses);
+    binary& lines_for(const module_symbols& m);
+    void lookup(binary& b, const std::string& path, const std::vector<std::uint64_t>& addresses);
 
-    mutable std::mutex mutex_; // the binaries and the config in use
+    mutable std::mutex config_mutex_; // config_, generation_, tables_, the debuginfod hooks
     symbol_config config_;
-    mutable std::mutex next_mutex_; // the latest configuration
-    symbol_config next_config_;
-    std::uint64_t next_generation_ = 0, generation_ = 0;
-    std::map<std::string, std::unique_ptr<binary>, std::less<>> binaries_; // by module
+    std::uint64_t generation_ = 0;
+    std::map<std::string, std::shared_ptr<module_slot>, std::less<>> tables_; // module \0 id
+    debuginfod_lookup debuginfod_;
+
+    mutable std::mutex mutex_; // source lines: the addr2line processes
+    std::uint64_t lines_generation_ = 0;
+    symbol_config lines_config_;
+    std::map<std::string, binary, std::less<>> binaries_; // by symbol file path
 };
 
 } // namespace collector

@@ -1,0 +1,38 @@
+// Debug files by build-id from the debuginfod servers in DEBUGINFOD_URLS (libdebuginfod, with
+// its own cache), fetched on one thread of their own: naming a frame never waits for the
+// network. The first ask for a build-id queues it and answers "pending"; when a fetch found
+// something, `arrived` is called (on that thread) so the symbols can be looked up again.
+//
+// The build-ids come from agents: only well-formed ones are asked for, the queue and the
+// answers kept are bounded, and a fetch in progress is cut short when the collector stops.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace collector {
+
+class debuginfod_fetcher {
+public:
+    // `urls`: DEBUGINFOD_URLS as the collector was started with (libdebuginfod reads the
+    // environment itself); empty: nothing is ever fetched.
+    debuginfod_fetcher(std::string urls, std::function<void()> arrived);
+    ~debuginfod_fetcher();
+    debuginfod_fetcher(const debuginfod_fetcher&) = delete;
+    debuginfod_fetcher& operator=(const debuginfod_fetcher&) = delete;
+
+    // Whether this build has debuginfod support (libdebuginfod was found at build time).
+    static bool available() noexcept;
+
+    // The local path of the debug file for `build_id` once fetched; otherwise nullopt, `why`
+    // saying what happened and `pending` whether an answer is still to come.
+    std::optional<std::string> lookup(const std::string& build_id, std::string& why, bool& pending);
+
+private:
+    struct state;
+    std::shared_ptr<state> state_;
+};
+
+} // namespace collector

@@ -1,0 +1,202 @@
+#include "collector/symbols/locate.hpp"
+
+#include "collector/symbols/symbolizer.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+namespace collector {
+namespace fs = std::filesystem;
+namespace {
+
+// Why `path` may not be read as a binary, or nothing: only a regular ELF file is, never a
+// device, FIFO or kernel file a hostile agent names as a module. `real` gets the resolved
+// path, which is what is read later (no link followed after this check).
+std::string unreadable(const std::string& path, std::string& real_path) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(path, ec);
+    if (ec || !fs::is_regular_file(real, ec))
+        return "not found";
+    for (const char* kernel : {"/proc", "/sys", "/dev"})
+        if (real == kernel || real.native().rfind(std::string(kernel) + "/", 0) == 0)
+            return "not a binary";
+    real_path = real.string();
+    return {};
+}
+
+std::string without_deleted(std::string m) {
+    if (const auto del = m.find(" (deleted)"); del != std::string::npos)
+        m.erase(del);
+    return m;
+}
+
+class search {
+public:
+    search(const std::string& device_build_id, symbol_source& out)
+        : device_(device_build_id)
+        , out_(out) {}
+
+    // Looks at one candidate; true once one with a symbol table is taken.
+    bool consider(const std::string& path, const std::string& origin) {
+        if (path.empty())
+            return false;
+        const std::string where = origin + " " + path;
+        std::string real;
+        if (auto why = unreadable(path, real); !why.empty()) {
+            out_.tried.push_back(where + ": " + why);
+            return false;
+        }
+        auto facts = protocol::read_elf_facts(real);
+        if (!facts) {
+            out_.tried.push_back(where + ": not an ELF file");
+            return false;
+        }
+        const std::string id = facts->build_id.value_or("");
+        if (!device_.empty() && id != device_) {
+            out_.tried.push_back(where + ": another build (build-id " + (id.empty() ? "none" : id) +
+                                 ", the device ran " + device_ + "), not used");
+            return false;
+        }
+        if (!facts->symtab) {
+            out_.tried.push_back(where + ": stripped (no symbol table)");
+            if (!fallback_)
+                fallback_ = symbol_source{real, origin, id, *facts, {}, {}, false};
+            if (local_.empty())
+                local_ = real;
+            return false;
+        }
+        out_.path = real;
+        out_.origin = origin;
+        out_.build_id = id;
+        out_.facts = std::move(*facts);
+        if (local_.empty())
+            local_ = real;
+        return true;
+    }
+
+    // The first matching file seen, even a stripped one: its .gnu_debuglink names the rest.
+    const std::string& local_copy() const { return local_; }
+
+    // Nothing with symbols: the best stripped match, if any.
+    void settle() {
+        if (out_.path.empty() && fallback_) {
+            out_.path = fallback_->path;
+            out_.origin = fallback_->origin;
+            out_.build_id = fallback_->build_id;
+            out_.facts = std::move(fallback_->facts);
+        }
+    }
+
+private:
+    const std::string& device_;
+    symbol_source& out_;
+    std::optional<symbol_source> fallback_;
+    std::string local_;
+};
+
+std::string home_debug_cache() {
+    const char* home = std::getenv("HOME");
+    return home && *home ? std::string(home) + "/.debug" : std::string();
+}
+
+} // namespace
+
+bool plausible_build_id(const std::string& id) {
+    if (id.size() < 2 || id.size() > 128)
+        return false;
+    for (const char c : id)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    return true;
+}
+
+symbol_source locate_symbols(const symbol_config& c, const std::string& module_path,
+                             const std::string& device_build_id,
+                             const debuginfod_lookup& debuginfod) {
+    symbol_source out;
+    if (module_path.empty() || module_path.front() != '/') {
+        out.tried.push_back(module_path + ": not a file (the kernel, vdso, JIT code)");
+        return out;
+    }
+    const std::string id = plausible_build_id(device_build_id) ? device_build_id : std::string();
+    const std::string module = without_deleted(module_path);
+    const fs::path name = fs::path(module).filename();
+    search s(id, out);
+
+    // --binary: the device's build first, then by file name (which the build-id check may
+    // still refuse).
+    bool done = false;
+    if (!id.empty())
+        for (const auto& b : c.binaries)
+            if (!done && protocol::read_build_id(b).value_or("") == id)
+                done = s.consider(b, "--binary");
+    for (const auto& b : c.binaries)
+        if (!done && (b == module || fs::path(b).filename() == name))
+            done = s.consider(b, "--binary");
+    if (!done) {
+        if (!c.sysroot.empty())
+            done = s.consider((fs::path(c.sysroot) / fs::path(module).relative_path()).string(),
+                              "--sysroot");
+        else
+            done = s.consider(module, "the device's path");
+    }
+    const std::string hex_head = id.size() > 2 ? id.substr(0, 2) : std::string();
+    const std::string hex_tail = id.size() > 2 ? id.substr(2) : std::string();
+    if (!done && !id.empty())
+        for (const auto& dir : c.debug_dirs)
+            if (!done && !dir.empty())
+                done = s.consider(dir + "/.build-id/" + hex_head + "/" + hex_tail + ".debug",
+                                  "debug dir");
+    if (!done && !s.local_copy().empty()) {
+        const auto facts = protocol::read_elf_facts(s.local_copy());
+        const std::string link = facts ? facts->debuglink : std::string();
+        if (!link.empty() && link.find('/') == std::string::npos && link != "." && link != "..") {
+            const fs::path dir = fs::path(s.local_copy()).parent_path();
+            for (const fs::path& p : {dir / link, dir / ".debug" / link})
+                if (!done)
+                    done = s.consider(p.string(), ".gnu_debuglink");
+            for (const auto& d : c.debug_dirs)
+                if (!done && !d.empty())
+                    done = s.consider(
+                        (fs::path(d) / fs::path(module).parent_path().relative_path() / link)
+                            .string(),
+                        ".gnu_debuglink");
+        }
+    }
+    if (!done && !id.empty()) {
+        const std::string cache = c.build_id_cache.empty() ? home_debug_cache() : c.build_id_cache;
+        if (!cache.empty()) {
+            // Newer perf keeps a directory per build-id (elf, debug); older a link to the file.
+            const std::string entry = cache + "/.build-id/" + hex_head + "/" + hex_tail;
+            std::error_code ec;
+            if (fs::is_directory(entry, ec)) {
+                for (const char* f : {"/debug", "/elf"})
+                    if (!done)
+                        done = s.consider(entry + f, "perf's build-id cache");
+            } else {
+                done = s.consider(entry, "perf's build-id cache");
+            }
+        }
+    }
+    if (!done && !id.empty() && debuginfod) {
+        std::string why;
+        bool pending = false;
+        if (auto path = debuginfod(id, why, pending))
+            done = s.consider(*path, "debuginfod");
+        else
+            out.tried.push_back("debuginfod: " + why);
+        out.pending = pending;
+    }
+    s.settle();
+    if (!done)
+        out.fix = id.empty() ? "the agent reported no build-id for " + module +
+                                   ": give its unstripped copy with --binary"
+                             : "give the unstripped build with --binary, its debug files with "
+                               "--debug-dir DIR (DIR/.build-id/" +
+                                   hex_head + "/" + hex_tail +
+                                   ".debug), install its -dbgsym package, or set DEBUGINFOD_URLS";
+    return out;
+}
+
+} // namespace collector
