@@ -141,8 +141,10 @@ void read_segments(elf_reader& r, const header& h, elf_facts& out) {
         const std::uint64_t offset = w ? field(table, at + 8, 8, be) : field(table, at + 4, 4, be);
         const std::uint64_t vaddr = w ? field(table, at + 16, 8, be) : field(table, at + 8, 4, be);
         const std::uint64_t size = w ? field(table, at + 32, 8, be) : field(table, at + 16, 4, be);
+        const std::uint64_t memsz = w ? field(table, at + 40, 8, be) : field(table, at + 20, 4, be);
+        const std::uint64_t align = w ? field(table, at + 48, 8, be) : field(table, at + 28, 4, be);
         if (type == pt_load)
-            out.loads.push_back({offset, vaddr, size});
+            out.loads.push_back({offset, vaddr, size, memsz, align});
         else if (type == pt_note && !out.build_id && size > 0 && size <= max_note_bytes)
             out.build_id = find_in_notes(r.bytes(offset, size), be);
     }
@@ -244,6 +246,33 @@ std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>
         if (offset >= s.offset && offset - s.offset < s.filesz)
             return offset - s.offset + s.vaddr;
     return std::nullopt;
+}
+
+bool offsets_lost(const std::vector<elf_segment>& loads) {
+    // The first segment holds the ELF header at offset 0; in a debug file the later ones
+    // with contents in memory have none in the file (or all point at 0).
+    for (std::size_t i = 1; i < loads.size(); ++i)
+        if (loads[i].memsz > 0 && (loads[i].filesz == 0 || loads[i].offset == 0))
+            return true;
+    return false;
+}
+
+std::vector<elf_segment> rebuild_offsets(std::vector<elf_segment> loads) {
+    std::uint64_t end = 0;
+    for (auto& s : loads) {
+        const std::uint64_t align = s.align > 1 ? s.align : 1;
+        std::uint64_t at = end;
+        if (align > 1 && (align & (align - 1)) == 0) {
+            const std::uint64_t want = s.vaddr & (align - 1);
+            at = (end & ~(align - 1)) + want;
+            if (at < end)
+                at += align;
+        }
+        s.offset = at;
+        s.filesz = s.memsz; // code and read-only data: all of it was in the file
+        end = at + s.memsz;
+    }
+    return loads;
 }
 
 } // namespace protocol

@@ -21,6 +21,7 @@ std::optional<std::string> parse_build_id(std::string_view image);
 // What the collector needs of a file it may take symbols from.
 struct elf_segment {
     std::uint64_t offset = 0, vaddr = 0, filesz = 0; // a PT_LOAD: file bytes at vaddr
+    std::uint64_t memsz = 0, align = 0;
 };
 struct elf_facts {
     std::optional<std::string> build_id;
@@ -39,5 +40,12 @@ std::optional<elf_facts> parse_elf_facts(std::string_view image);
 // PT_LOAD holds that offset.
 std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>& loads,
                                                   std::uint64_t offset);
+
+// A separate debug file (objcopy --only-keep-debug) keeps the load segments' addresses and
+// sizes but not where their bytes were in the binary. Whether `loads` are such, and the file
+// offsets the binary had, laid out as linkers do: each segment at the first offset past the
+// one before that is congruent to its address modulo its alignment (GNU ld and lld alike).
+bool offsets_lost(const std::vector<elf_segment>& loads);
+std::vector<elf_segment> rebuild_offsets(std::vector<elf_segment> loads);
 
 } // namespace protocol

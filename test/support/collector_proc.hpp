@@ -25,12 +25,14 @@ struct collector_proc {
     std::unique_ptr<spawned> proc;
     std::uint16_t agent_port = 0, http_port = 0;
 
+    // `env`: "NAME=value" entries for the collector's environment.
     explicit collector_proc(const std::filesystem::path& sessions,
-                            const std::vector<std::string>& extra = {}) {
+                            const std::vector<std::string>& extra = {},
+                            const std::vector<std::string>& env = {}) {
         std::vector<std::string> args{"--sessions-dir", sessions.string(), "--agent-port", "0",
                                       "--agent-bind",   "127.0.0.1",       "--http-port",  "0"};
         args.insert(args.end(), extra.begin(), extra.end());
-        proc = std::make_unique<spawned>(PERFWIRE_COLLECTOR_BIN, args);
+        proc = std::make_unique<spawned>(PERFWIRE_COLLECTOR_BIN, args, "/dev/null", env);
         const auto agents = proc->wait_for_stderr("agents on 127.0.0.1:", std::chrono::seconds(5));
         const auto http =
             proc->wait_for_stderr("API on http://127.0.0.1:", std::chrono::seconds(5));

@@ -189,6 +189,16 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
         out.pending = pending;
     }
     s.settle();
+    // A debug file has lost where the binary's segments were: a local copy of that build
+    // still knows; otherwise they are laid out again as the linker did.
+    if (!out.path.empty() && protocol::offsets_lost(out.facts.loads)) {
+        std::optional<protocol::elf_facts> local;
+        if (!s.local_copy().empty() && s.local_copy() != out.path)
+            local = protocol::read_elf_facts(s.local_copy());
+        out.facts.loads = local && !protocol::offsets_lost(local->loads)
+                              ? local->loads
+                              : protocol::rebuild_offsets(std::move(out.facts.loads));
+    }
     if (!done)
         out.fix = id.empty() ? "the agent reported no build-id for " + module +
                                    ": give its unstripped copy with --binary"

@@ -1,0 +1,276 @@
+// Stripped on the device, named at the collector: the demo (built with -g) and its stripped
+// copy run side by side, each profiled live by the real agent with real perf. The collector
+// names the stripped run's frames from the unstripped binary, from a build-id debug dir made
+// with objcopy --only-keep-debug, and (after a restart, replaying the saved session) from a
+// local debuginfod server; a debug file of another build is refused. Each time the stripped
+// run's function table and source heat must match the unstripped run's.
+#include "collector/symbols/subprocess.hpp"
+#include "protocol/build_id.hpp"
+#include "support/agents.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/http_client.hpp"
+#include "support/poll_json.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+using namespace std::chrono_literals;
+using test_support::collector_proc;
+using test_support::spawned;
+using test_support::temp_dir;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+// Self share per function of one module, in percent, and the share no symbol named.
+struct shares {
+    std::map<std::string, double> self;
+    double unknown = 0;
+    std::uint64_t samples = 0;
+    double of(const std::string& fn) const {
+        const auto it = self.find(fn);
+        return it == self.end() ? 0 : it->second;
+    }
+};
+
+shares shares_of(const json::value& functions, const std::string& module) {
+    shares out;
+    out.samples = functions.at("samples").to_number<std::uint64_t>();
+    for (const auto& f : functions.at("functions").as_array()) {
+        if (f.at("module").as_string() != module)
+            continue;
+        const std::string name(f.at("name").as_string());
+        const double pct = f.at("self_pct").to_number<double>();
+        if (name == "[unknown]")
+            out.unknown += pct;
+        else
+            out.self[name] += pct;
+    }
+    return out;
+}
+
+// The live session of the agent profiling `pid`, once it holds enough samples.
+std::string session_of(collector_proc& c, int pid) {
+    std::string id;
+    const auto enough = [&](const json::value& targets) {
+        for (const auto& t : targets.as_array())
+            if (t.at("pid").is_int64() && t.at("pid").as_int64() == pid)
+                id = std::string(t.at("session_id").as_string());
+        if (id.empty())
+            return false;
+        const auto r = test_support::http_call(c.http_port, "GET", "/api/sessions/" + id);
+        return r.status == 200 &&
+               json::parse(r.body).at("samples").to_number<std::uint64_t>() > 400;
+    };
+    test_support::poll_json(c.http_port, "/api/targets", 30s, enough);
+    return id;
+}
+
+std::string url_encoded(const std::string& s) {
+    std::string out;
+    for (const unsigned char ch : s) {
+        if (std::isalnum(ch) || ch == '_' || ch == ':') {
+            out.push_back(static_cast<char>(ch));
+        } else {
+            char buf[4];
+            std::snprintf(buf, sizeof buf, "%%%02X", ch);
+            out += buf;
+        }
+    }
+    return out;
+}
+
+// Where a function is hottest in a session's source view (0 when none was placed).
+std::uint32_t hottest_line(collector_proc& c, const std::string& session, const std::string& fn) {
+    const auto r = test_support::http_call(
+        c.http_port, "GET", "/api/sessions/" + session + "/source?function=" + url_encoded(fn));
+    if (r.status != 200)
+        return 0;
+    const auto v = json::parse(r.body);
+    return v.at("focus_line").to_number<std::uint32_t>();
+}
+
+// A loopback port nothing listens on now.
+std::uint16_t free_port() {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    return a.local_endpoint().port();
+}
+
+void put_config(collector_proc& c, const std::string& body) {
+    const auto r = test_support::http_call(c.http_port, "PUT", "/api/config", body);
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+}
+
+} // namespace
+
+TEST_CASE("stripped on the device, named at the collector: the unstripped binary, a build-id "
+          "debug dir, debuginfod after a restart; another build refused",
+          "[collector][integration][perf][symbols]") {
+    temp_dir dir;
+    const std::string demo = PERFWIRE_DEMO_BIN;
+    const auto id = protocol::read_build_id(demo);
+    REQUIRE(id);
+    // The device's binary, stripped; the debug files as a distribution ships them, in the
+    // build-id layout; and a debug file of another build (its build-id changed) in its place.
+    fs::create_directories(dir.path / "device");
+    fs::create_directories(dir.path / "home");
+    const std::string device = (dir.path / "device" / "perfwire-demo").string();
+    REQUIRE(collector::run_capture({"strip", "--strip-all", "-o", device, demo}).code == 0);
+    const auto build_id_path = [&](const fs::path& root) {
+        fs::create_directories(root / ".build-id" / id->substr(0, 2));
+        return (root / ".build-id" / id->substr(0, 2) / (id->substr(2) + ".debug")).string();
+    };
+    const std::string debug_file = build_id_path(dir.path / "debug");
+    REQUIRE(collector::run_capture({"objcopy", "--only-keep-debug", demo, debug_file}).code == 0);
+    REQUIRE(protocol::read_build_id(debug_file) == id);
+    const std::string wrong_file = build_id_path(dir.path / "wrong");
+    {
+        std::ifstream in(debug_file, std::ios::binary);
+        std::string image((std::istreambuf_iterator<char>(in)), {});
+        std::string raw;
+        for (std::size_t i = 0; i < id->size(); i += 2)
+            raw.push_back(static_cast<char>(std::stoi(id->substr(i, 2), nullptr, 16)));
+        const auto at = image.find(raw);
+        REQUIRE(at != std::string::npos);
+        image[at] = static_cast<char>(image[at] ^ 0x5a);
+        std::ofstream(wrong_file, std::ios::binary) << image;
+        REQUIRE(protocol::read_build_id(wrong_file) != id);
+    }
+    // perf's build-id cache of this machine may hold the demo: the collector gets a HOME of
+    // its own, and no default debug dir, so only what the test gives can name frames.
+    const std::vector<std::string> env{"HOME=" + (dir.path / "home").string(), "DEBUGINFOD_URLS="};
+    const std::vector<std::string> args{"--browse-root", "/", "--debug-dir",
+                                        (dir.path / "home").string()};
+
+    std::map<std::string, double> baseline;
+    std::string stripped_session;
+    {
+        collector_proc coll(dir.path / "sessions", args, env);
+        INFO(coll.proc->stderr_text());
+        auto plain = std::make_unique<spawned>(demo, std::vector<std::string>{"40"});
+        auto stripped = std::make_unique<spawned>(device, std::vector<std::string>{"40"});
+        // Each agent with a HOME of its own: perf keeps binaries by build-id in ~/.debug, and
+        // the stripped run's perf would find the unstripped demo there (the same build).
+        std::vector<std::unique_ptr<spawned>> agents;
+        for (const int pid : {plain->pid(), stripped->pid()}) {
+            const auto home = dir.path / ("agent-home-" + std::to_string(pid));
+            fs::create_directories(home);
+            agents.push_back(test_support::start_agent(
+                test_support::agent_flavour::cpp,
+                {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                 std::to_string(pid), "--duration", "1"},
+                {"HOME=" + home.string()}));
+        }
+        const std::string plain_session = session_of(coll, plain->pid());
+        stripped_session = session_of(coll, stripped->pid());
+        REQUIRE_FALSE(plain_session.empty());
+        REQUIRE_FALSE(stripped_session.empty());
+        const auto functions = [&](const std::string& s) {
+            return "/api/sessions/" + s + "/functions?limit=500";
+        };
+
+        // Nothing to name them with: the stripped run is mostly one "[unknown]" row, and the
+        // binaries listing says what to do.
+        auto before = shares_of(coll.get(functions(stripped_session)), device);
+        CHECK(before.unknown > 50);
+        const auto listing = coll.get("/api/sessions/" + stripped_session + "/source");
+        CHECK(json::serialize(listing.at("warnings")).find("--debug-dir") != std::string::npos);
+
+        // A debug file of another build: refused, said so, nothing named from it.
+        put_config(coll, R"({"debug_dirs": [")" + (dir.path / "wrong").string() + R"("]})");
+        const auto refused = test_support::poll_json(
+            coll.http_port, "/api/sessions/" + stripped_session + "/source", 10s,
+            [](const json::value& v) {
+                return json::serialize(v.at("binaries")).find("another build") != std::string::npos;
+            });
+        CHECK(json::serialize(refused.at("binaries")).find("another build") != std::string::npos);
+        CHECK(shares_of(coll.get(functions(stripped_session)), device).unknown > 50);
+
+        // The build-id debug dir: the live session is named again, without a restart.
+        put_config(coll, R"({"debug_dirs": [")" + (dir.path / "debug").string() + R"("]})");
+        const auto named = test_support::poll_json(
+            coll.http_port, functions(stripped_session), 15s,
+            [&](const json::value& v) { return shares_of(v, device).unknown < 2; });
+        const auto after = shares_of(named, device);
+        const auto reference = shares_of(coll.get(functions(plain_session)), demo);
+        INFO("named from the debug dir: [unknown] " << after.unknown << " %");
+        CHECK(after.unknown < 2);
+        for (const auto& [fn, pct] : reference.self) {
+            if (pct < 5)
+                continue;
+            INFO(fn << ": " << pct << " % unstripped, " << after.of(fn) << " % stripped");
+            CHECK(std::abs(after.of(fn) - pct) < 8);
+            baseline[fn] = pct;
+        }
+        CHECK(baseline.size() >= 3);
+        const std::string matrix = "(anonymous namespace)::matrix_multiply";
+        const auto hot = hottest_line(coll, plain_session, matrix);
+        CHECK(hot > 0);
+        CHECK(std::abs(int(hottest_line(coll, stripped_session, matrix)) - int(hot)) <= 1);
+        const auto source = coll.get("/api/sessions/" + stripped_session + "/source");
+        CHECK(json::serialize(source.at("binaries")).find("\"origin\":\"debug dir\"") !=
+              std::string::npos);
+
+        // The unstripped binary, matched by its build-id (its file name is another's).
+        put_config(coll, R"({"debug_dirs": [], "binaries": [")" + demo + R"("]})");
+        const auto by_binary = test_support::poll_json(
+            coll.http_port, "/api/sessions/" + stripped_session + "/source", 15s,
+            [](const json::value& v) {
+                return json::serialize(v.at("binaries")).find("\"origin\":\"--binary\"") !=
+                       std::string::npos;
+            });
+        CHECK(json::serialize(by_binary.at("binaries")).find("\"origin\":\"--binary\"") !=
+              std::string::npos);
+        const auto from_binary = shares_of(coll.get(functions(stripped_session)), device);
+        CHECK(from_binary.unknown < 2);
+        for (const auto& [fn, pct] : baseline)
+            CHECK(std::abs(from_binary.of(fn) - pct) < 8);
+        agents.clear();
+    }
+
+    // After a restart, with only a debuginfod server that has the debug file: the saved
+    // session replays, asks, and is named once the answer is here.
+    const auto port = free_port();
+    spawned server("/usr/bin/debuginfod",
+                   {"-p", std::to_string(port), "-F", (dir.path / "debug").string(), "-d",
+                    (dir.path / "debuginfod.sqlite").string()});
+    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    // Indexed once it serves the file.
+    bool served = false;
+    for (int i = 0; i < 80 && !served; ++i) {
+        served =
+            test_support::http_call(port, "GET", "/buildid/" + *id + "/debuginfo").status == 200;
+        if (!served)
+            std::this_thread::sleep_for(250ms);
+    }
+    REQUIRE(served);
+    collector_proc coll(dir.path / "sessions", args,
+                        {"HOME=" + (dir.path / "home").string(), "DEBUGINFOD_URLS=" + url,
+                         "DEBUGINFOD_CACHE_PATH=" + (dir.path / "cache").string()});
+    INFO(coll.proc->stderr_text());
+    const auto target = "/api/sessions/" + stripped_session + "/functions?limit=500";
+    const auto replayed = test_support::poll_json(
+        coll.http_port, target, 20s, [&](auto& v) { return shares_of(v, device).unknown < 2; });
+    const auto named = shares_of(replayed, device);
+    CHECK(named.unknown < 2);
+    for (const auto& [fn, pct] : baseline)
+        CHECK(std::abs(named.of(fn) - pct) < 8);
+    const auto source = coll.get("/api/sessions/" + stripped_session + "/source");
+    CHECK(json::serialize(source.at("binaries")).find("\"origin\":\"debuginfod\"") !=
+          std::string::npos);
+}
