@@ -554,3 +554,129 @@ TEST_CASE("binutils run only on regular ELF files, whatever a hostile agent name
         CHECK_THAT(text.str(), !Catch::Contains(m));
     CHECK_THAT(text.str(), !Catch::Contains("/proc"));
 }
+
+TEST_CASE("ELF facts: segments, symbol table, debug link; a debug file's lost offsets laid out "
+          "again; the function holding an address",
+          "[collector][symbols]") {
+    test_support::temp_dir dir;
+    const auto facts = protocol::read_elf_facts(demo_bin);
+    REQUIRE(facts);
+    CHECK(facts->symtab);
+    CHECK(facts->debug_info);
+    CHECK(facts->build_id == protocol::read_build_id(demo_bin));
+    REQUIRE(facts->loads.size() >= 2);
+    CHECK_FALSE(protocol::offsets_lost(facts->loads));
+
+    // objcopy --only-keep-debug keeps addresses and sizes, not where the bytes were.
+    const std::string debug = (dir.path / "demo.debug").string();
+    REQUIRE(run_capture({"objcopy", "--only-keep-debug", demo_bin, debug}).code == 0);
+    const auto debug_facts = protocol::read_elf_facts(debug);
+    REQUIRE(debug_facts);
+    CHECK(debug_facts->symtab);
+    REQUIRE(protocol::offsets_lost(debug_facts->loads));
+    const auto rebuilt = protocol::rebuild_offsets(debug_facts->loads);
+    REQUIRE(rebuilt.size() == facts->loads.size());
+    for (std::size_t i = 0; i < rebuilt.size(); ++i) {
+        INFO("segment " << i);
+        CHECK(rebuilt[i].vaddr == facts->loads[i].vaddr);
+        CHECK(rebuilt[i].offset == facts->loads[i].offset);
+    }
+    // Every function's start, as perf would print it (a file offset), comes back.
+    const auto symbols = elf_symbols::parse_readelf(run_capture({"readelf", "-sW", demo_bin}).out);
+    const auto start = symbols.address_of("(anonymous namespace)::matrix_multiply");
+    REQUIRE(start);
+    std::uint64_t offset = 0;
+    for (const auto& s : facts->loads)
+        if (*start >= s.vaddr && *start - s.vaddr < s.filesz)
+            offset = *start - s.vaddr + s.offset;
+    CHECK(protocol::file_offset_to_vaddr(rebuilt, offset) == start);
+    CHECK(protocol::file_offset_to_vaddr(facts->loads, offset) == start);
+    const auto inside = symbols.at(*start + 5);
+    REQUIRE(inside);
+    CHECK(inside->name == "(anonymous namespace)::matrix_multiply");
+    CHECK(inside->start == *start);
+
+    // A stripped copy with a link to its debug file.
+    const std::string stripped = (dir.path / "demo").string();
+    REQUIRE(run_capture({"strip", "--strip-all", "-o", stripped, demo_bin}).code == 0);
+    REQUIRE(run_capture({"objcopy", "--add-gnu-debuglink=" + debug, stripped}).code == 0);
+    const auto stripped_facts = protocol::read_elf_facts(stripped);
+    REQUIRE(stripped_facts);
+    CHECK_FALSE(stripped_facts->symtab);
+    CHECK(stripped_facts->debuglink == "demo.debug");
+    CHECK_FALSE(protocol::read_elf_facts("/etc/passwd"));
+}
+
+TEST_CASE("elf_symbols::at: sizes, gaps, aliases, symbols without a size", "[collector][symbols]") {
+    const auto s = elf_symbols::parse_readelf(
+        "   1: 0000000000001000    16 FUNC    LOCAL  DEFAULT   14 small\n"
+        "   2: 0000000000001020    32 FUNC    WEAK   DEFAULT   14 alias_weak\n"
+        "   3: 0000000000001020    32 FUNC    GLOBAL DEFAULT   14 alias_global\n"
+        "   4: 0000000000001100     0 FUNC    LOCAL  DEFAULT   14 no_size\n"
+        "   5: 0000000000001200 0x20000 FUNC   GLOBAL DEFAULT   14 big\n");
+    CHECK(s.at(0x1000)->name == "small");
+    CHECK(s.at(0x100f)->name == "small");
+    CHECK_FALSE(s.at(0x1010)); // between small's end and the next function
+    CHECK_FALSE(s.at(0xfff));
+    CHECK(s.at(0x1030)->name == "alias_global"); // perf shows the global alias
+    CHECK(s.at(0x1150)->name == "no_size");      // up to the next symbol
+    CHECK(s.at(0x211ff)->name == "big");
+    CHECK_FALSE(s.at(0x21200));
+}
+
+TEST_CASE("locating symbols: build-id first, another build refused, debug link, perf's cache; "
+          "what was tried and the fix",
+          "[collector][symbols]") {
+    test_support::temp_dir dir;
+    const auto id = protocol::read_build_id(demo_bin);
+    REQUIRE(id);
+    const std::string module = "/opt/device/bin/app"; // where it ran, not on this machine
+    symbol_config c;
+    c.debug_dirs = {(dir.path / "none").string()};
+    c.build_id_cache = (dir.path / "cache").string();
+
+    // --binary by build-id, whatever its file name.
+    c.binaries = {demo_bin};
+    auto found = locate_symbols(c, module, *id);
+    CHECK(found.origin == "--binary");
+    CHECK(found.facts.symtab);
+    CHECK(found.fix.empty());
+    // The device ran another build: the same file is refused by name, and the fix is said.
+    found = locate_symbols(c, "/opt/device/bin/perfwire-demo", std::string(40, 'a'));
+    CHECK(found.path.empty());
+    REQUIRE_FALSE(found.tried.empty());
+    CHECK(found.tried[0].find("another build") != std::string::npos);
+    CHECK(found.fix.find("--debug-dir") != std::string::npos);
+    // A hostile build-id is never made into a path.
+    CHECK_FALSE(plausible_build_id("../../etc"));
+    CHECK_FALSE(plausible_build_id("ABCDEF"));
+    CHECK(plausible_build_id(*id));
+
+    // A stripped copy under --sysroot with a .gnu_debuglink to a file beside it.
+    c.binaries.clear();
+    c.sysroot = (dir.path / "root").string();
+    std::filesystem::create_directories(dir.path / "root/opt/device/bin");
+    const std::string copy = (dir.path / "root/opt/device/bin/app").string();
+    const std::string debug = (dir.path / "root/opt/device/bin/app.debug").string();
+    REQUIRE(run_capture({"objcopy", "--only-keep-debug", demo_bin, debug}).code == 0);
+    REQUIRE(run_capture({"strip", "--strip-all", "-o", copy, demo_bin}).code == 0);
+    REQUIRE(run_capture({"objcopy", "--add-gnu-debuglink=" + debug, copy}).code == 0);
+    found = locate_symbols(c, module, *id);
+    CHECK(found.origin == ".gnu_debuglink");
+    CHECK(found.path == std::filesystem::canonical(debug).string());
+    // The segments are the stripped copy's, exact.
+    CHECK(found.facts.loads.size() == protocol::read_elf_facts(copy)->loads.size());
+    CHECK(found.facts.loads[1].offset == protocol::read_elf_facts(copy)->loads[1].offset);
+    std::filesystem::remove(debug);
+
+    // perf's build-id cache: a directory per build-id holding the binary as "elf".
+    const auto entry = dir.path / "cache/.build-id" / id->substr(0, 2) / id->substr(2);
+    std::filesystem::create_directories(entry);
+    std::filesystem::copy_file(demo_bin, entry / "elf");
+    found = locate_symbols(c, module, *id);
+    CHECK(found.origin == "perf's build-id cache");
+    CHECK(found.facts.symtab);
+    // What was looked at before, in order.
+    REQUIRE(found.tried.size() >= 2);
+    CHECK(found.tried[0].find("stripped") != std::string::npos);
+}
