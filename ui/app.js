@@ -507,6 +507,7 @@ async function renderSource(s, q) {
   const file = s.file || files[0]?.file;
   $('#source-file').innerHTML = files.map((f) => `<option value="${attr(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
   const warnings = (w) => (w || []).map((x) => `<br><span class="warn" data-warning>⚠ ${esc(x)}</span>`).join('');
+  renderSymbolFiles(list.binaries || []);
   if (!file) {
     const why = (list.binaries || []).filter((b) => b.error).map((b) => esc(b.error)).join('<br>');
     $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '') + warnings(list.warnings);
@@ -530,6 +531,22 @@ async function renderSource(s, q) {
       <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
   }).join('');
   document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
+}
+
+// Per module of the session: the file its symbols come from and where it was found, or what
+// was looked at and what to do.
+function renderSymbolFiles(binaries) {
+  const shown = binaries.filter((b) => b.module.startsWith('/'));
+  if (shown.some((b) => b.fix && !b.pending)) $('#source-settings').open = true;
+  $('#symbol-files tbody').innerHTML = shown.map((b) => {
+    const tried = (b.tried || []).map((t) => `<li>${esc(visible(t))}</li>`).join('');
+    const where = b.path && !b.fix
+      ? `${esc(b.origin)}: <code>${esc(visible(b.path))}</code> (${Number(b.symbols).toLocaleString()} symbols${b.build_matches ? ', the same build' : ''})`
+      : b.pending ? 'asking debuginfod…'
+      : `<span class="warn">${b.path ? 'only its dynamic symbols' : 'not found'}</span>: ${esc(b.fix || b.error)}`;
+    return `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
+      <td data-origin="${attr(b.origin)}">${where}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`;
+  }).join('') || '<tr><td colspan="2" class="muted">no module looked up yet</td></tr>';
 }
 
 async function openFunctionSource(name) {
@@ -708,6 +725,16 @@ $('#source-dir-form').addEventListener('submit', (e) => {
   const dir = $('#source-dir').value.trim();
   if (dir) addSourceSetting((c) => ({ source_dirs: [...c.source_dirs, dir] }));
 });
+$('#debug-dir-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const dir = $('#debug-dir').value.trim();
+  if (dir) addSourceSetting((c) => ({ debug_dirs: [...c.debug_dirs, dir] }));
+});
+$('#binary-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const path = $('#binary-path').value.trim();
+  if (path) addSourceSetting((c) => ({ binaries: [...c.binaries, path] }));
+});
 $('#path-map-form').addEventListener('submit', (e) => {
   e.preventDefault();
   const from = $('#map-from').value.trim(), to = $('#map-to').value.trim();
@@ -739,7 +766,7 @@ window.addEventListener('resize', () => { drawFlame(); if (hashState().tab === '
 // printed at start turns into a cookie. Without it, say where the token is and take it here.
 async function signedIn() {
   const r = await fetch('/api/status', { headers: { Accept: 'application/json' } });
-  if (r.status !== 401) return true;
+  if (r.status !== 401) { await r.arrayBuffer().catch(() => {}); return true; } // read whole: the connection is free again
   const where = (await r.json().catch(() => ({})))?.error?.token_file || '';
   $('#conn').textContent = 'signed out';
   $('#main').innerHTML = `<section id="sign-in"><h2>Sign in</h2>

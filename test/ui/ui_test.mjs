@@ -419,7 +419,8 @@ try {
   check(addressRows.join(',') === 'liblzma.so.5+0x15bc9,liblzma.so.5+0x15c00',
     `a library's nameless code opens into its addresses, heaviest first (${addressRows.join(', ')})`);
 
-  // A local binary that is not the build the agent reported: the Source tab says so.
+  // A local binary that is not the build the agent reported: refused, and the Source tab says
+  // what it looked at (the demo's own path on this machine is the right build, and used).
   doing = "a local binary of another build";
   const wrong = join(work, 'wrong', 'perfwire-demo');
   mkdirSync(dirname(wrong), { recursive: true });
@@ -428,11 +429,53 @@ try {
   check((await put({ binaries: [wrong] })).ok, 'a binary under the browse root is accepted');
   check((await put({ toolchain_prefix: join(work, 'evil-') })).status === 400, 'a toolchain the collector did not find is refused');
   await again.goto(`${http}/#session=${session}&tab=source`);
-  const warning = again.locator('#source-info [data-warning]');
-  await warning.first().waitFor({ timeout: 15000 });
-  check(/is not the build that ran on the device/.test(await warning.first().textContent()),
-    `a different local build is called out: "${(await warning.first().textContent()).slice(0, 90)}…"`);
+  const demoRow = again.locator(`#symbol-files tr[data-module="${bin('demo/perfwire-demo')}"]`);
+  await demoRow.locator('li', { hasText: 'another build' }).first().waitFor({ state: 'attached', timeout: 15000 });
+  const refusedText = await demoRow.locator('li', { hasText: 'another build' }).first().textContent();
+  check(refusedText.includes(wrong) && await demoRow.locator('td[data-origin="the device\'s path"]').count() === 1,
+    `a local binary of another build is refused and said so ("${refusedText.slice(0, 100)}…")`);
   await put({ binaries: [] });
+
+  // A stripped binary, recorded as a device would (perf with no symbols for it anywhere):
+  // one [unknown] row until its unstripped build is given in the Source tab, then named.
+  doing = "naming a stripped binary from the Source tab";
+  const deviceBin = join(work, 'device', 'perfwire-demo');
+  const localBin = join(work, 'unstripped', 'perfwire-demo');
+  const perfHome = join(work, 'perf-home'); // perf's build-id cache would hold the demo
+  for (const d of [dirname(deviceBin), dirname(localBin), perfHome]) mkdirSync(d, { recursive: true });
+  copyFileSync(bin('demo/perfwire-demo'), localBin);
+  check(spawnSync('strip', ['--strip-all', '-o', deviceBin, localBin]).status === 0, 'the demo is stripped');
+  const perfEnv = { ...process.env, HOME: perfHome };
+  const strippedData = join(work, 'stripped.data');
+  spawnSync('perf', ['record', '-q', '-e', 'cpu-clock', '-F', '999', '-g', '-o', strippedData, '--', deviceBin, '1.5'], { env: perfEnv, stdio: 'ignore' });
+  const strippedText = spawnSync('perf', ['script', '-i', strippedData, '-F', 'comm,tid,pid,time,event,period,ip,sym,symoff,dso'],
+    { env: perfEnv, encoding: 'utf8', maxBuffer: 1 << 28 }).stdout;
+  const beforeImport = new URLSearchParams(new URL(again.url()).hash.slice(1)).get('session');
+  await again.locator('#tabs button[data-tab="sessions"]').click();
+  await again.setInputFiles('#import-file', { name: 'stripped.txt', mimeType: 'text/plain', buffer: Buffer.from(strippedText) });
+  await again.waitForFunction((old) => new URLSearchParams(location.hash.slice(1)).get('session') !== old, beforeImport, { timeout: 20000 });
+  const strippedSession = new URLSearchParams(new URL(again.url()).hash.slice(1)).get('session');
+  await tableShows(again, { session: strippedSession });
+  const unknownShare = () => again.evaluate((m) => [...document.querySelectorAll('#functions tbody tr[data-function="[unknown]"]')]
+    .filter((r) => r.querySelector('td.module')?.title === m).reduce((sum, r) => sum + parseFloat(r.cells[0].textContent), 0), deviceBin);
+  const unnamed = await unknownShare();
+  await again.locator('#tabs button[data-tab="source"]').click();
+  const strippedRow = again.locator(`#symbol-files tr[data-module="${deviceBin}"]`);
+  await strippedRow.waitFor({ timeout: 15000 });
+  const saidBefore = await strippedRow.textContent();
+  await again.evaluate(() => { document.querySelector('#source-settings').open = true; });
+  await again.fill('#binary-path', localBin);
+  await again.click('#binary-form button');
+  await strippedRow.locator('td[data-origin="--binary"]').waitFor({ timeout: 15000 });
+  await again.locator('#tabs button[data-tab="functions"]').click();
+  await again.waitForFunction(() => document.querySelector('#functions tbody').textContent.includes('matrix_multiply'), null, { timeout: 15000 });
+  const named = await unknownShare();
+  check(unnamed > 50 && /only its dynamic symbols|not found/.test(saidBefore) && named < 2 &&
+    await again.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
+    `a stripped binary's frames are named once its unstripped build is given (${unnamed.toFixed(1)} % → ${named.toFixed(1)} % unnamed)`);
+  await put({ binaries: [] });
+  await again.goto(`${http}/#session=${session}&tab=source`);
+  await again.locator('#source tbody tr').first().waitFor({ timeout: 15000 });
 
   // Where the sources are, set from the Source tab: a folder under the browse root is kept,
   // one outside it is refused with the reason shown there.
@@ -442,6 +485,7 @@ try {
   await again.click('#source-settings summary').catch(() => {});
   await again.evaluate(() => { document.querySelector('#source-settings').open = true; });
   await again.fill('#source-dir', srcDir);
+  await again.evaluate(() => { document.querySelector('#source-settings-state').textContent = ''; }); // an earlier save's word
   await again.click('#source-dir-form button');
   await again.waitForFunction(() => /saved|must|outside|browse/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
   const kept = (await (await fetch(http + '/api/config')).json()).source_dirs;

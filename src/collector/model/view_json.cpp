@@ -449,9 +449,10 @@ json::value quality_json(const session_model& m, const view_filter& f,
     const double unknown = pct(q.unknown_leaf, q.total);
     check("unknown", "samples in code with no name", grade(unknown, 5, 25),
           fixed(unknown, 1) + " % of the weight", unknown,
-          unknown >= 5 ? "name them at the collector: --binary or --sysroot with unstripped "
-                         "copies of these modules, or install their debug packages (-dbgsym) "
-                         "on the device"
+          unknown >= 5 ? "name them at the collector: give it the unstripped builds (--binary, "
+                         "--sysroot), their debug files (--debug-dir, or the -dbgsym packages "
+                         "in /usr/lib/debug) or a debuginfod server (DEBUGINFOD_URLS); the "
+                         "Source tab says, per module, where it looked"
                        : "",
           q.unknown_modules);
 
