@@ -80,6 +80,25 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
     ++e.version;
 }
 
+// On the strand of a live session: its model made again from its recording and the chunks
+// still waiting for the disk, named with the symbols as they are now.
+void rebuild_live(session_entry& e, app_context& app) {
+    auto fresh = std::make_unique<session_model>(&app.symbols);
+    for (const auto& line : app.store.metrics(e.id))
+        fresh->note_metrics(line);
+    fresh->names_stale = false;
+    (void)app.store.replay(e.id, [&](bool compressed, std::string_view payload) {
+        fresh->ingest(compressed, payload);
+    });
+    for (const auto& u : e.unsaved)
+        fresh->ingest(u.compressed, u.payload);
+    e.model = std::move(fresh);
+    e.samples = e.model->prof.sample_count();
+    e.lost_samples = e.model->parser.stats().lost_events;
+    e.memory_bytes = e.model->memory_bytes();
+    ++e.version;
+}
+
 } // namespace
 
 void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std::string who,
@@ -96,11 +115,17 @@ void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std
 
 void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record) {
     events::metrics(app, e->id, record);
-    asio::post(e->strand, [e, record = std::move(record)] {
+    asio::post(e->strand, [e, app = &app, record = std::move(record)] {
         if (e->writer)
             (void)e->writer->append_metrics(record);
-        if (e->model)
-            e->model->note_metrics(record);
+        if (!e->model)
+            return;
+        e->model->note_metrics(record);
+        if (e->model->names_stale) {
+            // A build-id arrived after frames of its module were named without it.
+            rebuild_live(*e, *app);
+            asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
+        }
     });
 }
 
@@ -111,18 +136,7 @@ void rename_frames(app_context& app) {
             if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
                 return;
             if (e->writer) {
-                auto fresh = std::make_unique<session_model>(&app->symbols);
-                for (const auto& line : app->store.metrics(e->id))
-                    fresh->note_metrics(line);
-                (void)app->store.replay(e->id, [&](bool compressed, std::string_view payload) {
-                    fresh->ingest(compressed, payload);
-                });
-                for (const auto& u : e->unsaved)
-                    fresh->ingest(u.compressed, u.payload);
-                e->model = std::move(fresh);
-                e->samples = e->model->prof.sample_count();
-                e->lost_samples = e->model->parser.stats().lost_events;
-                ++e->version;
+                rebuild_live(*e, *app);
             } else {
                 e->model.reset();
                 e->loaded = false;

@@ -48,6 +48,11 @@ struct session_model {
     // agent's `binaries` metrics; other metrics are ignored here.
     std::map<std::string, std::string> device_build_ids;
     void note_metrics(std::string_view payload);
+    // Frames of these modules were named before their build-id was known: the names may be
+    // of another build. note_metrics sets `names_stale` when one becomes known (the session
+    // is then named again, see rename_frames).
+    std::set<std::string, std::less<>> named_without_build_id;
+    bool names_stale = false;
 
     std::size_t memory_bytes() const noexcept {
         return prof.memory_bytes() + last_stat_text.size();

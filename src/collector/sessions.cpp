@@ -13,23 +13,25 @@ namespace {
 // agent reported.
 class session_namer final : public frame_namer {
 public:
-    session_namer(symbolizer& symbols, const std::map<std::string, std::string>& build_ids)
+    explicit session_namer(symbolizer& symbols, session_model& m)
         : symbols_(symbols)
-        , build_ids_(build_ids) {}
+        , model_(m) {}
 
     std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
         const std::string m(module);
-        const auto id = build_ids_.find(m);
-        auto answer =
-            symbols_.name_frame(m, id == build_ids_.end() ? std::string() : id->second, address);
+        const auto id = model_.device_build_ids.find(m);
+        auto answer = symbols_.name_frame(
+            m, id == model_.device_build_ids.end() ? std::string() : id->second, address);
         if (!answer)
             return std::nullopt;
+        if (id == model_.device_build_ids.end())
+            model_.named_without_build_id.insert(m);
         return name{std::move(answer->symbol), answer->offset};
     }
 
 private:
     symbolizer& symbols_;
-    const std::map<std::string, std::string>& build_ids_;
+    session_model& model_;
 };
 
 } // namespace
@@ -38,7 +40,7 @@ session_model::session_model(symbolizer* names) {
     if (!names)
         return;
     symbols_generation = names->generation();
-    namer_ = std::make_unique<session_namer>(*names, device_build_ids);
+    namer_ = std::make_unique<session_namer>(*names, *this);
     parser.name_frames_with(namer_.get());
 }
 
@@ -51,8 +53,11 @@ void session_model::note_metrics(std::string_view payload) {
     if (!m)
         return;
     if (const auto* b = std::get_if<protocol::binaries_metrics>(&*m))
-        for (const auto& bin : b->binaries)
+        for (const auto& bin : b->binaries) {
             device_build_ids[bin.path] = bin.build_id;
+            names_stale = names_stale ||
+                          (!bin.build_id.empty() && named_without_build_id.count(bin.path) != 0);
+        }
 }
 
 bool session_model::ingest(bool compressed, std::string_view payload) {
