@@ -4,6 +4,8 @@
 // with objcopy --only-keep-debug, and (after a restart, replaying the saved session) from a
 // local debuginfod server; a debug file of another build is refused. Each time the stripped
 // run's function table and source heat must match the unstripped run's.
+#include "collector/model/views.hpp"
+#include "collector/store/import.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/build_id.hpp"
 #include "support/agents.hpp"
@@ -273,4 +275,42 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
     const auto source = coll.get("/api/sessions/" + stripped_session + "/source");
     CHECK(json::serialize(source.at("binaries")).find("\"origin\":\"debuginfod\"") !=
           std::string::npos);
+}
+
+TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device's perf-PID.map",
+          "[collector][integration][perf][symbols]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    temp_dir dir;
+    const auto script = dir.path / "hot.js";
+    std::ofstream(script) << "function perfwireHotLoop(n) { let s = 0;\n"
+                             "  for (let i = 0; i < n; i++) s += Math.sqrt(i) * (i & 7);\n"
+                             "  return s; }\n"
+                             "const end = Date.now() + 8000; let t = 0;\n"
+                             "while (Date.now() < end) t += perfwireHotLoop(100000);\n";
+    spawned node(PERFWIRE_NODE, {"--perf-basic-prof", script.string()});
+    const std::string map = "/tmp/perf-" + std::to_string(node.pid()) + ".map";
+    std::this_thread::sleep_for(500ms); // its hot loop compiled and listed in the map
+    const auto out = (dir.path / "out.txt").string();
+    auto agent =
+        test_support::start_agent(flavour, {"--output", out, "--pid", std::to_string(node.pid()),
+                                            "--rounds", "1", "--duration", "2"});
+    const auto code = agent->wait(30s);
+    INFO(agent->stderr_text());
+    CHECK(code == 0);
+    collector::session_store store(dir.path / "sessions");
+    const auto imported = collector::import_file(store, out, "out.txt");
+    std::error_code ec;
+    fs::remove(map, ec);
+    if (!imported)
+        FAIL(imported.error());
+    const auto& p = imported->model->prof;
+    const auto f = collector::functions(p, {});
+    std::uint64_t js = 0;
+    for (const auto& row : f.rows)
+        if (p.symbol(row.frame).find("hot.js") != std::string_view::npos &&
+            p.module(row.frame) == map)
+            js += row.self; // the loop, or the script it was inlined into
+    INFO("JavaScript named from " << map << ": " << js << " of " << f.total_weight);
+    CHECK(js * 4 > f.total_weight); // the loop is where the process spends its time
 }
