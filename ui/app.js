@@ -544,8 +544,11 @@ function renderSymbolFiles(binaries) {
       ? `${esc(b.origin)}: <code>${esc(visible(b.path))}</code> (${Number(b.symbols).toLocaleString()} symbols${b.build_matches ? ', the same build' : ''})`
       : b.pending ? 'asking debuginfod…'
       : `<span class="warn">${b.path ? 'only its dynamic symbols' : 'not found'}</span>: ${esc(b.fix || b.error)}`;
+    // Where the device's own names are poor, every frame of the module can be named here.
+    const whole = b.path && b.symbols ? ` <button data-resymbolize="${attr(b.module)}" data-on="${b.named_here ? 1 : 0}" title="${b.named_here
+      ? 'name only the frames the device could not, as perf named the others' : 'name every frame of this module from these symbols, not only those the device could not'}">${b.named_here ? 'named here: undo' : 'name all its frames here'}</button>` : '';
     return `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
-      <td data-origin="${attr(b.origin)}">${where}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`;
+      <td data-origin="${attr(b.origin)}">${where}${whole}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`;
   }).join('') || '<tr><td colspan="2" class="muted">no module looked up yet</td></tr>';
 }
 
@@ -724,6 +727,12 @@ $('#source-dir-form').addEventListener('submit', (e) => {
   e.preventDefault();
   const dir = $('#source-dir').value.trim();
   if (dir) addSourceSetting((c) => ({ source_dirs: [...c.source_dirs, dir] }));
+});
+$('#symbol-files').addEventListener('click', (e) => {
+  const b = e.target.closest('button[data-resymbolize]');
+  if (!b) return;
+  const m = b.dataset.resymbolize, on = b.dataset.on === '1';
+  addSourceSetting((c) => ({ resymbolize: on ? c.resymbolize.filter((x) => x !== m) : [...c.resymbolize, m] }));
 });
 $('#debug-dir-form').addEventListener('submit', (e) => {
   e.preventDefault();

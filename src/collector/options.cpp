@@ -45,6 +45,9 @@ po::options_description describe_options() {
         ("binary", po::value<std::vector<std::string>>()->composing(),
          "a local copy of a profiled binary or library, matched by build-id, else by file "
          "name (repeatable)")
+        ("resymbolize", po::value<std::vector<std::string>>()->composing(),
+         "a device module (its path there) whose every frame is named at the collector, not "
+         "only those perf could not name: for a device whose symbols are poor (repeatable)")
         ("debug-dir", po::value<std::vector<std::string>>()->composing(),
          "a folder of debug files by build-id, DIR/.build-id/ab/cdef….debug, as gdb and perf "
          "use (repeatable; default /usr/lib/debug)")
@@ -172,6 +175,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     };
     c.symbols.binaries = list("binary");
     c.symbols.source_dirs = list("source-dir");
+    c.symbols.resymbolize = list("resymbolize");
     if (vm.count("debug-dir"))
         c.symbols.debug_dirs = list("debug-dir");
     for (const auto& m : list("path-map")) {

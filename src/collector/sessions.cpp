@@ -15,7 +15,14 @@ class session_namer final : public frame_namer {
 public:
     explicit session_namer(symbolizer& symbols, session_model& m)
         : symbols_(symbols)
-        , model_(m) {}
+        , model_(m) {
+        const auto c = symbols.config();
+        all_.insert(c.resymbolize.begin(), c.resymbolize.end());
+    }
+
+    bool names_all(std::string_view module) const override {
+        return !all_.empty() && all_.count(module) != 0;
+    }
 
     std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
         const std::string m(module);
@@ -32,6 +39,7 @@ public:
 private:
     symbolizer& symbols_;
     session_model& model_;
+    std::set<std::string, std::less<>> all_;
 };
 
 } // namespace

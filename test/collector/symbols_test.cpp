@@ -3,6 +3,7 @@
 #include "collector/export/exports.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/parse/perf_script.hpp"
+#include "collector/session_model.hpp"
 #include "collector/symbols/source_view.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "collector/symbols/symbolizer.hpp"
@@ -679,4 +680,61 @@ TEST_CASE("locating symbols: build-id first, another build refused, debug link, 
     // What was looked at before, in order.
     REQUIRE(found.tried.size() >= 2);
     CHECK(found.tried[0].find("stripped") != std::string::npos);
+}
+
+TEST_CASE("frames perf could not name are named at the collector; a module named here whole "
+          "when its device symbols are poor",
+          "[collector][symbols]") {
+    // The address of matrix_multiply+0x10, as perf prints it: a file offset in the module.
+    const auto facts = protocol::read_elf_facts(demo_bin);
+    REQUIRE(facts);
+    const auto symbols = elf_symbols::parse_readelf(run_capture({"readelf", "-sW", demo_bin}).out);
+    const auto start = symbols.address_of("(anonymous namespace)::matrix_multiply");
+    const auto caller = symbols.address_of("(anonymous namespace)::matrix_worker");
+    REQUIRE(start);
+    REQUIRE(caller);
+    const auto offset_of = [&](std::uint64_t vaddr) {
+        for (const auto& s : facts->loads)
+            if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+                return vaddr - s.vaddr + s.offset;
+        return std::uint64_t{0};
+    };
+    const std::string module = "/opt/device/perfwire-demo";
+    std::ostringstream text;
+    text << std::hex;
+    for (int i = 0; i < 10; ++i)
+        text << "app 1/1 1." << i << ": 1000 cpu-clock:\n\t" << offset_of(*start + 0x10)
+             << " [unknown] (" << module << ")\n\t" << offset_of(*caller + 0x20)
+             << " exported_fn+0x1234 (" << module << ")\n\n";
+
+    symbol_config c;
+    c.binaries = {demo_bin}; // by file name: the import reported no build-id
+    c.debug_dirs.clear();
+    symbolizer sym(c);
+    const auto names = [&](symbolizer& s) {
+        session_model m(&s);
+        m.ingest(false, text.str());
+        std::vector<std::string> out;
+        for (std::uint32_t n = 1; n < m.prof.node_count(); ++n)
+            out.emplace_back(m.prof.symbol(m.prof.node_frame(n)));
+        return out;
+    };
+    // The leaf perf could not name is named; the caller keeps perf's name.
+    CHECK(names(sym) ==
+          std::vector<std::string>{"exported_fn", "(anonymous namespace)::matrix_multiply"});
+    // The leaf's offset into the function is kept for source lines.
+    {
+        session_model m(&sym);
+        m.ingest(false, text.str());
+        REQUIRE(m.prof.site_count() == 1);
+        CHECK(m.prof.site_offset(0) == 0x10);
+    }
+    // Named here whole: the caller too.
+    c.resymbolize = {module};
+    sym.configure(c);
+    CHECK(names(sym) == std::vector<std::string>{"(anonymous namespace)::matrix_worker",
+                                                 "(anonymous namespace)::matrix_multiply"});
+    // Without symbols for it: as perf printed them.
+    symbolizer none;
+    CHECK(names(none) == std::vector<std::string>{"exported_fn", "[unknown]"});
 }

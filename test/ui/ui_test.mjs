@@ -473,6 +473,15 @@ try {
   check(unnamed > 50 && /only its dynamic symbols|not found/.test(saidBefore) && named < 2 &&
     await again.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
     `a stripped binary's frames are named once its unstripped build is given (${unnamed.toFixed(1)} % → ${named.toFixed(1)} % unnamed)`);
+  // Where the device's names are poor, the whole module can be named here, and undone.
+  await again.locator('#tabs button[data-tab="source"]').click();
+  await strippedRow.locator('button[data-resymbolize][data-on="0"]').click();
+  await strippedRow.locator('button[data-resymbolize][data-on="1"]').waitFor({ timeout: 15000 });
+  const whole = (await (await fetch(http + '/api/config')).json()).resymbolize;
+  await strippedRow.locator('button[data-resymbolize][data-on="1"]').click();
+  await strippedRow.locator('button[data-resymbolize][data-on="0"]').waitFor({ timeout: 15000 });
+  check(whole.length === 1 && whole[0] === deviceBin && (await (await fetch(http + '/api/config')).json()).resymbolize.length === 0,
+    'a module can be named here whole from the Source tab, and undone');
   await put({ binaries: [] });
   await again.goto(`${http}/#session=${session}&tab=source`);
   await again.locator('#source tbody tr').first().waitFor({ timeout: 15000 });

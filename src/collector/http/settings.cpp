@@ -108,6 +108,7 @@ json::object config_json(const symbol_config& c, const config_limits& limits) {
     return {{"binaries", strings_json(c.binaries)},
             {"source_dirs", strings_json(c.source_dirs)},
             {"debug_dirs", strings_json(c.debug_dirs)},
+            {"resymbolize", strings_json(c.resymbolize)},
             {"debuginfod_urls", limits.debuginfod_urls},
             {"path_map", std::move(map)},
             {"toolchain_prefix", c.toolchain_prefix},
@@ -133,6 +134,10 @@ result<> update_config(symbol_config& c, const json::object& body, const config_
         return bad_config("source_dirs must be an array of strings");
     if (const auto* v = body.if_contains("debug_dirs"); v && !read_strings(*v, next.debug_dirs))
         return bad_config("debug_dirs must be an array of strings");
+    // Device paths: names to match modules by, never opened as given.
+    if (const auto* v = body.if_contains("resymbolize");
+        v && (!read_strings(*v, next.resymbolize) || next.resymbolize.size() > 1024))
+        return bad_config("resymbolize must be an array of at most 1024 module paths");
     if (const auto* v = body.if_contains("path_map")) {
         if (!v->is_array())
             return bad_config("path_map must be an array of {from, to}");

@@ -390,8 +390,10 @@ bool script_parser::frame_text(std::string_view text) {
     }
     if (rest.empty())
         rest = "[unknown]";
-    if (rest == "[unknown]" && namer_ && !module.empty() && module.front() == '/' && sp <= 16) {
-        // A frame perf could not name, in a file: the collector's symbols may.
+    if (namer_ && !module.empty() && module.front() == '/' && sp <= 16 &&
+        (rest == "[unknown]" || namer_->names_all(module))) {
+        // A frame perf could not name, in a file (or any frame of a module named here): the
+        // collector's symbols may.
         std::uint32_t named_offset = profile::no_offset;
         const auto frame = named_frame(module, hex_u64(text.substr(0, sp)), named_offset);
         if (frame != profile::no_frame) {

@@ -75,14 +75,17 @@ public:
         std::uint32_t offset = 0; // of the address into the function
     };
     virtual std::optional<name> name_frame(std::string_view module, std::uint64_t address) = 0;
+    // Whether every frame of `module` is to be named here, whatever perf called it.
+    virtual bool names_all(std::string_view module) const = 0;
 };
 
 class script_parser {
 public:
     explicit script_parser(profile& into);
 
-    // From now on, frames perf could not name are named by `namer` where it can; the others
-    // stay "[unknown]" in their module. Each (module, address) is asked once.
+    // From now on, frames perf could not name (and every frame of a module the namer names
+    // all of) are named by `namer` where it can; the others stay as perf printed them. Each
+    // (module, address) is asked once.
     void name_frames_with(frame_namer* namer) noexcept { namer_ = namer; }
 
     void feed(std::string_view text);

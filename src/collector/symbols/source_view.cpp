@@ -57,6 +57,8 @@ json::array binaries_json(const profile& p, const symbolizer& symbols,
         if (p.symbol(f) == "[unknown]")
             unnamed.insert(p.module(f));
     }
+    const auto config = symbols.config();
+    const std::set<std::string_view> whole(config.resymbolize.begin(), config.resymbolize.end());
     json::array out;
     for (const auto& b : symbols.binaries()) {
         if (!modules.count(b.module))
@@ -67,9 +69,11 @@ json::array binaries_json(const profile& p, const symbolizer& symbols,
         json::array tried;
         for (const auto& t : b.tried)
             tried.emplace_back(t);
-        json::object o{{"module", b.module},        {"path", b.path},   {"origin", b.origin},
-                       {"symbols", b.symbols},      {"error", b.error}, {"build_id", b.build_id},
-                       {"tried", std::move(tried)}, {"fix", b.fix},     {"pending", b.pending}};
+        json::object o{{"module", b.module},        {"path", b.path},
+                       {"origin", b.origin},        {"symbols", b.symbols},
+                       {"error", b.error},          {"build_id", b.build_id},
+                       {"tried", std::move(tried)}, {"fix", b.fix},
+                       {"pending", b.pending},      {"named_here", whole.count(b.module) != 0}};
         if (b.device_build_id.empty()) {
             o["build_matches"] = nullptr; // nothing to compare
         } else {

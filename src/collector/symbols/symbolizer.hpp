@@ -39,6 +39,9 @@ struct symbol_config {
     std::string sysroot;
     std::vector<std::string> debug_dirs{"/usr/lib/debug"}; // each with .build-id/ab/cdef….debug
     std::string build_id_cache;                            // perf's; empty: $HOME/.debug
+    // Device modules whose every frame is named here, not only those perf could not name
+    // (the device's symbols are poor: perf gave exported names to static functions).
+    std::vector<std::string> resymbolize;
     bool inline_frames = true;
 };
 
