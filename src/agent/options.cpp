@@ -40,6 +40,8 @@ po::options_description describe_options() {
         ("enroll", po::value<std::string>(), "--server: the collector's enrollment token (or env "
                                              "PERFWIRE_ENROLL_TOKEN)")
         ("perf", po::value<std::string>()->default_value("perf"), "perf executable")
+        ("allow-kallsyms", "send this device's kernel symbols (/proc/kallsyms) when the "
+                           "collector asks, to name kernel frames perf could not")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
     // clang-format on
@@ -133,6 +135,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     else if (!vm.count("enroll") && env_enroll && *env_enroll)
         c.enroll = env_enroll;
     c.perf_path = vm["perf"].as<std::string>();
+    c.allow_kallsyms = vm.count("allow-kallsyms") != 0;
 
     if (c.frequency < 1 || c.frequency > 100000)
         return usage("--frequency must be 1-100000");

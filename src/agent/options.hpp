@@ -26,6 +26,7 @@ struct config {
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";
+    bool allow_kallsyms = false; // --allow-kallsyms: answer `kallsyms` (kernel addresses)
 };
 
 // What main() should do after parsing.

@@ -259,4 +259,29 @@ std::optional<std::string> read_file(const std::string& path) {
     return out;
 }
 
+std::string parse_kallsyms(std::string_view text) {
+    std::string out;
+    bool any_address = false;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        auto line = text.substr(0, nl);
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        // "ffffffff81000000 T _text", "ffffffffc0a01000 t foo\t[nf_tables]"
+        const auto a = line.find(' ');
+        if (a == std::string_view::npos || a + 3 >= line.size() || line[a + 2] != ' ')
+            continue;
+        const char type = line[a + 1];
+        if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+            continue;
+        auto name = line.substr(a + 3);
+        name = name.substr(0, name.find('\t'));
+        const auto address = line.substr(0, a);
+        if (address.find_first_not_of('0') == std::string_view::npos)
+            continue;
+        any_address = true;
+        out.append(address).append(" ").append(name).append("\n");
+    }
+    return any_address ? out : std::string();
+}
+
 } // namespace agent::procfs

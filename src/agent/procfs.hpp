@@ -54,6 +54,11 @@ pid_status parse_pid_status(std::string_view text);
 // mappings, no deleted files).
 std::vector<std::string> parse_maps_executables(std::string_view text);
 
+// /proc/kallsyms: the kernel's text symbols as "ADDRESS NAME" lines (a module's symbols
+// without their "[module]"). Empty when the kernel hides the addresses (all zero:
+// kernel.kptr_restrict) or lists none.
+std::string parse_kallsyms(std::string_view text);
+
 // CPU % of a delta between two cpu_times samples (0 when no time passed).
 double busy_pct(const cpu_times& before, const cpu_times& after);
 

@@ -396,6 +396,8 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
 
     if (req.cmd == "ping")
         co_return command_response::success(id);
+    if (req.cmd == "kallsyms")
+        co_return cmd_kallsyms(id);
     if (req.cmd == "status")
         co_return cmd_status(id);
     if (req.cmd == "list_processes")
@@ -477,6 +479,23 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     if (req.cmd == "configure_metrics")
         co_return cmd_configure_metrics(req);
     co_return command_response::failure(id, "unknown command: " + req.cmd);
+}
+
+command_response session::cmd_kallsyms(const std::string& id) {
+    if (!cfg_.allow_kallsyms)
+        return command_response::failure(id, "not permitted: the agent was started without "
+                                             "--allow-kallsyms");
+    const auto text = procfs::read_file("/proc/kallsyms");
+    if (!text)
+        return command_response::failure(id, "cannot read /proc/kallsyms");
+    auto symbols = procfs::parse_kallsyms(*text);
+    if (symbols.empty())
+        return command_response::failure(
+            id, "the kernel hides its symbol addresses (kernel.kptr_restrict)");
+    json::object f;
+    f["count"] = std::count(symbols.begin(), symbols.end(), '\n');
+    f["symbols"] = std::move(symbols);
+    return command_response::success(id, std::move(f));
 }
 
 command_response session::cmd_status(const std::string& id) {

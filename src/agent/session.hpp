@@ -67,6 +67,7 @@ private:
     asio::awaitable<protocol::command_response> cmd_list_processes(const std::string& id);
     asio::awaitable<protocol::command_response> cmd_verify_perf(const std::string& id);
     protocol::command_response cmd_status(const std::string& id);
+    protocol::command_response cmd_kallsyms(const std::string& id);
     protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid);

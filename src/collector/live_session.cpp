@@ -87,6 +87,8 @@ void rebuild_live(session_entry& e, app_context& app) {
     for (const auto& line : app.store.metrics(e.id))
         fresh->note_metrics(line);
     fresh->names_stale = false;
+    fresh->kernel = e.model ? e.model->kernel : nullptr;
+    fresh->kernel_note = e.model ? e.model->kernel_note : std::string();
     (void)app.store.replay(e.id, [&](bool compressed, std::string_view payload) {
         fresh->ingest(compressed, payload);
     });
@@ -106,6 +108,8 @@ void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std
     asio::post(e->strand, [e, app = &app, who = std::move(who), compressed,
                            payload = std::move(payload), digested = std::move(digested)] {
         take_chunk(*e, *app, who, compressed, payload);
+        if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
+            e->wants_kernel_symbols = true;
         asio::post(app->io, [app, id = e->id, digested] {
             digested();
             app->changed(change::data, id);
@@ -126,6 +130,29 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
             rebuild_live(*e, *app);
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         }
+    });
+}
+
+void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
+                         std::string text, std::string why) {
+    asio::post(e->strand, [e, app = &app, text = std::move(text), why = std::move(why)] {
+        if (!e->model)
+            return;
+        if (!why.empty()) {
+            e->model->kernel_note = why;
+            return;
+        }
+        auto table = std::make_shared<const kernel_symbols>(kernel_symbols::parse(text));
+        if (!table->size()) {
+            e->model->kernel_note = "the agent sent no kernel symbols";
+            return;
+        }
+        if (e->writer)
+            (void)e->writer->write_kernel_symbols(text);
+        e->model->kernel = std::move(table);
+        e->wants_kernel_symbols = false;
+        rebuild_live(*e, *app);
+        asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
     });
 }
 

@@ -31,6 +31,11 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
 void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
               std::optional<int> pid = std::nullopt);
 
+// The device's kernel symbols, as its agent answered `kallsyms` (or why there are none): kept
+// with the session, which is named again with them.
+void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
+                         std::string text, std::string why);
+
 // The collector's symbols changed (a setting, a debuginfod answer): every session in memory
 // that was named under older ones is named again, on its strand. A live one is rebuilt at once
 // from its recording (and the chunks still waiting for the disk); a saved one is let go and

@@ -6,6 +6,7 @@
 #include "collector/model/profile.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "collector/parse/perf_stat.hpp"
+#include "collector/symbols/kernel_symbols.hpp"
 
 #include <cstdint>
 #include <map>
@@ -53,6 +54,10 @@ struct session_model {
     // is then named again, see rename_frames).
     std::set<std::string, std::less<>> named_without_build_id;
     bool names_stale = false;
+
+    // The device's kernel symbols, when its agent sent them; or why they are not here.
+    std::shared_ptr<const kernel_symbols> kernel;
+    std::string kernel_note;
 
     std::size_t memory_bytes() const noexcept {
         return prof.memory_bytes() + last_stat_text.size();

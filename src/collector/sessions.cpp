@@ -25,6 +25,12 @@ public:
     }
 
     std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
+        if (module == "[kernel.kallsyms]") {
+            const auto k = model_.kernel ? model_.kernel->at(address) : std::nullopt;
+            if (!k || address - k->start >= 0xFFFFFFFFULL)
+                return std::nullopt;
+            return name{std::string(k->name), static_cast<std::uint32_t>(address - k->start)};
+        }
         const std::string m(module);
         const auto id = model_.device_build_ids.find(m);
         auto answer = symbols_.name_frame(
@@ -272,9 +278,11 @@ void ensure_loaded(session_entry& e, const session_store& store, symbolizer* nam
     if (e.loaded)
         return;
     e.model = std::make_unique<session_model>(names);
-    // The build-ids first: frames are named for the build that ran.
+    // The build-ids and the kernel's symbols first: frames are named for what ran.
     for (const auto& line : store.metrics(e.id))
         e.model->note_metrics(line);
+    if (auto k = store.kernel_symbols(e.id))
+        e.model->kernel = std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
     (void)store.replay(e.id, [&](bool compressed, std::string_view payload) {
         e.model->ingest(compressed, payload);
     });

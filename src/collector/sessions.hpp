@@ -61,6 +61,8 @@ struct session_entry {
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
     std::atomic<std::size_t> memory_bytes{0}; // of the loaded model; 0 when not loaded
     std::atomic<bool> live{false};            // an agent is connected now
+    // Kernel frames stay unnamed and the device's kernel symbols were not asked for yet.
+    std::atomic<bool> wants_kernel_symbols{false};
 
     std::uint64_t last_used = 0; // I/O thread: the registry's clock at the last find()
 };

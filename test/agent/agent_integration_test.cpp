@@ -612,3 +612,40 @@ TEST_CASE("the Python agent compresses with the zstandard module, a zstd executa
     CHECK(no_perf_children(agent->pid(), 3s));
     CHECK(test_support::children_of(agent->pid(), "zstd").empty());
 }
+
+TEST_CASE("kallsyms: sent only when the agent was started with --allow-kallsyms, as the kernel "
+          "lists them",
+          "[agent][integration]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    for (const bool allowed : {false, true}) {
+        listener l;
+        std::vector<std::string> args{"--server", "127.0.0.1:" + std::to_string(l.port())};
+        if (allowed)
+            args.push_back("--allow-kallsyms");
+        auto agent = start_agent(flavour, args);
+        auto peer = accept_agent(l);
+        read_hello(peer);
+        const auto r = peer.command("kallsyms", "{}", 20s);
+        if (!allowed) {
+            CHECK_THAT(error_of(r), Catch::Contains("--allow-kallsyms"));
+            continue;
+        }
+        REQUIRE(r);
+        INFO(r->error);
+        REQUIRE(r->ok);
+        const std::string symbols(r->fields.at("symbols").as_string());
+        CHECK(r->fields.at("count").to_number<std::size_t>() > 1000);
+        // The kernel's own start, at the address /proc/kallsyms gives it.
+        std::ifstream in("/proc/kallsyms");
+        std::string address, type, name, stext;
+        while (in >> address >> type >> name && stext.empty()) {
+            if (name == "_stext")
+                stext = address;
+            std::getline(in, name);
+        }
+        REQUIRE_FALSE(stext.empty());
+        CHECK_THAT(symbols, Catch::Contains(stext + " _stext\n"));
+        CHECK(symbols.find('\t') == std::string::npos); // no "[module]" tails
+    }
+}

@@ -155,3 +155,20 @@ TEST_CASE("metrics sampler: the target's binaries with build-ids, sent when they
     CHECK_FALSE(sampler.binaries(::getpid(), 3.0)); // nothing changed
     CHECK_FALSE(sampler.binaries(999999999, 3.0));  // no such process
 }
+
+TEST_CASE("/proc/kallsyms: text symbols only, module tails dropped, hidden addresses refused",
+          "[agent]") {
+    const std::string text = "ffffffff81000000 T _stext\n"
+                             "ffffffff81000010 t local_fn\n"
+                             "ffffffff82000000 D some_data\n"
+                             "ffffffff81000020 W weak_fn\n"
+                             "ffffffffc0a01000 t nft_fn\t[nf_tables]\n"
+                             "garbage\n";
+    CHECK(agent::procfs::parse_kallsyms(text) == "ffffffff81000000 _stext\n"
+                                                 "ffffffff81000010 local_fn\n"
+                                                 "ffffffff81000020 weak_fn\n"
+                                                 "ffffffffc0a01000 nft_fn\n");
+    CHECK(agent::procfs::parse_kallsyms("0000000000000000 T _stext\n"
+                                        "0000000000000000 t local_fn\n")
+              .empty());
+}

@@ -314,3 +314,57 @@ TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device'
     INFO("JavaScript named from " << map << ": " << js << " of " << f.total_weight);
     CHECK(js * 4 > f.total_weight); // the loop is where the process spends its time
 }
+
+TEST_CASE("kernel frames the device could not name are named by its kallsyms, asked once, kept "
+          "with the session",
+          "[collector][integration][symbols]") {
+    temp_dir dir;
+    std::string session;
+    {
+        collector_proc coll(dir.path / "sessions");
+        INFO(coll.proc->stderr_text());
+        auto agent = test_support::hello_agent(coll, "kernel-hidden");
+        // perf on a device whose kernel hid its addresses: kernel frames unnamed.
+        std::string text;
+        for (int i = 0; i < 20; ++i)
+            text += "app 7/7 1." + std::to_string(100 + i) +
+                    ": 1000 cpu-clock:\n\tffffffff81000123 [unknown] ([kernel.kallsyms])\n"
+                    "\tffffffff81001010 [unknown] ([kernel.kallsyms])\n"
+                    "\t1139 main+0x10 (/usr/bin/app)\n\n";
+        agent->send(protocol::frame_flag::text, text);
+        // The collector asks for the device's kernel symbols; this agent sends them.
+        std::optional<protocol::command_request> asked;
+        for (int i = 0; i < 20 && !asked; ++i) {
+            const auto f = agent->next_of(protocol::frame_flag::command, 1s);
+            if (!f)
+                continue;
+            auto request = protocol::parse_command_request(f->payload);
+            REQUIRE(request.has_value());
+            if (request->cmd == "kallsyms")
+                asked = *request;
+        }
+        REQUIRE(asked);
+        json::object fields{{"count", 3},
+                            {"symbols", "ffffffff81000000 fake_kernel_entry\n"
+                                        "ffffffff81001000 fake_kernel_work\n"
+                                        "ffffffff81002000 fake_kernel_end\n"}};
+        agent->send(protocol::frame_flag::response,
+                    protocol::serialize(protocol::command_response::success(asked->id, fields)));
+        const auto sessions = coll.get("/api/sessions");
+        REQUIRE(sessions.as_array().size() == 1);
+        session = std::string(sessions.as_array()[0].at("id").as_string());
+        const auto named =
+            test_support::poll_json(coll.http_port, "/api/sessions/" + session + "/functions", 10s,
+                                    [](const json::value& v) {
+                                        return test_support::names_function(v, "fake_kernel_entry");
+                                    });
+        CHECK(test_support::names_function(named, "fake_kernel_entry"));
+        const auto tree = coll.get("/api/sessions/" + session + "/flamegraph");
+        CHECK(json::serialize(tree).find("fake_kernel_work") != std::string::npos);
+        CHECK(fs::exists(dir.path / "sessions" / session / "kallsyms.txt"));
+    }
+    // After a restart the saved session is named with what was kept.
+    collector_proc again(dir.path / "sessions");
+    CHECK(test_support::names_function(again.get("/api/sessions/" + session + "/functions"),
+                                       "fake_kernel_entry"));
+}

@@ -435,6 +435,26 @@ def parse_maps_executables(text):
     return sorted(out)
 
 
+def parse_kallsyms(text):
+    """/proc/kallsyms: the kernel's text symbols as "ADDRESS NAME" lines (a module's symbols
+    without their "[module]"); empty when the kernel hides the addresses (all zero)."""
+    out = []
+    any_address = False
+    for line in (text or "").split("\n"):
+        a = line.find(" ")
+        if a < 0 or a + 3 >= len(line) or line[a + 2] != " ":
+            continue
+        if line[a + 1] not in "tTwW":
+            continue
+        name = line[a + 3:].split("\t", 1)[0]
+        address = line[:a]
+        if not address.strip("0"):
+            continue
+        any_address = True
+        out.append(address + " " + name + "\n")
+    return "".join(out) if any_address else ""
+
+
 def read_cmdline(pid):
     data = read_file("/proc/%d/cmdline" % pid)
     return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace") if data else ""
@@ -1683,6 +1703,19 @@ class Session(object):
                  chunks=current.chunks if current is not None else 0)
         return response(rid, f)
 
+    def cmd_kallsyms(self, rid, args):
+        if not self.cfg.allow_kallsyms:
+            return response(rid, error="not permitted: the agent was started without "
+                                       "--allow-kallsyms")
+        text = read_text("/proc/kallsyms")
+        if text is None:
+            return response(rid, error="cannot read /proc/kallsyms")
+        symbols = parse_kallsyms(text)
+        if not symbols:
+            return response(rid, error="the kernel hides its symbol addresses "
+                                       "(kernel.kptr_restrict)")
+        return response(rid, {"count": symbols.count("\n"), "symbols": symbols})
+
     def cmd_list_processes(self, rid, args):
         before = snapshot_processes()
         time.sleep(0.5)
@@ -2104,13 +2137,16 @@ Modes (exactly one):
   --enroll arg          --server: the collector's enrollment token (or env 
                         PERFWIRE_ENROLL_TOKEN)
   --perf arg (=perf)    perf executable
+  --allow-kallsyms      send this device's kernel symbols (/proc/kallsyms) when
+                        the collector asks, to name kernel frames perf could 
+                        not
   --version             print the version and exit
   --help                print this help and exit
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "token", "enroll", "perf", "version", "help"]
-FLAGS = ("listen", "version", "help")  # options without a value
+           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "version", "help"]
+FLAGS = ("listen", "allow-kallsyms", "version", "help")  # options without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
             "duration": "8", "perf": "perf"}
@@ -2214,6 +2250,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
+    c.allow_kallsyms = "allow-kallsyms" in values
     if c.token is not None and code_strength_bits(c.token) < MIN_CODE_BITS:
         raise usage("the pairing code is too easy to guess (about %d bits): use at least 10 "
                     "random letters and digits, or leave --token out and the agent makes one"

@@ -294,6 +294,46 @@ void agent_link::on_hello(protocol::frame&& f) {
     app_.changed(change::targets);
 }
 
+// Kernel frames the device could not name: its kallsyms, once per connection. An agent may
+// refuse (it was not started with --allow-kallsyms, or its kernel hides the addresses); the
+// session then says why.
+void agent_link::give_kernel_symbols() {
+    if (kernel_.answered) {
+        if (kernel_.given_to != session_->id) { // a later run on this connection
+            kernel_.given_to = session_->id;
+            take_kernel_symbols(app_, session_, kernel_.text, kernel_.why);
+        }
+        return;
+    }
+    if (kernel_.asked)
+        return;
+    kernel_.asked = true;
+    auto self = shared_from_this();
+    asio::co_spawn(
+        socket_.get_executor(),
+        [self]() -> asio::awaitable<void> {
+            const auto r = co_await self->command("kallsyms", {});
+            auto& k = self->kernel_;
+            const auto* symbols = r.ok ? r.fields.if_contains("symbols") : nullptr;
+            if (!r.ok)
+                k.why = "the agent did not send them: " + r.error;
+            else if (!symbols || !symbols->is_string() ||
+                     symbols->as_string().size() > max_kernel_symbols_text)
+                k.why = "the agent's answer held no symbols";
+            else
+                k.text = std::string(symbols->as_string());
+            k.answered = true;
+            if (self->session_) {
+                k.given_to = self->session_->id;
+                take_kernel_symbols(self->app_, self->session_, k.text, k.why);
+            }
+        },
+        [peer = peer_](std::exception_ptr e) {
+            if (e)
+                log(peer, "asking for kernel symbols failed: " + protocol::describe(e));
+        });
+}
+
 bool agent_link::open_session() {
     if (session_)
         return true;
@@ -340,6 +380,8 @@ void agent_link::on_frame(protocol::frame&& f) {
                      [self = shared_from_this(), n] {
                          self->undigested_bytes_ -= n;
                          self->digested_.cancel();
+                         if (self->session_ && self->session_->wants_kernel_symbols)
+                             self->give_kernel_symbols();
                      });
         break;
     }

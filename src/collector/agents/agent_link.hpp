@@ -63,6 +63,7 @@ private:
     void finish_session();
     void set_state(protocol::agent_state now);
     void send(const std::string& payload);
+    void give_kernel_symbols(); // asks the agent once; each run's session gets the answer
 
     asio::ip::tcp::socket socket_;
     app_context& app_;
@@ -81,6 +82,11 @@ private:
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
+    struct {
+        bool asked = false, answered = false;
+        std::string text, why; // the agent's kallsyms, or why there are none
+        std::string given_to;  // the session that has them
+    } kernel_;
     // The last metrics record of each type on this connection (a handful, each ≤ 256 KiB):
     // every new session starts with them (agents send the binaries' build-ids only when they
     // change, so a second run on the same process would otherwise have none).

@@ -449,11 +449,18 @@ json::value quality_json(const session_model& m, const view_filter& f,
     const double unknown = pct(q.unknown_leaf, q.total);
     check("unknown", "samples in code with no name", grade(unknown, 5, 25),
           fixed(unknown, 1) + " % of the weight", unknown,
-          unknown >= 5 ? "name them at the collector: give it the unstripped builds (--binary, "
-                         "--sysroot), their debug files (--debug-dir, or the -dbgsym packages "
-                         "in /usr/lib/debug) or a debuginfod server (DEBUGINFOD_URLS); the "
-                         "Source tab says, per module, where it looked"
-                       : "",
+          unknown >= 5
+              ? "name them at the collector: give it the unstripped builds (--binary, "
+                "--sysroot), their debug files (--debug-dir, or the -dbgsym packages "
+                "in /usr/lib/debug) or a debuginfod server (DEBUGINFOD_URLS); the "
+                "Source tab says, per module, where it looked" +
+                    std::string(m.parser.stats().unnamed_kernel && !m.kernel
+                                    ? "; kernel frames: start the agent with "
+                                      "--allow-kallsyms" +
+                                          (m.kernel_note.empty() ? std::string()
+                                                                 : " (" + m.kernel_note + ")")
+                                    : "")
+              : "",
           q.unknown_modules);
 
     const double truncated = pct(q.truncated, q.total);

@@ -390,7 +390,8 @@ bool script_parser::frame_text(std::string_view text) {
     }
     if (rest.empty())
         rest = "[unknown]";
-    if (namer_ && !module.empty() && module.front() == '/' && sp <= 16 &&
+    const bool kernel = module == "[kernel.kallsyms]";
+    if (namer_ && !module.empty() && (module.front() == '/' || kernel) && sp <= 16 &&
         (rest == "[unknown]" || namer_->names_all(module))) {
         // A frame perf could not name, in a file (or any frame of a module named here): the
         // collector's symbols may.
@@ -403,6 +404,8 @@ bool script_parser::frame_text(std::string_view text) {
             return true;
         }
     }
+    if (kernel && rest == "[unknown]")
+        ++stats_.unnamed_kernel;
     if (frames_.empty()) {
         leaf_offset_ = offset;
         // A frame nobody could name, in a module perf could: perf prints the address in that

@@ -33,11 +33,12 @@ namespace collector {
 struct script_stats {
     std::uint64_t lines = 0;
     std::uint64_t samples = 0;
-    std::uint64_t skipped_lines = 0; // unrecognized
-    std::uint64_t lost_events = 0;   // from PERF_RECORD_LOST records
-    std::uint64_t records = 0;       // side-band records (PERF_RECORD_*), not samples
-    std::uint64_t comments = 0;      // '#' lines (perf script --header)
-    std::uint64_t deep_frames = 0;   // frames beyond max_stack_frames, left out
+    std::uint64_t skipped_lines = 0;  // unrecognized
+    std::uint64_t lost_events = 0;    // from PERF_RECORD_LOST records
+    std::uint64_t records = 0;        // side-band records (PERF_RECORD_*), not samples
+    std::uint64_t comments = 0;       // '#' lines (perf script --header)
+    std::uint64_t deep_frames = 0;    // frames beyond max_stack_frames, left out
+    std::uint64_t unnamed_kernel = 0; // kernel frames neither perf nor the namer could name
 };
 
 // Frames kept per sample, outermost ones dropped beyond it: perf's own limit is 127

@@ -1,5 +1,7 @@
 #include "collector/store/session_store.hpp"
 
+#include "collector/symbols/kernel_symbols.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -117,6 +119,15 @@ error_code session_writer::append_metrics(std::string_view json_line) {
     std::string line(json_line);
     line.push_back('\n');
     return write_file_synced(dir_ / "metrics.jsonl", line, true);
+}
+
+error_code session_writer::write_kernel_symbols(std::string_view text) {
+    const fs::path tmp = dir_ / "kallsyms.txt.tmp";
+    if (auto ec = write_file_synced(tmp, text))
+        return ec;
+    std::error_code ec;
+    fs::rename(tmp, dir_ / "kallsyms.txt", ec);
+    return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
 }
 
 error_code session_writer::write_meta(const json::object& meta) {
@@ -323,6 +334,21 @@ std::vector<std::string> session_store::metrics(std::string_view id) const {
         if (!line.empty())
             lines.push_back(std::move(line));
     return lines;
+}
+
+std::optional<std::string> session_store::kernel_symbols(std::string_view id) const {
+    if (!valid_id(id))
+        return std::nullopt;
+    const fs::path path = root_ / std::string(id) / "kallsyms.txt";
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec || size > max_kernel_symbols_text)
+        return std::nullopt;
+    std::ifstream in(path, std::ios::binary);
+    std::string text(size, '\0');
+    if (!in.read(text.data(), static_cast<std::streamsize>(size)))
+        return std::nullopt;
+    return text;
 }
 
 } // namespace collector

@@ -34,6 +34,8 @@ public:
     // Writes a chunk to a temporary name, syncs it and renames it into place.
     boost::system::error_code write_chunk(bool compressed, std::string_view payload);
     boost::system::error_code append_metrics(std::string_view json_line);
+    // The device's kernel symbols ("ADDRESS NAME" lines), kept beside the chunks.
+    boost::system::error_code write_kernel_symbols(std::string_view text);
     boost::system::error_code write_meta(const boost::json::object& meta);
     std::uint64_t chunks_written() const noexcept { return chunks_; }
 
@@ -79,6 +81,8 @@ public:
            const std::function<void(bool compressed, std::string_view payload)>& chunk) const;
     // Every line of metrics.jsonl.
     std::vector<std::string> metrics(std::string_view id) const;
+    // What write_kernel_symbols kept, if anything (at most max_kernel_symbols_text bytes).
+    std::optional<std::string> kernel_symbols(std::string_view id) const;
 
 private:
     std::filesystem::path root_;
