@@ -111,9 +111,22 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
     debuginfod_lookup debuginfod;
     {
         std::lock_guard lock(config_mutex_);
-        auto& s = tables_[module + '\0' + build_id];
-        if (!s)
-            s = std::make_shared<module_slot>();
+        const std::string key = module + '\0' + build_id;
+        auto it = tables_.find(key);
+        if (it == tables_.end()) {
+            // Module paths and build-ids come from agents: past the bound, nothing more is
+            // looked up until the settings change.
+            if (tables_.size() >= max_modules) {
+                static const auto too_many = [] {
+                    auto m = std::make_shared<module_symbols>();
+                    m->error = "too many modules looked up (" + std::to_string(max_modules) + ")";
+                    return std::shared_ptr<const module_symbols>(std::move(m));
+                }();
+                return too_many;
+            }
+            it = tables_.emplace(key, std::make_shared<module_slot>()).first;
+        }
+        auto& s = it->second;
         slot = s;
         if (slot->value)
             return slot->value;

@@ -58,6 +58,9 @@ using source_chain = std::vector<source_location>;
 // `addr2line -a -f [-i]` output for a batch -> one chain per address, in order.
 std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines);
 
+// Modules (path + build-id) looked up per configuration; more are left unnamed.
+inline constexpr std::size_t max_modules = 4096;
+
 class symbolizer {
 public:
     explicit symbolizer(symbol_config c = {});
