@@ -32,6 +32,11 @@ struct session_model {
     script_parser parser{prof};
     // The symbolizer's generation when this model was made (the names it holds).
     std::uint64_t symbols_generation = 0;
+    // A recording the owner imported: modules without a build-id may be read at their paths
+    // (locate.hpp, owner_recording). An agent's session: never.
+    bool owner_recording = false;
+    // The build-id to look a module's symbols up with.
+    std::string build_id_of(const std::string& module) const;
     std::optional<stat_report> last_stat;
     std::string last_stat_text;
     std::uint64_t chunks = 0, bad_chunks = 0;
@@ -60,7 +65,7 @@ struct session_model {
     std::string kernel_note;
 
     std::size_t memory_bytes() const noexcept {
-        return prof.memory_bytes() + last_stat_text.size();
+        return prof.memory_bytes() + parser.memory_bytes() + last_stat_text.size();
     }
 
 private:

@@ -32,12 +32,11 @@ public:
             return name{std::string(k->name), static_cast<std::uint32_t>(address - k->start)};
         }
         const std::string m(module);
-        const auto id = model_.device_build_ids.find(m);
-        auto answer = symbols_.name_frame(
-            m, id == model_.device_build_ids.end() ? std::string() : id->second, address);
+        const auto id = model_.build_id_of(m);
+        auto answer = symbols_.name_frame(m, id, address);
         if (!answer)
             return std::nullopt;
-        if (id == model_.device_build_ids.end())
+        if (id.empty() || id == owner_recording)
             model_.named_without_build_id.insert(m);
         return name{std::move(answer->symbol), answer->offset};
     }
@@ -59,6 +58,13 @@ session_model::session_model(symbolizer* names) {
 }
 
 session_model::~session_model() = default;
+
+std::string session_model::build_id_of(const std::string& module) const {
+    const auto it = device_build_ids.find(module);
+    if (it != device_build_ids.end() && !it->second.empty())
+        return it->second;
+    return owner_recording ? std::string(collector::owner_recording) : std::string();
+}
 
 void session_model::note_metrics(std::string_view payload) {
     if (payload.find("\"binaries\"") == std::string_view::npos)
@@ -278,6 +284,9 @@ void ensure_loaded(session_entry& e, const session_store& store, symbolizer* nam
     if (e.loaded)
         return;
     e.model = std::make_unique<session_model>(names);
+    if (const auto meta = store.meta(e.id))
+        if (const auto* agent = meta->if_contains("agent"))
+            e.model->owner_recording = agent->is_string() && agent->as_string() == "import";
     // The build-ids and the kernel's symbols first: frames are named for what ran.
     for (const auto& line : store.metrics(e.id))
         e.model->note_metrics(line);

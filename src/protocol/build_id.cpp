@@ -42,8 +42,14 @@ private:
 class file_reader final : public elf_reader {
 public:
     explicit file_reader(const std::string& path)
-        : in_(path, std::ios::binary) {}
+        : in_(path, std::ios::binary) {
+        if (in_ && in_.seekg(0, std::ios::end))
+            size_ = static_cast<std::uint64_t>(in_.tellg());
+        in_.clear();
+    }
     std::string bytes(std::uint64_t offset, std::size_t n) override {
+        if (offset > size_ || n > size_ - offset)
+            return {}; // never allocated: the file is not that long
         std::string out(n, '\0');
         if (!in_.seekg(static_cast<std::streamoff>(offset)) ||
             !in_.read(out.data(), static_cast<std::streamsize>(n)))
@@ -55,6 +61,7 @@ public:
 
 private:
     std::ifstream in_;
+    std::uint64_t size_ = 0;
 };
 
 std::uint64_t field(std::string_view s, std::size_t at, std::size_t size, bool big_endian) {
@@ -104,6 +111,7 @@ struct header {
     bool wide = false, be = false;
     std::uint64_t phoff = 0, shoff = 0;
     std::size_t phentsize = 0, phnum = 0, shentsize = 0, shnum = 0, shstrndx = 0;
+    std::uint64_t machine = 0;
 };
 
 std::optional<header> read_header(elf_reader& r) {
@@ -125,12 +133,13 @@ std::optional<header> read_header(elf_reader& r) {
     h.shentsize = field(ident, w ? 58 : 46, 2, be);
     h.shnum = field(ident, w ? 60 : 48, 2, be);
     h.shstrndx = field(ident, w ? 62 : 50, 2, be);
+    h.machine = field(ident, 18, 2, be);
     return h;
 }
 
 void read_segments(elf_reader& r, const header& h, elf_facts& out) {
     const bool w = h.wide, be = h.be;
-    if (h.phentsize < (w ? 56u : 32u) || h.phnum == 0 || h.phnum > max_program_headers)
+    if (h.phentsize != (w ? 56u : 32u) || h.phnum == 0 || h.phnum > max_program_headers)
         return;
     const std::string table = r.bytes(h.phoff, h.phentsize * h.phnum);
     if (table.empty())
@@ -152,7 +161,7 @@ void read_segments(elf_reader& r, const header& h, elf_facts& out) {
 
 void read_sections(elf_reader& r, const header& h, elf_facts& out) {
     const bool w = h.wide, be = h.be;
-    if (h.shentsize < (w ? 64u : 40u) || h.shnum == 0 || h.shnum > max_sections ||
+    if (h.shentsize != (w ? 64u : 40u) || h.shnum == 0 || h.shnum > max_sections ||
         h.shstrndx >= h.shnum)
         return;
     const std::string table = r.bytes(h.shoff, h.shentsize * h.shnum);
@@ -183,7 +192,9 @@ void read_sections(elf_reader& r, const header& h, elf_facts& out) {
         const section s = at(i);
         const auto name = name_of(s.name);
         const bool contents = s.type != sht_nobits && s.size > 0;
-        if (name == ".symtab")
+        if (name == ".text")
+            out.text_in_file = s.type != sht_nobits;
+        else if (name == ".symtab")
             out.symtab = out.symtab || contents;
         else if (name == ".debug_info")
             out.debug_info = out.debug_info || contents;
@@ -200,6 +211,7 @@ std::optional<elf_facts> facts(elf_reader& r) {
     if (!h)
         return std::nullopt;
     elf_facts out;
+    out.machine = static_cast<std::uint16_t>(h->machine);
     read_segments(r, *h, out);
     read_sections(r, *h, out);
     return out;
@@ -248,13 +260,8 @@ std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>
     return std::nullopt;
 }
 
-bool offsets_lost(const std::vector<elf_segment>& loads) {
-    // The first segment holds the ELF header at offset 0; in a debug file the later ones
-    // with contents in memory have none in the file (or all point at 0).
-    for (std::size_t i = 1; i < loads.size(); ++i)
-        if (loads[i].memsz > 0 && (loads[i].filesz == 0 || loads[i].offset == 0))
-            return true;
-    return false;
+bool offsets_lost(const elf_facts& f) {
+    return !f.text_in_file;
 }
 
 std::vector<elf_segment> rebuild_offsets(std::vector<elf_segment> loads) {

@@ -29,6 +29,8 @@ struct elf_facts {
     bool symtab = false;            // a .symtab with contents (not stripped)
     bool debug_info = false;        // a .debug_info with contents (source lines)
     std::string debuglink;          // .gnu_debuglink's file name, when there is one
+    bool text_in_file = true;       // false: .text has no bytes here (a separate debug file)
+    std::uint16_t machine = 0;      // e_machine (40: ARM, whose Thumb symbols have bit 0 set)
 };
 // nullopt when the file cannot be read or is not ELF. Headers and the few sections read are
 // bounded, like read_build_id.
@@ -45,7 +47,7 @@ std::optional<std::uint64_t> file_offset_to_vaddr(const std::vector<elf_segment>
 // sizes but not where their bytes were in the binary. Whether `loads` are such, and the file
 // offsets the binary had, laid out as linkers do: each segment at the first offset past the
 // one before that is congruent to its address modulo its alignment (GNU ld and lld alike).
-bool offsets_lost(const std::vector<elf_segment>& loads);
+bool offsets_lost(const elf_facts& facts);
 std::vector<elf_segment> rebuild_offsets(std::vector<elf_segment> loads);
 
 } // namespace protocol

@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string demo_bin = PERFWIRE_DEMO_BIN;
+// Sites of a recording the owner imported: local files are read at the device's paths.
+const std::string own(owner_recording);
 const std::string demo_source = std::string(PERFWIRE_TEST_DIR) + "/../src/demo/demo.cpp";
 
 // The line of demo.cpp holding `marker`.
@@ -127,10 +129,10 @@ TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
     symbolizer sym;
     std::vector<symbolizer::site> sites;
     for (std::uint32_t off = 0; off < 0x90; off += 4)
-        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off});
-    sites.push_back({demo_bin, "no_such_function", 0});
-    sites.push_back({"[kernel.kallsyms]", "native_safe_halt", 0xe});
-    sites.push_back({"/nonexistent/lib.so", "f", 1});
+        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off, own});
+    sites.push_back({demo_bin, "no_such_function", 0, own});
+    sites.push_back({"[kernel.kallsyms]", "native_safe_halt", 0xe, own});
+    sites.push_back({"/nonexistent/lib.so", "f", 1, own});
     const auto where = sym.resolve(sites);
     REQUIRE(where.size() == sites.size());
     std::set<std::uint32_t> lines;
@@ -230,7 +232,7 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
 
     symbolizer sym;
     view_filter f;
-    const auto files = source_view(p, f, sym, {});
+    const auto files = source_view(p, f, sym, {}, {}, own);
     REQUIRE(files.status == 200);
     const auto& list = files.body.at("files").as_array();
     REQUIRE(list.size() >= 1);
@@ -238,7 +240,8 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     CHECK(file.find("demo.cpp") != std::string::npos);
     CHECK(list[0].at("found").as_bool());
 
-    const auto by_fn = source_view(p, f, sym, {"", "(anonymous namespace)::matrix_multiply"});
+    const auto by_fn =
+        source_view(p, f, sym, {"", "(anonymous namespace)::matrix_multiply"}, {}, own);
     REQUIRE(by_fn.status == 200);
     CHECK(by_fn.body.at("file").as_string() == file);
     const auto& lines = by_fn.body.at("lines").as_array();
@@ -254,7 +257,8 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     // The function asked for: its own hottest line (recursive_fib's single sample is elsewhere).
     const auto focus = by_fn.body.at("focus_line").to_number<std::uint32_t>();
     CHECK(focus == hot);
-    const auto fib = source_view(p, f, sym, {file, "(anonymous namespace)::recursive_fib"});
+    const auto fib =
+        source_view(p, f, sym, {file, "(anonymous namespace)::recursive_fib"}, {}, own);
     REQUIRE(fib.status == 200);
     CHECK(fib.body.at("focus_line").to_number<std::uint32_t>() ==
           demo_line("std::uint64_t recursive_fib(int n)"));
@@ -292,15 +296,15 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     // The thread filter applies: recurse's thread has its one sample, on recursive_fib.
     view_filter one_thread;
     one_thread.tid = 3;
-    const auto recurse = source_view(p, one_thread, sym, {file, ""});
+    const auto recurse = source_view(p, one_thread, sym, {file, ""}, {}, own);
     REQUIRE(recurse.status == 200);
     CHECK(recurse.body.at("samples").to_number<std::uint64_t>() == 1);
     CHECK(recurse.body.at("hottest_line").to_number<std::uint32_t>() ==
           demo_line("std::uint64_t recursive_fib(int n)"));
 
     // Only files the debug info named can be asked for: nothing else is ever opened.
-    CHECK(source_view(p, f, sym, {"/etc/passwd", ""}).status == 404);
-    CHECK(source_view(p, f, sym, {"", "no_such_function"}).status == 404);
+    CHECK(source_view(p, f, sym, {"/etc/passwd", ""}, {}, own).status == 404);
+    CHECK(source_view(p, f, sym, {"", "no_such_function"}, {}, own).status == 404);
 }
 
 TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers by function, "
@@ -335,8 +339,8 @@ TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers b
     // What the symbolizer says of each sampled instruction and of the caller's start.
     std::vector<symbolizer::site> sites;
     for (std::uint32_t off = 0x30; off < 0x40; off += 4)
-        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off});
-    sites.push_back({demo_bin, "(anonymous namespace)::matrix_worker", 0});
+        sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off, own});
+    sites.push_back({demo_bin, "(anonymous namespace)::matrix_worker", 0, own});
     const auto where = sym.resolve(sites);
     std::map<std::uint64_t, source_chain> expected;
     for (std::size_t i = 0; i + 1 < where.size(); ++i) {
@@ -536,9 +540,10 @@ TEST_CASE("binutils run only on regular ELF files, whatever a hostile agent name
                                               (dir.path / "libenviron.so").string(),
                                               (dir.path / "script.so").string(),
                                               dir.path.string()};
-    std::vector<symbolizer::site> sites{{demo_bin, "(anonymous namespace)::matrix_multiply", 4}};
+    std::vector<symbolizer::site> sites{
+        {demo_bin, "(anonymous namespace)::matrix_multiply", 4, own}};
     for (const auto& m : hostile)
-        sites.push_back({m, "f", 1});
+        sites.push_back({m, "f", 1, own});
     const auto where = sym.resolve(sites);
     CHECK_FALSE(where[0].chain.empty());
     for (std::size_t i = 1; i < where.size(); ++i)
@@ -566,7 +571,7 @@ TEST_CASE("ELF facts: segments, symbol table, debug link; a debug file's lost of
     CHECK(facts->debug_info);
     CHECK(facts->build_id == protocol::read_build_id(demo_bin));
     REQUIRE(facts->loads.size() >= 2);
-    CHECK_FALSE(protocol::offsets_lost(facts->loads));
+    CHECK_FALSE(protocol::offsets_lost(*facts));
 
     // objcopy --only-keep-debug keeps addresses and sizes, not where the bytes were.
     const std::string debug = (dir.path / "demo.debug").string();
@@ -574,7 +579,7 @@ TEST_CASE("ELF facts: segments, symbol table, debug link; a debug file's lost of
     const auto debug_facts = protocol::read_elf_facts(debug);
     REQUIRE(debug_facts);
     CHECK(debug_facts->symtab);
-    REQUIRE(protocol::offsets_lost(debug_facts->loads));
+    REQUIRE(protocol::offsets_lost(*debug_facts));
     const auto rebuilt = protocol::rebuild_offsets(debug_facts->loads);
     REQUIRE(rebuilt.size() == facts->loads.size());
     for (std::size_t i = 0; i < rebuilt.size(); ++i) {
@@ -648,6 +653,28 @@ TEST_CASE("locating symbols: build-id first, another build refused, debug link, 
     REQUIRE_FALSE(found.tried.empty());
     CHECK(found.tried[0].find("another build") != std::string::npos);
     CHECK(found.fix.find("--debug-dir") != std::string::npos);
+    // What an agent names is read only as the owner allows: this machine's file at the
+    // device's path only when it is the build the agent reported (an imported recording may
+    // use it as it is); no "..", no build-id that is not one, nothing outside the sysroot.
+    symbol_config none;
+    none.debug_dirs.clear();
+    none.build_id_cache = c.build_id_cache;
+    CHECK(locate_symbols(none, demo_bin, "").path.empty());
+    CHECK(locate_symbols(none, demo_bin, *id).origin == "the device's path");
+    CHECK(locate_symbols(none, demo_bin, std::string(owner_recording)).origin ==
+          "the device's path");
+    CHECK(locate_symbols(none, "/usr/../" + demo_bin.substr(1), *id).path.empty());
+    CHECK(locate_symbols(none, demo_bin, "zz").path.empty());
+    {
+        symbol_config rooted = none;
+        rooted.sysroot = (dir.path / "jail").string();
+        std::filesystem::create_directories(dir.path / "jail/bin");
+        std::filesystem::create_symlink(demo_bin, dir.path / "jail/bin/app");
+        const auto escaped = locate_symbols(rooted, "/bin/app", *id);
+        CHECK(escaped.path.empty());
+        REQUIRE_FALSE(escaped.tried.empty());
+        CHECK_THAT(escaped.tried.front(), Catch::Contains("outside"));
+    }
     // A hostile build-id is never made into a path.
     CHECK_FALSE(plausible_build_id("../../etc"));
     CHECK_FALSE(plausible_build_id("ABCDEF"));

@@ -28,7 +28,8 @@ class symbolizer;
 struct pprof_sources {
     symbolizer* symbols = nullptr; // addresses and source lines; none: functions only
     const std::map<std::string, std::string>* build_ids = nullptr; // device module -> build-id
-    std::uint64_t start_unix_ns = 0; // wall clock at the first sample; 0: not known
+    std::uint64_t start_unix_ns = 0;   // wall clock at the first sample; 0: not known
+    std::string missing_build_id = {}; // for modules without one (session_model::build_id_of)
 };
 
 // pprof's profile.proto, gzip-compressed as `go tool pprof` and friends expect: sample types

@@ -175,9 +175,10 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
         auto ask = [&](std::uint32_t frame, std::uint32_t offset, symbolizer::placement* to) {
             if (p.symbol(frame) == "[unknown]")
                 return;
-            std::string module(p.module(frame)), id;
+            std::string module(p.module(frame)), id = src.missing_build_id;
             if (src.build_ids)
-                if (const auto it = src.build_ids->find(module); it != src.build_ids->end())
+                if (const auto it = src.build_ids->find(module);
+                    it != src.build_ids->end() && !it->second.empty())
                     id = it->second;
             sites.push_back({std::move(module), std::string(p.symbol(frame)), offset, id});
             into.push_back(to);

@@ -259,11 +259,13 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
                                {&app->symbols, &m.device_build_ids,
                                 started && started->is_number()
                                     ? static_cast<std::uint64_t>(started->to_number<double>() * 1e9)
-                                    : 0});
+                                    : 0,
+                                m.build_id_of({})});
         break;
     }
     case view_kind::source: {
-        auto a = source_view(m.prof, *f, app->symbols, v.source, m.device_build_ids);
+        auto a =
+            source_view(m.prof, *f, app->symbols, v.source, m.device_build_ids, m.build_id_of({}));
         r.status = static_cast<http::status>(a.status);
         r.body = std::move(a.body);
         break;

@@ -422,18 +422,20 @@ bool script_parser::frame_text(std::string_view text) {
 std::uint32_t script_parser::named_frame(std::string_view module, std::uint64_t address,
                                          std::uint32_t& offset) {
     auto by_module = named_.find(module);
-    if (by_module == named_.end())
-        by_module = named_.emplace(std::string(module), 0).first;
-    if (const auto it = by_module->second.find(address); it != by_module->second.end()) {
-        offset = it->second.offset;
-        return it->second.frame;
-    }
+    if (by_module != named_.end())
+        if (const auto it = by_module->second.find(address); it != by_module->second.end()) {
+            offset = it->second.offset;
+            return it->second.frame;
+        }
     named n;
     if (auto answer = namer_->name_frame(module, address)) {
         n.frame = profile_.intern_frame(answer->symbol, module);
         n.offset = answer->offset;
     }
-    if (named_count_ < max_named_addresses) {
+    if (named_count_ < max_named_addresses &&
+        (by_module != named_.end() || named_.size() < max_named_modules)) {
+        if (by_module == named_.end())
+            by_module = named_.emplace(std::string(module), 0).first;
         by_module->second.emplace(address, n);
         ++named_count_;
     }

@@ -94,6 +94,8 @@ public:
     void finish();
 
     const script_stats& stats() const noexcept { return stats_; }
+    // Bytes the remembered names hold (about).
+    std::size_t memory_bytes() const noexcept { return named_count_ * 48 + named_.size() * 256; }
 
 private:
     void line(std::string_view l);
@@ -130,7 +132,9 @@ private:
     std::size_t named_count_ = 0;
 };
 
-// Addresses remembered per parser; past it each is asked again (still bounded work).
+// Addresses and modules remembered per parser; past them each is asked again (the namer's
+// answers are bounded work).
 inline constexpr std::size_t max_named_addresses = std::size_t{1} << 20;
+inline constexpr std::size_t max_named_modules = 1024;
 
 } // namespace collector

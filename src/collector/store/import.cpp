@@ -121,7 +121,9 @@ struct import_stream::impl {
         : store(s)
         , source(std::move(src))
         , perf(std::move(p))
-        , model(std::make_unique<session_model>(names)) {}
+        , model(std::make_unique<session_model>(names)) {
+        model->owner_recording = true;
+    }
 
     enum class kind { unknown, text, perf_data };
 

@@ -87,7 +87,7 @@ std::string perf_symbol_name(std::string_view raw) {
     return strip_return_type(strip_parameters(d.get()));
 }
 
-elf_symbols elf_symbols::parse_readelf(std::string_view text) {
+elf_symbols elf_symbols::parse_readelf(std::string_view text, bool thumb) {
     elf_symbols out;
     std::size_t pos = 0;
     while (pos < text.size()) {
@@ -103,9 +103,11 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text) {
             continue;
         char* end = nullptr;
         const std::string value(f[1]), size_text(f[2]);
-        const std::uint64_t address = std::strtoull(value.c_str(), &end, 16);
+        std::uint64_t address = std::strtoull(value.c_str(), &end, 16);
         if (address == 0 || *end != '\0')
             continue;
+        if (thumb)
+            address &= ~std::uint64_t{1};
         // readelf prints a size in decimal, or in hex with "0x" when it is large.
         const std::uint64_t size = std::strtoull(size_text.c_str(), &end, 0);
         if (*end != '\0')
@@ -144,7 +146,7 @@ std::optional<elf_symbols::function> elf_symbols::at(std::uint64_t address) cons
     if (it == by_address_.begin())
         return std::nullopt;
     --it;
-    if (it->size != 0 && address - it->start >= it->size)
+    if (address - it->start >= (it->size != 0 ? it->size : 4096))
         return std::nullopt; // past its end: a gap between functions
     return function{it->name, it->start};
 }

@@ -31,13 +31,16 @@ std::string perf_symbol_name(std::string_view raw);
 
 class elf_symbols {
 public:
-    static elf_symbols parse_readelf(std::string_view text);
+    // `thumb`: an ARM file, whose function symbols have bit 0 set for Thumb code (cleared,
+    // as perf does).
+    static elf_symbols parse_readelf(std::string_view text, bool thumb = false);
 
     std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
     std::size_t size() const noexcept { return by_address_.size(); }
 
     // The function holding `address` (its name as perf shows it, and its start): the one
-    // whose [start, start + size) holds it, or one of no size starting at or below it.
+    // whose [start, start + size) holds it, or one of no size starting at most a page below
+    // it (perf's guess for a symbol without a size).
     struct function {
         std::string_view name;
         std::uint64_t start = 0;

@@ -119,8 +119,20 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
         out.tried.push_back(module_path + ": not a file (the kernel, vdso, JIT code)");
         return out;
     }
-    const std::string id = plausible_build_id(device_build_id) ? device_build_id : std::string();
+    // The agent's words: a path as the kernel writes it (no "..", "." or "//"), a build-id
+    // that is hex; anything else is looked up nowhere.
     const std::string module = without_deleted(module_path);
+    if (fs::path(module).lexically_normal().string() != module ||
+        module.find("/..") != std::string::npos) {
+        out.tried.push_back(module + ": not a plain path, not looked up");
+        return out;
+    }
+    const bool own = device_build_id == owner_recording;
+    if (!own && !device_build_id.empty() && !plausible_build_id(device_build_id)) {
+        out.tried.push_back("the agent reported a build-id that is not one; not looked up");
+        return out;
+    }
+    const std::string id = own ? std::string() : device_build_id;
     const fs::path name = fs::path(module).filename();
     search s(id, out);
 
@@ -135,11 +147,22 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
         if (!done && (b == module || fs::path(b).filename() == name))
             done = s.consider(b, "--binary");
     if (!done) {
-        if (!c.sysroot.empty())
-            done = s.consider((fs::path(c.sysroot) / fs::path(module).relative_path()).string(),
-                              "--sysroot");
-        else
+        if (!c.sysroot.empty()) {
+            // Inside the sysroot, links included.
+            std::error_code ec;
+            const auto root = fs::weakly_canonical(c.sysroot, ec);
+            const auto under =
+                fs::weakly_canonical(fs::path(c.sysroot) / fs::path(module).relative_path(), ec);
+            const auto rel = under.lexically_relative(root);
+            if (!ec && !rel.empty() && *rel.begin() != "..")
+                done = s.consider(under.string(), "--sysroot");
+            else
+                out.tried.push_back("--sysroot " + c.sysroot + module + ": leads outside it");
+        } else if (!id.empty() || own) {
+            // This machine's file at the device's path, when it is the very build (the device
+            // is this machine, or a copy of it): never a file the agent merely names.
             done = s.consider(module, "the device's path");
+        }
     }
     const std::string hex_head = id.size() > 2 ? id.substr(0, 2) : std::string();
     const std::string hex_tail = id.size() > 2 ? id.substr(2) : std::string();
@@ -191,11 +214,11 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
     s.settle();
     // A debug file has lost where the binary's segments were: a local copy of that build
     // still knows; otherwise they are laid out again as the linker did.
-    if (!out.path.empty() && protocol::offsets_lost(out.facts.loads)) {
+    if (!out.path.empty() && protocol::offsets_lost(out.facts)) {
         std::optional<protocol::elf_facts> local;
         if (!s.local_copy().empty() && s.local_copy() != out.path)
             local = protocol::read_elf_facts(s.local_copy());
-        out.facts.loads = local && !protocol::offsets_lost(local->loads)
+        out.facts.loads = local && !protocol::offsets_lost(*local)
                               ? local->loads
                               : protocol::rebuild_offsets(std::move(out.facts.loads));
     }

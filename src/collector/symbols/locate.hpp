@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace collector {
@@ -39,6 +40,11 @@ struct symbol_source {
 // answer is still to come.
 using debuginfod_lookup = std::function<std::optional<std::string>(
     const std::string& build_id, std::string& why, bool& pending)>;
+
+// Given as the device's build-id for a recording the owner imported (no agent reported one):
+// the module's path on this machine is then looked at even without a build-id to check. For
+// an agent's session it never is: a file only the agent named is not read.
+inline constexpr std::string_view owner_recording = "owner-recording";
 
 // Whether `id` looks like a build-id (lowercase hex, 2 to 128 digits): an agent's word is
 // only made into a path when it does.

@@ -74,7 +74,7 @@ json::array binaries_json(const profile& p, const symbolizer& symbols,
                        {"error", b.error},          {"build_id", b.build_id},
                        {"tried", std::move(tried)}, {"fix", b.fix},
                        {"pending", b.pending},      {"named_here", whole.count(b.module) != 0}};
-        if (b.device_build_id.empty()) {
+        if (b.device_build_id.empty() || b.device_build_id == owner_recording) {
             o["build_matches"] = nullptr; // nothing to compare
         } else {
             o["device_build_id"] = b.device_build_id;
@@ -91,7 +91,8 @@ json::array binaries_json(const profile& p, const symbolizer& symbols,
 
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
                           const source_request& req,
-                          const std::map<std::string, std::string>& device_build_ids) {
+                          const std::map<std::string, std::string>& device_build_ids,
+                          const std::string& missing_build_id) {
     // Where the samples with an instruction offset landed, per (function, offset): the same
     // instruction reached along different call paths is one address.
     view_filter by_samples = f;
@@ -115,7 +116,8 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             const std::string module(p.module(frame));
             const auto id = device_build_ids.find(module);
             sites.push_back({module, std::string(p.symbol(frame)), p.site_offset(s),
-                             id == device_build_ids.end() ? std::string() : id->second});
+                             id == device_build_ids.end() || id->second.empty() ? missing_build_id
+                                                                                : id->second});
             values.push_back(0);
             samples.push_back(0);
         }

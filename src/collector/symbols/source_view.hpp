@@ -30,9 +30,11 @@ struct source_answer {
 // `device_build_ids` (module path -> build-id, from the agent's `binaries` metrics) picks the
 // build each module's symbols must come from (locate.hpp). "binaries" lists, for the
 // profile's modules, the file used and where it was found, or what was tried and the fix;
-// a module with frames still unnamed is named in "warnings".
+// a module with frames still unnamed is named in "warnings". `missing_build_id`: what a module
+// the agent reported no build-id for is looked up with (session_model::build_id_of).
 source_answer source_view(const profile& p, const view_filter& f, symbolizer& symbols,
                           const source_request& req,
-                          const std::map<std::string, std::string>& device_build_ids = {});
+                          const std::map<std::string, std::string>& device_build_ids = {},
+                          const std::string& missing_build_id = {});
 
 } // namespace collector
