@@ -17,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -61,6 +62,10 @@ int run(const config& c) {
     asio::io_context io(1);
     app_context app(io, c);
     if (!app.limits.debuginfod_urls.empty()) {
+        // One answer may take at most this long and this much (libdebuginfod's own limits),
+        // unless the owner set them.
+        ::setenv("DEBUGINFOD_MAXTIME", "120", 0);
+        ::setenv("DEBUGINFOD_MAXSIZE", "4294967296", 0);
         // An answer that brings symbols names the sessions again, from the I/O thread.
         app.debuginfod = std::make_unique<debuginfod_fetcher>(app.limits.debuginfod_urls, [&app] {
             asio::post(app.io, [&app] {

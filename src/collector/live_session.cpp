@@ -86,18 +86,28 @@ void rebuild_live(session_entry& e, app_context& app) {
     auto fresh = std::make_unique<session_model>(&app.symbols);
     for (const auto& line : app.store.metrics(e.id))
         fresh->note_metrics(line);
+    if (e.model) // what reached memory but not the disk
+        for (const auto& [module, id] : e.model->device_build_ids)
+            fresh->device_build_ids.try_emplace(module, id);
     fresh->names_stale = false;
     fresh->kernel = e.model ? e.model->kernel : nullptr;
     fresh->kernel_note = e.model ? e.model->kernel_note : std::string();
-    (void)app.store.replay(e.id, [&](bool compressed, std::string_view payload) {
-        fresh->ingest(compressed, payload);
-    });
+    // Within the live budget, as the chunks were taken the first time.
+    std::uint64_t unparsed = 0;
+    const auto take = [&](bool compressed, std::string_view payload) {
+        if (fresh->memory_bytes() > (app.cfg.live_mb << 20))
+            ++unparsed;
+        else
+            fresh->ingest(compressed, payload);
+    };
+    (void)app.store.replay(e.id, take);
     for (const auto& u : e.unsaved)
-        fresh->ingest(u.compressed, u.payload);
+        take(u.compressed, u.payload);
     e.model = std::move(fresh);
+    e.unparsed_chunks = unparsed;
     e.samples = e.model->prof.sample_count();
+    e.chunks = e.model->chunks + e.unparsed_chunks;
     e.lost_samples = e.model->parser.stats().lost_events;
-    e.memory_bytes = e.model->memory_bytes();
     ++e.version;
 }
 
@@ -125,8 +135,10 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
         if (!e->model)
             return;
         e->model->note_metrics(record);
-        if (e->model->names_stale) {
-            // A build-id arrived after frames of its module were named without it.
+        if (e->model->names_stale && e->stale_rebuilds < max_stale_rebuilds) {
+            // A build-id arrived after frames of its module were named without it (a few
+            // times per session: an agent cannot make the collector replay at will).
+            ++e->stale_rebuilds;
             rebuild_live(*e, *app);
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         }

@@ -54,6 +54,8 @@ struct session_entry {
     // A live model past its budget (--live-mb) takes no more chunks: they are stored, and
     // shown when the session is opened again from disk.
     std::uint64_t unparsed_chunks = 0;
+    // Rebuilds because a build-id came after its module was named without one.
+    int stale_rebuilds = 0;
     std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
     std::uint64_t unsaved_samples() const;
 
@@ -109,6 +111,7 @@ private:
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names = nullptr);
 
 inline constexpr std::size_t max_unsaved_bytes = std::size_t{64} << 20;
+inline constexpr int max_stale_rebuilds = 4;
 
 // On the strand of a live session: stores a chunk as it arrived, after any kept from before
 // (in order). False when it could not be written now: it is then kept (see unsaved) and

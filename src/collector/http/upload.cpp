@@ -1,6 +1,7 @@
 #include "collector/http/upload.hpp"
 
 #include "collector/http/events.hpp"
+#include "collector/live_session.hpp"
 #include "collector/log.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/error.hpp"
@@ -145,7 +146,10 @@ asio::awaitable<http_response> upload::finish(const http_request& req) {
                       {"bytes", state_->stream.progress().bytes.load()},
                       {"skipped_lines", st.skipped_lines},
                       {"lost_samples", st.lost_events}};
+    const bool renamed = r.model->symbols_generation < app.symbols.generation();
     app.sessions.adopt(r.session_id, std::move(r.model));
+    if (renamed) // the symbol settings changed while it was imported
+        rename_frames(app);
     state_->announce("done", true);
     app.changed(change::sessions, r.session_id);
     co_return make_json(req, http::status::ok, body);

@@ -3,6 +3,7 @@
 #include "collector/symbols/locate.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -21,9 +22,12 @@ namespace {
 constexpr std::size_t max_queued = 256;
 constexpr std::size_t max_answers = 4096;
 
+constexpr auto retry_failures_after = std::chrono::seconds(60);
+
 struct answer {
     bool done = false;
     std::string path, why;
+    std::chrono::steady_clock::time_point when; // answered
 };
 
 } // namespace
@@ -35,6 +39,7 @@ struct debuginfod_fetcher::state {
     std::condition_variable wake;
     std::deque<std::string> queue;
     std::map<std::string, answer> answers;
+    std::deque<std::string> order; // answers, oldest first: the first forgotten
     bool stopping = false;
     std::thread worker;
 
@@ -83,28 +88,40 @@ std::optional<std::string> debuginfod_fetcher::lookup(const std::string& build_i
         why = "not a build-id";
         return std::nullopt;
     }
-    std::lock_guard lock(state_->mutex);
-    if (const auto it = state_->answers.find(build_id); it != state_->answers.end()) {
+    auto& s = *state_;
+    std::lock_guard lock(s.mutex);
+    if (const auto it = s.answers.find(build_id); it != s.answers.end()) {
         if (!it->second.done) {
             pending = true;
-            why = "asked " + state_->urls + ", waiting for the answer";
+            why = "asked " + s.urls + ", waiting for the answer";
             return std::nullopt;
         }
-        if (it->second.path.empty()) {
+        if (!it->second.path.empty())
+            return it->second.path;
+        if (std::chrono::steady_clock::now() - it->second.when < retry_failures_after) {
             why = it->second.why;
             return std::nullopt;
         }
-        return it->second.path;
+        s.answers.erase(it); // a failure may have been the network's: asked again
     }
-    if (state_->queue.size() >= max_queued || state_->answers.size() >= max_answers) {
-        why = "too many build-ids asked at once; asked again later";
+    if (s.queue.size() >= max_queued) {
+        pending = true; // looked up again shortly
+        why = "many build-ids are being asked for; this one waits its turn";
         return std::nullopt;
     }
-    state_->answers[build_id] = {};
-    state_->queue.push_back(build_id);
-    state_->wake.notify_one();
+    // The oldest answers are forgotten first (asked again if needed), never one in flight.
+    while (s.answers.size() >= max_answers && !s.order.empty()) {
+        if (const auto it = s.answers.find(s.order.front());
+            it != s.answers.end() && it->second.done)
+            s.answers.erase(it);
+        s.order.pop_front();
+    }
+    s.answers[build_id] = {};
+    s.order.push_back(build_id);
+    s.queue.push_back(build_id);
+    s.wake.notify_one();
     pending = true;
-    why = "asked " + state_->urls + ", waiting for the answer";
+    why = "asked " + s.urls + ", waiting for the answer";
     return std::nullopt;
 }
 
@@ -129,6 +146,7 @@ void debuginfod_fetcher::state::run() {
             queue.pop_front();
         }
         auto a = fetch(id);
+        a.when = std::chrono::steady_clock::now();
         std::lock_guard lock(mutex);
         found_any = found_any || !a.path.empty();
         answers[id] = std::move(a);

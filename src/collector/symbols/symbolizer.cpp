@@ -91,12 +91,15 @@ void symbolizer::configure(symbol_config c) {
     config_ = std::move(c);
     ++generation_;
     tables_.clear();
+    files_.clear(); // toolchain_prefix may have changed
 }
 
 void symbolizer::refresh() {
     std::lock_guard lock(config_mutex_);
     ++generation_;
-    tables_.clear();
+    for (auto it = tables_.begin(); it != tables_.end();)
+        it = it->second->value && it->second->value->source.pending ? tables_.erase(it)
+                                                                    : std::next(it);
 }
 
 void symbolizer::use_debuginfod(debuginfod_lookup lookup) {
@@ -109,61 +112,101 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
     std::shared_ptr<module_slot> slot;
     symbol_config c;
     debuginfod_lookup debuginfod;
+    const auto now = std::chrono::steady_clock::now();
     {
         std::lock_guard lock(config_mutex_);
         const std::string key = module + '\0' + build_id;
         auto it = tables_.find(key);
         if (it == tables_.end()) {
-            // Module paths and build-ids come from agents: past the bound, nothing more is
-            // looked up until the settings change.
+            // Module paths and build-ids come from agents: past the bound, the one used
+            // longest ago is forgotten (looked up again if it is asked for again).
             if (tables_.size() >= max_modules) {
-                static const auto too_many = [] {
-                    auto m = std::make_shared<module_symbols>();
-                    m->error = "too many modules looked up (" + std::to_string(max_modules) + ")";
-                    return std::shared_ptr<const module_symbols>(std::move(m));
-                }();
-                return too_many;
+                auto oldest = tables_.begin();
+                for (auto t = tables_.begin(); t != tables_.end(); ++t)
+                    if (t->second->used < oldest->second->used)
+                        oldest = t;
+                tables_.erase(oldest);
             }
             it = tables_.emplace(key, std::make_shared<module_slot>()).first;
         }
-        auto& s = it->second;
-        slot = s;
+        slot = it->second;
+        slot->used = ++use_clock_;
+        // An answer still on its way (debuginfod): looked for again now and then.
+        if (slot->value && slot->value->source.pending &&
+            now - slot->loaded_at > std::chrono::seconds(2))
+            slot->value.reset();
         if (slot->value)
             return slot->value;
         c = config_;
         debuginfod = debuginfod_;
     }
     std::lock_guard loading(slot->loading);
-    if (slot->value)
-        return slot->value;
+    {
+        std::lock_guard lock(config_mutex_);
+        if (slot->value)
+            return slot->value;
+    }
     auto m = std::make_shared<module_symbols>();
     m->module = module;
     m->device_build_id = build_id;
     m->source = locate_symbols(c, module, build_id, debuginfod);
-    if (m->source.path.empty()) {
+    if (m->source.path.empty())
         m->error = "no symbols found for " + module;
-    } else {
-        auto r = run_capture({c.toolchain_prefix + "readelf", "-sW", m->source.path});
-        if (r.code != 0)
-            m->error = "readelf failed on " + m->source.path + ": " + r.err.substr(0, 200);
-        else
-            m->symbols = elf_symbols::parse_readelf(r.out);
-    }
+    else
+        m->symbols = file_symbols(c, m->source, m->error);
     std::lock_guard lock(config_mutex_);
     slot->value = m;
+    slot->loaded_at = now;
     return m;
+}
+
+std::shared_ptr<const elf_symbols>
+symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, std::string& error) {
+    // One table per file, whichever modules and builds it serves.
+    const bool thumb = source.facts.machine == 40; // EM_ARM
+    const std::string key = source.path + (thumb ? "\0thumb" : "");
+    {
+        std::lock_guard lock(config_mutex_);
+        if (const auto it = files_.find(key); it != files_.end())
+            if (auto shared = it->second.lock())
+                return shared;
+    }
+    std::string text;
+    bool too_big = false;
+    const auto r = run_streaming({c.toolchain_prefix + "readelf", "-sW", source.path},
+                                 [&](std::string_view block) {
+                                     too_big = text.size() + block.size() > max_symbol_text;
+                                     if (!too_big)
+                                         text.append(block);
+                                     return !too_big;
+                                 });
+    if (too_big) {
+        error = "the symbol table of " + source.path + " is larger than " +
+                std::to_string(max_symbol_text >> 20) + " MiB of text";
+        return nullptr;
+    }
+    if (r.code != 0) {
+        error = "readelf failed on " + source.path + ": " + r.err.substr(0, 200);
+        return nullptr;
+    }
+    auto table = std::make_shared<const elf_symbols>(elf_symbols::parse_readelf(text, thumb));
+    std::lock_guard lock(config_mutex_);
+    for (auto it = files_.begin(); it != files_.end();) // the forgotten ones
+        it = it->second.expired() ? files_.erase(it) : std::next(it);
+    files_[key] = table;
+    return table;
 }
 
 std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& module,
                                                              const std::string& build_id,
                                                              std::uint64_t address) {
     const auto m = table(module, build_id);
-    if (!m->error.empty())
+    if (!m->symbols)
         return std::nullopt;
     const auto vaddr = protocol::file_offset_to_vaddr(m->source.facts.loads, address);
     if (!vaddr)
         return std::nullopt;
-    const auto f = m->symbols.at(*vaddr);
+    const auto f = m->symbols->at(*vaddr);
     if (!f || *vaddr - f->start >= 0xFFFFFFFFULL)
         return std::nullopt;
     return frame_name{std::string(f->name), static_cast<std::uint32_t>(*vaddr - f->start)};
@@ -237,14 +280,14 @@ std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& 
         by_module[{sites[i].module, sites[i].build_id}].push_back(i);
     for (const auto& [key, indices] : by_module) {
         const auto m = table(key.first, key.second);
-        if (!m->error.empty())
+        if (!m->symbols)
             continue;
         binary& b = lines_for(*m);
         std::vector<std::uint64_t> address(indices.size(), sentinel);
         std::vector<std::uint64_t> missing;
         for (std::size_t k = 0; k < indices.size(); ++k) {
             const auto& s = sites[indices[k]];
-            if (const auto base = m->symbols.address_of(s.symbol)) {
+            if (const auto base = m->symbols->address_of(s.symbol)) {
                 address[k] = *base + s.offset;
                 if (!b.cache.count(address[k]))
                     missing.push_back(address[k]);
@@ -275,9 +318,16 @@ std::vector<symbolizer::binary_status> symbolizer::binaries() const {
     std::lock_guard lock(mutex_);
     std::vector<binary_status> out;
     for (const auto& m : tables) {
-        binary_status s{m->module,          m->source.path,   m->source.origin,  m->error,
-                        m->source.fix,      m->source.tried,  m->symbols.size(), m->source.build_id,
-                        m->device_build_id, m->source.pending};
+        binary_status s{m->module,
+                        m->source.path,
+                        m->source.origin,
+                        m->error,
+                        m->source.fix,
+                        m->source.tried,
+                        m->symbols ? m->symbols->size() : 0,
+                        m->source.build_id,
+                        m->device_build_id,
+                        m->source.pending};
         if (const auto b = binaries_.find(m->source.path);
             s.error.empty() && b != binaries_.end() && !b->second.error.empty())
             s.error = b->second.error;

@@ -19,6 +19,7 @@
 #include "collector/symbols/locate.hpp"
 #include "collector/symbols/subprocess.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -58,8 +59,10 @@ using source_chain = std::vector<source_location>;
 // `addr2line -a -f [-i]` output for a batch -> one chain per address, in order.
 std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines);
 
-// Modules (path + build-id) looked up per configuration; more are left unnamed.
+// Modules (path + build-id) remembered; past it the one used longest ago is forgotten.
 inline constexpr std::size_t max_modules = 4096;
+// readelf's listing of one file's symbols; a larger one is not read.
+inline constexpr std::size_t max_symbol_text = std::size_t{1} << 30;
 
 class symbolizer {
 public:
@@ -76,8 +79,8 @@ public:
 
     // Debug files by build-id from a debuginfod server.
     void use_debuginfod(debuginfod_lookup lookup);
-    // Forgets what was found for every module (the next use looks again) and moves the
-    // generation on; what a debuginfod answer calls.
+    // Forgets the modules still waiting for a debuginfod answer (the next use looks again)
+    // and moves the generation on; what a debuginfod answer calls.
     void refresh();
 
     // A frame perf printed as "ADDR [unknown] (module)": the function holding it, from the
@@ -123,13 +126,17 @@ private:
     struct module_symbols {
         std::string module, device_build_id;
         symbol_source source;
-        elf_symbols symbols;
+        std::shared_ptr<const elf_symbols> symbols; // nullptr: none (error says why)
         std::string error;
     };
     struct module_slot {
         std::mutex loading;
         std::shared_ptr<const module_symbols> value;
+        std::uint64_t used = 0; // the symbolizer's use clock at the last lookup
+        std::chrono::steady_clock::time_point loaded_at;
     };
+    std::shared_ptr<const elf_symbols>
+    file_symbols(const symbol_config& c, const symbol_source& source, std::string& error);
     std::shared_ptr<const module_symbols> table(const std::string& module,
                                                 const std::string& build_id);
     // Lines: one addr2line per symbol file.
@@ -145,6 +152,8 @@ private:
     symbol_config config_;
     std::uint64_t generation_ = 0;
     std::map<std::string, std::shared_ptr<module_slot>, std::less<>> tables_; // module \0 id
+    std::uint64_t use_clock_ = 0;
+    std::map<std::string, std::weak_ptr<const elf_symbols>> files_; // by file path
     debuginfod_lookup debuginfod_;
 
     mutable std::mutex mutex_; // source lines: the addr2line processes
