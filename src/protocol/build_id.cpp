@@ -1,8 +1,11 @@
 #include "protocol/build_id.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace protocol {
 namespace {
@@ -39,28 +42,47 @@ private:
     std::string_view image_;
 };
 
+// Opened without blocking and read only when it is a regular file: a path swapped for a FIFO
+// or a device after it was checked never hangs or streams.
 class file_reader final : public elf_reader {
 public:
     explicit file_reader(const std::string& path)
-        : in_(path, std::ios::binary) {
-        if (in_ && in_.seekg(0, std::ios::end))
-            size_ = static_cast<std::uint64_t>(in_.tellg());
-        in_.clear();
+        : fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+        struct stat st {};
+        if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode))
+            size_ = static_cast<std::uint64_t>(st.st_size);
+        else
+            close_fd();
     }
+    ~file_reader() override { close_fd(); }
+    file_reader(const file_reader&) = delete;
+    file_reader& operator=(const file_reader&) = delete;
+
     std::string bytes(std::uint64_t offset, std::size_t n) override {
-        if (offset > size_ || n > size_ - offset)
+        if (fd_ < 0 || offset > size_ || n > size_ - offset)
             return {}; // never allocated: the file is not that long
         std::string out(n, '\0');
-        if (!in_.seekg(static_cast<std::streamoff>(offset)) ||
-            !in_.read(out.data(), static_cast<std::streamsize>(n)))
-            out.clear();
-        in_.clear();
+        std::size_t got = 0;
+        while (got < n) {
+            const ssize_t r =
+                ::pread(fd_, out.data() + got, n - got, static_cast<off_t>(offset + got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return {};
+            got += static_cast<std::size_t>(r);
+        }
         return out;
     }
-    explicit operator bool() const { return static_cast<bool>(in_); }
+    explicit operator bool() const { return fd_ >= 0; }
 
 private:
-    std::ifstream in_;
+    void close_fd() {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = -1;
+    }
+    int fd_ = -1;
     std::uint64_t size_ = 0;
 };
 
