@@ -509,7 +509,7 @@ async function renderSource(s, q) {
   const warnings = (w) => (w || []).map((x) => `<br><span class="warn" data-warning>⚠ ${esc(x)}</span>`).join('');
   renderSymbolFiles(list.binaries || []);
   if (!file) {
-    const why = (list.binaries || []).filter((b) => b.error).map((b) => esc(b.error)).join('<br>');
+    const why = (list.binaries || []).filter((b) => b.error && b.module.startsWith('/')).map((b) => esc(b.error)).join('<br>');
     $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '') + warnings(list.warnings);
     $('#source tbody').innerHTML = '';
     return;
@@ -545,7 +545,7 @@ function renderSymbolFiles(binaries) {
       : b.pending ? 'asking debuginfod…'
       : `<span class="warn">${b.path ? 'only its dynamic symbols' : 'not found'}</span>: ${esc(b.fix || b.error)}`;
     // Where the device's own names are poor, every frame of the module can be named here.
-    const whole = b.path && b.symbols ? ` <button data-resymbolize="${attr(b.module)}" data-on="${b.named_here ? 1 : 0}" title="${b.named_here
+    const whole = b.path && b.symbols && (!b.fix || b.named_here) ? ` <button data-resymbolize="${attr(b.module)}" data-on="${b.named_here ? 1 : 0}" title="${b.named_here
       ? 'name only the frames the device could not, as perf named the others' : 'name every frame of this module from these symbols, not only those the device could not'}">${b.named_here ? 'named here: undo' : 'name all its frames here'}</button>` : '';
     return `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
       <td data-origin="${attr(b.origin)}">${where}${whole}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`;

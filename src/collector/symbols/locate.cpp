@@ -223,8 +223,8 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
                               : protocol::rebuild_offsets(std::move(out.facts.loads));
     }
     if (!done)
-        out.fix = id.empty() ? "the agent reported no build-id for " + module +
-                                   ": give its unstripped copy with --binary"
+        out.fix = id.empty() ? "no build-id is known for " + module +
+                                   " (none reported): give its unstripped copy with --binary"
                              : "give the unstripped build with --binary, its debug files with "
                                "--debug-dir DIR (DIR/.build-id/" +
                                    hex_head + "/" + hex_tail +
