@@ -80,35 +80,11 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
     ++e.version;
 }
 
-// On the strand of a live session: its model made again from its recording and the chunks
-// still waiting for the disk, named with the symbols as they are now.
+// On the strand of a live session: named again with the symbols as they are now, within the
+// live budget; the browsers are told.
 void rebuild_live(session_entry& e, app_context& app) {
-    auto fresh = std::make_unique<session_model>(&app.symbols);
-    for (const auto& line : app.store.metrics(e.id))
-        fresh->note_metrics(line);
-    if (e.model) // what reached memory but not the disk
-        for (const auto& [module, id] : e.model->device_build_ids)
-            fresh->device_build_ids.try_emplace(module, id);
-    fresh->names_stale = false;
-    fresh->kernel = e.model ? e.model->kernel : nullptr;
-    fresh->kernel_note = e.model ? e.model->kernel_note : std::string();
-    // Within the live budget, as the chunks were taken the first time.
-    std::uint64_t unparsed = 0;
-    const auto take = [&](bool compressed, std::string_view payload) {
-        if (fresh->memory_bytes() > (app.cfg.live_mb << 20))
-            ++unparsed;
-        else
-            fresh->ingest(compressed, payload);
-    };
-    (void)app.store.replay(e.id, take);
-    for (const auto& u : e.unsaved)
-        take(u.compressed, u.payload);
-    e.model = std::move(fresh);
-    e.unparsed_chunks = unparsed;
-    e.samples = e.model->prof.sample_count();
-    e.chunks = e.model->chunks + e.unparsed_chunks;
-    e.lost_samples = e.model->parser.stats().lost_events;
-    ++e.version;
+    load_model(e, app.store, &app.symbols, app.cfg.live_mb << 20);
+    asio::post(app.io, [app = &app, id = e.id] { app->changed(change::data, id); });
 }
 
 } // namespace
@@ -140,7 +116,6 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
             // times per session: an agent cannot make the collector replay at will).
             ++e->stale_rebuilds;
             rebuild_live(*e, *app);
-            asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         }
     });
 }
@@ -164,7 +139,6 @@ void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>&
         e->model->kernel = std::move(table);
         e->wants_kernel_symbols = false;
         rebuild_live(*e, *app);
-        asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
     });
 }
 
@@ -176,11 +150,11 @@ void rename_frames(app_context& app) {
                 return;
             if (e->writer) {
                 rebuild_live(*e, *app);
-            } else {
-                e->model.reset();
-                e->loaded = false;
-                e->memory_bytes = 0;
+                return;
             }
+            e->model.reset();
+            e->loaded = false;
+            e->memory_bytes = 0;
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         });
 }

@@ -280,25 +280,48 @@ void note_unsaved(session_entry& e, const session_store& store) {
     (void)e.writer->write_meta(meta); // best effort: the disk may still be full
 }
 
+void load_model(session_entry& e, const session_store& store, symbolizer* names,
+                std::size_t budget) {
+    auto fresh = std::make_unique<session_model>(names);
+    if (const auto meta = store.meta(e.id))
+        if (const auto* agent = meta->if_contains("agent"))
+            fresh->owner_recording = agent->is_string() && agent->as_string() == "import";
+    // The build-ids and the kernel's symbols first: frames are named for what ran. What
+    // reached memory but not the disk is kept from the model in place.
+    for (const auto& line : store.metrics(e.id))
+        fresh->note_metrics(line);
+    if (auto k = store.kernel_symbols(e.id))
+        fresh->kernel = std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
+    if (e.model) {
+        for (const auto& [module, id] : e.model->device_build_ids)
+            fresh->device_build_ids.try_emplace(module, id);
+        if (!fresh->kernel)
+            fresh->kernel = e.model->kernel;
+        fresh->kernel_note = e.model->kernel_note;
+    }
+    std::uint64_t unparsed = 0;
+    const auto take = [&](bool compressed, std::string_view payload) {
+        if (fresh->memory_bytes() > budget)
+            ++unparsed;
+        else
+            fresh->ingest(compressed, payload);
+    };
+    (void)store.replay(e.id, take);
+    for (const auto& u : e.unsaved)
+        take(u.compressed, u.payload);
+    e.model = std::move(fresh);
+    e.unparsed_chunks = unparsed;
+    e.samples = e.model->prof.sample_count();
+    e.chunks = e.model->chunks + unparsed;
+    e.lost_samples = e.model->parser.stats().lost_events;
+    ++e.version;
+}
+
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names) {
     if (e.loaded)
         return;
-    e.model = std::make_unique<session_model>(names);
-    if (const auto meta = store.meta(e.id))
-        if (const auto* agent = meta->if_contains("agent"))
-            e.model->owner_recording = agent->is_string() && agent->as_string() == "import";
-    // The build-ids and the kernel's symbols first: frames are named for what ran.
-    for (const auto& line : store.metrics(e.id))
-        e.model->note_metrics(line);
-    if (auto k = store.kernel_symbols(e.id))
-        e.model->kernel = std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
-    (void)store.replay(e.id, [&](bool compressed, std::string_view payload) {
-        e.model->ingest(compressed, payload);
-    });
+    load_model(e, store, names);
     e.loaded = true;
-    e.samples = e.model->prof.sample_count();
-    e.chunks = e.model->chunks;
-    e.lost_samples = e.model->parser.stats().lost_events;
     e.memory_bytes = e.model->memory_bytes();
 }
 

@@ -106,8 +106,12 @@ private:
     symbolizer* names_;
 };
 
-// On the entry's strand: replays a saved session from disk if it is not in memory yet, its
-// frames named by `names` (when given).
+// On the entry's strand: the session's model made again from its folder (and the chunks still
+// waiting for the disk), its frames named by `names` (when given) for the builds and kernel
+// that ran. Past `budget` bytes of model, chunks are counted in unparsed_chunks, not parsed.
+void load_model(session_entry& e, const session_store& store, symbolizer* names,
+                std::size_t budget = SIZE_MAX);
+// On the entry's strand: replays a saved session from disk if it is not in memory yet.
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names = nullptr);
 
 inline constexpr std::size_t max_unsaved_bytes = std::size_t{64} << 20;

@@ -218,8 +218,6 @@ void read_sections(elf_reader& r, const header& h, elf_facts& out) {
             out.text_in_file = s.type != sht_nobits;
         else if (name == ".symtab")
             out.symtab = out.symtab || contents;
-        else if (name == ".debug_info")
-            out.debug_info = out.debug_info || contents;
         else if (name == ".gnu_debuglink" && contents) {
             const std::string link =
                 r.bytes(s.offset, std::min<std::uint64_t>(s.size, max_debuglink));

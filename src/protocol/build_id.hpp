@@ -27,7 +27,6 @@ struct elf_facts {
     std::optional<std::string> build_id;
     std::vector<elf_segment> loads; // in header order
     bool symtab = false;            // a .symtab with contents (not stripped)
-    bool debug_info = false;        // a .debug_info with contents (source lines)
     std::string debuglink;          // .gnu_debuglink's file name, when there is one
     bool text_in_file = true;       // false: .text has no bytes here (a separate debug file)
     std::uint16_t machine = 0;      // e_machine (40: ARM, whose Thumb symbols have bit 0 set)

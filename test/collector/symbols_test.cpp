@@ -568,7 +568,6 @@ TEST_CASE("ELF facts: segments, symbol table, debug link; a debug file's lost of
     const auto facts = protocol::read_elf_facts(demo_bin);
     REQUIRE(facts);
     CHECK(facts->symtab);
-    CHECK(facts->debug_info);
     CHECK(facts->build_id == protocol::read_build_id(demo_bin));
     REQUIRE(facts->loads.size() >= 2);
     CHECK_FALSE(protocol::offsets_lost(*facts));

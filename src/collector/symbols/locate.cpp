@@ -58,41 +58,38 @@ public:
                                  ", the device ran " + device_ + "), not used");
             return false;
         }
+        if (!local_)
+            local_ = symbol_source{real, origin, id, *facts, {}, {}, false};
         if (!facts->symtab) {
             out_.tried.push_back(where + ": stripped (no symbol table)");
-            if (!fallback_)
-                fallback_ = symbol_source{real, origin, id, *facts, {}, {}, false};
-            if (local_.empty())
-                local_ = real;
             return false;
         }
         out_.path = real;
         out_.origin = origin;
         out_.build_id = id;
         out_.facts = std::move(*facts);
-        if (local_.empty())
-            local_ = real;
         return true;
     }
 
-    // The first matching file seen, even a stripped one: its .gnu_debuglink names the rest.
-    const std::string& local_copy() const { return local_; }
+    // The first matching file seen, even a stripped one: its .gnu_debuglink names the rest,
+    // its segments are where the binary's bytes are, and without anything better its dynamic
+    // symbols are taken.
+    const std::optional<symbol_source>& local_copy() const { return local_; }
 
-    // Nothing with symbols: the best stripped match, if any.
+    // Nothing with symbols: that local copy, if any.
     void settle() {
-        if (out_.path.empty() && fallback_) {
-            out_.path = fallback_->path;
-            out_.origin = fallback_->origin;
-            out_.build_id = fallback_->build_id;
-            out_.facts = std::move(fallback_->facts);
+        if (out_.path.empty() && local_) {
+            out_.path = local_->path;
+            out_.origin = local_->origin;
+            out_.build_id = local_->build_id;
+            out_.facts = local_->facts;
         }
     }
 
 private:
     const std::string& device_;
     symbol_source& out_;
-    std::optional<symbol_source> fallback_;
-    std::string local_;
+    std::optional<symbol_source> local_;
 };
 
 std::string home_debug_cache() {
@@ -171,11 +168,10 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
             if (!done && !dir.empty())
                 done = s.consider(dir + "/.build-id/" + hex_head + "/" + hex_tail + ".debug",
                                   "debug dir");
-    if (!done && !s.local_copy().empty()) {
-        const auto facts = protocol::read_elf_facts(s.local_copy());
-        const std::string link = facts ? facts->debuglink : std::string();
+    if (!done && s.local_copy()) {
+        const std::string& link = s.local_copy()->facts.debuglink;
         if (!link.empty() && link.find('/') == std::string::npos && link != "." && link != "..") {
-            const fs::path dir = fs::path(s.local_copy()).parent_path();
+            const fs::path dir = fs::path(s.local_copy()->path).parent_path();
             for (const fs::path& p : {dir / link, dir / ".debug" / link})
                 if (!done)
                     done = s.consider(p.string(), ".gnu_debuglink");
@@ -215,11 +211,9 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
     // A debug file has lost where the binary's segments were: a local copy of that build
     // still knows; otherwise they are laid out again as the linker did.
     if (!out.path.empty() && protocol::offsets_lost(out.facts)) {
-        std::optional<protocol::elf_facts> local;
-        if (!s.local_copy().empty() && s.local_copy() != out.path)
-            local = protocol::read_elf_facts(s.local_copy());
-        out.facts.loads = local && !protocol::offsets_lost(*local)
-                              ? local->loads
+        const auto& local = s.local_copy();
+        out.facts.loads = local && !protocol::offsets_lost(local->facts)
+                              ? local->facts.loads
                               : protocol::rebuild_offsets(std::move(out.facts.loads));
     }
     if (!done)
