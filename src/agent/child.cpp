@@ -3,70 +3,127 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/process/v2/environment.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <fcntl.h>
-#include <filesystem>
+#include <string_view>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char** environ;
+
 namespace agent {
-namespace bp = boost::process::v2;
 using namespace asio::experimental::awaitable_operators;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-// Runs in the child between fork and exec (the launcher then closes every other fd).
-struct child_setup {
-    int in, out, err; // -1: /dev/null
-
-    template <class Launcher>
-    boost::system::error_code on_exec_setup(Launcher&, const bp::filesystem::path&,
-                                            const char* const*) const {
-        const int null_fd = ::open("/dev/null", O_RDWR);
-        const int fds[3] = {in, out, err};
-        for (int target = 0; target < 3; ++target)
-            if (::dup2(fds[target] >= 0 ? fds[target] : null_fd, target) < 0)
-                return {errno, boost::system::system_category()};
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        ::signal(SIGPIPE, SIG_DFL);
-        ::signal(SIGINT, SIG_DFL);
-        ::signal(SIGTERM, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        return {};
-    }
-};
+boost::system::error_code errno_code(int e = errno) {
+    return {e, boost::system::system_category()};
+}
 
 // A pipe whose read end goes to `reader` and whose write end is returned (both CLOEXEC; the
 // child's dup2 clears it on the copy it keeps).
 int pipe_into(asio::readable_pipe& reader, boost::system::error_code& ec) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) < 0) {
-        ec = {errno, boost::system::system_category()};
+        ec = errno_code();
         return -1;
     }
     reader.assign(fds[0], ec);
     return fds[1];
 }
 
+// Marks every descriptor from 3 up close-on-exec. Between fork and exec: only system calls.
+void close_on_exec_from_3() {
+#if defined(SYS_close_range)
+    if (::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) == 0)
+        return;
+#endif
+    rlimit lim{};
+    const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
+                           ? std::min<rlim_t>(lim.rlim_cur, 1 << 20)
+                           : 65536;
+    for (int fd = 3; fd < static_cast<int>(top); ++fd)
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+// The child's side of fork: its standard descriptors, signals and death signal, then exec.
+// On failure errno goes through `report` and the child exits 127.
+[[noreturn]] void exec_child(const char* path, char* const* argv, const int (&io)[3], int report,
+                             pid_t parent) {
+    int moved[3];
+    for (int i = 0; i < 3; ++i) // above 2 first, so no dup2 below overwrites a later source
+        if ((moved[i] = ::fcntl(io[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            goto failed;
+    for (int i = 0; i < 3; ++i)
+        if (::dup2(moved[i], i) < 0)
+            goto failed;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) // the agent died before the death signal was set
+        ::_exit(127);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD})
+        ::signal(sig, SIG_DFL);
+    {
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    }
+    close_on_exec_from_3();
+    ::execve(path, argv, environ);
+failed:
+    const int e = errno;
+    [[maybe_unused]] auto n = ::write(report, &e, sizeof e);
+    ::_exit(127);
+}
+
+int exit_code_of(int status) {
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 } // namespace
 
 std::string find_program(const std::string& name) {
-    if (name.find('/') != std::string::npos) {
-        std::error_code ec;
-        return std::filesystem::is_regular_file(name, ec) && ::access(name.c_str(), X_OK) == 0
-                   ? name
-                   : std::string();
+    auto runnable = [](const std::string& p) {
+        struct stat st {};
+        return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+    };
+    if (name.empty())
+        return {};
+    if (name.find('/') != std::string::npos)
+        return runnable(name) ? name : std::string();
+    const char* path = std::getenv("PATH");
+    std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+    while (true) {
+        const auto colon = dirs.find(':');
+        const auto dir = dirs.substr(0, colon);
+        const std::string candidate = std::string(dir.empty() ? "." : dir) + "/" + name;
+        if (runnable(candidate))
+            return candidate;
+        if (colon == std::string_view::npos)
+            return {};
+        dirs.remove_prefix(colon + 1);
     }
-    return bp::environment::find_executable(name).string();
+}
+
+std::string sleep_program() {
+    if (auto found = find_program("sleep"); !found.empty())
+        return found;
+    for (const char* known : {"/bin/sleep", "/usr/bin/sleep", "/system/bin/sleep"})
+        if (auto found = find_program(known); !found.empty())
+            return found;
+    return "sleep";
 }
 
 child::child(asio::any_io_executor ex)
@@ -82,40 +139,81 @@ boost::system::result<std::unique_ptr<child>> child::start(asio::any_io_executor
         return boost::system::error_code(ENOENT, boost::system::generic_category());
     std::unique_ptr<child> c(new child(ex));
     boost::system::error_code ec;
+    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     const int out_w = io.out >= 0 || io.discard_out ? -1 : pipe_into(c->out_, ec);
     const int err_w = ec ? -1 : pipe_into(c->err_, ec);
+    int report[2] = {-1, -1};
+    if (!ec && null_fd < 0)
+        ec = errno_code();
+    if (!ec && ::pipe2(report, O_CLOEXEC) < 0)
+        ec = errno_code();
     if (!ec) {
-        const child_setup setup{io.in, io.discard_out ? -1 : (io.out >= 0 ? io.out : out_w), err_w};
-        c->process_.emplace(bp::default_process_launcher()(ex, ec, path, args, setup));
+        // Everything the child needs is made before fork: after it, only system calls.
+        std::vector<std::string> words;
+        words.reserve(args.size() + 1);
+        words.push_back(path);
+        words.insert(words.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (auto& w : words)
+            argv.push_back(w.data());
+        argv.push_back(nullptr);
+        const int fds[3] = {io.in >= 0 ? io.in : null_fd,
+                            io.discard_out ? null_fd : (io.out >= 0 ? io.out : out_w), err_w};
+        const pid_t parent = ::getpid();
+        const pid_t pid = ::fork();
+        if (pid == 0)
+            exec_child(path.c_str(), argv.data(), fds, report[1], parent);
+        if (pid < 0) {
+            ec = errno_code();
+        } else {
+            c->pid_ = pid;
+            ::close(report[1]);
+            report[1] = -1;
+            // Closed by a successful exec; an errno when exec failed.
+            int e = 0;
+            ssize_t n;
+            while ((n = ::read(report[0], &e, sizeof e)) < 0 && errno == EINTR) {
+            }
+            if (n == static_cast<ssize_t>(sizeof e)) {
+                int status = 0;
+                ::waitpid(pid, &status, 0);
+                c->exit_code_ = 127;
+                ec = errno_code(e);
+            }
+        }
     }
-    for (int fd : {out_w, err_w})
+    for (int fd : {out_w, err_w, null_fd, report[0], report[1]})
         if (fd >= 0)
             ::close(fd);
-    if (ec) {
-        c->process_.reset();
+    if (ec)
         return ec;
-    }
-    c->pid_ = c->process_->id();
     return c;
 }
 
 child::~child() {
-    if (process_ && !exit_code_) {
-        boost::system::error_code ec;
-        if (process_->running(ec)) {
-            ::kill(pid_, SIGKILL);
-            int status = 0;
-            ::waitpid(pid_, &status, 0);
+    if (pid_ > 0 && !reap()) {
+        ::kill(pid_, SIGKILL);
+        int status = 0;
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
         }
-        process_->detach();
     }
 }
 
-bool child::running() {
-    if (exit_code_ || !process_)
+bool child::reap() {
+    if (exit_code_)
+        return true;
+    if (pid_ <= 0)
+        return true;
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == 0 || (r < 0 && errno == EINTR))
         return false;
-    boost::system::error_code ec;
-    return process_->running(ec);
+    exit_code_ = r < 0 ? -1 : exit_code_of(status); // -1: reaped elsewhere, not ours to know
+    return true;
+}
+
+bool child::running() {
+    return !reap();
 }
 
 void child::signal(int sig) noexcept {
@@ -124,15 +222,30 @@ void child::signal(int sig) noexcept {
 }
 
 asio::awaitable<int> child::wait() {
-    if (exit_code_)
+    if (reap())
         co_return *exit_code_;
-    auto [ec, code] = co_await process_->async_wait(use_nothrow);
-    if (ec) {
-        // Already reaped elsewhere or not waitable: report as lost.
-        exit_code_ = -1;
-    } else {
-        const int native = process_->native_exit_code();
-        exit_code_ = WIFSIGNALED(native) ? 128 + WTERMSIG(native) : code;
+    auto ex = co_await asio::this_coro::executor;
+#if defined(SYS_pidfd_open)
+    if (const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)); fd >= 0) {
+        asio::posix::stream_descriptor exited(ex, fd);
+        while (!reap()) {
+            auto [ec] =
+                co_await exited.async_wait(asio::posix::descriptor_base::wait_read, use_nothrow);
+            if (ec == asio::error::operation_aborted) // cancelled: still running
+                co_return -1;
+        }
+        co_return *exit_code_;
+    }
+#endif
+    // No pidfd: polled, often at first (most children end soon), then every quarter second.
+    auto interval = std::chrono::milliseconds(5);
+    asio::steady_timer tick(ex);
+    while (!reap()) {
+        tick.expires_after(interval);
+        auto [ec] = co_await tick.async_wait(use_nothrow);
+        if (ec == asio::error::operation_aborted)
+            co_return -1;
+        interval = std::min(interval * 2, std::chrono::milliseconds(250));
     }
     co_return *exit_code_;
 }

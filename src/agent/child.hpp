@@ -1,14 +1,17 @@
-// One small wrapper over Boost.Process v2 for the perf children.
+// The perf children: started with fork and exec, awaited without ever blocking the agent.
 //
 // Every child gets PR_SET_PDEATHSIG=SIGKILL, so no perf survives the agent even if the agent is
-// killed outright, and the default SIGPIPE disposition back. A running child is stopped the
-// way perf wants: SIGINT so it flushes, a deadline, then SIGKILL.
+// killed outright, the default SIGPIPE disposition back, and no descriptor of the agent's but
+// its three standard ones. A running child is stopped the way perf wants: SIGINT so it
+// flushes, a deadline, then SIGKILL. Waiting uses a pidfd where the kernel has one (5.3 and
+// later) and a short poll where it has not (the 4.x kernels many devices still run); every
+// wake-up is checked with waitpid(WNOHANG), so a readiness meant for another descriptor
+// cannot stop the agent in a blocking wait.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/readable_pipe.hpp>
-#include <boost/process/v2/process.hpp>
 #include <boost/system/result.hpp>
 
 #include <chrono>
@@ -40,7 +43,7 @@ public:
     int pid() const noexcept { return pid_; }
     asio::readable_pipe& out() noexcept { return out_; }
     asio::readable_pipe& err() noexcept { return err_; }
-    bool running();
+    bool running(); // false once it has exited (it is reaped then)
 
     void signal(int sig) noexcept;
 
@@ -55,7 +58,7 @@ private:
 
     asio::readable_pipe out_;
     asio::readable_pipe err_;
-    std::optional<boost::process::v2::process> process_;
+    bool reap(); // true once it has exited; never blocks
     int pid_ = -1;
     std::optional<int> exit_code_;
 };
@@ -77,5 +80,9 @@ asio::awaitable<run_result> run_command(const std::string& exe,
 
 // The absolute path of `name` on PATH (or `name` itself when it contains a '/'); empty if none.
 std::string find_program(const std::string& name);
+
+// The `sleep` that bounds a probe or a round of perf record: from PATH, else where systems keep
+// it (an agent started with a narrow PATH still probes), else the bare name.
+std::string sleep_program();
 
 } // namespace agent
