@@ -150,6 +150,16 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     auto caps = co_await probe(c.perf_path, c.pid);
     for (const auto& w : caps.warnings)
         log("probe: " + w);
+    for (const auto& why : caps.cannot)
+        log("probe: this perf cannot " + why);
+    if (caps.record_events.empty() && c.events.empty()) {
+        if (out != stdout) {
+            std::fclose(out);
+            std::remove(c.output_path.c_str());
+        }
+        log("no data: this perf cannot sample any event");
+        co_return 1;
+    }
     collection_settings s;
     s.record = {c.events.empty() ? caps.record_events : c.events, c.frequency, caps.callgraph,
                 c.pid};
@@ -160,6 +170,7 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     s.chunk_duration = std::chrono::seconds(c.duration_sec);
     s.encoding = chunker::encoding::text;
     s.periods = c.rounds; // the last round ends with the drain: no partial round after it
+    s.rounds = !caps.pipe_mode;
     int written = 0;
     bool write_failed = false, done = false;
     std::shared_ptr<collection> coll;
@@ -196,8 +207,14 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
         log("write failed: " + c.output_path);
         co_return 1;
     }
-    if (written == 0) {
-        log("no data: " + (coll->error().empty() ? "perf produced nothing" : coll->error()));
+    if (written == 0 || coll->script_bytes() == 0) {
+        // A file of perf stat's complaint alone would pass for a recording: none is left.
+        if (out != stdout)
+            std::remove(c.output_path.c_str());
+        const auto why = perf_complaint(coll->record_stderr());
+        log("no samples: " + (!coll->error().empty() ? coll->error()
+                              : !why.empty()         ? "perf record said: " + why
+                                                     : std::string("perf recorded nothing")));
         co_return 1;
     }
     co_return 0;

@@ -15,6 +15,7 @@
 #include "agent/child.hpp"
 #include "agent/chunker.hpp"
 #include "agent/perf_commands.hpp"
+#include "agent/probe.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/object.hpp>
@@ -23,26 +24,6 @@
 #include <memory>
 
 namespace agent {
-
-struct capabilities {
-    std::vector<std::string> record_events;    // what perf record samples, best first
-    std::vector<std::string> stat_only_events; // counted by perf stat alongside
-    std::string callgraph;                     // fp, dwarf, lbr; empty when none yields stacks
-    std::vector<std::string> callgraph_modes;  // those a start may choose (the default too)
-    bool script_fields = true;                 // perf script -F works
-    bool pipe_mode = true;                     // perf record -o - | perf script -i - works
-    int perf_event_paranoid = 2;
-    std::string perf_version;
-    std::vector<std::string> warnings;
-    double probe_seconds = 0;
-
-    boost::json::object to_json() const;
-};
-
-int read_perf_event_paranoid(const std::string& proc_root = "/proc");
-
-// Finds what this perf can do for `pid` (or the whole system). Takes well under 2 s.
-asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid);
 
 struct collection_settings {
     record_settings record;
@@ -76,7 +57,9 @@ public:
     std::string record_stderr() const { return record_err_; }
     std::uint64_t lost_samples() const noexcept { return chunker_.lost_total(); }
     std::uint64_t chunks() const noexcept { return chunks_; }
-    // perf record's exit status (continuous mode), once it has ended; -1 before.
+    // Bytes of samples perf script printed (a chunk may hold only perf stat's text).
+    std::uint64_t script_bytes() const noexcept { return script_bytes_; }
+    // perf record's exit status (the last round's, in rounds), once it has ended; -1 before.
     int record_status() const noexcept { return record_status_; }
 
 private:
@@ -103,6 +86,7 @@ private:
     bool cut_requested_ = false;
     bool stop_requested_ = false;
     std::uint64_t chunks_ = 0;
+    std::uint64_t script_bytes_ = 0;
     int periods_ = 0; // timed cuts made (and the stop that ends the last period)
     int record_status_ = -1;
     std::string error_;

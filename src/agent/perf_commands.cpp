@@ -142,6 +142,30 @@ bool has_call_chains(std::string_view text) {
     return false;
 }
 
+int sample_count(std::string_view text) {
+    int samples = 0;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        const auto line = text.substr(0, nl);
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (!trim(line).empty() && line.front() != '\t')
+            ++samples;
+    }
+    return samples;
+}
+
+std::string perf_complaint(std::string_view text) {
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        const auto line = trim(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+        if (line.empty() || line.starts_with("[ perf record:"))
+            continue;
+        return std::string(line.substr(0, 200));
+    }
+    return {};
+}
+
 std::string perf_version_line(std::string_view text) {
     const auto line = trim(text.substr(0, text.find('\n')));
     return line.starts_with("perf version") ? std::string(line) : std::string();

@@ -59,6 +59,13 @@ std::vector<std::string> evlist_events(std::string_view perf_evlist_output);
 // True when some sample in `perf script` output has at least two frames.
 bool has_call_chains(std::string_view script_output);
 
+// Samples in `perf script` output: the lines that start one (not a frame, not blank).
+int sample_count(std::string_view script_output);
+
+// Why perf failed, from its stderr: the first line that is not perf's progress chatter
+// ("[ perf record: ... ]") or a blank, trimmed to 200 bytes; empty when there is none.
+std::string perf_complaint(std::string_view perf_stderr);
+
 // "perf version 6.1.192" -> that line; empty if not perf.
 std::string perf_version_line(std::string_view perf_version_output);
 

@@ -135,6 +135,7 @@ session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<
     , drained_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , wake_auth_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , metrics_timer_(socket_.get_executor())
+    , probe_done_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , collection_done_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
@@ -168,6 +169,7 @@ asio::awaitable<void> session::run() {
     if (const auto line = perf_version_line(version.out); !line.empty())
         p.perf_version = line;
     h.platform = p;
+    platform_ = p;
     if (cfg_.run_mode == mode::server)
         h.enrollment = cfg_.enroll; // only to the collector this agent was told to dial
     send(frame_flag::response, protocol::serialize(h));
@@ -175,6 +177,8 @@ asio::awaitable<void> session::run() {
 
     if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server)
         co_await auto_start();
+    else if (authenticated_)
+        probe_in_background();
     co_await (reader() && writer() && metrics_loop() && auth_deadline());
     co_await end_collection();
     log(peer_, "disconnected");
@@ -374,6 +378,8 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             set_authenticated();
             if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle)
                 co_await auto_start();
+            else
+                probe_in_background();
             co_return command_response::success(id);
         }
         ++auth_failures_;
@@ -427,8 +433,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         auto pid = arg.value;
         if (!pid)
             pid = settings_.record.pid;
-        caps_.reset();
-        co_await ensure_probed(pid);
+        co_await ensure_probed(pid, true);
         co_return command_response::success(id, caps_->to_json());
     }
     if (req.cmd == "start")
@@ -506,9 +511,10 @@ command_response session::cmd_status(const std::string& id) {
     f["duration"] =
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
     f["agent_version"] = PERFWIRE_VERSION;
+    f["platform"] = json::value_from(platform_);
     f["events"] = json::value_from(settings_.record.events);
-    if (caps_)
-        f["capabilities"] = caps_->to_json();
+    f["capabilities"] = caps_ ? json::value(caps_->to_json()) : json::value(nullptr);
+    f["probing"] = probing_;
     f["lost_samples"] = lost_samples_;
     f["dropped_chunks"] = dropped_chunks_;
     f["chunks"] = current_ ? current_->chunks() : 0;
@@ -579,20 +585,53 @@ asio::awaitable<void> session::auto_start() {
         co_return;
     }
     co_await ensure_probed(cfg_.pid);
+    if (settings_.record.events.empty()) {
+        const std::string why =
+            "this perf cannot " +
+            (caps_->cannot.empty() ? std::string("sample any event") : caps_->cannot.front());
+        log(peer_, why + "; idle");
+        send_state(why);
+        co_return;
+    }
     settings_.record.pid = cfg_.pid;
+    settings_.rounds = !caps_->pipe_mode;
     begin_collection();
     send_state("started from the command line");
 }
 
-asio::awaitable<void> session::ensure_probed(std::optional<int> pid) {
-    if (caps_ && probed_pid_ == pid)
+void session::probe_in_background() {
+    if (caps_ || probing_ || closed_)
+        return;
+    auto self = shared_from_this();
+    asio::co_spawn(socket_.get_executor(), ensure_probed(settings_.record.pid),
+                   [self](std::exception_ptr e) {
+                       if (e)
+                           log(self->peer_, "probe failed: " + protocol::describe(e));
+                   });
+}
+
+asio::awaitable<void> session::ensure_probed(std::optional<int> pid, bool again) {
+    auto self = shared_from_this();
+    while (probing_) { // one probe at a time: a start waits for the one under way
+        co_await probe_done_.async_wait(use_nothrow);
+    }
+    if (caps_ && (probed_pid_ == pid || caps_->judged) && !again)
         co_return;
+    probing_ = true;
     auto caps = co_await probe(cfg_.perf_path, pid);
+    probing_ = false;
+    probe_done_.cancel();
+    probe_done_.expires_at(asio::steady_timer::time_point::max());
     for (const auto& w : caps.warnings)
         log(peer_, "probe: " + w);
-    log(peer_, "probe: sampling " + caps.record_events.front() + ", call graphs " +
-                   (caps.callgraph.empty() ? "none" : caps.callgraph) + " (" +
-                   std::to_string(caps.probe_seconds).substr(0, 4) + " s)");
+    for (const auto& c : caps.cannot)
+        log(peer_, "probe: this perf cannot " + c);
+    log(peer_,
+        "probe: sampling " +
+            (caps.record_events.empty() ? std::string("nothing") : caps.record_events.front()) +
+            ", call graphs " + (caps.callgraph.empty() ? "none" : caps.callgraph) + ", " +
+            (caps.pipe_mode ? "continuous" : "rounds") + " (" +
+            std::to_string(caps.probe_seconds).substr(0, 4) + " s)");
     caps_ = std::move(caps);
     probed_pid_ = pid;
     settings_.record.events = caps_->record_events;
@@ -633,33 +672,37 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
 
     co_await ensure_probed(pid);
-    // Only events the probe found this device can sample (or the command line named). Checked
-    // before anything changes: a refused start leaves the settings as they were.
+    // Only what the probe found this perf can do (or the command line named), and a refusal
+    // says why. Checked before anything changes: a refused start leaves the settings as they were.
     for (const auto& e : events) {
         const auto& known = caps_->record_events;
         if (std::find(known.begin(), known.end(), e) == known.end() &&
-            std::find(cfg_.events.begin(), cfg_.events.end(), e) == cfg_.events.end()) {
-            std::string list;
-            for (const auto& k : known)
-                list += (list.empty() ? "" : ", ") + k;
-            co_return command_response::failure(id, "unknown event: " + e +
-                                                        " (this device samples " + list + ")");
-        }
+            std::find(cfg_.events.begin(), cfg_.events.end(), e) == cfg_.events.end())
+            co_return command_response::failure(id, caps_->why_not_event(e));
     }
+    if (events.empty() && settings_.record.events.empty())
+        co_return command_response::failure(
+            id, "this perf cannot " + (caps_->cannot.empty() ? std::string("sample any event")
+                                                             : caps_->cannot.front()));
     // A call-graph mode the probe saw work ("none": no stacks).
     std::optional<std::string> callgraph;
     if (const auto* cg = req.args.if_contains("callgraph"); cg && !cg->is_null()) {
         const auto& modes = caps_->callgraph_modes;
-        std::string list = "none";
-        for (const auto& m : modes)
-            list += ", " + m;
-        if (!cg->is_string() || (cg->as_string() != "none" &&
-                                 std::find(modes.begin(), modes.end(),
-                                           std::string_view(cg->as_string())) == modes.end()))
-            co_return command_response::failure(id, "callgraph must be one this device records: " +
-                                                        list);
-        callgraph = cg->as_string() == "none" ? "" : std::string(cg->as_string());
+        const std::string asked = cg->is_string() ? std::string(cg->as_string()) : "";
+        if (asked != "none" && std::find(modes.begin(), modes.end(), asked) == modes.end())
+            co_return command_response::failure(id, caps_->why_not_callgraph(asked));
+        callgraph = asked == "none" ? "" : asked;
     }
+    // Rounds when perf cannot stream through a pipe, or when asked for.
+    const auto* mode_arg = req.args.if_contains("mode");
+    const std::string mode =
+        mode_arg && mode_arg->is_string() ? std::string(mode_arg->as_string()) : std::string();
+    if (mode_arg && !mode_arg->is_null() && mode != "rounds" && mode != "continuous")
+        co_return command_response::failure(id, "mode must be continuous or rounds");
+    if (mode == "continuous" && !caps_->pipe_mode)
+        co_return command_response::failure(id, "this perf cannot write perf.data to a pipe (" +
+                                                    caps_->pipe_problem +
+                                                    "): only mode rounds works here");
     settings_.record.pid = pid;
     if (callgraph)
         settings_.record.callgraph = *callgraph;
@@ -669,10 +712,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         settings_.chunk_duration = std::chrono::seconds(*dur);
     if (!events.empty())
         settings_.record.events = events;
-    // Rounds when perf cannot stream through a pipe, or when asked for.
-    const auto* mode_arg = req.args.if_contains("mode");
-    settings_.rounds = !caps_->pipe_mode ||
-                       (mode_arg && mode_arg->is_string() && mode_arg->as_string() == "rounds");
+    settings_.rounds = !caps_->pipe_mode || mode == "rounds";
     begin_collection();
     log(peer_, "profiling " + (pid ? "pid " + std::to_string(*pid) : std::string("the system")) +
                    " at " + std::to_string(settings_.record.frequency) + " Hz");
@@ -726,7 +766,11 @@ asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
             else if (settings_.record.pid &&
                      (!pid_exists(*settings_.record.pid) || c->record_status() == 0))
                 reason = "target process exited"; // perf record -p ends cleanly with it
-            else
+            else if (c->record_status() > 0) {
+                reason = "perf record exited with status " + std::to_string(c->record_status());
+                if (const auto why = perf_complaint(c->record_stderr()); !why.empty())
+                    reason += ": " + why;
+            } else
                 reason = "perf exited";
             log(peer_, reason + "; idle");
             send_state(reason);

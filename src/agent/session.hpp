@@ -70,7 +70,8 @@ private:
     protocol::command_response cmd_kallsyms(const std::string& id);
     protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
 
-    asio::awaitable<void> ensure_probed(std::optional<int> pid);
+    asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
+    void probe_in_background(); // once authenticated: status has capabilities before a start
     asio::awaitable<void> auto_start();
     void begin_collection();
     asio::awaitable<void> collect(std::shared_ptr<collection> c);
@@ -109,6 +110,9 @@ private:
     state state_ = state::idle;
     std::optional<capabilities> caps_;
     std::optional<int> probed_pid_;
+    bool probing_ = false;
+    asio::steady_timer probe_done_; // cancelled when a probe ends
+    protocol::platform_info platform_;
     collection_settings settings_;
     std::shared_ptr<collection> current_;
     asio::steady_timer collection_done_;

@@ -1,6 +1,7 @@
 // Both real agents -- the perfwire-agent binary and the Python agent -- profiling the real demo
 // workload with real perf, against a framing peer written here on loopback. Every test case runs
 // once per flavour: the collector must not be able to tell them apart.
+#include "agent/perf_commands.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/compression.hpp"
 #include "support/agents.hpp"
@@ -8,6 +9,7 @@
 #include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
+#include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -648,4 +650,171 @@ TEST_CASE("kallsyms: sent only when the agent was started with --allow-kallsyms,
         CHECK_THAT(symbols, Catch::Contains(stext + " _stext\n"));
         CHECK(symbols.find('\t') == std::string::npos); // no "[module]" tails
     }
+}
+
+namespace {
+
+// The agent with the fake perf of test/agent/fake_perf in front of the real one on PATH,
+// behaving as `behaviour` says ("" for the real perf alone).
+std::unique_ptr<spawned> start_odd_agent(agent_flavour flavour, const std::string& behaviour,
+                                         std::vector<std::string> args) {
+    const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+    std::vector<std::string> env = {"PERFWIRE_FAKE_PERF=" + behaviour};
+    if (!behaviour.empty())
+        env.push_back("PATH=" + std::string(PERFWIRE_TEST_DIR) + "/agent/fake_perf:" + path);
+    return start_agent(flavour, std::move(args), env);
+}
+
+std::vector<std::string> strings(const boost::json::value& v) {
+    std::vector<std::string> out;
+    for (const auto& s : v.as_array())
+        out.emplace_back(s.as_string());
+    return out;
+}
+
+std::string cannot_text(const boost::json::object& caps) {
+    std::string out;
+    for (const auto& s : caps.at("cannot").as_array())
+        out += std::string(s.as_string()) + "\n";
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("odd perf builds: the probe finds what works by what perf did, and start refuses the "
+          "rest with the reason",
+          "[agent][integration][perf][odd]") {
+    const auto flavour = each_agent();
+    const std::string behaviour =
+        GENERATE(as<std::string>{}, "", "old-events", "no-pipe", "no-callgraph", "dies");
+    INFO(flavour << ", perf: " << (behaviour.empty() ? "real" : behaviour));
+    listener l;
+    auto demo = start_demo(60);
+    auto agent =
+        start_odd_agent(flavour, behaviour,
+                        {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+
+    // status, idle: the platform, and the capabilities once the probe that follows the
+    // connection is over (it is announced as under way until then).
+    std::optional<protocol::command_response> status;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    do {
+        status = peer.command("status");
+        INFO(agent->stderr_text());
+        REQUIRE(ok(status));
+        if (!status->fields.at("capabilities").is_null())
+            break;
+        CHECK(status->fields.at("probing").as_bool());
+        std::this_thread::sleep_for(200ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    INFO(agent->stderr_text());
+    CHECK(status->fields.at("state").as_string() == "idle");
+    CHECK(status->fields.at("platform").at("arch").as_string() == "x86_64");
+    REQUIRE(status->fields.at("capabilities").is_object());
+    auto probe = peer.command("reprobe", R"({"pid":)" + std::to_string(demo->pid()) + "}", 60s);
+    REQUIRE(ok(probe));
+    const auto& caps = probe->fields;
+    INFO(boost::json::serialize(caps));
+    const auto events = strings(caps.at("record_events"));
+    const auto modes = strings(caps.at("callgraph_modes"));
+    const auto cannot = cannot_text(caps);
+    CHECK_FALSE(caps.at("tried").as_array().empty()); // what it ran, for the UI to show
+
+    std::string start_args = "{}";
+    if (behaviour == "old-events") {
+        // perf stat refused the whole list for cpu-clock: each usable event was still found.
+        CHECK(events == std::vector<std::string>{"cycles"});
+        const auto stat_only = strings(caps.at("stat_only_events"));
+        CHECK(std::find(stat_only.begin(), stat_only.end(), "instructions") != stat_only.end());
+        CHECK_THAT(std::string(caps.at("rejected_events").at("cpu-clock").as_string()),
+                   Catch::Contains("event syntax error"));
+        CHECK_THAT(cannot, Catch::Contains("count cpu-clock"));
+        CHECK(caps.at("pipe_mode").as_bool());
+        CHECK_THAT(error_of(peer.command("start", R"({"events":["cpu-clock"]})")),
+                   Catch::StartsWith("cpu-clock cannot be used with this perf (perf stat: event "
+                                     "syntax error"));
+    } else if (behaviour == "no-pipe") {
+        CHECK_FALSE(caps.at("pipe_mode").as_bool());
+        CHECK_THAT(cannot, Catch::Contains("write perf.data to a pipe") &&
+                               Catch::Contains("pipe output not supported"));
+        CHECK(modes.at(0) == "fp"); // call graphs were proved with files instead
+        CHECK_THAT(error_of(peer.command("start", R"({"mode":"continuous"})")),
+                   Catch::StartsWith("this perf cannot write perf.data to a pipe"));
+    } else if (behaviour == "no-callgraph") {
+        CHECK(caps.at("callgraph_method").is_null());
+        CHECK(modes.empty());
+        CHECK_THAT(cannot,
+                   Catch::Contains("record call graphs") && Catch::Contains("unknown option"));
+        CHECK_THAT(error_of(peer.command("start", R"({"callgraph":"fp"})")),
+                   Catch::StartsWith("callgraph must be one this device records: none (fp: exit "
+                                     "status 129: Error: unknown option"));
+    } else {
+        // The real perf (and one that dies later, in the middle of a stream): all is well.
+        CHECK((events == std::vector<std::string>{"cpu-clock"} ||
+               events == std::vector<std::string>{"cycles"}));
+        CHECK(caps.at("pipe_mode").as_bool());
+        CHECK(caps.at("callgraph_method").as_string() == "fp");
+        CHECK(cannot.empty());
+    }
+    CHECK(peer.command("status")->fields.at("state").as_string() == "idle"); // refusals: no run
+
+    // A perf that dies does so after 256 KiB of perf.data: sampled fast, that is soon.
+    const std::string rate = behaviour == "dies" ? R"(,"frequency":999)" : "";
+    auto started =
+        peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + rate + "}", 60s);
+    REQUIRE(ok(started));
+    CHECK(strings(started->fields.at("events")) == events);
+    CHECK(started->fields.at("mode").as_string() ==
+          (behaviour == "no-pipe" ? "rounds" : "continuous"));
+    CHECK(started->fields.at("callgraph").as_string() ==
+          (behaviour == "no-callgraph" ? "none" : "fp"));
+
+    // Samples of the sampled event really arrive, with stacks when the mode has them.
+    auto got = collect(peer, 20s, [&](const received& r) {
+        return r.text.find("matrix_multiply") != std::string::npos &&
+               (behaviour != "dies" || (!r.notices.empty() && r.notices.back().state == "idle"));
+    });
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK_THAT(got.text, Catch::Contains(" " + events.at(0) + ":"));
+    CHECK(agent::has_call_chains(got.text) == (behaviour != "no-callgraph"));
+    if (behaviour == "dies") {
+        // perf died in the middle of the stream: what it sent arrived, then the agent said why.
+        REQUIRE_FALSE(got.notices.empty());
+        CHECK(got.notices.back().state == "idle");
+        CHECK_THAT(got.notices.back().reason.value_or(""),
+                   Catch::StartsWith("perf record exited with status 139: perf: Segmentation "
+                                     "fault"));
+        CHECK(peer.command("status")->fields.at("state").as_string() == "idle");
+    } else {
+        CHECK(ok(peer.command("stop")));
+    }
+    CHECK(no_perf_children(agent->pid(), 5s));
+}
+
+TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails without a file "
+          "when perf samples nothing",
+          "[agent][integration][perf][odd]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    auto demo = start_demo(30);
+    test_support::temp_dir dir;
+    const auto path = (dir.path / "out.txt").string();
+    auto no_pipe = start_odd_agent(flavour, "no-pipe",
+                                   {"--output", path, "--pid", std::to_string(demo->pid()),
+                                    "--rounds", "2", "--duration", "1"});
+    REQUIRE(no_pipe->wait(30s) == 0);
+    INFO(no_pipe->stderr_text());
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    CHECK_THAT(text, Catch::Contains("matrix_multiply"));
+    CHECK(std::count(text.begin(), text.end(), '#') >= 2); // two rounds, each with perf stat
+
+    const auto nothing = (dir.path / "nothing.txt").string();
+    auto no_events = start_odd_agent(flavour, "no-events",
+                                     {"--output", nothing, "--pid", std::to_string(demo->pid())});
+    CHECK(no_events->wait(60s) == 1);
+    CHECK_THAT(no_events->stderr_text(), Catch::Contains("cannot sample any event"));
+    CHECK_FALSE(fs::exists(nothing));
 }

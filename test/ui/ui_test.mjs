@@ -53,6 +53,7 @@ function check(ok, what) {
 
 let browser;
 const inflight = new Map(); // request -> when it was sent
+const recent = []; // the last API requests answered, for a failure to show what came before
 let httpPort = ''; // the collector's, for counting the browser's connections to it
 let askDirectly = null;
 let doing = 'starting'; // the step in progress, named in a failure
@@ -67,7 +68,10 @@ try {
   httpPort = new URL(http).port;
   askDirectly = async (url) => { // the collector asked outside the browser, 5 s at most
     const t0 = Date.now();
-    try { const r = await fetch(url, { signal: AbortSignal.timeout(5000) }); return `${r.status} in ${Date.now() - t0} ms`; } catch (e) { return `no answer in ${Date.now() - t0} ms`; }
+    // The body is not read: a stream's connection is closed at once instead of left open.
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(), 5000);
+    try { const r = await fetch(url, { signal: ac.signal }); return `${r.status} in ${Date.now() - t0} ms`; } catch (e) { return `no answer in ${Date.now() - t0} ms`; } finally { clearTimeout(timer); ac.abort(); }
   };
   // The link the collector prints signs a browser in; scripts send the token as a header.
   const signIn = collector.log.match(/UI and API on (http:\S+\?token=\S+)/)[1];
@@ -99,7 +103,13 @@ try {
   // Requests under way, for a failure to name what was still pending (a page that cannot
   // load may be waiting behind the browser's 6 connections per host).
   context.on('request', (r) => inflight.set(r, Date.now()));
-  for (const done of ['requestfinished', 'requestfailed']) context.on(done, (r) => inflight.delete(r));
+  for (const done of ['requestfinished', 'requestfailed']) context.on(done, (r) => {
+    const t = inflight.get(r);
+    inflight.delete(r);
+    if (t === undefined || !r.url().includes('/api/')) return;
+    recent.push(`${done === 'requestfailed' ? 'failed' : 'done'} after ${((Date.now() - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/^https?:\/\/[^/]+/, '')}`);
+    if (recent.length > 12) recent.shift();
+  });
   const page = await context.newPage();
   await page.goto(signIn);
   const cookie = (await context.cookies()).find((c) => c.name === 'perfwire_token');
@@ -693,8 +703,15 @@ try {
   const now = Date.now();
   for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/token=[^&]*/, 'token=…')}${askDirectly && r.method() === 'GET' ? ` (asked directly: ${await askDirectly(r.url())})` : ''}`);
   // Open connections to the collector (Chrome keeps at most 6 per host), when ss is there.
-  const ss = httpPort ? spawnSync('ss', ['-tnH', 'state', 'established', `( dport = :${httpPort} )`], { encoding: 'utf8' }) : null;
-  if (ss && ss.status === 0) console.log(`  connections to the collector's HTTP port: ${ss.stdout.split('\n').filter(Boolean).length}`);
+  const ss = httpPort ? spawnSync('ss', ['-tnpH', 'state', 'established', `( dport = :${httpPort} )`], { encoding: 'utf8' }) : null;
+  if (ss && ss.status === 0) {
+    const by = {};
+    for (const l of ss.stdout.split('\n').filter(Boolean)) { const p = l.match(/users:\(\("([^"]+)"/)?.[1] || '?'; by[p] = (by[p] || 0) + 1; }
+    console.log(`  connections to the collector's HTTP port, by process: ${JSON.stringify(by)}`);
+  }
+  for (const r of recent) console.log(`  before: ${r}`);
+  for (const [name, c] of [['collector', children[1]], ['agent', children[2]]])
+    if (c?.log) console.log(`  the ${name}'s last lines:\n${c.log.trimEnd().split('\n').slice(-15).map((l) => '    ' + l).join('\n')}`);
   failures++;
 } finally {
   if (browser) await browser.close();

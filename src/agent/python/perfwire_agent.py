@@ -781,7 +781,7 @@ def bounded_buffers(limits):
 
 def run_command(argv, timeout):
     """Runs to completion (or `timeout` s, then stop) -> dict(code, out, err, error)."""
-    result = {"code": -1, "out": "", "err": "", "error": ""}
+    result = {"code": -1, "out": "", "err": "", "error": "", "timed_out": False}
     try:
         p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:
@@ -790,6 +790,7 @@ def run_command(argv, timeout):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        result["timed_out"] = True
         stop_child(p, 0.5)
         out, err = p.communicate()
     forget_child(p)
@@ -813,28 +814,6 @@ def start_pipeline(perf, record, script):
     finally:
         rec.stdout.close()
     return rec, scr
-
-
-def run_pipeline(perf, record, script, timeout):
-    """A pipeline bounded by `timeout`: dict(out, rerr, serr, started); the outputs stay empty
-    when the deadline passes first."""
-    r = {"out": "", "rerr": "", "serr": "", "started": False}
-    try:
-        rec, scr = start_pipeline(perf, record, script)
-    except OSError:
-        return r
-    r["started"] = True
-    bufs, on_data = bounded_buffers({"out": 4 << 20, "rerr": 1 << 20, "serr": 1 << 20})
-    finished = pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
-                     scr.stderr.fileno(): "serr"}, on_data, deadline=monotonic() + timeout)
-    if finished:
-        for name in bufs:
-            r[name] = bufs[name].decode("utf-8", "replace")
-    for p in (rec, scr):
-        stop_child(p, 0.5)
-    for f in (rec.stderr, scr.stdout, scr.stderr):
-        f.close()
-    return r
 
 
 def parallel(*calls):
@@ -943,12 +922,36 @@ def perf_version_line(text):
     return line if line.startswith("perf version") else ""
 
 
+def sample_count(text):
+    """Samples in perf script text: its lines that are not frames."""
+    return sum(1 for line in text.split("\n") if line.strip(" \t\r") and line[0] != "\t")
+
+
+def perf_complaint(text):
+    """The first line of perf's stderr that says something (not its "[ perf record: …" lines)."""
+    for line in text.split("\n"):
+        line = line.strip(" \t\r")
+        if line and not line.startswith("[ perf record:"):
+            return line[:200]
+    return ""
+
+
 class Capabilities(object):
+    """What the perf on this device can really do, found by what perf did (exit status, bytes
+    of perf.data written, samples and stacks printed), never by what its messages look like."""
+
     def __init__(self):
         self.record_events, self.stat_only_events, self.warnings = [], [], []
         self.callgraph, self.script_fields, self.pipe_mode = "", True, True
         self.callgraph_modes = []  # those a start may choose (the default too)
         self.perf_event_paranoid, self.perf_version, self.probe_seconds = 2, "", 0.0
+        # The target ran during the probe, so its findings hold for any other: a start on
+        # another process need not probe again.
+        self.judged = False
+        self.cannot = []  # phrases that follow "this perf cannot"
+        self.rejected_events, self.unusable_callgraph = {}, {}  # name -> why
+        self.pipe_problem = ""
+        self.tried = []  # every perf command run, as step dicts
 
     def to_json(self):
         return {"record_events": self.record_events, "stat_only_events": self.stat_only_events,
@@ -956,11 +959,250 @@ class Capabilities(object):
                 "callgraph_modes": self.callgraph_modes, "script_fields": self.script_fields,
                 "pipe_mode": self.pipe_mode, "perf_event_paranoid": self.perf_event_paranoid,
                 "perf_version": self.perf_version, "warnings": self.warnings,
-                "probe_seconds": self.probe_seconds}
+                "cannot": self.cannot, "rejected_events": self.rejected_events,
+                "tried": [step_json(t) for t in self.tried], "probe_seconds": self.probe_seconds}
+
+    def why_not_event(self, event):
+        why = "unknown event: " + event
+        if event in self.rejected_events:
+            why = "%s cannot be used with this perf (%s)" % (event, self.rejected_events[event])
+        if not self.record_events:
+            return why + "; this perf samples no event"
+        return why + " (this device samples %s)" % ", ".join(self.record_events)
+
+    def why_not_callgraph(self, mode):
+        why = "callgraph must be one this device records: " + ", ".join(
+            ["none"] + self.callgraph_modes)
+        if mode in self.unusable_callgraph:
+            why += " (%s: %s)" % (mode, self.unusable_callgraph[mode])
+        return why
+
+
+PROBE_RUN_TIMEOUT = 8  # s, each perf run of the probe; perf on a small board starts slowly
+MAX_RECORD_CANDIDATES = 3
+
+
+def sleep_program():
+    """The `sleep` that bounds a probe or a round: from PATH, else where systems keep it (an
+    agent started with a narrow PATH still probes), else the bare name."""
+    for name in ("sleep", "/bin/sleep", "/usr/bin/sleep", "/system/bin/sleep"):
+        found = find_program(name)
+        if found:
+            return found
+    return "sleep"
+
+
+def probe_sleep():
+    return [sleep_program(), "0.25"]
+CALLGRAPH_ORDER = ("fp", "dwarf", "lbr")
+
+
+def new_step(command):
+    return {"command": command, "status": -1, "timed_out": False, "bytes": 0, "samples": 0,
+            "stacks": False, "complaint": ""}
+
+
+def step_json(step):
+    out = dict((k, v) for k, v in step.items() if k != "timed_out")
+    if step["timed_out"]:
+        out["timed_out"] = True
+    return out
+
+
+def shell_words(args):
+    return " ".join(["perf"] + args)
+
+
+def exit_status(code):
+    return -1 if code is None else (128 - code if code < 0 else code)
+
+
+def is_hardware(event):
+    return event in ("cycles", "instructions") or event.startswith("cache-") or \
+        event.startswith("branch-")
+
+
+def mentions_bad_field(err):
+    return "Invalid field" in err or "unknown field" in err
+
+
+def new_run(command):
+    return {"step": new_step(command), "script_status": -1, "script_err": ""}
+
+
+def worked(run):
+    return run["step"]["status"] == 0 and run["step"]["bytes"] > 0 and run["script_status"] == 0
+
+
+def fill_from_script(step, out):
+    step["samples"], step["stacks"] = sample_count(out), has_call_chains(out)
+
+
+def record_pipe_run(perf, s, fields):
+    """perf record of `s` for a quarter second into a pipe, relayed by the agent (which counts
+    the bytes perf record produced, whatever its messages say) into perf script."""
+    args = record_args(s, "-", probe_sleep())
+    run = new_run(shell_words(args) + " | perf script")
+    step = run["step"]
+    try:
+        rec = spawn([perf] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        step["complaint"] = "cannot run " + perf
+        return run
+    try:
+        scr = spawn([perf] + script_args("-", fields, False), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        for f in (rec.stdout, rec.stderr):
+            f.close()
+        kill_child(rec)
+        step["complaint"] = "cannot run " + perf
+        return run
+    relayed = [0]
+
+    def relay():
+        writing = True
+        while True:
+            try:
+                data = os.read(rec.stdout.fileno(), 65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            relayed[0] += len(data)
+            if writing:
+                try:
+                    scr.stdin.write(data)
+                    scr.stdin.flush()
+                except (OSError, ValueError):
+                    writing = False  # perf script gave up: perf record is drained regardless
+        try:
+            scr.stdin.close()
+        except (OSError, ValueError):
+            pass
+    relay_thread = start_thread(relay, "probe relay")
+    bufs, on_data = bounded_buffers({"out": 4 << 20, "rerr": 64 << 10, "serr": 64 << 10})
+    finished = pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
+                     scr.stderr.fileno(): "serr"}, on_data,
+                    deadline=monotonic() + PROBE_RUN_TIMEOUT)
+    stop_child(rec, 0.5)
+    stop_child(scr, 0.5)
+    relay_thread.join(2.0)
+    for f in (rec.stdout, rec.stderr, scr.stdout, scr.stderr):
+        f.close()
+    step["status"], run["script_status"] = exit_status(rec.returncode), \
+        exit_status(scr.returncode)
+    if finished:
+        step["bytes"] = relayed[0]
+        fill_from_script(step, bufs["out"].decode("utf-8", "replace"))
+        step["complaint"] = perf_complaint(bufs["rerr"].decode("utf-8", "replace"))
+        run["script_err"] = bufs["serr"].decode("utf-8", "replace")
+    else:
+        step["timed_out"] = True
+    if not step["complaint"] and run["script_status"] != 0:
+        step["complaint"] = "perf script: " + perf_complaint(run["script_err"])
+    return run
+
+
+def record_file_run(perf, s, fields, path):
+    """perf record of `s` for a quarter second into a file, then perf script of it."""
+    args = record_args(s, path, probe_sleep())
+    run = new_run(shell_words(args) + " && perf script -i " + path)
+    step = run["step"]
+    rec = run_command([perf] + args, PROBE_RUN_TIMEOUT)
+    step["status"], step["timed_out"] = rec["code"], rec["timed_out"]
+    step["complaint"] = rec["error"] or perf_complaint(rec["err"])
+    try:
+        step["bytes"] = os.path.getsize(path)
+    except OSError:
+        step["bytes"] = 0
+    if step["status"] == 0 and step["bytes"] > 0:
+        scr = run_command([perf] + script_args(path, fields, False), PROBE_RUN_TIMEOUT)
+        run["script_status"], run["script_err"] = scr["code"], scr["err"]
+        fill_from_script(step, scr["out"])
+        if run["script_status"] != 0 and not step["complaint"]:
+            step["complaint"] = "perf script: " + perf_complaint(run["script_err"])
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    return run
+
+
+def why_failed(step):
+    if step["timed_out"]:
+        return "no answer within %d s" % PROBE_RUN_TIMEOUT
+    if step["status"] == 0 and step["bytes"] == 0:
+        return "it exited 0 but wrote no data"
+    why = "could not run" if step["status"] < 0 else "exit status %d" % step["status"]
+    return why + (": " + step["complaint"] if step["complaint"] else "")
+
+
+class Prober(object):
+    """What the probe knows so far; runs are kept by what they asked, so none is made twice."""
+
+    def __init__(self, perf, pid, caps, folder):
+        self.perf, self.pid, self.caps, self.folder = perf, pid, caps, folder
+        self.runs, self.files, self.lock = {}, 0, threading.Lock()
+
+    @staticmethod
+    def key(event, callgraph, pipe):
+        return "%s|%s|%s" % (event, callgraph or "-", "pipe" if pipe else "file")
+
+    def ensure(self, asked, pipe):
+        """Runs those of `asked` [(event, call graph)] not run yet, all at once."""
+        order, calls = [], []
+        for event, callgraph in asked:
+            k = self.key(event, callgraph, pipe)
+            if k in self.runs or k in order:
+                continue
+            order.append(k)
+            s = Settings(999, self.pid)
+            s.events, s.callgraph = [event], callgraph
+            with self.lock:
+                path = "%s/probe%d.data" % (self.folder, self.files)
+                self.files += 1
+            fields = self.caps.script_fields
+            calls.append((lambda s=s, path=path: record_pipe_run(self.perf, s, fields)) if pipe
+                         else (lambda s=s, path=path: record_file_run(self.perf, s, fields, path)))
+        results = parallel(*calls)
+        with self.lock:
+            for k, r in zip(order, results):
+                self.runs[k] = r
+                self.caps.tried.append(r["step"])
+
+    def get(self, event, callgraph, pipe):
+        return self.runs.get(self.key(event, callgraph, pipe)) or new_run("")
+
+    def count(self, events, counted, depth):
+        """perf stat over `events`; a perf that refuses the whole list for one name is asked
+        again with each half, down to single events."""
+        args = stat_args(events, self.pid, probe_sleep())
+        r = run_command([self.perf] + args, PROBE_RUN_TIMEOUT)
+        step = new_step(shell_words(args))
+        step["status"], step["timed_out"] = r["code"], r["timed_out"]
+        if r["code"] != 0:  # (a counting perf's stderr is its table)
+            step["complaint"] = r["error"] or perf_complaint(r["err"])
+        with self.lock:
+            self.caps.tried.append(step)
+        if r["code"] == 0:
+            counted.extend(counted_events(r["err"], events))
+            return
+        if len(events) == 1 or depth >= 6:
+            for e in events:
+                self.caps.rejected_events[e] = "perf stat: " + (
+                    step["complaint"] or "exit status %d" % step["status"])
+            return
+        half = len(events) // 2
+        first, second = [], []
+        parallel(lambda: self.count(events[:half], first, depth + 1),
+                 lambda: self.count(events[half:], second, depth + 1))
+        counted.extend(first + second)
 
 
 def probe(perf, pid):
-    """What this perf can do for `pid` (or the whole system), in well under 2 s."""
+    """What this perf can do for `pid` (or the whole system): about a second with a
+    well-behaved perf; an odd one takes a few more rounds of short runs, each bounded."""
     started = monotonic()
     caps = Capabilities()
     caps.perf_event_paranoid = read_perf_event_paranoid()
@@ -968,65 +1210,112 @@ def probe(perf, pid):
         caps.warnings.append("perf_event_paranoid is %d: profiling other users' processes and "
                              "the kernel needs root or a value of 1 or less"
                              % caps.perf_event_paranoid)
-    asked = CANDIDATE_EVENTS + SOFTWARE_CLOCKS
-    sleep = ["sleep", "0.25"]
-
-    def sample(event, callgraph, command=sleep):
-        """A callable: a short record of `event` with `callgraph`, through perf script."""
-        s = Settings(999, pid)
-        s.events, s.callgraph = [event], callgraph
-        return lambda: run_pipeline(perf, record_args(s, "-", command),
-                                    script_args("-", caps.script_fields, False), 5.0)
-
-    # perf stat tells which events count at all (perf record -e cycles on a machine without a
-    # PMU silently records cpu-clock); the call-graph checks on the software clock run alongside,
-    # fp and dwarf: which modes this perf and kernel can record at all, for the user to choose.
-    # (lbr needs a hardware event: it is tried below on the sampling event, when that is one.)
+    try:
+        folder = tempfile.mkdtemp(prefix="perfwire-probe-", dir="/tmp")
+    except OSError:
+        folder = "/tmp"
+    p = Prober(perf, pid, caps, folder)
     clock = SOFTWARE_CLOCKS[0]
-    version, stat, clock_run, dwarf_run = parallel(
-        lambda: run_command([perf, "--version"], 5.0),
-        lambda: run_command([perf] + stat_args(asked, pid, sleep), 5.0), sample(clock, "fp"),
-        sample(clock, "dwarf"))
+
+    # First round, at once: perf's version; perf stat over every candidate (which events count
+    # at all); and, betting on the common case, the software clock recorded through the pipe
+    # with frame pointers and with dwarf.
+    asked = CANDIDATE_EVENTS + SOFTWARE_CLOCKS
+    counted = []
+    clock_runs = [(clock, "fp"), (clock, "dwarf")]
+    _, _, version = parallel(lambda: p.count(asked, counted, 0),
+                             lambda: p.ensure(clock_runs, True),
+                             lambda: run_command([perf, "--version"], PROBE_RUN_TIMEOUT))
     caps.perf_version = perf_version_line(version["out"])
-    counted = counted_events(stat["err"], asked)
-    caps.record_events = [e for e in SAMPLING_PREFERENCE if e in counted][:1]
-    if not caps.record_events:
-        caps.warnings.append("perf stat counted no usable event: " + stat["err"][:300])
-        caps.record_events = ["cpu-clock"]
-    caps.stat_only_events = [e for e in counted if e != caps.record_events[0]]
+    if mentions_bad_field(p.get(clock, "fp", True)["script_err"]):
+        caps.script_fields = False  # an old perf script without -F: again in its own format
+        p.runs.clear()
+        p.ensure(clock_runs, True)
+    for e in asked:  # <not supported> on this machine (no PMU, a VM)
+        if e not in counted and e not in caps.rejected_events:
+            caps.rejected_events[e] = "not supported here"
 
-    caps.pipe_mode = clock_run["started"] and "rror" not in clock_run["rerr"]
-    if "Invalid field" in clock_run["serr"] or "unknown field" in clock_run["serr"]:
-        caps.script_fields = False
-        clock_run, dwarf_run = parallel(sample(clock, "fp"), sample(clock, "dwarf"))
-    works = {"fp": has_call_chains(clock_run["out"]), "dwarf": has_call_chains(dwarf_run["out"]),
-             "lbr": False}
+    # Sampling events in order of preference, each proved by perf record.
+    candidates = [e for e in SAMPLING_PREFERENCE if e in counted]
+    candidates += [e for e in counted if e not in candidates]
+    if not counted:  # perf stat told nothing: let perf record decide
+        candidates = [e for e in ("cycles", clock, SOFTWARE_CLOCKS[-1])
+                      if caps.rejected_events.get(e, "not supported here") == "not supported here"]
+    candidates = candidates[:MAX_RECORD_CANDIDATES]
 
-    # Frame pointers first; dwarf and lbr only when they gave no stacks.
-    primary = caps.record_events[0]
-    fp_run = clock_run
-    if primary != clock:  # a hardware event: lbr may work too
-        fp_run, lbr_run = parallel(sample(primary, "fp"), sample(primary, "lbr"))
-        works["lbr"] = has_call_chains(lbr_run["out"])
-    any_samples = "\n" in fp_run["out"]
-    if has_call_chains(fp_run["out"]) or not any_samples:
-        caps.callgraph = "fp"
-        if not any_samples:
-            caps.warnings.append("the target ran too little during the probe to check call "
-                                 "graphs; assuming frame pointers")
-    else:
-        dwarf, lbr = parallel(sample(primary, "dwarf"), sample(primary, "lbr"))
-        works["dwarf"] = works["dwarf"] or has_call_chains(dwarf["out"])
-        works["lbr"] = works["lbr"] or has_call_chains(lbr["out"])
-        if has_call_chains(dwarf["out"]):
-            caps.callgraph = "dwarf"
-        elif has_call_chains(lbr["out"]):
-            caps.callgraph = "lbr"
+    event, pipe, flat = "", True, False  # flat: records, but not with any call graph
+    for ev in candidates:
+        graphs = [(ev, m) for m in (CALLGRAPH_ORDER if is_hardware(ev) else ("fp", "dwarf"))]
+        p.ensure(graphs, True)
+        if any(worked(p.get(e, cg, True)) for e, cg in graphs):
+            event = ev
+            break
+        # Nothing through the pipe: the pipe, the call graphs or the event itself?
+        parallel(lambda: p.ensure([(ev, "")], True),
+                 lambda: p.ensure([(ev, "fp"), (ev, "")], False))
+        if worked(p.get(ev, "", True)):
+            event, flat = ev, True
+        elif worked(p.get(ev, "fp", False)) or worked(p.get(ev, "", False)):
+            event, pipe = ev, False
+            flat = not worked(p.get(ev, "fp", False))
+            if not flat:
+                p.ensure([(ev, m) for m in (("dwarf", "lbr") if is_hardware(ev) else ("dwarf",))],
+                         False)
         else:
-            caps.callgraph = "fp"
-            caps.warnings.append("no call-graph mode yielded stacks; build the target with "
-                                 "-fno-omit-frame-pointer for full stacks")
-    caps.callgraph_modes = [m for m in ("fp", "dwarf", "lbr") if works[m] or m == caps.callgraph]
+            caps.rejected_events[ev] = "perf record: " + why_failed(p.get(ev, "", False)["step"])
+            continue
+        if not pipe:
+            caps.pipe_problem = why_failed(p.get(ev, "fp", True)["step"])
+        break
+    if folder != "/tmp":
+        shutil.rmtree(folder, ignore_errors=True)
+
+    if not event:
+        caps.pipe_mode, caps.callgraph = False, ""
+        why = "; ".join("%s: %s" % (e, caps.rejected_events.get(e, "")) for e in candidates)
+        caps.cannot.append("sample any event (%s)" % (why or "none counted"))
+    else:
+        caps.record_events, caps.pipe_mode = [event], pipe
+        if not pipe:
+            caps.cannot.append("write perf.data to a pipe (perf record -o -: %s); it records in "
+                               "rounds of files" % caps.pipe_problem)
+        # The call graph: the first mode that gave stacks.
+        for mode in CALLGRAPH_ORDER:
+            k = Prober.key(event, mode, pipe)
+            if k not in p.runs:
+                continue
+            r = p.runs[k]
+            if worked(r) and r["step"]["stacks"]:
+                caps.callgraph_modes.append(mode)
+                caps.callgraph = caps.callgraph or mode
+            elif not worked(r):
+                caps.unusable_callgraph[mode] = why_failed(r["step"])
+            else:
+                caps.unusable_callgraph[mode] = "no stacks in %d samples" % r["step"]["samples"]
+        fp = p.get(event, "" if flat else "fp", pipe)
+        caps.judged = fp["step"]["samples"] > 0
+        if flat:
+            caps.cannot.append("record call graphs (--call-graph=fp: %s); samples have no stacks"
+                               % caps.unusable_callgraph.get("fp", ""))
+        elif not caps.callgraph and worked(fp):
+            caps.callgraph = "fp"  # records, but gave no stack to judge by
+            caps.callgraph_modes.insert(0, "fp")
+            caps.warnings.append("the target ran too little during the probe to check call "
+                                 "graphs; assuming frame pointers" if fp["step"]["samples"] == 0
+                                 else "no call-graph mode yielded stacks; build the target "
+                                 "with -fno-omit-frame-pointer for full stacks")
+        elif not caps.callgraph:
+            # fp fails but another mode records: take it even without stacks seen.
+            for mode in CALLGRAPH_ORDER:
+                if Prober.key(event, mode, pipe) in p.runs and worked(p.get(event, mode, pipe)):
+                    caps.callgraph = mode
+                    caps.callgraph_modes.append(mode)
+                    break
+    for e in sorted(caps.rejected_events):
+        if caps.rejected_events[e].startswith("perf stat"):
+            caps.cannot.append("count %s (%s)" % (e, caps.rejected_events[e]))
+    caps.stat_only_events = [e for e in counted
+                             if not caps.record_events or e != caps.record_events[0]]
     caps.probe_seconds = monotonic() - started
     return caps
 
@@ -1037,6 +1326,8 @@ def probe_settings(s, perf, pid, events, say):
     caps = probe(perf, pid)
     for w in caps.warnings:
         say("probe: " + w)
+    for c in caps.cannot:
+        say("probe: this perf cannot " + c)
     s.events = list(events or caps.record_events)
     s.callgraph, s.script_fields = caps.callgraph, caps.script_fields
     return caps
@@ -1120,7 +1411,9 @@ class Collection(object):
         self.stop_requested = False
         self.chunks = 0
         self.error = ""
-        self.record_status = None  # perf record's exit status (continuous mode), once ended
+        self.record_status = None  # perf record's exit status (the last round's), once ended
+        self.record_err = b""  # what perf record said on stderr (its start, bounded)
+        self.script_bytes = 0  # perf script text received
         self.done = threading.Event()
 
     @property
@@ -1243,6 +1536,7 @@ class Collection(object):
             elif not data:
                 state["open"] = False
             else:
+                self.script_bytes += len(data)
                 self.chunker.append(data)
                 if self.chunker.chunk_bytes >= self.s.chunk_max_text:
                     state["cut_now"] = True
@@ -1267,14 +1561,15 @@ class Collection(object):
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
-        self.record_status = rec.returncode
+        self.record_status = exit_status(rec.returncode)
+        self.record_err = bytes(bufs["rerr"])
         self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
 
     def _run_rounds(self):
         # `perf record -o roundN.data -- sleep D` back to back; round N's perf script runs
         # while round N+1 records, so only process start-up separates rounds.
         folder = tempfile.mkdtemp(prefix="perfwire-rounds-", dir="/tmp")
-        bound = ["sleep", "%f" % float(self.s.duration)]
+        bound = [sleep_program(), "%f" % float(self.s.duration)]
         previous, previous_stat, record_err = None, b"", b""
         try:
             for n in range(1 << 30):
@@ -1297,9 +1592,11 @@ class Collection(object):
                 rec.stderr.close()
                 self._wait_for(rec)
                 record_err = (err_box[0] if err_box else b"")[:64 << 10]
+                self.record_status, self.record_err = exit_status(rec.returncode), record_err
                 previous, previous_stat = path, self._finish_stat(False)
-                if self.stop_requested or monotonic() - started < self.s.duration - 0.2:
-                    break  # stopped, or the target went away
+                if self.stop_requested or monotonic() - started < self.s.duration - 0.2 or \
+                        (self.s.periods and n + 1 >= self.s.periods):
+                    break  # stopped, the target went away, or the rounds asked for are done
             if previous:
                 self._script_round(previous, previous_stat)
             self._fail_if_empty(record_err.decode("utf-8", "replace"))
@@ -1315,6 +1612,7 @@ class Collection(object):
         if scr is not None:
             def on_data(name, data):
                 if name == "out" and data:
+                    self.script_bytes += len(data)
                     self.chunker.append(data)
                     if self.chunker.chunk_bytes >= self.s.chunk_max_text:
                         self._send(self.chunker.cut())  # a huge round: send it in parts
@@ -1434,6 +1732,9 @@ class Session(object):
         self.lock = threading.RLock()  # profiling state
         self.state = "idle"
         self.caps = self.probed_pid = self.current = self.auth_timer = None
+        self.platform = {}
+        self.probing = False  # a probe under way (status says so; a start waits for it)
+        self.probe_cond = threading.Condition()
         self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
         self.sampler = MetricsSampler()
         self.metrics = {"enabled": True, "network": True, "disk": False, "threads": False}
@@ -1511,6 +1812,7 @@ class Session(object):
         if version:
             platform_info["perf_version"] = version
         platform_info["perf_event_paranoid"] = read_perf_event_paranoid()
+        self.platform = platform_info
         hello = {"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
                  "agent_version": VERSION, "auth": "none" if self.token is None else "token",
                  "hostname": socket.gethostname(), "platform": platform_info}
@@ -1525,8 +1827,10 @@ class Session(object):
             self.auth_timer.daemon = True
             self.auth_timer.start()
         try:
-            if self.authenticated:
+            if self.authenticated and self.cfg.pid is not None and self.cfg.mode == "server":
                 self._auto_start()
+            elif self.authenticated:
+                self._probe_in_background()
             self._reader()
         finally:
             self.close()
@@ -1670,7 +1974,11 @@ class Session(object):
                 self.metrics_wake.set()  # first metrics right away
                 if self.on_authenticated is not None:
                     self.on_authenticated(self)
-                self._auto_start()
+                if self.cfg.pid is not None and self.cfg.mode == "server" and \
+                        self.state == "idle":
+                    self._auto_start()
+                else:
+                    self._probe_in_background()
                 return response(rid)
             self.auth_failures += 1
             failures, delay = self.guard.failed()
@@ -1695,9 +2003,10 @@ class Session(object):
     def cmd_status(self, rid, args):
         s = self.settings
         f = {"state": self.state, "pid": s.pid, "frequency": s.frequency,
-             "duration": s.duration, "agent_version": VERSION, "events": list(s.events)}
-        if self.caps is not None:
-            f["capabilities"] = self.caps.to_json()
+             "duration": s.duration, "agent_version": VERSION, "platform": self.platform,
+             "events": list(s.events),
+             "capabilities": None if self.caps is None else self.caps.to_json(),
+             "probing": self.probing}
         current = self.current
         f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
                  chunks=current.chunks if current is not None else 0)
@@ -1749,8 +2058,7 @@ class Session(object):
 
     def cmd_reprobe(self, rid, args):
         pid = int_arg(args, "pid", 1, MAX_PID)
-        self.caps = None
-        self._ensure_probed(self.settings.pid if pid is None else pid)
+        self._ensure_probed(self.settings.pid if pid is None else pid, True)
         return response(rid, self.caps.to_json())
 
     def cmd_start(self, rid, args):
@@ -1767,27 +2075,36 @@ class Session(object):
         if pid is not None and not pid_exists(pid):
             return response(rid, error="no such process: %d" % pid)
         self._ensure_probed(pid)
-        s = self.settings
-        # Only events the probe found this device can sample (or the command line named).
+        s, caps = self.settings, self.caps
+        # Only what the probe found this perf can do (or the command line named), and a refusal
+        # says why. Checked before anything changes: a refused start leaves the settings as
+        # they were.
         for e in events or []:
-            if e not in self.caps.record_events and e not in self.cfg.events:
-                return response(rid, error="unknown event: %s (this device samples %s)"
-                                % (e, ", ".join(self.caps.record_events)))
+            if e not in caps.record_events and e not in self.cfg.events:
+                return response(rid, error=caps.why_not_event(e))
+        if not events and not s.events:
+            return response(rid, error="this perf cannot " + (
+                caps.cannot[0] if caps.cannot else "sample any event"))
         # A call-graph mode the probe saw work ("none": no stacks).
         callgraph = args.get("callgraph")
-        modes = self.caps.callgraph_modes
-        if callgraph is not None and (not isinstance(callgraph, str) or
-                                      (callgraph != "none" and callgraph not in modes)):
-            return response(rid, error="callgraph must be one this device records: "
-                            + ", ".join(["none"] + modes))
+        if callgraph is not None:
+            asked = callgraph if isinstance(callgraph, str) else ""
+            if asked != "none" and asked not in caps.callgraph_modes:
+                return response(rid, error=caps.why_not_callgraph(asked))
+        # Rounds when perf cannot stream through a pipe, or when asked for.
+        mode = args.get("mode")
+        if mode is not None and mode not in ("rounds", "continuous"):
+            return response(rid, error="mode must be continuous or rounds")
+        if mode == "continuous" and not caps.pipe_mode:
+            return response(rid, error="this perf cannot write perf.data to a pipe (%s): only "
+                            "mode rounds works here" % caps.pipe_problem)
         s.pid = pid
         self._set_timing(timing)
         if callgraph is not None:
             s.callgraph = "" if callgraph == "none" else callgraph
         if events:
             s.events = list(events)
-        # Rounds when perf cannot stream through a pipe, or when asked for.
-        s.rounds = not self.caps.pipe_mode or args.get("mode") == "rounds"
+        s.rounds = not caps.pipe_mode or mode == "rounds"
         self._begin_collection()
         self.log("profiling %s at %d Hz" % ("pid %d" % pid if pid is not None else "the system",
                                             s.frequency))
@@ -1862,18 +2179,51 @@ class Session(object):
             self.send_state("no such process: %d" % pid)
             return
         self._ensure_probed(pid)
+        if not self.settings.events:
+            why = "this perf cannot " + (self.caps.cannot[0] if self.caps.cannot
+                                         else "sample any event")
+            self.log(why + "; idle")
+            self.send_state(why)
+            return
         self.settings.pid = pid
+        self.settings.rounds = not self.caps.pipe_mode
         self._begin_collection()
         self.send_state("started from the command line")
 
-    def _ensure_probed(self, pid):
-        if self.caps is not None and self.probed_pid == pid:
+    def _probe_in_background(self):
+        """Right after authentication: the capabilities are ready for the first status and
+        start, and status says a probe is under way meanwhile."""
+        if self.caps is not None or self.probing or self.closed:
             return
-        caps = probe_settings(self.settings, self.cfg.perf, pid, self.cfg.events, self.log)
-        self.log("probe: sampling %s, call graphs %s (%s s)"
-                 % (caps.record_events[0], caps.callgraph or "none",
-                    seconds_text(caps.probe_seconds)))
-        self.caps, self.probed_pid = caps, pid
+
+        def run():
+            try:
+                self._ensure_probed(self.settings.pid)
+            except Exception as e:  # said, never fatal: a start probes again
+                self.log("probe failed: %s" % e)
+        start_thread(run, "probe")
+
+    def _ensure_probed(self, pid, again=False):
+        with self.probe_cond:
+            while self.probing:  # one probe at a time: a start waits for the one under way
+                self.probe_cond.wait()
+            if self.caps is not None and (self.probed_pid == pid or self.caps.judged) \
+                    and not again:
+                return
+            self.probing = True
+        caps = None
+        try:
+            caps = probe_settings(self.settings, self.cfg.perf, pid, self.cfg.events, self.log)
+            self.log("probe: sampling %s, call graphs %s, %s (%s s)"
+                     % (caps.record_events[0] if caps.record_events else "nothing",
+                        caps.callgraph or "none", "continuous" if caps.pipe_mode else "rounds",
+                        seconds_text(caps.probe_seconds)))
+        finally:
+            with self.probe_cond:
+                if caps is not None:
+                    self.caps, self.probed_pid = caps, pid
+                self.probing = False
+                self.probe_cond.notify_all()
 
     def _begin_collection(self):
         if self.closed:
@@ -1907,6 +2257,11 @@ class Session(object):
                 reason = "perf failed: " + c.error
             elif pid is not None and (not pid_exists(pid) or c.record_status == 0):
                 reason = "target process exited"  # perf record -p ends cleanly with it
+            elif c.record_status is not None and c.record_status > 0:
+                reason = "perf record exited with status %d" % c.record_status
+                why = perf_complaint(c.record_err.decode("utf-8", "replace"))
+                if why:
+                    reason += ": " + why
             else:
                 reason = "perf exited"
         self.log(reason + "; idle")
@@ -2085,7 +2440,14 @@ def output_mode(cfg, stop):
         return 1
     s = Settings(cfg.frequency, cfg.pid, cfg.duration)
     caps = probe_settings(s, cfg.perf, cfg.pid, cfg.events, log)
+    if not s.events:
+        if out is not sys.stdout.buffer:
+            out.close()
+            os.remove(cfg.output)
+        log("no data: this perf cannot sample any event")
+        return 1
     s.stat_events = s.events + caps.stat_only_events
+    s.rounds = not caps.pipe_mode
     written = {"n": 0, "failed": False}
 
     s.periods = cfg.rounds  # the last round ends with the drain: no partial round after it
@@ -2112,8 +2474,13 @@ def output_mode(cfg, stop):
     if written["failed"]:
         log("write failed: " + cfg.output)
         return 1
-    if written["n"] == 0:
-        log("no data: " + (coll.error or "perf produced nothing"))
+    if written["n"] == 0 or coll.script_bytes == 0:
+        # A file of perf stat's complaint alone would pass for a recording: none is left.
+        if out is not sys.stdout.buffer:
+            os.remove(cfg.output)
+        why = perf_complaint(coll.record_err.decode("utf-8", "replace"))
+        log("no samples: " + (coll.error or ("perf record said: " + why if why
+                                             else "perf recorded nothing")))
         return 1
     return 0
 # ================================================================================ main
