@@ -367,14 +367,21 @@ TEST_CASE("the target exiting returns the agent to idle and it says so",
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(3);
+    // The demo outlives any probe, however slow the machine: it is ended by the test once
+    // samples have arrived, so the exit is seen while profiling.
+    auto demo = start_demo(120);
     auto agent = start_agent(flavour, {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
                                        std::to_string(demo->pid()), "--duration", "1"});
     auto peer = accept_agent(l);
     read_hello(peer);
-    auto got = collect(peer, 20s, [](const received& r) {
+    auto got = collect(peer, 30s, [](const received& r) { return r.chunks >= 1; });
+    REQUIRE(got.chunks >= 1);
+    demo->signal(SIGTERM);
+    const auto rest = collect(peer, 20s, [](const received& r) {
         return !r.notices.empty() && r.notices.back().state == "idle";
     });
+    got.notices.insert(got.notices.end(), rest.notices.begin(), rest.notices.end());
+    got.chunks += rest.chunks;
     REQUIRE(got.notices.size() == 2);
     // Started from --pid, so the agent announced it, then the exit.
     CHECK(got.notices[0].state == "profiling");
