@@ -14,6 +14,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -355,6 +356,70 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
                                    [](const json::value& v) { return v.as_array().empty(); });
     CHECK(sessions.as_array().empty());
     CHECK(test_support::session_folders(dir.path) == 0);
+}
+
+TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline still counts",
+          "[collector][integration]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    // An agent as slow as one probing an odd perf: it answers both commands 17 s after the
+    // second came, the start within its probing deadline, the stop after its 15 s.
+    auto agent = test_support::hello_agent(coll, "slow");
+    const auto listed = wait_for(coll, "/api/targets", 10s,
+                                 [](const json::value& v) { return v.as_array().size() == 1; });
+    REQUIRE(listed.as_array().size() == 1);
+    const std::string target(listed.as_array()[0].at("id").as_string());
+    std::vector<std::string> asked; // (Catch's assertions stay on the test's own thread)
+    std::atomic<bool> start_read = false, slow_done = false;
+    std::thread slow([&] {
+        std::vector<json::value> ids;
+        while (ids.size() < 2) {
+            auto f = agent->next_of(protocol::frame_flag::command, 10s);
+            if (!f) {
+                slow_done = true;
+                return;
+            }
+            const auto cmd = json::parse(f->payload);
+            asked.emplace_back(cmd.at("cmd").as_string());
+            ids.push_back(cmd.at("id"));
+            start_read = true;
+        }
+        std::this_thread::sleep_for(17s);
+        agent->send_raw(
+            protocol::encode_frame(protocol::frame_flag::response,
+                                   R"({"type":"response","id":)" + json::serialize(ids[0]) +
+                                       R"(,"ok":true,"state":"profiling","pid":4242})") +
+            protocol::encode_frame(protocol::frame_flag::response,
+                                   R"({"type":"response","id":)" + json::serialize(ids[1]) +
+                                       R"(,"ok":true,"state":"idle"})"));
+        slow_done = true;
+    });
+    test_support::http_reply start;
+    std::thread starting([&] {
+        start = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                          R"({"cmd":"start","args":{"pid":4242}})");
+    });
+    // The stop goes out once the start has (the agent reads them in that order).
+    while (!start_read && !slow_done)
+        std::this_thread::sleep_for(20ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto stop = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                                R"({"cmd":"stop"})");
+    const auto stop_waited = std::chrono::steady_clock::now() - t0;
+    starting.join();
+    slow.join();
+    REQUIRE(asked == std::vector<std::string>{"start", "stop"});
+    CHECK(start.status == 200);
+    CHECK_THAT(start.body, Catch::Contains("profiling"));
+    CHECK(stop.status == 409);
+    CHECK_THAT(stop.body, Catch::Contains("no answer from the agent in time"));
+    CHECK(stop_waited < 17s); // it gave up at its own deadline, before the answers came
+    // The late answer to the stop still says what the agent is doing.
+    const auto after = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
+    });
+    REQUIRE(after.as_array().size() == 1);
+    CHECK(after.as_array()[0].at("state").as_string() == "idle");
 }
 
 TEST_CASE("the wizard dials a listening agent with its pairing code",

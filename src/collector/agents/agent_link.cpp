@@ -57,6 +57,8 @@ double wall_seconds() {
 
 // Data received but not yet stored and parsed, per connection: past it, reading pauses.
 constexpr std::size_t max_undigested_bytes = std::size_t{16} << 20;
+// Commands past their deadline whose answers still count (one start and a few more).
+constexpr std::size_t max_late_answers = 8;
 
 // Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
 // connect-hello-close from one address is refused at accept, before a byte is read; the
@@ -430,6 +432,15 @@ void agent_link::on_frame(protocol::frame&& f) {
                 on_answer(it->second, *r);
                 it->second.result = std::move(*r);
                 it->second.timer->cancel();
+            } else if (const auto late =
+                           std::find_if(late_.begin(), late_.end(),
+                                        [&](const auto& l) { return l.first == r->id; });
+                       late != late_.end()) {
+                log(peer_, "late answer to " + late->second.cmd + ": " +
+                               (r->ok ? std::string("ok") : r->error));
+                on_answer(late->second, *r);
+                late_.erase(late);
+                app_.changed(change::targets);
             }
         }
         break;
@@ -440,8 +451,16 @@ void agent_link::on_frame(protocol::frame&& f) {
     }
 }
 
-asio::awaitable<command_response> agent_link::command(std::string cmd, json::object args,
-                                                      std::chrono::milliseconds timeout) {
+std::chrono::milliseconds agent_link::deadline_for(std::string_view cmd) noexcept {
+    if (cmd == protocol::cmd::start || cmd == protocol::cmd::reprobe ||
+        cmd == protocol::cmd::verify_perf)
+        return std::chrono::seconds(90);
+    return std::chrono::seconds(15);
+}
+
+asio::awaitable<command_response>
+agent_link::command(std::string cmd, json::object args,
+                    std::optional<std::chrono::milliseconds> timeout) {
     auto self = shared_from_this();
     const std::string id = "c" + std::to_string(next_command_++);
     if (closed_)
@@ -449,12 +468,19 @@ asio::awaitable<command_response> agent_link::command(std::string cmd, json::obj
     std::optional<int> asked_pid; // a start names the process it profiles
     if (const auto* p = args.if_contains("pid"); p && p->is_int64())
         asked_pid = static_cast<int>(p->as_int64());
-    asio::steady_timer timer(socket_.get_executor(), timeout);
+    asio::steady_timer timer(socket_.get_executor(), timeout ? *timeout : deadline_for(cmd));
     pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid};
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
     co_await timer.async_wait(use_nothrow);
-    auto result = std::move(pending_[id].result);
+    auto asked = std::move(pending_[id]);
     pending_.erase(id);
+    auto result = std::move(asked.result);
+    if (!result && !closed_) {
+        asked.timer = nullptr;
+        late_.emplace_back(id, std::move(asked));
+        if (late_.size() > max_late_answers)
+            late_.pop_front();
+    }
     if (!result)
         co_return command_response::failure(id, closed_ ? "agent disconnected"
                                                         : "no answer from the agent in time");

@@ -39,10 +39,14 @@ public:
     asio::awaitable<void> run();
     void close();
 
-    // Sends a command and waits for its response; an error string on timeout or close.
+    // Sends a command and waits for its response; an error string on timeout or close. An
+    // answer that comes after the deadline still updates the target's state.
     asio::awaitable<protocol::command_response>
     command(std::string cmd, boost::json::object args,
-            std::chrono::milliseconds timeout = std::chrono::seconds(15));
+            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+    // How long a command may take: those that may probe perf (the first start, reprobe,
+    // verify_perf) take tens of seconds on slow devices and odd perf builds; the rest 15 s.
+    static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
 
     const std::string& id() const noexcept { return id_; }
     const std::string& session_id() const noexcept { return session_id_; }
@@ -114,6 +118,8 @@ private:
     // came, so a notice that follows it (the run ended at once) is applied after it.
     void on_answer(const pending& asked, const protocol::command_response& answer);
     std::map<std::string, pending> pending_;
+    // Commands whose deadline passed, oldest first (a few): their answers still count.
+    std::deque<std::pair<std::string, pending>> late_;
     std::uint64_t next_command_ = 1;
 };
 
