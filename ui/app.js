@@ -670,7 +670,10 @@ document.addEventListener('click', (e) => {
 const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
 // A new run on the same process; it is a session of its own, which is opened.
 async function startRun(target, args) {
-  const answer = await agentCommand(target, { cmd: 'start', args });
+  // A start may wait for the agent to probe perf (tens of seconds with some builds).
+  $('#control-result').textContent = 'starting… probing perf';
+  let answer;
+  try { answer = await agentCommand(target, { cmd: 'start', args }); } finally { $('#control-result').textContent = ''; }
   const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === target);
   const next = answer.session_id || t?.session_id || t?.last_session_id;
   if (next) { setHash({ session: next, baseline: null, start: null, end: null, zoom: null, tid: null }); return true; }

@@ -56,7 +56,8 @@ async function chooseProcess(pid, comm) {
   const rec = probe.record_events || [], stat = probe.stat_only_events || [];
   $('#wz-events').innerHTML = rec.map((e, i) => `<label><input type="checkbox" name="event" value="${attr(e)}" ${i === 0 ? 'checked' : ''}> ${esc(e)}</label>`).join(' ')
     + (stat.length ? `<p class="muted">counted by perf stat alongside: ${stat.map(esc).join(', ')}</p>` : '')
-    + `<p class="muted">${probe.pipe_mode ? 'continuous stream' : 'rounds'}</p>`;
+    + `<p class="muted">${probe.pipe_mode ? 'continuous stream' : 'rounds (this perf cannot stream perf.data through a pipe)'}</p>`
+    + (probe.cannot || []).map((c) => `<p class="warn">this perf cannot ${esc(c)}</p>`).join('');
   // Call-graph modes the probe saw give stacks on this device, its pick checked; none as well.
   const modes = [...(probe.callgraph_modes || []), 'none'];
   const picked = probe.callgraph_method || 'none';
@@ -128,7 +129,9 @@ async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
   if (chosenCallgraph()) args.callgraph = chosenCallgraph();
-  const answer = await command('start', args);
+  $('#wz-start-state').textContent = 'starting… (the agent checks what this perf can do first: up to a minute on some devices)';
+  let answer;
+  try { answer = await command('start', args); } finally { $('#wz-start-state').textContent = ''; }
   // The run is a session from the start's answer on; if it already ended (the target exited
   // at once), the session it left.
   const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === state.target);

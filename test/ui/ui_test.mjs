@@ -82,7 +82,7 @@ try {
 
   browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', ...(process.env.PERFWIRE_UI_NETLOG ? [`--log-net-log=${process.env.PERFWIRE_UI_NETLOG}`, '--net-log-capture-mode=Everything'] : [])],
   });
   const errors = [];
   // Without the token the UI asks for it, and the API answers nothing.
