@@ -18,10 +18,13 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <set>
+#include <unistd.h>
 
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
@@ -38,7 +41,18 @@ void log(const std::string& what) {
 struct registry {
     std::set<std::shared_ptr<session>> live;
     bool shutting_down = false;
+    bool restart = false;       // a new build is in place: stop, then start it
+    std::function<void()> stop; // as on SIGTERM
 };
+
+// A session that installs an update stops the agent, which then starts the new build.
+void restart_on_update(registry& reg, session& s) {
+    s.on_update_installed = [&reg] {
+        reg.restart = true;
+        if (reg.stop)
+            reg.stop();
+    };
+}
 
 asio::awaitable<void> run_session(registry& reg, std::shared_ptr<session> s) {
     reg.live.insert(s);
@@ -69,6 +83,7 @@ asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_t
             if (result.index() == 0 && !std::get<0>(std::get<0>(result))) {
                 log("connected to collector " + target);
                 auto s = std::make_shared<session>(std::move(socket), c, c.token);
+                restart_on_update(reg, *s);
                 co_await run_session(reg, s);
                 if (s->was_authenticated())
                     delays.reset();
@@ -120,6 +135,7 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
             continue;
         }
         auto s = std::make_shared<session>(std::move(socket), c, token, guard);
+        restart_on_update(reg, *s);
         unsettled = s;
         s->on_settled = [turn] { turn->cancel(); };
         s->on_authenticated = [active](session& me) {
@@ -266,10 +282,9 @@ int run(const config& c) {
             return 1;
     }
 
-    auto on_signal = [&](boost::system::error_code ec, int sig) {
-        if (ec)
+    reg.stop = [&] {
+        if (reg.shutting_down)
             return;
-        log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping");
         reg.shutting_down = true;
         wake.cancel();
         if (acceptor) {
@@ -281,7 +296,12 @@ int run(const config& c) {
                 log("stopping failed: " + protocol::describe(e));
         });
     };
-    signals.async_wait(on_signal);
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+        if (ec)
+            return;
+        log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping");
+        reg.stop();
+    });
 
     auto finish = [&](std::exception_ptr e, int code) {
         if (e) {
@@ -333,7 +353,25 @@ int run(const config& c) {
         break;
     }
     io.run();
-    return exit_code;
+    return reg.restart ? restart_exit_code : exit_code;
+}
+
+int restart(const config& c) {
+    std::vector<std::string> args = c.argv;
+    if (args.empty())
+        args.push_back(c.self_path);
+    args[0] = c.self_path;
+    if (!c.launcher.empty())
+        args.insert(args.begin(), c.launcher);
+    std::vector<char*> argv;
+    for (auto& a : args)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    log("starting " + args[0] + (c.launcher.empty() ? "" : " " + args[1]));
+    ::execvp(argv[0], argv.data());
+    log("cannot start the new build (" + std::string(std::strerror(errno)) + "); exiting with " +
+        std::to_string(restart_exit_code) + " for a supervisor to restart it");
+    return restart_exit_code;
 }
 
 } // namespace agent

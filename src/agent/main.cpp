@@ -1,6 +1,7 @@
 // perfwire-agent: flags -> config -> run. All logic lives in agent_core.
 #include "agent/agent.hpp"
 #include "agent/options.hpp"
+#include "agent/update.hpp"
 
 #include <cstdlib>
 #include <iostream>
@@ -12,5 +13,8 @@ int main(int argc, char** argv) {
         (done->code == 0 ? std::cout : std::cerr) << done->output;
         return done->code;
     }
-    return agent::run(std::get<agent::config>(parsed));
+    auto& cfg = std::get<agent::config>(parsed);
+    cfg.self_path = agent::own_executable().string();
+    const int code = agent::run(cfg);
+    return code == agent::restart_exit_code ? agent::restart(cfg) : code;
 }

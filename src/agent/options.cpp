@@ -1,10 +1,12 @@
 #include "agent/options.hpp"
 
+#include "agent/version.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/program_options.hpp>
 
 #include <charconv>
+#include <fstream>
 #include <sstream>
 
 namespace agent {
@@ -42,6 +44,11 @@ po::options_description describe_options() {
         ("perf", po::value<std::string>()->default_value("perf"), "perf executable")
         ("allow-kallsyms", "send this device's kernel symbols (/proc/kallsyms) when the "
                            "collector asks, to name kernel frames perf could not")
+        ("update-key", po::value<std::string>(), "take updates over the link only when signed "
+                                                 "(HMAC-SHA-256) with the key in this file")
+        ("no-update", "refuse updates over the link")
+        ("launcher", po::value<std::string>(), "run new agent builds through this program (an "
+                                               "emulator or loader) to check and restart them")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
     // clang-format on
@@ -82,7 +89,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         return exit_now{0, out.str()};
     }
     if (vm.count("version"))
-        return exit_now{0, "perfwire-agent " PERFWIRE_VERSION "\n"};
+        return exit_now{0, "perfwire-agent " + std::string(version()) + "\n"};
 
     config c;
     const int modes = int(vm.count("server")) + int(vm.count("listen")) + int(vm.count("output"));
@@ -136,6 +143,22 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.enroll = env_enroll;
     c.perf_path = vm["perf"].as<std::string>();
     c.allow_kallsyms = vm.count("allow-kallsyms") != 0;
+    c.allow_update = vm.count("no-update") == 0;
+    if (vm.count("update-key")) {
+        const auto path = vm["update-key"].as<std::string>();
+        std::ifstream in(path, std::ios::binary);
+        std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        while (!key.empty() && (key.back() == '\n' || key.back() == '\r'))
+            key.pop_back();
+        if (!in.good() && !in.eof())
+            return usage("cannot read --update-key " + path);
+        if (key.size() < 16)
+            return usage("--update-key " + path + " must hold at least 16 bytes of key");
+        c.update_key = std::move(key);
+    }
+    if (vm.count("launcher"))
+        c.launcher = vm["launcher"].as<std::string>();
+    c.argv.assign(argv, argv + argc);
 
     if (c.frequency < 1 || c.frequency > 100000)
         return usage("--frequency must be 1-100000");

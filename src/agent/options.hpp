@@ -27,6 +27,16 @@ struct config {
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";
     bool allow_kallsyms = false; // --allow-kallsyms: answer `kallsyms` (kernel addresses)
+    // Updates over the link (a paired collector only): refused with --no-update; with
+    // --update-key FILE only builds signed with that key are taken.
+    bool allow_update = true;
+    std::optional<std::string> update_key;
+    // --launcher PROGRAM: new builds run through it (an emulator, a loader), for their
+    // --version check and the restart.
+    std::string launcher;
+    // The command line as given, to start the same way after an update.
+    std::vector<std::string> argv;
+    std::string self_path; // this executable, resolved at start-up (main)
 };
 
 // What main() should do after parsing.

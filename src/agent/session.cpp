@@ -1,6 +1,7 @@
 #include "agent/session.hpp"
 
 #include "agent/build_arch.hpp"
+#include "agent/version.hpp"
 
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
@@ -151,7 +152,7 @@ session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<
 
 asio::awaitable<void> session::run() {
     protocol::hello h;
-    h.agent_version = PERFWIRE_VERSION;
+    h.agent_version = std::string(version());
     h.auth = token_ ? "token" : "none";
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
@@ -298,6 +299,11 @@ asio::awaitable<void> session::reader() {
         }
         auto resp = co_await handle(*req);
         send(frame_flag::response, protocol::serialize(resp));
+        if (restart_after_answer_) {
+            restart_after_answer_ = false;
+            if (on_update_installed)
+                on_update_installed();
+        }
         if (auth_failures_ >= max_auth_failures) {
             log(peer_, "3 failed pairing attempts; closing");
             co_await shutdown();
@@ -483,7 +489,109 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     }
     if (req.cmd == "configure_metrics")
         co_return cmd_configure_metrics(req);
+    if (req.cmd == "update")
+        co_return cmd_update(req);
+    if (req.cmd == "update_data")
+        co_return cmd_update_data(req);
+    if (req.cmd == "update_apply")
+        co_return co_await cmd_update_apply(id);
     co_return command_response::failure(id, "unknown command: " + req.cmd);
+}
+
+command_response session::cmd_update(const protocol::command_request& req) {
+    update_.reset(); // an earlier offer's file goes
+    if (!cfg_.allow_update)
+        return command_response::failure(req.id, "refused: this agent was started with "
+                                                 "--no-update");
+    if (!token_)
+        return command_response::failure(req.id, "refused: updates need a paired collector, and "
+                                                 "this agent was started without a pairing code");
+    auto text = [&](const char* key) -> std::string {
+        const auto* v = req.args.if_contains(key);
+        return v && v->is_string() ? std::string(v->get_string()) : std::string();
+    };
+    update_offer offer{text("version"), text("arch"), text("sha256"), text("signature"), 0};
+    const auto* size = req.args.if_contains("size");
+    if (!size || !size->is_int64() || size->get_int64() <= 0)
+        return command_response::failure(req.id, "size must be a positive integer");
+    offer.size = static_cast<std::uint64_t>(size->get_int64());
+    auto made = update_receiver::begin(offer, cfg_.self_path, cfg_.update_key);
+    if (auto* why = std::get_if<std::string>(&made)) {
+        log(peer_, "update refused: " + *why);
+        return command_response::failure(req.id, *why);
+    }
+    update_ = std::move(std::get<0>(made));
+    log(peer_, "receiving agent " + offer.version + " (" + std::to_string(offer.size) +
+                   " bytes) into " + update_->file().string());
+    json::object f;
+    f["piece"] = max_update_piece;
+    return command_response::success(req.id, std::move(f));
+}
+
+command_response session::cmd_update_data(const protocol::command_request& req) {
+    if (!update_)
+        return command_response::failure(req.id, "no update offered");
+    const auto* offset = req.args.if_contains("offset");
+    const auto* data = req.args.if_contains("data");
+    if (!offset || !offset->is_int64() || offset->get_int64() < 0 || !data || !data->is_string())
+        return command_response::failure(req.id, "update_data needs offset and data (base64)");
+    if (data->get_string().size() > (max_update_piece + 2) / 3 * 4)
+        return command_response::failure(req.id, "a piece is at most " +
+                                                     std::to_string(max_update_piece) + " bytes");
+    const auto bytes = protocol::base64_decode(data->get_string());
+    if (!bytes)
+        return command_response::failure(req.id, "data is not base64");
+    if (auto why = update_->write(static_cast<std::uint64_t>(offset->get_int64()), *bytes);
+        !why.empty()) {
+        update_.reset();
+        log(peer_, "update abandoned: " + why);
+        return command_response::failure(req.id, why);
+    }
+    json::object f;
+    f["received"] = update_->received();
+    return command_response::success(req.id, std::move(f));
+}
+
+asio::awaitable<command_response> session::cmd_update_apply(const std::string& id) {
+    if (!update_)
+        co_return command_response::failure(id, "no update offered");
+    auto receiver = std::move(update_); // whatever happens, this offer is over
+    auto fail = [&](const std::string& why) {
+        log(peer_, "update refused: " + why + "; this agent keeps running");
+        return command_response::failure(id, why);
+    };
+    if (auto why = receiver->finish(); !why.empty())
+        co_return fail(why);
+    // The new build must run here and be the version offered.
+    const auto file = receiver->file().string();
+    std::vector<std::string> check_args;
+    if (!cfg_.launcher.empty())
+        check_args.push_back(file);
+    check_args.push_back("--version");
+    const std::string exe = cfg_.launcher.empty() ? file : cfg_.launcher;
+    const auto ran = co_await run_command(exe, check_args, std::chrono::seconds(30));
+    const std::string want = "perfwire-agent " + receiver->offer().version;
+    const std::string said = ran.out.substr(0, ran.out.find('\n'));
+    std::string wrong;
+    if (!ran.error.empty())
+        wrong = ran.error;
+    else if (ran.timed_out)
+        wrong = "--version did not answer in 30 s";
+    else if (ran.exit_code != 0)
+        wrong = "--version exited with " + std::to_string(ran.exit_code) + " " +
+                perf_complaint(ran.err);
+    else if (said != want)
+        wrong = "--version says \"" + said + "\", not \"" + want + "\"";
+    if (!wrong.empty())
+        co_return fail("the new build does not run here: " + wrong);
+    if (auto why = receiver->install(); !why.empty())
+        co_return fail(why);
+    log(peer_, "updated to " + receiver->offer().version + "; restarting");
+    restart_after_answer_ = true;
+    json::object f;
+    f["version"] = receiver->offer().version;
+    f["restarting"] = true;
+    co_return command_response::success(id, std::move(f));
 }
 
 command_response session::cmd_kallsyms(const std::string& id) {
@@ -510,7 +618,12 @@ command_response session::cmd_status(const std::string& id) {
     f["frequency"] = settings_.record.frequency;
     f["duration"] =
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
-    f["agent_version"] = PERFWIRE_VERSION;
+    f["agent_version"] = std::string(version());
+    // How this agent takes updates over the link: not at all, by checksum (the pairing code
+    // vouches for the collector) or signed with its --update-key.
+    f["update"] = !cfg_.allow_update || !token_ ? "refused"
+                  : cfg_.update_key             ? "signed"
+                                                : "checksum";
     f["platform"] = json::value_from(platform_);
     f["events"] = json::value_from(settings_.record.events);
     f["capabilities"] = caps_ ? json::value(caps_->to_json()) : json::value(nullptr);

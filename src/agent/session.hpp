@@ -14,6 +14,7 @@
 #include "agent/collection.hpp"
 #include "agent/metrics.hpp"
 #include "agent/options.hpp"
+#include "agent/update.hpp"
 #include "protocol/messages.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -44,6 +45,9 @@ public:
     // Called once, when the session authenticates or closes: the listener then lets the next
     // connection in (one unauthenticated connection at a time).
     std::function<void()> on_settled;
+    // Called once a new build has replaced the agent's executable and the answer saying so is
+    // queued: the agent then stops and starts the new build.
+    std::function<void()> on_update_installed;
 
     asio::awaitable<void> run();
     // Stops profiling (flushing the last chunk), drains the queue briefly, closes.
@@ -69,6 +73,9 @@ private:
     protocol::command_response cmd_status(const std::string& id);
     protocol::command_response cmd_kallsyms(const std::string& id);
     protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
+    protocol::command_response cmd_update(const protocol::command_request& req);
+    protocol::command_response cmd_update_data(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_update_apply(const std::string& id);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     void probe_in_background(); // once authenticated: status has capabilities before a start
@@ -117,6 +124,10 @@ private:
     std::shared_ptr<collection> current_;
     asio::steady_timer collection_done_;
     std::uint64_t lost_samples_ = 0;
+
+    // An update being received; whether its answer is the last before a restart.
+    std::unique_ptr<update_receiver> update_;
+    bool restart_after_answer_ = false;
 
     // Metrics.
     metrics_sampler sampler_;

@@ -7,20 +7,26 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace collector {
 
 struct agent_binary {
-    std::string arch;   // x86_64, aarch64, armv7, s390x, …
-    std::string file;   // perfwire-agent-linux-<arch>
-    std::string sha256; // from <file>.sha256; empty if missing
+    std::string arch;    // x86_64, aarch64, armv7, s390x, …
+    std::string file;    // perfwire-agent-linux-<arch>
+    std::string sha256;  // from <file>.sha256; empty if missing
+    std::string version; // from <file>.version; empty if missing (then never pushed)
     std::uint64_t size = 0;
     std::filesystem::path path;
 };
 
 // The agents in `dir`, by architecture.
 std::vector<agent_binary> find_agent_binaries(const std::filesystem::path& dir);
+
+// Whether dotted version `candidate` is later than `current` ("0.10.0" > "0.9.1"; a part
+// that is not a number compares as text; "" is never later).
+bool later_version(std::string_view candidate, std::string_view current);
 
 // Where the agents are when --agents-dir is not given: a dist/ beside the collector or up to
 // three folders above it (a build tree), else the installed /usr/lib/perfwire/agents.

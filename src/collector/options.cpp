@@ -64,6 +64,8 @@ po::options_description describe_options() {
                       "code (default: inlined code)")
         ("agents-dir", po::value<std::string>(), "agent executables to offer for download "
                                                   "(default: a dist/ beside the collector)")
+        ("agent-update-key", po::value<std::string>(), "sign agent updates (HMAC-SHA-256) with "
+                                                       "the key in this file")
         ("browse-root", po::value<std::string>(), "the file browser's root folder (default: "
                                                   "HOME)")
         ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
@@ -197,6 +199,18 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.live_mb = static_cast<std::size_t>(vm["live-mb"].as<int>());
     if (vm.count("agents-dir"))
         c.agents_dir = vm["agents-dir"].as<std::string>();
+    if (vm.count("agent-update-key")) {
+        const auto path = vm["agent-update-key"].as<std::string>();
+        std::ifstream in(path, std::ios::binary);
+        std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        while (!key.empty() && (key.back() == '\n' || key.back() == '\r'))
+            key.pop_back();
+        if (!in.good() && !in.eof())
+            return usage("cannot read --agent-update-key " + path);
+        if (key.size() < 16)
+            return usage("--agent-update-key " + path + " must hold at least 16 bytes of key");
+        c.update_key = std::move(key);
+    }
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

@@ -30,6 +30,9 @@ struct config {
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
     std::size_t live_mb = 1024;        // one live session's model; past it chunks go to disk only
     std::string agents_dir; // agent executables to hand out; default: default_agents_dir()
+    // --agent-update-key FILE: updates pushed to agents are signed with this key (agents
+    // started with --update-key take only signed ones).
+    std::optional<std::string> update_key;
 };
 
 struct exit_now {

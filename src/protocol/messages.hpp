@@ -29,7 +29,9 @@ inline constexpr std::string_view auth = "auth", ping = "ping", status = "status
                                   list_processes = "list_processes", verify_pid = "verify_pid",
                                   verify_perf = "verify_perf", reprobe = "reprobe", start = "start",
                                   stop = "stop", pause = "pause", resume = "resume",
-                                  configure = "configure", configure_metrics = "configure_metrics";
+                                  configure = "configure", configure_metrics = "configure_metrics",
+                                  update = "update", update_data = "update_data",
+                                  update_apply = "update_apply";
 } // namespace cmd
 
 // What an agent is doing. The agent reports idle, profiling or paused (state notices, and the

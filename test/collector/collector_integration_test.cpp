@@ -1,4 +1,5 @@
 // The real collector with real agents profiling the real demo under real perf.
+#include "protocol/digest.hpp"
 #include "protocol/frame.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
@@ -685,4 +686,91 @@ TEST_CASE("every header shape imports from the command line and by upload, and a
     } while (now != folders_before && std::chrono::steady_clock::now() < deadline);
     CHECK(now == folders_before);
     CHECK(json::parse(http_call(http_port, "GET", "/api/sessions").body).as_array().size() == 2);
+}
+
+TEST_CASE("the collector pushes its later agent build: an agent that dials in and a dialled one "
+          "restart into it and come back with the new version",
+          "[collector][integration][update]") {
+    const std::string code = "00112233445566778899aabbccddeeff";
+    temp_dir dir;
+    const fs::path dist = dir.path / "dist", bin = dir.path / "bin";
+    fs::create_directories(dist);
+    fs::create_directories(bin);
+    const fs::path offered = dist / "perfwire-agent-linux-x86_64";
+    fs::copy_file(PERFWIRE_AGENT_NEXT_BIN, offered);
+    std::ifstream next_in(offered, std::ios::binary);
+    const std::string next((std::istreambuf_iterator<char>(next_in)), {});
+    std::ofstream(offered.string() + ".sha256")
+        << protocol::sha256_hex(next) << "  perfwire-agent-linux-x86_64\n";
+    std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
+    const fs::path exe = bin / "perfwire-agent", listening_exe = bin / "perfwire-agent-listen";
+    fs::copy_file(PERFWIRE_AGENT_BIN, exe);
+    fs::copy_file(PERFWIRE_AGENT_BIN, listening_exe);
+
+    collector_proc coll(dir.path / "sessions", {"--token", code, "--agents-dir", dist.string()});
+    spawned agent(exe.string(),
+                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--token", code});
+    auto targets = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
+    });
+    REQUIRE(targets.as_array().size() == 1);
+    const auto& first = targets.as_array()[0].as_object();
+    CHECK(first.at("agent_version").as_string() == PERFWIRE_VERSION);
+    CHECK(first.at("update").as_string() == PERFWIRE_VERSION ".1");
+    const std::string id(first.at("id").as_string());
+
+    // Updates go only this way, with the collector's own build: never relayed from a request.
+    CHECK(http_call(coll.http_port, "POST", "/api/targets/" + id + "/command",
+                    R"({"cmd":"update_data","args":{"offset":0,"data":"AAAA"}})")
+              .status == 400);
+    const auto updated = http_call(coll.http_port, "POST", "/api/targets/" + id + "/update", "{}");
+    INFO(updated.body << "\n" << agent.stderr_text() << "\n" << coll.proc->stderr_text());
+    REQUIRE(updated.status == 200);
+    const auto answer = json::parse(updated.body);
+    CHECK(answer.at("from").as_string() == PERFWIRE_VERSION);
+    CHECK(answer.at("version").as_string() == PERFWIRE_VERSION ".1");
+    // The agent restarts into the new build in the same process and dials in again.
+    targets = wait_for(coll, "/api/targets", 20s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("agent_version").as_string() == PERFWIRE_VERSION ".1";
+    });
+    REQUIRE(targets.as_array().size() == 1);
+    CHECK(targets.as_array()[0].at("update").is_null());
+    CHECK_FALSE(agent.wait(0ms));
+    // Nothing later to offer now.
+    CHECK(http_call(coll.http_port, "POST",
+                    "/api/targets/" + std::string(targets.as_array()[0].at("id").as_string()) +
+                        "/update",
+                    "{}")
+              .status == 409);
+
+    // A listening agent: the collector dials it again once it has restarted.
+    // (On a fixed port, as a device's agent is: one restarted on port 0 would take another.)
+    std::uint16_t fixed_port = 0;
+    {
+        test_support::listener free_port;
+        fixed_port = free_port.port();
+    }
+    spawned listening(listening_exe.string(), {"--listen", "--bind", "127.0.0.1", "--port",
+                                               std::to_string(fixed_port), "--token", code});
+    const auto port = listening.wait_for_stderr("listening on 127.0.0.1:", 5s);
+    REQUIRE(port);
+    const auto dialled = http_call(coll.http_port, "POST", "/api/targets/connect",
+                                   R"({"host":"127.0.0.1","port":)" + *port + "}");
+    REQUIRE(dialled.status == 200);
+    const std::string dialled_id(json::parse(dialled.body).at("id").as_string());
+    const auto again =
+        http_call(coll.http_port, "POST", "/api/targets/" + dialled_id + "/update", "{}");
+    INFO(again.body << "\n" << listening.stderr_text());
+    REQUIRE(again.status == 200);
+    const std::string new_id(json::parse(again.body).at("id").as_string());
+    CHECK(new_id != dialled_id);
+    CHECK_FALSE(json::parse(again.body).as_object().contains("error"));
+    const auto back = coll.get("/api/targets");
+    bool found = false;
+    for (const auto& t : back.as_array())
+        if (t.at("id").as_string() == new_id)
+            found = t.at("agent_version").as_string() == PERFWIRE_VERSION ".1";
+    CHECK(found);
+    CHECK_FALSE(listening.wait(0ms));
 }

@@ -3,6 +3,7 @@
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
 
+#include "protocol/digest.hpp"
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
@@ -59,6 +60,8 @@ double wall_seconds() {
 constexpr std::size_t max_undigested_bytes = std::size_t{16} << 20;
 // Commands past their deadline whose answers still count (one start and a few more).
 constexpr std::size_t max_late_answers = 8;
+// Bytes of an agent build per update_data command (base64 in JSON: ~512 KiB a frame).
+constexpr std::size_t update_piece = std::size_t{384} << 10;
 
 // Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
 // connect-hello-close from one address is refused at accept, before a byte is read; the
@@ -150,7 +153,56 @@ json::object agent_link::describe() const {
     o["state"] = protocol::to_string(state_);
     o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
     o["connected_at"] = connected_at_;
+    const auto* offer = offered_update();
+    o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
     return o;
+}
+
+const agent_binary* agent_link::offered_update() const {
+    if (!hello_ || !hello_->platform || !hello_->platform->arch)
+        return nullptr;
+    for (const auto& b : app_.agent_binaries)
+        if (b.arch == *hello_->platform->arch && !b.sha256.empty() &&
+            later_version(b.version, hello_->agent_version.value_or("")))
+            return &b;
+    return nullptr;
+}
+
+asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::string bytes,
+                                                          std::optional<std::string> key) {
+    auto self = shared_from_this();
+    const std::string sum = protocol::sha256_hex(bytes);
+    if (sum != b.sha256)
+        co_return command_response::failure("", b.file + " does not match its .sha256 (" + sum +
+                                                    "): not sent");
+    json::object offer;
+    offer["version"] = b.version;
+    offer["arch"] = b.arch;
+    offer["size"] = static_cast<std::int64_t>(bytes.size());
+    offer["sha256"] = sum;
+    if (key)
+        offer["signature"] = protocol::hmac_sha256_hex(*key, sum);
+    log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
+                   " bytes)");
+    auto answer = co_await command(std::string(protocol::cmd::update), std::move(offer));
+    if (!answer.ok)
+        co_return answer;
+    std::size_t piece = update_piece;
+    if (const auto* p = answer.fields.if_contains("piece");
+        p && p->is_int64() && p->as_int64() >= 4096)
+        piece = std::min(piece, static_cast<std::size_t>(p->as_int64()));
+    for (std::size_t at = 0; at < bytes.size(); at += piece) {
+        json::object data;
+        data["offset"] = static_cast<std::int64_t>(at);
+        data["data"] = protocol::base64_encode(std::string_view(bytes).substr(at, piece));
+        answer = co_await command(std::string(protocol::cmd::update_data), std::move(data));
+        if (!answer.ok)
+            co_return answer;
+    }
+    answer = co_await command(std::string(protocol::cmd::update_apply), json::object());
+    log(peer_, answer.ok ? "agent updated to " + b.version + "; it restarts"
+                         : "agent update refused: " + answer.error);
+    co_return answer;
 }
 
 void agent_link::send(const std::string& payload) {
@@ -455,6 +507,8 @@ std::chrono::milliseconds agent_link::deadline_for(std::string_view cmd) noexcep
     if (cmd == protocol::cmd::start || cmd == protocol::cmd::reprobe ||
         cmd == protocol::cmd::verify_perf)
         return std::chrono::seconds(90);
+    if (cmd == protocol::cmd::update_apply) // runs the new build's --version (≤ 30 s) first
+        return std::chrono::seconds(60);
     return std::chrono::seconds(15);
 }
 
@@ -608,6 +662,7 @@ dial_agent(app_context& app, std::string host, std::string port, std::optional<s
     const std::string id = "t" + std::to_string(app.next_target++);
     auto link = std::make_shared<agent_link>(std::move(socket), app, id,
                                              token ? token : app.cfg.token, true);
+    link->set_dial_address(host, port);
     app.targets[id] = link;
     asio::co_spawn(ex, link->run(), [](std::exception_ptr e) {
         if (e)

@@ -9,6 +9,7 @@
 // A protocol error or oversized frame closes this connection only, with a logged reason.
 #pragma once
 
+#include "collector/agent_binaries.hpp"
 #include "collector/context.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
@@ -48,6 +49,25 @@ public:
     // verify_perf) take tens of seconds on slow devices and odd perf builds; the rest 15 s.
     static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
 
+    // Pushes build `b` (its bytes) to the agent: the offer, the pieces, then the apply. The
+    // agent's answer to the apply (it then restarts into the new build), or the first
+    // refusal (the old agent keeps running). `key`: sign the offer with it.
+    asio::awaitable<protocol::command_response> push_update(agent_binary b, std::string bytes,
+                                                            std::optional<std::string> key);
+    // The build this collector has for the agent's architecture when it is later than the
+    // agent's version.
+    const agent_binary* offered_update() const;
+
+    // For a dialled agent: where it listens, and the code it was given (to dial it again).
+    void set_dial_address(std::string host, std::string port) {
+        dial_host_ = std::move(host);
+        dial_port_ = std::move(port);
+    }
+    const std::string& dial_host() const noexcept { return dial_host_; }
+    const std::string& dial_port() const noexcept { return dial_port_; }
+    const std::optional<std::string>& token() const noexcept { return token_; }
+    bool closed() const noexcept { return closed_; }
+
     const std::string& id() const noexcept { return id_; }
     const std::string& session_id() const noexcept { return session_id_; }
     // An agent once it has said hello; before that, just a connection.
@@ -74,6 +94,7 @@ private:
     std::string id_;
     std::optional<std::string> token_;
     bool dialled_ = false;
+    std::string dial_host_, dial_port_;
     std::string peer_;
     std::optional<protocol::hello> hello_;
     std::shared_ptr<session_entry> session_;

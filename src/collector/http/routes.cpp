@@ -8,8 +8,11 @@
 #include "collector/http/views.hpp"
 #include "collector/live_session.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -391,6 +394,10 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (cmd->as_string() == protocol::cmd::auth)
         co_return make_error(c.req, http::status::bad_request, "forbidden_command",
                              "auth is not relayed; connect with a token instead");
+    if (cmd->as_string().starts_with("update"))
+        co_return make_error(c.req, http::status::bad_request, "forbidden_command",
+                             "updates are not relayed: POST /api/targets/:id/update sends this "
+                             "collector's own build");
     json::object args;
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
@@ -404,6 +411,63 @@ asio::awaitable<http_response> command_target(request_context& c) {
         out["session_id"] =
             link->session_id().empty() ? json::value(nullptr) : json::value(link->session_id());
     co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
+}
+
+// Pushes this collector's agent build for the target's architecture (dist/, with its .sha256
+// and .version) when it is later than the agent's. The agent checks it, replaces itself and
+// restarts; an agent that dials in comes back by itself, a dialled one is dialled again.
+asio::awaitable<http_response> update_target(request_context& c) {
+    auto link = target_of(c);
+    if (!link)
+        co_return no_target(c);
+    const auto* offer = link->offered_update();
+    if (!offer)
+        co_return make_error(c.req, http::status::conflict, "no_update",
+                             "this collector has no later agent build for this target's "
+                             "architecture (builds come from the agents folder, each with its "
+                             ".sha256 and .version)");
+    agent_binary b = *offer;
+    auto bytes =
+        co_await asio::co_spawn(c.app.pool, read_whole_file(b.path.string()), asio::use_awaitable);
+    if (!bytes)
+        co_return make_error(c.req, http::status::internal_server_error, "io",
+                             "cannot read " + b.file);
+    const auto now = link->describe();
+    const std::string from =
+        now.at("agent_version").is_string() ? std::string(now.at("agent_version").as_string()) : "";
+    auto r = co_await link->push_update(b, std::move(*bytes), c.app.cfg.update_key);
+    json::object out;
+    out["ok"] = r.ok;
+    out["from"] = from;
+    out["version"] = b.version;
+    if (!r.ok) {
+        out["error"] = r.error;
+        co_return make_json(c.req, http::status::conflict, out);
+    }
+    out["id"] = link->id();
+    if (!link->dial_host().empty()) {
+        // The agent listens again once restarted: wait for this link to end, then dial.
+        const std::string host = link->dial_host(), port = link->dial_port();
+        const auto token = link->token();
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        for (int i = 0; i < 100 && !link->closed(); ++i) {
+            t.expires_after(std::chrono::milliseconds(100));
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+        std::pair<std::string, std::string> again;
+        for (int attempt = 0; attempt < 30; ++attempt) {
+            again = co_await dial_agent(c.app, host, port, token);
+            if (!again.first.empty())
+                break;
+            t.expires_after(std::chrono::seconds(1));
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+        if (again.first.empty())
+            out["error"] = "updated, but dialling the agent again failed: " + again.second;
+        else
+            out["id"] = again.first;
+    }
+    co_return make_json(c.req, http::status::ok, out);
 }
 
 asio::awaitable<http_response> list_sessions(request_context& c) {
@@ -480,6 +544,7 @@ constexpr route routes[] = {
     {http::verb::post, "/api/targets/connect", connect_target},
     {http::verb::delete_, "/api/targets/:id", disconnect_target},
     {http::verb::post, "/api/targets/:id/command", command_target},
+    {http::verb::post, "/api/targets/:id/update", update_target},
     {http::verb::get, "/api/sessions", list_sessions},
     {http::verb::post, "/api/sessions/import", import_session},
     {http::verb::get, "/api/sessions/:id", get_session},

@@ -1,0 +1,70 @@
+// An agent update received over the link (commands update, update_data, update_apply): the
+// collector offers a build for this agent's compile-time architecture, sends it in pieces, and
+// the agent writes it to a file beside its own executable, checks size, sha256 and (when the
+// agent was started with --update-key) the HMAC-SHA-256 signature of that sha256, then
+// renames it over itself. Running the new build's --version and re-executing are the
+// session's part. A receiver that is dropped before install() removes its file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "protocol/digest.hpp"
+
+namespace agent {
+
+struct update_offer {
+    std::string version, arch, sha256, signature; // sha256: 64 lowercase hex
+    std::uint64_t size = 0;
+};
+
+inline constexpr std::uint64_t max_update_size = std::uint64_t{64} << 20;
+// Decoded bytes per update_data: as base64 in a JSON command, well inside the agent's 1 MiB
+// frame limit.
+inline constexpr std::size_t max_update_piece = std::size_t{384} << 10;
+
+class update_receiver {
+public:
+    // A receiver with its file created beside `self`, or why the offer is refused.
+    // `key`: the --update-key, when the agent was started with one.
+    static std::variant<std::unique_ptr<update_receiver>, std::string>
+    begin(const update_offer& offer, const std::filesystem::path& self,
+          const std::optional<std::string>& key);
+
+    update_receiver(const update_receiver&) = delete;
+    update_receiver& operator=(const update_receiver&) = delete;
+    ~update_receiver();
+
+    // Pieces come in order: `offset` is the number of bytes received so far. "" or the error.
+    std::string write(std::uint64_t offset, std::string_view bytes);
+    std::uint64_t received() const noexcept { return received_; }
+    // All bytes there, the sha256 and signature right, the file closed and executable: "" or
+    // the error.
+    std::string finish();
+    const std::filesystem::path& file() const noexcept { return file_; }
+    const update_offer& offer() const noexcept { return offer_; }
+    // Renames the file over `self` (atomic: the old executable stays whole until then).
+    std::string install();
+
+private:
+    update_receiver(update_offer offer, std::filesystem::path self, std::filesystem::path file,
+                    int fd, std::optional<std::string> key);
+    update_offer offer_;
+    std::filesystem::path self_, file_;
+    int fd_ = -1;
+    std::optional<std::string> key_;
+    protocol::sha256 hash_;
+    std::uint64_t received_ = 0;
+    bool installed_ = false;
+};
+
+// The path of this process's executable (/proc/self/exe), resolved at start-up, before an
+// update can replace it.
+std::filesystem::path own_executable();
+
+} // namespace agent

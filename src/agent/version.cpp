@@ -1,0 +1,7 @@
+#include "agent/version.hpp"
+
+namespace agent {
+std::string_view version() noexcept {
+    return PERFWIRE_VERSION;
+}
+} // namespace agent
