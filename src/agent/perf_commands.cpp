@@ -155,15 +155,19 @@ int sample_count(std::string_view text) {
 }
 
 std::string perf_complaint(std::string_view text) {
+    std::string said;
     while (!text.empty()) {
         const auto nl = text.find('\n');
         const auto line = trim(text.substr(0, nl));
         text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
         if (line.empty() || line.starts_with("[ perf record:"))
             continue;
-        return std::string(line.substr(0, 200));
+        said += said.empty() ? std::string(line) : " " + std::string(line);
+        // perf often says "Error:" alone on a line, and why on the next.
+        if (said != "Error:")
+            break;
     }
-    return {};
+    return said.substr(0, 200);
 }
 
 std::string perf_version_line(std::string_view text) {

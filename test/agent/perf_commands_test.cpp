@@ -59,3 +59,17 @@ TEST_CASE("perf command lines", "[agent][perf]") {
     CHECK(perf_version_line("perf version 6.1.192\n") == "perf version 6.1.192");
     CHECK(perf_version_line("bash: perf: not found") == "");
 }
+
+TEST_CASE("perf's complaint: the first line that says something, with the reason after a bare "
+          "Error:",
+          "[agent][perf]") {
+    CHECK(perf_complaint("[ perf record: Woken up 1 times ]\n\nevent syntax error: 'foo'\n"
+                         "  \\___ parser error\n") == "event syntax error: 'foo'");
+    CHECK(perf_complaint("Error:\nThe sys_perf_event_open() syscall returned with 3 (No such "
+                         "process) for event (cpu-clock).\n/bin/dmesg | grep -i perf may "
+                         "provide additional information.\n") ==
+          "Error: The sys_perf_event_open() syscall returned with 3 (No such process) for event "
+          "(cpu-clock).");
+    CHECK(perf_complaint("Error:\n") == "Error:");
+    CHECK(perf_complaint("\n \n") == "");
+}

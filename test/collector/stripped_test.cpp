@@ -286,10 +286,11 @@ TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device'
     std::ofstream(script) << "function perfwireHotLoop(n) { let s = 0;\n"
                              "  for (let i = 0; i < n; i++) s += Math.sqrt(i) * (i & 7);\n"
                              "  return s; }\n"
-                             "const end = Date.now() + 8000; let t = 0;\n"
+                             "const end = Date.now() + 120000; let t = 0;\n"
                              "while (Date.now() < end) t += perfwireHotLoop(100000);\n";
     spawned node(PERFWIRE_NODE, {"--perf-basic-prof", script.string()});
     const std::string map = "/tmp/perf-" + std::to_string(node.pid()) + ".map";
+    // Node runs until the test ends it (a probe slower than its life would find no process).
     std::this_thread::sleep_for(500ms); // its hot loop compiled and listed in the map
     const auto out = (dir.path / "out.txt").string();
     auto agent =
