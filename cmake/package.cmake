@@ -32,11 +32,12 @@ install(FILES ${PROJECT_SOURCE_DIR}/packaging/copyright DESTINATION ${CMAKE_INST
 
 # The static agents found at configure time (scripts/package.sh configures after building them).
 file(GLOB device_agents ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*)
-list(FILTER device_agents EXCLUDE REGEX "\\.sha256$")
+list(FILTER device_agents EXCLUDE REGEX "\\.(sha256|version)$")
+file(GLOB device_agent_sidecars ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*.sha256
+     ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*.version)
 if(device_agents)
     install(PROGRAMS ${device_agents} DESTINATION lib/perfwire/agents)
-    list(TRANSFORM device_agents APPEND .sha256)
-    install(FILES ${device_agents} DESTINATION lib/perfwire/agents)
+    install(FILES ${device_agent_sidecars} DESTINATION lib/perfwire/agents)
 endif()
 
 # Debian's changelog (its format, compressed reproducibly) and the man pages.

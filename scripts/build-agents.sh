@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the agent as fully static, stripped executables for the devices people profile, each
-# with a .sha256 beside it:
+# with a .sha256 and a .version beside it (what the collector checks before it offers a build
+# as an update):
 #
 #   dist/perfwire-agent-linux-x86_64     dist/perfwire-agent-linux-aarch64
 #   dist/perfwire-agent-linux-armv7      dist/perfwire-agent-linux-s390x (big-endian)
@@ -108,6 +109,12 @@ for a in "${archs[@]}"; do
     [[ $a != x86_64 ]] && strip_tool=${triplet[$a]}-strip
     "$strip_tool" -o "$out" "$dir/src/agent/perfwire-agent"
     (cd dist && sha256sum "perfwire-agent-linux-$a" >"perfwire-agent-linux-$a.sha256")
+    sed -n 's/^project(perfwire VERSION \([^ ]*\).*/\1/p' CMakeLists.txt >"$out.version"
+    if [[ $a == aarch64 ]]; then
+        # The emulated update test's later build (same code, version + ".1"), kept out of dist/.
+        cmake --build "$dir" -j "$jobs" --target perfwire-agent-next
+        "$strip_tool" -o "build-cross/perfwire-agent-next-$a" "$dir/src/agent/perfwire-agent-next"
+    fi
     size=$(stat -c %s "$out")
     if ((size > 6 * 1024 * 1024)); then
         echo "build-agents: $out is $size bytes, over the 6 MB budget" >&2
@@ -115,3 +122,10 @@ for a in "${archs[@]}"; do
     fi
     echo "$out: $size bytes; $(file -b "$out")"
 done
+
+# The Python agent, offered as the update of Python agents (their update_arch is "python") and
+# for download like the others.
+cp src/agent/python/perfwire_agent.py dist/perfwire-agent-linux-python
+(cd dist && sha256sum perfwire-agent-linux-python >perfwire-agent-linux-python.sha256)
+sed -n 's/^VERSION = "\([^"]*\)".*/\1/p' src/agent/python/perfwire_agent.py \
+    >dist/perfwire-agent-linux-python.version

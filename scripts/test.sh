@@ -28,7 +28,8 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 
 step "static agents for every architecture, the foreign ones tested under qemu-user"
 scripts/build-agents.sh
-PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
+PERFWIRE_AGENTS_DIR=dist PERFWIRE_NEXT_AGENT_AARCH64=build-cross/perfwire-agent-next-aarch64 \
+    build/test/perfwire_tests "[cross]"
 
 step "Debian package: cpack, its contents, lintian"
 scripts/package.sh

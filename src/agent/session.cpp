@@ -153,6 +153,7 @@ session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<
 asio::awaitable<void> session::run() {
     protocol::hello h;
     h.agent_version = std::string(version());
+    h.update_arch = std::string(build_arch);
     h.auth = token_ ? "token" : "none";
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

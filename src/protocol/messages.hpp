@@ -59,6 +59,9 @@ struct hello {
     int version = protocol_version;
     std::string agent = "perfwire";
     std::optional<std::string> agent_version;
+    // The build this agent takes as an update: its compile-time architecture (as in
+    // perfwire-agent-linux-<arch>), or "python" for the Python agent, which updates its script.
+    std::optional<std::string> update_arch;
     std::optional<std::string> auth; // "token" when a pairing code must be presented
     std::optional<std::string> hostname;
     std::optional<platform_info> platform;
@@ -67,7 +70,8 @@ struct hello {
     std::optional<std::string> enrollment;
 };
 BOOST_DESCRIBE_STRUCT(hello, (),
-                      (version, agent, agent_version, auth, hostname, platform, enrollment))
+                      (version, agent, agent_version, update_arch, auth, hostname, platform,
+                       enrollment))
 
 // Refuses payloads over max_hello before parsing them.
 parse_result<hello> parse_hello(std::string_view payload);

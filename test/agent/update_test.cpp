@@ -77,28 +77,45 @@ std::optional<protocol::command_response> send_pieces(framing_peer& peer, std::s
 TEST_CASE("update over the link: every refusal keeps the old agent and a good build replaces it "
           "and restarts as the new version",
           "[agent][integration][update]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    const bool python = flavour == test_support::agent_flavour::python;
     temp_dir dir;
-    const fs::path exe = dir.path / "perfwire-agent";
-    fs::copy_file(PERFWIRE_AGENT_BIN, exe);
+    // The agent as installed on a device, in a folder of the test's own; the later build: the
+    // C++ agent's, or the Python agent's script with a later version.
+    const fs::path exe = dir.path / (python ? "perfwire_agent.py" : "perfwire-agent");
+    fs::copy_file(python ? PERFWIRE_PYTHON_AGENT : PERFWIRE_AGENT_BIN, exe);
     const std::string old_bytes = file_bytes(exe);
-    const std::string next = file_bytes(PERFWIRE_AGENT_NEXT_BIN);
-    REQUIRE(next.size() > 100000);
+    std::string next = file_bytes(python ? PERFWIRE_PYTHON_AGENT : PERFWIRE_AGENT_NEXT_BIN);
+    if (python) {
+        const std::string line = "VERSION = \"" PERFWIRE_VERSION "\"";
+        const auto at = next.find(line);
+        REQUIRE(at != std::string::npos);
+        next.replace(at, line.size(), "VERSION = \"" PERFWIRE_VERSION ".1\"");
+    }
+    REQUIRE(next.size() > 50000);
+    auto start = [&](std::vector<std::string> args) {
+        if (python)
+            args.insert(args.begin(), exe.string());
+        return std::make_unique<spawned>(python ? PERFWIRE_PYTHON : exe.string(), args);
+    };
     const std::string sum = protocol::sha256_hex(next);
     const std::string signature = protocol::hmac_sha256_hex(key, sum);
     const fs::path key_file = dir.path / "update.key";
     std::ofstream(key_file) << key << "\n";
-    const std::string arch = "x86_64";
+    const std::string arch = python ? "python" : "x86_64";
+    const fs::path partial = dir.path / ("." + exe.filename().string() + ".update");
     auto untouched = [&] {
         CHECK(file_bytes(exe) == old_bytes);
-        CHECK_FALSE(fs::exists(dir.path / ".perfwire-agent.update"));
+        CHECK_FALSE(fs::exists(partial));
     };
 
     {
         INFO("an agent started without a pairing code takes no update");
         listener l;
-        spawned agent(exe.string(), {"--server", "127.0.0.1:" + std::to_string(l.port())});
+        auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port())});
         auto peer = accept_agent(l);
-        read_hello(peer);
+        CHECK(read_hello(peer).update_arch == std::optional<std::string>(arch));
         CHECK(peer.command("status")->fields.at("update").as_string() == "refused");
         CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size()))),
                    Catch::Contains("pairing code"));
@@ -107,8 +124,8 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     {
         INFO("nor one started with --no-update");
         listener l;
-        spawned agent(exe.string(), {"--server", "127.0.0.1:" + std::to_string(l.port()), "--token",
-                                     code, "--no-update"});
+        auto agent = start(
+            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code, "--no-update"});
         auto peer = accept_agent(l);
         read_hello(peer);
         REQUIRE(ok(peer.command("auth", R"({"token":")" + code + R"("})")));
@@ -118,8 +135,8 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     }
 
     listener l;
-    spawned agent(exe.string(), {"--server", "127.0.0.1:" + std::to_string(l.port()), "--token",
-                                 code, "--update-key", key_file.string()});
+    auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code,
+                        "--update-key", key_file.string()});
     auto peer = accept_agent(l);
     const auto before = read_hello(peer);
     CHECK(before.agent_version == std::optional<std::string>(PERFWIRE_VERSION));
@@ -128,7 +145,8 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     REQUIRE(ok(peer.command("auth", R"({"token":")" + code + R"("})")));
     CHECK(peer.command("status")->fields.at("update").as_string() == "signed");
 
-    CHECK_THAT(error_of(peer.command("update", offer("aarch64", sum, next.size(), signature))),
+    CHECK_THAT(error_of(peer.command(
+                   "update", offer(python ? "x86_64" : "aarch64", sum, next.size(), signature))),
                Catch::Contains("wrong architecture"));
     CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size()))),
                Catch::Contains("signed"));
@@ -167,13 +185,13 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     CHECK_THAT(error_of(peer.command("update_apply", "{}", 60s)), Catch::Contains("received 1000"));
     untouched();
     CHECK(ok(peer.command("ping")));
-    CHECK_FALSE(agent.wait(0ms));
+    CHECK_FALSE(agent->wait(0ms));
 
     // The real thing.
     REQUIRE(ok(peer.command("update", offer(arch, sum, next.size(), signature))));
     REQUIRE(ok(send_pieces(peer, next)));
     const auto applied = peer.command("update_apply", "{}", 60s);
-    INFO(agent.stderr_text());
+    INFO(agent->stderr_text());
     REQUIRE(ok(applied));
     CHECK(applied->fields.at("version").as_string() == PERFWIRE_VERSION ".1");
     CHECK(file_bytes(exe) == next);
@@ -181,8 +199,8 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     auto again = accept_agent(l);
     const auto after = read_hello(again);
     CHECK(after.agent_version == std::optional<std::string>(PERFWIRE_VERSION ".1"));
-    CHECK_FALSE(agent.wait(0ms));
-    CHECK_THAT(agent.stderr_text(), Catch::Contains("updated to " PERFWIRE_VERSION ".1"));
+    CHECK_FALSE(agent->wait(0ms));
+    CHECK_THAT(agent->stderr_text(), Catch::Contains("updated to " PERFWIRE_VERSION ".1"));
     REQUIRE(ok(again.command("auth", R"({"token":")" + code + R"("})")));
     CHECK(again.command("status")->fields.at("agent_version").as_string() == PERFWIRE_VERSION ".1");
 }

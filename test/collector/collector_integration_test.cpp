@@ -703,6 +703,17 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     std::ofstream(offered.string() + ".sha256")
         << protocol::sha256_hex(next) << "  perfwire-agent-linux-x86_64\n";
     std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
+    // The Python agent's later build: its script with a later version.
+    std::ifstream script_in(PERFWIRE_PYTHON_AGENT, std::ios::binary);
+    std::string script((std::istreambuf_iterator<char>(script_in)), {});
+    const std::string version_line = "VERSION = \"" PERFWIRE_VERSION "\"";
+    REQUIRE(script.find(version_line) != std::string::npos);
+    script.replace(script.find(version_line), version_line.size(),
+                   "VERSION = \"" PERFWIRE_VERSION ".1\"");
+    std::ofstream(dist / "perfwire-agent-linux-python", std::ios::binary) << script;
+    std::ofstream(dist / "perfwire-agent-linux-python.sha256")
+        << protocol::sha256_hex(script) << "  perfwire-agent-linux-python\n";
+    std::ofstream(dist / "perfwire-agent-linux-python.version") << PERFWIRE_VERSION ".1\n";
     const fs::path exe = bin / "perfwire-agent", listening_exe = bin / "perfwire-agent-listen";
     fs::copy_file(PERFWIRE_AGENT_BIN, exe);
     fs::copy_file(PERFWIRE_AGENT_BIN, listening_exe);
@@ -773,4 +784,38 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
             found = t.at("agent_version").as_string() == PERFWIRE_VERSION ".1";
     CHECK(found);
     CHECK_FALSE(listening.wait(0ms));
+
+    // The Python agent takes the collector's later script the same way.
+    const fs::path py_exe = bin / "perfwire_agent.py";
+    fs::copy_file(PERFWIRE_PYTHON_AGENT, py_exe);
+    spawned py(PERFWIRE_PYTHON, {py_exe.string(), "--server",
+                                 "127.0.0.1:" + std::to_string(coll.agent_port), "--token", code});
+    auto py_target = [&](const json::value& v) -> const json::value* {
+        for (const auto& t : v.as_array())
+            if (t.at("update").is_string() && t.at("update").as_string() == PERFWIRE_VERSION ".1" &&
+                t.at("state").as_string() == "idle")
+                return &t;
+        return nullptr;
+    };
+    const auto listed = wait_for(coll, "/api/targets", 15s,
+                                 [&](const json::value& v) { return py_target(v) != nullptr; });
+    REQUIRE(py_target(listed));
+    const std::string py_id(py_target(listed)->at("id").as_string());
+    const auto py_updated =
+        http_call(coll.http_port, "POST", "/api/targets/" + py_id + "/update", "{}");
+    INFO(py_updated.body << "\n" << py.stderr_text());
+    REQUIRE(py_updated.status == 200);
+    std::ifstream now_in(py_exe, std::ios::binary);
+    CHECK(std::string((std::istreambuf_iterator<char>(now_in)), {}) == script);
+    auto on_new_version = [](const json::value& v) {
+        int n = 0;
+        for (const auto& t : v.as_array())
+            n += t.at("agent_version").as_string() == PERFWIRE_VERSION ".1";
+        return n;
+    };
+    // All three agents now run the later build.
+    CHECK(on_new_version(wait_for(coll, "/api/targets", 20s, [&](const json::value& v) {
+              return on_new_version(v) == 3;
+          })) == 3);
+    CHECK_FALSE(py.wait(0ms));
 }

@@ -4,6 +4,7 @@
 //
 // Hidden from the default run ([.cross]); the test command runs it after building the agents:
 //   PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
+#include "protocol/digest.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
 #include "support/spawn.hpp"
@@ -167,4 +168,70 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
     CHECK(http_call(http, "DELETE",
                     "/api/targets/" + std::string(dialled_target.at("id").as_string()))
               .status == 204);
+}
+
+TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the collector and comes "
+          "back as the new version",
+          "[.cross]") {
+    const char* dir = std::getenv("PERFWIRE_AGENTS_DIR");
+    const char* next = std::getenv("PERFWIRE_NEXT_AGENT_AARCH64"); // build-agents.sh makes it
+    REQUIRE(dir);
+    REQUIRE(next);
+    const std::string emulator = "/usr/bin/qemu-aarch64-static";
+    const fs::path work =
+        fs::temp_directory_path() / ("perfwire-cross-update-" + std::to_string(::getpid()));
+    fs::create_directories(work / "bin");
+    fs::create_directories(work / "dist");
+    struct cleanup {
+        fs::path p;
+        ~cleanup() {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+        }
+    } remove_work{work};
+    const fs::path exe = work / "bin" / "perfwire-agent";
+    fs::copy_file(std::string(dir) + "/perfwire-agent-linux-aarch64", exe);
+    const fs::path offered = work / "dist" / "perfwire-agent-linux-aarch64";
+    fs::copy_file(next, offered);
+    {
+        std::ifstream in(offered, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        std::ofstream(offered.string() + ".sha256") << protocol::sha256_hex(bytes) << "\n";
+    }
+    std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
+
+    const std::string token = "cross-update-0123456789abcdef";
+    spawned coll(PERFWIRE_COLLECTOR_BIN,
+                 {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
+                  "--agent-bind", "127.0.0.1", "--http-port", "0", "--token", token, "--agents-dir",
+                  (work / "dist").string()});
+    const auto agents_port = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
+    const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
+    REQUIRE(agents_port);
+    REQUIRE(http_text);
+    const auto http = test_support::api_port(*http_text);
+    // The emulated agent runs new builds through the emulator too (--launcher): for their
+    // --version check and the restart.
+    spawned agent(emulator,
+                  {exe.string(), "--server", "127.0.0.1:" + std::to_string(std::stoi(*agents_port)),
+                   "--token", token, "--launcher", emulator});
+    auto targets = poll_json(http, "/api/targets", 60s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("update").is_string();
+    });
+    INFO(json::serialize(targets) << "\n" << agent.stderr_text() << "\n" << coll.stderr_text());
+    REQUIRE(targets.as_array().size() == 1);
+    const auto& before = targets.as_array()[0];
+    CHECK(before.at("platform").at("arch").as_string() == "aarch64");
+    CHECK(before.at("agent_version").as_string() == PERFWIRE_VERSION);
+    const auto updated = http_call(
+        http, "POST", "/api/targets/" + std::string(before.at("id").as_string()) + "/update", "{}");
+    INFO(updated.body << "\n" << agent.stderr_text());
+    REQUIRE(updated.status == 200);
+    targets = poll_json(http, "/api/targets", 60s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("agent_version").as_string() == PERFWIRE_VERSION ".1";
+    });
+    REQUIRE(targets.as_array().size() == 1);
+    CHECK(targets.as_array()[0].at("platform").at("arch").as_string() == "aarch64");
+    CHECK_FALSE(agent.wait(0ms));
 }

@@ -29,6 +29,7 @@ import binascii
 import collections
 import copy
 import errno
+import hashlib
 import hmac
 import json
 import math
@@ -55,6 +56,11 @@ except ImportError:  # a minimal interpreter: children then lack PR_SET_PDEATHSI
 
 VERSION = "0.1.0"  # PERFWIRE_VERSION, the project version in the top-level CMakeLists.txt
 PROTOCOL_VERSION = 1
+# This script, resolved at start-up: what an update replaces.
+SELF = os.path.realpath(__file__)
+MAX_UPDATE_SIZE = 64 << 20
+MAX_UPDATE_PIECE = 384 << 10  # decoded bytes per update_data (base64 in a 1 MiB frame)
+RESTART_EXIT_CODE = 75  # a new build is in place; a supervisor restarts into it
 monotonic = time.monotonic
 _log_lock = threading.RLock()  # reentrant: the signal handler logs too
 
@@ -928,12 +934,16 @@ def sample_count(text):
 
 
 def perf_complaint(text):
-    """The first line of perf's stderr that says something (not its "[ perf record: …" lines)."""
+    """The first line of perf's stderr that says something (not its "[ perf record: …" lines),
+    with the next when it is a bare "Error:" (perf says why on the line after)."""
+    said = ""
     for line in text.split("\n"):
         line = line.strip(" \t\r")
         if line and not line.startswith("[ perf record:"):
-            return line[:200]
-    return ""
+            said = line if not said else said + " " + line
+            if said != "Error:":
+                break
+    return said[:200]
 
 
 class Capabilities(object):
@@ -1696,6 +1706,113 @@ class PairingGuard(object):
             self.failures = 0
 
 
+def check_offer(offer, signed_only):
+    """Why an update offer is refused ("" if it is not): as the C++ agent judges it."""
+    if offer["arch"] != "python":
+        return ("wrong architecture: this agent is built for python, the offered build for "
+                + offer["arch"])
+    if not re.match(r"[0-9a-f]{64}$", offer["sha256"]):
+        return "sha256 must be 64 lowercase hex characters"
+    if not 0 < offer["size"] <= MAX_UPDATE_SIZE:
+        return "size must be 1 to %d bytes" % MAX_UPDATE_SIZE
+    if not re.match(r"[0-9a-z.+~-]{1,64}$", offer["version"]):
+        return "version must be 1-64 characters of [0-9a-z.+-~]"
+    if signed_only and not re.match(r"[0-9a-f]{64}$", offer["signature"]):
+        return ("this agent takes only signed updates (--update-key): the offer has no "
+                "signature")
+    return ""
+
+
+def strict_base64(text):
+    """The bytes of canonical padded base64, or None."""
+    if len(text) % 4 or not re.match(r"[A-Za-z0-9+/]*={0,2}$", text):
+        return None
+    try:
+        raw = binascii.a2b_base64(text.encode("ascii"))
+    except (binascii.Error, ValueError):
+        return None
+    return raw if binascii.b2a_base64(raw).rstrip(b"\n") == text.encode("ascii") else None
+
+
+class UpdateReceiver(object):
+    """A build received over the link into a file beside this script (update, update_data,
+    update_apply); dropped before install(), it removes its file."""
+
+    def __init__(self, offer, key):
+        self.offer, self.key = offer, key
+        self.path = os.path.join(os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update")
+        try:
+            os.unlink(self.path)  # a leftover of an update that died midway
+        except OSError:
+            pass
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC |
+                          getattr(os, "O_NOFOLLOW", 0), 0o700)
+        self.hash, self.received, self.installed = hashlib.sha256(), 0, False
+
+    def drop(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if not self.installed:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def write(self, offset, data):
+        if self.fd is None:
+            return "the update is already complete"
+        if offset != self.received:
+            return "expected the piece at offset %d, got %d" % (self.received, offset)
+        if len(data) > self.offer["size"] - self.received:
+            return "more bytes than the offered %d" % self.offer["size"]
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as e:
+            return "cannot write %s: %s" % (self.path, os_message(e))
+        self.hash.update(data)
+        self.received += len(data)
+        return ""
+
+    def finish(self):
+        if self.received != self.offer["size"]:
+            return "received %d of %d bytes" % (self.received, self.offer["size"])
+        digest = self.hash.hexdigest()
+        if not hmac.compare_digest(self.offer["sha256"], digest):
+            return "checksum mismatch: the offer says sha256 %s, the bytes are %s" % (
+                self.offer["sha256"], digest)
+        if self.key is not None and not hmac.compare_digest(
+                hmac.new(self.key, self.offer["sha256"].encode("ascii"),
+                         hashlib.sha256).hexdigest(), self.offer["signature"]):
+            return "bad signature: not signed with this agent's --update-key"
+        try:
+            os.fsync(self.fd)
+            os.fchmod(self.fd, 0o755)
+        except OSError as e:
+            return "cannot finish %s: %s" % (self.path, os_message(e))
+        os.close(self.fd)
+        self.fd = None
+        return ""
+
+    def install(self):
+        try:
+            os.rename(self.path, SELF)
+        except OSError as e:
+            return "cannot replace %s: %s" % (SELF, os_message(e))
+        self.installed = True
+        try:  # the rename is durable once the folder is
+            folder = os.open(os.path.dirname(SELF), os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        except OSError:
+            pass
+        return ""
+
+
 class Session(object):
     """One collector connection.
 
@@ -1740,6 +1857,7 @@ class Session(object):
         self.metrics = {"enabled": True, "network": True, "disk": False, "threads": False}
         self.metrics_interval = 2.0
         self.metrics_wake, self.finished = threading.Event(), threading.Event()
+        self.update, self.restart_after_answer = None, False
 
     def log(self, what):
         log("[%s] %s" % (self.peer, what))
@@ -1814,7 +1932,8 @@ class Session(object):
         platform_info["perf_event_paranoid"] = read_perf_event_paranoid()
         self.platform = platform_info
         hello = {"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
-                 "agent_version": VERSION, "auth": "none" if self.token is None else "token",
+                 "agent_version": VERSION, "update_arch": "python",
+                 "auth": "none" if self.token is None else "token",
                  "hostname": socket.gethostname(), "platform": platform_info}
         if self.cfg.mode == "server" and self.cfg.enroll:
             hello["enrollment"] = self.cfg.enroll  # only to the collector it was told to dial
@@ -1858,6 +1977,7 @@ class Session(object):
         current = self.current
         if current is not None:
             current.request_stop()
+        self._drop_update()
 
     def shutdown(self):
         """Stops profiling (the last chunk is queued), drains the queue briefly, closes."""
@@ -1906,6 +2026,11 @@ class Session(object):
                     self.log("command %s failed: %s" % (req["cmd"], e))
                     resp = response(req["id"], error="internal error: %s" % e)
                 self.send_json(resp)
+                if self.restart_after_answer:
+                    self.restart_after_answer = False
+                    restart = getattr(self.cfg, "request_restart", None)
+                    if restart is not None:
+                        restart()
                 if self.auth_failures >= MAX_AUTH_FAILURES:
                     self.log("3 failed pairing attempts; closing")
                     self.shutdown()
@@ -2006,11 +2131,101 @@ class Session(object):
              "duration": s.duration, "agent_version": VERSION, "platform": self.platform,
              "events": list(s.events),
              "capabilities": None if self.caps is None else self.caps.to_json(),
-             "probing": self.probing}
+             "probing": self.probing,
+             "update": "refused" if not self.cfg.allow_update or self.token is None
+                       else "signed" if self.cfg.update_key is not None else "checksum"}
         current = self.current
         f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
                  chunks=current.chunks if current is not None else 0)
         return response(rid, f)
+
+    # ---- updates over the link: a new version of this script (docs/protocol.md)
+
+    def _drop_update(self):
+        if self.update is not None:
+            self.update.drop()
+            self.update = None
+
+    def cmd_update(self, rid, args):
+        self._drop_update()  # an earlier offer's file goes
+        if not self.cfg.allow_update:
+            return response(rid, error="refused: this agent was started with --no-update")
+        if self.token is None:
+            return response(rid, error="refused: updates need a paired collector, and this "
+                                       "agent was started without a pairing code")
+        size = args.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            return response(rid, error="size must be a positive integer")
+        offer = dict((k, args.get(k) if isinstance(args.get(k), str) else "")
+                     for k in ("version", "arch", "sha256", "signature"))
+        offer["size"] = size
+        why = check_offer(offer, self.cfg.update_key is not None)
+        if not why:
+            try:
+                self.update = UpdateReceiver(offer, self.cfg.update_key)
+            except OSError as e:
+                why = "cannot create %s: %s" % (os.path.join(
+                    os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update"),
+                    os_message(e))
+        if why:
+            self.log("update refused: " + why)
+            return response(rid, error=why)
+        self.log("receiving agent %s (%d bytes) into %s" % (offer["version"], size,
+                                                            self.update.path))
+        return response(rid, {"piece": MAX_UPDATE_PIECE})
+
+    def cmd_update_data(self, rid, args):
+        if self.update is None:
+            return response(rid, error="no update offered")
+        offset, data = args.get("offset"), args.get("data")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or \
+                not isinstance(data, str):
+            return response(rid, error="update_data needs offset and data (base64)")
+        if len(data) > (MAX_UPDATE_PIECE + 2) // 3 * 4:
+            return response(rid, error="a piece is at most %d bytes" % MAX_UPDATE_PIECE)
+        raw = strict_base64(data)
+        if raw is None:
+            return response(rid, error="data is not base64")
+        why = self.update.write(offset, raw)
+        if why:
+            self._drop_update()
+            self.log("update abandoned: " + why)
+            return response(rid, error=why)
+        return response(rid, {"received": self.update.received})
+
+    def cmd_update_apply(self, rid, args):
+        if self.update is None:
+            return response(rid, error="no update offered")
+        receiver, self.update = self.update, None  # whatever happens, this offer is over
+        try:
+            why = receiver.finish()
+            if not why:
+                # The new script must run here and be the version offered.
+                ran = run_command([self.cfg.launcher or sys.executable, receiver.path,
+                                   "--version"], 30.0)
+                want = "perfwire-agent " + receiver.offer["version"]
+                said = ran["out"].split("\n")[0]
+                if ran["error"]:
+                    why = ran["error"]
+                elif ran["timed_out"]:
+                    why = "--version did not answer in 30 s"
+                elif ran["code"] != 0:
+                    why = "--version exited with %d %s" % (ran["code"],
+                                                           perf_complaint(ran["err"]))
+                elif said != want:
+                    why = "--version says \"%s\", not \"%s\"" % (said, want)
+                if why:
+                    why = "the new build does not run here: " + why
+            if not why:
+                why = receiver.install()
+        finally:
+            receiver.drop()
+        if why:
+            self.log("update refused: %s; this agent keeps running" % why)
+            return response(rid, error=why)
+        self.log("updated to %s; restarting" % receiver.offer["version"])
+        self.restart_after_answer = True
+        return response(rid, {"version": receiver.offer["version"], "restarting": True})
 
     def cmd_kallsyms(self, rid, args):
         if not self.cfg.allow_kallsyms:
@@ -2507,13 +2722,19 @@ Modes (exactly one):
   --allow-kallsyms      send this device's kernel symbols (/proc/kallsyms) when
                         the collector asks, to name kernel frames perf could 
                         not
+  --update-key arg      take updates over the link only when signed 
+                        (HMAC-SHA-256) with the key in this file
+  --no-update           refuse updates over the link
+  --launcher arg        run new agent builds through this program (an emulator 
+                        or loader) to check and restart them
   --version             print the version and exit
   --help                print this help and exit
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "version", "help"]
-FLAGS = ("listen", "allow-kallsyms", "version", "help")  # options without a value
+           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "update-key",
+           "no-update", "launcher", "version", "help"]
+FLAGS = ("listen", "allow-kallsyms", "no-update", "version", "help")  # without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
             "duration": "8", "perf": "perf"}
@@ -2618,6 +2839,20 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.token = values["token"] if "token" in values else (env_token or None)
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     c.allow_kallsyms = "allow-kallsyms" in values
+    c.allow_update = "no-update" not in values
+    c.update_key = None
+    if "update-key" in values:
+        try:
+            with open(values["update-key"], "rb") as f:
+                key = f.read().rstrip(b"\r\n")
+        except (IOError, OSError):
+            raise usage("cannot read --update-key " + values["update-key"])
+        if len(key) < 16:
+            raise usage("--update-key %s must hold at least 16 bytes of key"
+                        % values["update-key"])
+        c.update_key = key
+    c.launcher = values.get("launcher", "")
+    c.argv = list(argv)
     if c.token is not None and code_strength_bits(c.token) < MIN_CODE_BITS:
         raise usage("the pairing code is too easy to guess (about %d bits): use at least 10 "
                     "random letters and digits, or leave --token out and the agent makes one"
@@ -2643,6 +2878,13 @@ def main(argv=None):
         return e.code
 
     stop = threading.Event()
+    restart = []
+
+    def request_restart():
+        restart.append(True)
+        stop.set()
+
+    cfg.request_restart = request_restart
 
     def on_signal(signum, frame):
         if not stop.is_set():
@@ -2660,19 +2902,33 @@ def main(argv=None):
         if cfg.mode == "output":
             return 1
     try:
-        if cfg.mode == "output":
-            return output_mode(cfg, stop)
-        compression, problem = choose_compression()
-        if compression is None:
-            log(problem)
-            return 2
-        log("compression: " + compression.name)
-        if cfg.mode == "server":
-            return server_mode(cfg, compression, stop)
-        return listen_mode(cfg, compression, stop)
+        code = run_mode(cfg, stop)
     finally:
         kill_all_children()
+    if not restart:
+        return code
+    # A new version of this script is in place: start it with the same command line.
+    exe = cfg.launcher or sys.executable
+    log("starting " + SELF)
+    try:
+        os.execv(exe, [exe, SELF] + cfg.argv)
+    except OSError as e:
+        log("cannot start the new build (%s); exiting with %d for a supervisor to restart it"
+            % (os_message(e), RESTART_EXIT_CODE))
+    return RESTART_EXIT_CODE
 
+
+def run_mode(cfg, stop):
+    if cfg.mode == "output":
+        return output_mode(cfg, stop)
+    compression, problem = choose_compression()
+    if compression is None:
+        log(problem)
+        return 2
+    log("compression: " + compression.name)
+    if cfg.mode == "server":
+        return server_mode(cfg, compression, stop)
+    return listen_mode(cfg, compression, stop)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -159,10 +159,13 @@ json::object agent_link::describe() const {
 }
 
 const agent_binary* agent_link::offered_update() const {
-    if (!hello_ || !hello_->platform || !hello_->platform->arch)
+    if (!hello_)
         return nullptr;
+    std::string arch = hello_->update_arch.value_or("");
+    if (arch.empty() && hello_->platform && hello_->platform->arch)
+        arch = *hello_->platform->arch;
     for (const auto& b : app_.agent_binaries)
-        if (b.arch == *hello_->platform->arch && !b.sha256.empty() &&
+        if (!arch.empty() && b.arch == arch && !b.sha256.empty() &&
             later_version(b.version, hello_->agent_version.value_or("")))
             return &b;
     return nullptr;
