@@ -21,7 +21,7 @@ async function renderLanding() {
   const q = $('#sessions-q').value.trim();
   const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
   $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
-    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}</td>
+    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${updating.has(t.id) ? ' <span class="muted">updating…</span>' : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device: the agent checks it, replaces itself and restarts (only an agent started with a pairing code takes it)">update to ${esc(t.update)}</button>` : ''}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
@@ -34,6 +34,7 @@ async function renderLanding() {
   $('#sessions-more').hidden = sessions.length >= total;
 }
 let sessionsShown = 100;
+const updating = new Set(); // targets being updated: no second update button meanwhile
 
 // How a session reads in a list: when, what process (pid), which event, how long, how much.
 const started = (s) => (s.started_at ? esc(new Date(s.started_at * 1000).toLocaleString()) : '');
@@ -584,7 +585,28 @@ function rerender() {
   rendering = render().finally(() => { rendering = null; if (again) { again = false; rerender(); } });
 }
 
+// Pushes this collector's later agent build to a target: it restarts into it and comes back
+// (a dialled agent under a new target id).
+async function updateAgent(b) {
+  const target = b.dataset.updateTarget;
+  updating.add(target);
+  b.disabled = true;
+  b.textContent = `updating to ${b.dataset.version}…`;
+  const said = $('#targets-result');
+  said.textContent = '';
+  try {
+    const r = await api(`/api/targets/${encodeURIComponent(b.dataset.updateTarget)}/update`, { method: 'POST', body: {} });
+    said.textContent = `${b.dataset.updateTarget}: agent updated from ${r.from || '?'} to ${r.version}${r.error ? ` (${r.error})` : '; it restarts and reconnects'}`;
+  } catch (err) {
+    said.textContent = `${b.dataset.updateTarget}: update refused: ${err.message} (the agent keeps running its version)`;
+    b.disabled = false;
+    b.textContent = `update to ${b.dataset.version}`;
+  } finally { updating.delete(target); rerender(); }
+}
+
 document.addEventListener('click', (e) => {
+  const upd = e.target.closest('[data-update-target]');
+  if (upd) { e.stopPropagation(); updateAgent(upd); return; }
   const row = e.target.closest('tr[data-session]');
   if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
   const tidRow = e.target.closest('tr[data-tid]');

@@ -8,7 +8,8 @@
 // the flame graph draws; the URL hash reopens the same view in a fresh page; a broken source
 // request shows an error instead of a blank page. Every wait is bounded.
 import { spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -697,6 +698,42 @@ try {
   const cells = await endedRow.locator('td').allTextContents();
   check(/perfwire-demo \d+/.test(cells[1]) && cells[3] === 'cpu-clock' && / s$/.test(cells[4]) && Number(cells[5].replace(/\D/g, '')) > 0 && cells[6] === 'saved',
     `a session row names its process, pid, event, duration and samples (${cells.join(' | ')})`);
+
+  // A collector with a later agent build offers it on the landing page; one click updates the
+  // agent, which restarts into it and comes back with the new version.
+  doing = "updating an agent";
+  const upd = join(work, 'update');
+  for (const d of ['dist', 'bin']) mkdirSync(join(upd, d), { recursive: true });
+  const later = join(upd, 'dist', 'perfwire-agent-linux-x86_64');
+  copyFileSync(bin('agent/perfwire-agent-next'), later);
+  writeFileSync(`${later}.sha256`, `${createHash('sha256').update(readFileSync(later)).digest('hex')}  perfwire-agent-linux-x86_64\n`);
+  const laterVersion = spawnSync(later, ['--version'], { encoding: 'utf8' }).stdout.trim().split(' ')[1];
+  writeFileSync(`${later}.version`, `${laterVersion}\n`);
+  copyFileSync(bin('agent/perfwire-agent'), join(upd, 'bin', 'perfwire-agent'));
+  const pairing = '00112233445566778899aabbccddeeff';
+  const updColl = start(bin('collector/perfwire-collector'), ['--sessions-dir', join(upd, 'sessions'), '--http-port', '0', '--agent-port', '0',
+    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing]);
+  await until('the second collector', async () => updColl.log.match(/UI and API on http:\/\/[^/]+\//));
+  const updAgents = updColl.log.match(/agents on [^:]+:(\d+)/)[1];
+  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing]);
+  // Its own browser context: the two collectors share a host, and so would their cookies.
+  const updContext = await browser.newContext();
+  const updPage = await updContext.newPage();
+  updPage.on('pageerror', (e) => errors.push(e.message));
+  await updPage.goto(updColl.log.match(/UI and API on (http:\S+\?token=\S+)/)[1]);
+  const offer = updPage.locator('#targets button[data-update-target]');
+  await offer.waitFor({ timeout: 20000 });
+  const offered = await offer.textContent();
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-offered.png') });
+  await offer.click();
+  await updPage.waitForFunction(() => /agent updated from/.test(document.querySelector('#targets-result').textContent), null, { timeout: 30000 });
+  await updPage.waitForFunction((v) => [...document.querySelectorAll('#targets tbody tr')].some((tr) => tr.cells[2].textContent.includes(v) && !tr.querySelector('button')), laterVersion, { timeout: 30000 });
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-done.png') });
+  const agentCell = await updPage.locator('#targets tbody tr td:nth-child(3)').first().textContent();
+  check(offered === `update to ${laterVersion}` && agentCell.includes(laterVersion),
+    `"${offered}" updates the agent, which comes back as "${agentCell.trim()}" (${await updPage.locator('#targets-result').textContent()})`);
+  await updContext.close();
+
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
