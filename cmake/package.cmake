@@ -33,11 +33,16 @@ install(FILES ${PROJECT_SOURCE_DIR}/packaging/copyright DESTINATION ${CMAKE_INST
 # The static agents found at configure time (scripts/package.sh configures after building them).
 file(GLOB device_agents ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*)
 list(FILTER device_agents EXCLUDE REGEX "\\.(sha256|version)$")
+# The Python agent's script is data here (what the collector serves and pushes), not a program
+# of this package: installed without the executable bit.
+set(script_agents ${device_agents})
+list(FILTER script_agents INCLUDE REGEX "-python$")
+list(FILTER device_agents EXCLUDE REGEX "-python$")
 file(GLOB device_agent_sidecars ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*.sha256
      ${PROJECT_SOURCE_DIR}/dist/perfwire-agent-linux-*.version)
 if(device_agents)
     install(PROGRAMS ${device_agents} DESTINATION lib/perfwire/agents)
-    install(FILES ${device_agent_sidecars} DESTINATION lib/perfwire/agents)
+    install(FILES ${device_agent_sidecars} ${script_agents} DESTINATION lib/perfwire/agents)
 endif()
 
 # Debian's changelog (its format, compressed reproducibly) and the man pages.
