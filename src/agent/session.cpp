@@ -199,6 +199,7 @@ void session::close() {
     drained_.cancel();
     if (current_)
         current_->request_stop();
+    update_.reset(); // an update under way goes with its connection
     settle();
 }
 

@@ -43,9 +43,17 @@ update_receiver::begin(const update_offer& offer, const fs::path& self,
                            "no signature");
     if (self.empty())
         return std::string("this agent does not know its own executable's path");
-    // Beside the executable, so the final rename stays on one file system.
-    const auto file = self.parent_path() / ("." + self.filename().string() + ".update");
-    ::unlink(file.c_str()); // a leftover of an update that died midway
+    // Beside the executable, so the final rename stays on one file system; a name of its own,
+    // so no other offer can replace the file this one checks and renames. Files of earlier
+    // offers go (one that died midway, or one still under way, which then fails to rename).
+    const std::string prefix = "." + self.filename().string() + ".update-";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(self.parent_path(), ec))
+        if (e.path().filename().string().starts_with(prefix))
+            ::unlink(e.path().c_str());
+    static unsigned offers = 0;
+    const auto file =
+        self.parent_path() / (prefix + std::to_string(::getpid()) + "-" + std::to_string(++offers));
     const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0700);
     if (fd < 0)
         return errno_text("cannot create " + file.string());

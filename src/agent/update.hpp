@@ -1,8 +1,8 @@
 // An agent update received over the link (commands update, update_data, update_apply): the
 // collector offers a build for this agent's compile-time architecture, sends it in pieces, and
-// the agent writes it to a file beside its own executable, checks size, sha256 and (when the
-// agent was started with --update-key) the HMAC-SHA-256 signature of that sha256, then
-// renames it over itself. Running the new build's --version and re-executing are the
+// the agent writes it to a file beside its own executable (.<name>.update-<pid>-<n>), checks size,
+// sha256 and (when the agent was started with --update-key) the HMAC-SHA-256 signature of that
+// sha256, then renames it over itself. Running the new build's --version and re-executing are the
 // session's part. A receiver that is dropped before install() removes its file.
 #pragma once
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -104,10 +105,17 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
     const fs::path key_file = dir.path / "update.key";
     std::ofstream(key_file) << key << "\n";
     const std::string arch = python ? "python" : "x86_64";
-    const fs::path partial = dir.path / ("." + exe.filename().string() + ".update");
+    // The agent's file of an update under way: .<name>.update-<pid>-<n>.
+    auto partial_files = [&] {
+        int n = 0;
+        for (const auto& e : fs::directory_iterator(dir.path))
+            n +=
+                e.path().filename().string().starts_with("." + exe.filename().string() + ".update");
+        return n;
+    };
     auto untouched = [&] {
         CHECK(file_bytes(exe) == old_bytes);
-        CHECK_FALSE(fs::exists(partial));
+        CHECK(partial_files() == 0);
     };
 
     {
@@ -131,6 +139,29 @@ TEST_CASE("update over the link: every refusal keeps the old agent and a good bu
         REQUIRE(ok(peer.command("auth", R"({"token":")" + code + R"("})")));
         CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size()))),
                    Catch::Contains("--no-update"));
+        untouched();
+    }
+
+    {
+        INFO("an update under way goes with its connection, and a second offer replaces it");
+        listener l;
+        auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code});
+        auto peer = std::make_optional(accept_agent(l));
+        read_hello(*peer);
+        REQUIRE(ok(peer->command("auth", R"({"token":")" + code + R"("})")));
+        CHECK(peer->command("status")->fields.at("update").as_string() == "checksum");
+        REQUIRE(ok(peer->command("update", offer(arch, sum, next.size()))));
+        REQUIRE(ok(send_pieces(*peer, std::string_view(next).substr(0, 4096))));
+        CHECK(partial_files() == 1);
+        REQUIRE(ok(peer->command("update", offer(arch, sum, next.size()))));
+        CHECK(partial_files() == 1);
+        CHECK_THAT(error_of(peer->command("update_data", R"({"offset":4096,"data":"AAAA"})")),
+                   Catch::Contains("offset 0"));
+        REQUIRE(ok(peer->command("update", offer(arch, sum, next.size()))));
+        REQUIRE(ok(send_pieces(*peer, std::string_view(next).substr(0, 4096))));
+        peer.reset(); // the collector goes
+        for (int i = 0; i < 100 && partial_files() > 0; ++i)
+            std::this_thread::sleep_for(50ms);
         untouched();
     }
 

@@ -1738,13 +1738,21 @@ class UpdateReceiver(object):
     """A build received over the link into a file beside this script (update, update_data,
     update_apply); dropped before install(), it removes its file."""
 
+    offers = 0
+
     def __init__(self, offer, key):
         self.offer, self.key = offer, key
-        self.path = os.path.join(os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update")
-        try:
-            os.unlink(self.path)  # a leftover of an update that died midway
-        except OSError:
-            pass
+        # Beside the script, under a name of its own; files of earlier offers go (one that
+        # died midway, or one still under way, which then fails to rename).
+        folder, prefix = os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update-"
+        for name in os.listdir(folder):
+            if name.startswith(prefix):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+        UpdateReceiver.offers += 1
+        self.path = os.path.join(folder, "%s%d-%d" % (prefix, os.getpid(), UpdateReceiver.offers))
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC |
                           getattr(os, "O_NOFOLLOW", 0), 0o700)
         self.hash, self.received, self.installed = hashlib.sha256(), 0, False
@@ -2164,9 +2172,8 @@ class Session(object):
             try:
                 self.update = UpdateReceiver(offer, self.cfg.update_key)
             except OSError as e:
-                why = "cannot create %s: %s" % (os.path.join(
-                    os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update"),
-                    os_message(e))
+                why = "cannot create %s: %s" % (
+                    "." + os.path.basename(SELF) + ".update-* beside " + SELF, os_message(e))
         if why:
             self.log("update refused: " + why)
             return response(rid, error=why)
