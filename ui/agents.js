@@ -40,7 +40,7 @@ function show() {
   const machine = $('#at-machine').value;
   const arch = machine ? agentArch(machine) : binaries[0]?.arch;
   const built = arch && binaries.some((b) => b.arch === arch);
-  $('#at-file').textContent = !machine ? '' : built ? `→ perfwire-agent-linux-${arch}` : `not built for ${machine}${arch ? ` (${arch}): run scripts/build-agents.sh ${arch}` : ''}; agents here: ${binaries.map((b) => b.arch).join(', ') || 'none'}. A device with python3 can run the Python agent instead: copy src/agent/python/perfwire_agent.py and start it with the same flags`;
+  $('#at-file').textContent = !machine ? '' : built ? `→ perfwire-agent-linux-${arch}` : `not built for ${machine}${arch ? ` (${arch}): run scripts/build-agents.sh ${arch}` : ''}; agents here: ${binaries.map((b) => b.arch).join(', ') || 'none'}. A device with python3 can run the Python agent instead: ${binaries.some((b) => b.arch === 'python') ? `curl -fo perfwire_agent.py ${location.origin}/api/agent-binaries/python` : 'copy src/agent/python/perfwire_agent.py'} and start it with the same flags`;
   $('#at-file').className = !machine || built ? 'muted' : 'warn';
   $('#at-commands').innerHTML = built ? commands(arch) : '';
 }

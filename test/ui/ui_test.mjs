@@ -129,7 +129,7 @@ try {
   await page.fill('#at-machine', 'arm64');
   const archs = await page.locator('#agent-binaries tbody td:first-child').allTextContents();
   const fetchCmd = await page.locator('#at-commands pre.cmd').first().textContent();
-  check(archs.join(',') === 'aarch64,armv7,s390x,x86_64' && (await page.locator('#at-file').textContent()) === '→ perfwire-agent-linux-aarch64' &&
+  check(archs.join(',') === 'aarch64,armv7,python,s390x,x86_64' && (await page.locator('#at-file').textContent()) === '→ perfwire-agent-linux-aarch64' &&
     fetchCmd.includes('/api/agent-binaries/aarch64'), `a device's uname -m names its agent and the commands to get it there (agents: ${archs.join(', ')})`);
   const download = await fetch(`${http}/api/agent-binaries/aarch64`);
   const elf = Buffer.from(await download.arrayBuffer());
