@@ -21,7 +21,7 @@ async function renderLanding() {
   const q = $('#sessions-q').value.trim();
   const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
   $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
-    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${updating.has(t.id) ? ' <span class="muted">updating…</span>' : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device: the agent checks it, replaces itself and restarts (only an agent started with a pairing code takes it)">update to ${esc(t.update)}</button>` : ''}</td>
+    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>` : updating.has(t.id) ? ' <span class="muted">updating…</span>' : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device: the agent checks it, replaces itself and restarts (only an agent started with a pairing code takes it)">update to ${esc(t.update)}</button>` : ''}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
   $('#no-targets').hidden = targets.length > 0;
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
@@ -35,6 +35,10 @@ async function renderLanding() {
 }
 let sessionsShown = 100;
 const updating = new Set(); // targets being updated: no second update button meanwhile
+// A push under way, as the collector reports it (any tab sees it): the bytes sent, then the
+// agent's own checks before it restarts.
+const updateProgress = (u) => (u.applying ? `installing ${esc(u.version)}…`
+  : `updating to ${esc(u.version)}… ${u.size ? Math.floor((100 * u.sent) / u.size) : 0}%`);
 
 // How a session reads in a list: when, what process (pid), which event, how long, how much.
 const started = (s) => (s.started_at ? esc(new Date(s.started_at * 1000).toLocaleString()) : '');

@@ -717,8 +717,11 @@ asio::awaitable<void> session::auto_start() {
 void session::probe_in_background() {
     if (caps_ || probing_ || closed_)
         return;
+    // Claimed here, not when the coroutine first runs: a status read in the same buffer as
+    // the authentication must already say a probe is under way.
+    probing_ = true;
     auto self = shared_from_this();
-    asio::co_spawn(socket_.get_executor(), ensure_probed(settings_.record.pid),
+    asio::co_spawn(socket_.get_executor(), run_probe(settings_.record.pid),
                    [self](std::exception_ptr e) {
                        if (e)
                            log(self->peer_, "probe failed: " + protocol::describe(e));
@@ -733,10 +736,25 @@ asio::awaitable<void> session::ensure_probed(std::optional<int> pid, bool again)
     if (caps_ && (probed_pid_ == pid || caps_->judged) && !again)
         co_return;
     probing_ = true;
-    auto caps = co_await probe(cfg_.perf_path, pid);
+    co_await run_probe(pid);
+}
+
+asio::awaitable<void> session::run_probe(std::optional<int> pid) {
+    auto self = shared_from_this();
+    std::optional<capabilities> probed;
+    std::exception_ptr failed;
+    try {
+        probed = co_await probe(cfg_.perf_path, pid);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    // Released whatever happened: a failed probe must not leave every later start waiting.
     probing_ = false;
     probe_done_.cancel();
     probe_done_.expires_at(asio::steady_timer::time_point::max());
+    if (failed)
+        std::rethrow_exception(failed);
+    auto caps = std::move(*probed);
     for (const auto& w : caps.warnings)
         log(peer_, "probe: " + w);
     for (const auto& c : caps.cannot)

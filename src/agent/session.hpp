@@ -78,6 +78,7 @@ private:
     asio::awaitable<protocol::command_response> cmd_update_apply(const std::string& id);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
+    asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
     void probe_in_background(); // once authenticated: status has capabilities before a start
     asio::awaitable<void> auto_start();
     void begin_collection();

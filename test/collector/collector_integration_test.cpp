@@ -692,6 +692,9 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
           "restart into it and come back with the new version",
           "[collector][integration][update]") {
     const std::string code = "00112233445566778899aabbccddeeff";
+    // The call lasts the push: the sanitizer build of the agent is tens of MB, sent piece by
+    // piece, hashed and run by the agent before it answers (each step under its own deadline).
+    constexpr auto push_bound = std::chrono::milliseconds(180s);
     temp_dir dir;
     const fs::path dist = dir.path / "dist", bin = dir.path / "bin";
     fs::create_directories(dist);
@@ -734,7 +737,8 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     CHECK(http_call(coll.http_port, "POST", "/api/targets/" + id + "/command",
                     R"({"cmd":"update_data","args":{"offset":0,"data":"AAAA"}})")
               .status == 400);
-    const auto updated = http_call(coll.http_port, "POST", "/api/targets/" + id + "/update", "{}");
+    const auto updated =
+        http_call(coll.http_port, "POST", "/api/targets/" + id + "/update", "{}", {}, push_bound);
     INFO(updated.body << "\n" << agent.stderr_text() << "\n" << coll.proc->stderr_text());
     REQUIRE(updated.status == 200);
     const auto answer = json::parse(updated.body);
@@ -747,6 +751,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     });
     REQUIRE(targets.as_array().size() == 1);
     CHECK(targets.as_array()[0].at("update").is_null());
+    CHECK(targets.as_array()[0].at("updating").is_null()); // no push under way
     CHECK_FALSE(agent.wait(0ms));
     // Nothing later to offer now.
     CHECK(http_call(coll.http_port, "POST",
@@ -770,8 +775,8 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
                                    R"({"host":"127.0.0.1","port":)" + *port + "}");
     REQUIRE(dialled.status == 200);
     const std::string dialled_id(json::parse(dialled.body).at("id").as_string());
-    const auto again =
-        http_call(coll.http_port, "POST", "/api/targets/" + dialled_id + "/update", "{}");
+    const auto again = http_call(coll.http_port, "POST", "/api/targets/" + dialled_id + "/update",
+                                 "{}", {}, push_bound);
     INFO(again.body << "\n" << listening.stderr_text());
     REQUIRE(again.status == 200);
     const std::string new_id(json::parse(again.body).at("id").as_string());
@@ -801,8 +806,8 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
                                  [&](const json::value& v) { return py_target(v) != nullptr; });
     REQUIRE(py_target(listed));
     const std::string py_id(py_target(listed)->at("id").as_string());
-    const auto py_updated =
-        http_call(coll.http_port, "POST", "/api/targets/" + py_id + "/update", "{}");
+    const auto py_updated = http_call(coll.http_port, "POST", "/api/targets/" + py_id + "/update",
+                                      "{}", {}, push_bound);
     INFO(py_updated.body << "\n" << py.stderr_text());
     REQUIRE(py_updated.status == 200);
     std::ifstream now_in(py_exe, std::ios::binary);

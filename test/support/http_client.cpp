@@ -36,7 +36,8 @@ std::string api_token(std::uint16_t port) {
 }
 
 http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
-                     const std::string& body, const std::vector<std::string>& extra_headers) {
+                     const std::string& body, const std::vector<std::string>& extra_headers,
+                     std::chrono::milliseconds silence) {
     http_reply r;
     const int fd = connect_loopback(port);
     if (fd < 0)
@@ -61,7 +62,7 @@ http_reply http_call(std::uint16_t port, const std::string& method, const std::s
     char buf[65536];
     for (;;) {
         pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, 30000) <= 0)
+        if (::poll(&p, 1, static_cast<int>(silence.count())) <= 0)
             break;
         const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
         if (n <= 0)

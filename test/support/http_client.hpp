@@ -1,6 +1,7 @@
 // Test helper: a minimal blocking HTTP/1.1 client over loopback (Connection: close).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,10 +15,12 @@ struct http_reply {
 };
 
 // Sends `Authorization: Bearer` with the token remembered for `port` (see api_port) unless
-// `extra_headers` has its own Authorization or Cookie.
+// `extra_headers` has its own Authorization or Cookie. Gives up when nothing arrives for
+// `silence` (a request that legitimately works longer, like pushing an agent build, says so).
 http_reply http_call(std::uint16_t port, const std::string& method, const std::string& target,
                      const std::string& body = {},
-                     const std::vector<std::string>& extra_headers = {});
+                     const std::vector<std::string>& extra_headers = {},
+                     std::chrono::milliseconds silence = std::chrono::seconds(30));
 
 // What follows "UI and API on http://127.0.0.1:" in a collector's log ("PORT/?token=T"): the
 // port, with T remembered for later calls to it.

@@ -2415,15 +2415,26 @@ class Session(object):
     def _probe_in_background(self):
         """Right after authentication: the capabilities are ready for the first status and
         start, and status says a probe is under way meanwhile."""
-        if self.caps is not None or self.probing or self.closed:
-            return
+        with self.probe_cond:
+            if self.caps is not None or self.probing or self.closed:
+                return
+            # Claimed here, not when the thread first runs: a status read right after the
+            # authentication must already say a probe is under way.
+            self.probing = True
+        pid = self.settings.pid
 
         def run():
             try:
-                self._ensure_probed(self.settings.pid)
+                self._run_probe(pid)
             except Exception as e:  # said, never fatal: a start probes again
                 self.log("probe failed: %s" % e)
-        start_thread(run, "probe")
+        try:
+            start_thread(run, "probe")
+        except Exception:  # no thread: release the claim, a start probes itself
+            with self.probe_cond:
+                self.probing = False
+                self.probe_cond.notify_all()
+            raise
 
     def _ensure_probed(self, pid, again=False):
         with self.probe_cond:
@@ -2433,6 +2444,10 @@ class Session(object):
                     and not again:
                 return
             self.probing = True
+        self._run_probe(pid)
+
+    def _run_probe(self, pid):
+        """Probes perf; self.probing was set by the caller and is released here."""
         caps = None
         try:
             caps = probe_settings(self.settings, self.cfg.perf, pid, self.cfg.events, self.log)

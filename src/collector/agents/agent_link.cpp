@@ -155,6 +155,16 @@ json::object agent_link::describe() const {
     o["connected_at"] = connected_at_;
     const auto* offer = offered_update();
     o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
+    if (updating_) {
+        json::object u;
+        u["version"] = updating_->version;
+        u["size"] = updating_->size;
+        u["sent"] = updating_->sent;
+        u["applying"] = updating_->applying;
+        o["updating"] = std::move(u);
+    } else {
+        o["updating"] = nullptr;
+    }
     return o;
 }
 
@@ -172,9 +182,12 @@ const agent_binary* agent_link::offered_update() const {
 }
 
 asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::string bytes,
+                                                          std::string sum,
                                                           std::optional<std::string> key) {
     auto self = shared_from_this();
-    const std::string sum = protocol::sha256_hex(bytes);
+    if (updating_)
+        co_return command_response::failure("", "an update to " + updating_->version +
+                                                    " is already under way");
     if (sum != b.sha256)
         co_return command_response::failure("", b.file + " does not match its .sha256 (" + sum +
                                                     "): not sent");
@@ -187,6 +200,19 @@ asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::s
         offer["signature"] = protocol::hmac_sha256_hex(*key, sum);
     log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
                    " bytes)");
+    updating_ = update_progress{b.version, bytes.size(), 0, false};
+    app_.changed(change::targets);
+    auto answer = co_await push_pieces(std::move(offer), bytes);
+    updating_.reset();
+    app_.changed(change::targets);
+    log(peer_, answer.ok ? "agent updated to " + b.version + "; it restarts"
+                         : "agent update refused: " + answer.error);
+    co_return answer;
+}
+
+asio::awaitable<command_response> agent_link::push_pieces(json::object offer,
+                                                          const std::string& bytes) {
+    auto self = shared_from_this();
     auto answer = co_await command(std::string(protocol::cmd::update), std::move(offer));
     if (!answer.ok)
         co_return answer;
@@ -201,11 +227,12 @@ asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::s
         answer = co_await command(std::string(protocol::cmd::update_data), std::move(data));
         if (!answer.ok)
             co_return answer;
+        updating_->sent = std::min<std::uint64_t>(at + piece, bytes.size());
+        app_.changed(change::targets);
     }
-    answer = co_await command(std::string(protocol::cmd::update_apply), json::object());
-    log(peer_, answer.ok ? "agent updated to " + b.version + "; it restarts"
-                         : "agent update refused: " + answer.error);
-    co_return answer;
+    updating_->applying = true;
+    app_.changed(change::targets);
+    co_return co_await command(std::string(protocol::cmd::update_apply), json::object());
 }
 
 void agent_link::send(const std::string& payload) {

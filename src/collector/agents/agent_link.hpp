@@ -49,10 +49,12 @@ public:
     // verify_perf) take tens of seconds on slow devices and odd perf builds; the rest 15 s.
     static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
 
-    // Pushes build `b` (its bytes) to the agent: the offer, the pieces, then the apply. The
-    // agent's answer to the apply (it then restarts into the new build), or the first
-    // refusal (the old agent keeps running). `key`: sign the offer with it.
+    // Pushes build `b` (its bytes, whose SHA-256 the caller computed off the I/O thread) to
+    // the agent: the offer, the pieces, then the apply. The agent's answer to the apply (it
+    // then restarts into the new build), or the first refusal (the old agent keeps running).
+    // `key`: sign the offer with it. Meanwhile the target's description says how far it got.
     asio::awaitable<protocol::command_response> push_update(agent_binary b, std::string bytes,
+                                                            std::string sha256,
                                                             std::optional<std::string> key);
     // The build this collector has for the agent's architecture when it is later than the
     // agent's version.
@@ -95,6 +97,14 @@ private:
     std::optional<std::string> token_;
     bool dialled_ = false;
     std::string dial_host_, dial_port_;
+    struct update_progress {
+        std::string version;
+        std::uint64_t size = 0, sent = 0;
+        bool applying = false; // every byte sent: the agent checks and installs the build
+    };
+    std::optional<update_progress> updating_; // a push under way
+    asio::awaitable<protocol::command_response> push_pieces(boost::json::object offer,
+                                                            const std::string& bytes);
     std::string peer_;
     std::optional<protocol::hello> hello_;
     std::shared_ptr<session_entry> session_;

@@ -7,6 +7,7 @@
 #include "collector/http/upload.hpp"
 #include "collector/http/views.hpp"
 #include "collector/live_session.hpp"
+#include "protocol/digest.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -102,6 +103,16 @@ asio::awaitable<std::optional<std::string>> read_whole_file(std::string path) {
     std::ostringstream ss;
     ss << in.rdbuf();
     co_return std::move(ss).str();
+}
+
+// On the pool: an agent build and its SHA-256 (tens of MB are hashed off the I/O thread).
+asio::awaitable<std::optional<std::pair<std::string, std::string>>>
+read_and_hash(std::string path) {
+    auto bytes = co_await read_whole_file(std::move(path));
+    if (!bytes)
+        co_return std::nullopt;
+    auto sum = protocol::sha256_hex(*bytes);
+    co_return std::make_pair(std::move(*bytes), std::move(sum));
 }
 
 // On the pool: a folder listing for the file browser.
@@ -427,15 +438,16 @@ asio::awaitable<http_response> update_target(request_context& c) {
                              "architecture (builds come from the agents folder, each with its "
                              ".sha256 and .version)");
     agent_binary b = *offer;
-    auto bytes =
-        co_await asio::co_spawn(c.app.pool, read_whole_file(b.path.string()), asio::use_awaitable);
-    if (!bytes)
+    auto build =
+        co_await asio::co_spawn(c.app.pool, read_and_hash(b.path.string()), asio::use_awaitable);
+    if (!build)
         co_return make_error(c.req, http::status::internal_server_error, "io",
                              "cannot read " + b.file);
     const auto now = link->describe();
     const std::string from =
         now.at("agent_version").is_string() ? std::string(now.at("agent_version").as_string()) : "";
-    auto r = co_await link->push_update(b, std::move(*bytes), c.app.cfg.update_key);
+    auto r = co_await link->push_update(b, std::move(build->first), std::move(build->second),
+                                        c.app.cfg.update_key);
     json::object out;
     out["ok"] = r.ok;
     out["from"] = from;
