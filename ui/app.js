@@ -450,8 +450,19 @@ async function renderThreadChoice(s) {
   const q = new URLSearchParams({ weight: 'samples' });
   if (s.event) q.set('event', s.event);
   const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => []); // none yet: 404
-  $('#thread').innerHTML = '<option value="">all threads</option>' + threads.map((t) =>
-    `<option value="${t.tid}" ${String(t.tid) === s.tid ? 'selected' : ''}>${t.tid} ${esc(t.comm)} (${pct(t.pct)}%)</option>`).join('');
+  // Updated in place: a live session re-renders with every chunk, and options rebuilt each
+  // time would close the list a user has open and drop what they were about to choose.
+  const select = $('#thread');
+  const had = new Map([...select.options].map((o) => [o.value, o]));
+  const want = [['', 'all threads'], ...threads.map((t) => [String(t.tid), `${t.tid} ${visible(t.comm)} (${pct(t.pct)}%)`])];
+  want.forEach(([value, label], i) => {
+    const o = had.get(value) ?? new Option(label, value);
+    if (o.text !== label) o.text = label;
+    if (select.options[i] !== o) select.insertBefore(o, select.options[i] ?? null);
+  });
+  while (select.options.length > want.length) select.remove(want.length);
+  const chosen = want.some(([v]) => v === s.tid) ? s.tid : '';
+  if (select.value !== chosen) select.value = chosen;
 }
 
 const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
