@@ -475,6 +475,12 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
                 caps.callgraph_modes.push_back(mode);
                 if (caps.callgraph.empty())
                     caps.callgraph = mode;
+            } else if (r.step.timed_out && !flat) {
+                // Slow (dwarf unwinding on a busy device) is not unusable: a start may ask
+                // for it, and its own run shows whether stacks come.
+                caps.callgraph_modes.push_back(mode);
+                caps.warnings.push_back("--call-graph=" + mode + " not checked (" +
+                                        why_failed(r.step) + "); a start may still choose it");
             } else if (!r.worked()) {
                 caps.unusable_callgraph[mode] = why_failed(r.step);
             } else {

@@ -692,8 +692,8 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
           "rest with the reason",
           "[agent][integration][perf][odd]") {
     const auto flavour = each_agent();
-    const std::string behaviour =
-        GENERATE(as<std::string>{}, "", "old-events", "no-pipe", "no-callgraph", "dies");
+    const std::string behaviour = GENERATE(as<std::string>{}, "", "old-events", "no-pipe",
+                                           "no-callgraph", "dies", "slow-dwarf");
     INFO(flavour << ", perf: " << (behaviour.empty() ? "real" : behaviour));
     listener l;
     auto demo = start_demo(60);
@@ -764,19 +764,30 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
         CHECK(caps.at("pipe_mode").as_bool());
         CHECK(caps.at("callgraph_method").as_string() == "fp");
         CHECK(cannot.empty());
+        // A mode whose check took too long is not thereby unusable: offered, and said.
+        const auto warnings = strings(caps.at("warnings"));
+        const bool unchecked = std::any_of(warnings.begin(), warnings.end(), [](auto& w) {
+            return w.starts_with("--call-graph=dwarf not checked (no answer within");
+        });
+        CHECK((unchecked || behaviour != "slow-dwarf"));
+        CHECK(std::find(modes.begin(), modes.end(), "dwarf") != modes.end());
     }
     CHECK(peer.command("status")->fields.at("state").as_string() == "idle"); // refusals: no run
 
-    // A perf that dies does so after 256 KiB of perf.data: sampled fast, that is soon.
-    const std::string rate = behaviour == "dies" ? R"(,"frequency":999)" : "";
+    // A perf that dies does so after 256 KiB of perf.data: sampled fast, that is soon. One
+    // whose dwarf check was too slow records with dwarf all the same.
+    std::string extra = behaviour == "dies" ? R"(,"frequency":999)" : "";
+    if (behaviour == "slow-dwarf")
+        extra = R"(,"callgraph":"dwarf")";
     auto started =
-        peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + rate + "}", 60s);
+        peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + extra + "}", 60s);
     REQUIRE(ok(started));
     CHECK(strings(started->fields.at("events")) == events);
     CHECK(started->fields.at("mode").as_string() ==
           (behaviour == "no-pipe" ? "rounds" : "continuous"));
-    CHECK(started->fields.at("callgraph").as_string() ==
-          (behaviour == "no-callgraph" ? "none" : "fp"));
+    CHECK(started->fields.at("callgraph").as_string() == (behaviour == "no-callgraph" ? "none"
+                                                          : behaviour == "slow-dwarf" ? "dwarf"
+                                                                                      : "fp"));
 
     // Samples of the sampled event really arrive, with stacks when the mode has them.
     auto got = collect(peer, 20s, [&](const received& r) {

@@ -1298,6 +1298,12 @@ def probe(perf, pid):
             if worked(r) and r["step"]["stacks"]:
                 caps.callgraph_modes.append(mode)
                 caps.callgraph = caps.callgraph or mode
+            elif r["step"]["timed_out"] and not flat:
+                # Slow (dwarf unwinding on a busy device) is not unusable: a start may ask
+                # for it, and its own run shows whether stacks come.
+                caps.callgraph_modes.append(mode)
+                caps.warnings.append("--call-graph=%s not checked (%s); a start may still choose "
+                                     "it" % (mode, why_failed(r["step"])))
             elif not worked(r):
                 caps.unusable_callgraph[mode] = why_failed(r["step"])
             else:
