@@ -17,6 +17,36 @@ import { chromium } from 'playwright-core';
 const build = resolve(process.argv[2] || 'build');
 const bin = (p) => join(build, 'src', p);
 const work = mkdtempSync(join(tmpdir(), 'perfwire-ui-'));
+const netlog = process.env.PERFWIRE_UI_NETLOG || join(work, 'netlog.json');
+
+// From Chromium's NetLog: each request the browser had begun and not ended when the test
+// failed (at `at`, ms since the epoch), with the last things its network stack did for it,
+// and any time a socket pool made a request wait.
+function unfinishedRequests(path, at) {
+  let d;
+  const text = readFileSync(path, 'utf8');
+  try { d = JSON.parse(text); } catch { try { d = JSON.parse(text.replace(/,\s*$/, '') + ']}'); } catch { return ['(the NetLog could not be read)']; } }
+  const c = d.constants;
+  const name = Object.fromEntries(Object.entries(c.logEventTypes).map(([k, v]) => [v, k]));
+  const phase = Object.fromEntries(Object.entries(c.logEventPhase).map(([k, v]) => [v, k.replace('PHASE_', '').toLowerCase()]));
+  const when = (e) => Number(e.time) + Number(c.timeTickOffset); // ms since the epoch
+  const requests = new Map(), out = [];
+  for (const e of d.events) {
+    if (when(e) > at) continue; // the browser closing ends everything
+    const what = name[e.type];
+    if (/STALLED/.test(what)) out.push(`a socket pool stalled ${((at - when(e)) / 1000).toFixed(1)} s before the failure: ${what}`);
+    if (e.source.type !== c.logSourceType.URL_REQUEST) continue;
+    const r = requests.get(e.source.id) ?? { url: '', begun: when(e), ended: false, steps: [] };
+    if (e.params?.url && !r.url) r.url = e.params.url;
+    if (what === 'REQUEST_ALIVE' && phase[e.phase] === 'end') r.ended = true;
+    r.steps.push(`${what}${phase[e.phase] === 'none' ? '' : ' ' + phase[e.phase]}`);
+    requests.set(e.source.id, r);
+  }
+  for (const r of requests.values())
+    if (!r.ended && r.url.startsWith('http'))
+      out.push(`unfinished for ${((at - r.begun) / 1000).toFixed(1)} s: ${r.url.replace(/token=[^&]*/, 'token=…')} (last: ${r.steps.slice(-4).join(', ')})`);
+  return out;
+}
 const children = [];
 let failures = 0;
 
@@ -57,6 +87,7 @@ const inflight = new Map(); // request -> when it was sent
 const recent = []; // the last API requests answered, for a failure to show what came before
 let httpPort = ''; // the collector's, for counting the browser's connections to it
 let askDirectly = null;
+let failedAt = 0; // when a step failed, for the NetLog to say what was under way then
 let doing = 'starting'; // the step in progress, named in a failure
 try {
   const demo = start(bin('demo/perfwire-demo'), ['300']);
@@ -83,7 +114,9 @@ try {
 
   browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', ...(process.env.PERFWIRE_UI_NETLOG ? [`--log-net-log=${process.env.PERFWIRE_UI_NETLOG}`, '--net-log-capture-mode=Everything'] : [])],
+    // The browser's network log, always: a failure names where each unfinished request stood.
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', `--log-net-log=${netlog}`,
+      ...(process.env.PERFWIRE_UI_NETLOG ? ['--net-log-capture-mode=Everything'] : [])],
   });
   const errors = [];
   // Without the token the UI asks for it, and the API answers nothing.
@@ -758,6 +791,7 @@ try {
 
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
+  failedAt = Date.now();
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
   // What Playwright was waiting for, and what each open page looked like.
   for (const l of e.message.split('\n').slice(1, 16)) if (l.trim()) console.log(`  ${l.trim()}`);
@@ -782,6 +816,7 @@ try {
   failures++;
 } finally {
   if (browser) await browser.close();
+  if (failedAt && browser) for (const l of unfinishedRequests(netlog, failedAt)) console.log(`  network: ${l}`);
   for (const c of children.reverse()) c.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 500));
   for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
