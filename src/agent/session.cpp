@@ -178,7 +178,7 @@ asio::awaitable<void> session::run() {
     log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
 
     if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server)
-        co_await auto_start();
+        start_from_command_line();
     else if (authenticated_)
         probe_in_background();
     co_await (reader() && writer() && metrics_loop() && auth_deadline());
@@ -385,7 +385,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             log(peer_, "authenticated");
             set_authenticated();
             if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle)
-                co_await auto_start();
+                start_from_command_line();
             else
                 probe_in_background();
             co_return command_response::success(id);
@@ -700,6 +700,8 @@ asio::awaitable<void> session::auto_start() {
         co_return;
     }
     co_await ensure_probed(cfg_.pid);
+    if (closed_ || state_ != state::idle)
+        co_return; // the collector left, or a start command came first
     if (settings_.record.events.empty()) {
         const std::string why =
             "this perf cannot " +
@@ -712,6 +714,18 @@ asio::awaitable<void> session::auto_start() {
     settings_.rounds = !caps_->pipe_mode;
     begin_collection();
     send_state("started from the command line");
+}
+
+void session::start_from_command_line() {
+    // Beside the reader and the writer: the hello, the pairing answer and any command go out
+    // while perf is probed, and status says a probe is under way (claimed now).
+    if (pid_exists(*cfg_.pid))
+        probe_in_background();
+    auto self = shared_from_this();
+    asio::co_spawn(socket_.get_executor(), auto_start(), [self](std::exception_ptr e) {
+        if (e)
+            log(self->peer_, "start from the command line failed: " + protocol::describe(e));
+    });
 }
 
 void session::probe_in_background() {
@@ -805,6 +819,8 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
 
     co_await ensure_probed(pid);
+    if (state_ != state::idle) // a start from the command line began while this one waited
+        co_return command_response::failure(id, "already profiling");
     // Only what the probe found this perf can do (or the command line named), and a refusal
     // says why. Checked before anything changes: a refused start leaves the settings as they were.
     for (const auto& e : events) {

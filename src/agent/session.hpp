@@ -79,7 +79,8 @@ private:
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
-    void probe_in_background(); // once authenticated: status has capabilities before a start
+    void probe_in_background();     // once authenticated: status has capabilities before a start
+    void start_from_command_line(); // --server with --pid: auto_start beside the reader
     asio::awaitable<void> auto_start();
     void begin_collection();
     asio::awaitable<void> collect(std::shared_ptr<collection> c);

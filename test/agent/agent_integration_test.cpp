@@ -811,6 +811,41 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
     CHECK(no_perf_children(agent->pid(), 5s));
 }
 
+TEST_CASE("an agent told --pid says hello and answers while it probes perf, then starts",
+          "[agent][integration][perf][odd]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    listener l;
+    auto demo = start_demo(60);
+    // The probe's dwarf check takes 10 s here: hello and answers must not wait for it.
+    auto agent = start_odd_agent(flavour, "slow-dwarf",
+                                 {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                  std::to_string(demo->pid()), "--duration", "1"});
+    auto peer = accept_agent(l);
+    read_hello(peer); // within 5 s
+    const auto status = peer.command("status", "{}", 5s);
+    INFO(agent->stderr_text());
+    REQUIRE(ok(status));
+    CHECK(status->fields.at("state").as_string() == "idle");
+    CHECK(status->fields.at("probing").as_bool());
+    CHECK(status->fields.at("capabilities").is_null());
+    // A start command while the start from the command line waits for the same probe: one
+    // of them starts, the other is told so.
+    const auto asked = peer.command("start", "{}", 60s);
+    REQUIRE(asked);
+    if (!asked->ok)
+        CHECK(asked->error == "already profiling");
+    const auto state = peer.command("status", "{}", 5s);
+    REQUIRE(ok(state));
+    CHECK(state->fields.at("state").as_string() == "profiling");
+    auto got = collect(peer, 20s, [](const received& r) {
+        return r.text.find("matrix_multiply") != std::string::npos;
+    });
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK(ok(peer.command("stop", "{}", 10s)));
+    CHECK(no_perf_children(agent->pid(), 5s));
+}
+
 TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails without a file "
           "when perf samples nothing",
           "[agent][integration][perf][odd]") {
@@ -822,8 +857,9 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     auto no_pipe = start_odd_agent(flavour, "no-pipe",
                                    {"--output", path, "--pid", std::to_string(demo->pid()),
                                     "--rounds", "2", "--duration", "1"});
-    REQUIRE(no_pipe->wait(30s) == 0);
+    const auto code = no_pipe->wait(60s);
     INFO(no_pipe->stderr_text());
+    REQUIRE(code == 0);
     std::ifstream in(path);
     const std::string text((std::istreambuf_iterator<char>(in)), {});
     CHECK_THAT(text, Catch::Contains("matrix_multiply"));

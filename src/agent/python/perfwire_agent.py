@@ -1961,7 +1961,7 @@ class Session(object):
             self.auth_timer.start()
         try:
             if self.authenticated and self.cfg.pid is not None and self.cfg.mode == "server":
-                self._auto_start()
+                self._start_from_command_line()
             elif self.authenticated:
                 self._probe_in_background()
             self._reader()
@@ -2115,7 +2115,7 @@ class Session(object):
                     self.on_authenticated(self)
                 if self.cfg.pid is not None and self.cfg.mode == "server" and \
                         self.state == "idle":
-                    self._auto_start()
+                    self._start_from_command_line()
                 else:
                     self._probe_in_background()
                 return response(rid)
@@ -2303,37 +2303,41 @@ class Session(object):
         if pid is not None and not pid_exists(pid):
             return response(rid, error="no such process: %d" % pid)
         self._ensure_probed(pid)
-        s, caps = self.settings, self.caps
-        # Only what the probe found this perf can do (or the command line named), and a refusal
-        # says why. Checked before anything changes: a refused start leaves the settings as
-        # they were.
-        for e in events or []:
-            if e not in caps.record_events and e not in self.cfg.events:
-                return response(rid, error=caps.why_not_event(e))
-        if not events and not s.events:
-            return response(rid, error="this perf cannot " + (
-                caps.cannot[0] if caps.cannot else "sample any event"))
-        # A call-graph mode the probe saw work ("none": no stacks).
-        callgraph = args.get("callgraph")
-        if callgraph is not None:
-            asked = callgraph if isinstance(callgraph, str) else ""
-            if asked != "none" and asked not in caps.callgraph_modes:
-                return response(rid, error=caps.why_not_callgraph(asked))
-        # Rounds when perf cannot stream through a pipe, or when asked for.
-        mode = args.get("mode")
-        if mode is not None and mode not in ("rounds", "continuous"):
-            return response(rid, error="mode must be continuous or rounds")
-        if mode == "continuous" and not caps.pipe_mode:
-            return response(rid, error="this perf cannot write perf.data to a pipe (%s): only "
-                            "mode rounds works here" % caps.pipe_problem)
-        s.pid = pid
-        self._set_timing(timing)
-        if callgraph is not None:
-            s.callgraph = "" if callgraph == "none" else callgraph
-        if events:
-            s.events = list(events)
-        s.rounds = not caps.pipe_mode or mode == "rounds"
-        self._begin_collection()
+        # A start from the command line may have begun while this one waited for the probe.
+        with self.lock:
+            if self.state != "idle":
+                return response(rid, error="already profiling")
+            s, caps = self.settings, self.caps
+            # Only what the probe found this perf can do (or the command line named), and a refusal
+            # says why. Checked before anything changes: a refused start leaves the settings as
+            # they were.
+            for e in events or []:
+                if e not in caps.record_events and e not in self.cfg.events:
+                    return response(rid, error=caps.why_not_event(e))
+            if not events and not s.events:
+                return response(rid, error="this perf cannot " + (
+                    caps.cannot[0] if caps.cannot else "sample any event"))
+            # A call-graph mode the probe saw work ("none": no stacks).
+            callgraph = args.get("callgraph")
+            if callgraph is not None:
+                asked = callgraph if isinstance(callgraph, str) else ""
+                if asked != "none" and asked not in caps.callgraph_modes:
+                    return response(rid, error=caps.why_not_callgraph(asked))
+            # Rounds when perf cannot stream through a pipe, or when asked for.
+            mode = args.get("mode")
+            if mode is not None and mode not in ("rounds", "continuous"):
+                return response(rid, error="mode must be continuous or rounds")
+            if mode == "continuous" and not caps.pipe_mode:
+                return response(rid, error="this perf cannot write perf.data to a pipe (%s): only "
+                                "mode rounds works here" % caps.pipe_problem)
+            s.pid = pid
+            self._set_timing(timing)
+            if callgraph is not None:
+                s.callgraph = "" if callgraph == "none" else callgraph
+            if events:
+                s.events = list(events)
+            s.rounds = not caps.pipe_mode or mode == "rounds"
+            self._begin_collection()
         self.log("profiling %s at %d Hz" % ("pid %d" % pid if pid is not None else "the system",
                                             s.frequency))
         # The clock lets the collector place perf's timestamps (CLOCK_MONOTONIC) on the wall
@@ -2396,6 +2400,14 @@ class Session(object):
         if dur is not None:
             self.settings.duration = dur
 
+    def _start_from_command_line(self):
+        """--server with --pid: profiling starts once perf is probed, beside the reader, so
+        the hello, the pairing answer and any command are answered meanwhile, and status says
+        a probe is under way."""
+        if pid_exists(self.cfg.pid):
+            self._probe_in_background()  # claimed now; the start below waits for it
+        start_thread(self._auto_start, "auto-start")
+
     def _auto_start(self):
         # Told what to profile on the command line (--server, --pid): start without waiting
         # for a command, and say so, since the collector did not ask.
@@ -2407,15 +2419,18 @@ class Session(object):
             self.send_state("no such process: %d" % pid)
             return
         self._ensure_probed(pid)
-        if not self.settings.events:
-            why = "this perf cannot " + (self.caps.cannot[0] if self.caps.cannot
-                                         else "sample any event")
-            self.log(why + "; idle")
-            self.send_state(why)
-            return
-        self.settings.pid = pid
-        self.settings.rounds = not self.caps.pipe_mode
-        self._begin_collection()
+        with self.lock:
+            if self.state != "idle" or self.closed:
+                return  # a start command came first, or the collector left
+            if not self.settings.events:
+                why = "this perf cannot " + (self.caps.cannot[0] if self.caps.cannot
+                                             else "sample any event")
+                self.log(why + "; idle")
+                self.send_state(why)
+                return
+            self.settings.pid = pid
+            self.settings.rounds = not self.caps.pipe_mode
+            self._begin_collection()
         self.send_state("started from the command line")
 
     def _probe_in_background(self):
