@@ -704,9 +704,11 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
     read_hello(peer);
 
     // status, idle: the platform, and the capabilities once the probe that follows the
-    // connection is over (it is announced as under way until then).
+    // connection is over (it is announced as under way until then). A probe of an odd perf
+    // may take as long as the collector waits for a start that probes (90 s): perf stat
+    // halving its list, each run up to 8 s.
     std::optional<protocol::command_response> status;
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
     do {
         status = peer.command("status");
         INFO(agent->stderr_text());
