@@ -3,6 +3,7 @@
 #include "agent/backoff.hpp"
 #include "agent/collection.hpp"
 #include "agent/session.hpp"
+#include "protocol/descriptors.hpp"
 #include "protocol/error.hpp"
 #include "protocol/pairing.hpp"
 
@@ -368,6 +369,7 @@ int restart(const config& c) {
         argv.push_back(a.data());
     argv.push_back(nullptr);
     log("starting " + args[0] + (c.launcher.empty() ? "" : " " + args[1]));
+    protocol::close_on_exec_from_3(); // the new build opens its own connections
     ::execvp(argv[0], argv.data());
     log("cannot start the new build (" + std::string(std::strerror(errno)) + "); exiting with " +
         std::to_string(restart_exit_code) + " for a supervisor to restart it");

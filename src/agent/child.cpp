@@ -1,5 +1,7 @@
 #include "agent/child.hpp"
 
+#include "protocol/descriptors.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -15,7 +17,6 @@
 #include <fcntl.h>
 #include <string_view>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -45,20 +46,6 @@ int pipe_into(asio::readable_pipe& reader, boost::system::error_code& ec) {
     return fds[1];
 }
 
-// Marks every descriptor from 3 up close-on-exec. Between fork and exec: only system calls.
-void close_on_exec_from_3() {
-#if defined(SYS_close_range)
-    if (::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) == 0)
-        return;
-#endif
-    rlimit lim{};
-    const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
-                           ? std::min<rlim_t>(lim.rlim_cur, 1 << 20)
-                           : 65536;
-    for (int fd = 3; fd < static_cast<int>(top); ++fd)
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-}
-
 // The child's side of fork: its standard descriptors, signals and death signal, then exec.
 // On failure errno goes through `report` and the child exits 127.
 [[noreturn]] void exec_child(const char* path, char* const* argv, const int (&io)[3], int report,
@@ -80,7 +67,7 @@ void close_on_exec_from_3() {
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
     }
-    close_on_exec_from_3();
+    protocol::close_on_exec_from_3();
     ::execve(path, argv, environ);
 failed:
     const int e = errno;

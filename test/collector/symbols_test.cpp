@@ -17,8 +17,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <poll.h>
 #include <set>
 #include <sstream>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace collector;
 namespace fs = std::filesystem;
@@ -51,6 +54,30 @@ std::vector<std::string> split_lines(const std::string& text) {
 }
 
 } // namespace
+
+// A tool started while browsers and agents are connected must not keep their connections
+// open: a keep-alive connection the collector then closes for idleness would stay open to the
+// browser, which sends its next request into it and waits for an answer that never comes.
+TEST_CASE("the tools the collector starts hold none of its connections", "[collector][symbols]") {
+    int pair[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0); // as Asio opens them: no CLOEXEC
+    auto cat = coprocess::start({"cat"});
+    REQUIRE(cat);
+    std::vector<std::string> lines;
+    // An answer means the child has run its program (a child before exec still holds all).
+    REQUIRE(cat->exchange(
+        "ping\n", lines, [](const std::string& l) { return l == "ping"; },
+        std::chrono::seconds(10)));
+    const auto ran = run_capture({"true"});
+    CHECK(ran.code == 0);
+    ::close(pair[0]);
+    // The peer sees the end at once: no process holds another copy of the closed end.
+    pollfd peer{pair[1], POLLIN, 0};
+    REQUIRE(::poll(&peer, 1, 0) == 1);
+    char byte = 0;
+    CHECK(::read(pair[1], &byte, 1) == 0);
+    ::close(pair[1]);
+}
 
 TEST_CASE("perf's names for symbol table names", "[collector][symbols]") {
     CHECK(strip_parameters("(anonymous namespace)::recursive_fib(int)") ==

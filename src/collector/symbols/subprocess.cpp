@@ -1,5 +1,7 @@
 #include "collector/symbols/subprocess.hpp"
 
+#include "protocol/descriptors.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -21,6 +23,7 @@ namespace {
     ::dup2(in, 0);
     ::dup2(out, 1);
     ::dup2(err, 2);
+    protocol::close_on_exec_from_3(); // not the collector's sockets (docs in the header)
     ::execvp(argv[0], argv.data());
     std::_Exit(127);
 }
