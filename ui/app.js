@@ -3,7 +3,7 @@
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, unitOf, visible } from './util.js';
+import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, syncRows, unitOf, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -20,14 +20,14 @@ function setHash(changes) {
 async function renderLanding() {
   const q = $('#sessions-q').value.trim();
   const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
-  $('#targets tbody').innerHTML = targets.map((t) => `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
+  syncRows($('#targets tbody'), targets.map((t) => [t.id, `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>` : updating.has(t.id) ? ' <span class="muted">updating…</span>' : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device: the agent checks it, replaces itself and restarts (only an agent started with a pairing code takes it)">update to ${esc(t.update)}</button>` : ''}</td>
-    <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`).join('');
+    <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`]));
   $('#no-targets').hidden = targets.length > 0;
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
-  $('#sessions tbody').innerHTML = sessions.map((s) => `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
+  syncRows($('#sessions tbody'), sessions.map((s) => [s.id, `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
     <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
-    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.agent === 'import' ? 'imported' : 'saved'}</td></tr>`).join('');
+    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.agent === 'import' ? 'imported' : 'saved'}</td></tr>`]));
   // Thousands of sessions stay usable: the newest first, a page at a time, and a search.
   $('#sessions-count').textContent = q ? `${sessions.length < total ? `${sessions.length} shown, ` : ''}${total.toLocaleString()} ${total === 1 ? 'session matches' : 'sessions match'}`
     : `${sessions.length < total ? `${sessions.length} of ` : ''}${total.toLocaleString()} ${total === 1 ? 'session' : 'sessions'}`;
@@ -126,14 +126,16 @@ function drawFunctionRows() {
   const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 10);
   const last = Math.min(rows.length, first + Math.ceil((box.clientHeight || 800) / ROW_H) + 20);
   const cols = view.diff ? 8 : 5;
-  const spacer = (n) => (n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : '');
+  const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
   const delta = (v) => `<td class="${v > 0.005 ? 'warn' : v < -0.005 ? 'better' : 'muted'}">${v > 0 ? '+' : ''}${pct(v)}</td>`;
   const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${view.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`
     : `<tr class="sub" title="${attr(r.name)}: an address in ${attr(r.module)}, which has no symbol for it"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td><td></td>${view.diff ? '<td></td><td></td><td></td>' : ''}<td class="num">${amount(r.self, view.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;
   const toggle = (r) => r.name === '[unknown]' && r.module && r.module !== '[unknown]' && r.self > 0
     ? `<button class="expand" data-expand="${attr(groupKey(r))}" title="${view.expanded.has(groupKey(r)) ? 'close' : 'the addresses in this module its samples fell on'}">${view.expanded.has(groupKey(r)) ? '▾' : '▸'}</button> ` : '';
-  $('#functions tbody').innerHTML = spacer(first) + rows.slice(first, last).map((r) => r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${view.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`).join('') + spacer(rows.length - last);
+  const rowKey = (r) => `${r.child ? 'address' : 'function'}\u0000${r.module}\u0000${r.name}\u0000${r.more ?? ''}`;
+  const shown = rows.slice(first, last).map((r) => [rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+    <td>${pct(r.total_pct)}</td>${view.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, view.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`]);
+  syncRows($('#functions tbody'), [spacer(first, 'above'), ...shown, spacer(rows.length - last, 'below')].filter(([, html]) => html));
 }
 
 // A module's hue, and frames of one module told apart by the name's own shade.
@@ -440,8 +442,8 @@ async function renderSession(s) {
   if (s.tab === 'sessions') await renderSessions(s);
   if (s.tab === 'threads') {
     const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
-    $('#threads tbody').innerHTML = threads.map((t) => `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
-      <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`).join('');
+    syncRows($('#threads tbody'), threads.map((t) => [String(t.tid), `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
+      <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`]));
   }
 }
 

@@ -65,3 +65,34 @@ export async function api(path, { method = 'GET', body, signal } = {}) {
   if (!r.ok) throw new Error(data?.error?.message || (typeof data?.error === 'string' ? data.error : '') || r.statusText);
   return data;
 }
+
+// Rows updated in place: `rows` is [[key, '<tr …>…</tr>'], …]. A row with the same key keeps
+// its element and only the cells that changed are replaced, so a table that refreshes with
+// every live event never takes a row from under a click (a press on one element and a
+// release on its replacement is no click at all). A key seen twice is told apart by its count.
+export function syncRows(tbody, rows) {
+  const t = document.createElement('template');
+  t.innerHTML = `<table><tbody>${rows.map(([, html]) => html).join('')}</tbody></table>`;
+  const fresh = [...t.content.querySelector('tbody').rows];
+  const had = new Map();
+  for (const r of [...tbody.rows]) if (r.dataset.rowKey === undefined) r.remove(); else had.set(r.dataset.rowKey, r);
+  const seen = new Map();
+  rows.forEach(([key], i) => {
+    const next = fresh[i];
+    const n = seen.get(key) ?? 0;
+    seen.set(key, n + 1);
+    next.dataset.rowKey = n ? `${key}\u0000${n}` : key;
+    let row = had.get(next.dataset.rowKey);
+    if (!row) row = next;
+    else {
+      had.delete(next.dataset.rowKey);
+      for (const a of [...row.attributes]) if (!next.hasAttribute(a.name)) row.removeAttribute(a.name);
+      for (const a of [...next.attributes]) if (row.getAttribute(a.name) !== a.value) row.setAttribute(a.name, a.value);
+      const cells = [...next.cells];
+      cells.forEach((c, j) => { const old = row.cells[j]; if (!old) row.append(c); else if (old.outerHTML !== c.outerHTML) old.replaceWith(c); });
+      while (row.cells.length > cells.length) row.cells[row.cells.length - 1].remove();
+    }
+    if (tbody.rows[i] !== row) tbody.insertBefore(row, tbody.rows[i] ?? null);
+  });
+  for (const r of had.values()) r.remove();
+}

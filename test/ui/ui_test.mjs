@@ -9,7 +9,7 @@
 // request shows an error instead of a blank page. Every wait is bounded.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -177,6 +177,17 @@ try {
   const target = page.locator('#targets tbody tr').first();
   await target.waitFor({ timeout: 20000 });
   check(await page.locator('#no-targets').isHidden(), 'a live target is listed');
+  // The landing page refreshes with every live event: its rows stay the same elements (a
+  // click pressed on a row and released on its replacement would be lost).
+  doing = 'watching the landing page refresh';
+  const sessionRow = page.locator('#sessions tbody tr').first();
+  await sessionRow.waitFor({ timeout: 10000 });
+  await page.evaluate(() => { for (const t of ['#targets', '#sessions']) document.querySelector(`${t} tbody tr`).perfwireMarked = true; });
+  const samplesCell = sessionRow.locator('td').nth(5);
+  const samplesBefore = await samplesCell.textContent();
+  await page.waitForFunction((b) => document.querySelector('#sessions tbody tr td:nth-child(6)').textContent !== b, samplesBefore, { timeout: 20000 });
+  const rowsKept = await page.evaluate(() => ['#targets', '#sessions'].map((t) => document.querySelector(`${t} tbody tr`).perfwireMarked === true));
+  check(rowsKept.every(Boolean), `the live tables refresh in place (samples ${samplesBefore} → ${await samplesCell.textContent()}, rows kept: ${rowsKept.join(', ')})`);
   await target.click();
   // A loaded machine may deliver a first chunk with only a few samples: wait until the live
   // profile holds enough for every worker and for a heat map, as a user watching it would.
@@ -792,7 +803,12 @@ try {
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   failedAt = Date.now();
+  // The collector's side of its HTTP port, taken first: a listener's Recv-Q counts connections
+  // not yet accepted, a connection's counts request bytes the collector has not read.
+  const sockets = httpPort ? spawnSync('ss', ['-tanH', `( sport = :${httpPort} )`], { encoding: 'utf8' }).stdout?.trim() : '';
+  const fds = (() => { try { return readdirSync(`/proc/${children[1].pid}/fd`).length; } catch { return '?'; } })();
   console.log(`FAIL while ${doing}: ${e.message.split('\n')[0]}`);
+  console.log(`  the collector's HTTP sockets (${fds} open files):\n${(sockets || '(none)').split('\n').map((l) => '    ' + l.replace(/\s+/g, ' ')).join('\n')}`);
   // What Playwright was waiting for, and what each open page looked like.
   for (const l of e.message.split('\n').slice(1, 16)) if (l.trim()) console.log(`  ${l.trim()}`);
   for (const [i, p] of (browser?.contexts() ?? []).flatMap((c) => c.pages()).entries()) {
