@@ -496,11 +496,11 @@ async function renderSessions(s) {
     ? `comparing against <b>${esc(s.baseline)}</b>: functions gain a Δ column, the flame graph turns red where time grew and blue where it shrank. <button data-baseline="">stop comparing</button>`
     : 'choose a baseline to compare this session against';
   const formats = ['collapsed', 'json', 'svg', 'speedscope', 'pprof'];
-  $('#all-sessions tbody').innerHTML = sessions.map((x) => `<tr title="${attr(x.id)}">
+  syncRows($('#all-sessions tbody'), sessions.map((x) => [x.id, `<tr title="${attr(x.id)}">
     <td><a href="#session=${encodeURIComponent(x.id)}">${started(x) || esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td class="name">${processOf(x)}</td><td>${esc(x.hostname ?? '')}</td>
     <td class="num">${duration(x.duration_sec)}</td><td class="num">${count(x.samples)}</td><td>${x.live ? '<b>live</b>' : x.agent === 'import' ? 'imported' : 'saved'}</td>
     <td>${x.id !== s.session ? `<button data-baseline="${attr(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${attr(x.id)}">delete</button>`}</td>
-    <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`).join('');
+    <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`]));
 }
 
 // An import streams through the collector as it uploads: its progress arrives as `import`
