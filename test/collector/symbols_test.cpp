@@ -15,6 +15,7 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
@@ -61,17 +62,25 @@ std::vector<std::string> split_lines(const std::string& text) {
 TEST_CASE("the tools the collector starts hold none of its connections", "[collector][symbols]") {
     int pair[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0); // as Asio opens them: no CLOEXEC
+    // A second copy far above what a child opens for itself, so a listing cannot mistake one.
+    const int high = ::fcntl(pair[0], F_DUPFD, 200);
+    REQUIRE(high >= 200);
+    // A one-shot tool (readelf, perf script): its own descriptors hold no copy.
+    const auto listed = run_capture({"ls", "/proc/self/fd"});
+    REQUIRE(listed.code == 0);
+    const auto fds = split_lines(listed.out);
+    CHECK(fds.size() >= 3); // its standard three (and the listing's own)
+    CHECK(std::find(fds.begin(), fds.end(), std::to_string(high)) == fds.end());
+    // A long-lived one (addr2line): an answer means it has run its program (a child before
+    // exec still holds everything), then the peer must see the end as soon as it is closed.
     auto cat = coprocess::start({"cat"});
     REQUIRE(cat);
     std::vector<std::string> lines;
-    // An answer means the child has run its program (a child before exec still holds all).
     REQUIRE(cat->exchange(
         "ping\n", lines, [](const std::string& l) { return l == "ping"; },
         std::chrono::seconds(10)));
-    const auto ran = run_capture({"true"});
-    CHECK(ran.code == 0);
     ::close(pair[0]);
-    // The peer sees the end at once: no process holds another copy of the closed end.
+    ::close(high);
     pollfd peer{pair[1], POLLIN, 0};
     REQUIRE(::poll(&peer, 1, 0) == 1);
     char byte = 0;

@@ -23,7 +23,7 @@ namespace {
     ::dup2(in, 0);
     ::dup2(out, 1);
     ::dup2(err, 2);
-    protocol::close_on_exec_from_3(); // not the collector's sockets (docs in the header)
+    protocol::close_on_exec_from_3(); // none of the collector's sockets (descriptors.hpp)
     ::execvp(argv[0], argv.data());
     std::_Exit(127);
 }
