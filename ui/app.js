@@ -258,7 +258,10 @@ function drawFlame() {
 function clearSession(title) {
   $('#session-title').textContent = title;
   for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#flame-shape', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
-  for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#event']) $(id).innerHTML = '';
+  for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#symbol-files tbody', '#event']) $(id).innerHTML = '';
+  // The thread choice holds only this session's threads: another session's, offered while
+  // this one's are fetched, would filter by a thread it never had.
+  $('#thread').replaceChildren(new Option('all threads', '')); delete $('#thread').dataset.session;
   $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
@@ -465,6 +468,7 @@ async function renderThreadChoice(s) {
   while (select.options.length > want.length) select.remove(want.length);
   const chosen = want.some(([v]) => v === s.tid) ? s.tid : '';
   if (select.value !== chosen) select.value = chosen;
+  select.dataset.session = s.session;
 }
 
 const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);

@@ -557,7 +557,22 @@ try {
   check(whole.length === 1 && whole[0] === deviceBin && (await (await fetch(http + '/api/config')).json()).resymbolize.length === 0,
     'a module can be named here whole from the Source tab, and undone');
   await put({ binaries: [] });
+
+  // Back to the live session, its threads held back a while: the thread choice must not offer
+  // the stripped recording's threads meanwhile (a thread id that session never had).
+  doing = "switching sessions with the thread list late";
+  let askedThreads, releaseThreads;
+  const threadsAsked = new Promise((r) => { askedThreads = r; });
+  const threadsHeld = new Promise((r) => { releaseThreads = r; });
+  const ownThreads = (url) => url.pathname === `/api/sessions/${session}/threads`;
+  await again.route(ownThreads, async (route) => { askedThreads(); await threadsHeld; await route.continue().catch(() => {}); });
   await again.goto(`${http}/#session=${session}&tab=source`);
+  await threadsAsked;
+  const offeredMeanwhile = await again.evaluate(() => [...document.querySelector('#thread').options].map((o) => o.text));
+  releaseThreads();
+  await again.unroute(ownThreads);
+  check(offeredMeanwhile.length === 1 && offeredMeanwhile[0] === 'all threads',
+    `while a session's threads are fetched, the last session's are not offered (${offeredMeanwhile.join(', ')})`);
   await again.locator('#source tbody tr').first().waitFor({ timeout: 15000 });
 
   // Where the sources are, set from the Source tab: a folder under the browse root is kept,
@@ -584,8 +599,11 @@ try {
   // The thread filter: choosing a thread narrows the table; "all threads" clears it.
   doing = "filtering by thread";
   await again.goto(`${http}/#session=${session}&tab=functions`);
-  await again.locator('#thread option[value]:not([value=""])').first().waitFor({ state: 'attached', timeout: 15000 });
-  const hashThread = await again.locator('#thread option', { hasText: 'demo-hash' }).first().getAttribute('value');
+  // The choice must list this session's threads: the page showed the stripped recording's
+  // just before, whose demo-hash thread has another id.
+  const sessionThread = again.locator(`#thread[data-session="${session}"] option`, { hasText: 'demo-hash' }).first();
+  await sessionThread.waitFor({ state: 'attached', timeout: 15000 });
+  const hashThread = await sessionThread.getAttribute('value');
   await tableShows(again, { session, tid: null });
   await again.selectOption('#thread', hashThread);
   await tableShows(again, { session, tid: hashThread });
