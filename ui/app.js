@@ -2,8 +2,8 @@
 // #session=<id>&tab=functions|flamegraph|source|sandwich|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>&fn=<function>
 // &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
 import { initAgentHelp, renderAgentHelp } from './agents.js';
-import { initHealth, liveMetrics, showSession } from './health.js';
-import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, syncRows, unitOf, visible } from './util.js';
+import { initHealth, liveMetrics, resetHealth, showSession } from './health.js';
+import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, setHtml, syncRows, unitOf, visible } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
 function hashState() {
@@ -244,10 +244,10 @@ function drawFlame() {
   // What the graph is reduced to, each undone with its ✕.
   // (From the answer drawn, not from the URL: a graph still on its way cannot be mislabelled.)
   const focusName = view.flame.focus || '', hidden = view.flame.hide || [];
-  $('#flame-shape').innerHTML = (focusName ? `<span class="chip">focused on <b>${esc(focusName)}</b> (${pct(100 * view.flame.root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
-    + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' ');
+  setHtml($('#flame-shape'), (focusName ? `<span class="chip">focused on <b>${esc(focusName)}</b> (${pct(100 * view.flame.root.value / (view.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
+    + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' '));
   $('#flame-shape').dataset.shows = `${focusName}|${hidden.join(';')}`;
-  $('#crumbs').innerHTML = crumbs(view.zoomPath);
+  setHtml($('#crumbs'), crumbs(view.zoomPath));
   const focus = view.zoomPath[view.zoomPath.length - 1];
   $('#flame-sandwich').hidden = !focus;
   if (focus) { $('#flame-sandwich').dataset.sandwich = focus; $('#flame-sandwich').textContent = `⇅ callers and callees of ${visible(focus)}`; }
@@ -257,11 +257,15 @@ function drawFlame() {
 // one loads or when it cannot be shown.
 function clearSession(title) {
   $('#session-title').textContent = title;
-  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#flame-shape', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info']) $(id).textContent = '';
-  for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#symbol-files tbody', '#event']) $(id).innerHTML = '';
+  for (const id of ['#session-info', '#control-state', '#control-result', '#functions-count', '#flame-tip', '#source-info', '#crumbs', '#flame-shape', '#quality-summary', '#sandwich-fn', '#flame-legend', '#timeline-info', '#baseline-info']) $(id).textContent = '';
+  for (const id of ['#stat-cards', '#quality-checks', '#callers tbody', '#callees tbody', '#lanes', '#functions tbody', '#threads tbody', '#source tbody', '#source-file', '#symbol-files tbody', '#all-sessions tbody', '#event']) $(id).innerHTML = '';
   // The thread choice holds only this session's threads: another session's, offered while
   // this one's are fetched, would filter by a thread it never had.
   $('#thread').replaceChildren(new Option('all threads', '')); delete $('#thread').dataset.session;
+  // Nor another session's device health, flame graph menus or source focus.
+  resetHealth();
+  $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true; delete $('#flame-shape').dataset.shows;
+  view.zoomPath = []; view.focusFunction = null; view.focusFile = null;
   $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
   $('#controls').hidden = true;
   delete $('#functions').dataset.shows;
@@ -410,6 +414,7 @@ async function renderSession(s) {
   if (!meta.samples) {
     $('#functions tbody').innerHTML = '<tr><td colspan="5" class="muted">waiting for samples…</td></tr>'; $('#functions-count').textContent = ''; delete $('#functions').dataset.shows;
     $('#quality-summary').textContent = 'waiting for samples…'; $('#flame-legend').textContent = 'waiting for samples…';
+    if (s.tab === 'sessions') await renderSessions(s); // every session, samples or not
     return;
   }
   await renderQuality(s, q);
@@ -560,7 +565,8 @@ async function renderSource(s, q) {
 function renderSymbolFiles(binaries) {
   const shown = binaries.filter((b) => b.module.startsWith('/'));
   if (shown.some((b) => b.fix && !b.pending)) $('#source-settings').open = true;
-  $('#symbol-files tbody').innerHTML = shown.map((b) => {
+  // In place: its buttons are clicked while live data redraws the tab.
+  syncRows($('#symbol-files tbody'), shown.length ? shown.map((b) => {
     const tried = (b.tried || []).map((t) => `<li>${esc(visible(t))}</li>`).join('');
     const where = b.path && !b.fix
       ? `${esc(b.origin)}: <code>${esc(visible(b.path))}</code> (${Number(b.symbols).toLocaleString()} symbols${b.build_matches ? ', the same build' : ''})`
@@ -569,9 +575,9 @@ function renderSymbolFiles(binaries) {
     // Where the device's own names are poor, every frame of the module can be named here.
     const whole = b.path && b.symbols && (!b.fix || b.named_here) ? ` <button data-resymbolize="${attr(b.module)}" data-on="${b.named_here ? 1 : 0}" title="${b.named_here
       ? 'name only the frames the device could not, as perf named the others' : 'name every frame of this module from these symbols, not only those the device could not'}">${b.named_here ? 'named here: undo' : 'name all its frames here'}</button>` : '';
-    return `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
-      <td data-origin="${attr(b.origin)}">${where}${whole}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`;
-  }).join('') || '<tr><td colspan="2" class="muted">no module looked up yet</td></tr>';
+    return [b.module, `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
+      <td data-origin="${attr(b.origin)}">${where}${whole}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`];
+  }) : [['', '<tr><td colspan="2" class="muted">no module looked up yet</td></tr>']]);
 }
 
 async function openFunctionSource(name) {

@@ -69,6 +69,12 @@ export async function showSession(id, startedAt, window) {
   draw(window);
 }
 
+// No session's health shown (another session is being opened).
+export function resetHealth() {
+  Object.assign(h, { session: null, started: 0, system: [], process: [], network: [] });
+  $('#health').hidden = true;
+}
+
 export function liveMetrics(d, window) {
   if (d.session_id !== h.session) return;
   add(d.metrics);

@@ -201,11 +201,13 @@ try {
   check(await matrix.count() > 0 && await page.locator('#functions tbody tr', { hasText: 'hash_strings' }).count() > 0,
     `the function table names the demo's hot functions (${await page.locator('#session-info').textContent()})`);
   check(/session=[^&]+/.test(page.url()) && page.url().includes('tab=functions'), 'the session is in the URL');
-  const shownCount = Number((await page.locator('#functions-count').textContent()).replace(/[^\d]/g, ''));
+  // The count and the rows read at once: a live table may gain a function between two reads.
+  const [shownCount, shownRows] = await page.evaluate(() => [Number(document.querySelector('#functions-count').textContent.replace(/[^\d]/g, '')),
+    document.querySelectorAll('#functions tbody tr[data-function]').length]);
   const session = new URLSearchParams(new URL(page.url()).hash.slice(1)).get('session');
   const apiCount = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.length;
   // A live profile only gains functions: the count the page showed cannot exceed a later answer.
-  check(shownCount >= await page.locator('#functions tbody tr[data-function]').count() && shownCount <= apiCount,
+  check(shownCount >= shownRows && shownCount <= apiCount,
     `the table counts every function (${shownCount} counted, ${apiCount} in a later answer)`);
 
   doing = "opening matrix_multiply's source";
@@ -296,6 +298,13 @@ try {
   check(focusRows.length && focusShare > most - 5 && focusShare < sum + 5 && await again.locator('#flame-menu').isHidden() && (await depth1()).name === under.name,
     `focus on ${under.name}: the menu closes, the graph holds its stacks, ${focusShare} % (its total in the table: ${focusRows.map((f) => pct2(f.total_pct)).join(' + ')} %)`);
   await again.mouse.move(0, 0);
+  // Redrawn with live data, the chip's share changes and its ✕ stays the same element.
+  await again.evaluate(() => { document.querySelector('#flame-shape [data-unfocus]').perfwireMarked = true; });
+  const shareText = () => again.locator('#flame-shape').textContent();
+  const shareBefore = await shareText();
+  await again.waitForFunction((b) => document.querySelector('#flame-shape').textContent !== b, shareBefore, { timeout: 20000 });
+  const chipKept = await again.evaluate(() => document.querySelector('#flame-shape [data-unfocus]')?.perfwireMarked === true);
+  check(chipKept, `the focus chip updates in place (${shareBefore.match(/[\d.]+ %/)?.[0]} → ${(await shareText()).match(/[\d.]+ %/)?.[0]})`);
   await again.locator('#flame-shape [data-unfocus]').click();
   await shapeShows('|');
   const top = await depth1();
@@ -567,7 +576,7 @@ try {
   const ownThreads = (url) => url.pathname === `/api/sessions/${session}/threads`;
   await again.route(ownThreads, async (route) => { askedThreads(); await threadsHeld; await route.continue().catch(() => {}); });
   await again.goto(`${http}/#session=${session}&tab=source`);
-  await threadsAsked;
+  await Promise.race([threadsAsked, new Promise((_, no) => setTimeout(() => no(new Error('the session\'s threads were not asked for in 15 s')), 15000))]);
   const offeredMeanwhile = await again.evaluate(() => [...document.querySelector('#thread').options].map((o) => o.text));
   releaseThreads();
   await again.unroute(ownThreads);
@@ -588,8 +597,9 @@ try {
   await again.waitForFunction(() => /saved|must|outside|browse/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
   const kept = (await (await fetch(http + '/api/config')).json()).source_dirs;
   await again.fill('#source-dir', '/etc');
+  await again.evaluate(() => { document.querySelector('#source-settings-state').textContent = ''; }); // the first add's word
   await again.click('#source-dir-form button');
-  await again.waitForFunction(() => !/saved/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
+  await again.waitForFunction(() => /saved|must|outside|browse/.test(document.querySelector('#source-settings-state').textContent), null, { timeout: 10000 });
   const refusal = await again.locator('#source-settings-state').textContent();
   check(kept.includes(srcDir) && /browse|root|outside/.test(refusal) && !(await (await fetch(http + '/api/config')).json()).source_dirs.includes('/etc'),
     `a source folder is added from the Source tab, one outside the browse root refused ("${refusal}")`);
@@ -684,9 +694,11 @@ try {
     info: document.querySelector('#session-info').textContent,
     cards: document.querySelector('#stat-cards').children.length,
     rows: document.querySelectorAll('#functions tbody tr').length,
+    threads: document.querySelector('#thread').options.length,
+    health: !document.querySelector('#health').hidden,
   }));
   check((await again.locator('#view-error').textContent()).includes('no session nope') && leftover.title === 'nope' &&
-    !leftover.info && !leftover.cards && !leftover.rows, `an unknown session shows its error and nothing of the last one (${JSON.stringify(leftover)})`);
+    !leftover.info && !leftover.cards && !leftover.rows && leftover.threads === 1 && !leftover.health, `an unknown session shows its error and nothing of the last one (${JSON.stringify(leftover)})`);
   await again.evaluate((id) => { location.hash = `session=${id}&tab=functions`; }, session);
   await tableShows(again, { session });
   await again.locator('#view-error').waitFor({ state: 'hidden', timeout: 10000 });
@@ -811,9 +823,9 @@ try {
   if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-offered.png') });
   await offer.click();
   await updPage.waitForFunction(() => /agent updated from/.test(document.querySelector('#targets-result').textContent), null, { timeout: 30000 });
-  await updPage.waitForFunction((v) => [...document.querySelectorAll('#targets tbody tr')].some((tr) => tr.cells[2].textContent.includes(v) && !tr.querySelector('button')), laterVersion, { timeout: 30000 });
+  const updatedRow = await updPage.waitForFunction((v) => [...document.querySelectorAll('#targets tbody tr')].find((tr) => tr.cells[2].textContent.includes(v) && !tr.querySelector('button')), laterVersion, { timeout: 30000 });
   if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-done.png') });
-  const agentCell = await updPage.locator('#targets tbody tr td:nth-child(3)').first().textContent();
+  const agentCell = await updatedRow.evaluate((tr) => tr.cells[2].textContent);
   check(offered === `update to ${laterVersion}` && agentCell.includes(laterVersion),
     `"${offered}" updates the agent, which comes back as "${agentCell.trim()}" (${await updPage.locator('#targets-result').textContent()})`);
   await updContext.close();
