@@ -459,7 +459,8 @@ async function renderSession(s) {
 async function renderThreadChoice(s) {
   const q = new URLSearchParams({ weight: 'samples' });
   if (s.event) q.set('event', s.event);
-  const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => []); // none yet: 404
+  let answered = true;
+  const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => { answered = false; return []; }); // none yet: 404
   // Updated in place: a live session re-renders with every chunk, and options rebuilt each
   // time would close the list a user has open and drop what they were about to choose.
   const select = $('#thread');
@@ -473,7 +474,8 @@ async function renderThreadChoice(s) {
   while (select.options.length > want.length) select.remove(want.length);
   const chosen = want.some(([v]) => v === s.tid) ? s.tid : '';
   if (select.value !== chosen) select.value = chosen;
-  select.dataset.session = s.session;
+  // Whose threads these are, once the session answered (a test waits for it).
+  if (answered) select.dataset.session = s.session; else delete select.dataset.session;
 }
 
 const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
@@ -589,9 +591,11 @@ async function openFunctionSource(name) {
   } catch (e) { showError(e.message); }
 }
 
-function showError(message) {
+// `tab`: the tab whose render failed (data-tab on the message), when a render failed.
+function showError(message, tab) {
   $('#view-error').hidden = !message;
   $('#view-error').textContent = message ? visible(message) : '';
+  if (message && tab) $('#view-error').dataset.tab = tab; else delete $('#view-error').dataset.tab;
 }
 
 let rendering = null;
@@ -603,7 +607,7 @@ async function render() {
   $('#session').hidden = !s.session;
   // An error is shown above the view it belongs to, and goes when that view renders again.
   try { await (s.session ? renderSession(s) : renderLanding()); showError(null); }
-  catch (e) { showError(e.message); }
+  catch (e) { showError(e.message, s.session ? s.tab : 'landing'); }
 }
 // One render at a time; a change that arrives during one is rendered right after it, once.
 let again = false;

@@ -741,10 +741,11 @@ try {
   await again.route('**/api/sessions/**', (r) => r.abort('connectionrefused'));
   await again.locator('#tabs button[data-tab="threads"]').click();
   // The state the click produces (a render already under way may fail first, on the old tab).
-  await again.waitForFunction(() => !document.querySelector('#tab-threads').hidden &&
+  await again.waitForFunction(() => !document.querySelector('#tab-threads').hidden && document.querySelector('#view-error').dataset.tab === 'threads' &&
     /cannot reach/.test(document.querySelector('#view-error').textContent), null, { timeout: 10000 }).catch(() => {});
-  const opened = await again.evaluate(() => ({ hash: location.hash, threads: !document.querySelector('#tab-threads').hidden, functions: !document.querySelector('#tab-functions').hidden }));
-  check(/cannot reach the collector/.test(await again.locator('#view-error').textContent()) && opened.threads && !opened.functions,
+  const opened = await again.evaluate(() => ({ hash: location.hash, threads: !document.querySelector('#tab-threads').hidden, functions: !document.querySelector('#tab-functions').hidden,
+    failed: document.querySelector('#view-error').dataset.tab }));
+  check(/cannot reach the collector/.test(await again.locator('#view-error').textContent()) && opened.threads && !opened.functions && opened.failed === 'threads',
     `a tab clicked while the collector is down opens and says so ("${await again.locator('#view-error').textContent()}", ${JSON.stringify(opened)})`);
   await again.unroute('**/api/sessions/**');
   await again.locator('#tabs button[data-tab="functions"]').click();
