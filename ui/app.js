@@ -393,6 +393,7 @@ async function renderSession(s) {
   if (s.end) q.set('end', s.end);
   let meta;
   try { meta = await api(`/api/sessions/${encodeURIComponent(s.session)}`); } catch (e) { clearSession(s.session); view.shown = null; throw e; }
+  stillWanted();
   const events = meta.event_types || [];
   // Without an event in the URL the collector picks the one with most samples: keep showing
   // the one it picked last for this session, so a re-render never flashes another.
@@ -402,6 +403,7 @@ async function renderSession(s) {
   await renderControls(s.session);
   await renderThreadChoice(s);
   await showSession(s.session, meta.started_at, windowOf(s));
+  stillWanted();
   $('#session-title').textContent = s.session;
   $('#session-info').textContent = [visible(meta.hostname || ''), `${meta.samples} samples`, `${meta.chunks} ${meta.chunks === 1 ? 'chunk' : 'chunks'}`,
     (meta.event_types || []).map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
@@ -418,6 +420,7 @@ async function renderSession(s) {
     return;
   }
   await renderQuality(s, q);
+  stillWanted();
   if (s.tab === 'functions') {
     const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
@@ -461,6 +464,7 @@ async function renderThreadChoice(s) {
   if (s.event) q.set('event', s.event);
   let answered = true;
   const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => { answered = false; return []; }); // none yet: 404
+  stillWanted(); // a choice made meanwhile stays
   // Updated in place: a live session re-renders with every chunk, and options rebuilt each
   // time would close the list a user has open and drop what they were about to choose.
   const select = $('#thread');
@@ -484,6 +488,7 @@ const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Nu
 // agent's state allows it; "start again" for the run its idle agent last finished.
 async function renderControls(session) {
   const targets = await api('/api/targets');
+  stillWanted();
   const t = targets.find((x) => x.session_id === session) || targets.find((x) => x.last_session_id === session && x.state === 'idle');
   view.target = t?.id;
   view.targetPid = t?.pid;
@@ -598,8 +603,15 @@ function showError(message, tab) {
   if (message && tab) $('#view-error').dataset.tab = tab; else delete $('#view-error').dataset.tab;
 }
 
+// A render whose address changed under it stops at its next step: the render that change
+// queued draws the new state, sooner, and nothing of the old one is written over a newer choice.
+class Superseded extends Error {}
+let renderedHash = '';
+const stillWanted = () => { if (location.hash !== renderedHash) throw new Superseded(); };
+
 let rendering = null;
 async function render() {
+  renderedHash = location.hash;
   const s = hashState();
   if (location.hash === '#wizard') { showError(null); openWizard(); return; }
   $('#wizard').hidden = true;
@@ -607,7 +619,7 @@ async function render() {
   $('#session').hidden = !s.session;
   // An error is shown above the view it belongs to, and goes when that view renders again.
   try { await (s.session ? renderSession(s) : renderLanding()); showError(null); }
-  catch (e) { showError(e.message, s.session ? s.tab : 'landing'); }
+  catch (e) { if (!(e instanceof Superseded)) showError(e.message, s.session ? s.tab : 'landing'); }
 }
 // One render at a time; a change that arrives during one is rendered right after it, once.
 let again = false;
