@@ -384,6 +384,7 @@ async function renderSession(s) {
   $('#inverted').checked = s.inverted;
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
+  if (s.tab !== 'functions') delete $('#functions').dataset.shows; // drawn anew when it is back
   if (view.shown !== s.session) { clearSession(s.session); view.shown = s.session; }
   const q = new URLSearchParams({ weight: $('#weight').value });
   if (s.tid) q.set('tid', s.tid);
