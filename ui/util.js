@@ -67,38 +67,31 @@ export async function api(path, { method = 'GET', body, signal } = {}) {
 }
 
 // The same elements with the same attributes, in the same places; text may differ.
+const sameChildren = (a, b) => a.childNodes.length === b.childNodes.length && [...a.childNodes].every((c, i) => sameShape(c, b.childNodes[i]));
 function sameShape(a, b) {
-  if (a.nodeType !== b.nodeType || a.nodeName !== b.nodeName || a.childNodes.length !== b.childNodes.length) return false;
+  if (a.nodeType !== b.nodeType || a.nodeName !== b.nodeName) return false;
   if (a.nodeType === Node.ELEMENT_NODE &&
     (a.attributes.length !== b.attributes.length || [...b.attributes].some((x) => a.getAttribute(x.name) !== x.value))) return false;
-  return [...a.childNodes].every((c, i) => sameShape(c, b.childNodes[i]));
+  return sameChildren(a, b);
 }
 function copyText(a, b) {
   if (a.nodeType === Node.TEXT_NODE) { if (a.data !== b.data) a.data = b.data; return; }
   a.childNodes.forEach((c, i) => copyText(c, b.childNodes[i]));
 }
-// `fresh` (a node, or a fragment's nodes) shown in `old`'s place: where only text changed, the
-// text is updated and every element stays, so a live view redrawn with each event never
-// replaces a button under a click (a press on one element and a release on its copy is no
-// click at all).
-function morph(old, fresh) {
-  if (sameShape(old, fresh)) copyText(old, fresh);
-  else old.replaceWith(fresh);
-}
-// An element's content set from HTML, its elements kept where only text changed.
+// An element's content set from HTML: where only text changed, the text is updated and every
+// element stays, so a live view redrawn with each event never replaces a button under a click
+// (a press on one element and a release on its copy is no click at all).
 export function setHtml(el, html) {
   const t = document.createElement('template');
   t.innerHTML = html;
-  const fresh = t.content;
-  if (fresh.childNodes.length === el.childNodes.length && [...el.childNodes].every((c, i) => sameShape(c, fresh.childNodes[i])))
-    el.childNodes.forEach((c, i) => copyText(c, fresh.childNodes[i]));
-  else el.replaceChildren(fresh);
+  if (sameChildren(el, t.content)) copyText(el, t.content);
+  else el.replaceChildren(t.content);
 }
 
 // Rows updated in place: `rows` is [[key, '<tr …>…</tr>'], …]. A row with the same key keeps
-// its element and only the cells that changed are replaced, so a table that refreshes with
-// every live event never takes a row from under a click (a press on one element and a
-// release on its replacement is no click at all). A key seen twice is told apart by its count.
+// its element; a cell whose elements are the same has its text updated, only a cell whose
+// elements changed is replaced, so a table that refreshes with every live event never takes
+// a row or button from under a click. A key seen twice is told apart by its count.
 export function syncRows(tbody, rows) {
   const t = document.createElement('template');
   t.innerHTML = `<table><tbody>${rows.map(([, html]) => html).join('')}</tbody></table>`;
@@ -118,7 +111,7 @@ export function syncRows(tbody, rows) {
       for (const a of [...row.attributes]) if (!next.hasAttribute(a.name)) row.removeAttribute(a.name);
       for (const a of [...next.attributes]) if (row.getAttribute(a.name) !== a.value) row.setAttribute(a.name, a.value);
       const cells = [...next.cells];
-      cells.forEach((c, j) => { const old = row.cells[j]; if (!old) row.append(c); else if (old.outerHTML !== c.outerHTML) morph(old, c); });
+      cells.forEach((c, j) => { const old = row.cells[j]; if (!old) row.append(c); else if (sameShape(old, c)) copyText(old, c); else old.replaceWith(c); });
       while (row.cells.length > cells.length) row.cells[row.cells.length - 1].remove();
     }
     if (tbody.rows[i] !== row) tbody.insertBefore(row, tbody.rows[i] ?? null);
