@@ -43,7 +43,19 @@ cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+step "the daemons under ThreadSanitizer: stops at random moments, and ingestion end to end"
+# Only the collector, the agent and the demo are built with ThreadSanitizer; the suite's
+# driver from the first build runs them (PERFWIRE_TEST_COLLECTOR, PERFWIRE_TEST_AGENT).
+cmake -S . -B build-tsan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_TSAN=ON -DPERFWIRE_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-tsan -j "$jobs" --target perfwire-collector perfwire-agent
+TSAN_OPTIONS=halt_on_error=1 PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
+    PERFWIRE_TEST_COLLECTOR="$root/build-tsan/src/collector/perfwire-collector" \
+    PERFWIRE_TEST_AGENT="$root/build-tsan/src/agent/perfwire-agent" \
+    build/test/perfwire_tests "[shutdown],[ingestion]"
 
 if ((fuzz_seconds > 0)); then
     CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPERFWIRE_FUZZ=ON -DPERFWIRE_TESTS=OFF \

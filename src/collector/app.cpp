@@ -15,11 +15,15 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace collector {
 using asio::ip::tcp;
@@ -54,6 +58,42 @@ void report(std::exception_ptr e) {
     if (e)
         log("fatal: " + protocol::describe(e));
 }
+
+// How long a stop may take before the collector gives up waiting: what was received is on
+// disk already (every chunk is written as it arrives).
+constexpr auto drain_deadline = std::chrono::seconds(30);
+
+// Watches a stop from a thread of its own (a timer on the loop would itself keep the loop
+// from draining): a stop that hangs ends the process with a line saying so.
+class drain_watch {
+public:
+    void start(std::chrono::seconds deadline) {
+        thread_ = std::thread([this, deadline] {
+            std::unique_lock lock(mutex_);
+            if (!wake_.wait_for(lock, deadline, [this] { return done_; })) {
+                log("did not stop within " + std::to_string(deadline.count()) +
+                    " s; exiting without waiting for the rest");
+                std::_Exit(1);
+            }
+        });
+    }
+    void done() {
+        {
+            std::lock_guard lock(mutex_);
+            done_ = true;
+        }
+        wake_.notify_all();
+        if (thread_.joinable())
+            thread_.join();
+    }
+    ~drain_watch() { done(); }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool done_ = false;
+    std::thread thread_;
+};
 
 } // namespace
 
@@ -180,22 +220,32 @@ int run(const config& c) {
     asio::co_spawn(io, accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);
 
-    asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](boost::system::error_code ec, int) {
+    // Stopping (docs/architecture.md): 1. stop accepting; 2. end every connection and cancel
+    // the work in flight; 3. the loop runs until nothing is left (every coroutine returned,
+    // every job handed to the pool done and its answer handled); 4. join the pool; 5. destroy
+    // (the context, then the loop, which holds nothing by then). Further signals meanwhile
+    // are taken and ignored: a terminal's Ctrl-C and a script's kill often come together.
+    std::optional<asio::signal_set> signals(std::in_place, io, SIGINT, SIGTERM);
+    drain_watch watch;
+    signals->async_wait([&](boost::system::error_code ec, int signo) {
         if (ec)
             return;
-        log("stopping");
+        log(std::string("stopping (") + (signo == SIGINT ? "SIGINT" : "SIGTERM") + ")");
         boost::system::error_code ignored;
         agents.close(ignored);
         web.close(ignored);
-        for (auto& [id, weak] : app.targets)
-            if (auto link = weak.lock())
-                link->close();
-        // Let the links finish (their sessions' metadata is written on the pool), then stop.
-        asio::post(io, [&io] { io.stop(); });
+        app.stops.stop();
+        if (app.debuginfod)
+            app.debuginfod->stop(); // before the drain: its answers are posted to the loop
+        watch.start(drain_deadline);
     });
     io.run();
-    app.pool.join(); // every queued chunk and metadata write completes
+    watch.done();
+    app.pool.join();
+    signals.reset();
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    log("stopped");
     return 0;
 }
 

@@ -7,9 +7,12 @@
 #include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
+#include "collector/stopping.hpp"
 #include "collector/symbols/debuginfod.hpp"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include <chrono>
 #include <map>
@@ -49,8 +52,20 @@ struct app_context {
     std::string api_token;               // what every API request presents; empty: --http-auth none
     std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
 
+    // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
+    stop_registry stops;
+
     // On the I/O thread, whenever something the UI shows changed: tells the browsers.
     void changed(change what, const std::string& session_id = {});
+
+    // Hands `job` to the pool (`ex`: a session's strand, or the pool itself) and keeps the I/O
+    // loop from running out of work until the job has run. A job may post back to the I/O
+    // thread; a shutdown drains the loop, so nothing it posts is ever left behind.
+    template <class Executor, class Job>
+    void on_pool(const Executor& ex, Job job) {
+        asio::post(ex,
+                   [work = asio::make_work_guard(io), job = std::move(job)]() mutable { job(); });
+    }
 };
 
 } // namespace collector

@@ -91,8 +91,8 @@ void rebuild_live(session_entry& e, app_context& app) {
 
 void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std::string who,
                   bool compressed, std::string payload, std::function<void()> digested) {
-    asio::post(e->strand, [e, app = &app, who = std::move(who), compressed,
-                           payload = std::move(payload), digested = std::move(digested)] {
+    app.on_pool(e->strand, [e, app = &app, who = std::move(who), compressed,
+                            payload = std::move(payload), digested = std::move(digested)] {
         take_chunk(*e, *app, who, compressed, payload);
         if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
             e->wants_kernel_symbols = true;
@@ -105,7 +105,7 @@ void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std
 
 void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record) {
     events::metrics(app, e->id, record);
-    asio::post(e->strand, [e, app = &app, record = std::move(record)] {
+    app.on_pool(e->strand, [e, app = &app, record = std::move(record)] {
         if (e->writer)
             (void)e->writer->append_metrics(record);
         if (!e->model)
@@ -122,7 +122,7 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
 
 void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
                          std::string text, std::string why) {
-    asio::post(e->strand, [e, app = &app, text = std::move(text), why = std::move(why)] {
+    app.on_pool(e->strand, [e, app = &app, text = std::move(text), why = std::move(why)] {
         if (!e->model)
             return;
         if (!why.empty()) {
@@ -143,9 +143,11 @@ void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>&
 }
 
 void rename_frames(app_context& app) {
+    if (app.stops.stopping())
+        return; // the sessions are named again when they are next loaded
     const auto generation = app.symbols.generation();
     for (auto& e : app.sessions.entries())
-        asio::post(e->strand, [e, app = &app, generation] {
+        app.on_pool(e->strand, [e, app = &app, generation] {
             if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
                 return;
             if (e->writer) {
@@ -162,7 +164,7 @@ void rename_frames(app_context& app) {
 void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
               std::optional<int> pid) {
     app.sessions.set_live(e->id, false);
-    asio::post(e->strand, [e, app = &app, ended_at, pid] {
+    app.on_pool(e->strand, [e, app = &app, ended_at, pid] {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
         // not kept.

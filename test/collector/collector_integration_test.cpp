@@ -55,7 +55,7 @@ struct importing_collector {
 
     importing_collector(const fs::path& sessions, const std::string& file) {
         proc = std::make_unique<spawned>(
-            PERFWIRE_COLLECTOR_BIN,
+            test_support::collector_bin(),
             std::vector<std::string>{"--sessions-dir", sessions.string(), "--agent-port", "0",
                                      "--agent-bind", "127.0.0.1", "--http-port", "0", "--import",
                                      file});
@@ -75,7 +75,7 @@ const std::string matrix = "(anonymous namespace)::matrix_multiply";
 
 TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile peer, restart after "
           "SIGKILL",
-          "[collector][integration][perf]") {
+          "[collector][integration][perf][ingestion]") {
     temp_dir dir;
     auto demo = start_demo(120);
     auto coll = std::make_unique<collector_proc>(dir.path);
@@ -243,7 +243,7 @@ TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile pe
 }
 
 TEST_CASE("a session is one run: the target's exit and a stop end it, a start opens the next",
-          "[collector][integration][perf]") {
+          "[collector][integration][perf][ingestion]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);
     temp_dir dir;
@@ -477,7 +477,7 @@ TEST_CASE("the wizard dials a listening agent with its pairing code",
 }
 
 TEST_CASE("a real perf.data imports from the command line and by upload",
-          "[collector][integration][perf]") {
+          "[collector][integration][perf][ingestion]") {
     temp_dir dir;
     auto demo = start_demo(120);
     const std::string data = (dir.path / "demo.perf.data").string();

@@ -6,6 +6,7 @@
 
 #include "protocol/messages.hpp"
 #include "support/framing_peer.hpp"
+#include "support/programs.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
@@ -34,7 +35,7 @@ inline std::ostream& operator<<(std::ostream& out, agent_flavour f) {
 inline std::unique_ptr<spawned> start_agent(agent_flavour f, std::vector<std::string> args,
                                             const std::vector<std::string>& env = {}) {
     if (f == agent_flavour::cpp)
-        return std::make_unique<spawned>(PERFWIRE_AGENT_BIN, args, "/dev/null", env);
+        return std::make_unique<spawned>(agent_bin(), args, "/dev/null", env);
     args.insert(args.begin(), PERFWIRE_PYTHON_AGENT);
     return std::make_unique<spawned>(PERFWIRE_PYTHON, args, "/dev/null", env);
 }

@@ -6,6 +6,7 @@
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
+#include "support/programs.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
@@ -32,7 +33,7 @@ struct collector_proc {
         std::vector<std::string> args{"--sessions-dir", sessions.string(), "--agent-port", "0",
                                       "--agent-bind",   "127.0.0.1",       "--http-port",  "0"};
         args.insert(args.end(), extra.begin(), extra.end());
-        proc = std::make_unique<spawned>(PERFWIRE_COLLECTOR_BIN, args, "/dev/null", env);
+        proc = std::make_unique<spawned>(collector_bin(), args, "/dev/null", env);
         const auto agents = proc->wait_for_stderr("agents on 127.0.0.1:", std::chrono::seconds(5));
         const auto http =
             proc->wait_for_stderr("API on http://127.0.0.1:", std::chrono::seconds(5));

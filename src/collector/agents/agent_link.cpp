@@ -258,6 +258,7 @@ void agent_link::close() {
 
 asio::awaitable<void> agent_link::run() {
     auto self = shared_from_this();
+    const auto end = app_.stops.on_stop([this] { close(); });
     log(peer_, "agent connected (" + id_ + ")");
     co_await (reader() && writer());
     close();
@@ -677,13 +678,23 @@ asio::awaitable<std::pair<std::string, std::string>>
 dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token) {
     auto ex = co_await asio::this_coro::executor;
     tcp::resolver resolver(ex);
+    auto resolving = app.stops.on_stop([&resolver] { resolver.cancel(); });
     auto [rec, endpoints] = co_await resolver.async_resolve(host, port, use_nothrow);
+    resolving = {};
     if (rec)
         co_return std::make_pair(std::string(), "cannot resolve " + host + ": " + rec.message());
     tcp::socket socket(ex);
     asio::steady_timer deadline(ex, std::chrono::seconds(10));
+    auto end = app.stops.on_stop([&] {
+        boost::system::error_code ignored;
+        socket.close(ignored);
+        deadline.cancel();
+    });
     auto r = co_await (asio::async_connect(socket, endpoints, use_nothrow) ||
                        deadline.async_wait(use_nothrow));
+    end = {};
+    if (app.stops.stopping())
+        co_return std::make_pair(std::string(), std::string("the collector is stopping"));
     if (r.index() == 1)
         co_return std::make_pair(std::string(), "timed out connecting to " + host + ":" + port);
     if (auto ec = std::get<0>(std::get<0>(r)))

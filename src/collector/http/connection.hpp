@@ -186,6 +186,7 @@ asio::awaitable<http_response> serve_import(app_context& app, Stream& stream,
     auto up = upload::start(app, declared);
     if (!up)
         co_return busy_importing(req);
+    const auto end = app.stops.on_stop([up] { up->cancel(); });
     std::vector<char> block(std::size_t{4} << 20);
     if (!header.chunked() && declared) {
         // A known length: the bytes go straight from the socket into a block, a megabyte a

@@ -86,6 +86,9 @@ template asio::awaitable<void> serve_connection(app_context&, beast::tcp_stream&
 namespace {
 
 asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
+    // A stop ends the connection wherever it is: reading a request, streaming events, or
+    // reading an import's body (whose import is then dropped).
+    const auto end = app.stops.on_stop([&stream] { stream.close(); });
     co_await serve_connection(app, stream);
 }
 

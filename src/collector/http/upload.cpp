@@ -129,6 +129,10 @@ void upload::abandon() {
                    }));
 }
 
+void upload::cancel() noexcept {
+    state_->stream.cancel();
+}
+
 asio::awaitable<http_response> upload::finish(const http_request& req) {
     state_->announce("parsing", true); // (a perf.data upload then reports "converting")
     auto done =

@@ -27,6 +27,9 @@ public:
     asio::awaitable<http_response> finish(const http_request& req);
     // The body did not arrive whole (the client left, a read failed): nothing is kept.
     void abandon();
+    // The collector stops: the import ends at its next block (a perf script over an uploaded
+    // perf.data is stopped too) and finish() answers "cancelled".
+    void cancel() noexcept;
 
     struct state; // (upload.cpp)
     explicit upload(std::shared_ptr<state> s);

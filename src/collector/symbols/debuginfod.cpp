@@ -64,6 +64,10 @@ debuginfod_fetcher::debuginfod_fetcher(std::string urls, std::function<void()> a
 }
 
 debuginfod_fetcher::~debuginfod_fetcher() {
+    stop();
+}
+
+void debuginfod_fetcher::stop() {
     {
         std::lock_guard lock(state_->mutex);
         state_->stopping = true;

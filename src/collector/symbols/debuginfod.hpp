@@ -23,6 +23,10 @@ public:
     debuginfod_fetcher(const debuginfod_fetcher&) = delete;
     debuginfod_fetcher& operator=(const debuginfod_fetcher&) = delete;
 
+    // Ends the fetching thread (a transfer in progress is cut short) and waits for it; later
+    // lookups are answered from what was fetched. The destructor does it too.
+    void stop();
+
     // Whether this build has debuginfod support (libdebuginfod was found at build time).
     static bool available() noexcept;
 
