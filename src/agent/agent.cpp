@@ -44,6 +44,8 @@ struct registry {
     bool shutting_down = false;
     bool restart = false;       // a new build is in place: stop, then start it
     std::function<void()> stop; // as on SIGTERM
+    // What perf was found able to do, for every connection of this run.
+    std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>();
 };
 
 // A session that installs an update stops the agent, which then starts the new build.
@@ -83,7 +85,8 @@ asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_t
                                     connect_deadline.async_wait(use_nothrow));
             if (result.index() == 0 && !std::get<0>(std::get<0>(result))) {
                 log("connected to collector " + target);
-                auto s = std::make_shared<session>(std::move(socket), c, c.token);
+                auto s = std::make_shared<session>(std::move(socket), c, c.token,
+                                                   std::make_shared<pairing_guard>(), reg.probed);
                 restart_on_update(reg, *s);
                 co_await run_session(reg, s);
                 if (s->was_authenticated())
@@ -135,7 +138,7 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
             log("accept: " + ec.message());
             continue;
         }
-        auto s = std::make_shared<session>(std::move(socket), c, token, guard);
+        auto s = std::make_shared<session>(std::move(socket), c, token, guard, reg.probed);
         restart_on_update(reg, *s);
         unsettled = s;
         s->on_settled = [turn] { turn->cancel(); };

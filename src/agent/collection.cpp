@@ -35,7 +35,15 @@ void collection::start_stat(asio::any_io_executor ex) {
         stat_ = std::move(*started);
 }
 
+void collection::note_record_end(int status) {
+    record_status_ = status;
+    if (settings_.record.pid)
+        target_exited_ = !target_ || procfs::has_exited(*target_);
+}
+
 asio::awaitable<void> collection::run() {
+    if (settings_.record.pid)
+        target_ = procfs::running_process(*settings_.record.pid);
     if (settings_.rounds)
         co_await run_rounds();
     else
@@ -74,7 +82,7 @@ asio::awaitable<void> collection::run_continuous() {
         co_await ((read_script(*script_) && cut_loop() && watchdog()) &&
                   read_all(record_->err(), 64 << 10) && read_all(script_->err(), 64 << 10));
     record_err_ = std::move(record_err);
-    record_status_ = co_await record_->wait();
+    note_record_end(co_await record_->wait());
     co_await script_->wait();
     if (chunks_ == 0 && !stop_requested_) {
         // perf gave up before producing anything: say why.
@@ -155,6 +163,7 @@ asio::awaitable<void> collection::run_rounds() {
     const std::string dir = dir_template;
     cut_timer_ = std::make_unique<asio::steady_timer>(ex);
     stop_timer_ = std::make_unique<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+    round_gap_ = std::make_unique<asio::steady_timer>(ex);
     const auto round_seconds = std::chrono::duration<double>(settings_.chunk_duration).count();
     const std::vector<std::string> bound = {sleep_program(), std::to_string(round_seconds)};
 
@@ -177,7 +186,7 @@ asio::awaitable<void> collection::run_rounds() {
         // This round records while the previous one is turned into text.
         auto recording = [this](child& r) -> asio::awaitable<std::string> {
             auto [err, code] = co_await (read_all(r.err(), 64 << 10) && r.wait());
-            record_status_ = code;
+            note_record_end(code);
             co_return err;
         };
         std::string record_err;
@@ -195,10 +204,21 @@ asio::awaitable<void> collection::run_rounds() {
             previous_stat = co_await read_all(done->err(), 256 << 10);
         }
         previous_file = file;
-        const bool cut_short = std::chrono::steady_clock::now() - started <
-                               settings_.chunk_duration - std::chrono::milliseconds(200);
-        if (stop_requested_ || cut_short || (settings_.periods && round + 1 >= settings_.periods))
+        if (stop_requested_ || target_exited_ ||
+            (settings_.periods && round + 1 >= settings_.periods))
             break; // stopped, the target went away, or the rounds asked for are done
+        const auto round_end = started + settings_.chunk_duration;
+        if (std::chrono::steady_clock::now() < round_end - std::chrono::milliseconds(200)) {
+            // perf ended the round early: a failure ends the run; a clean exit while the target
+            // runs (a perf that stops on its own) does not, but the next round starts only when
+            // this one should have ended, so such a perf cannot make the agent spin.
+            if (record_status_ != 0)
+                break;
+            round_gap_->expires_at(round_end);
+            co_await round_gap_->async_wait(use_nothrow);
+            if (stop_requested_)
+                break;
+        }
     }
     if (previous_file)
         co_await script_round(*previous_file, previous_stat);
@@ -234,6 +254,8 @@ void collection::request_stop() {
     if (stop_requested_)
         return;
     stop_requested_ = true;
+    if (round_gap_)
+        round_gap_->cancel();
     if (!record_)
         return; // run() has not started perf yet; it checks the flag
     record_->signal(SIGINT);

@@ -16,6 +16,7 @@
 #include "agent/chunker.hpp"
 #include "agent/perf_commands.hpp"
 #include "agent/probe.hpp"
+#include "agent/procfs.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/object.hpp>
@@ -61,6 +62,10 @@ public:
     std::uint64_t script_bytes() const noexcept { return script_bytes_; }
     // perf record's exit status (the last round's, in rounds), once it has ended; -1 before.
     int record_status() const noexcept { return record_status_; }
+    // The process profiled had exited when perf record last ended (a run of the whole system:
+    // never). Judged after perf's exit, by the process's start time, so neither a zombie nor
+    // a reused pid passes for the target.
+    bool target_exited() const noexcept { return target_exited_; }
 
 private:
     asio::awaitable<void> run_continuous();
@@ -89,6 +94,10 @@ private:
     std::uint64_t script_bytes_ = 0;
     int periods_ = 0; // timed cuts made (and the stop that ends the last period)
     int record_status_ = -1;
+    std::optional<procfs::process_identity> target_; // as it was when the run began
+    bool target_exited_ = false;
+    void note_record_end(int status); // perf record ended with `status`: was it the target?
+    std::unique_ptr<asio::steady_timer> round_gap_; // rounds: waits out a round perf cut short
     std::string error_;
     std::string record_err_;
 };

@@ -65,6 +65,19 @@ struct capabilities {
     std::string why_not_callgraph(const std::string& mode) const;
 };
 
+// What the probe found, kept as long as the agent runs and shared by its connections: a
+// collector that connects again (a restart, the wizard dialling once more) starts at once
+// instead of waiting for perf to be probed again. `reprobe` refreshes it.
+struct probe_memory {
+    std::optional<capabilities> caps;
+    std::optional<int> pid; // what it was probed for (nullopt: the whole system)
+
+    // The findings for `pid`, when they hold for it.
+    const capabilities* for_pid(std::optional<int> want) const {
+        return caps && (pid == want || caps->judged) ? &*caps : nullptr;
+    }
+};
+
 int read_perf_event_paranoid(const std::string& proc_root = "/proc");
 
 // Finds what this perf can do for `pid` (or the whole system). About a second with a

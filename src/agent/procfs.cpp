@@ -191,6 +191,21 @@ std::optional<pid_stat> parse_pid_stat(std::string_view text) {
     return s;
 }
 
+std::optional<process_identity> running_process(int pid, const std::string& proc_root) {
+    if (pid <= 0)
+        return std::nullopt;
+    const auto text = read_file(proc_root + "/" + std::to_string(pid) + "/stat");
+    const auto stat = text ? parse_pid_stat(*text) : std::nullopt;
+    if (!stat || stat->state == 'Z' || stat->state == 'X')
+        return std::nullopt;
+    return process_identity{pid, stat->start_time};
+}
+
+bool has_exited(const process_identity& p, const std::string& proc_root) {
+    const auto now = running_process(p.pid, proc_root);
+    return !now || now->start_time != p.start_time;
+}
+
 pid_status parse_pid_status(std::string_view text) {
     pid_status s;
     for_each_line(text, [&](std::string_view line) {

@@ -44,6 +44,17 @@ struct pid_stat {
 };
 std::optional<pid_stat> parse_pid_stat(std::string_view text);
 
+// A process as it is: its pid and when it started (clock ticks after boot). The same pid with
+// another start time is another process: the first exited, was reaped, and its pid reused.
+struct process_identity {
+    int pid = 0;
+    std::uint64_t start_time = 0;
+};
+// The process `pid` now; nullopt when it is gone or a zombie (it exited, not yet reaped).
+std::optional<process_identity> running_process(int pid, const std::string& proc_root = "/proc");
+// Whether `p` has exited since it was seen (gone, a zombie, or its pid now another process's).
+bool has_exited(const process_identity& p, const std::string& proc_root = "/proc");
+
 // /proc/PID/status
 struct pid_status {
     std::uint64_t voluntary_csw = 0, involuntary_csw = 0, rss_kb = 0;

@@ -127,7 +127,7 @@ void log(const std::string& peer, const std::string& what) {
 } // namespace
 
 session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
-                 std::shared_ptr<pairing_guard> guard)
+                 std::shared_ptr<pairing_guard> guard, std::shared_ptr<probe_memory> probed)
     : socket_(std::move(socket))
     , cfg_(cfg)
     , token_(std::move(token))
@@ -136,6 +136,7 @@ session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<
     , drained_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , wake_auth_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , metrics_timer_(socket_.get_executor())
+    , probed_(std::move(probed))
     , probe_done_(socket_.get_executor(), asio::steady_timer::time_point::max())
     , collection_done_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
@@ -729,7 +730,7 @@ void session::start_from_command_line() {
 }
 
 void session::probe_in_background() {
-    if (caps_ || probing_ || closed_)
+    if (caps_ || probing_ || closed_ || recall_probe(settings_.record.pid))
         return;
     // Claimed here, not when the coroutine first runs: a status read in the same buffer as
     // the authentication must already say a probe is under way.
@@ -748,6 +749,8 @@ asio::awaitable<void> session::ensure_probed(std::optional<int> pid, bool again)
         co_await probe_done_.async_wait(use_nothrow);
     }
     if (caps_ && (probed_pid_ == pid || caps_->judged) && !again)
+        co_return;
+    if (!again && recall_probe(pid))
         co_return;
     probing_ = true;
     co_await run_probe(pid);
@@ -779,6 +782,21 @@ asio::awaitable<void> session::run_probe(std::optional<int> pid) {
             ", call graphs " + (caps.callgraph.empty() ? "none" : caps.callgraph) + ", " +
             (caps.pipe_mode ? "continuous" : "rounds") + " (" +
             std::to_string(caps.probe_seconds).substr(0, 4) + " s)");
+    probed_->caps = caps;
+    probed_->pid = pid;
+    use_capabilities(std::move(caps), pid);
+}
+
+bool session::recall_probe(std::optional<int> pid) {
+    const auto* known = probed_->for_pid(pid);
+    if (!known)
+        return false;
+    log(peer_, "probe: perf as found at an earlier connection (reprobe to probe it again)");
+    use_capabilities(*known, probed_->pid);
+    return true;
+}
+
+void session::use_capabilities(capabilities caps, std::optional<int> pid) {
     caps_ = std::move(caps);
     probed_pid_ = pid;
     settings_.record.events = caps_->record_events;
@@ -912,14 +930,19 @@ asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
             std::string reason;
             if (!c->error().empty() && c->chunks() == 0)
                 reason = "perf failed: " + c->error();
-            else if (settings_.record.pid &&
-                     (!pid_exists(*settings_.record.pid) || c->record_status() == 0))
-                reason = "target process exited"; // perf record -p ends cleanly with it
+            else if (c->target_exited())
+                reason = "target process exited";
             else if (c->record_status() > 0) {
                 reason = "perf record exited with status " + std::to_string(c->record_status());
                 if (const auto why = perf_complaint(c->record_stderr()); !why.empty())
                     reason += ": " + why;
-            } else
+            } else if (c->record_status() == 0)
+                reason =
+                    "perf record ended by itself (exit status 0)" +
+                    (settings_.record.pid
+                         ? " while process " + std::to_string(*settings_.record.pid) + " still runs"
+                         : std::string());
+            else
                 reason = "perf exited";
             log(peer_, reason + "; idle");
             send_state(reason);

@@ -38,7 +38,8 @@ class session : public std::enable_shared_from_this<session> {
 public:
     // `token`: the pairing code that must be presented, or nullopt to start authenticated.
     session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
-            std::shared_ptr<pairing_guard> guard = std::make_shared<pairing_guard>());
+            std::shared_ptr<pairing_guard> guard = std::make_shared<pairing_guard>(),
+            std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>());
 
     // Called once the collector has authenticated (the listener closes an older session).
     std::function<void(session&)> on_authenticated;
@@ -79,6 +80,8 @@ private:
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
+    bool recall_probe(std::optional<int> pid); // what an earlier probe found, when it holds
+    void use_capabilities(capabilities caps, std::optional<int> pid);
     void probe_in_background();     // once authenticated: status has capabilities before a start
     void start_from_command_line(); // --server with --pid: auto_start beside the reader
     asio::awaitable<void> auto_start();
@@ -119,6 +122,7 @@ private:
     state state_ = state::idle;
     std::optional<capabilities> caps_;
     std::optional<int> probed_pid_;
+    std::shared_ptr<probe_memory> probed_; // the agent's, across connections
     bool probing_ = false;
     asio::steady_timer probe_done_; // cancelled when a probe ends
     protocol::platform_info platform_;

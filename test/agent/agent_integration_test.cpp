@@ -813,6 +813,66 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
     CHECK(no_perf_children(agent->pid(), 5s));
 }
 
+TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds go on, and only "
+          "the target's exit is called one",
+          "[agent][integration][perf][odd]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    listener l;
+    auto demo = start_demo(120);
+    SECTION("rounds: each round's perf writes its file and exits cleanly after 0.05 s") {
+        auto agent = start_odd_agent(
+            flavour, "no-pipe,short-rounds",
+            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "2"});
+        auto peer = accept_agent(l);
+        read_hello(peer);
+        auto started = peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + "}", 90s);
+        INFO(agent->stderr_text());
+        REQUIRE(ok(started));
+        REQUIRE(started->fields.at("mode").as_string() == "rounds");
+        // Round after round arrives, one every 2 s (not faster: a round perf cut short is
+        // waited out), and the agent stays profiling.
+        const auto since = std::chrono::steady_clock::now();
+        auto got = collect(peer, 30s,
+                           [](const received& r) { return r.chunks >= 3 || !r.notices.empty(); });
+        const auto took = std::chrono::steady_clock::now() - since;
+        INFO(agent->stderr_text());
+        CHECK(got.notices.empty());
+        CHECK(got.chunks >= 3);
+        CHECK(took >= 3s);
+        CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+        CHECK(peer.command("status")->fields.at("state").as_string() == "profiling");
+        // The target's own exit ends the run, and is called what it is.
+        demo->signal(SIGKILL);
+        demo->wait(5s);
+        const auto rest = collect(peer, 20s, [](const received& r) { return !r.notices.empty(); });
+        REQUIRE_FALSE(rest.notices.empty());
+        CHECK(rest.notices.back().state == "idle");
+        CHECK(rest.notices.back().reason == "target process exited");
+        CHECK(no_perf_children(agent->pid(), 5s));
+    }
+    SECTION("continuous: perf record streams, then ends cleanly while the target runs") {
+        auto agent = start_odd_agent(
+            flavour, "stops-early",
+            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
+        auto peer = accept_agent(l);
+        read_hello(peer);
+        auto started = peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + "}", 90s);
+        INFO(agent->stderr_text());
+        REQUIRE(ok(started));
+        REQUIRE(started->fields.at("mode").as_string() == "continuous");
+        const auto got = collect(peer, 20s, [](const received& r) { return !r.notices.empty(); });
+        INFO(agent->stderr_text());
+        REQUIRE_FALSE(got.notices.empty());
+        CHECK(got.notices.back().state == "idle");
+        CHECK(got.notices.back().reason ==
+              "perf record ended by itself (exit status 0) while process " +
+                  std::to_string(demo->pid()) + " still runs");
+        CHECK(test_support::process_exists(demo->pid()));
+        CHECK(no_perf_children(agent->pid(), 5s));
+    }
+}
+
 TEST_CASE("an agent told --pid says hello and answers while it probes perf, then starts",
           "[agent][integration][perf][odd]") {
     const auto flavour = each_agent();
@@ -862,10 +922,28 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     const auto code = no_pipe->wait(60s);
     INFO(no_pipe->stderr_text());
     REQUIRE(code == 0);
-    std::ifstream in(path);
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    CHECK_THAT(text, Catch::Contains("matrix_multiply"));
-    CHECK(std::count(text.begin(), text.end(), '#') >= 2); // two rounds, each with perf stat
+    const auto rounds_in = [](const std::string& file) {
+        std::ifstream in(file);
+        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        CHECK_THAT(text, Catch::Contains("matrix_multiply"));
+        std::size_t n = 0; // each round ends with its perf stat report
+        for (auto at = text.find("### PERF_STAT ###"); at != std::string::npos;
+             at = text.find("### PERF_STAT ###", at + 1))
+            ++n;
+        return n;
+    };
+    CHECK(rounds_in(path) == 2);
+
+    // A perf whose every round ends early, cleanly, while the target runs: all three rounds.
+    const auto short_path = (dir.path / "short.txt").string();
+    auto short_rounds =
+        start_odd_agent(flavour, "no-pipe,short-rounds",
+                        {"--output", short_path, "--pid", std::to_string(demo->pid()), "--rounds",
+                         "3", "--duration", "2"});
+    const auto short_code = short_rounds->wait(60s);
+    INFO(short_rounds->stderr_text());
+    REQUIRE(short_code == 0);
+    CHECK(rounds_in(short_path) == 3);
 
     const auto nothing = (dir.path / "nothing.txt").string();
     auto no_events = start_odd_agent(flavour, "no-events",

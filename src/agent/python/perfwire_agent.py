@@ -468,8 +468,22 @@ def read_cmdline(pid):
 
 def pid_exists(pid):
     """Alive for profiling: a zombie that exited but was not reaped does not count."""
+    return running_process(pid) is not None
+
+
+def running_process(pid):
+    """The process `pid` now, as (pid, start time); None when it is gone or a zombie. The same
+    pid with another start time is another process: the first exited, was reaped, and its pid
+    was reused."""
     stat = parse_pid_stat(read_text("/proc/%d/stat" % pid)) if pid and pid > 0 else None
-    return stat is not None and stat["state"] not in "ZX"
+    if stat is None or stat["state"] in "ZX":
+        return None
+    return pid, stat["start_time"]
+
+
+def has_exited(process):
+    """Whether `process` (from running_process) has exited since it was seen."""
+    return running_process(process[0]) != process
 
 
 def read_perf_event_paranoid():
@@ -1344,9 +1358,38 @@ def probe_settings(s, perf, pid, events, say):
         say("probe: " + w)
     for c in caps.cannot:
         say("probe: this perf cannot " + c)
+    use_capabilities(s, caps, events)
+    return caps
+
+
+def use_capabilities(s, caps, events):
+    """Sets `s` to record what the probe found (`events` when given)."""
     s.events = list(events or caps.record_events)
     s.callgraph, s.script_fields = caps.callgraph, caps.script_fields
-    return caps
+
+
+class ProbeMemory(object):
+    """What the probe found, kept as long as the agent runs and shared by its connections: a
+    collector that connects again starts at once instead of waiting for perf to be probed
+    again. `reprobe` refreshes it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.caps = self.pid = None
+
+    def remember(self, caps, pid):
+        with self.lock:
+            self.caps, self.pid = caps, pid
+
+    def recall(self, pid):
+        """(capabilities, the pid they were probed for) when they hold for `pid`, else None."""
+        with self.lock:
+            if self.caps is not None and (self.pid == pid or self.caps.judged):
+                return self.caps, self.pid
+        return None
+
+
+PROBED = ProbeMemory()
 
 
 # ================================================================================ perf: collection
@@ -1428,6 +1471,12 @@ class Collection(object):
         self.chunks = 0
         self.error = ""
         self.record_status = None  # perf record's exit status (the last round's), once ended
+        # The process profiled had exited when perf record last ended (never for the whole
+        # system): judged after perf's exit, by its start time, so neither a zombie nor a
+        # reused pid passes for the target.
+        self.target_exited = False
+        self.target = None  # as it was when the run began
+        self.gap = threading.Event()  # set by a stop: ends the wait after a round cut short
         self.record_err = b""  # what perf record said on stderr (its start, bounded)
         self.script_bytes = 0  # perf script text received
         self.done = threading.Event()
@@ -1445,6 +1494,13 @@ class Collection(object):
             if not self.stop_requested:
                 self.stop_requested = True
                 self._interrupt()
+        self.gap.set()
+
+    def _record_ended(self, returncode):
+        """perf record ended: its status, and whether the target is why."""
+        self.record_status = exit_status(returncode)
+        if self.s.pid is not None:
+            self.target_exited = self.target is None or has_exited(self.target)
 
     def _adopt_record(self, rec):
         with self.lock:
@@ -1468,6 +1524,8 @@ class Collection(object):
 
     def _main(self):
         try:
+            if self.s.pid is not None:
+                self.target = running_process(self.s.pid)
             if self.s.rounds:
                 self._run_rounds()
             else:
@@ -1577,7 +1635,7 @@ class Collection(object):
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
-        self.record_status = exit_status(rec.returncode)
+        self._record_ended(rec.returncode)
         self.record_err = bytes(bufs["rerr"])
         self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
 
@@ -1608,11 +1666,23 @@ class Collection(object):
                 rec.stderr.close()
                 self._wait_for(rec)
                 record_err = (err_box[0] if err_box else b"")[:64 << 10]
-                self.record_status, self.record_err = exit_status(rec.returncode), record_err
+                self._record_ended(rec.returncode)
+                self.record_err = record_err
                 previous, previous_stat = path, self._finish_stat(False)
-                if self.stop_requested or monotonic() - started < self.s.duration - 0.2 or \
+                if self.stop_requested or self.target_exited or \
                         (self.s.periods and n + 1 >= self.s.periods):
                     break  # stopped, the target went away, or the rounds asked for are done
+                left = started + self.s.duration - monotonic()
+                if left > 0.2:
+                    # perf ended the round early: a failure ends the run; a clean exit while
+                    # the target runs (a perf that stops on its own) does not, but the next
+                    # round starts only when this one should have ended, so such a perf
+                    # cannot make the agent spin.
+                    if self.record_status != 0:
+                        break
+                    self.gap.wait(left)
+                    if self.stop_requested:
+                        break
             if previous:
                 self._script_round(previous, previous_stat)
             self._fail_if_empty(record_err.decode("utf-8", "replace"))
@@ -2437,7 +2507,8 @@ class Session(object):
         """Right after authentication: the capabilities are ready for the first status and
         start, and status says a probe is under way meanwhile."""
         with self.probe_cond:
-            if self.caps is not None or self.probing or self.closed:
+            if self.caps is not None or self.probing or self.closed \
+                    or self._recall_probe(self.settings.pid):
                 return
             # Claimed here, not when the thread first runs: a status read right after the
             # authentication must already say a probe is under way.
@@ -2464,8 +2535,21 @@ class Session(object):
             if self.caps is not None and (self.probed_pid == pid or self.caps.judged) \
                     and not again:
                 return
+            if not again and self._recall_probe(pid):
+                return
             self.probing = True
         self._run_probe(pid)
+
+    def _recall_probe(self, pid):
+        """What an earlier connection's probe found, when it holds for `pid` (probe_cond
+        held)."""
+        known = PROBED.recall(pid)
+        if known is None:
+            return False
+        self.log("probe: perf as found at an earlier connection (reprobe to probe it again)")
+        use_capabilities(self.settings, known[0], self.cfg.events)
+        self.caps, self.probed_pid = known
+        return True
 
     def _run_probe(self, pid):
         """Probes perf; self.probing was set by the caller and is released here."""
@@ -2480,6 +2564,7 @@ class Session(object):
             with self.probe_cond:
                 if caps is not None:
                     self.caps, self.probed_pid = caps, pid
+                    PROBED.remember(caps, pid)
                 self.probing = False
                 self.probe_cond.notify_all()
 
@@ -2513,13 +2598,16 @@ class Session(object):
             pid = self.settings.pid
             if c.error and c.chunks == 0:
                 reason = "perf failed: " + c.error
-            elif pid is not None and (not pid_exists(pid) or c.record_status == 0):
-                reason = "target process exited"  # perf record -p ends cleanly with it
+            elif c.target_exited:
+                reason = "target process exited"
             elif c.record_status is not None and c.record_status > 0:
                 reason = "perf record exited with status %d" % c.record_status
                 why = perf_complaint(c.record_err.decode("utf-8", "replace"))
                 if why:
                     reason += ": " + why
+            elif c.record_status == 0:
+                reason = "perf record ended by itself (exit status 0)" + (
+                    "" if pid is None else " while process %d still runs" % pid)
             else:
                 reason = "perf exited"
         self.log(reason + "; idle")
