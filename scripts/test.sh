@@ -43,6 +43,7 @@ cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp \
     PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
