@@ -27,7 +27,7 @@ async function renderLanding() {
   if (!renderLanding.helped) { renderLanding.helped = true; renderAgentHelp().catch(() => { renderLanding.helped = false; }); }
   syncRows($('#sessions tbody'), sessions.map((s) => [s.id, `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
     <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
-    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.agent === 'import' ? 'imported' : 'saved'}</td></tr>`]));
+    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.imported ? 'imported' : 'saved'}</td></tr>`]));
   // Thousands of sessions stay usable: the newest first, a page at a time, and a search.
   $('#sessions-count').textContent = q ? `${sessions.length < total ? `${sessions.length} shown, ` : ''}${total.toLocaleString()} ${total === 1 ? 'session matches' : 'sessions match'}`
     : `${sessions.length < total ? `${sessions.length} of ` : ''}${total.toLocaleString()} ${total === 1 ? 'session' : 'sessions'}`;
@@ -42,7 +42,7 @@ const updateProgress = (u) => (u.applying ? `installing ${esc(u.version)}…`
 
 // How a session reads in a list: when, what process (pid), which event, how long, how much.
 const started = (s) => (s.started_at ? esc(new Date(s.started_at * 1000).toLocaleString()) : '');
-const processOf = (s) => (s.agent === 'import' ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
+const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
   : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
 const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
 const duration = (sec) => (sec == null ? '' : sec < 60 ? `${sec.toFixed(1)} s` : sec < 3600 ? `${Math.floor(sec / 60)} min ${Math.round(sec % 60)} s` : `${(sec / 3600).toFixed(1)} h`);
@@ -515,7 +515,7 @@ async function renderSessions(s) {
   const formats = ['collapsed', 'json', 'svg', 'speedscope', 'pprof'];
   syncRows($('#all-sessions tbody'), sessions.map((x) => [x.id, `<tr title="${attr(x.id)}">
     <td><a href="#session=${encodeURIComponent(x.id)}">${started(x) || esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td class="name">${processOf(x)}</td><td>${esc(x.hostname ?? '')}</td>
-    <td class="num">${duration(x.duration_sec)}</td><td class="num">${count(x.samples)}</td><td>${x.live ? '<b>live</b>' : x.agent === 'import' ? 'imported' : 'saved'}</td>
+    <td class="num">${duration(x.duration_sec)}</td><td class="num">${count(x.samples)}</td><td>${x.live ? '<b>live</b>' : x.imported ? 'imported' : 'saved'}</td>
     <td>${x.id !== s.session ? `<button data-baseline="${attr(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${attr(x.id)}">delete</button>`}</td>
     <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`]));
 }

@@ -283,9 +283,7 @@ void note_unsaved(session_entry& e, const session_store& store) {
 void load_model(session_entry& e, const session_store& store, symbolizer* names,
                 std::size_t budget) {
     auto fresh = std::make_unique<session_model>(names);
-    if (const auto meta = store.meta(e.id))
-        if (const auto* agent = meta->if_contains("agent"))
-            fresh->owner_recording = agent->is_string() && agent->as_string() == "import";
+    fresh->owner_recording = store.owner_import(e.id); // never what an agent said of itself
     // The build-ids and the kernel's symbols first: frames are named for what ran. What
     // reached memory but not the disk is kept from the model in place.
     for (const auto& line : store.metrics(e.id))

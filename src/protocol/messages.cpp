@@ -376,9 +376,16 @@ parse_result<health_metrics> parse_metrics(std::string_view payload) {
         read_as(disk_metrics{});
     else if (t == "threads")
         read_as(threads_metrics{});
-    else if (t == "binaries")
+    else if (t == "binaries") {
         read_as(binaries_metrics{});
-    else
+        // A build-id is what the ELF note holds: lowercase hex, or empty when a file has none.
+        // Nothing else (a word the collector gives meaning to) may come from an agent.
+        if (out)
+            for (const auto& b : std::get<binaries_metrics>(*out).binaries)
+                if (b.build_id.size() > 128 ||
+                    b.build_id.find_first_not_of("0123456789abcdef") != std::string::npos)
+                    return invalid("a build_id must be lowercase hex (at most 128 digits)");
+    } else
         return parse_error{make_error_code(errc::unknown_message_type),
                            "metrics type '" + std::string(t) + "'"};
     return out;

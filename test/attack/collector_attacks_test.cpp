@@ -1,6 +1,7 @@
 // Attacks on the collector as a hostile device, a hostile local user and a full disk make
 // them, against the real collector on loopback: each test reproduces one attack and asserts
 // the bound that now holds (docs/security.md lists them).
+#include "collector/symbols/subprocess.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "support/agents.hpp"
@@ -503,4 +504,92 @@ TEST_CASE("three large uploads at once: two import side by side, the third is to
 #if !defined(__SANITIZE_ADDRESS__)
     CHECK(hwm_kb < 200 * 1024); // not the bodies held whole (3 x 95 MB, and their copies)
 #endif
+}
+
+TEST_CASE("an agent cannot make its session an owner recording: not with a build-id word, not by "
+          "calling itself an import",
+          "[collector][attack][symbols]") {
+    // Frames in a binary on this machine, unnamed by the "device", at matrix_multiply's
+    // address. Only a recording the owner imports may be named from the file its path names
+    // without a build-id to check; an agent's session never.
+    const auto nm = collector::run_capture({"nm", "--defined-only", PERFWIRE_DEMO_BIN});
+    std::string address;
+    std::istringstream lines(nm.out);
+    for (std::string line; std::getline(lines, line);)
+        if (line.find("matrix_multiply") != std::string::npos)
+            address = line.substr(0, line.find(' '));
+    REQUIRE_FALSE(address.empty());
+    const auto at = std::stoull(address, nullptr, 16) + 0x10;
+    std::ostringstream chunk;
+    for (int i = 0; i < 50; ++i)
+        chunk << "demo 42/42 " << 1000 + i << ".000000: 1000000 cpu-clock:\n\t" << std::hex << at
+              << std::dec << " [unknown] (" << PERFWIRE_DEMO_BIN << ")\n\n";
+
+    temp_dir dir;
+    auto coll = std::make_unique<collector_proc>(dir.path / "sessions");
+    // One agent reports the word the collector once gave to imports as its build-id (refused,
+    // as any build-id that is not hex); another says hello as "import".
+    auto word = test_support::framing_peer::connect(coll->agent_port);
+    REQUIRE(word);
+    word->send(protocol::frame_flag::response,
+               R"({"type":"hello","version":1,"agent":"perfwire","hostname":"word"})");
+    word->send(protocol::frame_flag::metrics,
+               R"({"type":"binaries","ts":1,"pid":42,"binaries":[{"path":")" +
+                   std::string(PERFWIRE_DEMO_BIN) + R"(","build_id":"owner-recording"}]})");
+    word->send(protocol::frame_flag::text, chunk.str());
+    auto posing = test_support::framing_peer::connect(coll->agent_port);
+    REQUIRE(posing);
+    posing->send(protocol::frame_flag::response,
+                 R"({"type":"hello","version":1,"agent":"import","hostname":"posing"})");
+    posing->send(protocol::frame_flag::text, chunk.str());
+    auto sessions = wait_for(*coll, "/api/sessions", 10s, [](const json::value& v) {
+        int n = 0;
+        for (const auto& s : v.as_array())
+            n += s.at("samples").to_number<int>() == 50;
+        return n == 2;
+    });
+    std::vector<std::string> ids;
+    for (const auto& s : sessions.as_array())
+        ids.emplace_back(s.at("id").as_string());
+    REQUIRE(ids.size() == 2);
+    const auto named = [&](const std::string& id) {
+        const auto functions = coll->get("/api/sessions/" + id + "/functions");
+        return json::value(functions.at("functions").as_array().at(0).at("name"));
+    };
+    for (const auto& id : ids) {
+        INFO("live session " << id);
+        CHECK(named(id) == "[unknown]");
+    }
+    CHECK_THAT(coll->proc->stderr_text(), Catch::Contains("build_id must be lowercase hex"));
+
+    // Ended and opened again from disk, as a saved session: still the agents' sessions.
+    word.reset();
+    posing.reset();
+    wait_for(*coll, "/api/sessions", 10s, [](const json::value& v) {
+        for (const auto& s : v.as_array())
+            if (s.at("live").as_bool())
+                return false;
+        return true;
+    });
+    coll = std::make_unique<collector_proc>(dir.path / "sessions");
+    const auto saved = coll->get("/api/sessions");
+    for (const auto& s : saved.as_array()) {
+        INFO("saved session " << s.at("id").as_string());
+        CHECK(s.at("imported") == false);
+        CHECK(named(std::string(s.at("id").as_string())) == "[unknown]");
+        CHECK(coll->get("/api/sessions/" + std::string(s.at("id").as_string())).at("imported") ==
+              false);
+    }
+
+    // The same text imported by the owner is named from that file (so the two above could
+    // have been).
+    const auto up = http_call(coll->http_port, "POST", "/api/sessions/import", chunk.str());
+    INFO(up.body);
+    REQUIRE(up.status == 200);
+    const std::string imported(json::parse(up.body).at("session_id").as_string());
+    CHECK_THAT(std::string(named(imported).as_string()), Catch::Contains("matrix_multiply"));
+    const auto listed = coll->get("/api/sessions");
+    for (const auto& s : listed.as_array())
+        CHECK(s.at("imported") == (s.at("id").as_string() == imported));
+    CHECK(fs::exists(dir.path / "sessions" / imported / "owner-import"));
 }

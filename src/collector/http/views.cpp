@@ -155,6 +155,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     }
     if (kind == view_kind::meta) {
         json::object o = app->store.meta(e->id).value_or(json::object());
+        o["imported"] = m.owner_recording; // the store's mark, never the agent's word
         o["samples"] = m.prof.sample_count();
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
@@ -252,8 +253,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
         // A live session began at its first samples; an import's started_at is when it
         // was imported, which says nothing of when it was recorded.
         const auto meta = app->store.meta(e->id);
-        const auto* agent = meta ? meta->if_contains("agent") : nullptr;
-        const bool imported = agent && agent->is_string() && agent->as_string() == "import";
+        const bool imported = app->store.owner_import(e->id);
         const auto* started = meta && !imported ? meta->if_contains("started_at") : nullptr;
         r.text = pprof_profile(m.prof, *f,
                                {&app->symbols, &m.device_build_ids,

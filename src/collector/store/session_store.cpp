@@ -217,6 +217,13 @@ boost::system::result<session_writer> session_store::create_staged() {
 
 error_code session_store::publish(session_writer& w, std::string_view agent_name,
                                   const json::object& meta) {
+    {
+        // The mark goes in before the folder is a session: it never exists unmarked.
+        std::ofstream mark(w.dir() / "owner-import");
+        mark << "imported by the collector's owner\n";
+        if (!mark.flush())
+            return last_error();
+    }
     auto id = free_id(agent_name, [&](const std::string& name, std::error_code& ec) {
         // rename() refuses a non-empty target: a session that took the name meanwhile.
         fs::rename(w.dir(), root_ / name, ec);
@@ -263,13 +270,22 @@ std::vector<json::object> session_store::list() const {
     for (const auto& e : fs::directory_iterator(root_, ec)) {
         const auto name = e.path().filename().string();
         if (e.is_directory() && valid_id(name))
-            if (auto m = meta(name))
+            if (auto m = meta(name)) {
+                (*m)["imported"] = owner_import(name);
                 out.push_back(std::move(*m));
+            }
     }
     std::sort(out.begin(), out.end(), [](const json::object& a, const json::object& b) {
         return a.at("id").as_string() > b.at("id").as_string();
     });
     return out;
+}
+
+bool session_store::owner_import(std::string_view id) const {
+    if (!valid_id(id))
+        return false;
+    std::error_code ec;
+    return fs::is_regular_file(fs::symlink_status(root_ / std::string(id) / "owner-import", ec));
 }
 
 std::size_t session_store::count() const {

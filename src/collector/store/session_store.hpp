@@ -5,6 +5,8 @@
 //       chunks/000001.zst  data frames exactly as received (.zst: flag 1, .txt: flag 0),
 //                          written and synced before anything parses them
 //       metrics.jsonl    one health-metrics object per line
+//       owner-import     present only in a recording its owner imported (publish() writes it
+//                        into the staged folder): nothing an agent sends can make it
 //
 // A collector killed mid-session leaves meta.json without "ended_at"; the session is still
 // listed and replays from its chunks. Ids are folder names and are validated before any path
@@ -58,16 +60,21 @@ public:
     // A folder that is not a session yet (not listed, removed at the next start if left):
     // an import in progress writes its chunks here. Its writer has no id until publish().
     boost::system::result<session_writer> create_staged();
-    // Makes a staged folder a session, named like create(), with `meta`.
+    // Makes a staged folder a session, named like create(), with `meta`, marked as a recording
+    // its owner imported (owner_import()).
     boost::system::error_code publish(session_writer& w, std::string_view agent_name,
                                       const boost::json::object& meta);
+    // Whether the session is a recording the collector's owner imported (by the command line
+    // or an authenticated upload), not an agent's: only then may its frames be named from the
+    // files its paths name on this machine without a build-id to check (symbols/locate.hpp).
+    bool owner_import(std::string_view id) const;
     // Removes a staged folder and everything in it.
     void discard(const session_writer& w);
 
     static bool valid_id(std::string_view id) noexcept;
 
-    // Metadata of every session, newest first; chunk counts come from the folder. Reads
-    // every meta.json: call it off the I/O thread.
+    // Metadata of every session, newest first, with "imported" (owner_import()); chunk counts
+    // come from the folder. Reads every meta.json: call it off the I/O thread.
     std::vector<boost::json::object> list() const;
     // How many sessions there are, without reading them.
     std::size_t count() const;
