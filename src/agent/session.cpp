@@ -155,6 +155,7 @@ asio::awaitable<void> session::run() {
     protocol::hello h;
     h.agent_version = std::string(version());
     h.update_arch = std::string(build_arch);
+    h.updates = std::string(update_policy());
     h.auth = token_ ? "token" : "none";
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
@@ -501,6 +502,16 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     co_return command_response::failure(id, "unknown command: " + req.cmd);
 }
 
+std::string_view session::update_policy() const {
+    if (!cfg_.allow_update)
+        return protocol::updates::disabled;
+    if (!token_)
+        return protocol::updates::needs_pairing;
+    if (!cfg_.update_key)
+        return protocol::updates::needs_key;
+    return protocol::updates::signed_only;
+}
+
 command_response session::cmd_update(const protocol::command_request& req) {
     update_.reset(); // an earlier offer's file goes
     if (!cfg_.allow_update)
@@ -518,7 +529,7 @@ command_response session::cmd_update(const protocol::command_request& req) {
     if (!size || !size->is_int64() || size->get_int64() <= 0)
         return command_response::failure(req.id, "size must be a positive integer");
     offer.size = static_cast<std::uint64_t>(size->get_int64());
-    auto made = update_receiver::begin(offer, cfg_.self_path, cfg_.update_key);
+    auto made = update_receiver::begin(offer, cfg_.self_path, cfg_.update_key, version());
     if (auto* why = std::get_if<std::string>(&made)) {
         log(peer_, "update refused: " + *why);
         return command_response::failure(req.id, *why);
@@ -622,11 +633,10 @@ command_response session::cmd_status(const std::string& id) {
     f["duration"] =
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
     f["agent_version"] = std::string(version());
-    // How this agent takes updates over the link: not at all, by checksum (the pairing code
-    // vouches for the collector) or signed with its --update-key.
-    f["update"] = !cfg_.allow_update || !token_ ? "refused"
-                  : cfg_.update_key             ? "signed"
-                                                : "checksum";
+    // How this agent takes updates over the link: signed with its --update-key, or not at all
+    // (update_policy says why).
+    f["update"] = update_policy() == protocol::updates::signed_only ? "signed" : "refused";
+    f["update_policy"] = std::string(update_policy());
     f["platform"] = json::value_from(platform_);
     f["events"] = json::value_from(settings_.record.events);
     f["capabilities"] = caps_ ? json::value(caps_->to_json()) : json::value(nullptr);

@@ -91,6 +91,7 @@ private:
     void set_authenticated();
 
     void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false);
+    std::string_view update_policy() const; // protocol::updates: what it takes, or why not
     void send_state(std::string reason);
 
     asio::ip::tcp::socket socket_;

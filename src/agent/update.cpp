@@ -26,7 +26,11 @@ std::string errno_text(const std::string& what) {
 
 std::variant<std::unique_ptr<update_receiver>, std::string>
 update_receiver::begin(const update_offer& offer, const fs::path& self,
-                       const std::optional<std::string>& key) {
+                       const std::optional<std::string>& key, std::string_view running) {
+    if (!key)
+        return std::string("refused: this agent takes updates only when started with "
+                           "--update-key FILE, holding the key its collector signs them with "
+                           "(perfwire-collector --agent-update-key)");
     if (offer.arch != build_arch)
         return "wrong architecture: this agent is built for " + std::string(build_arch) +
                ", the offered build for " + offer.arch;
@@ -38,9 +42,15 @@ update_receiver::begin(const update_offer& offer, const fs::path& self,
         offer.version.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz.+-~") !=
             std::string::npos)
         return std::string("version must be 1-64 characters of [0-9a-z.+-~]");
-    if (key && !is_hex64(offer.signature))
+    if (!is_hex64(offer.signature))
         return std::string("this agent takes only signed updates (--update-key): the offer has "
                            "no signature");
+    if (!protocol::constant_time_equal(protocol::sign_update(*key, offer), offer.signature))
+        return std::string("bad signature: the offer (architecture, version, size, sha256) is "
+                           "not signed with this agent's --update-key");
+    if (!protocol::later_version(offer.version, running))
+        return "refused: version " + offer.version + " is not later than this agent's " +
+               std::string(running);
     if (self.empty())
         return std::string("this agent does not know its own executable's path");
     // Beside the executable, so the final rename stays on one file system; a name of its own,
@@ -57,16 +67,14 @@ update_receiver::begin(const update_offer& offer, const fs::path& self,
     const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0700);
     if (fd < 0)
         return errno_text("cannot create " + file.string());
-    return std::unique_ptr<update_receiver>(new update_receiver(offer, self, file, fd, key));
+    return std::unique_ptr<update_receiver>(new update_receiver(offer, self, file, fd));
 }
 
-update_receiver::update_receiver(update_offer offer, fs::path self, fs::path file, int fd,
-                                 std::optional<std::string> key)
+update_receiver::update_receiver(update_offer offer, fs::path self, fs::path file, int fd)
     : offer_(std::move(offer))
     , self_(std::move(self))
     , file_(std::move(file))
-    , fd_(fd)
-    , key_(std::move(key)) {}
+    , fd_(fd) {}
 
 update_receiver::~update_receiver() {
     if (fd_ >= 0)
@@ -107,9 +115,6 @@ std::string update_receiver::finish() {
     if (!protocol::constant_time_equal(offer_.sha256, sum))
         return "checksum mismatch: the offer says sha256 " + offer_.sha256 + ", the bytes are " +
                sum;
-    if (key_ && !protocol::constant_time_equal(protocol::hmac_sha256_hex(*key_, offer_.sha256),
-                                               offer_.signature))
-        return std::string("bad signature: not signed with this agent's --update-key");
     if (::fsync(fd_) != 0 || ::fchmod(fd_, 0755) != 0)
         return errno_text("cannot finish " + file_.string());
     ::close(fd_);

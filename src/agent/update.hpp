@@ -1,9 +1,12 @@
 // An agent update received over the link (commands update, update_data, update_apply): the
 // collector offers a build for this agent's compile-time architecture, sends it in pieces, and
-// the agent writes it to a file beside its own executable (.<name>.update-<pid>-<n>), checks size,
-// sha256 and (when the agent was started with --update-key) the HMAC-SHA-256 signature of that
-// sha256, then renames it over itself. Running the new build's --version and re-executing are the
-// session's part. A receiver that is dropped before install() removes its file.
+// the agent writes it to a file beside its own executable (.<name>.update-<pid>-<n>), then
+// renames it over itself. It is taken only by an agent given a key (--update-key), and only
+// when the offer's signature under that key covers its architecture, version, size and sha256
+// (protocol/update.hpp), the version is later than the agent's own, and the bytes received
+// have that size and sha256: all of it is checked before any byte of the build is run.
+// Running the new build's --version and re-executing are the session's part. A receiver that
+// is dropped before install() removes its file.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +18,11 @@
 #include <variant>
 
 #include "protocol/digest.hpp"
+#include "protocol/update.hpp"
 
 namespace agent {
 
-struct update_offer {
-    std::string version, arch, sha256, signature; // sha256: 64 lowercase hex
-    std::uint64_t size = 0;
-};
+using protocol::update_offer;
 
 inline constexpr std::uint64_t max_update_size = std::uint64_t{64} << 20;
 // Decoded bytes per update_data: as base64 in a JSON command, well inside the agent's 1 MiB
@@ -30,11 +31,11 @@ inline constexpr std::size_t max_update_piece = std::size_t{384} << 10;
 
 class update_receiver {
 public:
-    // A receiver with its file created beside `self`, or why the offer is refused.
-    // `key`: the --update-key, when the agent was started with one.
+    // A receiver with its file created beside `self`, or why the offer is refused. `key`: the
+    // --update-key (none: every offer is refused); `running`: this agent's own version.
     static std::variant<std::unique_ptr<update_receiver>, std::string>
     begin(const update_offer& offer, const std::filesystem::path& self,
-          const std::optional<std::string>& key);
+          const std::optional<std::string>& key, std::string_view running);
 
     update_receiver(const update_receiver&) = delete;
     update_receiver& operator=(const update_receiver&) = delete;
@@ -43,7 +44,7 @@ public:
     // Pieces come in order: `offset` is the number of bytes received so far. "" or the error.
     std::string write(std::uint64_t offset, std::string_view bytes);
     std::uint64_t received() const noexcept { return received_; }
-    // All bytes there, the sha256 and signature right, the file closed and executable: "" or
+    // All bytes there with the offered (signed) sha256, the file closed and executable: "" or
     // the error.
     std::string finish();
     const std::filesystem::path& file() const noexcept { return file_; }
@@ -53,11 +54,10 @@ public:
 
 private:
     update_receiver(update_offer offer, std::filesystem::path self, std::filesystem::path file,
-                    int fd, std::optional<std::string> key);
+                    int fd);
     update_offer offer_;
     std::filesystem::path self_, file_;
     int fd_ = -1;
-    std::optional<std::string> key_;
     protocol::sha256 hash_;
     std::uint64_t received_ = 0;
     bool installed_ = false;

@@ -24,10 +24,6 @@ struct agent_binary {
 // The agents in `dir`, by architecture.
 std::vector<agent_binary> find_agent_binaries(const std::filesystem::path& dir);
 
-// Whether dotted version `candidate` is later than `current` ("0.10.0" > "0.9.1"; a part
-// that is not a number compares as text; "" is never later).
-bool later_version(std::string_view candidate, std::string_view current);
-
 // Where the agents are when --agents-dir is not given: a dist/ beside the collector or up to
 // three folders above it (a build tree), else the installed /usr/lib/perfwire/agents.
 std::filesystem::path default_agents_dir();

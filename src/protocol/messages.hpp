@@ -62,6 +62,9 @@ struct hello {
     // The build this agent takes as an update: its compile-time architecture (as in
     // perfwire-agent-linux-<arch>), or "python" for the Python agent, which updates its script.
     std::optional<std::string> update_arch;
+    // Which updates it takes: "signed" (with its --update-key), or why none: "needs-key",
+    // "disabled" (--no-update), "needs-pairing" (no pairing code). See protocol/update.hpp.
+    std::optional<std::string> updates;
     std::optional<std::string> auth; // "token" when a pairing code must be presented
     std::optional<std::string> hostname;
     std::optional<platform_info> platform;
@@ -70,8 +73,8 @@ struct hello {
     std::optional<std::string> enrollment;
 };
 BOOST_DESCRIBE_STRUCT(hello, (),
-                      (version, agent, agent_version, update_arch, auth, hostname, platform,
-                       enrollment))
+                      (version, agent, agent_version, update_arch, updates, auth, hostname,
+                       platform, enrollment))
 
 // Refuses payloads over max_hello before parsing them.
 parse_result<hello> parse_hello(std::string_view payload);

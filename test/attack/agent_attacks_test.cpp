@@ -1,12 +1,27 @@
-// Attacks on an agent before it is paired, as a hostile client on the device's network would
-// make them; each runs against both agent flavours.
+// Attacks on an agent, as a hostile client on the device's network, or a man in the middle of
+// its link, would make them; each runs against both agent flavours.
+#include "protocol/digest.hpp"
+#include "protocol/update.hpp"
 #include "support/agents.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
 #include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <boost/json/parse.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
 
 using namespace std::chrono_literals;
 using protocol::frame_flag;
@@ -15,7 +30,9 @@ using test_support::error_of;
 using test_support::framing_peer;
 using test_support::ok;
 using test_support::read_hello;
+using test_support::spawned;
 using test_support::start_agent;
+namespace fs = std::filesystem;
 
 TEST_CASE("agent --listen before pairing: one connection at a time, few answers, failures back "
           "off across connections, weak codes refused",
@@ -97,4 +114,283 @@ TEST_CASE("agent --listen before pairing: one connection at a time, few answers,
     CHECK_THAT(error_of(next->command("start", R"({"pid":1,"events":["no-such-event"]})", 20s)),
                Catch::StartsWith("unknown event: no-such-event (this device samples "));
     CHECK(next->command("status")->fields.at("state").as_string() == "idle");
+}
+
+namespace {
+
+// A man in the middle between a collector that dials it (the Live Debug wizard) and a listening
+// agent: it passes every frame on whole, and knows the pairing code, as anyone who once saw a
+// pairing on a plain link does. Once the collector has paired, it adds commands of its own
+// (their answers are kept from the collector) and may swap the bytes of an update the collector
+// pushes for its own.
+class relay {
+public:
+    explicit relay(std::uint16_t agent_port)
+        : agent_port_(agent_port)
+        , thread_([this] { run(); }) {}
+    ~relay() {
+        stop_ = true;
+        thread_.join();
+    }
+    std::uint16_t port() const { return front_.port(); }
+    bool paired() const { return paired_; }
+    // Replaces what an update_data of the collector's carries with these bytes, piece by piece.
+    void swap_update_for(std::string bytes) {
+        std::lock_guard lock(mutex_);
+        swap_ = std::move(bytes);
+    }
+
+    // A command of the relay's own to the agent, and its answer.
+    std::optional<protocol::command_response> command(const std::string& cmd,
+                                                      const std::string& args_json) {
+        const std::string id = "mitm-" + std::to_string(++next_id_);
+        {
+            std::lock_guard lock(mutex_);
+            inject_.push_back(protocol::encode_frame(frame_flag::command,
+                                                     R"({"id":")" + id + R"(","cmd":")" + cmd +
+                                                         R"(","args":)" + args_json + "}"));
+        }
+        for (int i = 0; i < 600; ++i) {
+            {
+                std::lock_guard lock(mutex_);
+                if (const auto it = answers_.find(id); it != answers_.end())
+                    return it->second;
+            }
+            std::this_thread::sleep_for(50ms);
+        }
+        return std::nullopt;
+    }
+
+private:
+    static void send_all(int fd, std::string_view bytes) {
+        while (!bytes.empty()) {
+            const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+            if (n <= 0)
+                return;
+            bytes.remove_prefix(static_cast<std::size_t>(n));
+        }
+    }
+
+    // The collector's frame as the agent gets it: an update's bytes swapped when asked.
+    std::string to_agent(const protocol::frame& f) {
+        auto req = protocol::parse_command_request(f.payload);
+        if (!req)
+            return protocol::encode_frame(f.flag, f.payload);
+        if (req->cmd == "auth")
+            auth_id_ = req->id;
+        std::lock_guard lock(mutex_);
+        if (req->cmd == "update_data" && !swap_.empty()) {
+            const auto offset = static_cast<std::size_t>(req->args.at("offset").as_int64());
+            const auto piece =
+                protocol::base64_decode(req->args.at("data").as_string()).value_or("").size();
+            req->args["data"] = protocol::base64_encode(
+                std::string_view(swap_).substr(std::min(offset, swap_.size()), piece));
+        }
+        return protocol::encode_frame(f.flag, protocol::serialize(*req));
+    }
+
+    // The agent's frame as the collector gets it (nothing, for an answer to the relay).
+    std::optional<std::string> to_collector(const protocol::frame& f) {
+        if (auto reply = protocol::parse_agent_reply(f.payload);
+            reply && f.flag == frame_flag::response)
+            if (auto* r = std::get_if<protocol::command_response>(&*reply)) {
+                if (r->id == auth_id_ && r->ok)
+                    paired_ = true;
+                if (r->id.rfind("mitm-", 0) == 0) {
+                    std::lock_guard lock(mutex_);
+                    answers_[r->id] = *r;
+                    return std::nullopt;
+                }
+            }
+        return protocol::encode_frame(f.flag, f.payload);
+    }
+
+    void run() {
+        int collector = -1;
+        while (collector < 0 && !stop_)
+            collector = front_.accept(200ms);
+        const int agent = collector < 0 ? -1 : test_support::connect_loopback(agent_port_);
+        protocol::frame_decoder from_collector(protocol::agent_max_frame);
+        protocol::frame_decoder from_agent(protocol::collector_max_frame);
+        char buf[65536];
+        while (!stop_ && collector >= 0 && agent >= 0) {
+            {
+                std::lock_guard lock(mutex_);
+                for (const auto& bytes : inject_)
+                    send_all(agent, bytes);
+                inject_.clear();
+            }
+            pollfd fds[2] = {{collector, POLLIN, 0}, {agent, POLLIN, 0}};
+            if (::poll(fds, 2, 50) < 0)
+                break;
+            bool closed = false;
+            for (int i = 0; i < 2; ++i) {
+                if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    closed = true;
+                    continue;
+                }
+                auto& decoder = i == 0 ? from_collector : from_agent;
+                decoder.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+                for (;;) {
+                    auto next = decoder.next();
+                    if (!next || !*next)
+                        break;
+                    if (i == 0)
+                        send_all(agent, to_agent(**next));
+                    else if (auto out = to_collector(**next))
+                        send_all(collector, *out);
+                }
+            }
+            if (closed)
+                break;
+        }
+        if (collector >= 0)
+            ::close(collector);
+        if (agent >= 0)
+            ::close(agent);
+    }
+
+    std::uint16_t agent_port_;
+    test_support::listener front_;
+    std::atomic<bool> stop_{false}, paired_{false};
+    std::string auth_id_;
+    std::mutex mutex_;
+    std::vector<std::string> inject_;
+    std::map<std::string, protocol::command_response> answers_;
+    std::string swap_;
+    std::atomic<int> next_id_{0};
+    std::thread thread_;
+};
+
+std::string file_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+} // namespace
+
+TEST_CASE("a man in the middle who knows the pairing code gets nothing run on the device",
+          "[agent][integration][attack][update]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    const bool python = flavour == test_support::agent_flavour::python;
+    const std::string code = "00112233445566778899aabbccddeeff";
+    test_support::temp_dir dir;
+    const auto key_file = (dir.path / "update.key").string();
+    std::ofstream(key_file) << "the fleet's update key, 32 bytes\n";
+    // The agent as installed on the device (a copy: nothing may replace the build's own).
+    const fs::path exe = dir.path / (python ? "perfwire_agent.py" : "perfwire-agent");
+    fs::copy_file(python ? PERFWIRE_PYTHON_AGENT : test_support::agent_bin(), exe);
+    const std::string installed = file_text(exe);
+    // What the man in the middle wants run: it leaves a marker when it runs.
+    const fs::path marker = dir.path / "the relay build ran";
+    std::string marking = python ? "open('" + marker.string() + "', 'w').write('ran')\n"
+                                 : "#!/bin/sh\necho ran > '" + marker.string() + "'\n";
+    // The collector's later build for this agent: a real push goes through the relay.
+    const fs::path dist = dir.path / "dist";
+    fs::create_directories(dist);
+    const std::string arch = python ? "python" : "x86_64";
+    const std::string name = "perfwire-agent-linux-" + arch;
+    std::string later(64 << 10, '#');
+    later.replace(0, 40,
+                  python ? "print('perfwire-agent " PERFWIRE_VERSION ".1')\n"
+                         : "#!/bin/sh\necho 'perfwire-agent " PERFWIRE_VERSION ".1'\n");
+    later.resize(64 << 10, '#');
+    std::ofstream(dist / name, std::ios::binary) << later;
+    std::ofstream(dist / (name + ".sha256")) << protocol::sha256_hex(later) << "\n";
+    std::ofstream(dist / (name + ".version")) << PERFWIRE_VERSION ".1\n";
+    marking.resize(later.size(), python ? ' ' : '#');
+
+    test_support::collector_proc coll(
+        dir.path / "sessions", {"--agents-dir", dist.string(), "--agent-update-key", key_file});
+    std::vector<std::string> args{"--listen", "--bind", "127.0.0.1",    "--port", "0",
+                                  "--token",  code,     "--update-key", key_file};
+    if (python)
+        args.insert(args.begin(), exe.string());
+    spawned agent(python ? PERFWIRE_PYTHON : exe.string(), args);
+    const auto agent_port = agent.wait_for_stderr("listening on 127.0.0.1:", 10s);
+    REQUIRE(agent_port);
+
+    relay mitm(static_cast<std::uint16_t>(std::stoi(*agent_port)));
+    const auto dialled =
+        test_support::http_call(coll.http_port, "POST", "/api/targets/connect",
+                                R"({"host":"127.0.0.1","port":)" + std::to_string(mitm.port()) +
+                                    R"(,"token":")" + code + R"("})");
+    INFO(dialled.body << "\n" << agent.stderr_text());
+    REQUIRE(dialled.status == 200);
+    REQUIRE(mitm.paired());
+    const std::string id(boost::json::parse(dialled.body).at("id").as_string());
+
+    // Its own build, offered unsigned, signed with a key it guessed, or under the signature of
+    // the collector's build: refused at the offer; the pieces and the apply find nothing.
+    const std::string sum = protocol::sha256_hex(marking);
+    const auto offer_json = [&](const std::string& signature, const std::string& sha256) {
+        return R"({"version":")" PERFWIRE_VERSION R"(.1","arch":")" + arch + R"(","size":)" +
+               std::to_string(marking.size()) + R"(,"sha256":")" + sha256 + R"(","signature":")" +
+               signature + R"("})";
+    };
+    protocol::update_offer guessed{PERFWIRE_VERSION ".1", arch, sum, {}, marking.size()};
+    CHECK_THAT(error_of(mitm.command("update", offer_json("", sum))), Catch::Contains("signed"));
+    CHECK_THAT(
+        error_of(mitm.command(
+            "update",
+            offer_json(protocol::sign_update("a guessed key of 32 bytes....", guessed), sum))),
+        Catch::Contains("bad signature"));
+    protocol::update_offer real{
+        PERFWIRE_VERSION ".1", arch, protocol::sha256_hex(later), {}, later.size()};
+    const std::string real_signature =
+        protocol::sign_update("the fleet's update key, 32 bytes", real);
+    CHECK_THAT(error_of(mitm.command("update", offer_json(real_signature, sum))),
+               Catch::Contains("bad signature"));
+    CHECK_THAT(
+        error_of(mitm.command("update_data", R"({"offset":0,"data":")" +
+                                                 protocol::base64_encode(marking) + R"("})")),
+        Catch::Contains("no update offered"));
+    CHECK_THAT(error_of(mitm.command("update_apply", "{}")), Catch::Contains("no update offered"));
+
+    // The collector pushes its signed build; the relay swaps the bytes on the way: the agent
+    // finds they are not the signed ones and runs nothing.
+    mitm.swap_update_for(marking);
+    const auto pushed =
+        test_support::http_call(coll.http_port, "POST", "/api/targets/" + id + "/update", "{}");
+    INFO(pushed.body);
+    CHECK(pushed.status == 409);
+    CHECK_THAT(pushed.body, Catch::Contains("checksum mismatch"));
+
+    CHECK_FALSE(fs::exists(marker));
+    CHECK(file_text(exe) == installed);
+    CHECK_FALSE(agent.wait(0ms)); // the agent runs on, as it was
+    CHECK(ok(mitm.command("ping", "{}")));
+    CHECK_THAT(agent.stderr_text(), !Catch::Contains("updated to"));
+
+    // An agent given no key (the default) takes no update at all: the relay's whole push,
+    // offer, pieces and apply, runs nothing.
+    std::vector<std::string> keyless_args{"--listen", "--bind",  "127.0.0.1", "--port",
+                                          "0",        "--token", code};
+    if (python)
+        keyless_args.insert(keyless_args.begin(), exe.string());
+    spawned keyless(python ? PERFWIRE_PYTHON : exe.string(), keyless_args);
+    const auto keyless_port = keyless.wait_for_stderr("listening on 127.0.0.1:", 10s);
+    REQUIRE(keyless_port);
+    relay second(static_cast<std::uint16_t>(std::stoi(*keyless_port)));
+    const auto again =
+        test_support::http_call(coll.http_port, "POST", "/api/targets/connect",
+                                R"({"host":"127.0.0.1","port":)" + std::to_string(second.port()) +
+                                    R"(,"token":")" + code + R"("})");
+    REQUIRE(again.status == 200);
+    REQUIRE(second.paired());
+    CHECK_THAT(error_of(second.command("update", offer_json("", sum))),
+               Catch::Contains("--update-key FILE"));
+    CHECK_THAT(
+        error_of(second.command("update_data", R"({"offset":0,"data":")" +
+                                                   protocol::base64_encode(marking) + R"("})")),
+        Catch::Contains("no update offered"));
+    CHECK_THAT(error_of(second.command("update_apply", "{}")),
+               Catch::Contains("no update offered"));
+    CHECK_FALSE(fs::exists(marker));
+    CHECK(file_text(exe) == installed);
+    CHECK_FALSE(keyless.wait(0ms));
 }

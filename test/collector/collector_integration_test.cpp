@@ -720,10 +720,54 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     const fs::path exe = bin / "perfwire-agent", listening_exe = bin / "perfwire-agent-listen";
     fs::copy_file(PERFWIRE_AGENT_BIN, exe);
     fs::copy_file(PERFWIRE_AGENT_BIN, listening_exe);
+    // The collector signs updates with its key; each agent was given the same key to check them.
+    const auto key_file = (dir.path / "update.key").string();
+    std::ofstream(key_file) << "the fleet's update key, 32 bytes\n";
 
-    collector_proc coll(dir.path / "sessions", {"--token", code, "--agents-dir", dist.string()});
-    spawned agent(exe.string(),
-                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--token", code});
+    // Without a key of its own, the collector sends nothing and says why.
+    {
+        collector_proc unkeyed(dir.path / "unkeyed",
+                               {"--token", code, "--agents-dir", dist.string()});
+        spawned keyed(exe.string(), {"--server", "127.0.0.1:" + std::to_string(unkeyed.agent_port),
+                                     "--token", code, "--update-key", key_file});
+        const auto listed = wait_for(unkeyed, "/api/targets", 10s, [](const json::value& v) {
+            return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
+        });
+        REQUIRE(listed.as_array().size() == 1);
+        CHECK_THAT(std::string(listed.as_array()[0].at("update_blocked").as_string()),
+                   Catch::Contains("--agent-update-key"));
+        const auto refused = http_call(
+            unkeyed.http_port, "POST",
+            "/api/targets/" + std::string(listed.as_array()[0].at("id").as_string()) + "/update",
+            "{}");
+        CHECK(refused.status == 409);
+        CHECK_THAT(refused.body, Catch::Contains("--agent-update-key"));
+    }
+
+    collector_proc coll(dir.path / "sessions", {"--token", code, "--agents-dir", dist.string(),
+                                                "--agent-update-key", key_file});
+    // An agent given no key is offered no button, and says why.
+    {
+        spawned keyless(exe.string(), {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                       "--token", code});
+        const auto listed = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
+            return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
+        });
+        REQUIRE(listed.as_array().size() == 1);
+        CHECK_THAT(std::string(listed.as_array()[0].at("update_blocked").as_string()),
+                   Catch::Contains("--update-key"));
+        CHECK(http_call(coll.http_port, "POST",
+                        "/api/targets/" + std::string(listed.as_array()[0].at("id").as_string()) +
+                            "/update",
+                        "{}")
+                  .status == 409);
+    }
+    CHECK(wait_for(coll, "/api/targets", 10s,
+                   [](const json::value& v) { return v.as_array().empty(); })
+              .as_array()
+              .empty());
+    spawned agent(exe.string(), {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                 "--token", code, "--update-key", key_file});
     auto targets = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
     });
@@ -731,6 +775,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     const auto& first = targets.as_array()[0].as_object();
     CHECK(first.at("agent_version").as_string() == PERFWIRE_VERSION);
     CHECK(first.at("update").as_string() == PERFWIRE_VERSION ".1");
+    CHECK(first.at("update_blocked").is_null());
     const std::string id(first.at("id").as_string());
 
     // Updates go only this way, with the collector's own build: never relayed from a request.
@@ -767,8 +812,9 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
         test_support::listener free_port;
         fixed_port = free_port.port();
     }
-    spawned listening(listening_exe.string(), {"--listen", "--bind", "127.0.0.1", "--port",
-                                               std::to_string(fixed_port), "--token", code});
+    spawned listening(listening_exe.string(),
+                      {"--listen", "--bind", "127.0.0.1", "--port", std::to_string(fixed_port),
+                       "--token", code, "--update-key", key_file});
     const auto port = listening.wait_for_stderr("listening on 127.0.0.1:", 5s);
     REQUIRE(port);
     const auto dialled = http_call(coll.http_port, "POST", "/api/targets/connect",
@@ -793,8 +839,9 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     // The Python agent takes the collector's later script the same way.
     const fs::path py_exe = bin / "perfwire_agent.py";
     fs::copy_file(PERFWIRE_PYTHON_AGENT, py_exe);
-    spawned py(PERFWIRE_PYTHON, {py_exe.string(), "--server",
-                                 "127.0.0.1:" + std::to_string(coll.agent_port), "--token", code});
+    spawned py(PERFWIRE_PYTHON,
+               {py_exe.string(), "--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                "--token", code, "--update-key", key_file});
     auto py_target = [&](const json::value& v) -> const json::value* {
         for (const auto& t : v.as_array())
             if (t.at("update").is_string() && t.at("update").as_string() == PERFWIRE_VERSION ".1" &&

@@ -201,10 +201,12 @@ TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the colle
     std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
 
     const std::string token = "cross-update-0123456789abcdef";
+    const auto key_file = (work / "update.key").string();
+    std::ofstream(key_file) << "the boards' update key, 32 bytes\n";
     spawned coll(PERFWIRE_COLLECTOR_BIN,
                  {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
                   "--agent-bind", "127.0.0.1", "--http-port", "0", "--token", token, "--agents-dir",
-                  (work / "dist").string()});
+                  (work / "dist").string(), "--agent-update-key", key_file});
     const auto agents_port = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
     const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
     REQUIRE(agents_port);
@@ -214,7 +216,7 @@ TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the colle
     // --version check and the restart.
     spawned agent(emulator,
                   {exe.string(), "--server", "127.0.0.1:" + std::to_string(std::stoi(*agents_port)),
-                   "--token", token, "--launcher", emulator});
+                   "--token", token, "--launcher", emulator, "--update-key", key_file});
     auto targets = poll_json(http, "/api/targets", 60s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("update").is_string();
     });

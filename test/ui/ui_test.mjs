@@ -808,16 +808,29 @@ try {
   writeFileSync(`${later}.version`, `${laterVersion}\n`);
   copyFileSync(bin('agent/perfwire-agent'), join(upd, 'bin', 'perfwire-agent'));
   const pairing = '00112233445566778899aabbccddeeff';
+  // Updates are signed with the collector's key and checked with the same key on the device.
+  const updKey = join(upd, 'update.key');
+  writeFileSync(updKey, 'the fleet update key, 32 bytes..\n');
   const updColl = start(bin('collector/perfwire-collector'), ['--sessions-dir', join(upd, 'sessions'), '--http-port', '0', '--agent-port', '0',
-    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing]);
+    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing, '--agent-update-key', updKey]);
   await until('the second collector', async () => updColl.log.match(/UI and API on http:\/\/[^/]+\//));
   const updAgents = updColl.log.match(/agents on [^:]+:(\d+)/)[1];
-  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing]);
   // Its own browser context: the two collectors share a host, and so would their cookies.
   const updContext = await browser.newContext();
   const updPage = await updContext.newPage();
   updPage.on('pageerror', (e) => errors.push(e.message));
   await updPage.goto(updColl.log.match(/UI and API on (http:\S+\?token=\S+)/)[1]);
+  // An agent given no key to check updates with: the later build is named, with why it cannot
+  // be pushed, and no button.
+  const keyless = start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing]);
+  const blockedNote = updPage.locator('#targets .update-blocked');
+  await blockedNote.waitFor({ timeout: 20000 });
+  const blockedText = await blockedNote.textContent();
+  check(/cannot update: .*--update-key/.test(blockedText) && await updPage.locator('#targets button[data-update-target]').count() === 0,
+    `an agent without --update-key is shown why it cannot be updated ("${blockedText}")`);
+  keyless.kill();
+  await updPage.waitForFunction(() => !document.querySelector('#targets .update-blocked'), null, { timeout: 20000 });
+  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing, '--update-key', updKey]);
   const offer = updPage.locator('#targets button[data-update-target]');
   await offer.waitFor({ timeout: 20000 });
   const offered = await offer.textContent();

@@ -1782,20 +1782,60 @@ class PairingGuard(object):
             self.failures = 0
 
 
-def check_offer(offer, signed_only):
-    """Why an update offer is refused ("" if it is not): as the C++ agent judges it."""
+def update_signed_text(offer):
+    """What an offer's signature is the HMAC-SHA-256 of (protocol/update.hpp): every field that
+    decides what would run."""
+    return "perfwire-agent-update-v1\narch=%s\nversion=%s\nsize=%d\nsha256=%s\n" % (
+        offer["arch"], offer["version"], offer["size"], offer["sha256"])
+
+
+def later_version(candidate, current):
+    """Whether `candidate` is a later version than `current`: dotted parts in turn, as numbers
+    when both are, else as text; a missing part counts as 0."""
+    if not candidate:
+        return False
+    a, b = candidate.split("."), current.split(".") if current else []
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) and a[i] else "0"
+        y = b[i] if i < len(b) and b[i] else "0"
+        if x.isdigit() and y.isdigit() and len(x) <= 18 and len(y) <= 18:
+            if int(x) != int(y):
+                return int(x) > int(y)
+        elif x != y:
+            return x > y
+    return False
+
+
+HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def check_offer(offer, key, running):
+    """Why an update offer is refused ("" if it is not): as the C++ agent judges it. Taken
+    only with a key, signed under it over architecture, version, size and sha256, and later
+    than `running`; all before a byte of it is run."""
+    if key is None:
+        return ("refused: this agent takes updates only when started with --update-key FILE, "
+                "holding the key its collector signs them with (perfwire-collector "
+                "--agent-update-key)")
     if offer["arch"] != "python":
         return ("wrong architecture: this agent is built for python, the offered build for "
                 + offer["arch"])
-    if not re.match(r"[0-9a-f]{64}$", offer["sha256"]):
+    if not HEX64.match(offer["sha256"]):
         return "sha256 must be 64 lowercase hex characters"
     if not 0 < offer["size"] <= MAX_UPDATE_SIZE:
         return "size must be 1 to %d bytes" % MAX_UPDATE_SIZE
-    if not re.match(r"[0-9a-z.+~-]{1,64}$", offer["version"]):
+    if not re.match(r"[0-9a-z.+~-]{1,64}\Z", offer["version"]):
         return "version must be 1-64 characters of [0-9a-z.+-~]"
-    if signed_only and not re.match(r"[0-9a-f]{64}$", offer["signature"]):
+    if not HEX64.match(offer["signature"]):
         return ("this agent takes only signed updates (--update-key): the offer has no "
                 "signature")
+    want = hmac.new(key, update_signed_text(offer).encode("ascii"), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(want, offer["signature"]):
+        return ("bad signature: the offer (architecture, version, size, sha256) is not signed "
+                "with this agent's --update-key")
+    if not later_version(offer["version"], running):
+        return "refused: version %s is not later than this agent's %s" % (offer["version"],
+                                                                          running)
     return ""
 
 
@@ -1816,8 +1856,8 @@ class UpdateReceiver(object):
 
     offers = 0
 
-    def __init__(self, offer, key):
-        self.offer, self.key = offer, key
+    def __init__(self, offer):
+        self.offer = offer
         # Beside the script, under a name of its own; files of earlier offers go (one that
         # died midway, or one still under way, which then fails to rename).
         folder, prefix = os.path.dirname(SELF), "." + os.path.basename(SELF) + ".update-"
@@ -1867,10 +1907,6 @@ class UpdateReceiver(object):
         if not hmac.compare_digest(self.offer["sha256"], digest):
             return "checksum mismatch: the offer says sha256 %s, the bytes are %s" % (
                 self.offer["sha256"], digest)
-        if self.key is not None and not hmac.compare_digest(
-                hmac.new(self.key, self.offer["sha256"].encode("ascii"),
-                         hashlib.sha256).hexdigest(), self.offer["signature"]):
-            return "bad signature: not signed with this agent's --update-key"
         try:
             os.fsync(self.fd)
             os.fchmod(self.fd, 0o755)
@@ -2017,6 +2053,7 @@ class Session(object):
         self.platform = platform_info
         hello = {"type": "hello", "version": PROTOCOL_VERSION, "agent": "perfwire",
                  "agent_version": VERSION, "update_arch": "python",
+                 "updates": self.update_policy(),
                  "auth": "none" if self.token is None else "token",
                  "hostname": socket.gethostname(), "platform": platform_info}
         if self.cfg.mode == "server" and self.cfg.enroll:
@@ -2216,14 +2253,24 @@ class Session(object):
              "events": list(s.events),
              "capabilities": None if self.caps is None else self.caps.to_json(),
              "probing": self.probing,
-             "update": "refused" if not self.cfg.allow_update or self.token is None
-                       else "signed" if self.cfg.update_key is not None else "checksum"}
+             "update": "signed" if self.update_policy() == "signed" else "refused",
+             "update_policy": self.update_policy()}
         current = self.current
         f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
                  chunks=current.chunks if current is not None else 0)
         return response(rid, f)
 
     # ---- updates over the link: a new version of this script (docs/protocol.md)
+
+    def update_policy(self):
+        """Which updates this agent takes ("signed"), or why none (protocol/update.hpp)."""
+        if not self.cfg.allow_update:
+            return "disabled"
+        if self.token is None:
+            return "needs-pairing"
+        if self.cfg.update_key is None:
+            return "needs-key"
+        return "signed"
 
     def _drop_update(self):
         if self.update is not None:
@@ -2243,10 +2290,10 @@ class Session(object):
         offer = dict((k, args.get(k) if isinstance(args.get(k), str) else "")
                      for k in ("version", "arch", "sha256", "signature"))
         offer["size"] = size
-        why = check_offer(offer, self.cfg.update_key is not None)
+        why = check_offer(offer, self.cfg.update_key, VERSION)
         if not why:
             try:
-                self.update = UpdateReceiver(offer, self.cfg.update_key)
+                self.update = UpdateReceiver(offer)
             except OSError as e:
                 why = "cannot create %s: %s" % (
                     "." + os.path.basename(SELF) + ".update-* beside " + SELF, os_message(e))

@@ -8,6 +8,7 @@
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/update.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -155,6 +156,8 @@ json::object agent_link::describe() const {
     o["connected_at"] = connected_at_;
     const auto* offer = offered_update();
     o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
+    const auto blocked = offer ? update_blocked() : std::string();
+    o["update_blocked"] = blocked.empty() ? json::value(nullptr) : json::value(blocked);
     if (updating_) {
         json::object u;
         u["version"] = updating_->version;
@@ -176,9 +179,24 @@ const agent_binary* agent_link::offered_update() const {
         arch = *hello_->platform->arch;
     for (const auto& b : app_.agent_binaries)
         if (!arch.empty() && b.arch == arch && !b.sha256.empty() &&
-            later_version(b.version, hello_->agent_version.value_or("")))
+            protocol::later_version(b.version, hello_->agent_version.value_or("")))
             return &b;
     return nullptr;
+}
+
+std::string agent_link::update_blocked() const {
+    const std::string policy = hello_ ? hello_->updates.value_or("") : "";
+    if (policy == protocol::updates::needs_key)
+        return "the agent takes updates only when started with --update-key (the key this "
+               "collector signs them with, --agent-update-key)";
+    if (policy == protocol::updates::disabled)
+        return "the agent was started with --no-update";
+    if (policy == protocol::updates::needs_pairing)
+        return "the agent takes updates only from a collector it paired with: start it with a "
+               "pairing code (--token)";
+    if (!app_.cfg.update_key)
+        return "this collector signs agent updates only with --agent-update-key";
+    return {};
 }
 
 asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::string bytes,
@@ -191,13 +209,16 @@ asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::s
     if (sum != b.sha256)
         co_return command_response::failure("", b.file + " does not match its .sha256 (" + sum +
                                                     "): not sent");
+    if (!key)
+        co_return command_response::failure("", "this collector signs agent updates only with "
+                                                "--agent-update-key: not sent");
+    protocol::update_offer signed_offer{b.version, b.arch, sum, {}, bytes.size()};
     json::object offer;
     offer["version"] = b.version;
     offer["arch"] = b.arch;
     offer["size"] = static_cast<std::int64_t>(bytes.size());
     offer["sha256"] = sum;
-    if (key)
-        offer["signature"] = protocol::hmac_sha256_hex(*key, sum);
+    offer["signature"] = protocol::sign_update(*key, signed_offer);
     log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
                    " bytes)");
     updating_ = update_progress{b.version, bytes.size(), 0, false};

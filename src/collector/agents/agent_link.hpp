@@ -59,6 +59,9 @@ public:
     // The build this collector has for the agent's architecture when it is later than the
     // agent's version.
     const agent_binary* offered_update() const;
+    // Why an update cannot be pushed to this agent, as the user should read it ("" when it
+    // can, or when its agent did not say how it takes them).
+    std::string update_blocked() const;
 
     // For a dialled agent: where it listens, and the code it was given (to dial it again).
     void set_dial_address(std::string host, std::string port) {

@@ -437,6 +437,9 @@ asio::awaitable<http_response> update_target(request_context& c) {
                              "this collector has no later agent build for this target's "
                              "architecture (builds come from the agents folder, each with its "
                              ".sha256 and .version)");
+    if (const auto why = link->update_blocked(); !why.empty())
+        co_return make_error(c.req, http::status::conflict, "update_refused",
+                             "cannot update " + link->id() + ": " + why);
     agent_binary b = *offer;
     auto build =
         co_await asio::co_spawn(c.app.pool, read_and_hash(b.path.string()), asio::use_awaitable);

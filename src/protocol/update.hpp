@@ -1,0 +1,38 @@
+// Agent updates over the link (docs/protocol.md, "Agent updates"): what an offer says, and what
+// its signature covers. The collector signs offers with its --agent-update-key; an agent takes
+// one only when the signature, made with the key it was given (--update-key), covers every
+// field that decides what would run: architecture, version, size and sha256 of the build. So a
+// peer that knows the pairing code but not the key gets nothing run, and a signature of one
+// build cannot be moved to another. The Python agent has the same rules in its own words.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace protocol {
+
+struct update_offer {
+    std::string version, arch, sha256, signature; // sha256, signature: 64 lowercase hex
+    std::uint64_t size = 0;
+};
+
+// The text whose HMAC-SHA-256 is an offer's signature: one "name=value" line per field after
+// a line naming the scheme. Fields are checked to hold no line break before it is made.
+std::string update_signed_text(const update_offer& offer);
+// The signature of `offer` under `key`.
+std::string sign_update(std::string_view key, const update_offer& offer);
+
+// Whether `candidate` is a later version than `current`: dotted parts compared in turn, as
+// numbers when both are, else as text; a missing part counts as 0 ("0.1" == "0.1.0").
+bool later_version(std::string_view candidate, std::string_view current);
+
+// What an agent's hello says of the updates it takes (hello.updates):
+namespace updates {
+inline constexpr std::string_view signed_only = "signed";          // signed with its --update-key
+inline constexpr std::string_view needs_key = "needs-key";         // started without --update-key
+inline constexpr std::string_view disabled = "disabled";           // started with --no-update
+inline constexpr std::string_view needs_pairing = "needs-pairing"; // started without a code
+} // namespace updates
+
+} // namespace protocol
