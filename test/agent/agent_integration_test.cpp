@@ -820,16 +820,22 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
     INFO(flavour);
     listener l;
     auto demo = start_demo(120);
-    SECTION("rounds: each round's perf writes its file and exits cleanly after 0.05 s") {
+    // An agent with this perf, started on the demo in `mode` (rounds of `seconds`).
+    const auto started_with = [&](const std::string& behaviour, const std::string& seconds,
+                                  const std::string& mode) {
         auto agent = start_odd_agent(
-            flavour, "no-pipe,short-rounds",
-            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "2"});
+            flavour, behaviour,
+            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", seconds});
         auto peer = accept_agent(l);
         read_hello(peer);
         auto started = peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + "}", 90s);
         INFO(agent->stderr_text());
         REQUIRE(ok(started));
-        REQUIRE(started->fields.at("mode").as_string() == "rounds");
+        REQUIRE(started->fields.at("mode").as_string() == mode);
+        return std::make_pair(std::move(agent), std::move(peer));
+    };
+    SECTION("rounds: each round's perf writes its file and exits cleanly after 0.05 s") {
+        auto [agent, peer] = started_with("no-pipe,short-rounds", "2", "rounds");
         // Round after round arrives, one every 2 s (not faster: a round perf cut short is
         // waited out), and the agent stays profiling.
         const auto since = std::chrono::steady_clock::now();
@@ -852,15 +858,7 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
         CHECK(no_perf_children(agent->pid(), 5s));
     }
     SECTION("continuous: perf record streams, then ends cleanly while the target runs") {
-        auto agent = start_odd_agent(
-            flavour, "stops-early",
-            {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
-        auto peer = accept_agent(l);
-        read_hello(peer);
-        auto started = peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + "}", 90s);
-        INFO(agent->stderr_text());
-        REQUIRE(ok(started));
-        REQUIRE(started->fields.at("mode").as_string() == "continuous");
+        auto [agent, peer] = started_with("stops-early", "1", "continuous");
         const auto got = collect(peer, 20s, [](const received& r) { return !r.notices.empty(); });
         INFO(agent->stderr_text());
         REQUIRE_FALSE(got.notices.empty());

@@ -306,23 +306,34 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
 
     test_support::collector_proc coll(
         dir.path / "sessions", {"--agents-dir", dist.string(), "--agent-update-key", key_file});
-    std::vector<std::string> args{"--listen", "--bind", "127.0.0.1",    "--port", "0",
-                                  "--token",  code,     "--update-key", key_file};
-    if (python)
-        args.insert(args.begin(), exe.string());
-    spawned agent(python ? PERFWIRE_PYTHON : exe.string(), args);
-    const auto agent_port = agent.wait_for_stderr("listening on 127.0.0.1:", 10s);
-    REQUIRE(agent_port);
+    // The agent listening on the device, with `flags` besides its pairing code; its port.
+    const auto listening = [&](std::vector<std::string> flags) {
+        flags.insert(flags.begin(),
+                     {"--listen", "--bind", "127.0.0.1", "--port", "0", "--token", code});
+        if (python)
+            flags.insert(flags.begin(), exe.string());
+        return std::make_unique<spawned>(python ? PERFWIRE_PYTHON : exe.string(), flags);
+    };
+    const auto port_of = [](spawned& a) {
+        const auto port = a.wait_for_stderr("listening on 127.0.0.1:", 10s);
+        REQUIRE(port);
+        return static_cast<std::uint16_t>(std::stoi(*port));
+    };
+    // The collector dials the agent through `r`, as the wizard does; the target's id.
+    const auto dial_through = [&](relay& r) {
+        const auto dialled =
+            test_support::http_call(coll.http_port, "POST", "/api/targets/connect",
+                                    R"({"host":"127.0.0.1","port":)" + std::to_string(r.port()) +
+                                        R"(,"token":")" + code + R"("})");
+        INFO(dialled.body);
+        REQUIRE(dialled.status == 200);
+        REQUIRE(r.paired());
+        return std::string(boost::json::parse(dialled.body).at("id").as_string());
+    };
 
-    relay mitm(static_cast<std::uint16_t>(std::stoi(*agent_port)));
-    const auto dialled =
-        test_support::http_call(coll.http_port, "POST", "/api/targets/connect",
-                                R"({"host":"127.0.0.1","port":)" + std::to_string(mitm.port()) +
-                                    R"(,"token":")" + code + R"("})");
-    INFO(dialled.body << "\n" << agent.stderr_text());
-    REQUIRE(dialled.status == 200);
-    REQUIRE(mitm.paired());
-    const std::string id(boost::json::parse(dialled.body).at("id").as_string());
+    auto agent = listening({"--update-key", key_file});
+    relay mitm(port_of(*agent));
+    const std::string id = dial_through(mitm);
 
     // Its own build, offered unsigned, signed with a key it guessed, or under the signature of
     // the collector's build: refused at the offer; the pieces and the apply find nothing.
@@ -362,26 +373,15 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
 
     CHECK_FALSE(fs::exists(marker));
     CHECK(file_text(exe) == installed);
-    CHECK_FALSE(agent.wait(0ms)); // the agent runs on, as it was
+    CHECK_FALSE(agent->wait(0ms)); // the agent runs on, as it was
     CHECK(ok(mitm.command("ping", "{}")));
-    CHECK_THAT(agent.stderr_text(), !Catch::Contains("updated to"));
+    CHECK_THAT(agent->stderr_text(), !Catch::Contains("updated to"));
 
     // An agent given no key (the default) takes no update at all: the relay's whole push,
     // offer, pieces and apply, runs nothing.
-    std::vector<std::string> keyless_args{"--listen", "--bind",  "127.0.0.1", "--port",
-                                          "0",        "--token", code};
-    if (python)
-        keyless_args.insert(keyless_args.begin(), exe.string());
-    spawned keyless(python ? PERFWIRE_PYTHON : exe.string(), keyless_args);
-    const auto keyless_port = keyless.wait_for_stderr("listening on 127.0.0.1:", 10s);
-    REQUIRE(keyless_port);
-    relay second(static_cast<std::uint16_t>(std::stoi(*keyless_port)));
-    const auto again =
-        test_support::http_call(coll.http_port, "POST", "/api/targets/connect",
-                                R"({"host":"127.0.0.1","port":)" + std::to_string(second.port()) +
-                                    R"(,"token":")" + code + R"("})");
-    REQUIRE(again.status == 200);
-    REQUIRE(second.paired());
+    auto keyless = listening({});
+    relay second(port_of(*keyless));
+    dial_through(second);
     CHECK_THAT(error_of(second.command("update", offer_json("", sum))),
                Catch::Contains("--update-key FILE"));
     CHECK_THAT(
@@ -392,5 +392,5 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
                Catch::Contains("no update offered"));
     CHECK_FALSE(fs::exists(marker));
     CHECK(file_text(exe) == installed);
-    CHECK_FALSE(keyless.wait(0ms));
+    CHECK_FALSE(keyless->wait(0ms));
 }
