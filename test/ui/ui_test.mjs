@@ -826,6 +826,7 @@ try {
   const blockedNote = updPage.locator('#targets .update-blocked');
   await blockedNote.waitFor({ timeout: 20000 });
   const blockedText = await blockedNote.textContent();
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-blocked.png') });
   check(/cannot update: .*--update-key/.test(blockedText) && await updPage.locator('#targets button[data-update-target]').count() === 0,
     `an agent without --update-key is shown why it cannot be updated ("${blockedText}")`);
   keyless.kill();
