@@ -38,10 +38,9 @@ update_receiver::begin(const update_offer& offer, const fs::path& self,
         return std::string("sha256 must be 64 lowercase hex characters");
     if (offer.size == 0 || offer.size > max_update_size)
         return "size must be 1 to " + std::to_string(max_update_size) + " bytes";
-    if (offer.version.empty() || offer.version.size() > 64 ||
-        offer.version.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz.+-~") !=
-            std::string::npos)
-        return std::string("version must be 1-64 characters of [0-9a-z.+-~]");
+    if (!protocol::update_version(offer.version))
+        return std::string("version must be dotted numbers (1 to 64 characters, each number at "
+                           "most 18 digits)");
     if (!is_hex64(offer.signature))
         return std::string("this agent takes only signed updates (--update-key): the offer has "
                            "no signature");

@@ -239,9 +239,24 @@ int run(const config& c) {
             app.debuginfod->stop(); // before the drain: its answers are posted to the loop
         watch.start(drain_deadline);
     });
-    io.run();
+    for (;;) {
+        // A handler that throws is a bug, logged; the loop goes on, so the order above holds.
+        try {
+            io.run();
+            break;
+        } catch (const std::exception& e) {
+            log(std::string("error (continuing): ") + e.what());
+        }
+    }
     watch.done();
     app.pool.join();
+    // Signals stay blocked while asio hands them back to their default action, then ignored:
+    // one arriving now must not end the process halfway through its cleanup.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     signals.reset();
     std::signal(SIGINT, SIG_IGN);
     std::signal(SIGTERM, SIG_IGN);

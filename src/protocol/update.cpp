@@ -15,6 +15,25 @@ std::string sign_update(std::string_view key, const update_offer& offer) {
     return hmac_sha256_hex(key, update_signed_text(offer));
 }
 
+bool update_version(std::string_view version) {
+    if (version.empty() || version.size() > 64)
+        return false;
+    std::size_t digits = 0;
+    for (const char c : version) {
+        if (c == '.') {
+            if (digits == 0)
+                return false; // an empty part
+            digits = 0;
+        } else if (c >= '0' && c <= '9') {
+            if (++digits > 18)
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return digits > 0;
+}
+
 bool later_version(std::string_view candidate, std::string_view current) {
     if (candidate.empty())
         return false;

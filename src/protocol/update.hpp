@@ -27,6 +27,11 @@ std::string sign_update(std::string_view key, const update_offer& offer);
 // numbers when both are, else as text; a missing part counts as 0 ("0.1" == "0.1.0").
 bool later_version(std::string_view candidate, std::string_view current);
 
+// Whether `version` may be offered as an update: dotted numbers ("0.1.0.1"), at most 64
+// characters, each number at most 18 digits. Nothing that would compare as text ("0.5.0-rc1"
+// would pass for later than "0.5.0"), so a signed offer cannot be replayed as a downgrade.
+bool update_version(std::string_view version);
+
 // What an agent's hello says of the updates it takes (hello.updates):
 namespace updates {
 inline constexpr std::string_view signed_only = "signed";          // signed with its --update-key

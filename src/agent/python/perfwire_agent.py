@@ -1790,20 +1790,31 @@ def update_signed_text(offer):
 
 
 def later_version(candidate, current):
-    """Whether `candidate` is a later version than `current`: dotted parts in turn, as numbers
-    when both are, else as text; a missing part counts as 0."""
+    """Whether `candidate` is a later version than `current`, as protocol/update.cpp judges
+    it: dotted parts in turn, as numbers when both are, else as text; a missing part counts
+    as 0."""
     if not candidate:
         return False
-    a, b = candidate.split("."), current.split(".") if current else []
-    for i in range(max(len(a), len(b))):
-        x = a[i] if i < len(a) and a[i] else "0"
-        y = b[i] if i < len(b) and b[i] else "0"
-        if x.isdigit() and y.isdigit() and len(x) <= 18 and len(y) <= 18:
-            if int(x) != int(y):
-                return int(x) > int(y)
+    a, b = candidate, current or ""
+
+    def number(p):
+        p = p or "0"
+        return int(p) if len(p) <= 18 and re.match(r"[0-9]+\Z", p) else None
+    while a or b:
+        x, _, a = a.partition(".")
+        y, _, b = b.partition(".")
+        nx, ny = number(x), number(y)
+        if nx is not None and ny is not None:
+            if nx != ny:
+                return nx > ny
         elif x != y:
             return x > y
     return False
+
+
+# What may be offered as an update: dotted numbers, nothing that compares as text
+# (protocol/update.hpp, update_version).
+UPDATE_VERSION = re.compile(r"[0-9]{1,18}(\.[0-9]{1,18})*\Z")
 
 
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
@@ -1824,8 +1835,9 @@ def check_offer(offer, key, running):
         return "sha256 must be 64 lowercase hex characters"
     if not 0 < offer["size"] <= MAX_UPDATE_SIZE:
         return "size must be 1 to %d bytes" % MAX_UPDATE_SIZE
-    if not re.match(r"[0-9a-z.+~-]{1,64}\Z", offer["version"]):
-        return "version must be 1-64 characters of [0-9a-z.+-~]"
+    if len(offer["version"]) > 64 or not UPDATE_VERSION.match(offer["version"]):
+        return ("version must be dotted numbers (1 to 64 characters, each number at most 18 "
+                "digits)")
     if not HEX64.match(offer["signature"]):
         return ("this agent takes only signed updates (--update-key): the offer has no "
                 "signature")
@@ -1978,6 +1990,9 @@ class Session(object):
         self.metrics_interval = 2.0
         self.metrics_wake, self.finished = threading.Event(), threading.Event()
         self.update, self.restart_after_answer = None, False
+        # The update under way: this session's reader uses it, and close() may drop it from
+        # another thread (a collector that takes over): never while a piece is written.
+        self.update_lock = threading.Lock()
 
     def log(self, what):
         log("[%s] %s" % (self.peer, what))
@@ -2273,9 +2288,10 @@ class Session(object):
         return "signed"
 
     def _drop_update(self):
-        if self.update is not None:
-            self.update.drop()
-            self.update = None
+        with self.update_lock:
+            if self.update is not None:
+                self.update.drop()
+                self.update = None
 
     def cmd_update(self, rid, args):
         self._drop_update()  # an earlier offer's file goes
@@ -2291,17 +2307,23 @@ class Session(object):
                      for k in ("version", "arch", "sha256", "signature"))
         offer["size"] = size
         why = check_offer(offer, self.cfg.update_key, VERSION)
+        path = None
         if not why:
-            try:
-                self.update = UpdateReceiver(offer)
-            except OSError as e:
-                why = "cannot create %s: %s" % (
-                    "." + os.path.basename(SELF) + ".update-* beside " + SELF, os_message(e))
+            with self.update_lock:
+                if self.closed:
+                    why = "the connection is closed"
+                else:
+                    try:
+                        self.update = UpdateReceiver(offer)
+                        path = self.update.path
+                    except OSError as e:
+                        why = "cannot create %s: %s" % (
+                            "." + os.path.basename(SELF) + ".update-* beside " + SELF,
+                            os_message(e))
         if why:
             self.log("update refused: " + why)
             return response(rid, error=why)
-        self.log("receiving agent %s (%d bytes) into %s" % (offer["version"], size,
-                                                            self.update.path))
+        self.log("receiving agent %s (%d bytes) into %s" % (offer["version"], size, path))
         return response(rid, {"piece": MAX_UPDATE_PIECE})
 
     def cmd_update_data(self, rid, args):
@@ -2316,17 +2338,22 @@ class Session(object):
         raw = strict_base64(data)
         if raw is None:
             return response(rid, error="data is not base64")
-        why = self.update.write(offset, raw)
+        with self.update_lock:
+            if self.update is None:
+                return response(rid, error="no update offered")
+            why = self.update.write(offset, raw)
+            received = self.update.received
         if why:
             self._drop_update()
             self.log("update abandoned: " + why)
             return response(rid, error=why)
-        return response(rid, {"received": self.update.received})
+        return response(rid, {"received": received})
 
     def cmd_update_apply(self, rid, args):
-        if self.update is None:
+        with self.update_lock:
+            receiver, self.update = self.update, None  # whatever happens, this offer is over
+        if receiver is None:
             return response(rid, error="no update offered")
-        receiver, self.update = self.update, None  # whatever happens, this offer is over
         try:
             why = receiver.finish()
             if not why:

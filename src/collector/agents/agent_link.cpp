@@ -697,6 +697,8 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
 
 asio::awaitable<std::pair<std::string, std::string>>
 dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token) {
+    if (app.stops.stopping())
+        co_return std::make_pair(std::string(), std::string("the collector is stopping"));
     auto ex = co_await asio::this_coro::executor;
     tcp::resolver resolver(ex);
     auto resolving = app.stops.on_stop([&resolver] { resolver.cancel(); });

@@ -465,14 +465,14 @@ asio::awaitable<http_response> update_target(request_context& c) {
         const std::string host = link->dial_host(), port = link->dial_port();
         const auto token = link->token();
         asio::steady_timer t(co_await asio::this_coro::executor);
-        for (int i = 0; i < 100 && !link->closed(); ++i) {
+        for (int i = 0; i < 100 && !link->closed() && !c.app.stops.stopping(); ++i) {
             t.expires_after(std::chrono::milliseconds(100));
             co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         }
         std::pair<std::string, std::string> again;
-        for (int attempt = 0; attempt < 30; ++attempt) {
+        for (int attempt = 0; attempt < 30 && !c.app.stops.stopping(); ++attempt) {
             again = co_await dial_agent(c.app, host, port, token);
-            if (!again.first.empty())
+            if (!again.first.empty() || c.app.stops.stopping())
                 break;
             t.expires_after(std::chrono::seconds(1));
             co_await t.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -225,13 +225,24 @@ error_code session_store::publish(session_writer& w, std::string_view agent_name
             return last_error();
     }
     auto id = free_id(agent_name, [&](const std::string& name, std::error_code& ec) {
-        // rename() refuses a non-empty target: a session that took the name meanwhile.
-        fs::rename(w.dir(), root_ / name, ec);
-        if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
-            ec.clear();
+        // Never over anything, not even an empty folder (which rename() would replace): an
+        // agent's session whose folder was just made under the same name keeps it.
+        const auto to = root_ / name;
+        if (::renameat2(AT_FDCWD, w.dir().c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0)
+            return true;
+        if (errno == EEXIST || errno == ENOTEMPTY)
             return false;
+        if (errno == EINVAL) {
+            // A file system without RENAME_NOREPLACE: rename() refuses a non-empty target.
+            fs::rename(w.dir(), to, ec);
+            if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
+                ec.clear();
+                return false;
+            }
+            return !ec;
         }
-        return !ec;
+        ec = std::error_code(errno, std::generic_category());
+        return false;
     });
     if (!id)
         return id.error();

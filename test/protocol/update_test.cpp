@@ -1,0 +1,123 @@
+// What an agent update offer is judged by (protocol/update.hpp), and the Python agent judging
+// it the same way: its later_version, version rule and signed text against the C++ ones.
+#include "collector/symbols/subprocess.hpp"
+#include "protocol/digest.hpp"
+#include "protocol/update.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct pair_case {
+    const char* candidate;
+    const char* current;
+};
+
+const std::vector<pair_case> version_pairs = {
+    {"0.1.0.1", "0.1.0"},
+    {"0.1.0", "0.1.0.1"},
+    {"0.1.0", "0.1.0"},
+    {"0.1", "0.1.0"},
+    {"0.10.0", "0.9.9"},
+    {"1", "0.99.99"},
+    {"", "0.1"},
+    {"0.1", ""},
+    {"0.1.0.-", "0.1.0"},
+    {"0.1.0", "0.1.0.-"},
+    {"0.5.0-rc1", "0.5.0"},
+    {"0.1.", "0.1"},
+    {"0.1.a", "0.1.b"},
+    {"1.0", "1.0.0.0"},
+    {"0.1.0", "0.01.0"},
+    {"2", "10"},
+};
+
+const std::vector<const char*> versions = {
+    "0.1.0", "0.1.0.1", "1",    "10.20.30", "0.5.0-rc1",
+    "0.1.",  ".1",      "0..1", "0.1.0\n",  "1234567890123456789",
+    "",      "0.1a"};
+
+} // namespace
+
+TEST_CASE("update versions: later by dotted numbers, offered only as dotted numbers",
+          "[protocol][update]") {
+    using protocol::later_version;
+    using protocol::update_version;
+    CHECK(later_version("0.1.0.1", "0.1.0"));
+    CHECK_FALSE(later_version("0.1.0", "0.1.0.1"));
+    CHECK_FALSE(later_version("0.1.0", "0.1.0"));
+    CHECK_FALSE(later_version("0.1", "0.1.0")); // a missing part is 0
+    CHECK(later_version("0.10.0", "0.9.9"));    // numbers, not text
+    CHECK_FALSE(later_version("", "0.1"));
+    CHECK(update_version("0.1.0.1"));
+    CHECK(update_version("10.20.30"));
+    for (const char* refused :
+         {"", "0.5.0-rc1", "0.1.", ".1", "0..1", "0.1.0\n", "0.1a", "1234567890123456789"})
+        CHECK_FALSE(update_version(refused));
+    CHECK_FALSE(update_version(std::string(65, '1')));
+}
+
+TEST_CASE("the signed text names every field of an offer, one to a line", "[protocol][update]") {
+    const protocol::update_offer o{"0.1.0.1", "aarch64", std::string(64, 'a'), {}, 1234};
+    CHECK(protocol::update_signed_text(o) == "perfwire-agent-update-v1\narch=aarch64\n"
+                                             "version=0.1.0.1\nsize=1234\nsha256=" +
+                                                 std::string(64, 'a') + "\n");
+    auto other = o;
+    other.size = 1235;
+    CHECK(protocol::sign_update("k", o) != protocol::sign_update("k", other));
+    CHECK(protocol::sign_update("k", o) ==
+          protocol::hmac_sha256_hex("k", protocol::update_signed_text(o)));
+}
+
+TEST_CASE("the Python agent judges update versions and signs offers as the C++ code does",
+          "[protocol][update][python]") {
+    // The agent's module loaded as a library (its main() runs only as a script); one line
+    // per question.
+    std::ostringstream script;
+    script << "import importlib.util, sys\n"
+              "spec = importlib.util.spec_from_file_location('agent', '"
+           << PERFWIRE_PYTHON_AGENT
+           << "')\n"
+              "a = importlib.util.module_from_spec(spec); spec.loader.exec_module(a)\n";
+    for (const auto& p : version_pairs)
+        script << "print(a.later_version("
+               << "'" << p.candidate << "', '" << p.current << "'))\n";
+    for (const char* v : versions) {
+        std::string escaped;
+        for (char c : std::string(v))
+            escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
+        script << "print(bool(a.UPDATE_VERSION.match('" << escaped << "')) and len('" << escaped
+               << "') <= 64)\n";
+    }
+    script << "print(a.update_signed_text({'arch': 'aarch64', 'version': '0.1.0.1', 'size': 1234, "
+              "'sha256': '"
+           << std::string(64, 'a') << "'}).encode().hex())\n";
+    const auto ran = collector::run_capture({PERFWIRE_PYTHON, "-c", script.str()});
+    INFO(ran.err);
+    REQUIRE(ran.code == 0);
+    std::istringstream lines(ran.out);
+    std::string line;
+    for (const auto& p : version_pairs) {
+        REQUIRE(std::getline(lines, line));
+        INFO("later_version(\"" << p.candidate << "\", \"" << p.current << "\")");
+        CHECK((line == "True") == protocol::later_version(p.candidate, p.current));
+    }
+    for (const char* v : versions) {
+        REQUIRE(std::getline(lines, line));
+        INFO("version \"" << v << "\"");
+        CHECK((line == "True") == protocol::update_version(v));
+    }
+    REQUIRE(std::getline(lines, line));
+    const protocol::update_offer o{"0.1.0.1", "aarch64", std::string(64, 'a'), {}, 1234};
+    std::string hex;
+    for (unsigned char c : protocol::update_signed_text(o)) {
+        constexpr char digits[] = "0123456789abcdef";
+        hex += digits[c >> 4];
+        hex += digits[c & 15];
+    }
+    CHECK(line == hex);
+}
