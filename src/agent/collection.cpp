@@ -263,16 +263,26 @@ void collection::request_stop() {
 }
 
 asio::awaitable<void> collection::watchdog() {
-    // Sleeps until a stop is requested; kills perf if it has not drained 3 s later.
+    // Sleeps until a stop is requested. perf record then has 3 s to flush and exit, or is
+    // killed (perf script sees the end of its input either way). perf script ends by itself
+    // there, but may take a while to get to it: it names every sample, and loading a large
+    // binary's symbols on a busy or slow device takes seconds. Killing it then would lose the
+    // whole last chunk, so it is killed only if it has not ended 30 s after the stop.
+    bool record_killed = false;
     for (;;) {
         auto [ec] = co_await stop_timer_->async_wait(use_nothrow);
         if (reading_done_)
             co_return;
-        if (!ec) {
+        if (ec)
+            continue; // re-armed by request_stop
+        if (!record_killed) {
             record_->signal(SIGKILL);
-            script_->signal(SIGKILL);
-            co_return;
+            record_killed = true;
+            stop_timer_->expires_after(std::chrono::seconds(27));
+            continue;
         }
+        script_->signal(SIGKILL);
+        co_return;
     }
 }
 

@@ -48,7 +48,8 @@ public:
     // Runs until perf exits; every chunk, including the last partial one, reaches on_chunk.
     asio::awaitable<void> run();
 
-    // SIGINT to perf record (it flushes and exits, the pipeline drains); escalates after 3 s.
+    // SIGINT to perf record (it flushes and exits, the pipeline drains); perf record is killed
+    // if it has not exited 3 s later, perf script if it has not ended 30 s later.
     void request_stop();
     // Ends the current chunk now.
     void request_cut();

@@ -943,6 +943,17 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     REQUIRE(short_code == 0);
     CHECK(rounds_in(short_path) == 3);
 
+    // A perf script slow to name what was recorded (5 s after its input ended): the stop waits
+    // for it rather than killing it with the whole recording inside.
+    const auto slow_path = (dir.path / "slow.txt").string();
+    auto slow = start_odd_agent(flavour, "slow-script",
+                                {"--output", slow_path, "--pid", std::to_string(demo->pid()),
+                                 "--rounds", "1", "--duration", "1"});
+    const auto slow_code = slow->wait(60s);
+    INFO(slow->stderr_text());
+    REQUIRE(slow_code == 0);
+    CHECK(rounds_in(slow_path) == 1);
+
     const auto nothing = (dir.path / "nothing.txt").string();
     auto no_events = start_odd_agent(flavour, "no-events",
                                      {"--output", nothing, "--pid", std::to_string(demo->pid())});

@@ -1466,7 +1466,7 @@ class Collection(object):
         self.chunker = Chunker(compressor)
         self.on_chunk, self.on_done = on_chunk, on_done
         self.lock = threading.Lock()
-        self.record = self.script = self.stat = self.kill_at = None
+        self.record = self.script = self.stat = self.kill_at = self.script_kill_at = None
         self.stop_requested = False
         self.chunks = 0
         self.error = ""
@@ -1489,7 +1489,8 @@ class Collection(object):
         start_thread(self._main, "collection")
 
     def request_stop(self):
-        """SIGINT to perf record (it flushes, the pipeline drains); SIGKILL 3 s later."""
+        """SIGINT to perf record (it flushes, the pipeline drains); SIGKILL to perf record 3 s
+        later, to perf script 30 s later (_watchdog)."""
         with self.lock:
             if not self.stop_requested:
                 self.stop_requested = True
@@ -1514,12 +1515,20 @@ class Collection(object):
             self.kill_at = monotonic() + 3.0
 
     def _watchdog(self):
+        """After a stop: perf record has 3 s to flush and exit, perf script (which may take a
+        while to name what was recorded: a large binary's symbols on a busy device) 30 s."""
+        now = monotonic()
         with self.lock:
-            due = self.kill_at is not None and monotonic() >= self.kill_at
-            if due:
+            record_due = self.kill_at is not None and now >= self.kill_at
+            if record_due:
                 self.kill_at = None
-        if due:
+                self.script_kill_at = now + 27.0
+            script_due = self.script_kill_at is not None and now >= self.script_kill_at
+            if script_due:
+                self.script_kill_at = None
+        if record_due:
             kill_child(self.record)
+        if script_due:
             kill_child(self.script)
 
     def _main(self):
