@@ -234,7 +234,9 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
         const auto why = perf_complaint(coll->record_stderr());
         log("no samples: " + (!coll->error().empty() ? coll->error()
                               : !why.empty()         ? "perf record said: " + why
-                                                     : std::string("perf recorded nothing")));
+                                             : "perf recorded nothing (perf record exited with "
+                                               "status " +
+                                                   std::to_string(coll->record_status()) + ")"));
         co_return 1;
     }
     co_return 0;

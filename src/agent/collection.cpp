@@ -57,7 +57,16 @@ asio::awaitable<void> collection::run_continuous() {
         error_ = "pipe: " + std::string(std::strerror(errno));
         co_return;
     }
-    auto rec = child::start(ex, perf_, record_args(settings_.record, "-"), {.out = fds[1]});
+    // Periods asked for (--output): perf record bounds the run itself (its workload sleeps
+    // through all of them), so the recording lasts what was asked however long perf takes to
+    // start. A SIGINT at the end instead would reach a perf that is still starting on a slow
+    // or busy device and end it with nothing recorded.
+    std::vector<std::string> bound;
+    if (settings_.periods)
+        bound = {sleep_program(),
+                 std::to_string(std::chrono::duration<double>(settings_.chunk_duration).count() *
+                                settings_.periods)};
+    auto rec = child::start(ex, perf_, record_args(settings_.record, "-", bound), {.out = fds[1]});
     auto scr =
         child::start(ex, perf_, script_args("-", settings_.script_fields, !settings_.record.pid),
                      {.in = fds[0]});
@@ -129,10 +138,8 @@ asio::awaitable<void> collection::cut_loop() {
             break;
         const bool timed = !cut_requested_;
         cut_requested_ = false;
-        if (timed && settings_.periods && ++periods_ >= settings_.periods) {
-            request_stop(); // the last period: its chunk is the final cut, after the drain
-            continue;
-        }
+        if (timed && settings_.periods && ++periods_ >= settings_.periods)
+            continue; // the last period: perf record ends it; its drain makes the final cut
         co_await cut(false);
     }
     co_await cut(true);

@@ -34,8 +34,9 @@ struct collection_settings {
     std::size_t chunk_max_text = std::size_t{16} << 20;
     chunker::encoding encoding = chunker::encoding::zstd;
     bool rounds = false; // record to files in rounds instead of the pipe
-    // Continuous: stop after this many periods of chunk_duration (0: until stopped). The last
-    // period ends with perf's drain, so its chunk holds every sample recorded in it.
+    // Continuous: this many periods of chunk_duration, then the run ends (0: until stopped).
+    // perf record is bounded by a sleep of them all, so its drain makes the last chunk and
+    // the recording lasts what was asked, whenever perf got going.
     int periods = 0;
 };
 
@@ -93,7 +94,7 @@ private:
     bool stop_requested_ = false;
     std::uint64_t chunks_ = 0;
     std::uint64_t script_bytes_ = 0;
-    int periods_ = 0; // timed cuts made (and the stop that ends the last period)
+    int periods_ = 0; // timed cuts made
     int record_status_ = -1;
     std::optional<procfs::process_identity> target_; // as it was when the run began
     bool target_exited_ = false;

@@ -911,7 +911,7 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
           "[agent][integration][perf][odd]") {
     const auto flavour = each_agent();
     INFO(flavour);
-    auto demo = start_demo(30);
+    auto demo = start_demo(300); // outlives every run below, however slow the machine
     test_support::temp_dir dir;
     const auto path = (dir.path / "out.txt").string();
     auto no_pipe = start_odd_agent(flavour, "no-pipe",
@@ -953,6 +953,17 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     INFO(slow->stderr_text());
     REQUIRE(slow_code == 0);
     CHECK(rounds_in(slow_path) == 1);
+
+    // A perf slow to start (2.5 s, longer than the whole run asked for): the recording still
+    // lasts both periods, counted from when perf got going, not cut short by the clock.
+    const auto late_path = (dir.path / "late.txt").string();
+    auto late = start_odd_agent(flavour, "slow-start",
+                                {"--output", late_path, "--pid", std::to_string(demo->pid()),
+                                 "--rounds", "2", "--duration", "1"});
+    const auto late_code = late->wait(60s);
+    INFO(late->stderr_text());
+    REQUIRE(late_code == 0);
+    CHECK(rounds_in(late_path) == 2);
 
     const auto nothing = (dir.path / "nothing.txt").string();
     auto no_events = start_odd_agent(flavour, "no-events",

@@ -1602,7 +1602,13 @@ class Collection(object):
 
     def _run_continuous(self):
         try:
-            rec, scr = start_pipeline(self.perf, record_args(self.s, "-"), self._script_args("-"))
+            # Periods asked for (--output): perf record bounds the run itself (its workload
+            # sleeps through all of them), so the recording lasts what was asked however long
+            # perf takes to start; a SIGINT at the end could reach a perf still starting.
+            bound = [sleep_program(), "%f" % (float(self.s.duration) * self.s.periods)] \
+                if self.s.periods else None
+            rec, scr = start_pipeline(self.perf, record_args(self.s, "-", bound),
+                                      self._script_args("-"))
         except OSError as e:
             self._cannot_run(e)
             return
@@ -1633,8 +1639,7 @@ class Collection(object):
                 if timed and self.s.periods:
                     state["periods"] += 1
                     if state["periods"] >= self.s.periods:
-                        self.request_stop()  # the last period: the final cut, after the drain
-                        return
+                        return  # the last period: perf record ends it; the drain's final cut
                 self._send(self.chunker.cut(self._finish_stat(True)))
 
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
@@ -2909,7 +2914,8 @@ def output_mode(cfg, stop):
             os.remove(cfg.output)
         why = perf_complaint(coll.record_err.decode("utf-8", "replace"))
         log("no samples: " + (coll.error or ("perf record said: " + why if why
-                                             else "perf recorded nothing")))
+                                             else "perf recorded nothing (perf record exited with "
+                                             "status %s)" % coll.record_status)))
         return 1
     return 0
 # ================================================================================ main
