@@ -20,10 +20,12 @@ namespace agent {
 using namespace asio::experimental::awaitable_operators;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
-collection::collection(std::string perf, collection_settings settings, chunk_handler on_chunk)
+collection::collection(std::string perf, collection_settings settings, chunk_handler on_chunk,
+                       flush_gate may_flush)
     : perf_(std::move(perf))
     , settings_(std::move(settings))
     , on_chunk_(std::move(on_chunk))
+    , may_flush_(std::move(may_flush))
     , chunker_(settings_.encoding) {}
 
 void collection::start_stat(asio::any_io_executor ex) {
@@ -51,6 +53,28 @@ asio::awaitable<void> collection::run() {
 }
 
 asio::awaitable<void> collection::run_continuous() {
+    const bool prompt = settings_.prompt && settings_.record.frequency <= prompt_max_hz;
+    hold_empty_end_ = prompt;
+    co_await run_pipeline(prompt);
+    hold_empty_end_ = false;
+    auto held = std::exchange(held_end_, std::nullopt);
+    if (prompt && script_bytes_ == 0 && !stop_requested_ && record_status_ > 0 &&
+        record_err_.find("no-buffering") != std::string::npos) {
+        // An old perf that does not know the option: the same run without it (and without
+        // the perf stat report of the attempt).
+        prompt_refused_ = true;
+        reading_done_ = false;
+        error_.clear();
+        record_err_.clear();
+        record_status_ = -1;
+        co_await run_pipeline(false);
+    } else if (held) {
+        ++chunks_;
+        on_chunk_(std::move(*held));
+    }
+}
+
+asio::awaitable<void> collection::run_pipeline(bool prompt) {
     auto ex = co_await asio::this_coro::executor;
     std::array<int, 2> fds{};
     if (::pipe2(fds.data(), O_CLOEXEC) < 0) {
@@ -66,7 +90,9 @@ asio::awaitable<void> collection::run_continuous() {
         bound = {sleep_program(),
                  std::to_string(std::chrono::duration<double>(settings_.chunk_duration).count() *
                                 settings_.periods)};
-    auto rec = child::start(ex, perf_, record_args(settings_.record, "-", bound), {.out = fds[1]});
+    auto record = settings_.record;
+    record.prompt = prompt;
+    auto rec = child::start(ex, perf_, record_args(record, "-", bound), {.out = fds[1]});
     auto scr =
         child::start(ex, perf_, script_args("-", settings_.script_fields, !settings_.record.pid),
                      {.in = fds[0]});
@@ -108,12 +134,12 @@ asio::awaitable<void> collection::read_script_output(child& script) {
             script_bytes_ += n;
             chunker_.append(std::string_view(buf.data(), n));
             if (chunker_.chunk_bytes() >= settings_.chunk_max_text) {
-                if (!settings_.rounds) {
+                if (!settings_.rounds)
                     request_cut();
-                } else if (auto payload = chunker_.cut()) { // a huge round: send it in parts
-                    ++chunks_;
-                    on_chunk_(std::move(*payload));
-                }
+                else
+                    flush(); // a huge round: in parts
+            } else if (settings_.rounds && flush_due()) {
+                flush(); // a round's samples as perf script names them
             }
         }
         if (ec)
@@ -129,20 +155,49 @@ asio::awaitable<void> collection::read_script(child& script) {
 }
 
 asio::awaitable<void> collection::cut_loop() {
+    using clock = std::chrono::steady_clock;
+    auto period_end = clock::now() + settings_.chunk_duration;
     while (!reading_done_) {
         if (!cut_requested_) {
-            cut_timer_->expires_after(settings_.chunk_duration);
+            auto wake = period_end;
+            if (settings_.flush_interval.count() > 0)
+                wake = std::min(wake, last_cut_ + settings_.flush_interval);
+            cut_timer_->expires_at(wake);
             co_await cut_timer_->async_wait(use_nothrow);
         }
         if (reading_done_)
             break;
-        const bool timed = !cut_requested_;
-        cut_requested_ = false;
-        if (timed && settings_.periods && ++periods_ >= settings_.periods)
-            continue; // the last period: perf record ends it; its drain makes the final cut
-        co_await cut(false);
+        const bool sized = std::exchange(cut_requested_, false);
+        if (clock::now() >= period_end) {
+            // A period is over: its perf stat report goes with what was printed since the
+            // last flush. (A period overrun by a slow cut starts the next one now.)
+            period_end = std::max(period_end + settings_.chunk_duration, clock::now());
+            if (settings_.periods && ++periods_ >= settings_.periods)
+                continue; // the last period: perf record ends it; its drain makes the final cut
+            co_await cut(false);
+        } else if (sized || flush_due()) {
+            flush();
+        } else if (settings_.flush_interval.count() > 0 &&
+                   last_cut_ + settings_.flush_interval <= clock::now()) {
+            // The link still holds the last flush: look again shortly, the chunk grows.
+            last_cut_ = clock::now() - settings_.flush_interval + std::chrono::milliseconds(50);
+        }
     }
     co_await cut(true);
+}
+
+bool collection::flush_due() const {
+    return settings_.flush_interval.count() > 0 &&
+           std::chrono::steady_clock::now() >= last_cut_ + settings_.flush_interval &&
+           (!may_flush_ || may_flush_());
+}
+
+void collection::flush() {
+    last_cut_ = std::chrono::steady_clock::now();
+    if (auto payload = chunker_.cut()) {
+        ++chunks_;
+        on_chunk_(std::move(*payload));
+    }
 }
 
 asio::awaitable<void> collection::cut(bool final) {
@@ -154,7 +209,12 @@ asio::awaitable<void> collection::cut(bool final) {
         co_await done->stop(std::chrono::milliseconds(1000));
         stat_text = co_await read_all(done->err(), 256 << 10);
     }
+    last_cut_ = std::chrono::steady_clock::now();
     if (auto payload = chunker_.cut(stat_text, final)) {
+        if (final && hold_empty_end_ && script_bytes_ == 0) {
+            held_end_ = std::move(payload); // perf stat's report alone: sent if no retry
+            co_return;
+        }
         ++chunks_;
         on_chunk_(std::move(*payload));
     }
@@ -244,6 +304,7 @@ asio::awaitable<void> collection::script_round(std::string file, std::string sta
         co_await (read_script_output(*script_) && read_all(script_->err()));
         co_await script_->wait();
     }
+    last_cut_ = std::chrono::steady_clock::now();
     if (auto payload = chunker_.cut(stat_text, true)) {
         ++chunks_;
         on_chunk_(std::move(*payload));

@@ -1,12 +1,19 @@
 // Capability probe and continuous collection.
 //
 //   perf record -o - ──pipe──▶ perf script -i - ──pipe──▶ reader ──▶ chunker (zstd) ──┐
-//   perf stat (one per chunk, stopped with SIGINT at the cut) ─────────▶ stat text ──┴─▶ chunk
-//                                             cutter: every --duration s or 16 MiB ──┘
+//   perf stat (one per period, stopped with SIGINT at its end) ────────▶ stat text ──┴─▶ chunk
+//        cutter: what perf script printed, every flush_interval (or 16 MiB); perf stat's
+//        report every --duration s
+//
+// perf itself is asked to hand samples on promptly (`--no-buffering` at modest rates), so a
+// sample reaches the collector about a flush interval after it was taken, whatever --duration.
+// A flush waits while the link still holds earlier data (may_flush): on a slow link the
+// chunks grow instead of queueing up.
 //
 // Rounds, for perf without pipe mode (or when asked): `perf record -o roundN.data -- sleep D`
 // back to back; round N+1 starts the moment round N's record exits, and round N's
 // `perf script` runs while N+1 records, so wall-time coverage has no gap but process start-up.
+// What a round's perf script prints is flushed as it comes, like the pipe's.
 //
 // A collection is one run of that pipeline; pause and stop end it (SIGINT, so perf flushes),
 // resume starts another. It ends by itself when the target exits.
@@ -30,7 +37,13 @@ struct collection_settings {
     record_settings record;
     std::vector<std::string> stat_events;
     bool script_fields = true;
-    std::chrono::milliseconds chunk_duration{8000};
+    std::chrono::milliseconds chunk_duration{8000}; // a period: perf stat's, a round's
+    // What perf script printed is sent this often, independent of chunk_duration (0: only at
+    // the end of a period).
+    std::chrono::milliseconds flush_interval{333};
+    // Streaming perf record may take --no-buffering (at frequencies up to prompt_max_hz, where
+    // a wakeup per sample costs perf nothing measurable); false once perf refused it.
+    bool prompt = true;
     std::size_t chunk_max_text = std::size_t{16} << 20;
     chunker::encoding encoding = chunker::encoding::zstd;
     bool rounds = false; // record to files in rounds instead of the pipe
@@ -43,8 +56,13 @@ struct collection_settings {
 class collection {
 public:
     using chunk_handler = std::function<void(std::string payload)>;
+    // Whether a flush may go now (the link has taken the earlier data); always, if empty.
+    using flush_gate = std::function<bool()>;
 
-    collection(std::string perf, collection_settings settings, chunk_handler on_chunk);
+    static constexpr int prompt_max_hz = 400;
+
+    collection(std::string perf, collection_settings settings, chunk_handler on_chunk,
+               flush_gate may_flush = {});
 
     // Runs until perf exits; every chunk, including the last partial one, reaches on_chunk.
     asio::awaitable<void> run();
@@ -64,6 +82,9 @@ public:
     std::uint64_t script_bytes() const noexcept { return script_bytes_; }
     // perf record's exit status (the last round's, in rounds), once it has ended; -1 before.
     int record_status() const noexcept { return record_status_; }
+    // perf record did not know --no-buffering (the run went on without it): later runs need
+    // not ask.
+    bool prompt_refused() const noexcept { return prompt_refused_; }
     // The process profiled had exited when perf record last ended (a run of the whole system:
     // never). Judged after perf's exit, by the process's start time, so neither a zombie nor
     // a reused pid passes for the target.
@@ -71,19 +92,27 @@ public:
 
 private:
     asio::awaitable<void> run_continuous();
+    asio::awaitable<void> run_pipeline(bool prompt);
     asio::awaitable<void> run_rounds();
     asio::awaitable<void> script_round(std::string file, std::string stat_text);
     asio::awaitable<void> read_script(child& script);
     asio::awaitable<void> read_script_output(child& script);
     asio::awaitable<void> cut_loop();
     asio::awaitable<void> cut(bool final);
+    void flush(); // what perf script printed so far, without perf stat's report
+    bool flush_due() const;
     void start_stat(asio::any_io_executor ex);
     asio::awaitable<void> watchdog();
 
     std::string perf_;
     collection_settings settings_;
     chunk_handler on_chunk_;
+    flush_gate may_flush_;
     chunker chunker_;
+    std::chrono::steady_clock::time_point last_cut_ = std::chrono::steady_clock::now();
+    bool prompt_refused_ = false;
+    bool hold_empty_end_ = false;         // a --no-buffering attempt runs
+    std::optional<std::string> held_end_; // its last chunk, when it holds no sample
     std::unique_ptr<child> record_;
     std::unique_ptr<child> script_;
     std::unique_ptr<child> stat_;

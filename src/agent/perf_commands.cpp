@@ -34,10 +34,9 @@ std::string_view trim(std::string_view s) {
 } // namespace
 
 int mmap_pages_for(int frequency, bool dwarf) {
-    // perf wakes up when its ring buffer is half full; the default 516 KiB per CPU holds
-    // seconds of samples at 99 Hz, which would hold data back from the live view. Size it for
-    // about a quarter of a second of samples (~256 B with frame-pointer stacks, ~8.5 KiB with
-    // dwarf stack copies), at least 8 pages, a power of two as perf requires.
+    // About a quarter of a second of samples (~256 B with frame-pointer stacks, ~8.5 KiB with
+    // dwarf stack copies), at least 8 pages, a power of two as perf requires: the default
+    // 516 KiB per CPU would hold seconds of samples back even where perf wakes at half full.
     const long bytes_per_sample = dwarf ? 8704 : 256;
     const long half_buffer = static_cast<long>(frequency) * bytes_per_sample / 4;
     int pages = 8;
@@ -54,6 +53,8 @@ std::vector<std::string> record_args(const record_settings& s, std::string_view 
         args.push_back("--call-graph=" + s.callgraph);
     args.insert(args.end(),
                 {"-m", std::to_string(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))});
+    if (s.prompt)
+        args.push_back("--no-buffering");
     add_target(args, s.pid);
     args.insert(args.end(), {"-o", std::string(output)});
     if (!command.empty()) {

@@ -30,10 +30,14 @@ struct record_settings {
     int frequency = 99;
     std::string callgraph = "fp"; // fp, dwarf, lbr; empty for no call graphs
     std::optional<int> pid;       // none: the whole system (-a)
+    // --no-buffering: perf hands each sample on as it is taken instead of when its ring
+    // buffer is half full (which at modest rates holds seconds of samples back).
+    bool prompt = false;
 };
 
-// Ring-buffer pages per CPU for `perf record -m`, small enough that data flows within about
-// a quarter of a second at any frequency.
+// Ring-buffer pages per CPU for `perf record -m`: room for about a quarter of a second of
+// samples. (perf wakes when it is half full, which at a modest rate on a busy target's
+// several CPUs still takes seconds: streaming asks for `prompt` too.)
 int mmap_pages_for(int frequency, bool dwarf = false);
 
 // perf record writing to `output` ("-" for a pipe); `command` runs under it when non-empty

@@ -31,6 +31,8 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 namespace {
 
 constexpr std::size_t max_queued_bytes = std::size_t{64} << 20;
+// Data still queued past which the collection's next flush waits (metrics records are small).
+constexpr std::size_t flush_backlog = std::size_t{64} << 10;
 // The collector sends the code right after the hello: a connection that does not is closed
 // soon, so it cannot hold the one unpaired slot of a --listen agent for long.
 constexpr auto auth_timeout = std::chrono::seconds(10);
@@ -918,7 +920,10 @@ void session::begin_collection() {
                 settings_.stat_events.push_back(e);
     auto self = shared_from_this();
     auto on_chunk = [self](std::string payload) { self->send(frame_flag::zstd, payload, true); };
-    current_ = std::make_shared<collection>(cfg_.perf_path, settings_, on_chunk);
+    // A flush waits while the link still holds earlier data: a slow link gets fewer, larger
+    // chunks, never a queue of small ones.
+    auto may_flush = [self] { return self->queued_bytes_ - self->reply_bytes_ <= flush_backlog; };
+    current_ = std::make_shared<collection>(cfg_.perf_path, settings_, on_chunk, may_flush);
     state_ = state::profiling;
     auto task = collect(current_);
     asio::co_spawn(socket_.get_executor(), std::move(task), [self](std::exception_ptr e) {
@@ -931,6 +936,8 @@ asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
     auto self = shared_from_this();
     co_await c->run();
     lost_samples_ += c->lost_samples();
+    if (c->prompt_refused())
+        settings_.prompt = false;
     const bool asked = c->stop_requested();
     if (current_ == c) {
         current_.reset();

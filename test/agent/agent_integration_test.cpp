@@ -50,6 +50,7 @@ framing_peer accept_agent(listener& l, std::chrono::milliseconds timeout = 10s) 
 struct received {
     std::string text;
     int chunks = 0;
+    int stat_reports = 0; // chunks that end a period (or a round): perf stat's report after them
     std::set<frame_flag> data_flags; // text, zstd
     std::set<std::string> metrics;
     std::vector<protocol::state_notice> notices;
@@ -66,14 +67,15 @@ received collect(framing_peer& peer, std::chrono::milliseconds timeout, Done don
                 break;
             continue;
         }
-        if (f->flag == frame_flag::zstd) {
-            auto text = protocol::decompress(f->payload);
-            REQUIRE(text.has_value());
-            r.text += *text;
-            ++r.chunks;
-            r.data_flags.insert(f->flag);
-        } else if (f->flag == frame_flag::text) {
-            r.text += f->payload;
+        if (f->flag == frame_flag::zstd || f->flag == frame_flag::text) {
+            std::string text = f->payload;
+            if (f->flag == frame_flag::zstd) {
+                auto plain = protocol::decompress(f->payload);
+                REQUIRE(plain.has_value());
+                text = std::move(*plain);
+            }
+            r.stat_reports += text.find("### PERF_STAT ###") != std::string::npos;
+            r.text += text;
             ++r.chunks;
             r.data_flags.insert(f->flag);
         } else if (f->flag == frame_flag::metrics) {
@@ -158,11 +160,11 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
 
     // --pid on the command line: profiling starts without a command.
     auto got = collect(peer, 20s, [](const received& r) {
-        return r.chunks >= 2 && r.text.find("matrix_multiply") != std::string::npos &&
+        return r.stat_reports >= 2 && r.text.find("matrix_multiply") != std::string::npos &&
                r.text.find("hash_strings") != std::string::npos && r.metrics.count("process");
     });
     INFO(agent->stderr_text());
-    CHECK(got.chunks >= 2);
+    CHECK(got.stat_reports >= 2);
     CHECK(got.data_flags == std::set<frame_flag>{frame_flag::zstd});
     CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
     CHECK_THAT(got.text, Catch::Contains("hash_strings"));
@@ -351,10 +353,9 @@ TEST_CASE("SIGTERM stops perf and the agent exits cleanly", "[agent][integration
     const auto perf_pids = perf_children(agent->pid(), 3); // record, script, stat
     std::this_thread::sleep_for(1s);
     agent->signal(SIGTERM);
-    // The chunk in progress is flushed to the collector before the agent goes.
-    auto got = collect(peer, 10s, [](const received& r) { return r.chunks >= 1; });
-    CHECK(got.chunks >= 1);
-    CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
+    // The period in progress is sent, its perf stat report with it, before the agent goes.
+    auto got = collect(peer, 10s, [](const received& r) { return r.stat_reports >= 1; });
+    CHECK(got.stat_reports == 1);
     const auto code = agent->wait(10s);
     REQUIRE(code);
     CHECK(*code == 0);
@@ -535,8 +536,8 @@ TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
         20s);
     REQUIRE(ok(start));
     CHECK(start->fields.at("mode").as_string() == "rounds");
-    auto got = collect(peer, 15s, [](const received& r) { return r.chunks >= 3; });
-    CHECK(got.chunks >= 3);
+    auto got = collect(peer, 15s, [](const received& r) { return r.stat_reports >= 3; });
+    CHECK(got.stat_reports >= 3); // three rounds
     CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
     CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
     // While round N+1 records, round N is scripted: two perf record processes never overlap
@@ -602,7 +603,7 @@ TEST_CASE("the Python agent compresses with the zstandard module, a zstd executa
     auto peer = accept_agent(l);
     read_hello(peer);
     auto got = collect(peer, 20s, [](const received& r) {
-        return r.chunks >= 2 && r.text.find("matrix_multiply") != std::string::npos;
+        return r.stat_reports >= 2 && r.text.find("matrix_multiply") != std::string::npos;
     });
     const std::string log = agent->stderr_text();
     INFO(log);
@@ -613,7 +614,7 @@ TEST_CASE("the Python agent compresses with the zstandard module, a zstd executa
           frame_flag::zstd}},
         {"none", {"compression: none (text frames)", frame_flag::text}}};
     CHECK_THAT(log, Catch::Contains(expected.at(mode).first));
-    CHECK(got.chunks >= 2);
+    CHECK(got.stat_reports >= 2);
     CHECK(got.data_flags == std::set<frame_flag>{expected.at(mode).second});
     CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
     CHECK_THAT(got.text, Catch::Contains("### PERF_STAT ###"));
@@ -687,6 +688,38 @@ std::string cannot_text(const boost::json::object& caps) {
 }
 
 } // namespace
+
+TEST_CASE("live: what perf script prints reaches the collector every third of a second, whatever "
+          "--duration; perf stat's report once a period",
+          "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    // The real perf, and one from before --no-buffering: the agent then streams without it.
+    const std::string perf_kind = GENERATE(as<std::string>{}, "", "no-buffering-unknown");
+    INFO(flavour << ", perf: " << (perf_kind.empty() ? "real" : perf_kind));
+    listener l;
+    auto demo = start_demo(60);
+    auto agent = start_odd_agent(flavour, perf_kind,
+                                 {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                  std::to_string(demo->pid()), "--duration", "30"});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    wait_profiling(peer);
+    const auto first = collect(peer, 20s, [](const received& r) { return r.chunks >= 1; });
+    INFO(agent->stderr_text());
+    REQUIRE(first.chunks >= 1);
+    // Four seconds of a 30 s period: flushes of samples (about twelve), no perf stat report.
+    const auto more = collect(peer, 4s, [](const received&) { return false; });
+    if (perf_kind.empty())
+        CHECK(more.chunks >= 4);
+    else
+        CHECK(more.chunks >= 1);
+    CHECK(first.stat_reports + more.stat_reports == 0);
+    CHECK_THAT(first.text + more.text, Catch::Contains("matrix_multiply"));
+    CHECK(first.notices.empty());
+    CHECK(more.notices.empty());
+    REQUIRE(ok(peer.command("stop", "{}", 10s)));
+    CHECK(no_perf_children(agent->pid(), 5s));
+}
 
 TEST_CASE("odd perf builds: the probe finds what works by what perf did, and start refuses the "
           "rest with the reason",
@@ -839,12 +872,12 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
         // Round after round arrives, one every 2 s (not faster: a round perf cut short is
         // waited out), and the agent stays profiling.
         const auto since = std::chrono::steady_clock::now();
-        auto got = collect(peer, 30s,
-                           [](const received& r) { return r.chunks >= 3 || !r.notices.empty(); });
+        auto got = collect(
+            peer, 30s, [](const received& r) { return r.stat_reports >= 3 || !r.notices.empty(); });
         const auto took = std::chrono::steady_clock::now() - since;
         INFO(agent->stderr_text());
         CHECK(got.notices.empty());
-        CHECK(got.chunks >= 3);
+        CHECK(got.stat_reports >= 3);
         CHECK(took >= 3s);
         CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
         CHECK(peer.command("status")->fields.at("state").as_string() == "profiling");

@@ -763,14 +763,14 @@ def kill_all_children():
 
 def pump(streams, on_data, tick=None, deadline=None):
     """Reads the pipes in `streams` ({fd: name}) until each reaches EOF, handing every block
-    to on_data(name, data) and an empty one at EOF; tick() runs at least every 0.25 s.
+    to on_data(name, data) and an empty one at EOF; tick() runs at least every 0.1 s.
     False if `deadline` passed first."""
     sel = selectors.DefaultSelector()
     try:
         for fd, name in streams.items():
             sel.register(fd, selectors.EVENT_READ, name)
         while sel.get_map():
-            timeout = 0.25
+            timeout = 0.1
             if deadline is not None:
                 timeout = min(timeout, deadline - monotonic())
                 if timeout <= 0:
@@ -871,13 +871,25 @@ class Settings(object):
         self.script_fields = True
         self.chunk_max_text = 16 << 20
         self.rounds = False
-        # continuous: stop after this many periods of `duration` (0: until stopped); the last
-        # period ends with perf's drain, so its chunk holds every sample recorded in it
+        # continuous: this many periods of `duration`, then the run ends (0: until stopped);
+        # perf record is bounded by a sleep of them all, so its drain makes the last chunk
         self.periods = 0
+        # What perf script printed is sent this often, whatever `duration` (a period: perf
+        # stat's report, a round); 0: only at the end of a period.
+        self.flush_interval = FLUSH_INTERVAL
+        # Streaming perf record may take --no-buffering (up to PROMPT_MAX_HZ, where a wakeup
+        # per sample costs perf nothing measurable); False once perf refused it.
+        self.prompt = True
+
+
+FLUSH_INTERVAL = 0.333
+PROMPT_MAX_HZ = 400
+FLUSH_BACKLOG = 64 << 10  # data still queued on the link past which a flush waits
 
 
 def mmap_pages_for(frequency, dwarf=False):
-    # Ring buffer for about a quarter second of samples, so data flows promptly at 99 Hz.
+    # About a quarter of a second of samples (perf wakes at half full, which at a modest rate
+    # on several CPUs still takes seconds: streaming asks for --no-buffering too).
     half_buffer = frequency * (8704 if dwarf else 256) // 4
     pages = 8
     while pages < 1024 and pages * 4096 // 2 < half_buffer:
@@ -889,11 +901,14 @@ def target_args(pid):
     return ["-p", str(pid)] if pid is not None else ["-a"]
 
 
-def record_args(s, output, command=None):
+def record_args(s, output, command=None, prompt=False):
+    """`prompt`: --no-buffering, perf hands each sample on as it is taken."""
     args = ["record", "-e", ",".join(s.events), "-F", str(s.frequency)]
     if s.callgraph:
         args.append("--call-graph=" + s.callgraph)
     args += ["-m", str(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))]
+    if prompt:
+        args.append("--no-buffering")
     args += target_args(s.pid) + ["-o", output]
     return args + (["--"] + command if command else [])
 
@@ -1460,11 +1475,16 @@ class Collection(object):
     chunk, in its own thread from start() until perf exits. Every chunk, the last partial one
     included, goes to on_chunk(payload); on_done(self) runs at the end."""
 
-    def __init__(self, perf, settings, compressor, on_chunk, on_done=None):
+    def __init__(self, perf, settings, compressor, on_chunk, on_done=None, may_flush=None):
         self.perf = perf
         self.s = copy.deepcopy(settings)
         self.chunker = Chunker(compressor)
         self.on_chunk, self.on_done = on_chunk, on_done
+        # Whether a flush may go now (the link has taken the earlier data): on a slow link
+        # chunks grow instead of queueing up.
+        self.may_flush = may_flush or (lambda: True)
+        self.last_cut = monotonic()
+        self.prompt_refused = False  # perf record did not know --no-buffering
         self.lock = threading.Lock()
         self.record = self.script = self.stat = self.kill_at = self.script_kill_at = None
         self.stop_requested = False
@@ -1580,6 +1600,15 @@ class Collection(object):
         forget_child(p)
         return (err or b"")[:256 << 10]
 
+    def _flush_due(self):
+        return self.s.flush_interval > 0 and \
+            monotonic() >= self.last_cut + self.s.flush_interval and self.may_flush()
+
+    def _flush(self):
+        """What perf script printed so far, without perf stat's report."""
+        self.last_cut = monotonic()
+        self._send(self.chunker.cut())
+
     def _send(self, payload):
         if payload is not None:
             self.chunks += 1
@@ -1601,13 +1630,26 @@ class Collection(object):
             forget_child(p)
 
     def _run_continuous(self):
+        prompt = self.s.prompt and self.s.frequency <= PROMPT_MAX_HZ
+        held = self._run_pipeline(prompt)
+        if prompt and self.script_bytes == 0 and not self.stop_requested and \
+                (self.record_status or 0) > 0 and b"no-buffering" in self.record_err:
+            # An old perf that does not know the option: the same run without it (and without
+            # the perf stat report of the attempt).
+            self.prompt_refused = True
+            self.error, self.record_err, self.record_status = "", b"", None
+            self._run_pipeline(False)
+        else:
+            self._send(held)
+
+    def _run_pipeline(self, prompt):
         try:
             # Periods asked for (--output): perf record bounds the run itself (its workload
             # sleeps through all of them), so the recording lasts what was asked however long
             # perf takes to start; a SIGINT at the end could reach a perf still starting.
             bound = [sleep_program(), "%f" % (float(self.s.duration) * self.s.periods)] \
                 if self.s.periods else None
-            rec, scr = start_pipeline(self.perf, record_args(self.s, "-", bound),
+            rec, scr = start_pipeline(self.perf, record_args(self.s, "-", bound, prompt),
                                       self._script_args("-"))
         except OSError as e:
             self._cannot_run(e)
@@ -1632,26 +1674,40 @@ class Collection(object):
 
         def tick():
             self._watchdog()
-            if state["open"] and (state["cut_now"] or monotonic() >= state["next_cut"]):
-                timed = not state["cut_now"]
-                state["cut_now"] = False
-                state["next_cut"] = monotonic() + self.s.duration
-                if timed and self.s.periods:
+            if not state["open"]:
+                return
+            now = monotonic()
+            if now >= state["next_cut"]:
+                # A period is over: its perf stat report goes with what was printed since the
+                # last flush (a period overrun starts the next one now).
+                state["next_cut"] = max(state["next_cut"] + self.s.duration, now)
+                if self.s.periods:
                     state["periods"] += 1
                     if state["periods"] >= self.s.periods:
                         return  # the last period: perf record ends it; the drain's final cut
+                self.last_cut = now
                 self._send(self.chunker.cut(self._finish_stat(True)))
+            elif state["cut_now"] or self._flush_due():
+                state["cut_now"] = False
+                self._flush()
 
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
               scr.stderr.fileno(): "serr"}, on_data, tick)
-        # perf script has ended: the last chunk, unfinished sample included
-        self._send(self.chunker.cut(self._finish_stat(False), True))
+        # perf script has ended: the last chunk, unfinished sample included (held back when
+        # a --no-buffering attempt printed no sample: a retry may follow).
+        last = self.chunker.cut(self._finish_stat(False), True)
+        held = None
+        if prompt and self.script_bytes == 0:
+            held = last
+        else:
+            self._send(last)
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
         self._record_ended(rec.returncode)
         self.record_err = bytes(bufs["rerr"])
         self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
+        return held
 
     def _run_rounds(self):
         # `perf record -o roundN.data -- sleep D` back to back; round N's perf script runs
@@ -1715,12 +1771,15 @@ class Collection(object):
                     self.script_bytes += len(data)
                     self.chunker.append(data)
                     if self.chunker.chunk_bytes >= self.s.chunk_max_text:
-                        self._send(self.chunker.cut())  # a huge round: send it in parts
+                        self._flush()  # a huge round: send it in parts
+                    elif self._flush_due():
+                        self._flush()  # a round's samples as perf script names them
             pump({scr.stdout.fileno(): "out", scr.stderr.fileno(): "err"}, on_data,
                  self._watchdog)
             scr.stdout.close()
             scr.stderr.close()
             self._wait_for(scr)
+        self.last_cut = monotonic()
         self._send(self.chunker.cut(stat_text, True))
         try:
             os.remove(path)
@@ -2667,15 +2726,23 @@ class Session(object):
                 s.stat_events.append(e)
         flag = self.compression.flag
         c = Collection(self.cfg.perf, s, self.compression.make(),
-                       lambda payload: self.send(flag, payload, True), self._collection_done)
+                       lambda payload: self.send(flag, payload, True), self._collection_done,
+                       self._link_has_room)
         with self.lock:
             self.current = c
             self.state = "profiling"
         c.start()
 
+    def _link_has_room(self):
+        """The link has taken the data sent before (control answers aside): a flush may go."""
+        with self.cond:
+            return self.queued_bytes - self.reply_bytes <= FLUSH_BACKLOG
+
     def _collection_done(self, c):
         with self.lock:
             self.lost_samples += c.lost_samples
+            if c.prompt_refused:
+                self.settings.prompt = False
             if self.current is not c:
                 return
             self.current = None
