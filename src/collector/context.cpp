@@ -16,10 +16,16 @@ app_context::app_context(asio::io_context& io_context, config c)
     , limits{cfg.browse_root,
              find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
                              cfg.symbols.toolchain_prefix),
-             std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""} {}
+             std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""}
+    , data_notices(std::make_unique<events::data_notices>(*this)) {}
+
+app_context::~app_context() = default;
 
 void app_context::changed(change what, const std::string& session_id) {
-    events::publish(*this, what, session_id);
+    if (what == change::data)
+        data_notices->changed(session_id);
+    else
+        events::publish(*this, what, session_id);
 }
 
 } // namespace collector

@@ -22,6 +22,9 @@
 namespace collector {
 
 class agent_link;
+namespace events {
+class data_notices;
+}
 
 // What the browsers are told changed (http/events.hpp forms the event).
 enum class change {
@@ -32,6 +35,7 @@ enum class change {
 
 struct app_context {
     app_context(asio::io_context& io_context, config c);
+    ~app_context();
 
     asio::io_context& io;
     config cfg;
@@ -54,8 +58,11 @@ struct app_context {
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;
+    // Data changes told to the browsers a few times a second at most (http/events.hpp).
+    std::unique_ptr<events::data_notices> data_notices;
 
-    // On the I/O thread, whenever something the UI shows changed: tells the browsers.
+    // On the I/O thread, whenever something the UI shows changed: tells the browsers (data
+    // changes coalesced by data_notices).
     void changed(change what, const std::string& session_id = {});
 
     // Hands `job` to the pool (`ex`: a session's strand, or the pool itself) and keeps the I/O

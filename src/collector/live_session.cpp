@@ -74,9 +74,7 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
             log(who, "the chunks kept in memory are on disk now");
         note_unsaved(e, app.store);
     }
-    e.samples = e.model->prof.sample_count();
-    e.chunks = e.model->chunks + e.unparsed_chunks;
-    e.lost_samples = e.model->parser.stats().lost_events;
+    publish_counts(e);
     ++e.version;
 }
 

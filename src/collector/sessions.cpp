@@ -138,11 +138,9 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
 std::shared_ptr<session_entry> session_registry::adopt(std::string id,
                                                        std::unique_ptr<session_model> model) {
     auto e = std::make_shared<session_entry>(std::move(id), pool_);
-    e->samples = model->prof.sample_count();
-    e->chunks = model->chunks;
-    e->lost_samples = model->parser.stats().lost_events;
     e->memory_bytes = model->memory_bytes();
     e->model = std::move(model);
+    publish_counts(*e);
     e->loaded = true;
     e->last_used = ++clock_;
     entries_[e->id] = e;
@@ -165,6 +163,11 @@ std::shared_ptr<session_entry> session_registry::find(std::string_view id) {
     e->last_used = ++clock_;
     evict_over_budget(e.get());
     return e;
+}
+
+std::shared_ptr<session_entry> session_registry::known(std::string_view id) const {
+    const auto it = entries_.find(id);
+    return it == entries_.end() ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<session_entry>> session_registry::entries() const {
@@ -309,10 +312,17 @@ void load_model(session_entry& e, const session_store& store, symbolizer* names,
         take(u.compressed, u.payload);
     e.model = std::move(fresh);
     e.unparsed_chunks = unparsed;
-    e.samples = e.model->prof.sample_count();
-    e.chunks = e.model->chunks + unparsed;
-    e.lost_samples = e.model->parser.stats().lost_events;
+    publish_counts(e);
     ++e.version;
+}
+
+void publish_counts(session_entry& e) {
+    const auto& prof = e.model->prof;
+    e.samples = prof.sample_count();
+    e.chunks = e.model->chunks + e.unparsed_chunks;
+    e.lost_samples = e.model->parser.stats().lost_events;
+    e.threads = prof.threads().size();
+    e.span_ns = prof.sample_count() ? prof.last_time() - prof.first_time() : 0;
 }
 
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names) {

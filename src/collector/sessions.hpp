@@ -61,8 +61,9 @@ struct session_entry {
 
     // Published for listings and SSE (written on the strand, read anywhere).
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
-    std::atomic<std::size_t> memory_bytes{0}; // of the loaded model; 0 when not loaded
-    std::atomic<bool> live{false};            // an agent is connected now
+    std::atomic<std::uint64_t> threads{0}, span_ns{0}; // threads sampled; first to last sample
+    std::atomic<std::size_t> memory_bytes{0};          // of the loaded model; 0 when not loaded
+    std::atomic<bool> live{false};                     // an agent is connected now
     // Kernel frames stay unnamed and the device's kernel symbols were not asked for yet.
     std::atomic<bool> wants_kernel_symbols{false};
 
@@ -84,8 +85,12 @@ public:
     // A saved session whose model was built as it was stored (an import): in memory at once,
     // no replay.
     std::shared_ptr<session_entry> adopt(std::string id, std::unique_ptr<session_model> model);
-    // A live or saved session; nullptr when the id is unknown or invalid.
+    // A live or saved session; nullptr when the id is unknown or invalid. Counts as a use
+    // (the cache of loaded saved sessions keeps the most recently used).
     std::shared_ptr<session_entry> find(std::string_view id);
+    // A session already known, without counting a use or touching the cache: what a notice
+    // about a new chunk needs (its cost must not grow with the number of sessions).
+    std::shared_ptr<session_entry> known(std::string_view id) const;
     void forget(std::string_view id);
     bool is_live(std::string_view id) const;
     void set_live(std::string_view id, bool live);
@@ -105,6 +110,9 @@ private:
     std::uint64_t clock_ = 0;
     symbolizer* names_;
 };
+
+// On the entry's strand: the counts listings and notices show, from its model.
+void publish_counts(session_entry& e);
 
 // On the entry's strand: the session's model made again from its folder (and the chunks still
 // waiting for the disk), its frames named by `names` (when given) for the builds and kernel

@@ -1,6 +1,7 @@
 // One browser connection driven byte for byte: over beast::test::stream for exact bytes, and
 // over loopback TCP for a browser that stops reading.
 #include "collector/http/connection.hpp"
+#include "collector/http/events.hpp"
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/_experimental/test/stream.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/json/parse.hpp>
 
 using namespace collector;
 namespace beast = boost::beast;
@@ -207,6 +209,67 @@ TEST_CASE("Connection over a test stream: a chunked upload goes through the pars
     CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
     CHECK(out.find("\"samples\":96,") != std::string::npos);
     CHECK(out.find("\"bytes\":" + std::to_string(text.size())) != std::string::npos);
+}
+
+TEST_CASE("SSE: a live session's chunks are told a few times a second, the last always, with "
+          "the counts a page shows",
+          "[collector][sse][connection]") {
+    test_app t;
+    test_browser b(t);
+    b.send(stream_request);
+    t.settle();
+    (void)b.received(); // the header and the first picture
+    auto e = t.app->sessions.create_live("agent", {});
+    REQUIRE(e);
+    const std::string id = (*e)->id;
+    const auto notices = [&] {
+        const std::string got = b.received();
+        std::vector<boost::json::object> out;
+        for (auto at = got.find("event: data_version\ndata: "); at != std::string::npos;
+             at = got.find("event: data_version\ndata: ", at + 1)) {
+            const auto from = at + std::string_view("event: data_version\ndata: ").size();
+            out.push_back(
+                boost::json::parse(got.substr(from, got.find('\n', from) - from)).as_object());
+        }
+        return out;
+    };
+
+    // Twenty chunks in a burst: the first is told at once, the rest wait for the next tick.
+    const auto burst_start = std::chrono::steady_clock::now();
+    for (int chunk = 1; chunk <= 20; ++chunk) {
+        (*e)->samples = chunk * 100;
+        (*e)->chunks = chunk;
+        (*e)->threads = chunk < 10 ? 1 : 3;
+        (*e)->span_ns = chunk * 333'000'000ULL;
+        t.app->changed(change::data, id);
+        t.settle();
+    }
+    auto told = notices();
+    if (std::chrono::steady_clock::now() - burst_start < events::data_notices::interval) {
+        REQUIRE(told.size() == 1);
+        CHECK(told[0].at("samples").to_number<int>() == 100);
+    }
+    // The tick tells the last counts, once.
+    std::this_thread::sleep_for(events::data_notices::interval + std::chrono::milliseconds(20));
+    t.settle();
+    const auto later = notices();
+    told.insert(told.end(), later.begin(), later.end());
+    REQUIRE_FALSE(told.empty());
+    CHECK(told.size() <= 3);
+    const auto& last = told.back();
+    CHECK(last.at("session_id").as_string() == id);
+    CHECK(last.at("samples").to_number<int>() == 2000);
+    CHECK(last.at("chunks").to_number<int>() == 20);
+    CHECK(last.at("threads").to_number<int>() == 3);
+    CHECK(last.at("duration_sec").to_number<double>() == Approx(6.66));
+    // Quiet since: nothing more.
+    std::this_thread::sleep_for(events::data_notices::interval + std::chrono::milliseconds(20));
+    t.settle();
+    CHECK(notices().empty());
+    t.app->data_notices->stop();
+    b.browser.close();
+    t.app->sse.broadcast("targets", "[]");
+    t.settle();
 }
 
 TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the other gets "
