@@ -887,9 +887,15 @@ if (await signedIn()) {
     $('#import-state').innerHTML = `${what} ${esc(importing.file.name)}: ${mib(d.bytes)}${of} MiB, ${Number(d.samples).toLocaleString()} samples <button id="import-cancel">cancel</button>`;
   });
   stream.addEventListener('metrics', (e) => liveMetrics(JSON.parse(e.data), windowOf(hashState())));
+  // A live session changes a few times a second; the page follows once a second at most
+  // (the last change always lands: a render is due at the end of every second it was told).
+  let liveDue = null, liveAt = 0;
   stream.addEventListener('data_version', (e) => {
     const s = hashState(), d = JSON.parse(e.data);
-    if (!s.session || d.session_id === s.session) rerender();
+    if (s.session && d.session_id !== s.session) return;
+    if (liveDue) return;
+    const wait = Math.max(0, liveAt + 1000 - Date.now());
+    liveDue = setTimeout(() => { liveDue = null; liveAt = Date.now(); rerender(); }, wait);
   });
   rerender();
 }
