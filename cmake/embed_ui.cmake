@@ -2,6 +2,8 @@
 # the UI without files on disk. Run at build time:
 #   cmake -DUI_DIR=... -DOUTPUT=... -P embed_ui.cmake
 file(GLOB_RECURSE files RELATIVE "${UI_DIR}" "${UI_DIR}/*")
+# ui/package.json only tells node the files are ES modules (the unit tests); it is not served.
+list(REMOVE_ITEM files package.json)
 list(SORT files)
 set(body "// Generated from ui/ by cmake/embed_ui.cmake. Do not edit.\n#include \"collector/http/ui_assets.hpp\"\n\nnamespace collector {\nnamespace {\n")
 set(table "")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the clang-format check, the test suite, a browser test
-# of the UI in headless Chromium, the static agents for x86_64, aarch64, armv7 and s390x (the
-# foreign ones run under qemu-user against a real collector), the suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the Debian package (contents, lintian), and
-# short libFuzzer runs.
+# Sets up, builds and runs every test: the clang-format check, the UI's unit tests (node), the
+# test suite, a browser test of the UI in headless Chromium, the static agents for x86_64,
+# aarch64, armv7 and s390x (the foreign ones run under qemu-user against a real collector),
+# the suite under AddressSanitizer + UndefinedBehaviorSanitizer, the daemons under
+# ThreadSanitizer, the Debian package (contents, lintian), and short libFuzzer runs.
 #   PERFWIRE_FUZZ_SECONDS   length of the protocol fuzz run; the parser gets half (default 60;
 #                           0 skips both)
 set -euo pipefail
@@ -20,6 +20,9 @@ step "format check (clang-format $(clang-format --version | grep -o '[0-9]*\.[0-
 dirs=()
 for d in src test bench; do [[ -d $d ]] && dirs+=("$d"); done
 find "${dirs[@]}" -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format --dry-run --Werror
+
+step "the UI's model, state and formatting (node --test)"
+node --test test/ui/unit/*.test.mjs
 
 step "build and test (RelWithDebInfo, warnings are errors)"
 cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null

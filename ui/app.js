@@ -1,25 +1,25 @@
-// perfwire UI: plain ES module, no build step. State lives in the URL hash:
-// #session=<id>&tab=functions|flamegraph|source|sandwich|threads&tid=<n>&event=<name>&zoom=<path>&file=<f>&fn=<function>
-// &start=<s>&end=<s> (a time window in seconds from the session's start)&baseline=<id> (diff)
+// perfwire UI: plain ES modules, no build step. State lives in the URL hash (state.js); the
+// page's model of the collector, fed by the live stream, with its cache of view answers, is
+// store.js; formatting is format.js.
 import { initAgentHelp, renderAgentHelp } from './agents.js';
 import { initHealth, liveMetrics, resetHealth, showSession } from './health.js';
-import { $, amount, api, attr, esc, filterRegex, mib, pct, sessionPage, setHtml, syncRows, unitOf, visible } from './util.js';
+import { amount, attr, count, duration, esc, eventName, mib, pct, started, unitOf, visible } from './format.js';
+import { read as readState, update as updateState } from './state.js';
+import { createStore } from './store.js';
+import { $, api, filterRegex, sessionPage, setHtml, syncRows } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
-function hashState() {
-  const p = new URLSearchParams(location.hash.slice(1));
-  return { session: p.get('session'), tab: p.get('tab') || 'functions', tid: p.get('tid'), event: p.get('event'), zoom: p.get('zoom'), file: p.get('file'), start: p.get('start'), end: p.get('end'), baseline: p.get('baseline'), fn: p.get('fn'), inverted: p.get('inverted') === '1', focus: p.get('focus'), hide: p.get('hide') };
-}
-function setHash(changes) {
-  const p = new URLSearchParams(location.hash.slice(1));
-  for (const [k, v] of Object.entries(changes)) v == null || v === '' ? p.delete(k) : p.set(k, v);
-  location.hash = p.toString();
-}
+// The URL's hash is the state (state.js).
+const hashState = readState;
+const setHash = updateState;
+// What the stream said (targets, each session's data version and counts), and the views'
+// answers for data that has not changed since.
+const store = createStore({ fetchJson: (path) => api(path) });
 
 // ---- landing ----
 async function renderLanding() {
   const q = $('#sessions-q').value.trim();
-  const [targets, { sessions, total }] = await Promise.all([api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
+  const [targets, { sessions, total }] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
   syncRows($('#targets tbody'), targets.map((t) => [t.id, `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>` : updating.has(t.id) ? ' <span class="muted">updating…</span>' : t.update && t.update_blocked ? ` <span class="muted update-blocked" title="${attr(t.update_blocked)}">${esc(t.update)} available; cannot update: ${esc(t.update_blocked)}</span>` : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device, signed with its --agent-update-key: the agent checks the signature, replaces itself and restarts">update to ${esc(t.update)}</button>` : ''}</td>
     <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`]));
@@ -41,14 +41,9 @@ const updateProgress = (u) => (u.applying ? `installing ${esc(u.version)}…`
   : `updating to ${esc(u.version)}… ${u.size ? Math.floor((100 * u.sent) / u.size) : 0}%`);
 
 // How a session reads in a list: when, what process (pid), which event, how long, how much.
-const started = (s) => (s.started_at ? esc(new Date(s.started_at * 1000).toLocaleString()) : '');
 const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
   : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
 const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
-const duration = (sec) => (sec == null ? '' : sec < 60 ? `${sec.toFixed(1)} s` : sec < 3600 ? `${Math.floor(sec / 60)} min ${Math.round(sec % 60)} s` : `${(sec / 3600).toFixed(1)} h`);
-const count = (n) => (n == null ? '' : Number(n).toLocaleString());
-// perf's event modifiers (cpu-clock:pppH, cycles:u) are noise in a heading.
-const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 
 // ---- session ----
 let view = { functions: [], sort: 'self_pct', desc: true, flame: null, zoomPath: [], expanded: new Map() };
@@ -290,7 +285,7 @@ function crumbs(path) {
 
 // How far this profile can be trusted, each check with its measured value and the fix.
 async function renderQuality(s, q) {
-  const d = await api(`/api/sessions/${encodeURIComponent(s.session)}/quality?${q}`);
+  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/quality?${q}`);
   const mark = { ok: '✓', warn: '!', bad: '✗' };
   $('#quality-checks').innerHTML = d.checks.map((c) => `<li class="q-${attr(c.status)}" data-check="${attr(c.id)}">
     <span class="q-mark">${mark[c.status] || ''}</span> <b>${esc(c.title)}</b>: ${esc(c.value)}
@@ -324,13 +319,31 @@ async function renderTimeline(s, q) {
   const lanes = t.threads.slice(0, 24);
   const max = lanes.reduce((m, l) => l.activity.reduce((a, v) => (v > a ? v : a), m), 1);
   $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
-  $('#lanes').innerHTML = lanes.map((l) => `<div class="lane${String(l.tid) === s.tid ? ' chosen' : ''}" data-tid="${l.tid}" title="${attr(visible(l.comm))} ${l.tid}: click for its flame chart">
-    <span class="lane-name">${esc(l.comm)} <span class="muted">${l.tid}</span></span><canvas width="${width}" height="18"></canvas></div>`).join('');
-  [...document.querySelectorAll('#lanes canvas')].forEach((c, i) => {
+  // Each thread keeps its lane and canvas from one live update to the next, redrawn in place:
+  // a drag across a lane, or a click on it, never meets an element replaced under it.
+  const box = $('#lanes');
+  const had = new Map([...box.children].map((el) => [el.dataset.tid, el]));
+  const accent = getComputedStyle(document.documentElement).getPropertyValue('--accent') || '#2563eb';
+  lanes.forEach((l, i) => {
+    let el = had.get(String(l.tid));
+    if (el) had.delete(String(l.tid));
+    else {
+      el = document.createElement('div');
+      el.dataset.tid = l.tid;
+      el.innerHTML = '<span class="lane-name"></span><canvas height="18"></canvas>';
+    }
+    el.className = `lane${String(l.tid) === s.tid ? ' chosen' : ''}`;
+    el.title = `${visible(l.comm)} ${l.tid}: click for its flame chart`;
+    setHtml(el.querySelector('.lane-name'), `${esc(l.comm)} <span class="muted">${l.tid}</span>`);
+    const c = el.querySelector('canvas');
+    if (c.width !== width) c.width = width;
     const g = c.getContext('2d');
-    g.fillStyle = getComputedStyle(document.documentElement).getPropertyValue('--accent') || '#2563eb';
-    lanes[i].activity.forEach((v, x) => { if (v) { const h = Math.max(2, Math.round(18 * v / max)); g.fillRect(x, 18 - h, 1, h); } });
+    g.clearRect(0, 0, c.width, c.height);
+    g.fillStyle = accent;
+    l.activity.forEach((v, x) => { if (v) { const h = Math.max(2, Math.round(18 * v / max)); g.fillRect(x, 18 - h, 1, h); } });
+    if (box.children[i] !== el) box.insertBefore(el, box.children[i] ?? null);
   });
+  for (const el of had.values()) el.remove();
   $('#timeline-reset').hidden = !(s.start || s.end);
   drawChart(t);
   $('#tab-timeline').dataset.shows = `${s.session} ${s.tid || ''} ${s.start || ''}-${s.end || ''}`;
@@ -423,7 +436,7 @@ async function renderSession(s) {
   await renderQuality(s, q);
   stillWanted();
   if (s.tab === 'functions') {
-    const answer = await api(`/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
+    const answer = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/functions?${q}`);
     view.functions = answer.functions;
     view.query = `${s.session}?${q}`;
     view.q = q.toString();
@@ -453,7 +466,7 @@ async function renderSession(s) {
   if (s.tab === 'timeline') await renderTimeline(s, q);
   if (s.tab === 'sessions') await renderSessions(s);
   if (s.tab === 'threads') {
-    const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
+    const threads = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`);
     syncRows($('#threads tbody'), threads.map((t) => [String(t.tid), `<tr class="link" data-tid="${t.tid}"><td>${t.tid}</td><td>${esc(t.comm)}</td><td>${t.samples}</td><td>${pct(t.pct)}</td>
       <td class="name">${t.top_functions.slice(0, 3).map((f) => `${esc(f.name)} (${pct(f.self_pct)}%)`).join(', ')}</td></tr>`]));
   }
@@ -464,7 +477,7 @@ async function renderThreadChoice(s) {
   const q = new URLSearchParams({ weight: 'samples' });
   if (s.event) q.set('event', s.event);
   let answered = true;
-  const threads = await api(`/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => { answered = false; return []; }); // none yet: 404
+  const threads = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`).catch(() => { answered = false; return []; }); // none yet: 404
   stillWanted(); // a choice made meanwhile stays
   // Updated in place: a live session re-renders with every chunk, and options rebuilt each
   // time would close the list a user has open and drop what they were about to choose.
@@ -488,7 +501,7 @@ const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Nu
 // Pause, resume and stop for a session whose agent is connected, each offered only when the
 // agent's state allows it; "start again" for the run its idle agent last finished.
 async function renderControls(session) {
-  const targets = await api('/api/targets');
+  const targets = store.targets() ?? await api('/api/targets');
   stillWanted();
   const t = targets.find((x) => x.session_id === session) || targets.find((x) => x.last_session_id === session && x.state === 'idle');
   view.target = t?.id;
@@ -724,7 +737,7 @@ $('#sessions-more').addEventListener('click', () => { sessionsShown += 100; rere
 $('#all-sessions').addEventListener('click', async (e) => {
   const del = e.target.closest('button[data-delete]');
   if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {
-    try { await api(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' }); }
+    try { await api(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' }); store.forget(del.dataset.delete); }
     catch (err) { $('#import-state').textContent = err.message; }
     if (del.dataset.delete === hashState().session) location.hash = ''; else rerender();
   }
@@ -869,9 +882,11 @@ if (await signedIn()) {
   // (controls, "ended") and its own end.
   let ownTarget = '';
   stream.addEventListener('targets', (e) => {
+    const list = JSON.parse(e.data);
+    store.setTargets(list);
     const s = hashState();
     if (!s.session) { rerender(); return; }
-    const t = JSON.parse(e.data).find((x) => x.session_id === s.session || x.last_session_id === s.session);
+    const t = list.find((x) => x.session_id === s.session || x.last_session_id === s.session);
     const now = t ? `${t.id} ${t.state} ${t.session_id} ${t.last_session_id} ${t.pid}` : '';
     if (now !== ownTarget) { ownTarget = now; rerender(); }
   });
@@ -892,6 +907,7 @@ if (await signedIn()) {
   let liveDue = null, liveAt = 0;
   stream.addEventListener('data_version', (e) => {
     const s = hashState(), d = JSON.parse(e.data);
+    if (!store.dataChanged(d)) return; // not news
     if (s.session && d.session_id !== s.session) return;
     if (liveDue) return;
     const wait = Math.max(0, liveAt + 1000 - Date.now());

@@ -1,31 +1,7 @@
 // What the UI's modules share: DOM and text helpers and the one way to call the API.
 export const $ = (s) => document.querySelector(s);
-// Text for HTML, escaped; in what is shown, control characters and the Unicode controls that
-// reorder or hide text (bidi overrides and isolates, zero-width joiners) appear as ⟨U+202E⟩,
-// so a name such as "\u202eevil" cannot pass for "live".
-export const attr = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
-const hidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
-export const visible = (s) => String(s).replace(hidden, (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`);
-export const esc = (s) => attr(visible(s));
-export const pct = (v) => (v ?? 0).toFixed(2);
-// A weight in its unit: nanoseconds of a clock event by period read as time (9.02 s), any
-// other count shortened (1.2 M).
-export function amount(v, unit) {
-  const n = Number(v) || 0;
-  if (unit === 'ns') {
-    if (n >= 1e9) return `${(n / 1e9).toFixed(n >= 1e11 ? 0 : 2)} s`;
-    if (n >= 1e6) return `${(n / 1e6).toFixed(n >= 1e8 ? 0 : 1)} ms`;
-    if (n >= 1e3) return `${(n / 1e3).toFixed(0)} µs`;
-    return `${n} ns`;
-  }
-  if (n >= 1e9) return `${(n / 1e9).toFixed(1)} G`;
-  if (n >= 1e6) return `${(n / 1e6).toFixed(1)} M`;
-  if (n >= 1e4) return `${(n / 1e3).toFixed(1)} k`;
-  return n.toLocaleString();
-}
-// The unit of a view's weights: clock events weighed by period count nanoseconds.
-export const unitOf = (answer) => (answer?.weight === 'period' && /^(cpu-clock|task-clock)\b/.test(answer?.event || '') ? 'ns' : 'count');
-export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0);
+// Formatting is format.js's; re-exported for the modules that take it from here.
+export { amount, attr, esc, mib, pct, unitOf, visible } from './format.js';
 
 // The filter box's text as a case-blind regex: {re} (null when empty), or {error} while the
 // pattern is incomplete ("hash_(") — the views then show everything and say why.

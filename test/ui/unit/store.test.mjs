@@ -1,0 +1,87 @@
+// store.js: the page's model, fed by stream events, and its cache of view answers.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createStore } from '../../../ui/store.js';
+
+// A collector stand-in: counts what it is asked, answers with the path and a serial number.
+function collector() {
+  const asked = [];
+  let serial = 0;
+  return {
+    asked,
+    fetchJson: async (path) => { asked.push(path); if (path.includes('fail')) throw new Error('404'); return { path, serial: ++serial }; },
+  };
+}
+
+test('targets come from the stream; null until it has said', () => {
+  const s = createStore({ fetchJson: async () => ({}) });
+  assert.equal(s.targets(), null);
+  const told = [];
+  s.subscribe((what) => told.push(what));
+  s.setTargets([{ id: 't1', state: 'idle' }]);
+  assert.deepEqual(s.targets(), [{ id: 't1', state: 'idle' }]);
+  assert.deepEqual(told, ['targets']);
+});
+
+test('a view is asked once per data version; a later version asks again', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson });
+  const a = await s.view('s1', '/api/sessions/s1/functions?x');
+  const b = await s.view('s1', '/api/sessions/s1/functions?x');
+  assert.equal(a, b);
+  assert.equal(c.asked.length, 1);
+  assert.equal(s.dataChanged({ session_id: 's1', version: 3, samples: 300, chunks: 3, threads: 2, duration_sec: 1.5 }), true);
+  const d = await s.view('s1', '/api/sessions/s1/functions?x');
+  assert.notEqual(d.serial, a.serial);
+  assert.equal(c.asked.length, 2);
+  // another session's news does not touch it
+  s.dataChanged({ session_id: 's2', version: 9 });
+  await s.view('s1', '/api/sessions/s1/functions?x');
+  assert.equal(c.asked.length, 2);
+});
+
+test('old or repeated news is not news; counts are what the stream said', () => {
+  const s = createStore({ fetchJson: async () => ({}) });
+  assert.equal(s.counts('s1'), null);
+  assert.equal(s.dataChanged({ session_id: 's1', version: 5, samples: 500, chunks: 5, lost_samples: 1, threads: 3, duration_sec: 2.5 }), true);
+  assert.equal(s.dataChanged({ session_id: 's1', version: 5, samples: 500 }), false);
+  assert.equal(s.dataChanged({ session_id: 's1', version: 4, samples: 1 }), false);
+  assert.equal(s.dataChanged({ version: 6 }), false);
+  assert.deepEqual(s.counts('s1'), { version: 5, chunks: 5, samples: 500, lost_samples: 1, threads: 3, duration_sec: 2.5 });
+});
+
+test('two asks in flight share one request; a failure is not kept', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson });
+  const [a, b] = await Promise.all([s.view('s1', '/q'), s.view('s1', '/q')]);
+  assert.equal(a, b);
+  assert.equal(c.asked.length, 1);
+  await assert.rejects(s.view('s1', '/fail'));
+  await assert.rejects(s.view('s1', '/fail'));
+  assert.equal(c.asked.filter((p) => p === '/fail').length, 2);
+});
+
+test('the cache holds at most `limit` answers, the least recently used dropped', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson, limit: 3 });
+  for (const p of ['/a', '/b', '/c']) await s.view('s1', p);
+  await s.view('s1', '/a'); // used again: /b is now the oldest
+  await s.view('s1', '/d');
+  assert.equal(s.cached(), 3);
+  await s.view('s1', '/a');
+  await s.view('s1', '/c');
+  assert.equal(c.asked.length, 4);
+  await s.view('s1', '/b');
+  assert.equal(c.asked.length, 5);
+});
+
+test('a forgotten session keeps nothing', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson });
+  s.dataChanged({ session_id: 's1', version: 1 });
+  await s.view('s1', '/x');
+  await s.view('s2', '/x');
+  s.forget('s1');
+  assert.equal(s.counts('s1'), null);
+  assert.equal(s.cached(), 1);
+});

@@ -1,0 +1,84 @@
+// The page's model of the collector, fed by the live stream (GET /api/stream):
+//   - the targets, whole, from each `targets` event (the page never asks for them again);
+//   - per session, what `data_version` carries: its data version and the counts a page shows
+//     (chunks, samples, lost samples, threads, the samples' span);
+//   - a cache of view answers keyed by (session, data version, request): a view asked again
+//     for data that has not changed is answered from memory, two asks in flight share one
+//     request, and only the newest version of each request is kept, the least recently used
+//     dropped past `limit`.
+// No DOM: `fetchJson(path)` does the asking, so the model is tested under node
+// (test/ui/unit/store.test.mjs). Answers handed out are shared: a view must not change them.
+
+export function createStore({ fetchJson, limit = 24 } = {}) {
+  let targets = null; // null until the stream has said
+  const sessions = new Map(); // id → {version, chunks, samples, lost_samples, threads, duration_sec}
+  const answers = new Map(); // `${session}\n${path}` → {version, promise}; insertion order is use order
+  const listeners = new Set();
+  const emit = (what, id) => { for (const l of [...listeners]) l(what, id); };
+
+  return {
+    // The targets as the stream last listed them; null before its first `targets` event.
+    targets: () => targets,
+    setTargets(list) {
+      targets = Array.isArray(list) ? list : [];
+      emit('targets');
+    },
+
+    // What the stream said of a session's data; null if it has said nothing yet.
+    counts: (id) => sessions.get(id) ?? null,
+    version: (id) => sessions.get(id)?.version ?? 0,
+    // A `data_version` event. True when it is news (a later version than known): the views of
+    // that session are then asked again when next shown.
+    dataChanged(d) {
+      if (!d || typeof d.session_id !== 'string') return false;
+      const known = sessions.get(d.session_id);
+      if (known && !(Number(d.version) > known.version)) return false;
+      sessions.set(d.session_id, {
+        version: Number(d.version) || 0,
+        chunks: Number(d.chunks) || 0,
+        samples: Number(d.samples) || 0,
+        lost_samples: Number(d.lost_samples) || 0,
+        threads: Number(d.threads) || 0,
+        duration_sec: Number(d.duration_sec) || 0,
+      });
+      emit('data', d.session_id);
+      return true;
+    },
+
+    // The answer to `path` (a view of `session`) for its data as the stream last told it.
+    view(session, path) {
+      const key = `${session}\n${path}`;
+      const version = sessions.get(session)?.version ?? 0;
+      const hit = answers.get(key);
+      if (hit && hit.version === version) {
+        answers.delete(key); // most recently used last
+        answers.set(key, hit);
+        return hit.promise;
+      }
+      const entry = { version, promise: null };
+      entry.promise = Promise.resolve()
+        .then(() => fetchJson(path))
+        .catch((e) => {
+          if (answers.get(key) === entry) answers.delete(key); // an error is not kept
+          throw e;
+        });
+      answers.delete(key);
+      answers.set(key, entry);
+      while (answers.size > limit) answers.delete(answers.keys().next().value);
+      return entry.promise;
+    },
+    cached: () => answers.size,
+
+    // A session deleted: nothing of it is kept.
+    forget(session) {
+      sessions.delete(session);
+      for (const key of [...answers.keys()]) if (key.startsWith(`${session}\n`)) answers.delete(key);
+    },
+
+    // fn(what, sessionId?) after each change ('targets', 'data'); returns the unsubscribe.
+    subscribe(fn) {
+      listeners.add(fn);
+      return () => listeners.delete(fn);
+    },
+  };
+}
