@@ -4,7 +4,8 @@
 //   node bench/ui_scale.mjs [BUILD_DIR, default build] [functions, default 50000]
 //
 // Prints, for each interaction, the time from the user's action to the next painted frame
-// (fetches included where the UI makes one), and the longest main-thread task seen during it.
+// (fetches included where the UI makes one), the longest main-thread task seen during it, and
+// the API requests it made with their response bytes.
 // Needs `npm ci` in test/ui (scripts/setup.sh --test does it) for playwright-core.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -84,6 +85,13 @@ try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // What each interaction fetched from the API: requests and response bytes.
+  const fetched = { requests: 0, bytes: 0 };
+  page.on('requestfinished', async (r) => {
+    if (!r.url().includes('/api/') || r.url().includes('/api/stream')) return;
+    fetched.requests += 1;
+    fetched.bytes += (await r.sizes().catch(() => ({ responseBodySize: 0 }))).responseBodySize;
+  });
   await page.goto(http + '/');
   await page.evaluate(() => {
     window.longest = 0;
@@ -95,6 +103,7 @@ try {
   const results = [];
   async function measure(name, act, done) {
     await page.evaluate(() => { window.longest = 0; });
+    fetched.requests = 0; fetched.bytes = 0;
     const t0 = Date.now();
     await page.evaluate(act);
     await page.waitForFunction(done, null, { timeout: 60000, polling: 'raf' });
@@ -103,7 +112,8 @@ try {
     await new Promise((r) => setTimeout(r, 100)); // let the long-task observer report
     const longest = await page.evaluate(() => window.longest);
     results.push({ name, ms, longest });
-    console.log(`${name.padEnd(44)} ${String(ms).padStart(6)} ms   longest task ${longest.toFixed(0).padStart(5)} ms`);
+    console.log(`${name.padEnd(44)} ${String(ms).padStart(6)} ms   longest task ${longest.toFixed(0).padStart(5)} ms` +
+      `   ${String(fetched.requests).padStart(2)} requests ${(fetched.bytes / 1048576).toFixed(2).padStart(6)} MiB`);
   }
 
   await measure('open the session (functions tab)', `location.hash = 'session=${session}&tab=functions'`,

@@ -153,6 +153,22 @@ function hoverTip(canvas, tip, boxes, rowH, describe) {
   canvas.onmouseleave = () => { tip.hidden = true; };
 }
 
+// The share of the whole under the frame a zoom path ("main;work") ends at, in a graph.
+function zoomShare(flame, zoom) {
+  if (!flame?.root?.value || !zoom) return 1;
+  let n = flame.root;
+  for (const name of zoom.split(';')) { const c = n.children?.find((x) => x.name === name); if (!c) break; n = c; }
+  return n.value / flame.root.value;
+}
+// min_pct for frames of half a pixel at a zoom showing `share` of the whole, rounded down to
+// two significant digits so a live update asks for the same answer.
+function minPctFor(share) {
+  const v = (50 / Math.max(200, $('#flame').clientWidth || 800)) * share;
+  if (!(v > 0)) return 0;
+  const p = 10 ** (Math.floor(Math.log10(v)) - 1);
+  return Number((Math.floor(v / p) * p).toPrecision(2));
+}
+
 function drawFlame() {
   const canvas = $('#flame');
   if (!view.flame) return;
@@ -205,7 +221,9 @@ function drawFlame() {
   for (const b of boxes) if (b.n.module) modules.set(b.n.module, (modules.get(b.n.module) || 0) + b.w);
   const legend = d0 != null ? '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline'
     : [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
-  $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${view.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend;
+  const small = view.flame.small_frames_hidden;
+  const hiddenNote = small ? ` · <span class="muted" title="frames under half a pixel wide at this zoom are not sent; zoom in to see them">${count(small)} small ${small === 1 ? 'frame' : 'frames'} hidden</span>` : '';
+  $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${view.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
   const boxAt = (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     return boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
@@ -454,7 +472,17 @@ async function renderSession(s) {
     if (s.hide) shape.set('hide', s.hide);
     const key = `${s.session}?${q}&${shape}&${s.zoom || ''}`;
     view.flameWanted = key;
-    const flame = await api(`/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}`);
+    // Frames narrower than half a pixel at the zoom shown are not drawn, so not asked for:
+    // the threshold follows the zoomed frame's share of the whole (from the graph already
+    // shown when it is the same one, else from a first answer).
+    const base = `${s.session}?${q}&${shape}`;
+    const path = (share) => `/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${q}&${shape}&min_pct=${minPctFor(share)}`;
+    let share = view.flameBase === base ? zoomShare(view.flame, s.zoom) : 1;
+    let flame = await store.view(s.session, path(share));
+    const actual = zoomShare(flame, s.zoom);
+    if (minPctFor(actual) < minPctFor(share)) { share = actual; flame = await store.view(s.session, path(share)); }
+    stillWanted();
+    view.flameBase = base;
     // New numbers for the same graph while the pointer is on it (or its menu is open): drawn
     // when the pointer leaves, so frames never move under it.
     if (key === view.flameKey && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { view.pendingFlame = { key, flame }; return; }

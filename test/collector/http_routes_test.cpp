@@ -141,6 +141,30 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     const auto shallow = f.get_json(base + "/flamegraph?max_depth=1").at("root");
     for (const auto& c : shallow.at("children").as_array())
         CHECK(c.at("children").as_array().empty());
+    CHECK(flame.at("small_frames_hidden").to_number<std::uint64_t>() == 0);
+
+    // Frames under 2 % of the total left out, and said: what each kept frame misses below it
+    // adds up to the weight reported hidden.
+    const auto pruned = f.get_json(base + "/flamegraph?min_pct=2").as_object();
+    const auto total = pruned.at("total").to_number<std::uint64_t>();
+    std::uint64_t kept = 0, missing = 0;
+    std::vector<const json::object*> todo{&pruned.at("root").as_object()};
+    while (!todo.empty()) {
+        const auto* n = todo.back();
+        todo.pop_back();
+        ++kept;
+        std::uint64_t below = 0;
+        for (const auto& c : n->at("children").as_array()) {
+            CHECK(c.at("value").to_number<std::uint64_t>() * 50 >= total);
+            below += c.at("value").to_number<std::uint64_t>();
+            todo.push_back(&c.as_object());
+        }
+        missing += n->at("value").to_number<std::uint64_t>() -
+                   n->at("self").to_number<std::uint64_t>() - below;
+    }
+    CHECK(pruned.at("small_frames_hidden").to_number<std::uint64_t>() > 0);
+    CHECK(pruned.at("small_weight_hidden").to_number<std::uint64_t>() == missing);
+    CHECK(kept > 1);
 
     const auto threads = f.get_json(base + "/threads").as_array();
     CHECK(threads.size() == 4);

@@ -240,6 +240,7 @@ try {
   await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
   const drawn = await again.evaluate(() => [Number(document.querySelector('#flame').dataset.boxes), document.querySelector('#flame').height]);
   check(drawn[0] > 3 && drawn[1] > 20, `the flame graph draws (${drawn[0]} boxes)`);
+  if (process.env.PERFWIRE_UI_SHOTS) await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'flamegraph.png') });
   // Hovering the widest frame under the root shows its total and self in the event's unit.
   const flameBox = await again.locator('#flame').boundingBox();
   await again.mouse.move(flameBox.x + flameBox.width / 2, flameBox.y + 18 + 9);

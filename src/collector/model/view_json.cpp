@@ -211,6 +211,7 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
         int depth;
     };
     std::vector<item> todo{{0, &root, 0}};
+    std::uint64_t small_frames = 0, small_weight = 0; // left out for min_pct, with what is below
     while (!todo.empty()) {
         const item it = todo.back();
         todo.pop_back();
@@ -219,8 +220,13 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
             continue;
         std::vector<std::uint32_t> order(t.kids.child.begin() + t.kids.offset[it.node],
                                          t.kids.child.begin() + t.kids.offset[it.node + 1]);
-        std::erase_if(order,
-                      [&](std::uint32_t c) { return !t.value[c] || t.value[c] < min_value; });
+        std::erase_if(order, [&](std::uint32_t c) {
+            if (t.value[c] && t.value[c] < min_value) {
+                ++small_frames;
+                small_weight += t.value[c];
+            }
+            return !t.value[c] || t.value[c] < min_value;
+        });
         std::sort(order.begin(), order.end(),
                   [&](std::uint32_t a, std::uint32_t b) { return t.value[a] > t.value[b]; });
         for (const auto c : order)
@@ -235,6 +241,8 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
             todo.push_back({order[i], &children[i].as_object(), it.depth + 1});
     }
     o["root"] = std::move(root);
+    o["small_frames_hidden"] = small_frames;
+    o["small_weight_hidden"] = small_weight;
     return o;
 }
 
