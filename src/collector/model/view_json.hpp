@@ -37,10 +37,10 @@ struct tree_shape {
 // {…header, "root": {name, module, value, self, samples, children: […]}, "small_frames_hidden",
 // "small_weight_hidden"}: children by value, those under min_pct of the total (counted in
 // small_frames_hidden, each with what is below it, their weight in small_weight_hidden) and
-// below max_depth left out; `samples` counts samples whatever the weight. The header's total is the view's, whatever the shape keeps.
-// inverted: a node's self is the weight of stacks that begin there; "inverted": true is added.
-// focus: the root holds only the stacks through the function ("focus" names it); nullopt when
-// no sampled function has that name.
+// below max_depth left out; `samples` counts samples whatever the weight. The header's total is the
+// view's, whatever the shape keeps. inverted: a node's self is the weight of stacks that begin
+// there; "inverted": true is added. focus: the root holds only the stacks through the function
+// ("focus" names it); nullopt when no sampled function has that name.
 std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
                                            double min_pct, const json::storage_ptr& sp,
                                            const tree_shape& shape = {});
