@@ -38,8 +38,9 @@ step "Debian package: cpack, its contents, lintian"
 scripts/package.sh
 bash test/package/package_test.sh build/perfwire_*.deb
 
-step "browser test: the UI in headless Chromium on a live profile"
+step "browser tests: the UI in headless Chromium on a live profile, and twenty tabs at once"
 node test/ui/ui_test.mjs build
+node test/ui/tabs_test.mjs build 20
 
 step "build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \

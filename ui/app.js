@@ -6,6 +6,7 @@ import { initHealth, liveMetrics, resetHealth, showSession } from './health.js';
 import { amount, attr, count, duration, esc, eventName, mib, pct, started, unitOf, visible } from './format.js';
 import { read as readState, update as updateState } from './state.js';
 import { createStore } from './store.js';
+import { openLiveStream } from './stream.js';
 import { $, api, filterRegex, sessionPage, setHtml, syncRows } from './util.js';
 import { initWizard, openWizard } from './wizard.js';
 
@@ -903,9 +904,9 @@ async function signedIn() {
 if (await signedIn()) {
   window.addEventListener('hashchange', rerender);
   // Live updates: re-render when something the current view shows changed.
-  const stream = new EventSource('/api/stream');
-  stream.onopen = () => { $('#conn').textContent = 'live'; };
-  stream.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
+  const stream = openLiveStream();
+  stream.addEventListener('open', () => { $('#conn').textContent = 'live'; });
+  stream.addEventListener('error', () => { $('#conn').textContent = 'reconnecting…'; });
   // The landing page lists targets and sessions; a session's view follows its agent's state
   // (controls, "ended") and its own end.
   let ownTarget = '';

@@ -395,6 +395,41 @@ TEST_CASE("API: with an access token, every API request presents it", "[collecto
     CHECK(f.call(http::verb::get, "/api/status").result() == http::status::unauthorized);
 }
 
+TEST_CASE("the live stream over a WebSocket opens only from the collector's own page, with the "
+          "token",
+          "[collector][api]") {
+    fixture_app f;
+    const std::string token = "the-token-0123456789abcdef";
+    f.app->api_token = token;
+    auto upgrade = [&](const std::string& origin, const std::string& cookie) {
+        http_request req{http::verb::get, "/api/ws", 11};
+        req.set(http::field::host, "127.0.0.1:8080");
+        req.set(http::field::upgrade, "websocket");
+        req.set(http::field::connection, "Upgrade");
+        req.set(http::field::sec_websocket_version, "13");
+        req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+        if (!origin.empty())
+            req.set(http::field::origin, origin);
+        if (!cookie.empty())
+            req.set(http::field::cookie, cookie);
+        return check_access(*f.app, req);
+    };
+    const std::string cookie = "perfwire_token=" + token;
+    // A page elsewhere sends the handshake with the user's cookie: refused on its Origin.
+    const auto hijack = upgrade("http://evil.example", cookie);
+    REQUIRE(hijack);
+    CHECK(hijack->result() == http::status::forbidden);
+    CHECK_THAT(hijack->body(), Catch::Contains("bad_origin"));
+    CHECK(upgrade("http://127.0.0.1:8081", cookie)); // another port is another origin
+    // Without the token: 401, as for every API request.
+    const auto anonymous = upgrade("http://127.0.0.1:8080", "");
+    REQUIRE(anonymous);
+    CHECK(anonymous->result() == http::status::unauthorized);
+    // The collector's own page, signed in.
+    CHECK_FALSE(upgrade("http://127.0.0.1:8080", cookie));
+    CHECK_FALSE(upgrade("", cookie)); // a script (no Origin) with the token
+}
+
 TEST_CASE("access token: kept in a private file, presented by header or cookie",
           "[collector][api]") {
     test_support::temp_dir dir;

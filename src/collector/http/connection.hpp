@@ -1,5 +1,6 @@
 // One browser connection: read a request, answer it, repeat; GET /api/stream turns the
-// connection into a Server-Sent Events stream. Templated on the stream so the tests drive it
+// connection into a Server-Sent Events stream, GET /api/ws (an upgrade) into a WebSocket
+// carrying the same events. Templated on the stream so the tests drive it
 // over beast::test::stream; server.cpp instantiates it once for beast::tcp_stream.
 //
 // This header pulls in Beast's HTTP reader and writer: include it only where a connection is
@@ -11,6 +12,7 @@
 #include "collector/http/sse.hpp"
 #include "collector/http/ui_assets.hpp"
 #include "collector/http/upload.hpp"
+#include "collector/http/ws_events.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -305,10 +307,20 @@ asio::awaitable<void> serve_connection(app_context& app, Stream& stream, connect
         const std::string_view target(req.target().data(), req.target().size());
         const bool head = req.method() == http::verb::head;
         const bool get = req.method() == http::verb::get;
-        const bool events = get && target.substr(0, target.find('?')) == "/api/stream";
+        const auto route = target.substr(0, target.find('?'));
+        const bool events = get && route == "/api/stream";
+        const bool ws_events = get && route == "/api/ws" && detail::wants_websocket(req);
         // (Ifs, not ?: — GCC 12 mis-compiles co_await inside a conditional expression.)
         http_response res;
-        if ((target.rfind("/api/", 0) == 0 && !events) || (!get && !head)) {
+        if (ws_events) {
+            if (auto refused = check_access(app, req)) { // Host, Origin and the token
+                res = std::move(*refused);
+            } else {
+                co_await detail::serve_ws_events(app, stream, std::move(req), limits.io_timeout,
+                                                 limits.heartbeat);
+                break;
+            }
+        } else if ((target.rfind("/api/", 0) == 0 && !events) || (!get && !head)) {
             res = co_await handle_request(app, std::move(req)); // checks Host and Origin
         } else if (auto refused = check_access(app, req)) {
             res = std::move(*refused);

@@ -15,6 +15,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -220,12 +221,16 @@ std::optional<http_response> check_access(const app_context& app, const http_req
     const auto method = req.method();
     const bool changes = method == http::verb::post || method == http::verb::put ||
                          method == http::verb::patch || method == http::verb::delete_;
-    if (changes) {
+    // A WebSocket handshake is sent cross-site with the page's cookies: only the collector's
+    // own page may open one (cross-site WebSocket hijacking).
+    const bool upgrade = boost::beast::iequals(req[http::field::upgrade], "websocket");
+    if (changes || upgrade) {
         const auto origin = req[http::field::origin];
         if (!origin.empty() && origin != "http://" + std::string(host))
             return make_error(req, http::status::forbidden, "bad_origin",
-                              "requests that change state must come from the collector's own "
-                              "page");
+                              upgrade ? "a live stream must be opened by the collector's own page"
+                                      : "requests that change state must come from the "
+                                        "collector's own page");
     }
     const std::string_view target(req.target().data(), req.target().size());
     // The UI's own files, and the agent executables (public builds, checked by their sha256,
