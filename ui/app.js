@@ -905,8 +905,12 @@ if (await signedIn()) {
   window.addEventListener('hashchange', rerender);
   // Live updates: re-render when something the current view shows changed.
   const stream = openLiveStream();
-  stream.addEventListener('open', () => { $('#conn').textContent = 'live'; });
-  stream.addEventListener('error', () => { $('#conn').textContent = 'reconnecting…'; });
+  let broken = false;
+  stream.addEventListener('open', () => {
+    $('#conn').textContent = 'live';
+    if (broken) { broken = false; store.reset(); rerender(); } // versions restart with a collector
+  });
+  stream.addEventListener('error', () => { broken = true; $('#conn').textContent = 'reconnecting…'; });
   // The landing page lists targets and sessions; a session's view follows its agent's state
   // (controls, "ended") and its own end.
   let ownTarget = '';

@@ -69,6 +69,13 @@ export function createStore({ fetchJson, limit = 24 } = {}) {
     },
     cached: () => answers.size,
 
+    // The stream opened again (the collector may have restarted, its data versions with it):
+    // what it said before is forgotten, and its next `targets` and `data_version` count as news.
+    reset() {
+      sessions.clear();
+      answers.clear();
+    },
+
     // A session deleted: nothing of it is kept.
     forget(session) {
       sessions.delete(session);

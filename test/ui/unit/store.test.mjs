@@ -85,3 +85,15 @@ test('a forgotten session keeps nothing', async () => {
   assert.equal(s.counts('s1'), null);
   assert.equal(s.cached(), 1);
 });
+
+test('after a reset (the stream reopened) lower versions are news again and nothing is cached', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson });
+  s.dataChanged({ session_id: 's1', version: 7 });
+  await s.view('s1', '/x');
+  s.reset();
+  assert.equal(s.cached(), 0);
+  assert.equal(s.dataChanged({ session_id: 's1', version: 1 }), true);
+  await s.view('s1', '/x');
+  assert.equal(c.asked.length, 2);
+});
