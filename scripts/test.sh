@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the clang-format check, the UI's unit tests (node), the
-# test suite, a browser test of the UI in headless Chromium, the static agents for x86_64,
+# Sets up, builds and runs every test: the clang-format check, the UI's lint and unit tests
+# (node), the test suite, a browser test of the UI in headless Chromium, the static agents for x86_64,
 # aarch64, armv7 and s390x (the foreign ones run under qemu-user against a real collector),
 # the suite under AddressSanitizer + UndefinedBehaviorSanitizer, the daemons under
 # ThreadSanitizer, the Debian package (contents, lintian), and short libFuzzer runs.
@@ -21,7 +21,8 @@ dirs=()
 for d in src test bench; do [[ -d $d ]] && dirs+=("$d"); done
 find "${dirs[@]}" -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format --dry-run --Werror
 
-step "the UI's model, state and formatting (node --test)"
+step "the UI's lint and format check, and its model, state and formatting (node --test)"
+node test/ui/lint.mjs
 node --test test/ui/unit/*.test.mjs
 
 step "build and test (RelWithDebInfo, warnings are errors)"

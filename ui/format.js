@@ -34,3 +34,12 @@ export const duration = (sec) => (sec == null ? '' : sec < 60 ? `${sec.toFixed(1
 export const count = (n) => (n == null ? '' : Number(n).toLocaleString());
 // perf's event modifiers (cpu-clock:pppH, cycles:u) are noise in a heading.
 export const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
+// How a session's recording reads in a list: the process (pid) or the imported file; its events.
+export const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
+  : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
+export const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
+
+// A module's hue, and frames of one module told apart by the name's own shade.
+export const moduleHue = (m) => String(m).split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
+export const moduleColour = (m) => `hsl(${moduleHue(m)},65%,60%)`;
+export const nameShade = (n) => String(n).split('').reduce((h, c) => (h * 17 + c.charCodeAt(0)) % 23, 0);

@@ -8,6 +8,7 @@
 export const KEYS = Object.freeze({
   session: {},
   tab: { default: 'functions' },
+  weight: { default: 'period' },
   tid: { session: true },
   event: { session: true },
   zoom: { session: true },

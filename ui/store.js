@@ -5,11 +5,15 @@
 //   - a cache of view answers keyed by (session, data version, request): a view asked again
 //     for data that has not changed is answered from memory, two asks in flight share one
 //     request, and only the newest version of each request is kept, the least recently used
-//     dropped past `limit`.
+//     dropped past `limit`. A part of a page that changes slowly (a session's header) may take
+//     an answer for an earlier version for `lag` ms: a live session then costs it one request
+//     every `lag`, not one per update.
 // No DOM: `fetchJson(path)` does the asking, so the model is tested under node
 // (test/ui/unit/store.test.mjs). Answers handed out are shared: a view must not change them.
 
-export function createStore({ fetchJson, limit = 24 } = {}) {
+import { api } from './util.js';
+
+export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = {}) {
   let targets = null; // null until the stream has said
   const sessions = new Map(); // id → {version, chunks, samples, lost_samples, threads, duration_sec}
   const answers = new Map(); // `${session}\n${path}` → {version, promise}; insertion order is use order
@@ -45,17 +49,18 @@ export function createStore({ fetchJson, limit = 24 } = {}) {
       return true;
     },
 
-    // The answer to `path` (a view of `session`) for its data as the stream last told it.
-    view(session, path) {
+    // The answer to `path` (a view of `session`) for its data as the stream last told it, or,
+    // with `lag`, for an earlier version asked less than `lag` ms ago.
+    view(session, path, { lag = 0 } = {}) {
       const key = `${session}\n${path}`;
       const version = sessions.get(session)?.version ?? 0;
       const hit = answers.get(key);
-      if (hit && hit.version === version) {
+      if (hit && (hit.version === version || now() - hit.at < lag)) {
         answers.delete(key); // most recently used last
         answers.set(key, hit);
         return hit.promise;
       }
-      const entry = { version, promise: null };
+      const entry = { version, at: now(), promise: null };
       entry.promise = Promise.resolve()
         .then(() => fetchJson(path))
         .catch((e) => {
@@ -79,6 +84,11 @@ export function createStore({ fetchJson, limit = 24 } = {}) {
     // A session deleted: nothing of it is kept.
     forget(session) {
       sessions.delete(session);
+      this.refresh(session);
+    },
+    // Something of a session changed that its data version does not count (it ended, it was
+    // renamed): every answer about it is asked again.
+    refresh(session) {
       for (const key of [...answers.keys()]) if (key.startsWith(`${session}\n`)) answers.delete(key);
     },
 
@@ -89,3 +99,6 @@ export function createStore({ fetchJson, limit = 24 } = {}) {
     },
   };
 }
+
+// The page's one store, asking the collector's API.
+export const store = createStore({ fetchJson: (path) => api(path) });

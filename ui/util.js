@@ -94,3 +94,26 @@ export function syncRows(tbody, rows) {
   });
   for (const r of had.values()) r.remove();
 }
+
+// The box under the pointer of a canvas of boxes ({x, y, w} in CSS pixels, rows `rowH` high),
+// described in a floating tooltip next to it.
+export function hoverTip(canvas, tip, boxes, rowH, describe) {
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+    tip.hidden = !b;
+    if (!b) return;
+    tip.innerHTML = describe(b);
+    tip.style.left = `${Math.min(x + 14, r.width - 320)}px`;
+    tip.style.top = `${y + 16}px`;
+  };
+  canvas.onmouseleave = () => { tip.hidden = true; };
+}
+
+// A canvas emptied: nothing drawn, no height, no count of boxes for a reader to wait on.
+export function blankCanvas(canvas) {
+  canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
+}
+
+// Calls the collector's agent relay: a command for target `target` ({cmd, args}).
+export const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });

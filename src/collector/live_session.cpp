@@ -152,9 +152,12 @@ void rename_frames(app_context& app) {
                 rebuild_live(*e, *app);
                 return;
             }
+            // Named again when next viewed: a new data version, so that pages drop what they
+            // kept of the old names.
             e->model.reset();
             e->loaded = false;
             e->memory_bytes = 0;
+            ++e->version;
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         });
 }

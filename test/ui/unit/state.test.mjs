@@ -50,3 +50,9 @@ test('values with the URL syntax survive the round trip', () => {
   const odd = 'std::map<int, std::string>::operator[](int const&) & = #?%';
   assert.equal(parse(apply('', { fn: odd })).fn, odd);
 });
+
+test('the weight is kept across sessions and reads as period when absent', () => {
+  assert.equal(parse('').weight, 'period');
+  assert.equal(parse('weight=samples').weight, 'samples');
+  assert.equal(parse(apply('session=a&weight=samples&tid=3', { session: 'b' })).weight, 'samples');
+});

@@ -97,3 +97,31 @@ test('after a reset (the stream reopened) lower versions are news again and noth
   await s.view('s1', '/x');
   assert.equal(c.asked.length, 2);
 });
+
+test('with a lag, an answer for an earlier version serves until it is that old', async () => {
+  const c = collector();
+  let clock = 1000;
+  const s = createStore({ fetchJson: c.fetchJson, now: () => clock });
+  const path = '/api/sessions/s1';
+  await s.view('s1', path, { lag: 5000 });
+  s.dataChanged({ session_id: 's1', version: 2 });
+  clock += 4999;
+  assert.equal((await s.view('s1', path, { lag: 5000 })).serial, 1, 'younger than the lag: kept');
+  assert.equal((await s.view('s1', path)).serial, 2, 'without a lag: the new version is asked for');
+  s.dataChanged({ session_id: 's1', version: 3 });
+  clock += 5000;
+  assert.equal((await s.view('s1', path, { lag: 5000 })).serial, 3, 'as old as the lag: asked again');
+  assert.equal(c.asked.length, 3);
+});
+
+test('refresh drops the answers about one session, and keeps its counts and the others', async () => {
+  const c = collector();
+  const s = createStore({ fetchJson: c.fetchJson });
+  s.dataChanged({ session_id: 's1', version: 4, samples: 10 });
+  await s.view('s1', '/api/sessions/s1');
+  await s.view('s2', '/api/sessions/s2');
+  s.refresh('s1');
+  assert.equal(s.counts('s1').samples, 10);
+  assert.equal((await s.view('s1', '/api/sessions/s1')).serial, 3, 'asked again');
+  assert.equal((await s.view('s2', '/api/sessions/s2')).serial, 2, 'another session: kept');
+});

@@ -1,7 +1,7 @@
 // Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
 // check perf and choose events, say where binaries and sources are, set the rate, start.
 // Every step talks to the collector's API; agent commands go through the relay.
-import { $, api, attr, esc, visible } from './util.js';
+import { $, api, attr, esc, visible } from '../util.js';
 
 const state = { target: null, pid: null, comm: '', events: [], probe: null };
 
@@ -140,14 +140,19 @@ async function start() {
   location.hash = `session=${encodeURIComponent(session)}&tab=functions`;
 }
 
-export function openWizard() {
+export function render() {
   if (!$('#wizard').hidden) return; // already open: live updates must not reset it
   $('#wizard').hidden = false;
   $('#landing').hidden = true;
   step('connect');
 }
 
-export function initWizard() {
+// Closed, as when another page is shown (the wizard keeps its step while it is open).
+export function clear() {
+  $('#wizard').hidden = true;
+}
+
+export function init() {
   const on = (sel, fn) => $(sel).addEventListener('click', (e) => busy(e.currentTarget, fn));
   on('#wz-connect', connect);
   on('#wz-refresh', loadProcesses);

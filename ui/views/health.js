@@ -2,7 +2,8 @@
 // temperature, the profiled process and network rates, from the agent's metrics frames
 // (history from /api/sessions/{id}/metrics, then live over SSE). Dragging across a
 // sparkline selects a time window for the profile views (start/end in the URL hash).
-import { $, api } from './util.js';
+import { update as setHash } from '../state.js';
+import { $, api } from '../util.js';
 
 const keep = 600; // points per series, ~20 minutes at the agent's 2 s
 
@@ -30,7 +31,7 @@ function rate(list, pick) {
 }
 const bytes = (v) => v == null ? '–' : v > 1 << 20 ? `${(v / (1 << 20)).toFixed(1)} MiB/s` : `${(v / 1024).toFixed(1)} KiB/s`;
 
-export function draw(window) {
+function draw(window) {
   const sys = h.system, last = sys[sys.length - 1];
   $('#health').hidden = !last && !h.process.length;
   if (last) {
@@ -60,8 +61,15 @@ function add(m) {
   if (list.length > keep) list.splice(0, list.length - keep);
 }
 
+// The window of the profile views (start/end in the URL), in seconds from the session's start.
+const windowOf = (s) => (s.start != null && s.end != null ? [Number(s.start), Number(s.end)] : null);
+let shownWindow = null;
+
 // Called on every render of a session: loads its history once.
-export async function showSession(id, startedAt, window) {
+export async function render(s, { meta }) {
+  await showSession(s.session, meta.started_at, (shownWindow = windowOf(s)));
+}
+async function showSession(id, startedAt, window) {
   if (h.session !== id) {
     Object.assign(h, { session: id, started: startedAt || 0, system: [], process: [], network: [] });
     for (const m of await api(`/api/sessions/${encodeURIComponent(id)}/metrics`).catch(() => [])) add(m);
@@ -70,19 +78,21 @@ export async function showSession(id, startedAt, window) {
 }
 
 // No session's health shown (another session is being opened).
-export function resetHealth() {
+export function clear() {
   Object.assign(h, { session: null, started: 0, system: [], process: [], network: [] });
   $('#health').hidden = true;
 }
 
-export function liveMetrics(d, window) {
-  if (d.session_id !== h.session) return;
+// The stream's `metrics` events: the session shown gains a point.
+export function live(kind, d) {
+  if (kind !== 'metrics' || d.session_id !== h.session) return;
   add(d.metrics);
-  draw(window);
+  draw(shownWindow);
 }
 
 // Drag on any sparkline: the window in seconds from the session's start.
-export function initHealth(onWindow) {
+export function init() {
+  const onWindow = (w) => setHash(w ? { start: w[0].toFixed(1), end: w[1].toFixed(1) } : { start: null, end: null });
   let from = null;
   const at = (e, svg) => {
     const r = svg.getBoundingClientRect();

@@ -1,0 +1,215 @@
+// The flame graph: top-down or bottom-up, zoomed by a click (the path in the URL), focused on a
+// function or with functions hidden (pprof's -focus and -hide, from a right-click), the
+// header's filter highlighting what matches. Frames narrower than half a pixel at the zoom
+// shown are neither asked for nor drawn ("N small frames hidden").
+import { read as hashState, update as setHash } from '../state.js';
+import { store } from '../store.js';
+import { amount, attr, count, esc, moduleColour, moduleHue, nameShade, pct, unitOf, visible } from '../format.js';
+import { $, blankCanvas, filterRegex, hoverTip, setHtml } from '../util.js';
+
+// flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
+// key of the latest render; pending: an answer held while the pointer is on the graph.
+let v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null };
+
+// The share of the whole under the frame a zoom path ("main;work") ends at, in a graph.
+function zoomShare(flame, zoom) {
+  if (!flame?.root?.value || !zoom) return 1;
+  let n = flame.root;
+  for (const name of zoom.split(';')) { const c = n.children?.find((x) => x.name === name); if (!c) break; n = c; }
+  return n.value / flame.root.value;
+}
+// min_pct for frames of half a pixel at a zoom showing `share` of the whole, rounded down to
+// two significant digits so a live update asks for the same answer.
+function minPctFor(share) {
+  const x = (50 / Math.max(200, $('#flame').clientWidth || 800)) * share;
+  if (!(x > 0)) return 0;
+  const p = 10 ** (Math.floor(Math.log10(x)) - 1);
+  return Number((Math.floor(x / p) * p).toPrecision(2));
+}
+
+export async function render(s, r) {
+  $('#inverted').checked = s.inverted;
+  const shape = new URLSearchParams();
+  if (s.inverted) shape.set('inverted', '1');
+  if (s.focus) shape.set('focus', s.focus);
+  if (s.hide) shape.set('hide', s.hide);
+  const key = `${s.session}?${r.q}&${shape}&${s.zoom || ''}`;
+  v.wanted = key;
+  // The threshold follows the zoomed frame's share of the whole (from the graph already shown
+  // when it is the same one, else from a first answer).
+  const base = `${s.session}?${r.q}&${shape}`;
+  const path = (share) => `/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${r.q}&${shape}&min_pct=${minPctFor(share)}`;
+  let share = v.base === base ? zoomShare(v.flame, s.zoom) : 1;
+  let flame = await store.view(s.session, path(share));
+  const actual = zoomShare(flame, s.zoom);
+  if (minPctFor(actual) < minPctFor(share)) { share = actual; flame = await store.view(s.session, path(share)); }
+  r.stillWanted();
+  v.base = base;
+  r.pickedEvent(flame.event);
+  // New numbers for the same graph while the pointer is on it (or its menu is open): drawn
+  // when the pointer leaves, so frames never move under it.
+  if (key === v.key && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { v.pending = { key, flame }; return; }
+  v.key = key; v.pending = null;
+  v.flame = flame; v.zoomPath = s.zoom ? s.zoom.split(';') : [];
+  draw();
+}
+
+export function waiting() {
+  $('#flame-legend').textContent = 'waiting for samples…';
+}
+
+export function clear() {
+  for (const id of ['#flame-tip', '#crumbs', '#flame-shape', '#flame-legend']) $(id).textContent = '';
+  $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true; delete $('#flame-shape').dataset.shows;
+  v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null };
+  blankCanvas($('#flame'));
+}
+
+function draw() {
+  const canvas = $('#flame');
+  if (!v.flame) return;
+  let root = v.flame.root;
+  for (const name of v.zoomPath) root = root.children.find((c) => c.name === name) || root;
+  const rowH = 18, width = canvas.clientWidth || 800;
+  const boxes = [];
+  const walk = (n, x, depth, scale) => {
+    boxes.push({ n, x, y: depth * rowH, w: n.value * scale });
+    let cx = x;
+    for (const c of n.children || []) { if (c.value * scale >= 0.5) walk(c, cx, depth + 1, scale); cx += c.value * scale; }
+  };
+  walk(root, 0, 0, root.value ? width / root.value : 0);
+  const depth = Math.max(...boxes.map((b) => b.y)) / rowH + 1;
+  canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
+  canvas.style.height = depth * rowH + 'px';
+  canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
+  canvas.dataset.inverted = v.flame.inverted ? '1' : '';
+  const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
+  g.font = '11px ui-monospace, monospace';
+  const { re } = filterRegex($('#filter').value);
+  const d0 = root.delta_pct ?? root.children?.find((c) => c.delta_pct != null)?.delta_pct;
+  for (const b of boxes) {
+    const hue = moduleHue(b.n.module || '');
+    // Against a baseline: red grew, blue shrank, grey unchanged; otherwise a hue per module.
+    const d = b.n.delta_pct;
+    const fill = d != null ? (Math.abs(d) < 0.05 ? 'hsl(0,0%,78%)' : `hsl(${d > 0 ? 0 : 220},${Math.min(90, 30 + Math.abs(d) * 6)}%,62%)`)
+      : `hsl(${(hue + nameShade(b.n.name) - 11 + 360) % 360},${55 + nameShade(b.n.name)}%,${52 + (nameShade(b.n.name) % 5) * 3}%)`;
+    g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
+    g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
+    if (b.w > 40) {
+      // As many characters as fit the box (the font's own width, not a guess).
+      const label = b.y === 0 && v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : visible(b.n.name);
+      const fit = Math.max(0, Math.floor((b.w - 6) / g.measureText('M').width));
+      g.fillStyle = '#111'; g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
+    }
+  }
+  // A floating tooltip: the frame, its module, self and total in the view's unit and share.
+  const unit = unitOf(v.flame);
+  const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
+  hoverTip(canvas, $('#flame-tip'), boxes, rowH, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide</span>${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`);
+  // The search's reach: the share of the total under frames that match (nested matches once).
+  let matched = 0;
+  if (re) {
+    const walkMatch = (n) => { if (re.test(n.name)) { matched += n.value; return; } for (const c of n.children || []) walkMatch(c); };
+    walkMatch(root);
+  }
+  const modules = new Map();
+  for (const b of boxes) if (b.n.module) modules.set(b.n.module, (modules.get(b.n.module) || 0) + b.w);
+  const legend = d0 != null ? '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline'
+    : [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
+  const small = v.flame.small_frames_hidden;
+  const hiddenNote = small ? ` · <span class="muted" title="frames under half a pixel wide at this zoom are not sent; zoom in to see them">${count(small)} small ${small === 1 ? 'frame' : 'frames'} hidden</span>` : '';
+  $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
+  const boxAt = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    return boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
+  };
+  // Right-click: focus on the frame's function (every stack through it, from there down) or
+  // hide it from every stack, as pprof's -focus and -hide do.
+  canvas.oncontextmenu = (e) => {
+    const b = boxAt(e);
+    if (!b || b.y === 0) return;
+    e.preventDefault();
+    const menu = $('#flame-menu'), r = canvas.getBoundingClientRect();
+    menu.dataset.name = b.n.name;
+    $('#flame-menu-name').textContent = visible(b.n.name);
+    // The focused function itself: hiding it would leave nothing, focusing again changes nothing.
+    const focused = b.n.name === hashState().focus;
+    for (const act of ['focus', 'hide']) menu.querySelector(`[data-act="${act}"]`).hidden = focused;
+    menu.style.left = `${Math.min(e.clientX - r.left, r.width - 260)}px`;
+    menu.style.top = `${e.clientY - r.top + 4}px`;
+    menu.hidden = false;
+    $('#flame-tip').hidden = true;
+  };
+  canvas.onclick = (e) => {
+    const b = boxAt(e);
+    if (!b || b.y === 0) return;
+    const path = []; // names from the zoom root down to the clicked box
+    const find = (n, trail) => { if (n === b.n) { path.push(...trail); return true; } return (n.children || []).some((c) => find(c, [...trail, c.name])); };
+    find(root, []);
+    v.zoomPath = [...v.zoomPath, ...path];
+    setHash({ zoom: v.zoomPath.join(';') });
+  };
+  // What the graph is reduced to, each undone with its ✕.
+  // (From the answer drawn, not from the URL: a graph still on its way cannot be mislabelled.)
+  const focusName = v.flame.focus || '', hidden = v.flame.hide || [];
+  setHtml($('#flame-shape'), (focusName ? `<span class="chip">focused on <b>${esc(focusName)}</b> (${pct(100 * v.flame.root.value / (v.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
+    + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' '));
+  $('#flame-shape').dataset.shows = `${focusName}|${hidden.join(';')}`;
+  setHtml($('#crumbs'), crumbs(v.zoomPath));
+  const focus = v.zoomPath[v.zoomPath.length - 1];
+  $('#flame-sandwich').hidden = !focus;
+  if (focus) { $('#flame-sandwich').dataset.sandwich = focus; $('#flame-sandwich').textContent = `⇅ callers and callees of ${visible(focus)}`; }
+}
+
+// The zoom path as breadcrumbs, a run of one function calling itself shown once with a count
+// ("recursive_fib ×7"), each crumb still zooming to its own depth.
+function crumbs(path) {
+  const parts = ['<span data-depth="0">all</span>'];
+  for (let i = 0; i < path.length;) {
+    let j = i;
+    while (j + 1 < path.length && path[j + 1] === path[i]) ++j;
+    parts.push(`<span data-depth="${j + 1}" title="${attr(visible(path[i]))}">${esc(path[i])}${j > i ? ` <b>×${j - i + 1}</b>` : ''}</span>`);
+    i = j + 1;
+  }
+  return parts.join(' › ');
+}
+
+export function init() {
+  $('#tab-flamegraph').addEventListener('click', (e) => {
+    const menu = e.target.closest('#flame-menu button');
+    if (menu) {
+      const name = $('#flame-menu').dataset.name, s = hashState();
+      if (menu.dataset.act === 'focus') setHash({ focus: name, zoom: null });
+      if (menu.dataset.act === 'hide') setHash({ hide: [...(s.hide ? s.hide.split(';') : []).filter((h) => h !== name), name].join(';'), zoom: null });
+      if (menu.dataset.act === 'sandwich') setHash({ tab: 'sandwich', fn: name });
+    }
+    if (e.target.closest('[data-unfocus]')) setHash({ focus: null, zoom: null });
+    const unhide = e.target.closest('[data-unhide]');
+    if (unhide) setHash({ hide: hashState().hide.split(';').filter((h) => h !== unhide.dataset.unhide).join(';') || null, zoom: null });
+    const crumb = e.target.closest('#crumbs span');
+    if (crumb) { v.zoomPath = v.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: v.zoomPath.join(';') }); }
+  });
+  // A choice in the menu, or a click anywhere else, closes it.
+  document.addEventListener('click', (e) => {
+    if (e.target.closest('#flame-menu button') || !e.target.closest('#flame-menu')) $('#flame-menu').hidden = true;
+  });
+  // Esc closes the menu, or zooms out one level.
+  document.addEventListener('keydown', (e) => {
+    const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement?.tagName);
+    if (e.key !== 'Escape' || (typing && document.activeElement === $('#filter'))) return;
+    if (!$('#flame-menu').hidden) $('#flame-menu').hidden = true;
+    else if (!typing && hashState().tab === 'flamegraph' && v.zoomPath.length) {
+      v.zoomPath = v.zoomPath.slice(0, -1);
+      setHash({ zoom: v.zoomPath.join(';') || null });
+    }
+  });
+  $('#filter').addEventListener('input', draw);
+  $('#flame-box').addEventListener('mouseleave', () => {
+    // Only the graph still asked for: one a later render replaces is dropped.
+    const pending = v.pending;
+    if (pending && $('#flame-menu').hidden) { v.pending = null; if (pending.key === v.wanted) { v.flame = pending.flame; v.key = pending.key; draw(); } }
+  });
+  $('#inverted').addEventListener('change', (e) => setHash({ inverted: e.target.checked ? '1' : null, zoom: null }));
+  window.addEventListener('resize', draw);
+}

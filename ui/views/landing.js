@@ -1,0 +1,139 @@
+// The landing page: the live targets (with their agents' updates), the sessions newest first
+// with a search, and "Add a target": which agent a device needs (from its `uname -m`), how to
+// get it there and how to start it in each of its three modes, with the binaries this
+// collector can hand out.
+import { update as setHash } from '../state.js';
+import { store } from '../store.js';
+import { attr, count, duration, esc, processOf, eventsOf, started } from '../format.js';
+import { $, api, sessionPage, syncRows } from '../util.js';
+
+// uname -m -> the agent built for it (dist/perfwire-agent-linux-<arch>).
+export function agentArch(machine) {
+  const m = machine.trim().toLowerCase();
+  if (m === 'aarch64' || m === 'arm64') return 'aarch64';
+  if (m === 'armv7l' || m === 'armv8l' || m === 'armv7' || m === 'armhf') return 'armv7';
+  if (m === 'x86_64' || m === 'amd64') return 'x86_64';
+  if (m === 's390x') return 's390x';
+  return null;
+}
+
+let binaries = [];
+let status = {};
+
+const loopback = (h) => h === 'localhost' || h === '::1' || h === '[::1]' || /^127\./.test(h);
+
+function commands(arch) {
+  const file = `perfwire-agent-linux-${arch}`;
+  const b = binaries.find((x) => x.arch === arch);
+  const agentPort = (status.agent_listener || ':9999').split(':').pop();
+  const collector = loopback(location.hostname) ? 'COLLECTOR' : location.hostname;
+  const fetchCmd = loopback(location.hostname)
+    ? `# on this machine: fetch it, then copy it over\ncurl -fo ${file} ${location.origin}/api/agent-binaries/${arch}\nscp ${file} root@DEVICE:/tmp/perfwire-agent`
+    : `# on the device\ncurl -fo /tmp/perfwire-agent ${location.origin}/api/agent-binaries/${arch}`;
+  // This collector asks agents that dial in for its enrollment token (kept in a file here).
+  const enroll = status.enrollment ? 'PERFWIRE_ENROLL_TOKEN=TOKEN ' : '';
+  const enrollNote = status.enrollment ? ` (TOKEN: the enrollment token in ${status.enrollment_file} on this machine)` : '';
+  const block = (title, text) => `<p>${title}</p><pre class="cmd">${esc(text)}</pre><button data-copy>copy</button>`;
+  return block('1. Get it onto the device', fetchCmd) +
+    block('2. Check it and make it executable', `cd /tmp && echo "${b?.sha256 || 'SHA256'}  perfwire-agent" | sha256sum -c && chmod +x perfwire-agent`) +
+    block(`3. Start it: stream to this collector (the device reaches it)${esc(enrollNote)}`, `${enroll}/tmp/perfwire-agent --server ${collector}:${agentPort} --pid PID`) +
+    block('… or wait for this collector to dial in (Live Debug), behind NAT use ssh -R', '/tmp/perfwire-agent --listen --port 9999   # prints a pairing code') +
+    block('… or record on the device and import the file on the Sessions tab', '/tmp/perfwire-agent --output /tmp/profile.txt --pid PID --rounds 3');
+}
+
+function show() {
+  const machine = $('#at-machine').value;
+  const arch = machine ? agentArch(machine) : binaries[0]?.arch;
+  const built = arch && binaries.some((b) => b.arch === arch);
+  $('#at-file').textContent = !machine ? '' : built ? `→ perfwire-agent-linux-${arch}` : `not built for ${machine}${arch ? ` (${arch}): run scripts/build-agents.sh ${arch}` : ''}; agents here: ${binaries.map((b) => b.arch).join(', ') || 'none'}. A device with python3 can run the Python agent instead: ${binaries.some((b) => b.arch === 'python') ? `curl -fo perfwire_agent.py ${location.origin}/api/agent-binaries/python` : 'copy src/agent/python/perfwire_agent.py'} and start it with the same flags`;
+  $('#at-file').className = !machine || built ? 'muted' : 'warn';
+  $('#at-commands').innerHTML = built ? commands(arch) : '';
+}
+
+async function renderAgentHelp() {
+  [binaries, status] = await Promise.all([api('/api/agent-binaries').then((r) => r.binaries), api('/api/status')]);
+  $('#agent-binaries tbody').innerHTML = binaries.map((b) => `<tr><td>${esc(b.arch)}</td>
+    <td><a href="${esc(b.download)}" download>${esc(b.file)}</a></td><td>${(b.size / 1048576).toFixed(1)} MiB</td><td class="muted sha">${esc(b.sha256)}</td></tr>`).join('');
+  $('#no-agent-binaries').hidden = binaries.length > 0;
+  show();
+}
+
+let app; // {rerender, showError}
+let sessionsShown = 100;
+let helped = false;
+const updating = new Set(); // targets being updated: no second update button meanwhile
+
+// A push under way, as the collector reports it (any tab sees it): the bytes sent, then the
+// agent's own checks before it restarts.
+const updateProgress = (u) => (u.applying ? `installing ${esc(u.version)}…`
+  : `updating to ${esc(u.version)}… ${u.size ? Math.floor((100 * u.sent) / u.size) : 0}%`);
+
+function targetRow(t) {
+  const update = t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>`
+    : updating.has(t.id) ? ' <span class="muted">updating…</span>'
+    : t.update && t.update_blocked ? ` <span class="muted update-blocked" title="${attr(t.update_blocked)}">${esc(t.update)} available; cannot update: ${esc(t.update_blocked)}</span>`
+    : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device, signed with its --agent-update-key: the agent checks the signature, replaces itself and restarts">update to ${esc(t.update)}</button>`
+    : '';
+  return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
+    <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
+    <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`;
+}
+
+export async function render() {
+  const q = $('#sessions-q').value.trim();
+  const [targets, { sessions, total }] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
+  syncRows($('#targets tbody'), targets.map((t) => [t.id, targetRow(t)]));
+  $('#no-targets').hidden = targets.length > 0;
+  if (!helped) { helped = true; renderAgentHelp().catch(() => { helped = false; }); }
+  syncRows($('#sessions tbody'), sessions.map((s) => [s.id, `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
+    <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
+    <td class="num">${duration(s.duration_sec)}</td><td class="num">${count(s.samples)}</td><td>${s.live ? '<b>live</b>' : s.imported ? 'imported' : 'saved'}</td></tr>`]));
+  // Thousands of sessions stay usable: the newest first, a page at a time, and a search.
+  $('#sessions-count').textContent = q ? `${sessions.length < total ? `${sessions.length} shown, ` : ''}${total.toLocaleString()} ${total === 1 ? 'session matches' : 'sessions match'}`
+    : `${sessions.length < total ? `${sessions.length} of ` : ''}${total.toLocaleString()} ${total === 1 ? 'session' : 'sessions'}`;
+  $('#sessions-more').hidden = sessions.length >= total;
+}
+
+export function clear() {}
+
+// Pushes this collector's later agent build to a target: it restarts into it and comes back
+// (a dialled agent under a new target id).
+async function updateAgent(b) {
+  const target = b.dataset.updateTarget;
+  updating.add(target);
+  b.disabled = true;
+  b.textContent = `updating to ${b.dataset.version}…`;
+  const said = $('#targets-result');
+  said.textContent = '';
+  try {
+    const r = await api(`/api/targets/${encodeURIComponent(target)}/update`, { method: 'POST', body: {} });
+    said.textContent = `${target}: agent updated from ${r.from || '?'} to ${r.version}${r.error ? ` (${r.error})` : '; it restarts and reconnects'}`;
+  } catch (err) {
+    said.textContent = `${target}: update refused: ${err.message} (the agent keeps running its version)`;
+    b.disabled = false;
+    b.textContent = `update to ${b.dataset.version}`;
+  } finally { updating.delete(target); app.rerender(); }
+}
+
+export function init(context) {
+  app = context;
+  // A target's or a session's row opens its session (rows elsewhere name theirs the same way).
+  document.addEventListener('click', (e) => {
+    const upd = e.target.closest('[data-update-target]');
+    if (upd) { updateAgent(upd); return; }
+    const row = e.target.closest('tr[data-session]');
+    if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
+  });
+  $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
+  let search;
+  $('#sessions-q').addEventListener('input', () => {
+    clearTimeout(search);
+    search = setTimeout(() => { sessionsShown = 100; app.rerender(); }, 200);
+  });
+  $('#sessions-more').addEventListener('click', () => { sessionsShown += 100; app.rerender(); });
+  $('#at-machine').addEventListener('input', show);
+  $('#add-target').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-copy]');
+    if (b) navigator.clipboard?.writeText(b.previousElementSibling.textContent).then(() => { b.textContent = 'copied'; }, () => {});
+  });
+}

@@ -1,0 +1,230 @@
+// A session's header, above every tab: its title and line (host, samples, events, state), the
+// controls of its agent (pause, resume, stop, start again), perf stat's counters, the profile's
+// health checks, and the choices every tab shares (tab, event, thread, weight, filter).
+// The numbers come from the live stream (store.counts); what changes slowly (the session's
+// meta, its health checks, its threads) is asked again at most every few seconds while live.
+import { read as hashState, update as setHash } from '../state.js';
+import { store } from '../store.js';
+import { attr, duration, esc, eventName, pct, visible } from '../format.js';
+import { $, agentCommand, api, filterRegex } from '../util.js';
+
+const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
+
+let app; // {rerender, showError}
+// The agent of the session shown, as the targets list says: what the controls act on.
+let agent = { target: null, pid: null, running: false, callgraph: null };
+let picked = null; // {session, event}: the event the collector chose when the URL names none
+let qualityOpened = null; // the session whose failing check opened the panel once
+let drawn = { events: '', checks: '' }; // what the event choice and the checks list hold
+let known = { session: null, samples: 0 }; // the last meta's
+
+const metaPath = (id) => `/api/sessions/${encodeURIComponent(id)}`;
+
+// The tab asked for shows at once, before anything it shows is fetched: a render under way
+// never undoes a later click.
+export function showTab(s) {
+  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
+  for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
+  if ($('#weight').value !== s.weight) $('#weight').value = s.weight;
+}
+
+// The event the collector picked for a view of `session` whose URL names none: the choice
+// shows it, and keeps showing it while the session is re-rendered (never flashing another).
+export function showPicked(session, event) {
+  picked = { session, event };
+  if (!hashState().event && event) $('#event').value = event;
+}
+
+// The session's meta (with the stream's fresher counts), after drawing the header from it.
+export async function render(s, r) {
+  // Until samples arrive, the meta is asked with every update: its events come with them.
+  const lag = known.session === s.session && known.samples ? LAG : 0;
+  const meta = await store.view(s.session, metaPath(s.session), { lag });
+  known = { session: s.session, samples: meta.samples };
+  r.stillWanted();
+  const c = store.counts(s.session);
+  const shown = c ? { ...meta, samples: Math.max(meta.samples || 0, c.samples), chunks: Math.max(meta.chunks || 0, c.chunks),
+    lost_samples: Math.max(meta.lost_samples || 0, c.lost_samples) } : meta;
+  const events = meta.event_types || [];
+  const event = s.event || (picked?.session === s.session ? picked.event : null);
+  const options = events.map((e) => `<option value="${attr(e)}" ${e === event ? 'selected' : ''}>${esc(eventName(e))}</option>`).join('');
+  if (drawn.events !== options) { $('#event').innerHTML = options; drawn.events = options; }
+  agent.callgraph = meta.callgraph;
+  await renderControls(s.session, r);
+  await renderThreadChoice(s, r);
+  $('#session-title').textContent = s.session;
+  $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
+    events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
+  // Lines of the recording the parser could not read: counted, never silently dropped.
+  $('#session-skipped').hidden = !meta.skipped_lines;
+  $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
+  statCards(shown);
+  if (shown.samples) await renderQuality(s, r);
+  else $('#quality-summary').textContent = 'waiting for samples…';
+  return shown;
+}
+
+function statCards(meta) {
+  const st = meta.perf_stat || {};
+  const cards = (st.counters || []).map((c) => {
+    const v = !c.supported ? '<span class="muted">not supported</span>' : !c.counted ? '<span class="muted">not counted</span>'
+      : `${Number(c.value).toLocaleString()}${c.unit ? ' ' + esc(c.unit) : ''}`;
+    const scaled = c.running_pct != null && c.running_pct < 100 ? ` <span class="warn" title="multiplexed: counted ${pct(c.running_pct)}% of the time">scaled</span>` : '';
+    return `<div class="card">${esc(c.event)}<b>${v}${scaled}</b></div>`;
+  });
+  if (st.ipc != null) cards.push(`<div class="card">IPC<b>${st.ipc.toFixed(2)}</b></div>`);
+  if (meta.lost_samples) cards.push(`<div class="card warn">lost samples<b>${meta.lost_samples}</b></div>`);
+  if (meta.unparsed_chunks) cards.push(`<div class="card warn" title="the live profile reached its memory budget (--live-mb): these chunks are on disk and shown when the session is opened after it ends">not shown live<b>${meta.unparsed_chunks} ${meta.unparsed_chunks === 1 ? 'chunk' : 'chunks'}</b></div>`);
+  if (meta.unsaved_chunks) {
+    const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
+    cards.push(`<div class="card warn" title="${meta.live ? 'shown here, kept in memory and written when there is room' : 'missing from the recording on disk'}">${meta.live ? 'not on disk yet' : 'incomplete recording'}<b>${what}: ${esc(meta.store_error || '')}</b></div>`);
+  }
+  const html = cards.join('');
+  if ($('#stat-cards').innerHTML !== html) $('#stat-cards').innerHTML = html;
+}
+
+// How far this profile can be trusted, each check with its measured value and the fix.
+async function renderQuality(s, r) {
+  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/quality?${r.q}`, { lag: LAG });
+  r.stillWanted();
+  const mark = { ok: '✓', warn: '!', bad: '✗' };
+  const html = d.checks.map((c) => `<li class="q-${attr(c.status)}" data-check="${attr(c.id)}">
+    <span class="q-mark">${mark[c.status] || ''}</span> <b>${esc(c.title)}</b>: ${esc(c.value)}
+    ${c.fix ? `<div class="q-fix">→ ${esc(c.fix)}</div>` : ''}
+    ${c.detail.length && c.status !== 'ok' ? `<div class="muted q-fix">${c.detail.map((x) => `${esc(x.name)}${x.pct ? ` (${pct(x.pct)} %)` : ''}`).join(' · ')}</div>` : ''}</li>`).join('');
+  if (drawn.checks !== html) { $('#quality-checks').innerHTML = html; drawn.checks = html; }
+  const worst = d.checks.some((c) => c.status === 'bad') ? 'bad' : d.checks.some((c) => c.status === 'warn') ? 'warn' : 'ok';
+  const open = d.checks.filter((c) => c.status !== 'ok').length;
+  $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
+  $('#quality').className = `q-${worst}`;
+  // A check that fails opens the panel, once per session: it holds the fix.
+  if (worst === 'bad' && qualityOpened !== s.session) { qualityOpened = s.session; $('#quality').open = true; }
+  // Stacks cut short on a target this collector can still steer: one click records it again
+  // with DWARF unwinding (the agent refuses, saying why, if its perf cannot).
+  // (A standing element, not part of the list redrawn with every live update, so a click on
+  // it always lands.)
+  const cut = d.checks.find((c) => c.id === 'truncated' && c.status !== 'ok');
+  $('#quality-action').hidden = !(cut && agent.target && agent.pid && agent.callgraph !== 'dwarf');
+  $('#quality-action-what').textContent = `${agent.running ? 'stops this run and records' : 'records'} pid ${agent.pid} again with --call-graph dwarf: whole stacks where frame pointers are missing, at more cost per sample`;
+  $('#quality').dataset.shows = s.session;
+}
+
+// The thread filter: every thread of the session (whole session, so the list stays put).
+async function renderThreadChoice(s, r) {
+  const q = new URLSearchParams({ weight: 'samples' });
+  if (s.event) q.set('event', s.event);
+  let answered = true;
+  const threads = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`, { lag: LAG })
+    .catch(() => { answered = false; return []; }); // none yet: 404
+  r.stillWanted(); // a choice made meanwhile stays
+  // Updated in place: options rebuilt with each live update would close the list a user has
+  // open and drop what they were about to choose.
+  const select = $('#thread');
+  const had = new Map([...select.options].map((o) => [o.value, o]));
+  const want = [['', 'all threads'], ...threads.map((t) => [String(t.tid), `${t.tid} ${visible(t.comm)} (${pct(t.pct)}%)`])];
+  want.forEach(([value, label], i) => {
+    const o = had.get(value) ?? new Option(label, value);
+    if (o.text !== label) o.text = label;
+    if (select.options[i] !== o) select.insertBefore(o, select.options[i] ?? null);
+  });
+  while (select.options.length > want.length) select.remove(want.length);
+  const chosen = want.some(([v]) => v === s.tid) ? s.tid : '';
+  if (select.value !== chosen) select.value = chosen;
+  // Whose threads these are, once the session answered (a test waits for it).
+  if (answered) select.dataset.session = s.session; else delete select.dataset.session;
+}
+
+// Pause, resume and stop for a session whose agent is connected, each offered only when the
+// agent's state allows it; "start again" for the run its idle agent last finished.
+async function renderControls(session, r) {
+  const targets = store.targets() ?? await api('/api/targets');
+  r.stillWanted();
+  const t = targets.find((x) => x.session_id === session) || targets.find((x) => x.last_session_id === session && x.state === 'idle');
+  agent.target = t?.id;
+  agent.pid = t?.pid;
+  $('#controls').hidden = !t;
+  if (!t) return;
+  const state = t.session_id === session ? t.state : 'ended';
+  agent.running = state !== 'ended';
+  const allowed = { pause: state === 'profiling', resume: state === 'paused', stop: state === 'profiling' || state === 'paused' };
+  for (const b of document.querySelectorAll('#controls button[data-cmd]')) {
+    if (b.dataset.cmd === 'start') { b.hidden = state !== 'ended' || !t.pid; continue; }
+    b.hidden = state === 'ended';
+    b.disabled = !allowed[b.dataset.cmd];
+  }
+  $('#control-state').textContent = [visible(t.hostname || ''), state === 'ended' ? 'this run has ended; the agent is idle' : t.state, t.pid ? `pid ${t.pid}` : ''].filter(Boolean).join(' · ');
+}
+
+// Nothing of another session: emptied when a session is opened, or cannot be shown.
+export function clear(title = '') {
+  $('#session-title').textContent = title;
+  for (const id of ['#session-info', '#control-state', '#control-result', '#quality-summary']) $(id).textContent = '';
+  for (const id of ['#stat-cards', '#quality-checks', '#event']) $(id).innerHTML = '';
+  drawn = { events: '', checks: '' };
+  // The thread choice holds only this session's threads: another session's, offered while
+  // this one's are fetched, would filter by a thread it never had.
+  $('#thread').replaceChildren(new Option('all threads', '')); delete $('#thread').dataset.session;
+  $('#session-skipped').hidden = true; $('#quality-action').hidden = true;
+  $('#controls').hidden = true;
+  $('#quality').className = ''; delete $('#quality').dataset.shows;
+  agent = { target: null, pid: null, running: false, callgraph: null };
+}
+
+// A new run on the same process; it is a session of its own, which is opened.
+async function startRun(target, args) {
+  // A start may wait for the agent to probe perf (tens of seconds with some builds).
+  $('#control-result').textContent = 'starting… probing perf';
+  let answer;
+  try { answer = await agentCommand(target, { cmd: 'start', args }); } finally { $('#control-result').textContent = ''; }
+  const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === target);
+  const next = answer.session_id || t?.session_id || t?.last_session_id;
+  if (next) { setHash({ session: next, baseline: null, start: null, end: null, zoom: null, tid: null }); return true; }
+  return false;
+}
+
+// The filter box's pattern, said next to it while incomplete (the views then show everything).
+function showFilterError() {
+  const { error } = filterRegex($('#filter').value);
+  $('#filter-error').hidden = !error;
+  $('#filter-error').textContent = error ? `incomplete pattern, showing all: ${error}` : '';
+  $('#filter').classList.toggle('invalid', !!error);
+}
+
+export function init(context) {
+  app = context;
+  $('#tabs').addEventListener('click', (e) => {
+    const tab = e.target.closest('#tabs button');
+    if (tab) setHash({ tab: tab.dataset.tab });
+  });
+  $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
+  $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
+  $('#weight').addEventListener('change', (e) => setHash({ weight: e.target.value === 'period' ? null : e.target.value }));
+  $('#filter').addEventListener('input', showFilterError);
+  // Keyboard: "/" to search, Esc to leave the search box.
+  document.addEventListener('keydown', (e) => {
+    const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement?.tagName);
+    if (e.key === '/' && !typing && !$('#session').hidden) { e.preventDefault(); $('#filter').focus(); }
+    else if (e.key === 'Escape' && typing && document.activeElement === $('#filter')) $('#filter').blur();
+  });
+  $('#controls').addEventListener('click', async (e) => {
+    const b = e.target.closest('button[data-cmd]');
+    if (!b || !agent.target) return;
+    try {
+      $('#control-result').textContent = '';
+      if (b.dataset.cmd === 'start' ? await startRun(agent.target, { pid: agent.pid }) : (await agentCommand(agent.target, { cmd: b.dataset.cmd }), false)) return;
+    } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
+    app.rerender(); // the target's state changed
+  });
+  $('#quality-action').addEventListener('click', async (e) => {
+    const b = e.target.closest('button[data-restart-callgraph]');
+    if (!b || !agent.target) return;
+    b.disabled = true;
+    const { target, pid } = agent;
+    try {
+      if (agent.running) await agentCommand(target, { cmd: 'stop' });
+      if (await startRun(target, { pid, callgraph: b.dataset.restartCallgraph })) return;
+      app.rerender();
+    } catch (err) { $('#control-result').textContent = `restart with ${b.dataset.restartCallgraph}: ${err.message}`; app.rerender(); }
+    finally { b.disabled = false; }
+  });
+}

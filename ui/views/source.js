@@ -1,0 +1,121 @@
+// Source lines, heat-coloured by their share of the file, the hottest line (or the function's
+// own) scrolled to; and where the symbols and sources come from, with the settings that
+// change it (PUT /api/config, within the collector's --browse-root). Anything marked
+// data-source-of="NAME", and any function table row, opens the source of that function.
+import { read as hashState, update as setHash } from '../state.js';
+import { store } from '../store.js';
+import { attr, esc, pct, visible } from '../format.js';
+import { $, api, syncRows } from '../util.js';
+
+let app; // {rerender, showError}
+let focus = { fn: null, file: null }; // the function opened, and the file it is in
+
+export async function render(s, r) {
+  const base = `/api/sessions/${encodeURIComponent(s.session)}/source`;
+  const list = await store.view(s.session, `${base}?${r.q}`);
+  r.stillWanted();
+  const files = list.files || [];
+  const file = s.file || files[0]?.file;
+  $('#source-file').innerHTML = files.map((f) => `<option value="${attr(f.file)}" ${f.file === file ? 'selected' : ''}>${pct(f.pct)}% ${esc(f.file)}${f.found ? '' : ' (not found)'}</option>`).join('');
+  const warnings = (w) => (w || []).map((x) => `<br><span class="warn" data-warning>⚠ ${esc(x)}</span>`).join('');
+  renderSymbolFiles(list.binaries || []);
+  if (!file) {
+    const why = (list.binaries || []).filter((b) => b.error && b.module.startsWith('/')).map((b) => esc(b.error)).join('<br>');
+    $('#source-info').innerHTML = 'no samples could be placed on source lines' + (why ? `:<br>${why}` : '') + warnings(list.warnings);
+    $('#source tbody').innerHTML = '';
+    return;
+  }
+  const fn = focus.fn && focus.file === file ? `&function=${encodeURIComponent(focus.fn)}` : '';
+  const src = await store.view(s.session, `${base}?${r.q}&file=${encodeURIComponent(file)}${fn}`);
+  r.stillWanted();
+  const scope = s.tid || s.start || s.end ? ' · <span data-scope>this thread and time window only</span>' : '';
+  if (!src.path) $('#source-settings').open = true; // say where the file is, right here
+  $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found here: add its folder or map its build path below'}`) +
+    scope + (fn ? ` · <a href="#" data-sandwich="${attr(focus.fn)}">⇅ callers and callees of ${esc(focus.fn)}</a>` : '') + warnings(src.warnings);
+  // Without the file, only the lines that hold samples (their numbers and shares), not
+  // thousands of empty rows.
+  const lines = src.path ? src.lines : src.lines.filter((l) => l.samples);
+  const max = Math.max(...lines.map((l) => l.pct), 1e-9);
+  $('#source tbody').innerHTML = lines.map((l) => {
+    const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
+    const cls = [l.line === src.hottest_line ? 'hot' : '', l.line === src.focus_line ? 'focus' : ''].join(' ').trim();
+    return `<tr id="L${l.line}" ${heat} class="${cls}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
+      <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
+  }).join('');
+  document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
+}
+
+// Per module of the session: the file its symbols come from and where it was found, or what
+// was looked at and what to do.
+function renderSymbolFiles(binaries) {
+  const shown = binaries.filter((b) => b.module.startsWith('/'));
+  if (shown.some((b) => b.fix && !b.pending)) $('#source-settings').open = true;
+  // In place: its buttons are clicked while live data redraws the tab.
+  syncRows($('#symbol-files tbody'), shown.length ? shown.map((b) => {
+    const tried = (b.tried || []).map((t) => `<li>${esc(visible(t))}</li>`).join('');
+    const where = b.path && !b.fix
+      ? `${esc(b.origin)}: <code>${esc(visible(b.path))}</code> (${Number(b.symbols).toLocaleString()} symbols${b.build_matches ? ', the same build' : ''})`
+      : b.pending ? 'asking debuginfod…'
+      : `<span class="warn">${b.path ? 'only its dynamic symbols' : 'not found'}</span>: ${esc(b.fix || b.error)}`;
+    // Where the device's own names are poor, every frame of the module can be named here.
+    const whole = b.path && b.symbols && (!b.fix || b.named_here) ? ` <button data-resymbolize="${attr(b.module)}" data-on="${b.named_here ? 1 : 0}" title="${b.named_here
+      ? 'name only the frames the device could not, as perf named the others' : 'name every frame of this module from these symbols, not only those the device could not'}">${b.named_here ? 'named here: undo' : 'name all its frames here'}</button>` : '';
+    return [b.module, `<tr data-module="${attr(b.module)}"><td><code>${esc(visible(b.module))}</code></td>
+      <td data-origin="${attr(b.origin)}">${where}${whole}${tried ? `<details><summary>looked at</summary><ul>${tried}</ul></details>` : ''}</td></tr>`];
+  }) : [['', '<tr><td colspan="2" class="muted">no module looked up yet</td></tr>']]);
+}
+
+export function clear() {
+  $('#source-info').textContent = '';
+  for (const id of ['#source tbody', '#source-file', '#symbol-files tbody']) $(id).innerHTML = '';
+  focus = { fn: null, file: null };
+}
+
+async function openFunctionSource(name) {
+  const s = hashState();
+  try {
+    const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
+    focus = { fn: name, file: src.file }; // scroll to this function's hottest line
+    setHash({ tab: 'source', file: src.file });
+  } catch (e) { app.showError(e.message); }
+}
+
+// A setting changed for this collector, then the view again (names and paths may change).
+async function addSourceSetting(change) {
+  try {
+    const c = await api('/api/config');
+    await api('/api/config', { method: 'PUT', body: change(c) });
+    $('#source-settings-state').textContent = 'saved; looking again…';
+    store.refresh(hashState().session);
+    app.rerender();
+  } catch (e) { $('#source-settings-state').textContent = e.message; }
+}
+
+export function init(context) {
+  app = context;
+  document.addEventListener('click', (e) => {
+    // A row's own buttons (callers and callees, the addresses of a module) are not the row.
+    if (e.target.closest('[data-sandwich], [data-expand]')) return;
+    const of = e.target.closest('[data-source-of]') ?? e.target.closest('tr[data-function]');
+    if (of) openFunctionSource(of.dataset.sourceOf ?? of.dataset.function);
+  });
+  $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
+  const submit = (form, change) => $(form).addEventListener('submit', (e) => {
+    e.preventDefault();
+    const c = change();
+    if (c) addSourceSetting(c);
+  });
+  submit('#source-dir-form', () => { const dir = $('#source-dir').value.trim(); return dir && ((c) => ({ source_dirs: [...c.source_dirs, dir] })); });
+  submit('#debug-dir-form', () => { const dir = $('#debug-dir').value.trim(); return dir && ((c) => ({ debug_dirs: [...c.debug_dirs, dir] })); });
+  submit('#binary-form', () => { const path = $('#binary-path').value.trim(); return path && ((c) => ({ binaries: [...c.binaries, path] })); });
+  submit('#path-map-form', () => {
+    const from = $('#map-from').value.trim(), to = $('#map-to').value.trim();
+    return from && to && ((c) => ({ path_map: [...c.path_map, { from, to }] }));
+  });
+  $('#symbol-files').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-resymbolize]');
+    if (!b) return;
+    const m = b.dataset.resymbolize, on = b.dataset.on === '1';
+    addSourceSetting((c) => ({ resymbolize: on ? c.resymbolize.filter((x) => x !== m) : [...c.resymbolize, m] }));
+  });
+}
