@@ -5,9 +5,12 @@
 //
 // Prints, for each interaction, the time from the user's action to the next painted frame
 // (fetches included where the UI makes one), the longest main-thread task seen during it, and
-// the API requests it made with their response bytes.
+// the API requests it made with their response bytes. Then the same profile made live (an
+// agent's connection sends it, then a small chunk a second): per live update of each tab,
+// the requests, the bytes fetched and the page's main-thread time.
 // Needs `npm ci` in test/ui (scripts/setup.sh --test does it) for playwright-core.
 import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -22,10 +25,10 @@ const work = mkdtempSync(join(tmpdir(), 'perfwire-ui-scale-'));
 
 // A capture whose flame graph has ~3 nodes per function: main → group → caller → function →
 // one of two leaves. Every function is a leaf of some stack, so the function table holds all of them.
-function capture() {
+function capture(from = 0, to = 2 * nfunc) {
   const lines = [];
   const groups = 50, callers = 1000;
-  for (let i = 0; i < 2 * nfunc; ++i) {
+  for (let i = from; i < to; ++i) {
     const f = i % nfunc, leaf = Math.floor(i / nfunc) % 2;
     const t = (1000 + i * 0.0001).toFixed(6);
     lines.push(`synth 100/${100 + (i % 8)} ${t}: 1000000 cpu-clock:`,
@@ -60,7 +63,8 @@ try {
   const file = join(work, 'synth.txt');
   writeFileSync(file, capture());
   const collector = start(join(build, 'src/collector/perfwire-collector'),
-    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--import', file, '--http-auth', 'none']);
+    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--import', file, '--http-auth', 'none',
+      ...(process.env.PERFWIRE_UI_DIR ? ['--ui-dir', process.env.PERFWIRE_UI_DIR] : [])]);
   const http = await until(() => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   const session = (await (await fetch(http + '/api/sessions')).json())[0].id;
 
@@ -112,7 +116,7 @@ try {
     await new Promise((r) => setTimeout(r, 100)); // let the long-task observer report
     const longest = await page.evaluate(() => window.longest);
     results.push({ name, ms, longest });
-    console.log(`${name.padEnd(44)} ${String(ms).padStart(6)} ms   longest task ${longest.toFixed(0).padStart(5)} ms` +
+    console.log(`${name.padEnd(50)} ${String(ms).padStart(6)} ms   longest task ${longest.toFixed(0).padStart(5)} ms` +
       `   ${String(fetched.requests).padStart(2)} requests ${(fetched.bytes / 1048576).toFixed(2).padStart(6)} MiB`);
   }
 
@@ -120,7 +124,10 @@ try {
     () => document.querySelectorAll('#functions tbody tr[data-function]').length > 20);
   await measure('sort by total %', () => document.querySelector('#functions th[data-sort="total_pct"]').click(),
     () => document.querySelector('#functions tbody tr td:nth-child(2)')?.textContent !== '');
-  await measure('filter functions by regex', () => {
+  await measure('filter functions by name (the collector matches)', () => {
+    const f = document.querySelector('#filter'); f.value = 'function_4999'; f.dispatchEvent(new Event('input'));
+  }, () => document.querySelectorAll('#functions tbody tr[data-function]').length === 11);
+  await measure('filter functions by regex (the page matches)', () => {
     const f = document.querySelector('#filter'); f.value = 'function_4999\\d'; f.dispatchEvent(new Event('input'));
   }, () => document.querySelectorAll('#functions tbody tr[data-function]').length === 10);
   await measure('clear the filter', () => {
@@ -144,11 +151,69 @@ try {
   }, () => location.hash.includes('zoom='));
   await measure('back to all (breadcrumb)', () => document.querySelector('#crumbs span[data-depth="0"]').click(),
     () => !location.hash.includes('zoom='));
-  if (errors.length) throw new Error('script errors: ' + errors.join('; '));
   const worst = Math.max(...results.map((r) => r.ms));
   console.log(`slowest interaction: ${worst} ms`);
+
+  // Live: the same profile streamed by an agent's connection (text frames, as the protocol
+  // allows), then 1000 more samples a second; each tab measured over ten updates.
+  const agentPort = Number(collector.log.match(/agents on 127\.0\.0\.1:(\d+)/)?.[1]);
+  const link = connect(agentPort, '127.0.0.1');
+  await new Promise((r, j) => { link.once('connect', r); link.once('error', j); });
+  const frame = (flag, text) => {
+    const body = Buffer.from(text), head = Buffer.alloc(5);
+    head.writeUInt32BE(body.length, 0); head[4] = flag;
+    return new Promise((r) => link.write(Buffer.concat([head, body]), r));
+  };
+  await frame(3, JSON.stringify({ type: 'hello', version: 1, agent: 'perfwire', agent_version: '0.1.0', hostname: 'live-synth', pid: 100 }));
+  const step = 20000;
+  for (let i = 0; i < 2 * nfunc; i += step) await frame(0, capture(i, Math.min(2 * nfunc, i + step)));
+  const liveId = await until(async () => (await (await fetch(http + '/api/sessions')).json()).find((x) => x.live)?.id);
+  await until(async () => (await (await fetch(`${http}/api/sessions/${liveId}`)).json()).samples >= 2 * nfunc);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  const metrics = async () => Object.fromEntries((await cdp.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value]));
+  await page.evaluate(() => { const f = document.querySelector('#filter'); f.value = ''; f.dispatchEvent(new Event('input')); });
+  let sent = 2 * nfunc;
+  const tabs = [['functions', () => document.querySelectorAll('#functions tbody tr[data-function]').length > 20],
+    ['flamegraph', () => Number(document.querySelector('#flame')?.dataset.boxes || 0) > 100]];
+  for (const [tab, ready, idle] of [...tabs, [tabs[0][0], tabs[0][1], true]]) {
+    await page.evaluate((h) => { location.hash = h; }, `session=${liveId}&tab=${tab}`);
+    await page.waitForFunction(ready, null, { timeout: 60000 });
+    await new Promise((r) => setTimeout(r, 1500)); // the opening's own requests done
+    fetched.requests = 0; fetched.bytes = 0;
+    const profiling = process.env.PERFWIRE_BENCH_PROFILE && !idle;
+    if (profiling) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.start'); }
+    const m0 = await metrics();
+    const updates = 10;
+    for (let u = 0; u < updates; ++u) {
+      if (!idle) await frame(0, capture(sent, sent + 1000));
+      sent += idle ? 0 : 1000;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    await new Promise((r) => setTimeout(r, 1500)); // the last update's render
+    const m1 = await metrics();
+    const per = (k) => (1000 * (m1[k] - m0[k]) / updates).toFixed(1);
+    if (profiling) {
+      // PERFWIRE_BENCH_PROFILE=1: where the page's time went, by function (self time).
+      const { profile } = await cdp.send('Profiler.stop');
+      const self = new Map(), dt = new Map();
+      profile.samples.forEach((id, i) => dt.set(id, (dt.get(id) || 0) + (profile.timeDeltas[i] || 0)));
+      for (const n of profile.nodes) {
+        const k = `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.split('/').pop()}:${n.callFrame.lineNumber + 1}`;
+        self.set(k, (self.get(k) || 0) + (dt.get(n.id) || 0));
+      }
+      for (const [k, us] of [...self].filter(([k]) => !k.startsWith('(idle)')).sort((a, b) => b[1] - a[1]).slice(0, 12))
+        console.log(`    ${(us / 1000 / updates).toFixed(2).padStart(7)} ms  ${k}`);
+    }
+    console.log(`live ${(idle ? 'no update' : tab).padEnd(11)} per ${idle ? 'second' : 'update'}: ${(fetched.requests / updates).toFixed(1)} requests, ` +
+      `${(fetched.bytes / updates / 1048576).toFixed(3)} MiB, main thread ${per('TaskDuration')} ms ` +
+      `(script ${per('ScriptDuration')}, style ${per('RecalcStyleDuration')}, layout ${per('LayoutDuration')})`);
+  }
+  link.destroy();
+  if (errors.length) throw new Error('script errors: ' + errors.join('; '));
 } catch (e) {
   console.log('FAIL: ' + e.message.split('\n')[0]);
+  if (process.env.PERFWIRE_BENCH_DEBUG) console.log(children.map((c) => c.log.slice(-3000)).join('\n'));
   process.exitCode = 1;
 } finally {
   if (browser) await browser.close();

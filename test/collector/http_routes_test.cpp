@@ -126,6 +126,34 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     CHECK(rows[0].at("self").to_number<std::uint64_t>() >=
           rows[rows.size() - 1].at("self").to_number<std::uint64_t>());
 
+    // A page of the table: sorted by any column, narrowed by a case-blind match, cut.
+    CHECK(fns.at("count").to_number<std::size_t>() == rows.size());
+    CHECK(fns.at("matched").to_number<std::size_t>() == rows.size());
+    const auto by_name = f.get_json(base + "/functions?sort=name&order=asc&offset=1&limit=3");
+    const auto& page = by_name.at("functions").as_array();
+    REQUIRE(page.size() == std::min<std::size_t>(3, rows.size() - 1));
+    CHECK(by_name.at("offset").to_number<int>() == 1);
+    CHECK(by_name.at("count").to_number<std::size_t>() == rows.size());
+    std::vector<std::string> names;
+    for (const auto& r : rows)
+        names.emplace_back(r.at("name").as_string());
+    std::sort(names.begin(), names.end());
+    for (std::size_t i = 0; i < page.size(); ++i)
+        CHECK(page[i].at("name").as_string() == names[i + 1]);
+    const auto matrix_rows = f.get_json(base + "/functions?match=MATRIX_mul&limit=10");
+    REQUIRE(matrix_rows.at("matched").to_number<int>() >= 1);
+    for (const auto& r : matrix_rows.at("functions").as_array())
+        CHECK((std::string(r.at("name").as_string()).find("matrix_mul") != std::string::npos ||
+               std::string(r.at("module").as_string()).find("matrix_mul") != std::string::npos));
+    const auto by_total = f.get_json(base + "/functions?sort=total_pct&order=desc&limit=1000000");
+    const auto& totals = by_total.at("functions").as_array();
+    for (std::size_t i = 1; i < totals.size(); ++i)
+        CHECK(totals[i - 1].at("total_pct").as_double() >= totals[i].at("total_pct").as_double());
+    CHECK(f.get_json(base + "/functions?match=no-such-function-anywhere")
+              .at("functions")
+              .as_array()
+              .empty());
+
     const auto by_samples = f.get_json(base + "/functions?weight=samples&event=cpu-clock");
     CHECK(by_samples.at("total").to_number<std::uint64_t>() ==
           by_samples.at("samples").to_number<std::uint64_t>());
@@ -256,6 +284,12 @@ TEST_CASE("API: bad requests get clear errors", "[collector][api]") {
           "bad_parameter");
     CHECK(code(f.get_json(base + "/functions?tid=abc", http::status::bad_request)) ==
           "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?sort=__proto__", http::status::bad_request)) ==
+          "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?order=sideways", http::status::bad_request)) ==
+          "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?match=" + std::string(300, 'a'),
+                          http::status::bad_request)) == "bad_parameter");
     const auto bad_event = f.get_json(base + "/functions?event=cycles", http::status::bad_request);
     CHECK(bad_event.at("error").at("candidates").as_array().size() == 1);
     CHECK(code(f.get_json("/api/sessions/..%2F..%2Fetc/functions", http::status::not_found)) ==

@@ -4,11 +4,14 @@
 // "[unknown]" row opens into the addresses its samples fell on.
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
-import { $, api, filterRegex, syncRows } from '../util.js';
+import { $, api, filterRegex, setHtml, syncRows } from '../util.js';
 
 const ROW_H = 24;
+const PAGE = 200; // rows per request: a screen is ~40
 let app; // {rerender, showError}
-let v = { functions: [], rows: [], sort: 'self_pct', desc: true, expanded: new Map() };
+// The table asked for (key: session, query, order and filter), the pages of it loaded (page
+// number → rows), the rows that match and all rows, and the rows opened into addresses.
+let v = { key: null, pages: new Map(), asking: new Set(), matched: 0, count: 0, sort: 'self_pct', desc: true, expanded: new Map(), index: new Map() };
 
 // "[unknown]" rows: the code of a module perf could not name, which opens into the addresses
 // the samples fell on ("libx.so.1+0x15bc9", as perf report lists them).
@@ -19,26 +22,92 @@ async function loadAddresses(session, q, r) {
   if (d.addresses_total > rows.length) rows.push({ child: true, more: d.addresses_total - rows.length, name: '', module: r.module, self_pct: 0 });
   return rows;
 }
-async function refreshAddresses(session, q) {
-  for (const key of [...v.expanded.keys()]) {
-    const r = v.functions.find((f) => groupKey(f) === key);
-    if (!r) { v.expanded.delete(key); continue; }
-    v.expanded.set(key, await loadAddresses(session, q, r).catch(() => []));
+
+// The filter box: plain text is matched by the collector (case-blind, in names and modules),
+// a page at a time; a pattern with regex syntax is matched here, over the whole table.
+function filterOf() {
+  const text = $('#filter').value;
+  const { re } = filterRegex(text);
+  if (!re) return { match: '', re: null };
+  return /[\\^$.|?*+()[\]{}]/.test(text) ? { match: '', re } : { match: text, re: null };
+}
+
+function pathOf(session, query, page) {
+  const { match, re } = filterOf();
+  const q = new URLSearchParams(query);
+  q.set('sort', v.sort);
+  q.set('order', v.desc ? 'desc' : 'asc');
+  if (match) q.set('match', match);
+  if (!re) { q.set('offset', String(page * PAGE)); q.set('limit', String(PAGE)); }
+  return `/api/sessions/${encodeURIComponent(session)}/functions?${q}`;
+}
+
+// Page `page` of the table, asked for unless it is here or on its way; drawn when it comes.
+function wantPage(page) {
+  if (v.pages.has(page) || v.asking.has(page)) return;
+  const key = v.key;
+  v.asking.add(page);
+  store.view(v.session, pathOf(v.session, v.q, page)).then((answer) => {
+    if (v.key !== key) return;
+    v.asking.delete(page);
+    take(answer, page);
+    drawRows();
+  }, (e) => { v.asking.delete(page); app.showError(e.message); });
+}
+
+// An answer into the pages (a regex answer holds every row: they are filtered and cut here).
+function take(answer, page) {
+  const { re } = filterOf();
+  v.count = answer.count ?? answer.functions.length;
+  if (re) {
+    const rows = answer.functions.filter((r) => re.test(r.name) || re.test(r.module));
+    v.matched = rows.length;
+    v.pages = new Map();
+    for (let p = 0; p * PAGE < rows.length || p === 0; ++p) v.pages.set(p, rows.slice(p * PAGE, (p + 1) * PAGE));
+  } else {
+    v.matched = answer.matched ?? answer.functions.length;
+    v.pages.set(page, answer.functions);
   }
+  for (const [p, rows] of v.pages) rows.forEach((r, i) => v.index.set(groupKey(r), p * PAGE + i));
+  v.diff = answer.functions.some((r) => r.delta_self_pct != null);
+  v.baseline = answer.baseline;
+  v.unit = unitOf(answer);
+}
+
+// The display rows drawn: those in view and a few either side. (The box is never taller than
+// the window; its own height is not known before it holds rows.)
+function drawnRows() {
+  const first = Math.max(0, Math.floor($('#functions-scroll').scrollTop / ROW_H) - 5);
+  return [first, first + Math.ceil(innerHeight / ROW_H) + 10];
+}
+
+// The pages the drawn rows fall on (extra rows of opened addresses aside).
+function visiblePages() {
+  const [first, last] = drawnRows();
+  const out = [];
+  for (let p = Math.floor(first / PAGE); p <= Math.floor(last / PAGE); ++p) out.push(p);
+  return out;
 }
 
 export async function render(s, r) {
-  const answer = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/functions?${r.q}`);
+  const key = `${s.session}?${r.q}|${v.sort}|${v.desc}|${$('#filter').value}`;
+  // New numbers for the same table while the pointer is over it: held until it leaves, so a
+  // click lands on the row aimed at.
+  if (key === v.key && $('#functions-scroll').matches(':hover')) { v.held = true; return; }
+  const session = s.session, q = r.q.toString();
+  const pages = filterOf().re ? [0] : visiblePages();
+  const answers = await Promise.all(pages.map((p) => store.view(session, pathOf(session, q, p))));
   r.stillWanted();
-  v.functions = answer.functions;
-  v.query = `${s.session}?${r.q}`;
-  v.session = s.session;
-  v.q = r.q.toString();
-  await refreshAddresses(s.session, r.q);
+  if (v.key !== key) v.expanded = new Map();
+  Object.assign(v, { key, session, q, pages: new Map(), asking: new Set(), index: new Map(), held: false });
+  answers.forEach((a, i) => take(a, pages[i]));
+  for (const [k] of v.expanded) {
+    const i = v.index.get(k), row = i != null && v.pages.get(Math.floor(i / PAGE))?.[i % PAGE];
+    if (!row) { v.expanded.delete(k); continue; }
+    v.expanded.set(k, await loadAddresses(session, q, row).catch(() => []));
+  }
   r.stillWanted();
-  v.baseline = answer.baseline;
-  v.unit = unitOf(answer);
-  r.pickedEvent(answer.event);
+  r.pickedEvent(answers[0].event);
   draw();
   // #functions[data-shows] names the session and query its rows came from: a reader (or a
   // test) waits for the state a filter produces, not for rows that may already have been there.
@@ -61,40 +130,45 @@ export function clear() {
   $('#functions-count').textContent = '';
   $('#functions tbody').innerHTML = '';
   delete $('#functions').dataset.shows;
-  v = { ...v, functions: [], rows: [], expanded: new Map(), orderKey: null };
+  v = { ...v, key: null, session: null, pages: new Map(), asking: new Set(), index: new Map(), matched: 0, count: 0, expanded: new Map() };
 }
 
 function draw() {
-  let rows = v.functions;
-  const f = $('#filter').value;
-  const { re } = filterRegex(f);
-  if (re) rows = rows.filter((r) => re.test(r.name) || re.test(r.module));
-  const k = v.sort, d = v.desc ? -1 : 1;
-  const sorted = [...rows].sort((a, b) => (a[k] < b[k] ? -d : a[k] > b[k] ? d : 0));
-  // New numbers for the same view while the pointer is over the table: rows keep their places
-  // (new ones below), so a click lands on the row aimed at; the order catches up on leaving.
-  const key = `${v.query}|${k}|${v.desc}|${f}`;
-  if (key === v.orderKey && v.rows?.length && $('#functions-scroll').matches(':hover')) {
-    const place = new Map(v.rows.map((r, i) => [`${r.name}\0${r.module}`, i]));
-    sorted.sort((a, b) => (place.get(`${a.name}\0${a.module}`) ?? Infinity) - (place.get(`${b.name}\0${b.module}`) ?? Infinity));
-    v.frozen = true;
+  // Only what changed is touched: a live update of the same order repaints only the rows.
+  for (const th of document.querySelectorAll('#functions th.diff')) if (th.hidden !== !v.diff) th.hidden = !v.diff;
+  for (const th of document.querySelectorAll('#functions th[data-sort]')) {
+    const order = th.dataset.sort === v.sort ? (v.desc ? 'desc' : 'asc') : '';
+    if (th.dataset.order !== order) th.dataset.order = order;
   }
-  v.orderKey = key;
-  // A nameless module's row, opened: its addresses right below it.
-  v.rows = sorted.flatMap((r) => [r, ...(v.expanded.get(groupKey(r)) || [])]);
-  v.diff = v.rows.some((r) => r.delta_self_pct != null);
-  for (const th of document.querySelectorAll('#functions th.diff')) th.hidden = !v.diff;
-  for (const th of document.querySelectorAll('#functions th[data-sort]')) th.dataset.order = th.dataset.sort === k ? (v.desc ? 'desc' : 'asc') : '';
-  const n = v.functions.length.toLocaleString();
-  $('#functions-count').innerHTML = esc(re ? `${v.rows.length.toLocaleString()} of ${n} functions match` : `${n} functions`) +
-    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total, red grew, green shrank <button data-baseline="">stop comparing</button>` : '');
+  const { match, re } = filterOf(), n = v.count.toLocaleString();
+  setHtml($('#functions-count'), esc(match || re ? `${v.matched.toLocaleString()} of ${n} functions match` : `${n} functions`) +
+    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total, red grew, green shrank <button data-baseline="">stop comparing</button>` : ''));
   drawRows();
 }
 
+// Display rows: the table's rows, each opened one followed by its addresses. [[row index,
+// its addresses]] in order, for the rows opened whose place is known.
+function opened() {
+  const out = [];
+  for (const [k, kids] of v.expanded) { const i = v.index.get(k); if (i != null) out.push([i, kids]); }
+  return out.sort((a, b) => a[0] - b[0]);
+}
+// The display row `d`: {row} (undefined while its page is on its way) and its index.
+function rowAt(d, open) {
+  let shift = 0;
+  for (const [i, kids] of open) {
+    if (d <= i + shift) break;
+    if (d <= i + shift + kids.length) return { row: kids[d - i - shift - 1] };
+    shift += kids.length;
+  }
+  const i = d - shift;
+  return { row: v.pages.get(Math.floor(i / PAGE))?.[i % PAGE], index: i };
+}
+
 function drawRows() {
-  const box = $('#functions-scroll'), rows = v.rows || [];
-  const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 10);
-  const last = Math.min(rows.length, first + Math.ceil((box.clientHeight || 800) / ROW_H) + 20);
+  const open = opened();
+  const total = v.matched + open.reduce((n, [, kids]) => n + kids.length, 0);
+  const [first, drawn] = drawnRows(), last = Math.min(total, drawn);
   const cols = v.diff ? 8 : 5;
   const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
   const delta = (x) => `<td class="${x > 0.005 ? 'warn' : x < -0.005 ? 'better' : 'muted'}">${x > 0 ? '+' : ''}${pct(x)}</td>`;
@@ -103,9 +177,14 @@ function drawRows() {
   const toggle = (r) => r.name === '[unknown]' && r.module && r.module !== '[unknown]' && r.self > 0
     ? `<button class="expand" data-expand="${attr(groupKey(r))}" title="${v.expanded.has(groupKey(r)) ? 'close' : 'the addresses in this module its samples fell on'}">${v.expanded.has(groupKey(r)) ? '▾' : '▸'}</button> ` : '';
   const rowKey = (r) => `${r.child ? 'address' : 'function'}\u0000${r.module}\u0000${r.name}\u0000${r.more ?? ''}`;
-  const shown = rows.slice(first, last).map((r) => [rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+  const shown = [];
+  for (let d = first; d < last; ++d) {
+    const { row: r, index } = rowAt(d, open);
+    if (!r) { wantPage(Math.floor(index / PAGE)); shown.push([`pending ${index}`, `<tr class="pending"><td colspan="${cols}" class="muted">…</td></tr>`]); continue; }
+    shown.push([rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
     <td>${pct(r.total_pct)}</td>${v.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, v.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`]);
-  syncRows($('#functions tbody'), [spacer(first, 'above'), ...shown, spacer(rows.length - last, 'below')].filter(([, html]) => html));
+  }
+  syncRows($('#functions tbody'), [spacer(first, 'above'), ...shown, spacer(total - last, 'below')].filter(([, html]) => html));
 }
 
 export function init(context) {
@@ -114,16 +193,21 @@ export function init(context) {
     const expand = e.target.closest('[data-expand]');
     if (expand) {
       const key = expand.dataset.expand;
-      if (v.expanded.has(key)) { v.expanded.delete(key); draw(); return; }
-      const r = v.functions.find((f) => groupKey(f) === key);
-      if (r) loadAddresses(v.session, v.q, r).then((rows) => { v.expanded.set(key, rows); draw(); }).catch((err) => app.showError(err.message));
+      if (v.expanded.has(key)) { v.expanded.delete(key); drawRows(); return; }
+      const i = v.index.get(key), r = i != null && v.pages.get(Math.floor(i / PAGE))?.[i % PAGE];
+      if (r) loadAddresses(v.session, v.q, r).then((rows) => { v.expanded.set(key, rows); drawRows(); }).catch((err) => app.showError(err.message));
       return;
     }
     const th = e.target.closest('th[data-sort]');
-    if (th) { v.desc = v.sort === th.dataset.sort ? !v.desc : true; v.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; draw(); }
+    if (th) { v.desc = v.sort === th.dataset.sort ? !v.desc : true; v.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; app.rerender(); }
   });
-  $('#filter').addEventListener('input', () => { $('#functions-scroll').scrollTop = 0; draw(); });
-  $('#functions-scroll').addEventListener('mouseleave', () => { if (v.frozen) { v.frozen = false; draw(); } });
+  // Typing asks the collector once the typing pauses.
+  let typing;
+  $('#filter').addEventListener('input', () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { $('#functions-scroll').scrollTop = 0; app.rerender(); }, 150);
+  });
+  $('#functions-scroll').addEventListener('mouseleave', () => { if (v.held) { v.held = false; app.rerender(); } });
   let frame = 0;
   $('#functions-scroll').addEventListener('scroll', () => {
     if (!frame) frame = requestAnimationFrame(() => { frame = 0; drawRows(); });

@@ -28,6 +28,7 @@ struct view_params {
     bool by_thread = false;           // collapsed export: threads=1 roots each stack at its thread
     tree_shape shape;                 // flame graph: inverted=1, focus=NAME, hide=A;B
     std::optional<std::size_t> width; // timeline: buckets across the window
+    function_page page;               // functions: sort=, order=, match=, offset=, limit=
 };
 
 result<view_params> parse_view_params(const target_url& u) {
@@ -72,8 +73,27 @@ result<view_params> parse_view_params(const target_url& u) {
         v.max_depth = static_cast<int>(*d);
     if (const auto w = number_param(u, "width", bad); w && *w >= 1 && *w <= 1e6)
         v.width = static_cast<std::size_t>(*w);
+    if (const auto it = u.query.find("sort"); it != u.query.end()) {
+        if (!sortable_function_field(it->second))
+            return failure{"bad_parameter",
+                           "sort must be self, total, self_pct, total_pct, name, module, "
+                           "baseline_self_pct, delta_self_pct or delta_total_pct"};
+        v.page.sort = it->second;
+    }
+    if (const auto order = u.param("order"); order == "asc" || order == "desc")
+        v.page.descending = order == "desc";
+    else if (!order.empty())
+        return failure{"bad_parameter", "order must be asc or desc"};
+    v.page.match = u.param("match");
+    if (v.page.match.size() > 256)
+        return failure{"bad_parameter", "match= is at most 256 characters"};
+    if (const auto o = number_param(u, "offset", bad); o && *o >= 0 && *o <= 1e9)
+        v.page.offset = static_cast<std::size_t>(*o);
+    if (const auto l = number_param(u, "limit", bad); l && *l >= 0 && *l <= 1e9)
+        v.page.limit = static_cast<std::size_t>(*l);
     if (bad)
-        return failure{"bad_parameter", "tid, start, end, min_pct and max_depth must be numbers"};
+        return failure{"bad_parameter",
+                       "tid, start, end, min_pct, max_depth, offset and limit must be numbers"};
     return v;
 }
 
@@ -139,7 +159,7 @@ enum class view_kind {
     timeline
 };
 
-asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
+asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_context* app,
                                           view_kind kind, view_params v) {
     ensure_loaded(*e, app->store, &app->symbols);
     const session_model& m = *e->model;
@@ -277,6 +297,24 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     co_return r;
 }
 
+// The view, then what is done to its answer, on the strand too (a table of 100 k functions is
+// sorted here, not on the I/O thread): a baseline's columns, then the page of the table asked
+// for (after the columns it may be sorted by).
+asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_context* app,
+                                          view_kind kind, view_params v,
+                                          std::optional<baseline_shares> base) {
+    const function_page page = v.page;
+    const std::string baseline_id = v.baseline;
+    auto r = co_await compute_body(std::move(e), app, kind, std::move(v));
+    if (r.failed || r.status != http::status::ok)
+        co_return r;
+    if (base)
+        apply_baseline(r.body, *base, baseline_id);
+    if (kind == view_kind::functions && r.body.is_object())
+        page_functions(r.body.get_object(), page);
+    co_return r;
+}
+
 struct export_format {
     std::string_view name;
     view_kind kind;
@@ -346,13 +384,10 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
             co_return make_error(req, shares.error());
         base = std::move(*shares);
     }
-    const std::string baseline_id = v.baseline;
-    auto r = co_await asio::co_spawn(e->strand, compute_view(e, &app, kind, std::move(v)),
-                                     asio::use_awaitable);
+    auto r = co_await asio::co_spawn(
+        e->strand, compute_view(e, &app, kind, std::move(v), std::move(base)), asio::use_awaitable);
     if (r.failed)
         co_return make_error(req, *r.failed);
-    if (base && r.status == http::status::ok)
-        apply_baseline(r.body, *base, baseline_id);
     if (!format || !format->content_type || r.status != http::status::ok)
         co_return make_json(req, r.status, r.body);
     // A file to save: named after the session.

@@ -54,6 +54,82 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
     return o;
 }
 
+bool sortable_function_field(std::string_view field) {
+    static constexpr std::string_view fields[] = {
+        "self",           "total",  "self_pct",          "total_pct",
+        "name",           "module", "baseline_self_pct", "delta_self_pct",
+        "delta_total_pct"};
+    return std::find(std::begin(fields), std::end(fields), field) != std::end(fields);
+}
+
+namespace {
+
+char fold(char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// Whether `text` holds `needle` (already folded), ASCII case folded.
+bool holds_folded(std::string_view text, std::string_view needle) {
+    return std::search(text.begin(), text.end(), needle.begin(), needle.end(),
+                       [](char a, char b) { return fold(a) == b; }) != text.end();
+}
+
+std::string_view text_of(const json::object& row, std::string_view key) {
+    const auto* v = row.if_contains(key);
+    return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view();
+}
+
+} // namespace
+
+void page_functions(json::object& body, const function_page& page) {
+    auto* list = body.if_contains("functions");
+    if (!list || !list->is_array())
+        return;
+    json::array& rows = list->get_array();
+    const std::size_t count = rows.size();
+    std::string needle;
+    for (char c : page.match)
+        needle += fold(c);
+    // The rows kept, by index: matched, then ordered; the array is rebuilt from them once.
+    std::vector<std::uint32_t> keep;
+    keep.reserve(count);
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const auto& row = rows[i].as_object();
+        if (needle.empty() || holds_folded(text_of(row, "name"), needle) ||
+            holds_folded(text_of(row, "module"), needle))
+            keep.push_back(i);
+    }
+    const std::size_t matched = keep.size();
+    const bool textual = page.sort == "name" || page.sort == "module";
+    const auto number = [&](std::uint32_t i) -> std::optional<double> {
+        const auto* v = rows[i].as_object().if_contains(page.sort);
+        if (!v || !v->is_number())
+            return std::nullopt;
+        return v->to_number<double>();
+    };
+    std::stable_sort(keep.begin(), keep.end(), [&](std::uint32_t a, std::uint32_t b) {
+        if (textual) {
+            const auto x = text_of(rows[a].as_object(), page.sort);
+            const auto y = text_of(rows[b].as_object(), page.sort);
+            return page.descending ? y < x : x < y;
+        }
+        const auto x = number(a), y = number(b);
+        if (!x || !y)
+            return x.has_value() && !y.has_value(); // rows without the field last
+        return page.descending ? *y < *x : *x < *y;
+    });
+    const std::size_t first = std::min(page.offset, keep.size());
+    const std::size_t last = first + std::min(page.limit, keep.size() - first);
+    json::array out(rows.storage());
+    out.reserve(last - first);
+    for (std::size_t k = first; k < last; ++k)
+        out.push_back(std::move(rows[keep[k]]));
+    rows = std::move(out);
+    body["matched"] = matched;
+    body["count"] = count;
+    body["offset"] = first;
+}
+
 namespace {
 
 // A call tree to shape as JSON: each node's frame, weight (inclusive), self weight and

@@ -27,6 +27,23 @@ double pct(std::uint64_t part, std::uint64_t whole);
 // total_pct}]}, by self, at most `limit` rows.
 json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
                            const json::storage_ptr& sp);
+// A page of the function table: the rows whose name or module holds `match` (ASCII case
+// folded), ordered by `sort` (a row's field: self, total, self_pct, total_pct, name, module,
+// or with a baseline baseline_self_pct, delta_self_pct, delta_total_pct; rows without it last),
+// then `offset` rows skipped and at most `limit` kept. Ties keep the table's order (by self).
+struct function_page {
+    std::string sort = "self";
+    bool descending = true;
+    std::string match;
+    std::size_t offset = 0;
+    std::size_t limit = static_cast<std::size_t>(-1);
+};
+// The row fields a page sorts by.
+bool sortable_function_field(std::string_view field);
+// A functions answer cut to the page: "functions" holds the page's rows; "matched" counts the
+// rows that match, "count" every row, "offset" is the page's first row.
+void page_functions(json::object& body, const function_page& page);
+
 // How a flame graph is drawn from the stacks.
 struct tree_shape {
     bool inverted = false; // bottom-up: the sampled frames first, each above its callers
