@@ -54,6 +54,8 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
                 const std::string& payload) {
     const auto unsaved_before = e.unsaved_chunks();
     const bool stored = store_chunk(e, compressed, payload);
+    if (e.rebuilding) // a new model is being built from the chunks stored before this one
+        e.rebuilding->chunks.emplace_back(compressed, payload);
     if (!stored)
         log(who,
             "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
@@ -79,10 +81,55 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
 }
 
 // On the strand of a live session: named again with the symbols as they are now, within the
-// live budget; the browsers are told.
-void rebuild_live(session_entry& e, app_context& app) {
-    load_model(e, app.store, &app.symbols, app.cfg.live_mb << 20);
-    asio::post(app.io, [app = &app, id = e.id] { app->changed(change::data, id); });
+// live budget, without holding up its views. The new model is built on the pool from the
+// chunks on disk now (and those still waiting for the disk); views are answered from the model
+// in place meanwhile, and what arrives meanwhile (take_chunk, ingest_metrics) is kept in
+// `e.rebuilding` and taken by the new model when it is swapped in, on the strand. One rebuild
+// at a time: one asked for meanwhile follows it. The browsers are told once it is in place.
+void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
+    if (e->rebuilding) {
+        e->rebuilding->again = true;
+        return;
+    }
+    if (app.stops.stopping())
+        return; // named again when next loaded
+    auto job = std::make_shared<session_entry::rebuild>();
+    e->rebuilding = job;
+    const std::size_t on_disk =
+        e->writer ? static_cast<std::size_t>(e->writer->chunks_written()) : SIZE_MAX;
+    app.on_pool(app.pool.get_executor(), [e, app = &app, job, seed = seed_of(*e), on_disk] {
+        const std::size_t budget = app->cfg.live_mb << 20;
+        std::uint64_t unparsed = 0;
+        auto built = std::make_shared<std::unique_ptr<session_model>>(
+            build_model(app->store, e->id, &app->symbols, budget, seed, on_disk, unparsed));
+        app->on_pool(e->strand, [e, app, job, built, unparsed, budget]() mutable {
+            auto& fresh = *built;
+            if (e->rebuilding != job)
+                return;
+            e->rebuilding.reset();
+            if (!e->model || !e->loaded)
+                return; // the session ended and let its model go meanwhile
+            for (const auto& record : job->metrics)
+                fresh->note_metrics(record);
+            for (const auto& [compressed, payload] : job->chunks) {
+                if (fresh->memory_bytes() > budget)
+                    ++unparsed;
+                else
+                    fresh->ingest(compressed, payload);
+            }
+            e->model = std::move(fresh);
+            e->unparsed_chunks = unparsed;
+            publish_counts(*e);
+            ++e->version;
+            asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
+            // A build-id that came meanwhile, after frames of its module were named: again.
+            const bool stale = e->model->names_stale && e->stale_rebuilds < max_stale_rebuilds;
+            if (stale)
+                ++e->stale_rebuilds;
+            if (job->again || stale)
+                rebuild_live(e, *app);
+        });
+    });
 }
 
 } // namespace
@@ -108,12 +155,14 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
             (void)e->writer->append_metrics(record);
         if (!e->model)
             return;
+        if (e->rebuilding)
+            e->rebuilding->metrics.push_back(record);
         e->model->note_metrics(record);
-        if (e->model->names_stale && e->stale_rebuilds < max_stale_rebuilds) {
+        if (e->model->names_stale && !e->rebuilding && e->stale_rebuilds < max_stale_rebuilds) {
             // A build-id arrived after frames of its module were named without it (a few
             // times per session: an agent cannot make the collector replay at will).
             ++e->stale_rebuilds;
-            rebuild_live(*e, *app);
+            rebuild_live(e, *app);
         }
     });
 }
@@ -136,7 +185,7 @@ void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>&
             (void)e->writer->write_kernel_symbols(text);
         e->model->kernel = std::move(table);
         e->wants_kernel_symbols = false;
-        rebuild_live(*e, *app);
+        rebuild_live(e, *app);
     });
 }
 
@@ -149,7 +198,7 @@ void rename_frames(app_context& app) {
             if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
                 return;
             if (e->writer) {
-                rebuild_live(*e, *app);
+                rebuild_live(e, *app);
                 return;
             }
             // Named again when next viewed: a new data version, so that pages drop what they

@@ -283,34 +283,53 @@ void note_unsaved(session_entry& e, const session_store& store) {
     (void)e.writer->write_meta(meta); // best effort: the disk may still be full
 }
 
-void load_model(session_entry& e, const session_store& store, symbolizer* names,
-                std::size_t budget) {
+model_seed seed_of(const session_entry& e) {
+    model_seed seed;
+    if (e.model) {
+        seed.device_build_ids.insert(e.model->device_build_ids.begin(),
+                                     e.model->device_build_ids.end());
+        seed.kernel = e.model->kernel;
+        seed.kernel_note = e.model->kernel_note;
+    }
+    for (const auto& u : e.unsaved)
+        seed.unsaved.emplace_back(u.compressed, u.payload);
+    return seed;
+}
+
+std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
+                                           symbolizer* names, std::size_t budget,
+                                           const model_seed& seed, std::size_t max_chunks,
+                                           std::uint64_t& unparsed) {
     auto fresh = std::make_unique<session_model>(names);
-    fresh->owner_recording = store.owner_import(e.id); // never what an agent said of itself
+    fresh->owner_recording = store.owner_import(id); // never what an agent said of itself
     // The build-ids and the kernel's symbols first: frames are named for what ran. What
     // reached memory but not the disk is kept from the model in place.
-    for (const auto& line : store.metrics(e.id))
+    for (const auto& line : store.metrics(id))
         fresh->note_metrics(line);
-    if (auto k = store.kernel_symbols(e.id))
+    if (auto k = store.kernel_symbols(id))
         fresh->kernel = std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
-    if (e.model) {
-        for (const auto& [module, id] : e.model->device_build_ids)
-            fresh->device_build_ids.try_emplace(module, id);
-        if (!fresh->kernel)
-            fresh->kernel = e.model->kernel;
-        fresh->kernel_note = e.model->kernel_note;
-    }
-    std::uint64_t unparsed = 0;
+    for (const auto& [module, build] : seed.device_build_ids)
+        fresh->device_build_ids.try_emplace(module, build);
+    if (!fresh->kernel)
+        fresh->kernel = seed.kernel;
+    fresh->kernel_note = seed.kernel_note;
+    unparsed = 0;
     const auto take = [&](bool compressed, std::string_view payload) {
         if (fresh->memory_bytes() > budget)
             ++unparsed;
         else
             fresh->ingest(compressed, payload);
     };
-    (void)store.replay(e.id, take);
-    for (const auto& u : e.unsaved)
-        take(u.compressed, u.payload);
-    e.model = std::move(fresh);
+    (void)store.replay(id, take, max_chunks);
+    for (const auto& [compressed, payload] : seed.unsaved)
+        take(compressed, payload);
+    return fresh;
+}
+
+void load_model(session_entry& e, const session_store& store, symbolizer* names,
+                std::size_t budget) {
+    std::uint64_t unparsed = 0;
+    e.model = build_model(store, e.id, names, budget, seed_of(e), SIZE_MAX, unparsed);
     e.unparsed_chunks = unparsed;
     publish_counts(e);
     ++e.version;

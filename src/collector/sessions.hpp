@@ -56,6 +56,16 @@ struct session_entry {
     std::uint64_t unparsed_chunks = 0;
     // Rebuilds because a build-id came after its module was named without one.
     int stale_rebuilds = 0;
+    // A live session named again (new symbols, a build-id, the kernel's symbols): its model is
+    // built off the strand, from the chunks on disk when it began, while views are answered
+    // from the model in place; what arrives meanwhile is kept here and taken by the new model
+    // when it is swapped in (live_session.cpp).
+    struct rebuild {
+        std::vector<std::pair<bool, std::string>> chunks; // (compressed, payload), in order
+        std::vector<std::string> metrics;                 // records, in order
+        bool again = false; // asked for again meanwhile: one more follows
+    };
+    std::shared_ptr<rebuild> rebuilding;
     std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
     std::uint64_t unsaved_samples() const;
 
@@ -114,9 +124,26 @@ private:
 // On the entry's strand: the counts listings and notices show, from its model.
 void publish_counts(session_entry& e);
 
-// On the entry's strand: the session's model made again from its folder (and the chunks still
-// waiting for the disk), its frames named by `names` (when given) for the builds and kernel
-// that ran. Past `budget` bytes of model, chunks are counted in unparsed_chunks, not parsed.
+// What a new model of a session starts from besides its folder: what the model in place
+// learned that the folder may not hold (build-ids, the kernel's symbols and why they are
+// missing), and the chunks still waiting for the disk.
+struct model_seed {
+    std::map<std::string, std::string> device_build_ids;
+    std::shared_ptr<const kernel_symbols> kernel;
+    std::string kernel_note;
+    std::vector<std::pair<bool, std::string>> unsaved;
+};
+model_seed seed_of(const session_entry& e);
+// A session's model made from its folder (the first `max_chunks` chunks, then the seed's
+// unsaved ones), its frames named by `names` (when given) for the builds and kernel that ran.
+// Past `budget` bytes of model, chunks are counted in `unparsed`, not parsed. Touches no
+// entry: runs anywhere.
+std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
+                                           symbolizer* names, std::size_t budget,
+                                           const model_seed& seed, std::size_t max_chunks,
+                                           std::uint64_t& unparsed);
+// On the entry's strand: the session's model made again (build_model, all its chunks) and put
+// in place.
 void load_model(session_entry& e, const session_store& store, symbolizer* names,
                 std::size_t budget = SIZE_MAX);
 // On the entry's strand: replays a saved session from disk if it is not in memory yet.

@@ -85,7 +85,11 @@ std::vector<fs::path> chunk_files(const fs::path& dir) {
         if (ext == ".zst" || ext == ".txt")
             files.push_back(e.path());
     }
-    std::sort(files.begin(), files.end());
+    // In the order written: numbered 000001, 000002, …, past 999999 with more digits.
+    std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+        const auto x = a.filename().string(), y = b.filename().string();
+        return x.size() != y.size() ? x.size() < y.size() : x < y;
+    });
     return files;
 }
 
@@ -334,13 +338,17 @@ error_code session_store::remove(std::string_view id) {
     return {};
 }
 
-boost::system::result<std::size_t> session_store::replay(
-    std::string_view id,
-    const std::function<void(bool compressed, std::string_view payload)>& chunk) const {
+boost::system::result<std::size_t>
+session_store::replay(std::string_view id,
+                      const std::function<void(bool compressed, std::string_view payload)>& chunk,
+                      std::size_t max_chunks) const {
     if (!valid_id(id) || !fs::exists(root_ / std::string(id) / "meta.json"))
         return error_code(ENOENT, boost::system::system_category());
     std::size_t unreadable = 0;
-    for (const auto& path : chunk_files(root_ / std::string(id))) {
+    auto files = chunk_files(root_ / std::string(id));
+    if (files.size() > max_chunks)
+        files.resize(max_chunks);
+    for (const auto& path : files) {
         const auto data = read_file(path);
         if (!data) {
             ++unreadable;

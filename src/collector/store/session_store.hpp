@@ -81,11 +81,12 @@ public:
     std::optional<boost::json::object> meta(std::string_view id) const;
     boost::system::error_code remove(std::string_view id);
 
-    // Calls `chunk(compressed, payload)` for each stored chunk in order. Unreadable chunk
-    // files are skipped and counted in the result.
+    // Calls `chunk(compressed, payload)` for each stored chunk in order, the first
+    // `max_chunks` of them. Unreadable chunk files are skipped and counted in the result.
     boost::system::result<std::size_t>
     replay(std::string_view id,
-           const std::function<void(bool compressed, std::string_view payload)>& chunk) const;
+           const std::function<void(bool compressed, std::string_view payload)>& chunk,
+           std::size_t max_chunks = SIZE_MAX) const;
     // Every line of metrics.jsonl.
     std::vector<std::string> metrics(std::string_view id) const;
     // What write_kernel_symbols kept, if anything (at most max_kernel_symbols_text bytes).
