@@ -4,35 +4,15 @@
 // live session's function table, and follow its sample count as it grows.
 //
 //   node test/ui/tabs_test.mjs BUILD_DIR [tabs, default 20]
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
+import { check, failStep, failures, start, stopAll, until } from './harness.mjs';
 
 const build = resolve(process.argv[2] || 'build');
 const tabs = Number(process.argv[3] || 20);
 const work = mkdtempSync(join(tmpdir(), 'perfwire-tabs-'));
-const children = [];
-let failures = 0;
-function start(cmd, args) {
-  const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  child.log = '';
-  child.stderr.on('data', (d) => { child.log += d; });
-  children.push(child);
-  return child;
-}
-async function until(what, fn, ms = 30000) {
-  for (const end = Date.now() + ms; ; await new Promise((r) => setTimeout(r, 200))) {
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-  }
-}
-function check(ok, what) {
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
-  if (!ok) failures++;
-}
 
 let browser;
 try {
@@ -88,11 +68,11 @@ try {
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {
   console.log(`FAIL ${e.message.split('\n')[0]}`);
-  failures++;
+  failStep();
 } finally {
   if (browser) await browser.close().catch(() => {});
-  for (const c of children) c.kill('SIGTERM');
+  await stopAll();
   rmSync(work, { recursive: true, force: true });
 }
-console.log(failures ? `tabs test: ${failures} failed` : 'tabs test: all passed');
-process.exit(failures ? 1 : 0);
+console.log(failures() ? `tabs test: ${failures()} failed` : 'tabs test: all passed');
+process.exit(failures() ? 1 : 0);

@@ -1,0 +1,125 @@
+// Browser test of the UI, landing: The landing page: targets and their agents (and their updates), the sessions list and its search, the add-a-target help, the theme.
+// Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { check, start, until } from '../harness.mjs';
+
+export async function addTarget(t) {
+  const { collector, http, fetch, page } = t;
+  t.doing = "the landing page";
+
+  // Which agent a device needs, and how to start it.
+  t.doing = "the add-a-target help";
+  await page.click('#add-target summary');
+  await page.locator('#agent-binaries tbody tr').first().waitFor({ timeout: 10000 });
+  await page.fill('#at-machine', 'arm64');
+  const archs = await page.locator('#agent-binaries tbody td:first-child').allTextContents();
+  const fetchCmd = await page.locator('#at-commands pre.cmd').first().textContent();
+  check(archs.join(',') === 'aarch64,armv7,python,s390x,x86_64' && (await page.locator('#at-file').textContent()) === '→ perfwire-agent-linux-aarch64' &&
+    fetchCmd.includes('/api/agent-binaries/aarch64'), `a device's uname -m names its agent and the commands to get it there (agents: ${archs.join(', ')})`);
+  const download = await fetch(`${http}/api/agent-binaries/aarch64`);
+  const elf = Buffer.from(await download.arrayBuffer());
+  check(download.ok && elf.subarray(0, 4).toString('latin1') === '\x7fELF' && elf[18] === 183, 'the aarch64 agent downloads from the collector (an ELF for machine 183, AArch64)');
+  await page.fill('#at-machine', 'mips');
+  check((await page.locator('#at-file').textContent()).startsWith('not built for mips'), 'an architecture without an agent says so');
+
+  const target = page.locator('#targets tbody tr').first();
+  await target.waitFor({ timeout: 20000 });
+  check(await page.locator('#no-targets').isHidden(), 'a live target is listed');
+  // The landing page refreshes with every live event: its rows stay the same elements (a
+  // click pressed on a row and released on its replacement would be lost).
+  t.doing = 'watching the landing page refresh';
+  const sessionRow = page.locator('#sessions tbody tr').first();
+  await sessionRow.waitFor({ timeout: 10000 });
+  await page.evaluate(() => { for (const t of ['#targets', '#sessions']) document.querySelector(`${t} tbody tr`).perfwireMarked = true; });
+  const samplesCell = sessionRow.locator('td').nth(5);
+  const samplesBefore = await samplesCell.textContent();
+  await page.waitForFunction((b) => document.querySelector('#sessions tbody tr td:nth-child(6)').textContent !== b, samplesBefore, { timeout: 20000 });
+  const rowsKept = await page.evaluate(() => ['#targets', '#sessions'].map((t) => document.querySelector(`${t} tbody tr`).perfwireMarked === true));
+  check(rowsKept.every(Boolean), `the live tables refresh in place (samples ${samplesBefore} → ${await samplesCell.textContent()}, rows kept: ${rowsKept.join(', ')})`);
+  await target.click();
+  Object.assign(t, { target });
+}
+
+export async function theme(t) {
+  const { again } = t;
+  t.doing = "switching the theme";
+  const background = () => again.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  await again.click('#theme'); // auto → light
+  const light = await background();
+  await again.click('#theme'); // light → dark
+  const dark = await background();
+  // DOMContentLoaded follows the module scripts; the page's own requests need not finish.
+  await again.reload({ waitUntil: 'domcontentloaded' });
+  await again.locator('#theme').waitFor({ timeout: 10000 });
+  check(light === 'rgb(255, 255, 255)' && dark === 'rgb(18, 21, 28)' && await background() === dark &&
+    (await again.locator('#theme').textContent()) === 'theme: dark', `the theme switches and is remembered (${light}, ${dark})`);
+}
+
+export async function searchSessions(t) {
+  const { http, session, again } = t;
+  // Many sessions stay usable: the landing page counts them and a search narrows them.
+  t.doing = "searching sessions";
+  await again.goto(http + '/');
+  await again.locator('#sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const allCount = await again.locator('#sessions-count').textContent();
+  await again.fill('#sessions-q', '_import');
+  await again.waitForFunction(() => /match/.test(document.querySelector('#sessions-count').textContent), null, { timeout: 10000 });
+  const found = await again.locator('#sessions tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.session));
+  check(/^\d+ sessions?$/.test(allCount) && found.length > 0 && found.every((id) => id.includes('_import')),
+    `the session list counts (${allCount}) and a search narrows it (${await again.locator('#sessions-count').textContent()})`);
+}
+
+export async function updateAgent(t) {
+  const { bin, work, browser, collector, http, token, errors, blocked, target, next } = t;
+  // A collector with a later agent build offers it on the landing page; one click updates the
+  // agent, which restarts into it and comes back with the new version.
+  t.doing = "updating an agent";
+  const upd = join(work, 'update');
+  for (const d of ['dist', 'bin']) mkdirSync(join(upd, d), { recursive: true });
+  const later = join(upd, 'dist', 'perfwire-agent-linux-x86_64');
+  copyFileSync(bin('agent/perfwire-agent-next'), later);
+  writeFileSync(`${later}.sha256`, `${createHash('sha256').update(readFileSync(later)).digest('hex')}  perfwire-agent-linux-x86_64\n`);
+  const laterVersion = spawnSync(later, ['--version'], { encoding: 'utf8' }).stdout.trim().split(' ')[1];
+  writeFileSync(`${later}.version`, `${laterVersion}\n`);
+  copyFileSync(bin('agent/perfwire-agent'), join(upd, 'bin', 'perfwire-agent'));
+  const pairing = '00112233445566778899aabbccddeeff';
+  // Updates are signed with the collector's key and checked with the same key on the device.
+  const updKey = join(upd, 'update.key');
+  writeFileSync(updKey, 'the fleet update key, 32 bytes..\n');
+  const updColl = start(bin('collector/perfwire-collector'), ['--sessions-dir', join(upd, 'sessions'), '--http-port', '0', '--agent-port', '0',
+    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing, '--agent-update-key', updKey]);
+  await until('the second collector', async () => updColl.log.match(/UI and API on http:\/\/[^/]+\//));
+  const updAgents = updColl.log.match(/agents on [^:]+:(\d+)/)[1];
+  // Its own browser context: the two collectors share a host, and so would their cookies.
+  const updContext = await browser.newContext();
+  const updPage = await updContext.newPage();
+  updPage.on('pageerror', (e) => errors.push(e.message));
+  await updPage.goto(updColl.log.match(/UI and API on (http:\S+\?token=\S+)/)[1]);
+  // An agent given no key to check updates with: the later build is named, with why it cannot
+  // be pushed, and no button.
+  const keyless = start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing]);
+  const blockedNote = updPage.locator('#targets .update-blocked');
+  await blockedNote.waitFor({ timeout: 20000 });
+  const blockedText = await blockedNote.textContent();
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-blocked.png') });
+  check(/cannot update: .*--update-key/.test(blockedText) && await updPage.locator('#targets button[data-update-target]').count() === 0,
+    `an agent without --update-key is shown why it cannot be updated ("${blockedText}")`);
+  keyless.kill();
+  await updPage.waitForFunction(() => !document.querySelector('#targets .update-blocked'), null, { timeout: 20000 });
+  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing, '--update-key', updKey]);
+  const offer = updPage.locator('#targets button[data-update-target]');
+  await offer.waitFor({ timeout: 20000 });
+  const offered = await offer.textContent();
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-offered.png') });
+  await offer.click();
+  await updPage.waitForFunction(() => /agent updated from/.test(document.querySelector('#targets-result').textContent), null, { timeout: 30000 });
+  const updatedRow = await updPage.waitForFunction((v) => [...document.querySelectorAll('#targets tbody tr')].find((tr) => tr.cells[2].textContent.includes(v) && !tr.querySelector('button')), laterVersion, { timeout: 30000 });
+  if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-done.png') });
+  const agentCell = await updatedRow.evaluate((tr) => tr.cells[2].textContent);
+  check(offered === `update to ${laterVersion}` && agentCell.includes(laterVersion),
+    `"${offered}" updates the agent, which comes back as "${agentCell.trim()}" (${await updPage.locator('#targets-result').textContent()})`);
+  await updContext.close();
+}

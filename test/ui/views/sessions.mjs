@@ -1,0 +1,103 @@
+// Browser test of the UI, sessions: The Sessions tab: import, compare against a baseline, delete; perf 5.x+ text; the svg export.
+// Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
+import { readFileSync } from 'node:fs';
+import { check, tableShows } from '../harness.mjs';
+
+export async function importCompareDelete(t) {
+  const { collector, http, fetch, session, wz } = t;
+  // Sessions tab: import a real capture, compare it against the live session, delete it.
+  t.doing = "importing on the Sessions tab";
+  const liveSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  await wz.locator('#all-sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const capture = readFileSync(new URL('../../collector/fixtures/callchain_fields.txt', import.meta.url));
+  await wz.setInputFiles('#import-file', { name: 'capture.txt', mimeType: 'text/plain', buffer: capture });
+  await wz.waitForFunction((live) => location.hash.includes('session=') && !location.hash.includes(live), liveSession, { timeout: 20000 });
+  const imported = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await tableShows(wz, { session: imported });
+  check(imported !== liveSession && /_import$/.test(imported) &&
+    await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).count() > 0, `an imported recording opens as session ${imported}`);
+  t.doing = "comparing against a baseline";
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  await wz.locator(`#all-sessions button[data-baseline="${liveSession}"]`).click();
+  await tableShows(wz, { session: imported, baseline: liveSession });
+  const deltas = await wz.locator('#functions tbody tr[data-function] td:nth-child(4)').allTextContents();
+  const firstRow = (await wz.locator('#functions tbody tr[data-function]').first().locator('td').allTextContents()).map((t) => t.trim());
+  // self %, total %, baseline, Δ self, Δ total: Δ self is self % minus the baseline's.
+  const consistent = Math.abs(Number(firstRow[0]) - Number(firstRow[2]) - Number(firstRow[3])) < 0.011;
+  check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())) && consistent && /^[+-]?\d+\.\d\d$/.test(firstRow[4]) &&
+    (await wz.locator('#functions-count').textContent()).includes(`compared with ${liveSession}`),
+    `functions gain baseline, Δ self and Δ total columns, and say what they compare with (${firstRow.slice(0, 5).join(' | ')})`);
+  t.doing = "deleting the imported session";
+  await wz.locator('#tabs button[data-tab="sessions"]').click();
+  wz.once('dialog', (d) => d.accept());
+  await wz.locator(`#all-sessions button[data-delete="${imported}"]`).click();
+  await wz.waitForFunction(() => !location.hash.includes('session='), null, { timeout: 10000 });
+  const left = await (await fetch(http + '/api/sessions')).json();
+  check(!left.some((x) => x.id === imported) && left.some((x) => x.id === liveSession), 'deleting removes only that session');
+  Object.assign(t, { liveSession });
+}
+
+export async function importShapes(t) {
+  const { bin, collector, http, session, heaviest, code, wz, liveSession } = t;
+  // Text from a newer perf (irq flags between the time and the period, PMU events, tracepoints)
+  // imports; a line nothing can read is counted and shown, not dropped silently.
+  t.doing = "importing perf 5.x+ header shapes";
+  await wz.goto(`${http}/#session=${liveSession}&tab=sessions`);
+  await wz.locator('#all-sessions tbody tr').first().waitFor({ timeout: 10000 });
+  const shapes = readFileSync(new URL('../../collector/fixtures/header_shapes.tsv', import.meta.url), 'utf8')
+    .split('\n').filter((l) => l && !l.startsWith('#'))
+    .map((l) => `${l.split('\t')[0]}\n\t 4005d6 table_leaf+0x4 (/bin/app)\n\n`).join('') +
+    // A name that would read as "live" if its bidi override were obeyed.
+    'app 7 1.000000: 1 cycles:\n\t 4005d6 \u202eevil+0x4 (/bin/app)\n\n' +
+    // Code perf could not name, in a library it could: two addresses, one twice.
+    ['15bc9', '15c00', '15bc9'].map((a) => `app 7 1.000000: 1 cycles:\n\t ${a} [unknown] (/usr/lib/liblzma.so.5)\n\t 4005d6 main+0x4 (/bin/app)\n\n`).join('') +
+    'not perf output\n';
+  await wz.setInputFiles('#import-file', { name: 'shapes.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
+  await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
+  const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
+  await tableShows(wz, { session: shapesSession });
+  // The whole state the import produces, read in one go once it holds.
+  const shapesState = () => wz.evaluate(() => [document.querySelectorAll('#functions tbody tr[data-function="table_leaf"]').length,
+    document.querySelector('#event').value, document.querySelector('#session-skipped').textContent]);
+  await wz.waitForFunction(() => document.querySelector('#event').value === 'cycles' &&
+    document.querySelector('#session-skipped').textContent === '1 unreadable lines skipped' &&
+    document.querySelectorAll('#functions tbody tr[data-function="table_leaf"]').length === 1, null, { timeout: 15000 }).catch(() => {});
+  const [leafRows, shownEvent, skippedText] = await shapesState();
+  check(leafRows === 1 && shownEvent === 'cycles' && skippedText === '1 unreadable lines skipped',
+    `flags-field text imports from the UI (${leafRows} table_leaf rows, event ${shownEvent}, "${skippedText}")`);
+  const shownNames = (await wz.locator('#functions tbody td.name').allTextContents()).map((n) => n.replace(/^⇅ /, ''));
+  check(shownNames.includes('⟨U+202E⟩evil') && !shownNames.some((n) => n.includes('\u202e')),
+    'a bidi override in a name is shown, not obeyed (⟨U+202E⟩evil)');
+  // The nameless code of a library opens into the addresses its samples fell on.
+  await wz.locator('#functions tbody tr[data-function="[unknown]"] button[data-expand]').click();
+  await wz.locator('#functions tbody tr.sub').first().waitFor({ timeout: 10000 });
+  const addressRows = await wz.locator('#functions tbody tr.sub td.name').allTextContents();
+  check(addressRows.join(',') === 'liblzma.so.5+0x15bc9,liblzma.so.5+0x15c00',
+    `a library's nameless code opens into its addresses, heaviest first (${addressRows.join(', ')})`);
+}
+
+export async function svgExport(t) {
+  const { http, fetch, errors, context, session, again } = t;
+  t.doing = "zooming in the exported svg";
+  const svgText = await (await fetch(`${http}/api/sessions/${session}/export?format=svg`)).text();
+  const svgPage = await context.newPage();
+  svgPage.on('pageerror', (e) => errors.push(e.message));
+  await svgPage.route('**/flame.svg', (r) => r.fulfill({ contentType: 'image/svg+xml', body: svgText }));
+  await svgPage.goto(http + '/flame.svg');
+  const frameWidth = (name) => svgPage.evaluate((n) => {
+    const g = [...document.querySelectorAll('g.f')].find((x) => x.getAttribute('data-n') === n);
+    return g && g.style.display !== 'none' ? Number(g.querySelector('rect').getAttribute('width')) : 0;
+  }, name);
+  const hashName = '(anonymous namespace)::hash_strings';
+  const before = await frameWidth(hashName);
+  await svgPage.locator(`g.f[data-n="${hashName}"] rect`).first().click({ force: true });
+  const after = await frameWidth(hashName);
+  const matrixShown = await frameWidth('(anonymous namespace)::matrix_multiply');
+  await svgPage.click('#reset');
+  check(before > 0 && before < 1000 && after > 1150 && matrixShown === 0 && await frameWidth(hashName) === before,
+    `the svg export zooms into a frame and back (${before.toFixed(0)} → ${after.toFixed(0)} px)`);
+  await svgPage.close();
+  await again.bringToFront();
+  Object.assign(t, { after });
+}

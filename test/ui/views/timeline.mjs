@@ -1,0 +1,38 @@
+// Browser test of the UI, timeline: The Timeline tab: a two-phase workload's thread lanes and flame chart, a window dragged across them.
+// Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
+import { check, start, tableShows } from '../harness.mjs';
+
+export async function lanesAndChart(t) {
+  const { bin, http, fetch, session, again, cpu } = t;
+  // The timeline of a two-phase workload: its thread's flame chart shows phase A, then B.
+  t.doing = "the timeline";
+  let phases = '';
+  for (let i = 1; i <= 40; ++i)
+    phases += `worker 7/7 ${(i / 4).toFixed(6)}: 1 cpu-clock:\n\t1 ${i <= 20 ? 'phase_a' : 'phase_b'} (/bin/app)\n\t2 main (/bin/app)\n\n`;
+  const twoPhase = await (await fetch(http + '/api/sessions/import', { method: 'POST', body: phases })).json();
+  await again.goto(`${http}/#session=${twoPhase.session_id}&tab=timeline&tid=7`);
+  await again.waitForFunction(() => Number(document.querySelector('#chart').dataset.boxes) >= 3, null, { timeout: 15000 });
+  const nameAt = async (fraction) => {
+    const chartBox = await again.locator('#chart').boundingBox();
+    await again.mouse.move(chartBox.x + chartBox.width * fraction, chartBox.y + 16 + 8);
+    await again.locator('#chart-tip').waitFor({ timeout: 5000 });
+    return again.locator('#chart-tip b').textContent();
+  };
+  const early = await nameAt(0.1), late = await nameAt(0.9);
+  await again.mouse.move(0, 0);
+  check(early === 'phase_a' && late === 'phase_b' && await again.locator('#lanes .lane').count() === 1,
+    `the timeline's flame chart runs in time order: ${early} then ${late}`);
+  // Dragging across the lane zooms into that window, shared with the other views.
+  const laneBox = await again.locator('#lanes .lane canvas').boundingBox();
+  await again.mouse.move(laneBox.x + laneBox.width * 0.6, laneBox.y + 9);
+  await again.mouse.down();
+  await again.mouse.move(laneBox.x + laneBox.width * 0.9, laneBox.y + 9, { steps: 4 });
+  await again.mouse.up();
+  await again.waitForFunction(() => /start=.*end=/.test(location.hash), null, { timeout: 5000 });
+  await again.waitForFunction(() => / 7 [0-9.]+-[0-9.]+$/.test(document.querySelector('#tab-timeline').dataset.shows || ''), null, { timeout: 10000 });
+  const zoomedEarly = await nameAt(0.25);
+  await again.mouse.move(0, 0);
+  check(zoomedEarly === 'phase_b', `dragging across a lane zooms into that window (it starts in ${zoomedEarly})`);
+  await again.goto(`${http}/#session=${session}&tab=functions`);
+  await tableShows(again, { session });
+}

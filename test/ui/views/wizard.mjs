@@ -1,0 +1,62 @@
+// Browser test of the UI, wizard: The Live Debug wizard, against the Python agent waiting with --listen and a pairing code.
+// Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
+import { check, start, tableShows, until } from '../harness.mjs';
+
+export async function liveDebug(t) {
+  const { bin, browser, demo, http, token, errors, context, blocked, session } = t;
+  // The Live Debug wizard against an agent waiting with --listen and a pairing code: the
+  // Python agent, run by Debian's interpreter as a device with only python3 would run it, so
+  // everything below (processes, perf check, file browser, live session, health) is its.
+  t.doing = "the wizard's connect step";
+  const code = '0123456789abcdef0123456789abcdef';
+  const pythonAgent = new URL('../../../src/agent/python/perfwire_agent.py', import.meta.url).pathname;
+  const listener = start('/usr/bin/python3', [pythonAgent, '--listen', '--bind', '127.0.0.1', '--port', '0', '--token', code]);
+  const listenPort = await until('the listening agent', async () => listener.log.match(/listening on [^:]+:(\d+)/)?.[1]);
+  const wz = await context.newPage();
+  wz.on('pageerror', (e) => errors.push(e.message));
+  wz.on('console', blocked);
+  await wz.goto(http + '/');
+  await wz.click('#open-wizard');
+  await wz.fill('#wz-port', listenPort);
+  await wz.fill('#wz-token', 'not-the-code');
+  await wz.click('#wz-connect');
+  await wz.waitForFunction(() => document.querySelector('#wizard-error').textContent.length > 0, null, { timeout: 15000 });
+  check(/pairing code|auth/i.test(await wz.locator('#wizard-error').textContent()), `a wrong pairing code is refused: "${await wz.locator('#wizard-error').textContent()}"`);
+  await wz.fill('#wz-token', code);
+  await wz.click('#wz-connect');
+  t.doing = "the wizard's process list";
+  await wz.fill('#wz-filter', 'perfwire-demo');
+  const row = wz.locator(`#wz-processes tbody tr[data-pid="${demo.pid}"]`);
+  await row.waitFor({ timeout: 20000 });
+  check((await row.locator('td').nth(1).textContent()) === 'perfwire-demo', 'the process list shows the demo by name');
+  t.doing = "the wizard's perf step";
+  await row.click();
+  await wz.locator('#wz-events input[name=event]').first().waitFor({ timeout: 30000 });
+  check(/works/.test(await wz.locator('#wz-perf').textContent()), 'perf is verified on the device');
+  const events = await wz.locator('#wz-events input[name=event]').evaluateAll((l) => l.map((i) => i.value));
+  check(events.includes('cpu-clock') || events.includes('cycles'), `sampling events offered: ${events.join(', ')}`);
+  const modes = await wz.locator('#wz-callgraph input[name=callgraph]').evaluateAll((l) => l.map((i) => `${i.value}${i.checked ? '*' : ''}`));
+  check(modes.includes('fp*') && modes.includes('dwarf') && modes.includes('none'), `call-graph modes offered, the probe's checked: ${modes.join(', ')}`);
+  t.doing = "the wizard's symbols step";
+  await wz.click('#wz-perf-next');
+  await wz.click('#wizard [data-browse="wz-source"]');
+  await wz.locator('#wz-browser [data-use]').first().waitFor({ timeout: 10000 });
+  check(await wz.locator('#wz-browser [data-dir], #wz-browser [data-use]').count() > 1, 'the file browser lists a folder');
+  await wz.locator('#wz-browser button[data-use]').click();
+  check((await wz.locator('#wz-source').inputValue()).length > 0, 'a folder chosen in the browser fills the field');
+  await wz.fill('#wz-source', '');
+  await wz.click('#wz-symbols-next');
+  await wz.fill('#wz-frequency', '199');
+  await wz.click('#wz-rate-next');
+  check((await wz.locator('#wz-review').textContent()).includes('199 Hz') && (await wz.locator('#wz-review').textContent()).includes('frame pointers'),
+    'the review shows the chosen rate and call-graph mode');
+  t.doing = "starting from the wizard";
+  await wz.click('#wz-start');
+  await wz.waitForFunction(() => location.hash.startsWith('#session='), null, { timeout: 15000 });
+  await tableShows(wz, { session: new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session') }, 30000);
+  await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).first().waitFor({ timeout: 30000 });
+  check(new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session')?.length > 0 &&
+    await wz.locator('#functions tbody tr', { hasText: 'matrix_multiply' }).count() > 0,
+    'starting lands on the live session, which fills with the demo\'s functions');
+  Object.assign(t, { code, wz, row });
+}
