@@ -14,6 +14,7 @@
 // Usage: hostile [seconds under attack, default 15]
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
+#include "support.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/proc_status.hpp"
@@ -101,18 +102,12 @@ int main(int argc, char** argv) {
         fs::temp_directory_path() / ("perfwire-hostile-" + std::to_string(::getpid()));
     fs::create_directories(work);
 
-    test_support::spawned coll(PERFWIRE_COLLECTOR_BIN,
-                               {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
-                                "--agent-bind", "127.0.0.1", "--http-port", "0", "--http-auth",
-                                "none"});
-    const auto agents_text = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
-    const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
-    if (!agents_text || !http_text) {
-        std::fprintf(stderr, "the collector did not start: %s\n", coll.stderr_text().c_str());
+    const auto started = bench::start_collector(PERFWIRE_COLLECTOR_BIN, work / "sessions");
+    if (!started)
         return 1;
-    }
-    const auto agent_port = static_cast<std::uint16_t>(std::stoi(*agents_text));
-    const auto http = static_cast<std::uint16_t>(std::stoi(*http_text));
+    test_support::spawned& coll = *started->proc;
+    const auto agent_port = started->agent_port;
+    const auto http = started->http_port;
 
     // The honest agent: a real capture, again and again.
     const std::string chunk =

@@ -11,6 +11,7 @@
 // (--duration 8, 99 Hz); p50/p95/max over the switches.
 //
 // Usage: live_latency [switches per agent, default 20] [ms per function, default 1500]
+#include "support.hpp"
 #include "support/http_client.hpp"
 #include "support/spawn.hpp"
 
@@ -105,18 +106,12 @@ struct flavour {
 };
 
 int run(const flavour& f, const fs::path& work, int switch_count, int ms_per) {
-    spawned coll(PERFWIRE_COLLECTOR_BIN,
-                 {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
-                  "--agent-bind", "127.0.0.1", "--http-port", "0", "--http-auth", "none"});
-    const auto agents_text = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
-    const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
-    if (!agents_text || !http_text) {
-        std::fprintf(stderr, "the collector did not start: %s\n", coll.stderr_text().c_str());
+    const auto coll = bench::start_collector(PERFWIRE_COLLECTOR_BIN, work / "sessions");
+    if (!coll)
         return 1;
-    }
-    const auto http = static_cast<std::uint16_t>(std::stoi(*http_text));
+    const auto http = coll->http_port;
     auto args = f.args;
-    args.insert(args.end(), {"--server", "127.0.0.1:" + std::to_string(std::stoi(*agents_text))});
+    args.insert(args.end(), {"--server", "127.0.0.1:" + std::to_string(coll->agent_port)});
     spawned agent(f.exe, args);
 
     std::string target;

@@ -24,6 +24,7 @@
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
+#include "support.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
 #include "support/spawn.hpp"
@@ -209,21 +210,15 @@ int main(int argc, char** argv) {
     const std::string debug_file =
         debug_dir + "/.build-id/" + build_id->substr(0, 2) + "/" + build_id->substr(2) + ".debug";
     run_capture({"objcopy", "--only-keep-debug", binary, debug_file});
-    test_support::spawned coll(
-        PERFWIRE_COLLECTOR_BIN,
-        {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0", "--agent-bind",
-         "127.0.0.1", "--http-port", "0", "--http-auth", "none", "--browse-root", "/",
-         "--debug-dir", (work / "home").string()},
-        "/dev/null", {"HOME=" + (work / "home").string(), "DEBUGINFOD_URLS="});
-    const auto agents_text = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
-    const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
-    if (!agents_text || !http_text) {
-        std::fprintf(stderr, "the collector did not start: %s\n", coll.stderr_text().c_str());
+    const auto started =
+        bench::start_collector(PERFWIRE_COLLECTOR_BIN, work / "sessions",
+                               {"--browse-root", "/", "--debug-dir", (work / "home").string()},
+                               {"HOME=" + (work / "home").string(), "DEBUGINFOD_URLS="});
+    if (!started)
         return 1;
-    }
-    const auto http = static_cast<std::uint16_t>(std::stoi(*http_text));
-    auto peer =
-        test_support::framing_peer::connect(static_cast<std::uint16_t>(std::stoi(*agents_text)));
+    const test_support::spawned& coll = *started->proc;
+    const auto http = started->http_port;
+    auto peer = test_support::framing_peer::connect(started->agent_port);
     if (!peer)
         return 1;
     peer->send(protocol::frame_flag::response,

@@ -1,0 +1,31 @@
+#include "support.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+namespace bench {
+
+std::optional<collector> start_collector(const std::string& exe,
+                                         const std::filesystem::path& sessions,
+                                         const std::vector<std::string>& extra,
+                                         const std::vector<std::string>& env) {
+    std::vector<std::string> args{"--sessions-dir", sessions.string(),
+                                  "--agent-port",   "0",
+                                  "--agent-bind",   "127.0.0.1",
+                                  "--http-port",    "0",
+                                  "--http-auth",    "none"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    collector c;
+    c.proc = std::make_unique<test_support::spawned>(exe, args, "/dev/null", env);
+    const auto agents = c.proc->wait_for_stderr("agents on 127.0.0.1:", std::chrono::seconds(10));
+    const auto http = c.proc->wait_for_stderr("API on http://127.0.0.1:", std::chrono::seconds(10));
+    if (!agents || !http) {
+        std::fprintf(stderr, "the collector did not start: %s\n", c.proc->stderr_text().c_str());
+        return std::nullopt;
+    }
+    c.agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
+    c.http_port = static_cast<std::uint16_t>(std::stoi(*http));
+    return c;
+}
+
+} // namespace bench

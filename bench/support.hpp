@@ -1,0 +1,28 @@
+// What the benchmarks share: the real collector, started on loopback.
+#pragma once
+
+#include "support/spawn.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct collector {
+    std::unique_ptr<test_support::spawned> proc;
+    std::uint16_t agent_port = 0, http_port = 0;
+};
+
+// `exe` on loopback with free ports and no API token, its sessions in `sessions`, with `extra`
+// arguments and `env` entries ("NAME=value"); nullopt, after saying why on stderr, if it did
+// not start within 10 s.
+std::optional<collector> start_collector(const std::string& exe,
+                                         const std::filesystem::path& sessions,
+                                         const std::vector<std::string>& extra = {},
+                                         const std::vector<std::string>& env = {});
+
+} // namespace bench
