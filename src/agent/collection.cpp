@@ -54,10 +54,7 @@ asio::awaitable<void> collection::run() {
 
 asio::awaitable<void> collection::run_continuous() {
     const bool prompt = settings_.prompt && settings_.record.frequency <= prompt_max_hz;
-    hold_empty_end_ = prompt;
-    co_await run_pipeline(prompt);
-    hold_empty_end_ = false;
-    auto held = std::exchange(held_end_, std::nullopt);
+    auto held = co_await run_pipeline(prompt);
     if (prompt && script_bytes_ == 0 && !stop_requested_ && record_status_ > 0 &&
         record_err_.find("no-buffering") != std::string::npos) {
         // An old perf that does not know the option: the same run without it (and without
@@ -67,19 +64,18 @@ asio::awaitable<void> collection::run_continuous() {
         error_.clear();
         record_err_.clear();
         record_status_ = -1;
-        co_await run_pipeline(false);
-    } else if (held) {
-        ++chunks_;
-        on_chunk_(std::move(*held));
+        send(co_await run_pipeline(false));
+    } else {
+        send(std::move(held));
     }
 }
 
-asio::awaitable<void> collection::run_pipeline(bool prompt) {
+asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt) {
     auto ex = co_await asio::this_coro::executor;
     std::array<int, 2> fds{};
     if (::pipe2(fds.data(), O_CLOEXEC) < 0) {
         error_ = "pipe: " + std::string(std::strerror(errno));
-        co_return;
+        co_return std::nullopt;
     }
     // Periods asked for (--output): perf record bounds the run itself (its workload sleeps
     // through all of them), so the recording lasts what was asked however long perf takes to
@@ -100,7 +96,7 @@ asio::awaitable<void> collection::run_pipeline(bool prompt) {
     ::close(fds[1]);
     if (!rec || !scr) {
         error_ = "cannot run " + perf_ + ": " + (rec ? scr.error() : rec.error()).message();
-        co_return;
+        co_return std::nullopt;
     }
     record_ = std::move(*rec);
     script_ = std::move(*scr);
@@ -117,6 +113,13 @@ asio::awaitable<void> collection::run_pipeline(bool prompt) {
         co_await ((read_script(*script_) && cut_loop() && watchdog()) &&
                   read_all(record_->err(), 64 << 10) && read_all(script_->err(), 64 << 10));
     record_err_ = std::move(record_err);
+    // perf script has ended: the last chunk, an unfinished sample included.
+    auto last = co_await cut(true);
+    std::optional<std::string> held;
+    if (prompt && script_bytes_ == 0)
+        held = std::move(last); // perf stat's report alone: sent unless a retry follows
+    else
+        send(std::move(last));
     note_record_end(co_await record_->wait());
     co_await script_->wait();
     if (chunks_ == 0 && !stop_requested_) {
@@ -124,6 +127,7 @@ asio::awaitable<void> collection::run_pipeline(bool prompt) {
         const std::string& why = record_err_.empty() ? script_err : record_err_;
         error_ = why.substr(0, why.find("\n", 200));
     }
+    co_return held;
 }
 
 asio::awaitable<void> collection::read_script_output(child& script) {
@@ -161,7 +165,7 @@ asio::awaitable<void> collection::cut_loop() {
         if (!cut_requested_) {
             auto wake = period_end;
             if (settings_.flush_interval.count() > 0)
-                wake = std::min(wake, last_cut_ + settings_.flush_interval);
+                wake = std::min(wake, next_flush_);
             cut_timer_->expires_at(wake);
             co_await cut_timer_->async_wait(use_nothrow);
         }
@@ -174,33 +178,34 @@ asio::awaitable<void> collection::cut_loop() {
             period_end = std::max(period_end + settings_.chunk_duration, clock::now());
             if (settings_.periods && ++periods_ >= settings_.periods)
                 continue; // the last period: perf record ends it; its drain makes the final cut
-            co_await cut(false);
+            send(co_await cut(false));
         } else if (sized || flush_due()) {
             flush();
-        } else if (settings_.flush_interval.count() > 0 &&
-                   last_cut_ + settings_.flush_interval <= clock::now()) {
-            // The link still holds the last flush: look again shortly, the chunk grows.
-            last_cut_ = clock::now() - settings_.flush_interval + std::chrono::milliseconds(50);
+        } else if (settings_.flush_interval.count() > 0 && clock::now() >= next_flush_) {
+            // The link still holds the last chunk: look again shortly (this one grows).
+            next_flush_ = clock::now() + std::chrono::milliseconds(50);
         }
     }
-    co_await cut(true);
 }
 
 bool collection::flush_due() const {
     return settings_.flush_interval.count() > 0 &&
-           std::chrono::steady_clock::now() >= last_cut_ + settings_.flush_interval &&
-           (!may_flush_ || may_flush_());
+           std::chrono::steady_clock::now() >= next_flush_ && (!may_flush_ || may_flush_());
+}
+
+void collection::send(std::optional<std::string> payload) {
+    if (!payload)
+        return;
+    ++chunks_;
+    on_chunk_(std::move(*payload));
 }
 
 void collection::flush() {
-    last_cut_ = std::chrono::steady_clock::now();
-    if (auto payload = chunker_.cut()) {
-        ++chunks_;
-        on_chunk_(std::move(*payload));
-    }
+    next_flush_ = std::chrono::steady_clock::now() + settings_.flush_interval;
+    send(chunker_.cut());
 }
 
-asio::awaitable<void> collection::cut(bool final) {
+asio::awaitable<std::optional<std::string>> collection::cut(bool final) {
     std::string stat_text;
     if (stat_) {
         auto done = std::move(stat_);
@@ -209,15 +214,8 @@ asio::awaitable<void> collection::cut(bool final) {
         co_await done->stop(std::chrono::milliseconds(1000));
         stat_text = co_await read_all(done->err(), 256 << 10);
     }
-    last_cut_ = std::chrono::steady_clock::now();
-    if (auto payload = chunker_.cut(stat_text, final)) {
-        if (final && hold_empty_end_ && script_bytes_ == 0) {
-            held_end_ = std::move(payload); // perf stat's report alone: sent if no retry
-            co_return;
-        }
-        ++chunks_;
-        on_chunk_(std::move(*payload));
-    }
+    next_flush_ = std::chrono::steady_clock::now() + settings_.flush_interval;
+    co_return chunker_.cut(stat_text, final);
 }
 
 asio::awaitable<void> collection::run_rounds() {
@@ -304,11 +302,8 @@ asio::awaitable<void> collection::script_round(std::string file, std::string sta
         co_await (read_script_output(*script_) && read_all(script_->err()));
         co_await script_->wait();
     }
-    last_cut_ = std::chrono::steady_clock::now();
-    if (auto payload = chunker_.cut(stat_text, true)) {
-        ++chunks_;
-        on_chunk_(std::move(*payload));
-    }
+    next_flush_ = std::chrono::steady_clock::now() + settings_.flush_interval;
+    send(chunker_.cut(stat_text, true));
     std::remove(file.c_str());
 }
 

@@ -92,13 +92,17 @@ public:
 
 private:
     asio::awaitable<void> run_continuous();
-    asio::awaitable<void> run_pipeline(bool prompt);
+    // perf record into perf script until they end. With `prompt` (--no-buffering), a last
+    // chunk holding no sample is returned, not sent: a retry without the option may follow.
+    asio::awaitable<std::optional<std::string>> run_pipeline(bool prompt);
     asio::awaitable<void> run_rounds();
     asio::awaitable<void> script_round(std::string file, std::string stat_text);
     asio::awaitable<void> read_script(child& script);
     asio::awaitable<void> read_script_output(child& script);
     asio::awaitable<void> cut_loop();
-    asio::awaitable<void> cut(bool final);
+    // What perf script printed since the last chunk, with perf stat's report of the period.
+    asio::awaitable<std::optional<std::string>> cut(bool final);
+    void send(std::optional<std::string> payload);
     void flush(); // what perf script printed so far, without perf stat's report
     bool flush_due() const;
     void start_stat(asio::any_io_executor ex);
@@ -109,10 +113,10 @@ private:
     chunk_handler on_chunk_;
     flush_gate may_flush_;
     chunker chunker_;
-    std::chrono::steady_clock::time_point last_cut_ = std::chrono::steady_clock::now();
+    // When what perf script printed is next sent (flush_interval after the last chunk, or a
+    // moment later while the link still holds the last one).
+    std::chrono::steady_clock::time_point next_flush_ = std::chrono::steady_clock::now();
     bool prompt_refused_ = false;
-    bool hold_empty_end_ = false;         // a --no-buffering attempt runs
-    std::optional<std::string> held_end_; // its last chunk, when it holds no sample
     std::unique_ptr<child> record_;
     std::unique_ptr<child> script_;
     std::unique_ptr<child> stat_;
