@@ -59,7 +59,7 @@ export async function render(s, r) {
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
   statCards(shown);
-  if (shown.samples) await renderQuality(s, r);
+  if (shown.samples) await renderQuality(s, r, meta.live);
   else $('#quality-summary').textContent = 'waiting for samples…';
   return shown;
 }
@@ -84,7 +84,7 @@ function statCards(meta) {
 }
 
 // How far this profile can be trusted, each check with its measured value and the fix.
-async function renderQuality(s, r) {
+async function renderQuality(s, r, live) {
   const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/quality?${r.q}`, { lag: LAG });
   r.stillWanted();
   const mark = { ok: '✓', warn: '!', bad: '✗' };
@@ -97,8 +97,11 @@ async function renderQuality(s, r) {
   const open = d.checks.filter((c) => c.status !== 'ok').length;
   $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
   $('#quality').className = `q-${worst}`;
-  // A check that fails opens the panel, once per session: it holds the fix.
-  if (worst === 'bad' && qualityOpened !== s.session) { qualityOpened = s.session; $('#quality').open = true; }
+  // A check that fails opens the panel, once per session: it holds the fix. (Not for too few
+  // samples while the session is live: they are still coming, and the panel would push the
+  // table they fill out of view.)
+  const opens = d.checks.some((c) => c.status === 'bad' && !(live && c.id === 'samples'));
+  if (opens && qualityOpened !== s.session) { qualityOpened = s.session; $('#quality').open = true; }
   // Stacks cut short on a target this collector can still steer: one click records it again
   // with DWARF unwinding (the agent refuses, saying why, if its perf cannot).
   // (A standing element, not part of the list redrawn with every live update, so a click on
