@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace collector {
 namespace json = boost::json;
@@ -105,10 +106,18 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
         app->on_pool(e->strand, [e, app, job, built, unparsed, budget]() mutable {
             auto& fresh = *built;
             if (e->rebuilding != job)
-                return;
+                return; // given up: the session ended, or its model was made again whole
             e->rebuilding.reset();
-            if (!e->model || !e->loaded)
-                return; // the session ended and let its model go meanwhile
+            if (!e->writer || !e->model || !e->loaded)
+                return;
+            // What the model in place learned meanwhile (a build-id, the kernel's symbols or
+            // why they are missing), then the records and chunks that came.
+            for (const auto& [module, build] : e->model->device_build_ids)
+                fresh->device_build_ids.try_emplace(module, build);
+            if (!fresh->kernel)
+                fresh->kernel = e->model->kernel;
+            if (fresh->kernel_note.empty())
+                fresh->kernel_note = e->model->kernel_note;
             for (const auto& record : job->metrics)
                 fresh->note_metrics(record);
             for (const auto& [compressed, payload] : job->chunks) {
@@ -225,8 +234,10 @@ void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double 
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);
-        if (e->unparsed_chunks) {
-            // Part of it never reached the live model: the next view replays it all from disk.
+        // Part of it never reached the live model, or it was being named again: the next view
+        // replays it all from disk (with the names as they are then); a rebuild under way is
+        // given up.
+        if (e->unparsed_chunks || std::exchange(e->rebuilding, nullptr)) {
             e->model.reset();
             e->loaded = false;
             e->memory_bytes = 0;

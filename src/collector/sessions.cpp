@@ -329,6 +329,7 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
 void load_model(session_entry& e, const session_store& store, symbolizer* names,
                 std::size_t budget) {
     std::uint64_t unparsed = 0;
+    e.rebuilding.reset(); // made whole here: a rebuild under way is given up
     e.model = build_model(store, e.id, names, budget, seed_of(e), SIZE_MAX, unparsed);
     e.unparsed_chunks = unparsed;
     publish_counts(e);

@@ -288,6 +288,10 @@ TEST_CASE("API: bad requests get clear errors", "[collector][api]") {
           "bad_parameter");
     CHECK(code(f.get_json(base + "/functions?order=sideways", http::status::bad_request)) ==
           "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?offset=-1", http::status::bad_request)) ==
+          "bad_parameter");
+    CHECK(code(f.get_json(base + "/functions?limit=2e9", http::status::bad_request)) ==
+          "bad_parameter");
     CHECK(code(f.get_json(base + "/functions?match=" + std::string(300, 'a'),
                           http::status::bad_request)) == "bad_parameter");
     const auto bad_event = f.get_json(base + "/functions?event=cycles", http::status::bad_request);

@@ -11,7 +11,7 @@ const PAGE = 200; // rows per request: a screen is ~40
 let app; // {rerender, showError}
 // The table asked for (key: session, query, order and filter), the pages of it loaded (page
 // number → rows), the rows that match and all rows, and the rows opened into addresses.
-let v = { key: null, pages: new Map(), asking: new Set(), matched: 0, count: 0, sort: 'self_pct', desc: true, expanded: new Map(), index: new Map() };
+let v = { key: null, drawn: 0, table: null, pages: new Map(), asking: new Set(), matched: 0, count: 0, sort: 'self_pct', desc: true, expanded: new Map(), index: new Map() };
 
 // "[unknown]" rows: the code of a module perf could not name, which opens into the addresses
 // the samples fell on ("libx.so.1+0x15bc9", as perf report lists them).
@@ -32,32 +32,39 @@ function filterOf() {
   return /[\\^$.|?*+()[\]{}]/.test(text) ? { match: '', re } : { match: text, re: null };
 }
 
-function pathOf(session, query, page) {
+// The table as a render asks for it: the session's query, the order and the filter as they
+// are then (a page asked for later, while scrolling, is of the same table).
+function tableOf(session, query) {
   const { match, re } = filterOf();
   const q = new URLSearchParams(query);
   q.set('sort', v.sort);
   q.set('order', v.desc ? 'desc' : 'asc');
   if (match) q.set('match', match);
-  if (!re) { q.set('offset', String(page * PAGE)); q.set('limit', String(PAGE)); }
-  return `/api/sessions/${encodeURIComponent(session)}/functions?${q}`;
+  const path = (page) => {
+    const p = new URLSearchParams(q);
+    if (!re) { p.set('offset', String(page * PAGE)); p.set('limit', String(PAGE)); }
+    return `/api/sessions/${encodeURIComponent(session)}/functions?${p}`;
+  };
+  return { match, re, path };
 }
 
-// Page `page` of the table, asked for unless it is here or on its way; drawn when it comes.
+// Page `page` of the table drawn, asked for unless it is here or on its way; drawn when it
+// comes, unless another render has drawn the table since.
 function wantPage(page) {
   if (v.pages.has(page) || v.asking.has(page)) return;
-  const key = v.key;
+  const { drawn, table } = v;
   v.asking.add(page);
-  store.view(v.session, pathOf(v.session, v.q, page)).then((answer) => {
-    if (v.key !== key) return;
+  store.view(v.session, table.path(page)).then((answer) => {
+    if (v.drawn !== drawn) return;
     v.asking.delete(page);
     take(answer, page);
     drawRows();
-  }, (e) => { v.asking.delete(page); app.showError(e.message); });
+  }, (e) => { if (v.drawn === drawn) v.asking.delete(page); app.showError(e.message); });
 }
 
 // An answer into the pages (a regex answer holds every row: they are filtered and cut here).
 function take(answer, page) {
-  const { re } = filterOf();
+  const { re } = v.table;
   v.count = answer.count ?? answer.functions.length;
   if (re) {
     const rows = answer.functions.filter((r) => re.test(r.name) || re.test(r.module));
@@ -94,12 +101,12 @@ export async function render(s, r) {
   // New numbers for the same table while the pointer is over it: held until it leaves, so a
   // click lands on the row aimed at.
   if (key === v.key && $('#functions-scroll').matches(':hover')) { v.held = true; return; }
-  const session = s.session, q = r.q.toString();
-  const pages = filterOf().re ? [0] : visiblePages();
-  const answers = await Promise.all(pages.map((p) => store.view(session, pathOf(session, q, p))));
+  const session = s.session, q = r.q.toString(), table = tableOf(session, q);
+  const pages = table.re ? [0] : visiblePages();
+  const answers = await Promise.all(pages.map((p) => store.view(session, table.path(p))));
   r.stillWanted();
   if (v.key !== key) v.expanded = new Map();
-  Object.assign(v, { key, session, q, pages: new Map(), asking: new Set(), index: new Map(), held: false });
+  Object.assign(v, { key, session, q, table, drawn: v.drawn + 1, pages: new Map(), asking: new Set(), index: new Map(), held: false });
   answers.forEach((a, i) => take(a, pages[i]));
   for (const [k] of v.expanded) {
     const i = v.index.get(k), row = i != null && v.pages.get(Math.floor(i / PAGE))?.[i % PAGE];
@@ -130,7 +137,7 @@ export function clear() {
   $('#functions-count').textContent = '';
   $('#functions tbody').innerHTML = '';
   delete $('#functions').dataset.shows;
-  v = { ...v, key: null, session: null, pages: new Map(), asking: new Set(), index: new Map(), matched: 0, count: 0, expanded: new Map() };
+  v = { ...v, key: null, session: null, drawn: v.drawn + 1, pages: new Map(), asking: new Set(), index: new Map(), matched: 0, count: 0, expanded: new Map() };
 }
 
 function draw() {
@@ -140,7 +147,7 @@ function draw() {
     const order = th.dataset.sort === v.sort ? (v.desc ? 'desc' : 'asc') : '';
     if (th.dataset.order !== order) th.dataset.order = order;
   }
-  const { match, re } = filterOf(), n = v.count.toLocaleString();
+  const { match, re } = v.table ?? {}, n = v.count.toLocaleString();
   setHtml($('#functions-count'), esc(match || re ? `${v.matched.toLocaleString()} of ${n} functions match` : `${n} functions`) +
     (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total, red grew, green shrank <button data-baseline="">stop comparing</button>` : ''));
   drawRows();
@@ -195,7 +202,8 @@ export function init(context) {
       const key = expand.dataset.expand;
       if (v.expanded.has(key)) { v.expanded.delete(key); drawRows(); return; }
       const i = v.index.get(key), r = i != null && v.pages.get(Math.floor(i / PAGE))?.[i % PAGE];
-      if (r) loadAddresses(v.session, v.q, r).then((rows) => { v.expanded.set(key, rows); drawRows(); }).catch((err) => app.showError(err.message));
+      const shown = v.key; // the rows come for this table only
+      if (r) loadAddresses(v.session, v.q, r).then((rows) => { if (v.key === shown) { v.expanded.set(key, rows); drawRows(); } }).catch((err) => app.showError(err.message));
       return;
     }
     const th = e.target.closest('th[data-sort]');

@@ -72,7 +72,14 @@ export async function render(s, { meta }) {
 async function showSession(id, startedAt, window) {
   if (h.session !== id) {
     Object.assign(h, { session: id, started: startedAt || 0, system: [], process: [], network: [] });
-    for (const m of await api(`/api/sessions/${encodeURIComponent(id)}/metrics`).catch(() => [])) add(m);
+    const history = await api(`/api/sessions/${encodeURIComponent(id)}/metrics`).catch(() => []);
+    if (h.session !== id) return; // another session was opened meanwhile
+    // The history first, then what the stream brought meanwhile that it does not hold.
+    const meanwhile = { system: h.system, process: h.process, network: h.network };
+    Object.assign(h, { system: [], process: [], network: [] });
+    for (const m of history) add(m);
+    for (const [type, list] of Object.entries(meanwhile))
+      for (const m of list) if (!h[type].length || m.ts > h[type][h[type].length - 1].ts) add(m);
   }
   draw(window);
 }

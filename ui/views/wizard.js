@@ -36,7 +36,7 @@ async function loadProcesses() {
 function renderProcesses() {
   const f = $('#wz-filter').value.toLowerCase();
   const rows = state.processes.filter((p) => !f || String(p.pid).includes(f) || (p.comm + ' ' + p.cmdline).toLowerCase().includes(f));
-  $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${p.pid}" data-comm="${attr(p.comm)}">
+  $('#wz-processes tbody').innerHTML = rows.slice(0, 200).map((p) => `<tr class="link" data-pid="${attr(p.pid)}" data-comm="${attr(p.comm)}">
     <td>${p.pid}</td><td>${esc(p.comm)}</td><td>${(p.cpu ?? 0).toFixed(1)}</td><td class="cmdline" title="${attr(visible(p.cmdline || ''))}">${esc(p.cmdline || '')}</td></tr>`).join('');
 }
 

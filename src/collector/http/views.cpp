@@ -87,10 +87,16 @@ result<view_params> parse_view_params(const target_url& u) {
     v.page.match = u.param("match");
     if (v.page.match.size() > 256)
         return failure{"bad_parameter", "match= is at most 256 characters"};
-    if (const auto o = number_param(u, "offset", bad); o && *o >= 0 && *o <= 1e9)
+    if (const auto o = number_param(u, "offset", bad)) {
+        if (!(*o >= 0 && *o <= 1e9))
+            return failure{"bad_parameter", "offset must be from 0 to 1000000000"};
         v.page.offset = static_cast<std::size_t>(*o);
-    if (const auto l = number_param(u, "limit", bad); l && *l >= 0 && *l <= 1e9)
+    }
+    if (const auto l = number_param(u, "limit", bad)) {
+        if (!(*l >= 0 && *l <= 1e9))
+            return failure{"bad_parameter", "limit must be from 0 to 1000000000"};
         v.page.limit = static_cast<std::size_t>(*l);
+    }
     if (bad)
         return failure{"bad_parameter",
                        "tid, start, end, min_pct, max_depth, offset and limit must be numbers"};
