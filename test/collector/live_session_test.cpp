@@ -73,5 +73,24 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     CHECK(f.get());
     // A version for each chunk and each model put in place.
     CHECK(e->version.load() >= static_cast<std::uint64_t>(sent + 5));
+
+    // The session ends while it is being named again: the rebuild is given up, and the next
+    // view makes the model again whole, every chunk in it once.
+    app.symbols.configure(app.symbols.config());
+    rename_frames(app);
+    end_live(app, e, 1.0, std::nullopt);
+    REQUIRE(run_until([&] { return !rebuilding(); }));
+    auto reloaded = asio::post(e->strand, asio::use_future([&] {
+                                   const bool unloaded = !e->loaded;
+                                   ensure_loaded(*e, app.store, &app.symbols);
+                                   return std::pair(unloaded, e->model->prof.sample_count());
+                               }));
+    while (reloaded.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+        io.restart();
+        io.poll();
+    }
+    const auto [unloaded, samples] = reloaded.get();
+    CHECK(unloaded);
+    CHECK(samples == per_chunk * static_cast<std::uint64_t>(sent));
     app.pool.join();
 }
