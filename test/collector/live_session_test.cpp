@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 using namespace collector;
@@ -75,10 +76,14 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     CHECK(e->version.load() >= static_cast<std::uint64_t>(sent + 5));
 
     // The session ends while it is being named again: the rebuild is given up, and the next
-    // view makes the model again whole, every chunk in it once.
+    // view makes the model again whole, every chunk in it once. (The strand is held until both
+    // are queued, so the end comes right after the rebuild begins, before it can be done.)
+    std::promise<void> open;
+    asio::post(e->strand, [gate = open.get_future().share()] { gate.wait(); });
     app.symbols.configure(app.symbols.config());
     rename_frames(app);
     end_live(app, e, 1.0, std::nullopt);
+    open.set_value();
     REQUIRE(run_until([&] { return !rebuilding(); }));
     auto reloaded = asio::post(e->strand, asio::use_future([&] {
                                    const bool unloaded = !e->loaded;
