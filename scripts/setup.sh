@@ -11,7 +11,7 @@ set -euo pipefail
 packages=(
     cmake ninja-build g++ pkg-config
     libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
-    libboost-filesystem1.81-dev libzstd-dev zlib1g-dev libdebuginfod-dev catch2
+    libboost-filesystem1.81-dev libzstd-dev zlib1g-dev libssl-dev libdebuginfod-dev catch2
     linux-perf binutils
 )
 if [[ "${1:-}" == "--test" ]]; then

@@ -5,7 +5,9 @@
 #include "agent/session.hpp"
 #include "protocol/descriptors.hpp"
 #include "protocol/error.hpp"
+#include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -68,7 +70,8 @@ asio::awaitable<void> run_session(registry& reg, std::shared_ptr<session> s) {
     reg.live.erase(s);
 }
 
-asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_timer& wake) {
+asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_timer& wake,
+                                  std::shared_ptr<asio::ssl::context> tls) {
     auto ex = co_await asio::this_coro::executor;
     backoff delays;
     tcp::resolver resolver(ex);
@@ -84,13 +87,30 @@ asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_t
             auto result = co_await (asio::async_connect(socket, endpoints, use_nothrow) ||
                                     connect_deadline.async_wait(use_nothrow));
             if (result.index() == 0 && !std::get<0>(std::get<0>(result))) {
-                log("connected to collector " + target);
-                auto s = std::make_shared<session>(std::move(socket), c, c.token,
-                                                   std::make_shared<pairing_guard>(), reg.probed);
-                restart_on_update(reg, *s);
-                co_await run_session(reg, s);
-                if (s->was_authenticated())
-                    delays.reset();
+                auto stream = std::make_unique<protocol::link_stream>(std::move(socket));
+                std::string refused;
+                if (tls) {
+                    // (Locals, not temporaries in the co_await: GCC 12 frees those twice.)
+                    const protocol::peer_check check{c.tls_pin, c.tls_ca, c.server_host};
+                    const auto limit = std::chrono::seconds(10);
+                    refused = co_await stream->connect_tls(tls, check, limit);
+                }
+                if (!refused.empty()) {
+                    stream->close();
+                    log("collector " + target + ": " + refused);
+                } else {
+                    log("connected to collector " + target +
+                        (stream->encrypted() ? " (" + stream->tls_version() + ", its key " +
+                                                   (c.tls_pin ? "pinned)" : "checked by CA)")
+                                             : " (plain TCP)"));
+                    auto s =
+                        std::make_shared<session>(std::move(stream), c, c.token,
+                                                  std::make_shared<pairing_guard>(), reg.probed);
+                    restart_on_update(reg, *s);
+                    co_await run_session(reg, s);
+                    if (s->was_authenticated())
+                        delays.reset();
+                }
                 failure = {};
             } else {
                 failure =
@@ -109,7 +129,7 @@ asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_t
 }
 
 asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor& acceptor,
-                                  std::string token) {
+                                  std::string token, std::shared_ptr<asio::ssl::context> tls) {
     auto ex = co_await asio::this_coro::executor;
     // One collector at a time: a newcomer may connect, but only when it presents the pairing
     // code does it take over, and the older connection is closed. A stale connection (a
@@ -138,7 +158,9 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
             log("accept: " + ec.message());
             continue;
         }
-        auto s = std::make_shared<session>(std::move(socket), c, token, guard, reg.probed);
+        auto s =
+            std::make_shared<session>(std::make_unique<protocol::link_stream>(std::move(socket)), c,
+                                      token, guard, reg.probed, tls);
         restart_on_update(reg, *s);
         unsettled = s;
         s->on_settled = [turn] { turn->cancel(); };
@@ -244,14 +266,15 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
 
 // Coroutines take their state as parameters (copied into the frame): a capturing lambda's
 // closure would die before the coroutine it started.
-asio::awaitable<int> server_task(const config& c, registry& reg, asio::steady_timer& wake) {
-    co_await server_mode(c, reg, wake);
+asio::awaitable<int> server_task(const config& c, registry& reg, asio::steady_timer& wake,
+                                 std::shared_ptr<asio::ssl::context> tls) {
+    co_await server_mode(c, reg, wake, std::move(tls));
     co_return 0;
 }
 
 asio::awaitable<int> listen_task(const config& c, registry& reg, tcp::acceptor& acceptor,
-                                 std::string token) {
-    co_await listen_mode(c, reg, acceptor, std::move(token));
+                                 std::string token, std::shared_ptr<asio::ssl::context> tls) {
+    co_await listen_mode(c, reg, acceptor, std::move(token), std::move(tls));
     // Let live sessions finish their shutdown.
     asio::steady_timer t(co_await asio::this_coro::executor);
     for (int i = 0; i < 50 && !reg.live.empty(); ++i) {
@@ -320,15 +343,43 @@ int run(const config& c) {
     };
 
     switch (c.run_mode) {
-    case mode::server:
-        asio::co_spawn(io, server_task(c, reg, wake), finish);
+    case mode::server: {
+        std::shared_ptr<asio::ssl::context> tls;
+        if (c.tls_pin || c.tls_ca) {
+            auto made = protocol::client_context({c.tls_pin, c.tls_ca, c.server_host});
+            if (auto* why = std::get_if<std::string>(&made)) {
+                log(*why);
+                return 2;
+            }
+            tls = std::get<0>(std::move(made));
+        }
+        asio::co_spawn(io, server_task(c, reg, wake, std::move(tls)), finish);
         break;
+    }
     case mode::listen: {
+        std::shared_ptr<asio::ssl::context> tls;
+        std::string pin;
+        if (c.listen_tls) {
+            char host[256] = {};
+            ::gethostname(host, sizeof host - 1);
+            auto made = protocol::tls::load_identity(c.tls_key_file, c.tls_key_file, true,
+                                                     std::string("perfwire-agent ") + host);
+            if (auto* why = std::get_if<std::string>(&made)) {
+                log("cannot set up TLS: " + *why + " (give --tls-key FILE somewhere writable)");
+                return 1;
+            }
+            const auto& id = std::get<protocol::tls::identity>(made);
+            tls = protocol::server_context(id);
+            pin = id.pin;
+        }
         std::string token = c.token.value_or("");
         if (token.empty()) {
             token = protocol::generate_typeable_code();
             std::cerr << "perfwire-agent: pairing code: " << token << "\n";
         }
+        if (tls)
+            std::cerr << "perfwire-agent: this device's key: " << pin
+                      << " (give it to the collector with the pairing code)\n";
         boost::system::error_code ec;
         const auto address = asio::ip::make_address(c.bind_address, ec);
         if (ec) {
@@ -351,7 +402,7 @@ int run(const config& c) {
         }
         log("listening on " + c.bind_address + ":" +
             std::to_string(acceptor->local_endpoint().port()));
-        asio::co_spawn(io, listen_task(c, reg, *acceptor, token), finish);
+        asio::co_spawn(io, listen_task(c, reg, *acceptor, token, tls), finish);
         break;
     }
     case mode::output:

@@ -2,6 +2,7 @@
 
 #include "agent/version.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/tls.hpp"
 
 #include <boost/program_options.hpp>
 
@@ -44,8 +45,21 @@ po::options_description describe_options() {
         ("perf", po::value<std::string>()->default_value("perf"), "perf executable")
         ("allow-kallsyms", "send this device's kernel symbols (/proc/kallsyms) when the "
                            "collector asks, to name kernel frames perf could not")
-        ("update-key", po::value<std::string>(), "take updates over the link only when signed "
-                                                 "(HMAC-SHA-256) with the key in this file")
+        ("tls-pin", po::value<std::string>(), "--server: encrypt the link (TLS) and take only "
+                                              "the collector whose key is this sha256:… (it "
+                                              "prints it at start; the UI's commands carry it)")
+        ("tls-ca", po::value<std::string>(), "--server: encrypt the link and take a collector "
+                                             "whose certificate chains to this CA file (PEM) "
+                                             "and names the host dialled")
+        ("tls", "--listen: encrypt the link with this device's key; its sha256 is printed with "
+                "the pairing code, for the collector to pin")
+        ("tls-key", po::value<std::string>(), "--listen --tls: where this device's key and "
+                                              "certificate are kept (made on the first start; "
+                                              "default /var/lib/perfwire-agent/tls.pem)")
+        ("update-pubkey", po::value<std::string>(), "take updates over the link only when "
+                                                    "signed by this key: ed25519:… as the "
+                                                    "collector prints it, or a file holding it")
+        ("update-key", po::value<std::string>(), "the same as --update-pubkey (older name)")
         ("no-update", "refuse updates over the link")
         ("launcher", po::value<std::string>(), "run new agent builds through this program (an "
                                                "emulator or loader) to check and restart them")
@@ -144,18 +158,39 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.perf_path = vm["perf"].as<std::string>();
     c.allow_kallsyms = vm.count("allow-kallsyms") != 0;
     c.allow_update = vm.count("no-update") == 0;
-    if (vm.count("update-key")) {
-        const auto path = vm["update-key"].as<std::string>();
-        std::ifstream in(path, std::ios::binary);
-        std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        while (!key.empty() && (key.back() == '\n' || key.back() == '\r'))
-            key.pop_back();
-        if (!in.good() && !in.eof())
-            return usage("cannot read --update-key " + path);
-        if (key.size() < 16)
-            return usage("--update-key " + path + " must hold at least 16 bytes of key");
-        c.update_key = std::move(key);
+    for (const char* name : {"update-pubkey", "update-key"}) {
+        if (!vm.count(name) || c.update_pubkey)
+            continue;
+        std::string text = vm[name].as<std::string>();
+        if (!text.starts_with("ed25519:")) {
+            std::ifstream in(text, std::ios::binary);
+            if (!in)
+                return usage("cannot read --" + std::string(name) + " " + text);
+            text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        c.update_pubkey = protocol::tls::parse_public_key(text);
+        if (!c.update_pubkey)
+            return usage("--" + std::string(name) +
+                         " takes the collector's update key as it prints it (ed25519: and 44 "
+                         "characters of base64), or a file holding it");
     }
+    if (vm.count("tls-pin")) {
+        c.tls_pin = protocol::tls::parse_pin(vm["tls-pin"].as<std::string>());
+        if (!c.tls_pin)
+            return usage("--tls-pin takes sha256: and 64 hex digits, as the collector prints "
+                         "it");
+    }
+    if (vm.count("tls-ca"))
+        c.tls_ca = vm["tls-ca"].as<std::string>();
+    if ((c.tls_pin || c.tls_ca) && !vm.count("server"))
+        return usage("--tls-pin and --tls-ca are for --server (a --listen agent uses --tls)");
+    if (c.tls_pin && c.tls_ca)
+        return usage("give --tls-pin or --tls-ca, not both");
+    c.listen_tls = vm.count("tls") > 0;
+    if (c.listen_tls && !vm.count("listen"))
+        return usage("--tls is for --listen (a --server agent uses --tls-pin or --tls-ca)");
+    if (vm.count("tls-key"))
+        c.tls_key_file = vm["tls-key"].as<std::string>();
     if (vm.count("launcher"))
         c.launcher = vm["launcher"].as<std::string>();
     c.argv.assign(argv, argv + argc);

@@ -27,10 +27,17 @@ struct config {
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";
     bool allow_kallsyms = false; // --allow-kallsyms: answer `kallsyms` (kernel addresses)
-    // Updates over the link (a paired collector only): refused with --no-update; with
-    // --update-key FILE only builds signed with that key are taken.
+    // Updates over the link: refused with --no-update; with --update-pubkey only builds
+    // signed (Ed25519) by the collector's --agent-update-key are taken; without it, only over
+    // a TLS link to a collector whose key this agent pinned (--tls-pin).
     bool allow_update = true;
-    std::optional<std::string> update_key;
+    std::optional<std::string> update_pubkey; // "ed25519:<base64>"
+    // TLS. --server: --tls-pin sha256:… (the collector's certificate must be that one) or
+    // --tls-ca FILE (it must chain to that CA and name the host). --listen: --tls, with this
+    // device's key and certificate in --tls-key FILE (made there on the first start).
+    std::optional<std::string> tls_pin, tls_ca;
+    bool listen_tls = false;
+    std::string tls_key_file = "/var/lib/perfwire-agent/tls.pem";
     // --launcher PROGRAM: new builds run through it (an emulator, a loader), for their
     // --version check and the restart.
     std::string launcher;

@@ -6,6 +6,7 @@
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
+#include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -128,24 +129,28 @@ void log(const std::string& peer, const std::string& what) {
 
 } // namespace
 
-session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
-                 std::shared_ptr<pairing_guard> guard, std::shared_ptr<probe_memory> probed)
-    : socket_(std::move(socket))
+session::session(std::unique_ptr<protocol::link_stream> stream, const config& cfg,
+                 std::optional<std::string> token, std::shared_ptr<pairing_guard> guard,
+                 std::shared_ptr<probe_memory> probed,
+                 std::shared_ptr<asio::ssl::context> accept_tls)
+    : stream_(std::move(stream))
+    , ex_(stream_->get_executor())
+    , accept_tls_(std::move(accept_tls))
     , cfg_(cfg)
     , token_(std::move(token))
     , guard_(std::move(guard))
-    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , drained_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , wake_auth_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , metrics_timer_(socket_.get_executor())
+    , wake_writer_(ex_, asio::steady_timer::time_point::max())
+    , drained_(ex_, asio::steady_timer::time_point::max())
+    , wake_auth_(ex_, asio::steady_timer::time_point::max())
+    , metrics_timer_(ex_)
     , probed_(std::move(probed))
-    , probe_done_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , collection_done_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
+    , probe_done_(ex_, asio::steady_timer::time_point::max())
+    , collection_done_(ex_, asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
-    const auto ep = socket_.remote_endpoint(ec);
+    const auto ep = stream_->socket().remote_endpoint(ec);
     peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    socket_.set_option(asio::socket_base::keep_alive(true), ec);
-    socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+    stream_->socket().set_option(asio::socket_base::keep_alive(true), ec);
+    stream_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
     settings_.record.frequency = cfg.frequency;
     settings_.record.pid = cfg.pid;
     settings_.chunk_duration = std::chrono::seconds(cfg.duration_sec);
@@ -153,7 +158,24 @@ session::session(asio::ip::tcp::socket socket, const config& cfg, std::optional<
     ever_authenticated_ = authenticated_;
 }
 
+session::~session() = default;
+
+bool session::pinned_link() const noexcept {
+    return cfg_.run_mode == mode::server && cfg_.tls_pin && stream_->encrypted();
+}
+
 asio::awaitable<void> session::run() {
+    if (accept_tls_) {
+        // --listen --tls: the collector that dials checks this device's key (printed with the
+        // pairing code); nothing is said before the handshake.
+        const auto limit = std::chrono::seconds(10);
+        const auto why = co_await stream_->accept_tls(accept_tls_, limit);
+        if (!why.empty()) {
+            log(peer_, why + "; closing");
+            close();
+            co_return;
+        }
+    }
     protocol::hello h;
     h.agent_version = std::string(version());
     h.update_arch = std::string(build_arch);
@@ -178,6 +200,8 @@ asio::awaitable<void> session::run() {
     platform_ = p;
     if (cfg_.run_mode == mode::server)
         h.enrollment = cfg_.enroll; // only to the collector this agent was told to dial
+    if (cfg_.run_mode == mode::server && stream_->encrypted())
+        h.tls_check = cfg_.tls_pin ? *cfg_.tls_pin : std::string("ca");
     send(frame_flag::response, protocol::serialize(h));
     log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
 
@@ -194,9 +218,7 @@ void session::close() {
     if (closed_)
         return;
     closed_ = true;
-    boost::system::error_code ec;
-    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    stream_->close();
     wake_writer_.cancel();
     wake_auth_.cancel();
     metrics_timer_.cancel();
@@ -214,7 +236,7 @@ void session::settle() {
 
 asio::awaitable<void> session::shutdown() {
     co_await end_collection(); // the final chunk is queued before this returns
-    asio::steady_timer t(socket_.get_executor());
+    asio::steady_timer t(ex_);
     for (int i = 0; i < 20 && !queue_.empty() && !closed_; ++i) {
         t.expires_after(std::chrono::milliseconds(100));
         co_await t.async_wait(use_nothrow);
@@ -256,7 +278,7 @@ asio::awaitable<void> session::writer() {
             continue;
         }
         auto [ec, n] =
-            co_await asio::async_write(socket_, asio::buffer(queue_.front().bytes), use_nothrow);
+            co_await asio::async_write(*stream_, asio::buffer(queue_.front().bytes), use_nothrow);
         if (ec) {
             close();
             break;
@@ -271,7 +293,7 @@ asio::awaitable<void> session::writer() {
 }
 
 asio::awaitable<void> session::reader() {
-    protocol::frame_reader<asio::ip::tcp::socket> frames(socket_, protocol::agent_max_frame,
+    protocol::frame_reader<protocol::link_stream> frames(*stream_, protocol::agent_max_frame,
                                                          16 << 10);
     while (!closed_) {
         if (unauthenticated_commands_ >= max_unauthenticated_commands) {
@@ -285,7 +307,10 @@ asio::awaitable<void> session::reader() {
         }
         auto f = co_await frames.next();
         if (!f) {
-            if (auto why = protocol::read_end_reason(f.error()); !why.empty())
+            if (auto why = protocol::peer_went_away(f.error())
+                               ? std::string()
+                               : protocol::read_end_reason(f.error());
+                !why.empty())
                 log(peer_, why);
             break;
         }
@@ -378,7 +403,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             guard_->failures = 0;
         if (const auto wait = guard_->next_attempt - std::chrono::steady_clock::now();
             wait > wait.zero()) {
-            asio::steady_timer turn(socket_.get_executor(), wait);
+            asio::steady_timer turn(ex_, wait);
             co_await turn.async_wait(use_nothrow);
             if (closed_)
                 co_return command_response::failure(id, "auth failed");
@@ -507,11 +532,11 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
 std::string_view session::update_policy() const {
     if (!cfg_.allow_update)
         return protocol::updates::disabled;
-    if (!token_)
-        return protocol::updates::needs_pairing;
-    if (!cfg_.update_key)
-        return protocol::updates::needs_key;
-    return protocol::updates::signed_only;
+    if (cfg_.update_pubkey)
+        return protocol::updates::signed_only;
+    if (pinned_link())
+        return protocol::updates::pinned;
+    return protocol::updates::needs_key;
 }
 
 command_response session::cmd_update(const protocol::command_request& req) {
@@ -519,9 +544,6 @@ command_response session::cmd_update(const protocol::command_request& req) {
     if (!cfg_.allow_update)
         return command_response::failure(req.id, "refused: this agent was started with "
                                                  "--no-update");
-    if (!token_)
-        return command_response::failure(req.id, "refused: updates need a paired collector, and "
-                                                 "this agent was started without a pairing code");
     auto text = [&](const char* key) -> std::string {
         const auto* v = req.args.if_contains(key);
         return v && v->is_string() ? std::string(v->get_string()) : std::string();
@@ -531,7 +553,8 @@ command_response session::cmd_update(const protocol::command_request& req) {
     if (!size || !size->is_int64() || size->get_int64() <= 0)
         return command_response::failure(req.id, "size must be a positive integer");
     offer.size = static_cast<std::uint64_t>(size->get_int64());
-    auto made = update_receiver::begin(offer, cfg_.self_path, cfg_.update_key, version());
+    auto made =
+        update_receiver::begin(offer, cfg_.self_path, cfg_.update_pubkey, pinned_link(), version());
     if (auto* why = std::get_if<std::string>(&made)) {
         log(peer_, "update refused: " + *why);
         return command_response::failure(req.id, *why);
@@ -635,9 +658,12 @@ command_response session::cmd_status(const std::string& id) {
     f["duration"] =
         std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
     f["agent_version"] = std::string(version());
-    // How this agent takes updates over the link: signed with its --update-key, or not at all
-    // (update_policy says why).
-    f["update"] = update_policy() == protocol::updates::signed_only ? "signed" : "refused";
+    // How this agent takes updates over the link: signed for its --update-pubkey, unsigned
+    // over this pinned TLS link, or not at all (update_policy says why).
+    const auto policy = update_policy();
+    f["update"] = policy == protocol::updates::signed_only ? "signed"
+                  : policy == protocol::updates::pinned    ? "pinned"
+                                                           : "refused";
     f["update_policy"] = std::string(update_policy());
     f["platform"] = json::value_from(platform_);
     f["events"] = json::value_from(settings_.record.events);
@@ -651,7 +677,7 @@ command_response session::cmd_status(const std::string& id) {
 
 asio::awaitable<command_response> session::cmd_list_processes(const std::string& id) {
     const auto before = snapshot_processes();
-    asio::steady_timer t(socket_.get_executor(), std::chrono::milliseconds(500));
+    asio::steady_timer t(ex_, std::chrono::milliseconds(500));
     co_await t.async_wait(use_nothrow);
     const auto rows = top_processes(before, snapshot_processes(), 0.5);
     co_return command_response::success(id, process_list(rows));
@@ -735,7 +761,7 @@ void session::start_from_command_line() {
     if (pid_exists(*cfg_.pid))
         probe_in_background();
     auto self = shared_from_this();
-    asio::co_spawn(socket_.get_executor(), auto_start(), [self](std::exception_ptr e) {
+    asio::co_spawn(ex_, auto_start(), [self](std::exception_ptr e) {
         if (e)
             log(self->peer_, "start from the command line failed: " + protocol::describe(e));
     });
@@ -748,11 +774,10 @@ void session::probe_in_background() {
     // the authentication must already say a probe is under way.
     probing_ = true;
     auto self = shared_from_this();
-    asio::co_spawn(socket_.get_executor(), run_probe(settings_.record.pid),
-                   [self](std::exception_ptr e) {
-                       if (e)
-                           log(self->peer_, "probe failed: " + protocol::describe(e));
-                   });
+    asio::co_spawn(ex_, run_probe(settings_.record.pid), [self](std::exception_ptr e) {
+        if (e)
+            log(self->peer_, "probe failed: " + protocol::describe(e));
+    });
 }
 
 asio::awaitable<void> session::ensure_probed(std::optional<int> pid, bool again) {
@@ -926,7 +951,7 @@ void session::begin_collection() {
     current_ = std::make_shared<collection>(cfg_.perf_path, settings_, on_chunk, may_flush);
     state_ = state::profiling;
     auto task = collect(current_);
-    asio::co_spawn(socket_.get_executor(), std::move(task), [self](std::exception_ptr e) {
+    asio::co_spawn(ex_, std::move(task), [self](std::exception_ptr e) {
         if (e)
             log(self->peer_, "collection failed: " + protocol::describe(e));
     });

@@ -17,12 +17,19 @@
 #include "agent/update.hpp"
 #include "protocol/messages.hpp"
 
-#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <deque>
 #include <functional>
 #include <memory>
+
+namespace boost::asio::ssl {
+class context;
+}
+namespace protocol {
+class link_stream;
+}
 
 namespace agent {
 
@@ -37,9 +44,14 @@ struct pairing_guard {
 class session : public std::enable_shared_from_this<session> {
 public:
     // `token`: the pairing code that must be presented, or nullopt to start authenticated.
-    session(asio::ip::tcp::socket socket, const config& cfg, std::optional<std::string> token,
+    // `stream`: connected (TLS up already when this agent dialled with a pin or a CA);
+    // `accept_tls`: a --listen --tls agent's context, the handshake run() starts with.
+    session(std::unique_ptr<protocol::link_stream> stream, const config& cfg,
+            std::optional<std::string> token,
             std::shared_ptr<pairing_guard> guard = std::make_shared<pairing_guard>(),
-            std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>());
+            std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>(),
+            std::shared_ptr<asio::ssl::context> accept_tls = nullptr);
+    ~session();
 
     // Called once the collector has authenticated (the listener closes an older session).
     std::function<void(session&)> on_authenticated;
@@ -94,7 +106,11 @@ private:
     std::string_view update_policy() const; // protocol::updates: what it takes, or why not
     void send_state(std::string reason);
 
-    asio::ip::tcp::socket socket_;
+    // This agent dialled over TLS and checked the collector's key against its --tls-pin.
+    bool pinned_link() const noexcept;
+    std::unique_ptr<protocol::link_stream> stream_;
+    asio::any_io_executor ex_;
+    std::shared_ptr<asio::ssl::context> accept_tls_;
     const config& cfg_;
     std::optional<std::string> token_;
     std::string peer_;

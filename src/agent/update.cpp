@@ -2,6 +2,7 @@
 
 #include "agent/build_arch.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/tls.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -26,11 +27,12 @@ std::string errno_text(const std::string& what) {
 
 std::variant<std::unique_ptr<update_receiver>, std::string>
 update_receiver::begin(const update_offer& offer, const fs::path& self,
-                       const std::optional<std::string>& key, std::string_view running) {
-    if (!key)
-        return std::string("refused: this agent takes updates only when started with "
-                           "--update-key FILE, holding the key its collector signs them with "
-                           "(perfwire-collector --agent-update-key)");
+                       const std::optional<std::string>& public_key, bool pinned,
+                       std::string_view running) {
+    if (!public_key && !pinned)
+        return std::string("refused: this agent takes updates signed for its --update-pubkey "
+                           "(the key perfwire-collector --agent-update-key prints), or over a "
+                           "TLS link to a collector it pinned (--tls-pin); it has neither");
     if (offer.arch != build_arch)
         return "wrong architecture: this agent is built for " + std::string(build_arch) +
                ", the offered build for " + offer.arch;
@@ -41,12 +43,13 @@ update_receiver::begin(const update_offer& offer, const fs::path& self,
     if (!protocol::update_version(offer.version))
         return std::string("version must be dotted numbers (1 to 64 characters, each number at "
                            "most 18 digits)");
-    if (!is_hex64(offer.signature))
-        return std::string("this agent takes only signed updates (--update-key): the offer has "
-                           "no signature");
-    if (!protocol::constant_time_equal(protocol::sign_update(*key, offer), offer.signature))
+    if (public_key && offer.signature.empty())
+        return std::string("this agent takes only signed updates (--update-pubkey): the offer "
+                           "has no signature");
+    if (public_key &&
+        !protocol::tls::verify(*public_key, protocol::update_signed_text(offer), offer.signature))
         return std::string("bad signature: the offer (architecture, version, size, sha256) is "
-                           "not signed with this agent's --update-key");
+                           "not signed by the key of this agent's --update-pubkey");
     if (!protocol::later_version(offer.version, running))
         return "refused: version " + offer.version + " is not later than this agent's " +
                std::string(running);

@@ -1,12 +1,13 @@
 // An agent update received over the link (commands update, update_data, update_apply): the
 // collector offers a build for this agent's compile-time architecture, sends it in pieces, and
 // the agent writes it to a file beside its own executable (.<name>.update-<pid>-<n>), then
-// renames it over itself. It is taken only by an agent given a key (--update-key), and only
-// when the offer's signature under that key covers its architecture, version, size and sha256
-// (protocol/update.hpp), the version is later than the agent's own, and the bytes received
-// have that size and sha256: all of it is checked before any byte of the build is run.
-// Running the new build's --version and re-executing are the session's part. A receiver that
-// is dropped before install() removes its file.
+// renames it over itself. It is taken only when the offer's Ed25519 signature, checked with
+// the public key the agent was given (--update-pubkey), covers its architecture, version, size
+// and sha256 (protocol/update.hpp) — or, without a public key, only over a TLS link to a
+// collector whose key the agent pinned (--tls-pin); the version must be later than the agent's
+// own, and the bytes received have that size and sha256: all of it is checked before any byte
+// of the build is run. Running the new build's --version and re-executing are the session's
+// part. A receiver that is dropped before install() removes its file.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +32,13 @@ inline constexpr std::size_t max_update_piece = std::size_t{384} << 10;
 
 class update_receiver {
 public:
-    // A receiver with its file created beside `self`, or why the offer is refused. `key`: the
-    // --update-key (none: every offer is refused); `running`: this agent's own version.
+    // A receiver with its file created beside `self`, or why the offer is refused.
+    // `public_key`: the --update-pubkey (the signature must be its); without one, `pinned`
+    // says the link is TLS to the collector this agent pinned (else every offer is refused).
+    // `running`: this agent's own version.
     static std::variant<std::unique_ptr<update_receiver>, std::string>
     begin(const update_offer& offer, const std::filesystem::path& self,
-          const std::optional<std::string>& key, std::string_view running);
+          const std::optional<std::string>& public_key, bool pinned, std::string_view running);
 
     update_receiver(const update_receiver&) = delete;
     update_receiver& operator=(const update_receiver&) = delete;

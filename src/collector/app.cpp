@@ -9,6 +9,8 @@
 #include "collector/log.hpp"
 #include "collector/store/import.hpp"
 #include "protocol/error.hpp"
+#include "protocol/link_stream.hpp"
+#include "protocol/tls.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unistd.h>
 
 namespace collector {
 using asio::ip::tcp;
@@ -197,15 +200,57 @@ int run(const config& c) {
             std::to_string(c.agent_port) + " can store sessions here");
     }
 
+    if (c.tls) {
+        const auto dir = std::filesystem::path(c.sessions_dir) / ".tls";
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        const std::filesystem::path cert = c.tls_cert ? *c.tls_cert : (dir / "cert.pem").string();
+        auto made =
+            protocol::tls::load_identity(cert, c.tls_key ? *c.tls_key : (dir / "key.pem").string(),
+                                         !c.tls_cert, std::string("perfwire-collector ") + host);
+        if (auto* why = std::get_if<std::string>(&made)) {
+            log("cannot set up TLS: " + *why);
+            return 1;
+        }
+        const auto& id = std::get<protocol::tls::identity>(made);
+        app.agent_tls = protocol::server_context(id);
+        if (c.http_tls)
+            app.http_tls = protocol::server_context(id);
+        app.tls_pin = id.pin;
+        app.agent_tls_required =
+            c.agent_tls == "required" || (c.agent_tls == "auto" && !loopback_agents);
+        log("agent link: TLS with the key " + id.pin + " (" + cert.string() +
+            "); agents pin it with --tls-pin " + id.pin +
+            (app.agent_tls_required ? "; plain agents are refused"
+                                    : "; plain agents are taken too (--agent-tls optional)"));
+    }
+    if (c.update_key) {
+        auto made = protocol::tls::load_signing_key(*c.update_key, true);
+        if (auto* why = std::get_if<std::string>(&made)) {
+            log("cannot set up --agent-update-key: " + *why);
+            return 1;
+        }
+        app.update_key = std::make_shared<const protocol::tls::signing_key>(
+            std::get<protocol::tls::signing_key>(std::move(made)));
+        log("agent updates are signed with " + *c.update_key +
+            "; agents take them with --update-pubkey " + app.update_key->public_key);
+    }
+
     tcp::acceptor agents(io), web(io);
     if (!open_acceptor(agents, c.agent_bind, c.agent_port, "agents") ||
         !open_acceptor(web, c.http_bind, c.http_port, "HTTP"))
         return 1;
     app.agent_listen_address = c.agent_bind + ":" + std::to_string(agents.local_endpoint().port());
     log("agents on " + app.agent_listen_address + "; sessions in " + c.sessions_dir);
-    const std::string url = "http://" +
+    const std::string url = (app.http_tls ? "https://" : "http://") +
                             (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) +
                             ":" + std::to_string(web.local_endpoint().port()) + "/";
+    const bool loopback_http =
+        c.http_bind == "localhost" || c.http_bind == "::1" || c.http_bind.rfind("127.", 0) == 0;
+    if (!loopback_http && !app.http_tls)
+        log("warning: the UI and API are served beyond loopback (" + c.http_bind +
+            ") without --http-tls: the access token and every profile cross the network in "
+            "the clear");
     if (app.api_token.empty()) {
         log("UI and API on " + url);
         log("warning: --http-auth none: whoever reaches " + url +

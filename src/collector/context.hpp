@@ -19,6 +19,13 @@
 #include <memory>
 #include <string>
 
+namespace boost::asio::ssl {
+class context;
+}
+namespace protocol::tls {
+struct signing_key;
+}
+
 namespace collector {
 
 class agent_link;
@@ -55,6 +62,14 @@ struct app_context {
     std::string enrollment_file;         // where the owner finds one (named in /api/status)
     std::string api_token;               // what every API request presents; empty: --http-auth none
     std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
+    // TLS on the agent port (--tls): the context agents' handshakes meet, the pin they give
+    // (--tls-pin), and whether plain agents are refused. Null: plain TCP only.
+    std::shared_ptr<asio::ssl::context> agent_tls;
+    std::string tls_pin;
+    bool agent_tls_required = false;
+    std::shared_ptr<asio::ssl::context> http_tls; // --http-tls
+    // --agent-update-key: the key offers are signed with (its public half in /api/status).
+    std::shared_ptr<const protocol::tls::signing_key> update_key;
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;

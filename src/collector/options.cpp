@@ -64,8 +64,20 @@ po::options_description describe_options() {
                       "code (default: inlined code)")
         ("agents-dir", po::value<std::string>(), "agent executables to offer for download "
                                                   "(default: a dist/ beside the collector)")
-        ("agent-update-key", po::value<std::string>(), "sign agent updates (HMAC-SHA-256) with "
-                                                       "the key in this file")
+        ("agent-update-key", po::value<std::string>(), "sign agent updates (Ed25519) with the "
+                                                       "private key in this file, made there when "
+                                                       "missing; agents take its public key with "
+                                                       "--update-pubkey")
+        ("tls", "encrypt the agent link (TLS 1.2 or later) with a key and self-signed "
+                "certificate made in SESSIONS-DIR/.tls on the first start; agents pin its "
+                "printed sha256")
+        ("tls-cert", po::value<std::string>(), "the certificate (PEM) for TLS instead of the "
+                                               "one made (implies --tls)")
+        ("tls-key", po::value<std::string>(), "the private key (PEM) of --tls-cert")
+        ("agent-tls", po::value<std::string>()->default_value("auto"),
+         "required: only TLS agents; optional: plain agents too, on the same port; auto: "
+         "required with --tls when --agent-bind is not a loopback address")
+        ("http-tls", "serve the UI and API over HTTPS with the TLS key (implies --tls)")
         ("browse-root", po::value<std::string>(), "the file browser's root folder (default: "
                                                   "HOME)")
         ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
@@ -199,18 +211,21 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.live_mb = static_cast<std::size_t>(vm["live-mb"].as<int>());
     if (vm.count("agents-dir"))
         c.agents_dir = vm["agents-dir"].as<std::string>();
-    if (vm.count("agent-update-key")) {
-        const auto path = vm["agent-update-key"].as<std::string>();
-        std::ifstream in(path, std::ios::binary);
-        std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        while (!key.empty() && (key.back() == '\n' || key.back() == '\r'))
-            key.pop_back();
-        if (!in.good() && !in.eof())
-            return usage("cannot read --agent-update-key " + path);
-        if (key.size() < 16)
-            return usage("--agent-update-key " + path + " must hold at least 16 bytes of key");
-        c.update_key = std::move(key);
+    if (vm.count("agent-update-key"))
+        c.update_key = vm["agent-update-key"].as<std::string>();
+    c.http_tls = vm.count("http-tls") > 0;
+    c.tls = vm.count("tls") > 0 || c.http_tls || vm.count("tls-cert") || vm.count("tls-key");
+    if (vm.count("tls-cert") != vm.count("tls-key"))
+        return usage("--tls-cert and --tls-key go together");
+    if (vm.count("tls-cert")) {
+        c.tls_cert = vm["tls-cert"].as<std::string>();
+        c.tls_key = vm["tls-key"].as<std::string>();
     }
+    c.agent_tls = vm["agent-tls"].as<std::string>();
+    if (c.agent_tls != "auto" && c.agent_tls != "optional" && c.agent_tls != "required")
+        return usage("--agent-tls takes auto, optional or required, not " + c.agent_tls);
+    if (c.agent_tls == "required" && !c.tls)
+        return usage("--agent-tls required needs TLS: add --tls (or --tls-cert and --tls-key)");
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

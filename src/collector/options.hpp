@@ -30,9 +30,16 @@ struct config {
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
     std::size_t live_mb = 1024;        // one live session's model; past it chunks go to disk only
     std::string agents_dir; // agent executables to hand out; default: default_agents_dir()
-    // --agent-update-key FILE: updates pushed to agents are signed with this key (agents
-    // started with --update-key take only signed ones).
+    // --agent-update-key FILE: the Ed25519 key updates pushed to agents are signed with (made
+    // there when missing); agents started with --update-pubkey take only builds it signed.
     std::optional<std::string> update_key;
+    // TLS on the agent port (--tls; --tls-cert/--tls-key: the owner's own, else a key made in
+    // SESSIONS-DIR/.tls). agent_tls: "auto" (required once TLS is on and the agent port is
+    // not loopback-only, else optional), "optional" (plain agents too), "required".
+    bool tls = false;
+    std::optional<std::string> tls_cert, tls_key;
+    std::string agent_tls = "auto";
+    bool http_tls = false; // --http-tls: the UI and API over HTTPS, with the same key
 };
 
 struct exit_now {

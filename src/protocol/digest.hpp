@@ -1,5 +1,5 @@
-// SHA-256 (FIPS 180-4), HMAC-SHA-256 (RFC 2104) and base64 (RFC 4648): what an agent update
-// needs to check the bytes it received, without a crypto library on the device.
+// SHA-256 (OpenSSL's) and base64 (RFC 4648): what an agent update needs to check the bytes it
+// received.
 #pragma once
 
 #include <array>
@@ -8,27 +8,26 @@
 #include <string>
 #include <string_view>
 
+struct evp_md_ctx_st;
+
 namespace protocol {
 
 class sha256 {
 public:
-    sha256() noexcept;
+    sha256();
+    ~sha256();
+    sha256(const sha256&) = delete;
+    sha256& operator=(const sha256&) = delete;
     void update(std::string_view bytes) noexcept;
     // The digest; the object is spent afterwards.
     std::array<std::uint8_t, 32> finish() noexcept;
     std::string finish_hex();
 
 private:
-    void block(const std::uint8_t* p) noexcept;
-    std::array<std::uint32_t, 8> h_;
-    std::array<std::uint8_t, 64> buf_{};
-    std::size_t used_ = 0;
-    std::uint64_t total_ = 0;
+    evp_md_ctx_st* ctx_;
 };
 
 std::string sha256_hex(std::string_view bytes);
-// HMAC-SHA-256 of `message` under `key`, as 64 lowercase hex characters.
-std::string hmac_sha256_hex(std::string_view key, std::string_view message);
 
 std::string base64_encode(std::string_view bytes);
 // Nothing if `text` is not canonical padded base64.

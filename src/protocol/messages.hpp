@@ -71,10 +71,14 @@ struct hello {
     // The collector's enrollment token, from an agent dialling it (--server): proves the agent
     // may store sessions there. Never sent to a collector that dials the agent.
     std::optional<std::string> enrollment;
+    // What an agent that dialled over TLS checked the collector's certificate against: the
+    // pin ("sha256:…") or "ca" (--tls-ca). Shown with the target; the agent's check is what
+    // protects it.
+    std::optional<std::string> tls_check;
 };
 BOOST_DESCRIBE_STRUCT(hello, (),
                       (version, agent, agent_version, update_arch, updates, auth, hostname,
-                       platform, enrollment))
+                       platform, enrollment, tls_check))
 
 // Refuses payloads over max_hello before parsing them.
 parse_result<hello> parse_hello(std::string_view payload);

@@ -1,18 +1,12 @@
 #include "protocol/update.hpp"
 
-#include "protocol/digest.hpp"
-
 #include <optional>
 
 namespace protocol {
 
 std::string update_signed_text(const update_offer& o) {
-    return "perfwire-agent-update-v1\narch=" + o.arch + "\nversion=" + o.version +
+    return "perfwire-agent-update-v2\narch=" + o.arch + "\nversion=" + o.version +
            "\nsize=" + std::to_string(o.size) + "\nsha256=" + o.sha256 + "\n";
-}
-
-std::string sign_update(std::string_view key, const update_offer& offer) {
-    return hmac_sha256_hex(key, update_signed_text(offer));
 }
 
 bool update_version(std::string_view version) {

@@ -1,9 +1,11 @@
 // Agent updates over the link (docs/protocol.md, "Agent updates"): what an offer says, and what
-// its signature covers. The collector signs offers with its --agent-update-key; an agent takes
-// one only when the signature, made with the key it was given (--update-key), covers every
-// field that decides what would run: architecture, version, size and sha256 of the build. So a
-// peer that knows the pairing code but not the key gets nothing run, and a signature of one
-// build cannot be moved to another. The Python agent has the same rules in its own words.
+// its signature covers. The collector signs offers with the Ed25519 key of its
+// --agent-update-key; an agent given the public key (--update-pubkey) takes one only when the
+// signature covers every field that decides what would run: architecture, version, size and
+// sha256 of the build. So a peer that knows the pairing code, or holds another device, gets
+// nothing run, and a signature of one build cannot be moved to another. An agent without a
+// public key takes an unsigned offer only over a TLS link to a collector whose key it pinned.
+// The Python agent has the same rules in its own words.
 #pragma once
 
 #include <cstdint>
@@ -13,15 +15,14 @@
 namespace protocol {
 
 struct update_offer {
-    std::string version, arch, sha256, signature; // sha256, signature: 64 lowercase hex
+    std::string version, arch, sha256; // sha256: 64 lowercase hex
+    std::string signature;             // Ed25519, base64 ("": unsigned)
     std::uint64_t size = 0;
 };
 
-// The text whose HMAC-SHA-256 is an offer's signature: one "name=value" line per field after
-// a line naming the scheme. Fields are checked to hold no line break before it is made.
+// The text an offer's signature is made over: one "name=value" line per field after a line
+// naming the scheme. Fields are checked to hold no line break before it is made.
 std::string update_signed_text(const update_offer& offer);
-// The signature of `offer` under `key`.
-std::string sign_update(std::string_view key, const update_offer& offer);
 
 // Whether `candidate` is a later version than `current`: dotted parts compared in turn, as
 // numbers when both are, else as text; a missing part counts as 0 ("0.1" == "0.1.0").
@@ -34,10 +35,13 @@ bool update_version(std::string_view version);
 
 // What an agent's hello says of the updates it takes (hello.updates):
 namespace updates {
-inline constexpr std::string_view signed_only = "signed";          // signed with its --update-key
-inline constexpr std::string_view needs_key = "needs-key";         // started without --update-key
-inline constexpr std::string_view disabled = "disabled";           // started with --no-update
-inline constexpr std::string_view needs_pairing = "needs-pairing"; // started without a code
+inline constexpr std::string_view signed_only = "signed"; // signed for its --update-pubkey
+inline constexpr std::string_view pinned = "pinned";      // unsigned too, over this pinned TLS link
+inline constexpr std::string_view needs_key = "needs-key"; // no public key, no pinned link
+inline constexpr std::string_view disabled = "disabled";   // started with --no-update
+// An agent that cannot check a signature (a Python without Ed25519) and has no pinned link.
+inline constexpr std::string_view cannot_verify = "cannot-verify";
+inline constexpr std::string_view needs_pairing = "needs-pairing"; // (older agents' word)
 } // namespace updates
 
 } // namespace protocol

@@ -1,12 +1,14 @@
 // Agent updates over the link, against the real agent on loopback: a framing peer plays the
-// collector. An agent takes an update only when it was given a key (--update-key), the offer is
-// signed under it over architecture, version, size and sha256, the version is later than its
-// own and the bytes are the ones signed: every refusal (unpaired, --no-update, no key, another
-// architecture, unsigned, another key, a signature moved to another version, an older build
+// collector. An agent takes an update only when it was given a public key (--update-pubkey), the
+// offer's Ed25519 signature by its private half covers architecture, version, size and sha256,
+// the version is later than its own and the bytes are the ones signed: every refusal
+// (--no-update, no key, another architecture, unsigned, another key, a signature moved to
+// another version, an older build
 // replayed, a wrong checksum, pieces out of order) leaves the old agent running, its executable
 // untouched and the offered build never run; a good update replaces the executable, restarts the
 // agent in the same process and it says hello again with the new version.
 #include "protocol/digest.hpp"
+#include "protocol/tls.hpp"
 #include "protocol/update.hpp"
 #include "support/agents.hpp"
 #include "support/fixtures.hpp"
@@ -36,7 +38,10 @@ using test_support::temp_dir;
 namespace {
 
 const std::string code = "00112233445566778899aabbccddeeff";
-const std::string key = "an update key of this test, 32 b";
+
+protocol::tls::signing_key make_key(const fs::path& file) {
+    return std::get<protocol::tls::signing_key>(protocol::tls::load_signing_key(file, true));
+}
 
 std::string file_bytes(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -53,7 +58,7 @@ framing_peer accept_agent(listener& l) {
 
 // An offer of `size` bytes with `sha256` for `arch`, signed with `signing_key` (none: unsigned).
 std::string offer(const std::string& arch, const std::string& sha256, std::size_t size,
-                  const std::optional<std::string>& signing_key = std::nullopt,
+                  const protocol::tls::signing_key* signing_key = nullptr,
                   const std::string& version = PERFWIRE_VERSION ".1") {
     protocol::update_offer o{version, arch, sha256, {}, size};
     json::object j;
@@ -62,7 +67,7 @@ std::string offer(const std::string& arch, const std::string& sha256, std::size_
     j["size"] = size;
     j["sha256"] = sha256;
     if (signing_key)
-        j["signature"] = protocol::sign_update(*signing_key, o);
+        j["signature"] = protocol::tls::sign(*signing_key, protocol::update_signed_text(o));
     return json::serialize(j);
 }
 
@@ -117,8 +122,13 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
     };
     const std::string sum = protocol::sha256_hex(next);
     const std::string marking_sum = protocol::sha256_hex(marking);
-    const fs::path key_file = dir.path / "update.key";
-    std::ofstream(key_file) << key << "\n";
+    const auto signing = make_key(dir.path / "update.key");
+    const auto* key = &signing;
+    const auto other = make_key(dir.path / "another.key");
+    // The public key as the agent takes it: the text itself, or a file holding it.
+    const std::string pubkey = signing.public_key;
+    const fs::path key_file = dir.path / "update.pub";
+    std::ofstream(key_file) << pubkey << "\n";
     const std::string arch = python ? "python" : "x86_64";
     // The agent's file of an update under way: .<name>.update-<pid>-<n>.
     auto partial_files = [&] {
@@ -135,24 +145,10 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
     };
 
     {
-        INFO("an agent started without a pairing code takes no update");
-        listener l;
-        auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--update-key",
-                            key_file.string()});
-        auto peer = accept_agent(l);
-        const auto h = read_hello(peer);
-        CHECK(h.update_arch == std::optional<std::string>(arch));
-        CHECK(h.updates == std::optional<std::string>("needs-pairing"));
-        CHECK(peer.command("status")->fields.at("update").as_string() == "refused");
-        CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size(), key))),
-                   Catch::Contains("pairing code"));
-        untouched();
-    }
-    {
-        INFO("nor one started with --no-update");
+        INFO("an agent started with --no-update takes no update");
         listener l;
         auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code,
-                            "--no-update", "--update-key", key_file.string()});
+                            "--no-update", "--update-pubkey", key_file.string()});
         auto peer = accept_agent(l);
         CHECK(read_hello(peer).updates == std::optional<std::string>("disabled"));
         REQUIRE(ok(peer.command("auth", R"({"token":")" + code + R"("})")));
@@ -161,19 +157,22 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
         untouched();
     }
     {
-        INFO("nor one given no key to check updates with, whoever signed them");
+        INFO("nor one given no key to check updates with and no pinned link, whoever signed "
+             "them");
         listener l;
         auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code});
         auto peer = accept_agent(l);
-        CHECK(read_hello(peer).updates == std::optional<std::string>("needs-key"));
+        const auto h = read_hello(peer);
+        CHECK(h.update_arch == std::optional<std::string>(arch));
+        CHECK(h.updates == std::optional<std::string>("needs-key"));
         REQUIRE(ok(peer.command("auth", R"({"token":")" + code + R"("})")));
         const auto status = peer.command("status");
         CHECK(status->fields.at("update").as_string() == "refused");
         CHECK(status->fields.at("update_policy").as_string() == "needs-key");
-        for (const auto& signing : {std::optional<std::string>(), std::optional<std::string>(key)})
-            CHECK_THAT(
-                error_of(peer.command("update", offer(arch, marking_sum, marking.size(), signing))),
-                Catch::Contains("--update-key FILE"));
+        for (const auto* signed_by : {static_cast<const protocol::tls::signing_key*>(nullptr), key})
+            CHECK_THAT(error_of(peer.command("update",
+                                             offer(arch, marking_sum, marking.size(), signed_by))),
+                       Catch::Contains("--update-pubkey"));
         CHECK_THAT(error_of(peer.command("update_data", R"({"offset":0,"data":"AAAA"})")),
                    Catch::Contains("no update offered"));
         CHECK_THAT(error_of(peer.command("update_apply", "{}")),
@@ -185,7 +184,7 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
         INFO("an update under way goes with its connection, and a second offer replaces it");
         listener l;
         auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code,
-                            "--update-key", key_file.string()});
+                            "--update-pubkey", pubkey});
         auto peer = std::make_optional(accept_agent(l));
         read_hello(*peer);
         REQUIRE(ok(peer->command("auth", R"({"token":")" + code + R"("})")));
@@ -206,7 +205,7 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
 
     listener l;
     auto agent = start({"--server", "127.0.0.1:" + std::to_string(l.port()), "--token", code,
-                        "--update-key", key_file.string()});
+                        "--update-pubkey", key_file.string()});
     auto peer = accept_agent(l);
     const auto before = read_hello(peer);
     CHECK(before.agent_version == std::optional<std::string>(PERFWIRE_VERSION));
@@ -224,9 +223,8 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
                Catch::Contains("wrong architecture"));
     CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size()))),
                Catch::Contains("signed"));
-    CHECK_THAT(
-        error_of(peer.command("update", offer(arch, sum, next.size(), "not the key at all, no"))),
-        Catch::Contains("bad signature"));
+    CHECK_THAT(error_of(peer.command("update", offer(arch, sum, next.size(), &other))),
+               Catch::Contains("bad signature"));
     {
         auto moved = json::parse(offer(arch, sum, next.size(), key, PERFWIRE_VERSION ".1"));
         moved.as_object()["version"] = PERFWIRE_VERSION ".2";

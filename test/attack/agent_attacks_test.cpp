@@ -1,6 +1,7 @@
 // Attacks on an agent, as a hostile client on the device's network, or a man in the middle of
 // its link, would make them; each runs against both agent flavours.
 #include "protocol/digest.hpp"
+#include "protocol/tls.hpp"
 #include "protocol/update.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
@@ -279,8 +280,12 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     const bool python = flavour == test_support::agent_flavour::python;
     const std::string code = "00112233445566778899aabbccddeeff";
     test_support::temp_dir dir;
+    // The collector's update key (its private half stays there); the agent has the public one.
     const auto key_file = (dir.path / "update.key").string();
-    std::ofstream(key_file) << "the fleet's update key, 32 bytes\n";
+    const auto fleet_key =
+        std::get<protocol::tls::signing_key>(protocol::tls::load_signing_key(key_file, true));
+    const auto guessed_key = std::get<protocol::tls::signing_key>(
+        protocol::tls::load_signing_key(dir.path / "guessed.key", true));
     // The agent as installed on the device (a copy: nothing may replace the build's own).
     const fs::path exe = dir.path / (python ? "perfwire_agent.py" : "perfwire-agent");
     fs::copy_file(python ? PERFWIRE_PYTHON_AGENT : test_support::agent_bin(), exe);
@@ -331,7 +336,7 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
         return std::string(boost::json::parse(dialled.body).at("id").as_string());
     };
 
-    auto agent = listening({"--update-key", key_file});
+    auto agent = listening({"--update-pubkey", fleet_key.public_key});
     relay mitm(port_of(*agent));
     const std::string id = dial_through(mitm);
 
@@ -345,15 +350,15 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     };
     protocol::update_offer guessed{PERFWIRE_VERSION ".1", arch, sum, {}, marking.size()};
     CHECK_THAT(error_of(mitm.command("update", offer_json("", sum))), Catch::Contains("signed"));
-    CHECK_THAT(
-        error_of(mitm.command(
-            "update",
-            offer_json(protocol::sign_update("a guessed key of 32 bytes....", guessed), sum))),
-        Catch::Contains("bad signature"));
+    CHECK_THAT(error_of(mitm.command(
+                   "update", offer_json(protocol::tls::sign(guessed_key,
+                                                            protocol::update_signed_text(guessed)),
+                                        sum))),
+               Catch::Contains("bad signature"));
     protocol::update_offer real{
         PERFWIRE_VERSION ".1", arch, protocol::sha256_hex(later), {}, later.size()};
     const std::string real_signature =
-        protocol::sign_update("the fleet's update key, 32 bytes", real);
+        protocol::tls::sign(fleet_key, protocol::update_signed_text(real));
     CHECK_THAT(error_of(mitm.command("update", offer_json(real_signature, sum))),
                Catch::Contains("bad signature"));
     CHECK_THAT(
@@ -383,7 +388,7 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     relay second(port_of(*keyless));
     dial_through(second);
     CHECK_THAT(error_of(second.command("update", offer_json("", sum))),
-               Catch::Contains("--update-key FILE"));
+               Catch::Contains("--update-pubkey"));
     CHECK_THAT(
         error_of(second.command("update_data", R"({"offset":0,"data":")" +
                                                    protocol::base64_encode(marking) + R"("})")),

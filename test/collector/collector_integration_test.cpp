@@ -1,6 +1,7 @@
 // The real collector with real agents profiling the real demo under real perf.
 #include "protocol/digest.hpp"
 #include "protocol/frame.hpp"
+#include "protocol/tls.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
 #include "support/framing_peer.hpp"
@@ -720,16 +721,18 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     const fs::path exe = bin / "perfwire-agent", listening_exe = bin / "perfwire-agent-listen";
     fs::copy_file(PERFWIRE_AGENT_BIN, exe);
     fs::copy_file(PERFWIRE_AGENT_BIN, listening_exe);
-    // The collector signs updates with its key; each agent was given the same key to check them.
+    // The collector signs updates with its private key; each agent was given the public half.
     const auto key_file = (dir.path / "update.key").string();
-    std::ofstream(key_file) << "the fleet's update key, 32 bytes\n";
+    const std::string pubkey =
+        std::get<protocol::tls::signing_key>(protocol::tls::load_signing_key(key_file, true))
+            .public_key;
 
     // Without a key of its own, the collector sends nothing and says why.
     {
         collector_proc unkeyed(dir.path / "unkeyed",
                                {"--token", code, "--agents-dir", dist.string()});
         spawned keyed(exe.string(), {"--server", "127.0.0.1:" + std::to_string(unkeyed.agent_port),
-                                     "--token", code, "--update-key", key_file});
+                                     "--token", code, "--update-pubkey", pubkey});
         const auto listed = wait_for(unkeyed, "/api/targets", 10s, [](const json::value& v) {
             return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
         });
@@ -755,7 +758,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
         });
         REQUIRE(listed.as_array().size() == 1);
         CHECK_THAT(std::string(listed.as_array()[0].at("update_blocked").as_string()),
-                   Catch::Contains("--update-key"));
+                   Catch::Contains("--update-pubkey"));
         CHECK(http_call(coll.http_port, "POST",
                         "/api/targets/" + std::string(listed.as_array()[0].at("id").as_string()) +
                             "/update",
@@ -767,7 +770,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
               .as_array()
               .empty());
     spawned agent(exe.string(), {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
-                                 "--token", code, "--update-key", key_file});
+                                 "--token", code, "--update-pubkey", pubkey});
     auto targets = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
     });
@@ -814,7 +817,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     }
     spawned listening(listening_exe.string(),
                       {"--listen", "--bind", "127.0.0.1", "--port", std::to_string(fixed_port),
-                       "--token", code, "--update-key", key_file});
+                       "--token", code, "--update-pubkey", pubkey});
     const auto port = listening.wait_for_stderr("listening on 127.0.0.1:", 5s);
     REQUIRE(port);
     const auto dialled = http_call(coll.http_port, "POST", "/api/targets/connect",
@@ -841,7 +844,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     fs::copy_file(PERFWIRE_PYTHON_AGENT, py_exe);
     spawned py(PERFWIRE_PYTHON,
                {py_exe.string(), "--server", "127.0.0.1:" + std::to_string(coll.agent_port),
-                "--token", code, "--update-key", key_file});
+                "--token", code, "--update-pubkey", pubkey});
     auto py_target = [&](const json::value& v) -> const json::value* {
         for (const auto& t : v.as_array())
             if (t.at("update").is_string() && t.at("update").as_string() == PERFWIRE_VERSION ".1" &&

@@ -200,13 +200,16 @@ TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the colle
     }
     std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
 
+    // Over TLS: the board pins the collector's key, and so takes the collector's build without a
+    // signature (its link vouches for it); required TLS refuses any plain agent.
     const std::string token = "cross-update-0123456789abcdef";
-    const auto key_file = (work / "update.key").string();
-    std::ofstream(key_file) << "the boards' update key, 32 bytes\n";
     spawned coll(PERFWIRE_COLLECTOR_BIN,
                  {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
                   "--agent-bind", "127.0.0.1", "--http-port", "0", "--token", token, "--agents-dir",
-                  (work / "dist").string(), "--agent-update-key", key_file});
+                  (work / "dist").string(), "--tls", "--agent-tls", "required"});
+    const auto pin_text = coll.wait_for_stderr("TLS with the key ", 10s);
+    REQUIRE(pin_text);
+    const std::string pin = pin_text->substr(0, pin_text->find(' '));
     const auto agents_port = coll.wait_for_stderr("agents on 127.0.0.1:", 10s);
     const auto http_text = coll.wait_for_stderr("API on http://127.0.0.1:", 10s);
     REQUIRE(agents_port);
@@ -216,13 +219,16 @@ TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the colle
     // --version check and the restart.
     spawned agent(emulator,
                   {exe.string(), "--server", "127.0.0.1:" + std::to_string(std::stoi(*agents_port)),
-                   "--token", token, "--launcher", emulator, "--update-key", key_file});
+                   "--token", token, "--launcher", emulator, "--tls-pin", pin});
     auto targets = poll_json(http, "/api/targets", 60s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("update").is_string();
     });
     INFO(json::serialize(targets) << "\n" << agent.stderr_text() << "\n" << coll.stderr_text());
     REQUIRE(targets.as_array().size() == 1);
     const auto& before = targets.as_array()[0];
+    CHECK(before.at("link").at("encrypted").as_bool());
+    CHECK(before.at("link").at("pinned").as_string() == pin);
+    CHECK(before.at("updates").as_string() == "pinned");
     CHECK(before.at("platform").at("arch").as_string() == "aarch64");
     CHECK(before.at("agent_version").as_string() == PERFWIRE_VERSION);
     const auto updated = http_call(

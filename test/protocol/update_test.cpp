@@ -2,10 +2,14 @@
 // it the same way: its later_version, version rule and signed text against the C++ ones.
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/digest.hpp"
+#include "protocol/tls.hpp"
 #include "protocol/update.hpp"
+#include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,16 +65,39 @@ TEST_CASE("update versions: later by dotted numbers, offered only as dotted numb
     CHECK_FALSE(update_version(std::string(65, '1')));
 }
 
-TEST_CASE("the signed text names every field of an offer, one to a line", "[protocol][update]") {
+TEST_CASE("the signed text names every field of an offer, one to a line; its Ed25519 "
+          "signature holds for that offer and key only",
+          "[protocol][update]") {
     const protocol::update_offer o{"0.1.0.1", "aarch64", std::string(64, 'a'), {}, 1234};
-    CHECK(protocol::update_signed_text(o) == "perfwire-agent-update-v1\narch=aarch64\n"
+    CHECK(protocol::update_signed_text(o) == "perfwire-agent-update-v2\narch=aarch64\n"
                                              "version=0.1.0.1\nsize=1234\nsha256=" +
                                                  std::string(64, 'a') + "\n");
-    auto other = o;
-    other.size = 1235;
-    CHECK(protocol::sign_update("k", o) != protocol::sign_update("k", other));
-    CHECK(protocol::sign_update("k", o) ==
-          protocol::hmac_sha256_hex("k", protocol::update_signed_text(o)));
+    test_support::temp_dir dir;
+    using protocol::tls::signing_key;
+    const auto key = std::get<signing_key>(protocol::tls::load_signing_key(dir.path / "k", true));
+    const auto again = std::get<signing_key>(protocol::tls::load_signing_key(dir.path / "k", true));
+    CHECK(again.public_key == key.public_key); // made once, then loaded
+    const auto owner_only =
+        std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+    CHECK((std::filesystem::status(dir.path / "k").permissions() & std::filesystem::perms::all) ==
+          owner_only);
+    const auto other = std::get<signing_key>(protocol::tls::load_signing_key(dir.path / "o", true));
+    const auto sig = protocol::tls::sign(key, protocol::update_signed_text(o));
+    CHECK(protocol::tls::verify(key.public_key, protocol::update_signed_text(o), sig));
+    auto moved = o;
+    moved.size = 1235;
+    CHECK_FALSE(protocol::tls::verify(key.public_key, protocol::update_signed_text(moved), sig));
+    CHECK_FALSE(protocol::tls::verify(other.public_key, protocol::update_signed_text(o), sig));
+    CHECK_FALSE(protocol::tls::verify(key.public_key, protocol::update_signed_text(o), ""));
+    CHECK_FALSE(protocol::tls::verify("ed25519:AAAA", protocol::update_signed_text(o), sig));
+    CHECK(protocol::tls::parse_public_key(" " + key.public_key + "\n") == key.public_key);
+    CHECK_FALSE(
+        protocol::tls::parse_public_key("ed25519:" + std::string(42, 'A') + "==")); // 31 bytes
+    CHECK_FALSE(protocol::tls::parse_public_key(key.public_key.substr(8)));
+    // Not an Ed25519 key: refused with a reason.
+    std::ofstream(dir.path / "not-a-key") << "hello\n";
+    CHECK(std::holds_alternative<std::string>(
+        protocol::tls::load_signing_key(dir.path / "not-a-key", true)));
 }
 
 TEST_CASE("the Python agent judges update versions and signs offers as the C++ code does",

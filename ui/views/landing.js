@@ -33,11 +33,15 @@ function commands(arch) {
   // This collector asks agents that dial in for its enrollment token (kept in a file here).
   const enroll = status.enrollment ? 'PERFWIRE_ENROLL_TOKEN=TOKEN ' : '';
   const enrollNote = status.enrollment ? ` (TOKEN: the enrollment token in ${status.enrollment_file} on this machine)` : '';
+  // The agent pins this collector's key: the link is encrypted and nobody else can stand in.
+  const pin = status.tls_pin ? ` --tls-pin ${status.tls_pin}` : '';
+  const updates = status.update_pubkey ? ` --update-pubkey ${status.update_pubkey}` : '';
+  const linkNote = status.tls_pin ? ' over TLS, pinned to this collector\'s key' : ' (plain TCP: start the collector with --tls to encrypt it)';
   const block = (title, text) => `<p>${title}</p><pre class="cmd">${esc(text)}</pre><button data-copy>copy</button>`;
   return block('1. Get it onto the device', fetchCmd) +
     block('2. Check it and make it executable', `cd /tmp && echo "${b?.sha256 || 'SHA256'}  perfwire-agent" | sha256sum -c && chmod +x perfwire-agent`) +
-    block(`3. Start it: stream to this collector (the device reaches it)${esc(enrollNote)}`, `${enroll}/tmp/perfwire-agent --server ${collector}:${agentPort} --pid PID`) +
-    block('… or wait for this collector to dial in (Live Debug), behind NAT use ssh -R', '/tmp/perfwire-agent --listen --port 9999   # prints a pairing code') +
+    block(`3. Start it: stream to this collector (the device reaches it)${esc(linkNote)}${esc(enrollNote)}`, `${enroll}/tmp/perfwire-agent --server ${collector}:${agentPort}${pin}${updates} --pid PID`) +
+    block('… or wait for this collector to dial in (Live Debug), behind NAT use ssh -R', `/tmp/perfwire-agent --listen --port 9999${status.tls_pin ? ' --tls' : ''}   # prints a pairing code${status.tls_pin ? ' and its key' : ''}`) +
     block('… or record on the device and import the file on the Sessions tab', '/tmp/perfwire-agent --output /tmp/profile.txt --pid PID --rounds 3');
 }
 
@@ -72,11 +76,16 @@ function targetRow(t) {
   const update = t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>`
     : updating.has(t.id) ? ' <span class="muted">updating…</span>'
     : t.update && t.update_blocked ? ` <span class="muted update-blocked" title="${attr(t.update_blocked)}">${esc(t.update)} available; cannot update: ${esc(t.update_blocked)}</span>`
-    : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device, signed with its --agent-update-key: the agent checks the signature, replaces itself and restarts">update to ${esc(t.update)}</button>`
+    : t.update ? ` <button data-update-target="${attr(t.id)}" data-version="${attr(t.update)}" title="this collector has agent ${attr(t.update)} for this device, signed with its --agent-update-key or sent over the agent's pinned TLS link: the agent checks it, replaces itself and restarts">update to ${esc(t.update)}</button>`
     : '';
+  // Whether the link is encrypted, and which key was pinned (the agent's own check decides).
+  const l = t.link || {};
+  const link = l.encrypted
+    ? ` <span class="link-tls" title="${attr(`${l.tls || 'TLS'}${l.pinned ? `, key pinned: ${l.pinned}` : ''}`)}">🔒 ${esc(l.tls || 'TLS')}</span>`
+    : ' <span class="muted link-plain" title="plain TCP: profiles and commands cross the network readable (collector --tls, agent --tls-pin)">plain TCP</span>';
   return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
-    <td>${esc(t.state)}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`;
+    <td>${esc(t.state)}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`;
 }
 
 export async function render() {

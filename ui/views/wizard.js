@@ -20,8 +20,12 @@ async function busy(button, work) {
 
 async function connect() {
   const host = $('#wz-host').value.trim(), port = Number($('#wz-port').value), token = $('#wz-token').value.trim();
+  const pin = $('#wz-pin').value.trim();
   if (!host || !port) throw new Error('host and port are needed');
-  const t = await api('/api/targets/connect', { method: 'POST', body: token ? { host, port, token } : { host, port } });
+  const body = { host, port };
+  if (token) body.token = token;
+  if (pin) body.pin = pin;
+  const t = await api('/api/targets/connect', { method: 'POST', body });
   state.target = t.id;
   $('#wz-connected').textContent = `${t.hostname || host} · ${t.agent || 'agent'} ${t.agent_version || ''} · ${t.platform?.perf_version || ''}`;
   await loadProcesses();

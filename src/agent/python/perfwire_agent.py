@@ -48,6 +48,10 @@ import sys
 import tempfile
 import threading
 import time
+try:
+    import ssl  # a device's Python may be built without it: TLS is then refused, clearly
+except ImportError:
+    ssl = None
 
 try:
     import ctypes
@@ -89,6 +93,14 @@ def start_thread(target, name=None, args=()):
 def os_message(e):
     """The reason in an OSError, as strerror words ("Connection refused")."""
     return getattr(e, "strerror", None) or str(e)
+
+
+def peer_text(sock):
+    try:
+        address = sock.getpeername()
+    except OSError:
+        return "unknown"
+    return "%s:%d" % address[:2] if isinstance(address, tuple) else "unknown"
 
 
 # ================================================================================ framing
@@ -1856,10 +1868,95 @@ class PairingGuard(object):
 
 
 def update_signed_text(offer):
-    """What an offer's signature is the HMAC-SHA-256 of (protocol/update.hpp): every field that
+    """What an offer's Ed25519 signature is made over (protocol/update.hpp): every field that
     decides what would run."""
-    return "perfwire-agent-update-v1\narch=%s\nversion=%s\nsize=%d\nsha256=%s\n" % (
+    return "perfwire-agent-update-v2\narch=%s\nversion=%s\nsize=%d\nsha256=%s\n" % (
         offer["arch"], offer["version"], offer["size"], offer["sha256"])
+
+
+# ---- Ed25519 signature checks (RFC 8032, section 5.1.7), in Python's own integers: the
+# standard library has none, and a device's Python has no third-party modules. Only public
+# data goes through it (a key, a message and a signature), so its timing reveals nothing.
+ED_P = 2 ** 255 - 19
+ED_L = 2 ** 252 + 27742317777372353535851937790883648493
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+ED_SQRT_M1 = pow(2, (ED_P - 1) // 4, ED_P)
+
+
+def ed_add(a, b):
+    """Sum of two points in extended coordinates (X, Y, Z, T)."""
+    x1, y1, z1, t1 = a
+    x2, y2, z2, t2 = b
+    p = ED_P
+    ra, rb = (y1 - x1) * (y2 - x2) % p, (y1 + x1) * (y2 + x2) % p
+    rc, rd = 2 * t1 * t2 * ED_D % p, 2 * z1 * z2 % p
+    e, f, g, h = rb - ra, rd - rc, rd + rc, rb + ra
+    return (e * f % p, g * h % p, f * g % p, e * h % p)
+
+
+def ed_multiply(k, point):
+    result = (0, 1, 1, 0)  # the neutral element
+    while k:
+        if k & 1:
+            result = ed_add(result, point)
+        point = ed_add(point, point)
+        k >>= 1
+    return result
+
+
+def ed_decode(raw):
+    """The point 32 bytes encode, or None when they encode none."""
+    if len(raw) != 32:
+        return None
+    y = int(binascii.hexlify(raw[::-1]), 16)
+    sign, y = y >> 255, y & ((1 << 255) - 1)
+    if y >= ED_P:
+        return None
+    u, v = (y * y - 1) % ED_P, (ED_D * y * y + 1) % ED_P
+    x = u * pow(v, 3, ED_P) * pow(u * pow(v, 7, ED_P), (ED_P - 5) // 8, ED_P) % ED_P
+    if v * x * x % ED_P == (-u) % ED_P:
+        x = x * ED_SQRT_M1 % ED_P
+    elif v * x * x % ED_P != u:
+        return None
+    if x == 0 and sign:
+        return None
+    if x & 1 != sign:
+        x = ED_P - x
+    return (x, y, 1, x * y % ED_P)
+
+
+ED_BASE = ed_decode(binascii.unhexlify(
+    "5866666666666666666666666666666666666666666666666666666666666666"))
+
+
+def ed25519_verify(public, message, signature):
+    """Whether `signature` (64 bytes) is the key `public` (32 bytes) signing `message`:
+    [S]B = R + [k]A, with S < L (no signature has two forms) and k = SHA-512(R || A || M)."""
+    if len(public) != 32 or len(signature) != 64:
+        return False
+    a, r = ed_decode(public), ed_decode(signature[:32])
+    s = int(binascii.hexlify(signature[32:][::-1]), 16)
+    if a is None or r is None or s >= ED_L:
+        return False
+    k = int(binascii.hexlify(hashlib.sha512(signature[:32] + public + message).digest()[::-1]),
+            16) % ED_L
+    left, right = ed_multiply(s, ED_BASE), ed_add(r, ed_multiply(k, a))
+    return ((left[0] * right[2] - right[0] * left[2]) % ED_P == 0 and
+            (left[1] * right[2] - right[1] * left[2]) % ED_P == 0)
+
+
+def parse_public_key(text):
+    """The 32 bytes of "ed25519:<base64>" as the collector prints it; None otherwise."""
+    text = text.strip()
+    if not text.startswith("ed25519:"):
+        return None
+    try:
+        raw = binascii.a2b_base64(text[len("ed25519:"):].encode("ascii"))
+    except (binascii.Error, ValueError, UnicodeError):
+        return None
+    if len(raw) != 32 or binascii.b2a_base64(raw).strip().decode("ascii") != text[8:]:
+        return None
+    return raw
 
 
 def later_version(candidate, current):
@@ -1893,14 +1990,23 @@ UPDATE_VERSION = re.compile(r"[0-9]{1,18}(\.[0-9]{1,18})*\Z")
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
-def check_offer(offer, key, running):
+def parse_pin(text):
+    """A pin as typed: "sha256:" and 64 hex digits, any case, colons allowed; normalised."""
+    if text[:7].lower() != "sha256:":
+        return None
+    digits = text[7:].replace(":", "").lower()
+    return "sha256:" + digits if re.match(r"[0-9a-f]{64}\Z", digits) else None
+
+
+def check_offer(offer, public_key, pinned, running):
     """Why an update offer is refused ("" if it is not): as the C++ agent judges it. Taken
-    only with a key, signed under it over architecture, version, size and sha256, and later
+    only when signed (Ed25519) by the key of --update-pubkey over architecture, version, size
+    and sha256 or, without one, over a TLS link to a collector this agent pinned; and later
     than `running`; all before a byte of it is run."""
-    if key is None:
-        return ("refused: this agent takes updates only when started with --update-key FILE, "
-                "holding the key its collector signs them with (perfwire-collector "
-                "--agent-update-key)")
+    if public_key is None and not pinned:
+        return ("refused: this agent takes updates signed for its --update-pubkey (the key "
+                "perfwire-collector --agent-update-key prints), or over a TLS link to a "
+                "collector it pinned (--tls-pin); it has neither")
     if offer["arch"] != "python":
         return ("wrong architecture: this agent is built for python, the offered build for "
                 + offer["arch"])
@@ -1911,13 +2017,18 @@ def check_offer(offer, key, running):
     if len(offer["version"]) > 64 or not UPDATE_VERSION.match(offer["version"]):
         return ("version must be dotted numbers (1 to 64 characters, each number at most 18 "
                 "digits)")
-    if not HEX64.match(offer["signature"]):
-        return ("this agent takes only signed updates (--update-key): the offer has no "
+    if public_key is not None and not offer["signature"]:
+        return ("this agent takes only signed updates (--update-pubkey): the offer has no "
                 "signature")
-    want = hmac.new(key, update_signed_text(offer).encode("ascii"), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(want, offer["signature"]):
-        return ("bad signature: the offer (architecture, version, size, sha256) is not signed "
-                "with this agent's --update-key")
+    if public_key is not None:
+        try:
+            signature = binascii.a2b_base64(offer["signature"].encode("ascii"))
+        except (binascii.Error, ValueError, UnicodeError):
+            signature = b""
+        if not ed25519_verify(public_key, update_signed_text(offer).encode("ascii"),
+                              signature):
+            return ("bad signature: the offer (architecture, version, size, sha256) is not "
+                    "signed by the key of this agent's --update-pubkey")
     if not later_version(offer["version"], running):
         return "refused: version %s is not later than this agent's %s" % (offer["version"],
                                                                           running)
@@ -2146,6 +2257,8 @@ class Session(object):
                  "hostname": socket.gethostname(), "platform": platform_info}
         if self.cfg.mode == "server" and self.cfg.enroll:
             hello["enrollment"] = self.cfg.enroll  # only to the collector it was told to dial
+        if self.cfg.mode == "server" and isinstance(self.sock, TlsLink):
+            hello["tls_check"] = self.cfg.tls_pin or "ca"
         self.send_json(hello)
         self.log("connected" + ("" if self.token is None else ", waiting for the pairing code"))
         threads = [start_thread(self._writer, "writer"),
@@ -2341,7 +2454,8 @@ class Session(object):
              "events": list(s.events),
              "capabilities": None if self.caps is None else self.caps.to_json(),
              "probing": self.probing,
-             "update": "signed" if self.update_policy() == "signed" else "refused",
+             "update": (self.update_policy()
+                        if self.update_policy() in ("signed", "pinned") else "refused"),
              "update_policy": self.update_policy()}
         current = self.current
         f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
@@ -2350,15 +2464,21 @@ class Session(object):
 
     # ---- updates over the link: a new version of this script (docs/protocol.md)
 
+    def pinned_link(self):
+        """This agent dialled over TLS and checked the collector's key against its --tls-pin."""
+        return self.cfg.mode == "server" and self.cfg.tls_pin is not None and \
+            isinstance(self.sock, TlsLink)
+
     def update_policy(self):
-        """Which updates this agent takes ("signed"), or why none (protocol/update.hpp)."""
+        """Which updates this agent takes ("signed", "pinned"), or why none
+        (protocol/update.hpp)."""
         if not self.cfg.allow_update:
             return "disabled"
-        if self.token is None:
-            return "needs-pairing"
-        if self.cfg.update_key is None:
-            return "needs-key"
-        return "signed"
+        if self.cfg.update_pubkey is not None:
+            return "signed"
+        if self.pinned_link():
+            return "pinned"
+        return "needs-key"
 
     def _drop_update(self):
         with self.update_lock:
@@ -2370,16 +2490,13 @@ class Session(object):
         self._drop_update()  # an earlier offer's file goes
         if not self.cfg.allow_update:
             return response(rid, error="refused: this agent was started with --no-update")
-        if self.token is None:
-            return response(rid, error="refused: updates need a paired collector, and this "
-                                       "agent was started without a pairing code")
         size = args.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             return response(rid, error="size must be a positive integer")
         offer = dict((k, args.get(k) if isinstance(args.get(k), str) else "")
                      for k in ("version", "arch", "sha256", "signature"))
         offer["size"] = size
-        why = check_offer(offer, self.cfg.update_key, VERSION)
+        why = check_offer(offer, self.cfg.update_pubkey, self.pinned_link(), VERSION)
         path = None
         if not why:
             with self.update_lock:
@@ -2796,6 +2913,167 @@ class Backoff(object):
         self.attempt = 0
 
 
+class TlsLink(object):
+    """TLS over a connected socket, through ssl.MemoryBIO: the session's reader and writer
+    threads share one SSLObject under a lock (OpenSSL's objects are not for two threads at
+    once), and the socket's own reads and writes stay outside it. Records leave in the order
+    they were made: whoever sends takes everything made so far, under the send lock."""
+
+    def __init__(self, sock, context, server_side, timeout=10.0):
+        self.sock = sock
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_side=server_side)
+        self.lock, self.send_lock = threading.Lock(), threading.Lock()
+        deadline = monotonic() + timeout
+        sock.settimeout(timeout)
+        try:
+            while True:
+                try:
+                    with self.lock:
+                        self.obj.do_handshake()
+                    self._flush()
+                    break
+                except ssl.SSLWantReadError:
+                    self._flush()
+                    left = deadline - monotonic()
+                    if left <= 0:
+                        raise OSError(errno.ETIMEDOUT, "no TLS handshake within %d s" % timeout)
+                    sock.settimeout(left)
+                    data = sock.recv(16 << 10)
+                    if not data:
+                        raise OSError(errno.ECONNRESET,
+                                      "the peer closed the connection during the TLS handshake")
+                    with self.lock:
+                        self.incoming.write(data)
+        except socket.timeout:
+            raise OSError(errno.ETIMEDOUT, "no TLS handshake within %d s" % timeout)
+        except ssl.SSLError as e:
+            raise OSError(errno.EPROTO, "TLS handshake failed: %s" % (e.reason or e))
+        finally:
+            sock.settimeout(None)
+        self.version = self.obj.version() or "TLS"
+
+    def peer_pin(self):
+        """"sha256:<hex>" of the certificate the peer presented ("" when none)."""
+        der = self.obj.getpeercert(binary_form=True)
+        return "sha256:" + hashlib.sha256(der).hexdigest() if der else ""
+
+    def _flush(self):
+        with self.send_lock:
+            with self.lock:
+                data = self.outgoing.read()
+            if data:
+                self.sock.sendall(data)
+
+    def sendall(self, data):
+        with self.lock:
+            self.obj.write(data)
+        self._flush()
+
+    def recv(self, n):
+        while True:
+            with self.lock:
+                try:
+                    data = self.obj.read(n)
+                except ssl.SSLWantReadError:
+                    data = None
+                except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                    data = b""
+                except ssl.SSLError as e:
+                    raise OSError(errno.EPROTO, "TLS: %s" % (e.reason or e))
+            self._flush()  # what reading made (TLS 1.3 tickets, key updates) goes out
+            if data is not None:
+                return data
+            raw = self.sock.recv(64 << 10)
+            with self.lock:
+                if raw:
+                    self.incoming.write(raw)
+                else:
+                    self.incoming.write_eof()
+
+    def getpeername(self):
+        return self.sock.getpeername()
+
+    def setsockopt(self, *args):
+        return self.sock.setsockopt(*args)
+
+    def shutdown(self, how):
+        return self.sock.shutdown(how)
+
+    def close(self):
+        return self.sock.close()
+
+
+def tls_context(server):
+    """A context that speaks TLS 1.2 or later (Python 3.5 and on)."""
+    name = "PROTOCOL_TLS_SERVER" if server else "PROTOCOL_TLS_CLIENT"
+    context = ssl.SSLContext(getattr(ssl, name, ssl.PROTOCOL_SSLv23))
+    if hasattr(ssl, "TLSVersion"):
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    else:
+        context.options |= ssl.OP_NO_SSLv2 | ssl.OP_NO_SSLv3 | ssl.OP_NO_TLSv1 | ssl.OP_NO_TLSv1_1
+    return context
+
+
+def tls_client_context(cfg):
+    """The context of a --server agent with --tls-pin (any chain; the pin is checked after the
+    handshake) or --tls-ca (the chain and the host name)."""
+    context = tls_context(server=False)
+    if cfg.tls_ca is not None:
+        context.load_verify_locations(cfg.tls_ca)
+        context.check_hostname, context.verify_mode = True, ssl.CERT_REQUIRED
+    else:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
+def tls_connect(sock, cfg, context):
+    """The TLS link to the collector, checked; raises OSError saying why it is refused."""
+    link = TlsLink(sock, HostContext(context, cfg.server_host), server_side=False)
+    if cfg.tls_pin is not None and link.peer_pin() != cfg.tls_pin:
+        sock.close()
+        raise OSError(errno.EPROTO, "the peer's key is %s, not the pinned %s: refused (a "
+                                    "different collector, or someone in between)"
+                      % (link.peer_pin() or "(none)", cfg.tls_pin))
+    return link
+
+
+class HostContext(object):
+    """An SSLContext whose wrap_bio names the host dialled (for SNI and the CA's name check)."""
+
+    def __init__(self, context, host):
+        self.context, self.host = context, host
+
+    def wrap_bio(self, incoming, outgoing, server_side):
+        return self.context.wrap_bio(incoming, outgoing, server_side=server_side,
+                                     server_hostname=self.host)
+
+
+def load_tls_identity(path):
+    """(server context, pin) for a --listen --tls agent, from `path` holding its key and
+    certificate (PEM). This Python cannot make a key: the file must be there."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (IOError, OSError) as e:
+        raise OSError(e.errno or errno.ENOENT,
+                      "cannot read %s (%s): this Python cannot make a key; make it once with "
+                      "the C++ agent (perfwire-agent --listen --tls --tls-key %s) or with "
+                      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                      "-days 7300 -subj /CN=perfwire-agent -keyout F -out F (F: the file), "
+                      "keys and certificate in one file" % (path, os_message(e), path))
+    match = re.search(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", text, re.S)
+    if not match:
+        raise OSError(errno.EINVAL, "%s holds no certificate" % path)
+    der = ssl.PEM_cert_to_DER_cert(match.group(0))
+    context = tls_context(server=True)
+    try:
+        context.load_cert_chain(path, path)
+    except (ssl.SSLError, OSError) as e:
+        raise OSError(errno.EINVAL, "%s: not a key and its certificate (%s)" % (path, e))
+    return context, "sha256:" + hashlib.sha256(der).hexdigest()
+
+
 def connect(host, port, stop, timeout=10.0):
     """Resolves `host` (on every attempt) and tries each address until one connects."""
     deadline = monotonic() + timeout
@@ -2829,10 +3107,19 @@ def server_mode(cfg, compression, stop):
         failure = None
         try:
             sock = connect(cfg.server_host, cfg.server_port, stop)
+            if cfg.tls_context is not None:
+                try:
+                    sock = tls_connect(sock, cfg, cfg.tls_context)
+                except OSError:
+                    sock.close()
+                    raise
         except (OSError, socket.error) as e:
             failure = os_message(e)
         else:
-            log("connected to collector " + target)
+            log("connected to collector " + target + (
+                " (%s, its key %s)" % (sock.version, "pinned" if cfg.tls_pin else
+                                       "checked by CA") if isinstance(sock, TlsLink)
+                else " (plain TCP)"))
             session = Session(sock, cfg, cfg.token, compression)
             thread = start_thread(session.run, "session")
             while thread.is_alive():
@@ -2854,10 +3141,19 @@ def server_mode(cfg, compression, stop):
 
 
 def listen_mode(cfg, compression, stop):
+    context = None
+    if cfg.listen_tls:
+        try:
+            context, pin = load_tls_identity(cfg.tls_key)
+        except OSError as e:
+            log("cannot set up TLS: " + os_message(e))
+            return 1
     token = cfg.token or ""
     if not token:
         token = generate_typeable_code()
         log("pairing code: " + token)
+    if context is not None:
+        log("this device's key: %s (give it to the collector with the pairing code)" % pin)
     family = None
     for fam in (socket.AF_INET, socket.AF_INET6):
         try:
@@ -2910,6 +3206,15 @@ def listen_mode(cfg, compression, stop):
             time.sleep(0.1)
             continue
         conn.settimeout(None)
+        if context is not None:
+            # One connection without the code at a time, so its handshake may hold the
+            # listener: it has 10 s, as the code has.
+            try:
+                conn = TlsLink(conn, context, server_side=True)
+            except OSError as e:
+                log("[%s] %s; closing" % (peer_text(conn), os_message(e)))
+                conn.close()
+                continue
         session = Session(conn, cfg, token, compression, on_authenticated, guard)
         unsettled = session
         sessions = [s for s in sessions if not s.finished.is_set()] + [session]
@@ -3009,8 +3314,22 @@ Modes (exactly one):
   --allow-kallsyms      send this device's kernel symbols (/proc/kallsyms) when
                         the collector asks, to name kernel frames perf could 
                         not
-  --update-key arg      take updates over the link only when signed 
-                        (HMAC-SHA-256) with the key in this file
+  --tls-pin arg         --server: encrypt the link (TLS) and take only the 
+                        collector whose key is this sha256:… (it prints it at
+                        start; the UI's commands carry it)
+  --tls-ca arg          --server: encrypt the link and take a collector whose 
+                        certificate chains to this CA file (PEM) and names the 
+                        host dialled
+  --tls                 --listen: encrypt the link with this device's key; its 
+                        sha256 is printed with the pairing code, for the 
+                        collector to pin
+  --tls-key arg         --listen --tls: where this device's key and certificate
+                        are kept (made on the first start; default 
+                        /var/lib/perfwire-agent/tls.pem)
+  --update-pubkey arg   take updates over the link only when signed by this 
+                        key: ed25519:… as the collector prints it, or a file 
+                        holding it
+  --update-key arg      the same as --update-pubkey (older name)
   --no-update           refuse updates over the link
   --launcher arg        run new agent builds through this program (an emulator 
                         or loader) to check and restart them
@@ -3019,9 +3338,10 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "update-key",
-           "no-update", "launcher", "version", "help"]
-FLAGS = ("listen", "allow-kallsyms", "no-update", "version", "help")  # without a value
+           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
+           "version", "help"]
+FLAGS = ("listen", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
             "duration": "8", "perf": "perf"}
@@ -3127,17 +3447,36 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     c.allow_kallsyms = "allow-kallsyms" in values
     c.allow_update = "no-update" not in values
-    c.update_key = None
-    if "update-key" in values:
-        try:
-            with open(values["update-key"], "rb") as f:
-                key = f.read().rstrip(b"\r\n")
-        except (IOError, OSError):
-            raise usage("cannot read --update-key " + values["update-key"])
-        if len(key) < 16:
-            raise usage("--update-key %s must hold at least 16 bytes of key"
-                        % values["update-key"])
-        c.update_key = key
+    c.update_pubkey = None
+    for name in ("update-pubkey", "update-key"):
+        if name not in values or c.update_pubkey is not None:
+            continue
+        text = values[name]
+        if not text.startswith("ed25519:"):
+            try:
+                with open(text) as f:
+                    text = f.read(4096)
+            except (IOError, OSError, UnicodeError):
+                raise usage("cannot read --%s %s" % (name, values[name]))
+        c.update_pubkey = parse_public_key(text)
+        if c.update_pubkey is None:
+            raise usage("--%s takes the collector's update key as it prints it (ed25519: and "
+                        "44 characters of base64), or a file holding it" % name)
+    c.tls_pin = None
+    if "tls-pin" in values:
+        c.tls_pin = parse_pin(values["tls-pin"])
+        if c.tls_pin is None:
+            raise usage("--tls-pin takes sha256: and 64 hex digits, as the collector prints it")
+    c.tls_ca = values.get("tls-ca")
+    if (c.tls_pin or c.tls_ca) and c.mode != "server":
+        raise usage("--tls-pin and --tls-ca are for --server (a --listen agent uses --tls)")
+    if c.tls_pin and c.tls_ca:
+        raise usage("give --tls-pin or --tls-ca, not both")
+    c.listen_tls = "tls" in values
+    if c.listen_tls and c.mode != "listen":
+        raise usage("--tls is for --listen (a --server agent uses --tls-pin or --tls-ca)")
+    c.tls_key = values.get("tls-key", "/var/lib/perfwire-agent/tls.pem")
+    c.tls_context = None
     c.launcher = values.get("launcher", "")
     c.argv = list(argv)
     if c.token is not None and code_strength_bits(c.token) < MIN_CODE_BITS:
@@ -3213,7 +3552,18 @@ def run_mode(cfg, stop):
         log(problem)
         return 2
     log("compression: " + compression.name)
+    if (cfg.tls_pin or cfg.tls_ca or cfg.listen_tls) and \
+            (ssl is None or not hasattr(ssl, "MemoryBIO")):
+        log("this Python cannot speak TLS (no ssl module, or one older than Python 3.5): it "
+            "refuses to run the link in the clear when told to encrypt it")
+        return 2
     if cfg.mode == "server":
+        if cfg.tls_pin or cfg.tls_ca:
+            try:
+                cfg.tls_context = tls_client_context(cfg)
+            except (ssl.SSLError, OSError) as e:
+                log("cannot load the CA file %s: %s" % (cfg.tls_ca, os_message(e)))
+                return 2
         return server_mode(cfg, compression, stop)
     return listen_mode(cfg, compression, stop)
 

@@ -7,7 +7,9 @@
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
+#include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/tls.hpp"
 #include "protocol/update.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -43,7 +45,7 @@ std::string known_callgraph(std::string_view mode) {
 
 // The next frame; with a `deadline` (before the hello), timed_out once it passes.
 asio::awaitable<boost::system::result<protocol::frame>>
-next_frame(protocol::frame_reader<tcp::socket>& frames, asio::steady_timer* deadline) {
+next_frame(protocol::frame_reader<protocol::link_stream>& frames, asio::steady_timer* deadline) {
     if (!deadline)
         co_return co_await frames.next();
     auto r = co_await (frames.next() || deadline->async_wait(use_nothrow));
@@ -107,21 +109,30 @@ private:
 
 } // namespace
 
-agent_link::agent_link(tcp::socket socket, app_context& app, std::string target_id,
-                       std::optional<std::string> token, bool dialled)
-    : socket_(std::move(socket))
+agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_context& app,
+                       std::string target_id, std::optional<std::string> token, bool dialled)
+    : stream_(std::move(stream))
+    , ex_(stream_->get_executor())
     , app_(app)
     , id_(std::move(target_id))
     , token_(std::move(token))
     , dialled_(dialled)
-    , wake_writer_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , settled_(socket_.get_executor(), asio::steady_timer::time_point::max())
-    , digested_(socket_.get_executor(), asio::steady_timer::time_point::max()) {
+    , wake_writer_(ex_, asio::steady_timer::time_point::max())
+    , settled_(ex_, asio::steady_timer::time_point::max())
+    , digested_(ex_, asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
-    const auto ep = socket_.remote_endpoint(ec);
+    const auto ep = stream_->socket().remote_endpoint(ec);
     peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    socket_.set_option(asio::socket_base::keep_alive(true), ec);
+    stream_->socket().set_option(asio::socket_base::keep_alive(true), ec);
     connected_at_ = wall_seconds();
+}
+
+agent_link::~agent_link() = default;
+
+std::optional<std::string> agent_link::dial_pin() const {
+    if (!dialled_ || !stream_->encrypted())
+        return std::nullopt;
+    return stream_->peer_pin();
 }
 
 json::object agent_link::describe() const {
@@ -154,8 +165,19 @@ json::object agent_link::describe() const {
     o["state"] = protocol::to_string(state_);
     o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
     o["connected_at"] = connected_at_;
+    // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
+    // agent's), else the one the agent says it checked the collector's against.
+    json::object link;
+    link["encrypted"] = stream_->encrypted();
+    link["tls"] = stream_->encrypted() ? json::value(stream_->tls_version()) : json::value(nullptr);
+    std::string pinned = dialled_ ? stream_->peer_pin() : std::string();
+    if (!dialled_ && stream_->encrypted() && hello_ && hello_->tls_check)
+        pinned = *hello_->tls_check;
+    link["pinned"] = pinned.empty() ? json::value(nullptr) : json::value(pinned);
+    o["link"] = std::move(link);
     const auto* offer = offered_update();
     o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
+    o["updates"] = hello_ && hello_->updates ? json::value(*hello_->updates) : json::value(nullptr);
     const auto blocked = offer ? update_blocked() : std::string();
     o["update_blocked"] = blocked.empty() ? json::value(nullptr) : json::value(blocked);
     if (updating_) {
@@ -187,21 +209,26 @@ const agent_binary* agent_link::offered_update() const {
 std::string agent_link::update_blocked() const {
     const std::string policy = hello_ ? hello_->updates.value_or("") : "";
     if (policy == protocol::updates::needs_key)
-        return "the agent takes updates only when started with --update-key (the key this "
-               "collector signs them with, --agent-update-key)";
+        return "the agent takes updates only signed for its --update-pubkey (the key this "
+               "collector's --agent-update-key prints), or over TLS to a collector it pinned "
+               "(--tls-pin)";
+    if (policy == protocol::updates::cannot_verify)
+        return "the agent cannot check update signatures (its Python has no Ed25519): it takes "
+               "updates only over TLS to a collector it pinned (--tls-pin)";
     if (policy == protocol::updates::disabled)
         return "the agent was started with --no-update";
     if (policy == protocol::updates::needs_pairing)
-        return "the agent takes updates only from a collector it paired with: start it with a "
-               "pairing code (--token)";
-    if (!app_.cfg.update_key)
-        return "this collector signs agent updates only with --agent-update-key";
+        return "the agent (an older build) takes updates only from a collector it paired with";
+    if (policy == protocol::updates::signed_only && !app_.update_key)
+        return "the agent takes only signed updates, and this collector signs them only with "
+               "--agent-update-key";
+    if (policy != protocol::updates::signed_only && policy != protocol::updates::pinned)
+        return "the agent did not say how it takes updates";
     return {};
 }
 
 asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::string bytes,
-                                                          std::string sum,
-                                                          std::optional<std::string> key) {
+                                                          std::string sum) {
     auto self = shared_from_this();
     if (updating_)
         co_return command_response::failure("", "an update to " + updating_->version +
@@ -209,16 +236,19 @@ asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::s
     if (sum != b.sha256)
         co_return command_response::failure("", b.file + " does not match its .sha256 (" + sum +
                                                     "): not sent");
-    if (!key)
-        co_return command_response::failure("", "this collector signs agent updates only with "
-                                                "--agent-update-key: not sent");
+    if (const auto why = update_blocked(); !why.empty())
+        co_return command_response::failure("", why + ": not sent");
     protocol::update_offer signed_offer{b.version, b.arch, sum, {}, bytes.size()};
     json::object offer;
     offer["version"] = b.version;
     offer["arch"] = b.arch;
     offer["size"] = static_cast<std::int64_t>(bytes.size());
     offer["sha256"] = sum;
-    offer["signature"] = protocol::sign_update(*key, signed_offer);
+    // Signed whenever this collector has a key: a pinned agent takes it either way.
+    offer["signature"] =
+        app_.update_key
+            ? protocol::tls::sign(*app_.update_key, protocol::update_signed_text(signed_offer))
+            : std::string();
     log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
                    " bytes)");
     updating_ = update_progress{b.version, bytes.size(), 0, false};
@@ -267,9 +297,7 @@ void agent_link::close() {
     if (closed_)
         return;
     closed_ = true;
-    boost::system::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    stream_->close();
     wake_writer_.cancel();
     digested_.cancel();
     settled_.cancel();
@@ -280,11 +308,55 @@ void agent_link::close() {
 asio::awaitable<void> agent_link::run() {
     auto self = shared_from_this();
     const auto end = app_.stops.on_stop([this] { close(); });
-    log(peer_, "agent connected (" + id_ + ")");
+    if (!dialled_ && !co_await open_link()) {
+        close();
+        finish_session();
+        co_return;
+    }
+    log(peer_, "agent connected (" + id_ +
+                   (stream_->encrypted() ? ", " + stream_->tls_version() : ", plain TCP") + ")");
     co_await (reader() && writer());
     close();
     finish_session();
     log(peer_, "agent disconnected (" + id_ + ")");
+}
+
+asio::awaitable<bool> agent_link::open_link() {
+    // The agent speaks first either way: a TLS ClientHello, or its hello frame. 10 s for the
+    // first byte and the handshake, then the hello has its own 10 s.
+    asio::steady_timer deadline(ex_, std::chrono::seconds(10));
+    auto r = co_await (stream_->peer_opens_tls() || deadline.async_wait(use_nothrow));
+    if (r.index() == 1) {
+        log(peer_, "no hello within 10 s; closing");
+        co_return false;
+    }
+    const auto [ec, tls] = std::get<0>(r);
+    if (ec) {
+        if (!protocol::peer_went_away(ec) && ec != asio::error::operation_aborted)
+            log(peer_, "read: " + ec.message());
+        co_return false;
+    }
+    if (!tls) {
+        if (!app_.agent_tls_required)
+            co_return true;
+        log(peer_, "a plain TCP agent, and this collector takes only TLS ones (--agent-tls "
+                   "required): start it with --tls-pin " +
+                       app_.tls_pin + "; closing");
+        co_return false;
+    }
+    if (!app_.agent_tls) {
+        log(peer_, "the agent opens with TLS and this collector was not started with --tls; "
+                   "closing");
+        co_return false;
+    }
+    const auto left = deadline.expiry() - asio::steady_timer::clock_type::now();
+    const auto limit = std::max(left, left.zero());
+    const auto why = co_await stream_->accept_tls(app_.agent_tls, limit);
+    if (!why.empty()) {
+        log(peer_, why + "; closing");
+        co_return false;
+    }
+    co_return true;
 }
 
 asio::awaitable<void> agent_link::writer() {
@@ -293,7 +365,8 @@ asio::awaitable<void> agent_link::writer() {
             co_await wake_writer_.async_wait(use_nothrow);
             continue;
         }
-        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_.front()), use_nothrow);
+        auto [ec, n] =
+            co_await asio::async_write(*stream_, asio::buffer(out_.front()), use_nothrow);
         if (ec) {
             close();
             break;
@@ -305,10 +378,10 @@ asio::awaitable<void> agent_link::writer() {
 asio::awaitable<void> agent_link::reader() {
     // The first frame (the hello) may be no larger than a hello: refused on its 5-byte header,
     // so a peer that has not introduced itself cannot make the collector hold more than that.
-    protocol::frame_reader<tcp::socket> frames(socket_, protocol::collector_max_frame, 64 << 10,
-                                               protocol::hello_max_frame);
+    protocol::frame_reader<protocol::link_stream> frames(*stream_, protocol::collector_max_frame,
+                                                         64 << 10, protocol::hello_max_frame);
     // A peer that says nothing is dropped after 10 s.
-    asio::steady_timer hello_deadline(socket_.get_executor(), std::chrono::seconds(10));
+    asio::steady_timer hello_deadline(ex_, std::chrono::seconds(10));
     while (!closed_) {
         while (undigested_bytes_ > max_undigested_bytes && !closed_) {
             digested_.expires_at(asio::steady_timer::time_point::max());
@@ -319,7 +392,10 @@ asio::awaitable<void> agent_link::reader() {
         if (!f) {
             if (f.error() == asio::error::timed_out)
                 log(peer_, "no hello within 10 s; closing");
-            else if (auto why = protocol::read_end_reason(f.error()); !why.empty())
+            else if (auto why = protocol::peer_went_away(f.error())
+                                    ? std::string()
+                                    : protocol::read_end_reason(f.error());
+                     !why.empty())
                 log(peer_, why);
             break;
         }
@@ -378,7 +454,7 @@ void agent_link::on_hello(protocol::frame&& f) {
         state_ = agent_state::authenticating;
         auto self = shared_from_this();
         asio::co_spawn(
-            socket_.get_executor(),
+            ex_,
             [self]() -> asio::awaitable<void> {
                 json::object args;
                 args["token"] = *self->token_;
@@ -416,7 +492,7 @@ void agent_link::give_kernel_symbols() {
     kernel_.asked = true;
     auto self = shared_from_this();
     asio::co_spawn(
-        socket_.get_executor(),
+        ex_,
         [self]() -> asio::awaitable<void> {
             const auto r = co_await self->command("kallsyms", {});
             auto& k = self->kernel_;
@@ -574,7 +650,7 @@ agent_link::command(std::string cmd, json::object args,
     std::optional<int> asked_pid; // a start names the process it profiles
     if (const auto* p = args.if_contains("pid"); p && p->is_int64())
         asked_pid = static_cast<int>(p->as_int64());
-    asio::steady_timer timer(socket_.get_executor(), timeout ? *timeout : deadline_for(cmd));
+    asio::steady_timer timer(ex_, timeout ? *timeout : deadline_for(cmd));
     pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid};
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
     co_await timer.async_wait(use_nothrow);
@@ -648,7 +724,7 @@ void agent_link::finish_session() {
 
 asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration timeout) {
     auto self = shared_from_this();
-    asio::steady_timer deadline(socket_.get_executor(), timeout);
+    asio::steady_timer deadline(ex_, timeout);
     while (!closed_ && pending_ready()) {
         auto r = co_await (settled_.async_wait(use_nothrow) || deadline.async_wait(use_nothrow));
         if (r.index() == 1)
@@ -686,7 +762,8 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
             continue;
         }
         const std::string id = "t" + std::to_string(app.next_target++);
-        auto link = std::make_shared<agent_link>(std::move(socket), app, id, app.cfg.token);
+        auto link = std::make_shared<agent_link>(
+            std::make_unique<protocol::link_stream>(std::move(socket)), app, id, app.cfg.token);
         app.targets[id] = link;
         asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
             if (e)
@@ -695,8 +772,10 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
     }
 }
 
-asio::awaitable<std::pair<std::string, std::string>>
-dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token) {
+asio::awaitable<std::pair<std::string, std::string>> dial_agent(app_context& app, std::string host,
+                                                                std::string port,
+                                                                std::optional<std::string> token,
+                                                                std::optional<std::string> pin) {
     if (app.stops.stopping())
         co_return std::make_pair(std::string(), std::string("the collector is stopping"));
     auto ex = co_await asio::this_coro::executor;
@@ -723,8 +802,23 @@ dial_agent(app_context& app, std::string host, std::string port, std::optional<s
     if (auto ec = std::get<0>(std::get<0>(r)))
         co_return std::make_pair(std::string(),
                                  "cannot connect to " + host + ":" + port + ": " + ec.message());
+    auto stream = std::make_unique<protocol::link_stream>(std::move(socket));
+    if (pin) {
+        // The agent's key must be the one its owner read off the device: a man in the middle
+        // presents another and is refused before the pairing code is sent.
+        const protocol::peer_check check{pin, std::nullopt, host};
+        auto ctx = protocol::client_context(check);
+        auto closing = app.stops.on_stop([&stream] { stream->close(); });
+        const auto context = std::get<std::shared_ptr<asio::ssl::context>>(std::move(ctx));
+        const auto limit = std::chrono::seconds(10);
+        const auto why = co_await stream->connect_tls(context, check, limit);
+        if (!why.empty()) {
+            stream->close();
+            co_return std::make_pair(std::string(), host + ":" + port + ": " + why);
+        }
+    }
     const std::string id = "t" + std::to_string(app.next_target++);
-    auto link = std::make_shared<agent_link>(std::move(socket), app, id,
+    auto link = std::make_shared<agent_link>(std::move(stream), app, id,
                                              token ? token : app.cfg.token, true);
     link->set_dial_address(host, port);
     app.targets[id] = link;

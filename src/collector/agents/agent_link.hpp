@@ -24,6 +24,10 @@
 #include <string>
 #include <vector>
 
+namespace protocol {
+class link_stream;
+}
+
 namespace collector {
 
 class agent_link : public std::enable_shared_from_this<agent_link> {
@@ -33,8 +37,11 @@ public:
     // profiling — the answer to a `start`, or the notice of an agent started with --pid — or
     // with its first data, and ends when the agent goes idle (stopped, or the target exited)
     // or leaves.
-    agent_link(asio::ip::tcp::socket socket, app_context& app, std::string target_id,
-               std::optional<std::string> token, bool dialled = false);
+    // `stream`: an accepted connection (TLS or plain is decided by run(), as the agent opens),
+    // or, dialled, one whose TLS (if any) is already up.
+    agent_link(std::unique_ptr<protocol::link_stream> stream, app_context& app,
+               std::string target_id, std::optional<std::string> token, bool dialled = false);
+    ~agent_link();
 
     // Serves the connection until it closes; the live session then becomes a saved one.
     asio::awaitable<void> run();
@@ -52,10 +59,10 @@ public:
     // Pushes build `b` (its bytes, whose SHA-256 the caller computed off the I/O thread) to
     // the agent: the offer, the pieces, then the apply. The agent's answer to the apply (it
     // then restarts into the new build), or the first refusal (the old agent keeps running).
-    // `key`: sign the offer with it. Meanwhile the target's description says how far it got.
+    // Signed with the collector's --agent-update-key when it has one (an agent pinned over TLS
+    // takes it unsigned too). Meanwhile the target's description says how far it got.
     asio::awaitable<protocol::command_response> push_update(agent_binary b, std::string bytes,
-                                                            std::string sha256,
-                                                            std::optional<std::string> key);
+                                                            std::string sha256);
     // The build this collector has for the agent's architecture when it is later than the
     // agent's version.
     const agent_binary* offered_update() const;
@@ -71,6 +78,8 @@ public:
     const std::string& dial_host() const noexcept { return dial_host_; }
     const std::string& dial_port() const noexcept { return dial_port_; }
     const std::optional<std::string>& token() const noexcept { return token_; }
+    // The agent's key this collector pinned when it dialled over TLS (nothing: plain).
+    std::optional<std::string> dial_pin() const;
     bool closed() const noexcept { return closed_; }
 
     const std::string& id() const noexcept { return id_; }
@@ -94,7 +103,9 @@ private:
     void send(const std::string& payload);
     void give_kernel_symbols(); // asks the agent once; each run's session gets the answer
 
-    asio::ip::tcp::socket socket_;
+    asio::awaitable<bool> open_link(); // an accepted connection: TLS or plain, as policy allows
+    std::unique_ptr<protocol::link_stream> stream_;
+    asio::any_io_executor ex_;
     app_context& app_;
     std::string id_;
     std::optional<std::string> token_;
@@ -163,9 +174,11 @@ std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& ap
 // Accepts agents until the acceptor closes.
 asio::awaitable<void> accept_agents(app_context& app, asio::ip::tcp::acceptor& acceptor);
 
-// Dials a listening agent and serves it like an inbound one (the Live Debug wizard). Returns
+// Dials a listening agent and serves it like an inbound one (the Live Debug wizard); with a
+// `pin` over TLS, refusing any agent whose certificate is not that one. Returns
 // the target id once the connection is up and authenticated, or an error message.
 asio::awaitable<std::pair<std::string, std::string>>
-dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token);
+dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token,
+           std::optional<std::string> pin = std::nullopt);
 
 } // namespace collector

@@ -119,9 +119,9 @@ std::optional<std::string> token_in_query(std::string_view target) {
     return std::nullopt;
 }
 
-std::string sign_in_cookie(std::string_view token) {
+std::string sign_in_cookie(std::string_view token, bool secure) {
     return std::string(token_cookie) + "=" + std::string(token) +
-           "; Path=/; HttpOnly; SameSite=Strict";
+           "; Path=/; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "");
 }
 
 } // namespace collector

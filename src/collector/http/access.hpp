@@ -29,7 +29,8 @@ std::optional<std::string> token_in_query(std::string_view target);
 
 // The Set-Cookie value that signs a browser in: HttpOnly (no script reads it) and
 // SameSite=Strict (no other site's page sends it).
-std::string sign_in_cookie(std::string_view token);
+// `secure`: served over HTTPS, so the browser never sends it over plain HTTP.
+std::string sign_in_cookie(std::string_view token, bool secure = false);
 
 // A token is 16 to 256 visible ASCII characters, none of which needs quoting in a cookie.
 bool valid_token(std::string_view token);

@@ -63,10 +63,13 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
 // Streams with a deadline (beast::tcp_stream) get it reset before each read or write; others
 // (test streams) have none.
+// (Over TLS, the deadline and the socket are the lowest layer's.)
 template <class Stream>
 void arm_timeout(Stream& stream, std::chrono::seconds timeout) {
     if constexpr (requires { stream.expires_after(timeout); })
         stream.expires_after(timeout);
+    else if constexpr (requires { stream.next_layer().expires_after(timeout); })
+        stream.next_layer().expires_after(timeout);
 }
 
 template <class Stream>
@@ -74,6 +77,8 @@ void close_stream(Stream& stream) {
     boost::system::error_code ignored;
     if constexpr (requires { stream.socket(); })
         stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    else if constexpr (requires { stream.next_layer().socket(); })
+        stream.next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     else
         stream.close();
 }
@@ -112,6 +117,8 @@ asio::awaitable<void> watch_for_close(Stream& stream) {
     for (;;) {
         if constexpr (requires { stream.expires_never(); })
             stream.expires_never(); // the writer re-arms the deadline for its own writes
+        else if constexpr (requires { stream.next_layer().expires_never(); })
+            stream.next_layer().expires_never();
         auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch.data(), scratch.size()),
                                                        use_nothrow);
         if (ec)

@@ -8,6 +8,7 @@
 #include "collector/http/views.hpp"
 #include "collector/live_session.hpp"
 #include "protocol/digest.hpp"
+#include "protocol/tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -226,7 +227,8 @@ std::optional<http_response> check_access(const app_context& app, const http_req
     const bool upgrade = boost::beast::iequals(req[http::field::upgrade], "websocket");
     if (changes || upgrade) {
         const auto origin = req[http::field::origin];
-        if (!origin.empty() && origin != "http://" + std::string(host))
+        const std::string scheme = app.http_tls ? "https://" : "http://";
+        if (!origin.empty() && origin != scheme + std::string(host))
             return make_error(req, http::status::forbidden, "bad_origin",
                               upgrade ? "a live stream must be opened by the collector's own page"
                                       : "requests that change state must come from the "
@@ -272,15 +274,21 @@ asio::awaitable<http_response> get_status(request_context& c) {
     auto& app = c.app;
     const auto uptime =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - app.started).count();
-    co_return make_json(c.req, http::status::ok,
-                        json::object{{"version", PERFWIRE_VERSION},
-                                     {"uptime_sec", uptime},
-                                     {"agent_listener", app.agent_listen_address},
-                                     {"targets", introduced_agents(app).size()},
-                                     {"sessions", app.store.count()},
-                                     {"token_file", app.api_token_file},
-                                     {"enrollment", !app.enrollment.empty()},
-                                     {"enrollment_file", app.enrollment_file}});
+    co_return make_json(
+        c.req, http::status::ok,
+        json::object{{"version", PERFWIRE_VERSION},
+                     {"uptime_sec", uptime},
+                     {"agent_listener", app.agent_listen_address},
+                     {"targets", introduced_agents(app).size()},
+                     {"sessions", app.store.count()},
+                     {"token_file", app.api_token_file},
+                     {"enrollment", !app.enrollment.empty()},
+                     {"enrollment_file", app.enrollment_file},
+                     // The agent link's key (agents pin it), null: plain only.
+                     {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
+                     {"agent_tls_required", app.agent_tls_required},
+                     {"update_pubkey", app.update_key ? json::value(app.update_key->public_key)
+                                                      : json::value(nullptr)}});
 }
 
 asio::awaitable<http_response> get_config(request_context& c) {
@@ -359,14 +367,21 @@ asio::awaitable<http_response> connect_target(request_context& c) {
     if (!host || !host->is_string() || !port || !(port->is_int64() || port->is_string()))
         co_return make_error(c.req, http::status::bad_request, "bad_request",
                              "body must be {\"host\": string, \"port\": number, "
-                             "\"token\"?: string}");
-    std::optional<std::string> token;
+                             "\"token\"?: string, \"pin\"?: \"sha256:…\"}");
+    std::optional<std::string> token, pin;
     if (const auto* t = body->if_contains("token"); t && t->is_string())
         token = std::string(t->as_string());
+    if (const auto* p = body->if_contains("pin"); p && p->is_string() && !p->as_string().empty()) {
+        pin = protocol::tls::parse_pin(p->as_string());
+        if (!pin)
+            co_return make_error(c.req, http::status::bad_request, "bad_pin",
+                                 "the agent's key is sha256: and 64 hex digits, as the agent "
+                                 "printed it with its pairing code");
+    }
     const std::string port_text =
         port->is_int64() ? std::to_string(port->as_int64()) : std::string(port->as_string());
     std::string host_name(host->as_string()); // (a local: GCC 12 and temporaries in co_await)
-    auto dialled = co_await dial_agent(c.app, std::move(host_name), port_text, token);
+    auto dialled = co_await dial_agent(c.app, std::move(host_name), port_text, token, pin);
     if (dialled.first.empty())
         co_return make_error(c.req, http::status::bad_gateway, "connect_failed", dialled.second);
     json::object out;
@@ -454,8 +469,7 @@ asio::awaitable<http_response> update_target(request_context& c) {
     const auto now = link->describe();
     const std::string from =
         now.at("agent_version").is_string() ? std::string(now.at("agent_version").as_string()) : "";
-    auto r = co_await link->push_update(b, std::move(build->first), std::move(build->second),
-                                        c.app.cfg.update_key);
+    auto r = co_await link->push_update(b, std::move(build->first), std::move(build->second));
     json::object out;
     out["ok"] = r.ok;
     out["from"] = from;
@@ -469,6 +483,7 @@ asio::awaitable<http_response> update_target(request_context& c) {
         // The agent listens again once restarted: wait for this link to end, then dial.
         const std::string host = link->dial_host(), port = link->dial_port();
         const auto token = link->token();
+        const auto pin = link->dial_pin();
         asio::steady_timer t(co_await asio::this_coro::executor);
         for (int i = 0; i < 100 && !link->closed() && !c.app.stops.stopping(); ++i) {
             t.expires_after(std::chrono::milliseconds(100));
@@ -476,7 +491,7 @@ asio::awaitable<http_response> update_target(request_context& c) {
         }
         std::pair<std::string, std::string> again;
         for (int attempt = 0; attempt < 30 && !c.app.stops.stopping(); ++attempt) {
-            again = co_await dial_agent(c.app, host, port, token);
+            again = co_await dial_agent(c.app, host, port, token, pin);
             if (!again.first.empty() || c.app.stops.stopping())
                 break;
             t.expires_after(std::chrono::seconds(1));

@@ -5,10 +5,14 @@
 #include "collector/http/events.hpp"
 #include "collector/log.hpp"
 #include "protocol/error.hpp"
+#include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 namespace collector {
 namespace beast = boost::beast;
@@ -55,7 +59,8 @@ http_response ui_response(app_context& app, const http_request& req) {
         res.set(http::field::cache_control, "no-store");
         if (protocol::constant_time_equal(app.api_token, *presented)) {
             res.result(http::status::see_other);
-            res.set(http::field::set_cookie, sign_in_cookie(app.api_token));
+            res.set(http::field::set_cookie,
+                    sign_in_cookie(app.api_token, app.http_tls != nullptr));
             res.set(http::field::location, "/");
         } else {
             res.result(http::status::unauthorized);
@@ -82,6 +87,8 @@ http_response ui_response(app_context& app, const http_request& req) {
 
 template asio::awaitable<void> serve_connection(app_context&, beast::tcp_stream&,
                                                 connection_limits);
+template asio::awaitable<void> serve_connection(app_context&, beast::ssl_stream<beast::tcp_stream>&,
+                                                connection_limits);
 
 namespace {
 
@@ -89,6 +96,17 @@ asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
     // A stop ends the connection wherever it is: reading a request, streaming events, or
     // reading an import's body (whose import is then dropped).
     const auto end = app.stops.on_stop([&stream] { stream.close(); });
+    co_await serve_connection(app, stream);
+}
+
+// --http-tls: the handshake (10 s), then the same connection over TLS.
+asio::awaitable<void> https_session(app_context& app, beast::tcp_stream tcp) {
+    beast::ssl_stream<beast::tcp_stream> stream(std::move(tcp), *app.http_tls);
+    const auto end = app.stops.on_stop([&stream] { beast::get_lowest_layer(stream).close(); });
+    beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(10));
+    auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, use_nothrow);
+    if (ec)
+        co_return; // a browser that refused the certificate, a scanner: nothing to say
     co_await serve_connection(app, stream);
 }
 
@@ -102,12 +120,16 @@ asio::awaitable<void> serve_http(app_context& app, tcp::acceptor& acceptor) {
                 co_return;
             continue;
         }
-        asio::co_spawn(acceptor.get_executor(),
-                       http_session(app, beast::tcp_stream(std::move(socket))),
-                       [](std::exception_ptr e) {
-                           if (e)
-                               log("HTTP connection failed: " + protocol::describe(e));
-                       });
+        auto failed = [](std::exception_ptr e) {
+            if (e)
+                log("HTTP connection failed: " + protocol::describe(e));
+        };
+        if (app.http_tls)
+            asio::co_spawn(acceptor.get_executor(),
+                           https_session(app, beast::tcp_stream(std::move(socket))), failed);
+        else
+            asio::co_spawn(acceptor.get_executor(),
+                           http_session(app, beast::tcp_stream(std::move(socket))), failed);
     }
 }
 

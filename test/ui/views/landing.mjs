@@ -86,30 +86,42 @@ export async function updateAgent(t) {
   writeFileSync(`${later}.version`, `${laterVersion}\n`);
   copyFileSync(bin('agent/perfwire-agent'), join(upd, 'bin', 'perfwire-agent'));
   const pairing = '00112233445566778899aabbccddeeff';
-  // Updates are signed with the collector's key and checked with the same key on the device.
+  // Updates are signed with the collector's Ed25519 key (made at its --agent-update-key) and
+  // checked on the device with the public half it prints. This collector serves its UI over
+  // HTTPS (--http-tls, implying TLS on the agent link) with a self-signed key.
   const updKey = join(upd, 'update.key');
-  writeFileSync(updKey, 'the fleet update key, 32 bytes..\n');
   const updColl = start(bin('collector/perfwire-collector'), ['--sessions-dir', join(upd, 'sessions'), '--http-port', '0', '--agent-port', '0',
-    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing, '--agent-update-key', updKey]);
-  await until('the second collector', async () => updColl.log.match(/UI and API on http:\/\/[^/]+\//));
+    '--agent-bind', '127.0.0.1', '--agents-dir', join(upd, 'dist'), '--token', pairing, '--agent-update-key', updKey, '--http-tls']);
+  await until('the second collector', async () => updColl.log.match(/UI and API on https:\/\/[^/]+\//));
   const updAgents = updColl.log.match(/agents on [^:]+:(\d+)/)[1];
-  // Its own browser context: the two collectors share a host, and so would their cookies.
-  const updContext = await browser.newContext();
+  const updPubkey = updColl.log.match(/--update-pubkey (ed25519:\S+)/)[1];
+  const updPin = updColl.log.match(/TLS with the key (sha256:[0-9a-f]{64})/)[1];
+  // Its own browser context: the two collectors share a host, and so would their cookies. The
+  // browser is told to take the self-signed certificate, as a user who checked its pin does.
+  const updContext = await browser.newContext({ ignoreHTTPSErrors: true });
   const updPage = await updContext.newPage();
   updPage.on('pageerror', (e) => errors.push(e.message));
-  await updPage.goto(updColl.log.match(/UI and API on (http:\S+\?token=\S+)/)[1]);
-  // An agent given no key to check updates with: the later build is named, with why it cannot
-  // be pushed, and no button.
+  await updPage.goto(updColl.log.match(/UI and API on (https:\S+\?token=\S+)/)[1]);
+  const cookies = await updContext.cookies();
+  check(updPage.url().startsWith('https://') && cookies.some((c) => c.name === 'perfwire_token' && c.secure && c.httpOnly),
+    `the UI over HTTPS signs in with a Secure, HttpOnly cookie (${updPage.url()})`);
+  // An agent given no key to check updates with, on a plain link: the later build is named,
+  // with why it cannot be pushed, and no button.
   const keyless = start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing]);
   const blockedNote = updPage.locator('#targets .update-blocked');
   await blockedNote.waitFor({ timeout: 20000 });
   const blockedText = await blockedNote.textContent();
   if (process.env.PERFWIRE_UI_SHOTS) await updPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'update-blocked.png') });
-  check(/cannot update: .*--update-key/.test(blockedText) && await updPage.locator('#targets button[data-update-target]').count() === 0,
-    `an agent without --update-key is shown why it cannot be updated ("${blockedText}")`);
+  check(/cannot update: .*--update-pubkey/.test(blockedText) && await updPage.locator('#targets button[data-update-target]').count() === 0
+    && await updPage.locator('#targets .link-plain').count() === 1,
+    `an agent without --update-pubkey on a plain link is shown why it cannot be updated, and that its link is plain ("${blockedText}")`);
   keyless.kill();
   await updPage.waitForFunction(() => !document.querySelector('#targets .update-blocked'), null, { timeout: 20000 });
-  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing, '--update-key', updKey]);
+  // The agent the UI's commands describe: it pins this collector's key and takes its updates.
+  start(join(upd, 'bin', 'perfwire-agent'), ['--server', `127.0.0.1:${updAgents}`, '--token', pairing, '--tls-pin', updPin, '--update-pubkey', updPubkey]);
+  await updPage.locator('#targets .link-tls').waitFor({ timeout: 20000 });
+  const lockTitle = await updPage.locator('#targets .link-tls').getAttribute('title');
+  check(lockTitle.includes(updPin), `a TLS agent's row says its link is encrypted and which key it pinned ("${lockTitle}")`);
   const offer = updPage.locator('#targets button[data-update-target]');
   await offer.waitFor({ timeout: 20000 });
   const offered = await offer.textContent();
