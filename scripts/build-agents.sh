@@ -105,6 +105,10 @@ for a in "${archs[@]}"; do
         "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--gc-sections")
     if [[ $a != x86_64 ]]; then
         make_sysroot "$a"
+        # OpenSSL's configuration headers are per architecture (usr/include/<triplet>/openssl),
+        # a folder the cross compiler does not search in this sysroot: put them beside the rest.
+        sysroot=$root/build-cross/sysroot-$a
+        cp -n "$sysroot/usr/include/${triplet[$a]}/openssl/"*.h "$sysroot/usr/include/openssl/"
         args+=(-DCMAKE_TOOLCHAIN_FILE="$root/cmake/toolchain-$a.cmake"
             -DCMAKE_FIND_ROOT_PATH="$root/build-cross/sysroot-$a")
     fi

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
 namespace {
@@ -63,4 +64,37 @@ TEST_CASE("agent flags: errors exit 2, help and version exit 0", "[agent][option
     auto v = parse({"--version"});
     REQUIRE(exit_code(v) == 0);
     CHECK(std::get<agent::exit_now>(v).output == "perfwire-agent " PERFWIRE_VERSION "\n");
+}
+
+TEST_CASE("agent flags: TLS and update keys are checked as given, never loosened",
+          "[agent][options]") {
+    const std::string pin = "SHA256:" + std::string(64, 'A');
+    auto c = std::get<agent::config>(parse({"--server", "h", "--tls-pin", pin.c_str()}));
+    CHECK(c.tls_pin == "sha256:" + std::string(64, 'a')); // normalised
+    // With colons between bytes, as openssl prints a fingerprint.
+    std::string colons = "sha256:";
+    for (int i = 0; i < 32; ++i)
+        colons += std::string(i ? ":" : "") + "0f";
+    std::string expected = "sha256:";
+    for (int i = 0; i < 32; ++i)
+        expected += "0f";
+    CHECK(std::get<agent::config>(parse({"--server", "h", "--tls-pin", colons.c_str()})).tls_pin ==
+          expected);
+    // A short or foreign pin, a pin in listen mode, --tls with --server, pin and CA together.
+    CHECK(exit_code(parse({"--server", "h", "--tls-pin", "sha256:abcd"})) == 2);
+    CHECK(exit_code(parse({"--server", "h", "--tls-pin", "md5:00"})) == 2);
+    CHECK(exit_code(parse({"--listen", "--tls-pin", pin.c_str()}, "cafe-babe-dead-beef-f00d")) ==
+          2);
+    CHECK(exit_code(parse({"--server", "h", "--tls"})) == 2);
+    CHECK(exit_code(parse({"--server", "h", "--tls-pin", pin.c_str(), "--tls-ca", "x"})) == 2);
+    auto l = std::get<agent::config>(
+        parse({"--listen", "--tls", "--tls-key", "/k.pem"}, "cafe-babe-dead-beef-f00d"));
+    CHECK(l.listen_tls);
+    CHECK(l.tls_key_file == "/k.pem");
+    // An update key is an Ed25519 public key; an HMAC secret of old is refused, not taken.
+    const std::string pub = "ed25519:" + std::string(43, 'A') + "=";
+    CHECK(std::get<agent::config>(parse({"--server", "h", "--update-pubkey", pub.c_str()}))
+              .update_pubkey == pub);
+    CHECK(exit_code(parse({"--server", "h", "--update-pubkey", "ed25519:AAAA"})) == 2);
+    CHECK(exit_code(parse({"--server", "h", "--update-key", "/nonexistent/key"})) == 2);
 }
