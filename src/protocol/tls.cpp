@@ -108,8 +108,10 @@ std::string write_private(const std::filesystem::path& p, std::string_view text)
             return "cannot make " + p.parent_path().string() + ": " + ec.message();
         ::chmod(p.parent_path().c_str(), 0700);
     }
+    // A fresh file of its own: never one planted there (a link to elsewhere) before.
     const auto temp = p.string() + ".new";
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ::unlink(temp.c_str());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return "cannot write " + temp + ": " + std::strerror(errno);
     bool ok = ::fchmod(fd, 0600) == 0;
@@ -233,7 +235,22 @@ std::variant<identity, std::string> load_identity(const std::filesystem::path& c
         ERR_clear_error();
         return key_file.string() + " is not the key of the certificate in " + cert_file.string();
     }
-    return identity_of(cert.get(), *key_text);
+    // The chain as given (a leaf and its intermediates, for a CA check), pinned by its leaf;
+    // only its certificates (the file may hold the key too).
+    auto id = identity_of(cert.get(), *key_text);
+    constexpr std::string_view begin = "-----BEGIN CERTIFICATE-----",
+                               end = "-----END CERTIFICATE-----";
+    std::string chain;
+    for (auto at = cert_text->find(begin); at != std::string::npos;
+         at = cert_text->find(begin, at + 1)) {
+        const auto stop = cert_text->find(end, at);
+        if (stop == std::string::npos)
+            break;
+        chain += cert_text->substr(at, stop + end.size() - at) + "\n";
+    }
+    if (!chain.empty())
+        id.cert_pem = std::move(chain);
+    return id;
 }
 
 std::variant<signing_key, std::string> load_signing_key(const std::filesystem::path& file,

@@ -162,6 +162,14 @@ TEST_CASE("agents that pin the collector's key profile over TLS; another key is 
     CHECK(other.get("/api/targets").as_array().empty());
     CHECK(test_support::session_folders(dir.path / "other") == 0);
 
+    // --tls-ca: the collector's self-signed certificate as the CA, but it names no such host
+    // (no subjectAltName for 127.0.0.1): refused, the chain check is not the pin's.
+    const auto ca = (dir.path / "other" / ".tls" / "cert.pem").string();
+    auto unnamed = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(other.agent_port), "--tls-ca", ca});
+    CHECK(unnamed->wait_for_stderr("TLS handshake failed", 15s));
+    CHECK(other.get("/api/targets").as_array().empty());
+
     // A mistyped pin is a usage error, never a link in the clear.
     spawned typo(test_support::agent_bin(), {"--server", to, "--tls-pin", "sha256:abc"});
     CHECK(typo.wait(10s) == 2);
@@ -216,8 +224,8 @@ TEST_CASE("the wizard dials a --listen --tls agent by its printed key; another k
           (fs::perms::owner_read | fs::perms::owner_write));
 }
 
-TEST_CASE("--http-tls serves the UI and API over HTTPS with the collector's key; the sign-in "
-          "cookie is Secure",
+TEST_CASE("the UI and API over HTTPS (--http-tls) with the collector's key; the sign-in cookie "
+          "is Secure",
           "[collector][integration][tls]") {
     temp_dir dir;
     spawned coll(test_support::collector_bin(),

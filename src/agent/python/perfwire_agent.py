@@ -2949,6 +2949,8 @@ class TlsLink(object):
             raise OSError(errno.ETIMEDOUT, "no TLS handshake within %d s" % timeout)
         except ssl.SSLError as e:
             raise OSError(errno.EPROTO, "TLS handshake failed: %s" % (e.reason or e))
+        except ValueError as e:  # Python 3.5/3.6: a host name the CA's certificate lacks
+            raise OSError(errno.EPROTO, "TLS handshake failed: %s" % e)
         finally:
             sock.settimeout(None)
         self.version = self.obj.version() or "TLS"
@@ -2958,7 +2960,11 @@ class TlsLink(object):
         der = self.obj.getpeercert(binary_form=True)
         return "sha256:" + hashlib.sha256(der).hexdigest() if der else ""
 
-    def _flush(self):
+    def _flush(self, only_pending=False):
+        if only_pending:  # the reader: never wait behind the writer's send for nothing
+            with self.lock:
+                if not self.outgoing.pending:
+                    return
         with self.send_lock:
             with self.lock:
                 data = self.outgoing.read()
@@ -2981,7 +2987,7 @@ class TlsLink(object):
                     data = b""
                 except ssl.SSLError as e:
                     raise OSError(errno.EPROTO, "TLS: %s" % (e.reason or e))
-            self._flush()  # what reading made (TLS 1.3 tickets, key updates) goes out
+            self._flush(True)  # what reading made (TLS 1.3 tickets, key updates) goes out
             if data is not None:
                 return data
             raw = self.sock.recv(64 << 10)
@@ -3021,9 +3027,11 @@ def tls_client_context(cfg):
     context = tls_context(server=False)
     if cfg.tls_ca is not None:
         context.load_verify_locations(cfg.tls_ca)
-        context.check_hostname, context.verify_mode = True, ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_REQUIRED  # (before check_hostname: Python 3.5 asks)
+        context.check_hostname = True
     else:
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     return context
 
 

@@ -45,6 +45,8 @@ asio::awaitable<void> serve_ws_events(app_context& app, Stream& stream, Request 
     constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
     if constexpr (requires { stream.expires_never(); })
         stream.expires_never(); // the WebSocket keeps its own timeouts from here
+    else if constexpr (requires { stream.next_layer().expires_never(); })
+        stream.next_layer().expires_never(); // (over TLS: the TCP stream's)
     websocket::stream<Stream&> ws(stream);
     websocket::stream_base::timeout limits{};
     limits.handshake_timeout = io_timeout;
