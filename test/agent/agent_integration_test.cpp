@@ -548,7 +548,7 @@ TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
     CHECK(agent->stderr_text().find("perfwire-rounds-") == std::string::npos);
 }
 
-TEST_CASE("a collector that goes away stops perf; configure_metrics switches streams",
+TEST_CASE("a collector that goes away stops perf — configure_metrics switches streams",
           "[agent][integration][perf]") {
     const auto flavour = each_agent();
     INFO(flavour);
@@ -690,7 +690,7 @@ std::string cannot_text(const boost::json::object& caps) {
 } // namespace
 
 TEST_CASE("live: what perf script prints reaches the collector every third of a second, whatever "
-          "--duration; perf stat's report once a period",
+          "--duration — perf stat's report once a period",
           "[agent][integration][perf]") {
     const auto flavour = each_agent();
     // The real perf, and one from before --no-buffering: the agent then streams without it.

@@ -89,7 +89,7 @@ std::optional<protocol::command_response> send_pieces(framing_peer& peer, std::s
 } // namespace
 
 TEST_CASE("update over the link: every refusal keeps the old agent and never runs the offered "
-          "build; a good one replaces it and restarts as the new version",
+          "build — a good one replaces it and restarts as the new version",
           "[agent][integration][update]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);

@@ -198,7 +198,7 @@ TEST_CASE("a full disk: chunks stay in the live view, the session says what is n
     CHECK(http_call(again.http_port, "GET", "/api/sessions/" + id + "/functions").status == 200);
 }
 
-TEST_CASE("the API asks for the collector's access token; the printed link signs a browser in",
+TEST_CASE("the API asks for the collector's access token — the printed link signs a browser in",
           "[collector][integration][attack]") {
     temp_dir dir;
     const auto sessions = dir.path / "sessions";
@@ -283,7 +283,7 @@ TEST_CASE("the API asks for the collector's access token; the printed link signs
     CHECK_THAT(exposed.stderr_text(), Catch::Contains("readable by others"));
 }
 
-TEST_CASE("agents enroll before anything is stored; several tokens rotate",
+TEST_CASE("agents enroll before anything is stored — several tokens rotate",
           "[collector][integration][perf][attack]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);

@@ -165,7 +165,7 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
-TEST_CASE("Connection over a test stream: an upload streams in blocks; its answer follows the "
+TEST_CASE("Connection over a test stream: an upload streams in blocks — its answer follows the "
           "request's Connection",
           "[collector][connection][import]") {
     test_app t;

@@ -121,7 +121,7 @@ void put_config(collector_proc& c, const std::string& body) {
 } // namespace
 
 TEST_CASE("stripped on the device, named at the collector: the unstripped binary, a build-id "
-          "debug dir, debuginfod after a restart; another build refused",
+          "debug dir, debuginfod after a restart — another build refused",
           "[collector][integration][perf][symbols]") {
     temp_dir dir;
     const std::string demo = PERFWIRE_DEMO_BIN;

@@ -597,8 +597,8 @@ TEST_CASE("binutils run only on regular ELF files, whatever a hostile agent name
     CHECK_THAT(text.str(), !Catch::Contains("/proc"));
 }
 
-TEST_CASE("ELF facts: segments, symbol table, debug link; a debug file's lost offsets laid out "
-          "again; the function holding an address",
+TEST_CASE("ELF facts: segments, symbol table, debug link — a debug file's lost offsets laid out "
+          "again — the function holding an address",
           "[collector][symbols]") {
     test_support::temp_dir dir;
     const auto facts = protocol::read_elf_facts(demo_bin);
@@ -665,7 +665,7 @@ TEST_CASE("elf_symbols::at: sizes, gaps, aliases, symbols without a size", "[col
     CHECK_FALSE(s.at(0x21200));
 }
 
-TEST_CASE("locating symbols: build-id first, another build refused, debug link, perf's cache; "
+TEST_CASE("locating symbols: build-id first, another build refused, debug link, perf's cache — "
           "what was tried and the fix",
           "[collector][symbols]") {
     test_support::temp_dir dir;
@@ -744,7 +744,7 @@ TEST_CASE("locating symbols: build-id first, another build refused, debug link, 
     CHECK(found.tried[0].find("stripped") != std::string::npos);
 }
 
-TEST_CASE("frames perf could not name are named at the collector; a module named here whole "
+TEST_CASE("frames perf could not name are named at the collector — a module named here whole "
           "when its device symbols are poor",
           "[collector][symbols]") {
     // The address of matrix_multiply+0x10, as perf prints it: a file offset in the module.

@@ -81,7 +81,7 @@ bool closed_after(std::uint16_t port, const std::string& bytes) {
 
 } // namespace
 
-TEST_CASE("agents that pin the collector's key profile over TLS; another key is refused; plain "
+TEST_CASE("agents that pin the collector's key profile over TLS — another key is refused — plain "
           "agents share the port unless TLS is required",
           "[collector][integration][perf][tls]") {
     const auto flavour = test_support::each_agent();
@@ -175,7 +175,7 @@ TEST_CASE("agents that pin the collector's key profile over TLS; another key is 
     CHECK(typo.wait(10s) == 2);
 }
 
-TEST_CASE("the wizard dials a --listen --tls agent by its printed key; another key is refused",
+TEST_CASE("the wizard dials a --listen --tls agent by its printed key — another key is refused",
           "[collector][integration][tls]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);
@@ -224,7 +224,7 @@ TEST_CASE("the wizard dials a --listen --tls agent by its printed key; another k
           (fs::perms::owner_read | fs::perms::owner_write));
 }
 
-TEST_CASE("the UI and API over HTTPS (--http-tls) with the collector's key; the sign-in cookie "
+TEST_CASE("the UI and API over HTTPS (--http-tls) with the collector's key — the sign-in cookie "
           "is Secure",
           "[collector][integration][tls]") {
     temp_dir dir;

@@ -65,7 +65,7 @@ TEST_CASE("update versions: later by dotted numbers, offered only as dotted numb
     CHECK_FALSE(update_version(std::string(65, '1')));
 }
 
-TEST_CASE("the signed text names every field of an offer, one to a line; its Ed25519 "
+TEST_CASE("the signed text names every field of an offer, one to a line — its Ed25519 "
           "signature holds for that offer and key only",
           "[protocol][update]") {
     const protocol::update_offer o{"0.1.0.1", "aarch64", std::string(64, 'a'), {}, 1234};
