@@ -8,6 +8,7 @@
 #include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
 #include "support/framing_peer.hpp"
+#include "support/proc_status.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
@@ -266,4 +267,92 @@ TEST_CASE("the UI and API over HTTPS (--http-tls) with the collector's key — t
     CHECK_THAT(ran.out, Catch::Contains("HttpOnly; SameSite=Strict; Secure"));
     CHECK_THAT(ran.out, Catch::Contains("status 200 True"));
     CHECK_THAT(ran.out, Catch::Contains("plain refused"));
+}
+
+TEST_CASE("hostile peers inside TLS: a frame declaring 2 GiB and a broken hello close their own "
+          "connection, a zstd bomb is refused as a bad chunk, and the TLS agent beside them "
+          "profiles on",
+          "[collector][integration][perf][tls][attack]") {
+    temp_dir dir;
+    auto demo = test_support::start_demo(60);
+    collector_proc coll(dir.path / "sessions", {"--tls", "--agent-tls", "required"});
+    const std::string pin = printed_pin(*coll.proc, "TLS with the key ");
+    auto agent = test_support::start_agent(
+        agent_flavour::cpp, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                             "--tls-pin", pin, "--pid", std::to_string(demo->pid())});
+    auto samples = [&] {
+        const auto v = coll.get("/api/sessions");
+        std::uint64_t n = 0;
+        for (const auto& s : v.as_array())
+            n += s.at("samples").to_number<std::uint64_t>();
+        return n;
+    };
+    wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+        return !v.as_array().empty() &&
+               v.as_array()[0].at("samples").to_number<std::uint64_t>() > 0;
+    });
+    const auto before = samples();
+    REQUIRE(before > 0);
+    // Each attack over its own TLS connection (any certificate: the attacker pins nothing),
+    // then read until the collector closes it; "closed" or "open" per attack.
+    const std::string script =
+        "import socket, ssl, struct, sys, zstandard\n"
+        "port = int(sys.argv[1])\n"
+        "ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
+        "ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n"
+        "def frame(flag, payload): return struct.pack('>IB', len(payload), flag) + payload\n"
+        "hello = frame(3, b'{\"type\":\"hello\",\"version\":1,\"agent\":\"perfwire\",'\n"
+        "              b'\"hostname\":\"bomb\"}')\n"
+        "bomb = zstandard.ZstdCompressor(level=3).compress(b'\\0' * (200 << 20))\n"
+        "sample = b'app 7/7 1.000000: 1 cpu-clock:\\n\\t1 f (/x)\\n\\n'\n"
+        "s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', port), timeout=15))\n"
+        "s.sendall(hello + frame(1, bomb) + frame(0, sample))\n"
+        "s.close(); print('bomb sent', len(bomb), flush=True)\n"
+        "attacks = [('huge', struct.pack('>IB', 0x7fffffff, 1)),\n"
+        "           ('hello', frame(3, b'this is not JSON'))]\n"
+        "for name, data in attacks:\n"
+        "    s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', port), timeout=15))\n"
+        "    s.sendall(data)\n"
+        "    state = 'open'\n"
+        "    try:\n"
+        "        while s.recv(4096): pass\n"
+        "        state = 'closed'\n"
+        "    except (ssl.SSLError, OSError):\n"
+        "        state = 'closed'\n"
+        "    print(name, state, flush=True)\n";
+    const auto ran =
+        collector::run_capture({PERFWIRE_PYTHON, "-c", script, std::to_string(coll.agent_port)});
+    INFO(ran.err << "\n" << coll.proc->stderr_text());
+    REQUIRE(ran.code == 0);
+    CHECK_THAT(ran.out, Catch::Contains("huge closed"));
+    CHECK_THAT(ran.out, Catch::Contains("bomb sent"));
+    CHECK_THAT(ran.out, Catch::Contains("hello closed"));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("bad hello"));
+    // The bomb's session: its one good sample kept, the bomb counted as a bad chunk, never
+    // expanded (the collector stayed small).
+    const auto bombed = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        for (const auto& s : v.as_array())
+            if (s.at("hostname").is_string() && s.at("hostname").as_string() == "bomb" &&
+                s.at("samples").to_number<int>() == 1)
+                return true;
+        return false;
+    });
+    for (const auto& s : bombed.as_array())
+        if (s.at("hostname").is_string() && s.at("hostname").as_string() == "bomb")
+            CHECK(coll.get("/api/sessions/" + std::string(s.at("id").as_string()))
+                      .at("bad_chunks")
+                      .to_number<int>() == 1);
+    CHECK(test_support::status_kb(coll.proc->pid(), "VmHWM:") < 768 * 1024);
+    // The agent beside them goes on: its session keeps growing, and it is the only target.
+    wait_for(coll, "/api/sessions", 20s, [&](const json::value& v) {
+        std::uint64_t n = 0;
+        for (const auto& s : v.as_array())
+            n += s.at("samples").to_number<std::uint64_t>();
+        return n > before;
+    });
+    CHECK(samples() > before);
+    const auto targets = coll.get("/api/targets");
+    REQUIRE(targets.as_array().size() == 1);
+    CHECK(targets.as_array()[0].at("link").at("encrypted").as_bool());
+    CHECK(targets.as_array()[0].at("state").as_string() == "profiling");
 }
