@@ -179,6 +179,9 @@ asio::awaitable<void> one_agent(asio::ip::tcp::endpoint ep, std::shared_ptr<asio
                                 protocol::peer_check check, const std::string& chunk, int index,
                                 fleet& f) {
     auto ex = co_await asio::this_coro::executor;
+    // The collector admits 20 connections from one address at once, then 2 a second.
+    asio::steady_timer admitted(ex, milliseconds(index < 20 ? 0 : 600 * (index - 19)));
+    co_await admitted.async_wait(use_nothrow);
     asio::ip::tcp::socket s(ex);
     auto [ec] = co_await s.async_connect(ep, use_nothrow);
     protocol::link_stream stream(std::move(s));
