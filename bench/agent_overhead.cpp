@@ -13,7 +13,9 @@
 //
 // Usage: agent_overhead [seconds per run, default 30] [coverage seconds, default 60]
 #include "protocol/compression.hpp"
+#include "support.hpp"
 #include "support/framing_peer.hpp"
+#include "support/proc_status.hpp"
 #include "support/spawn.hpp"
 
 #include <csignal>
@@ -30,30 +32,6 @@ using namespace std::chrono;
 using protocol::frame_flag;
 
 namespace {
-
-double cpu_seconds(int pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::istringstream rest(text.substr(text.rfind(')') + 2));
-    std::string field;
-    unsigned long long utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-        if (i == 14)
-            utime = std::stoull(field);
-        if (i == 15)
-            stime = std::stoull(field);
-    }
-    return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-long peak_rss_kb(int pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmHWM:", 0) == 0)
-            return std::atol(line.c_str() + 6);
-    return -1;
-}
 
 // Sample headers in a chunk: non-empty lines not starting with TAB, before the stat marker.
 long count_samples(const std::string& text) {
@@ -112,7 +90,7 @@ result measure(int demo_pid, int frequency, int seconds) {
                               milliseconds(30000));
     if (!start || !start->ok)
         throw std::runtime_error("start failed: " + (start ? start->error : "no answer"));
-    const double agent0 = cpu_seconds(agent.pid()), target0 = cpu_seconds(demo_pid);
+    const double agent0 = bench::cpu_seconds(agent.pid()), target0 = bench::cpu_seconds(demo_pid);
     const std::string ref_path = "/tmp/perfwire-bench-reference.data";
     auto reference = std::make_unique<test_support::spawned>(
         "/usr/bin/perf",
@@ -124,7 +102,7 @@ result measure(int demo_pid, int frequency, int seconds) {
     auto stop = peer.command("stop", "{}", milliseconds(10000),
                              [&r](const protocol::frame& f) { count_chunk(f, r); });
     reference->signal(SIGINT);
-    const double agent1 = cpu_seconds(agent.pid()), target1 = cpu_seconds(demo_pid);
+    const double agent1 = bench::cpu_seconds(agent.pid()), target1 = bench::cpu_seconds(demo_pid);
     reference->wait(milliseconds(10000));
     reference.reset();
     test_support::spawned counter(
@@ -139,7 +117,7 @@ result measure(int demo_pid, int frequency, int seconds) {
     if (!stop || !stop->ok)
         throw std::runtime_error("stop failed");
     r.agent_cpu_pct = 100.0 * (agent1 - agent0) / r.seconds;
-    r.peak_rss_kb = peak_rss_kb(agent.pid());
+    r.peak_rss_kb = test_support::status_kb(agent.pid(), "VmHWM:");
     r.target_cpu_s = target1 - target0;
     r.coverage = static_cast<double>(r.samples) / (frequency * r.target_cpu_s);
     r.vs_perf = r.reference_samples

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
 
 namespace bench {
 
@@ -26,6 +29,21 @@ std::optional<collector> start_collector(const std::string& exe,
     c.agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
     c.http_port = static_cast<std::uint16_t>(std::stoi(*http));
     return c;
+}
+
+double cpu_seconds(int pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::istringstream rest(text.substr(text.rfind(')') + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 14)
+            utime = std::stoull(field);
+        if (i == 15)
+            stime = std::stoull(field);
+    }
+    return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 } // namespace bench

@@ -25,4 +25,7 @@ std::optional<collector> start_collector(const std::string& exe,
                                          const std::vector<std::string>& extra = {},
                                          const std::vector<std::string>& env = {});
 
+// CPU-seconds a process used itself (utime + stime of /proc/PID/stat; its children not).
+double cpu_seconds(int pid);
+
 } // namespace bench

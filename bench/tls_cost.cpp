@@ -17,6 +17,7 @@
 #include "protocol/link_stream.hpp"
 #include "support.hpp"
 #include "support/http_client.hpp"
+#include "support/proc_status.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -44,30 +45,6 @@ namespace {
 void rethrow(std::exception_ptr e) {
     if (e)
         std::rethrow_exception(e);
-}
-
-double cpu_seconds(int pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::istringstream rest(text.substr(text.rfind(')') + 2));
-    std::string field;
-    unsigned long long utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-        if (i == 14)
-            utime = std::stoull(field);
-        if (i == 15)
-            stime = std::stoull(field);
-    }
-    return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-long peak_rss_kb(int pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmHWM:", 0) == 0)
-            return std::atol(line.c_str() + 6);
-    return -1;
 }
 
 std::string read_file(const std::string& p) {
@@ -115,12 +92,12 @@ agent_result run_agent(const bench::collector& c, const std::string& pin, int se
                      agent.stderr_text().c_str());
         return r;
     }
-    const double cpu0 = cpu_seconds(agent.pid());
+    const double cpu0 = bench::cpu_seconds(agent.pid());
     const auto t0 = clock_type::now();
     std::this_thread::sleep_for(seconds * 1s);
     const double wall = duration<double>(clock_type::now() - t0).count();
-    r.cpu_pct = 100 * (cpu_seconds(agent.pid()) - cpu0) / wall;
-    r.rss_kb = peak_rss_kb(agent.pid());
+    r.cpu_pct = 100 * (bench::cpu_seconds(agent.pid()) - cpu0) / wall;
+    r.rss_kb = test_support::status_kb(agent.pid(), "VmHWM:");
     r.ok = true;
     return r;
 }
@@ -249,10 +226,11 @@ fleet_result run_fleet(const bench::collector& c, const std::string& pin, int ag
         std::this_thread::sleep_for(100ms);
     std::this_thread::sleep_for(3s); // sessions open, parsing settles
     const int pid = c.proc->pid();
-    const double cpu0 = cpu_seconds(pid);
+    const double cpu0 = bench::cpu_seconds(pid);
     const auto t0 = clock_type::now();
     std::this_thread::sleep_for(20s);
-    r.cpu_pct = 100 * (cpu_seconds(pid) - cpu0) / duration<double>(clock_type::now() - t0).count();
+    r.cpu_pct =
+        100 * (bench::cpu_seconds(pid) - cpu0) / duration<double>(clock_type::now() - t0).count();
     r.connected = f.connected;
     f.stop = true;
     runner.join();
