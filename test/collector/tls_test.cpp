@@ -16,8 +16,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -61,14 +59,9 @@ std::uint64_t samples_in(const json::value& s) {
 // Whether the collector closes a connection that sends `bytes` (within 5 s): whatever it
 // answers first (a TLS alert) is read and dropped.
 bool closed_after(std::uint16_t port, const std::string& bytes) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
-            static_cast<ssize_t>(bytes.size())) {
+    const int fd = test_support::connect_loopback(port);
+    if (fd < 0 || ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
+                      static_cast<ssize_t>(bytes.size())) {
         if (fd >= 0)
             ::close(fd);
         return false;
