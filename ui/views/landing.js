@@ -81,7 +81,7 @@ function targetRow(t) {
   // Whether the link is encrypted, and which key was pinned (the agent's own check decides).
   const l = t.link || {};
   const link = l.encrypted
-    ? ` <span class="link-tls" title="${attr(`${l.tls || 'TLS'}${l.pinned ? `, key pinned: ${l.pinned}` : ''}`)}">🔒 ${esc(l.tls || 'TLS')}</span>`
+    ? ` <span class="link-tls" title="${attr(`${l.tls || 'TLS'}${l.pinned ? `, key pinned: ${l.pinned}` : ''}`)}">encrypted (${esc(l.tls || 'TLS')})</span>`
     : ' <span class="muted link-plain" title="plain TCP: profiles and commands cross the network readable (collector --tls, agent --tls-pin)">plain TCP</span>';
   return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
