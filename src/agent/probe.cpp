@@ -112,10 +112,14 @@ struct record_run {
     int script_status = -1;
     std::string script_err;
     bool worked() const { return step.status == 0 && step.bytes > 0 && script_status == 0; }
+    // perf record wrote perf.data into the pipe, even if perf script did not finish naming
+    // the samples in time (a busy device): the pipe works; a timeout alone proves nothing.
+    bool streamed() const { return worked() || (step.timed_out && step.bytes > 0); }
 };
 
-asio::awaitable<std::uint64_t> relay(asio::readable_pipe& from, asio::writable_pipe& to) {
-    std::uint64_t bytes = 0;
+// Copies `from` into `to` until `from` ends, counting in `bytes` (read even if cut short).
+asio::awaitable<void> relay(asio::readable_pipe& from, asio::writable_pipe& to,
+                            std::uint64_t& bytes) {
     bool writing = true;
     std::vector<char> buf(64 << 10);
     for (;;) {
@@ -132,7 +136,6 @@ asio::awaitable<std::uint64_t> relay(asio::readable_pipe& from, asio::writable_p
     }
     boost::system::error_code ignored;
     to.close(ignored);
-    co_return bytes;
 }
 
 asio::awaitable<record_run> run_record_pipe(const std::string& perf, const record_settings& s,
@@ -155,18 +158,19 @@ asio::awaitable<record_run> run_record_pipe(const std::string& perf, const recor
     auto& rc = **rec;
     auto& sc = **scr;
     asio::steady_timer deadline(ex, run_timeout);
-    auto all = (relay(rc.out(), to_script) && read_all(sc.out(), 4 << 20) &&
+    std::uint64_t relayed = 0;
+    auto all = (relay(rc.out(), to_script, relayed) && read_all(sc.out(), 4 << 20) &&
                 read_all(rc.err(), 64 << 10) && read_all(sc.err(), 64 << 10));
     auto outcome = co_await (std::move(all) || deadline.async_wait(use_nothrow));
     if (outcome.index() == 0) {
-        auto& [bytes, out, rerr, serr] = std::get<0>(outcome);
-        r.step.bytes = bytes;
+        auto& [out, rerr, serr] = std::get<0>(outcome);
         fill_from_script(r.step, out);
         r.step.complaint = perf_complaint(rerr);
         r.script_err = std::move(serr);
     } else {
         r.step.timed_out = true;
     }
+    r.step.bytes = relayed;
     r.step.status = co_await rc.stop(std::chrono::milliseconds(500));
     r.script_status = co_await sc.stop(std::chrono::milliseconds(500));
     if (r.step.complaint.empty() && r.script_status != 0)
@@ -422,7 +426,7 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
         co_await p.ensure(graphs, true);
         bool any = false;
         for (const auto& [e, cg] : graphs)
-            any = any || p.get(e, cg, true).worked();
+            any = any || p.get(e, cg, true).streamed();
         if (any) {
             event = ev;
             break;
@@ -510,6 +514,9 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
                     caps.callgraph_modes.push_back(mode);
                     break;
                 }
+            // Nothing finished in time, but perf record streamed: the first mode not checked.
+            if (caps.callgraph.empty() && !caps.callgraph_modes.empty())
+                caps.callgraph = caps.callgraph_modes.front();
         }
     }
     for (const auto& [e, why] : caps.rejected_events)

@@ -941,6 +941,42 @@ TEST_CASE("an agent told --pid says hello and answers while it probes perf, then
     CHECK(no_perf_children(agent->pid(), 5s));
 }
 
+TEST_CASE("a probe run whose perf script answers late still proves the pipe: perf record wrote "
+          "into it, so the agent streams",
+          "[agent][integration][perf][odd]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    listener l;
+    auto demo = start_demo(120);
+    // perf script of a short pipe answers after the probe stopped waiting (a busy device); a
+    // timeout alone must not be taken for "no pipe", which would mean rounds of files.
+    auto agent =
+        start_odd_agent(flavour, "slow-short-script",
+                        {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
+    auto peer = accept_agent(l);
+    read_hello(peer);
+    auto started = peer.command("start", R"({"pid":)" + std::to_string(demo->pid()) + "}", 90s);
+    INFO(agent->stderr_text());
+    REQUIRE(ok(started));
+    CHECK(started->fields.at("mode").as_string() == "continuous");
+    const auto status = peer.command("status", "{}", 10s);
+    REQUIRE(ok(status));
+    const auto& caps = status->fields.at("capabilities").as_object();
+    CHECK(caps.at("pipe_mode").as_bool());
+    CHECK(caps.at("callgraph_method") == "fp");
+    const auto warnings = strings(caps.at("warnings"));
+    CHECK(std::find_if(warnings.begin(), warnings.end(), [](const std::string& w) {
+              return w.starts_with("--call-graph=fp not checked (no answer within 8 s)");
+          }) != warnings.end());
+    // The stream's perf script passes through after its first 2 s: samples with stacks.
+    const auto got = collect(peer, 30s, [](const received& r) {
+        return r.text.find("matrix_multiply") != std::string::npos;
+    });
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK(ok(peer.command("stop", "{}", 10s)));
+    CHECK(no_perf_children(agent->pid(), 5s));
+}
+
 TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails without a file "
           "when perf samples nothing",
           "[agent][integration][perf][odd]") {
