@@ -245,13 +245,6 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
         agents.clear();
     }
 
-#if defined(__SANITIZE_ADDRESS__)
-    // Under AddressSanitizer the collector's libdebuginfod fetch never answers (the build-id
-    // stays "asked …, waiting" for minutes while the server serves the file to others): not
-    // understood yet, so this part runs in the plain build only, and is named here to be found.
-    WARN("skipped under AddressSanitizer: the debuginfod fetch after a restart");
-    return;
-#endif
     // After a restart, with only a debuginfod server that has the debug file: the saved
     // session replays, asks, and is named once the answer is here.
     const auto port = free_port();

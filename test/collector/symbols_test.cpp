@@ -15,13 +15,16 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <atomic>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <poll.h>
 #include <set>
 #include <sstream>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace collector;
@@ -742,6 +745,64 @@ TEST_CASE("locating symbols: build-id first, another build refused, debug link, 
     // What was looked at before, in order.
     REQUIRE(found.tried.size() >= 2);
     CHECK(found.tried[0].find("stripped") != std::string::npos);
+}
+
+TEST_CASE("a debuginfod answer that arrives while a lookup is in flight is used at the next "
+          "lookup, not taken for still pending",
+          "[collector][symbols]") {
+    const auto id = protocol::read_build_id(demo_bin);
+    REQUIRE(id);
+    const auto facts = protocol::read_elf_facts(demo_bin);
+    REQUIRE(facts);
+    const auto symbols = elf_symbols::parse_readelf(run_capture({"readelf", "-sW", demo_bin}).out);
+    const auto start = symbols.address_of("(anonymous namespace)::matrix_multiply");
+    REQUIRE(start);
+    std::uint64_t offset = 0; // as perf prints it: a file offset in the module
+    for (const auto& s : facts->loads)
+        if (*start >= s.vaddr && *start - s.vaddr < s.filesz)
+            offset = *start - s.vaddr + s.offset + 0x10;
+    REQUIRE(offset != 0);
+
+    test_support::temp_dir cache; // perf's build-id cache of this machine is not looked at
+    symbol_config c;
+    c.debug_dirs.clear();
+    c.build_id_cache = cache.path.string();
+    symbolizer sym(c);
+    // A debuginfod that answers while the first lookup is between asking and storing what it
+    // was told: the collector's fetch thread calls refresh() then, as here.
+    std::atomic<bool> arrived = false;
+    std::atomic<int> asked = 0;
+    std::promise<void> first_asked, answered;
+    auto go = answered.get_future().share();
+    std::atomic<bool> other_id = false; // (Catch's CHECK is for the test's own thread)
+    sym.use_debuginfod([&](const std::string& build_id, std::string& why, bool& pending) {
+        other_id = other_id || build_id != *id;
+        if (asked++ == 0) {
+            first_asked.set_value();
+            go.wait();
+            why = "asked, waiting";
+            pending = true; // it looked before the answer was here
+            return std::optional<std::string>();
+        }
+        pending = !arrived;
+        return arrived ? std::optional<std::string>(demo_bin) : std::nullopt;
+    });
+    const std::string module = "/opt/device/perfwire-demo";
+    bool named_first = true;
+    std::thread first([&] { named_first = sym.name_frame(module, *id, offset).has_value(); });
+    first_asked.get_future().wait();
+    arrived = true;
+    sym.refresh();
+    answered.set_value();
+    first.join();
+    CHECK_FALSE(named_first);
+    CHECK_FALSE(other_id);
+    // At once, not two seconds later: the answer came after that lookup asked.
+    const auto named = sym.name_frame(module, *id, offset);
+    REQUIRE(named);
+    CHECK(named->symbol == "(anonymous namespace)::matrix_multiply");
+    CHECK(named->offset == 0x10);
+    CHECK(asked == 2);
 }
 
 TEST_CASE("frames perf could not name are named at the collector — a module named here whole "

@@ -107,11 +107,17 @@ void symbolizer::use_debuginfod(debuginfod_lookup lookup) {
     debuginfod_ = std::move(lookup);
 }
 
+bool symbolizer::stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const {
+    return slot.value && slot.value->source.pending &&
+           (slot.generation != generation_ || now - slot.loaded_at > std::chrono::seconds(2));
+}
+
 std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::string& module,
                                                                     const std::string& build_id) {
     std::shared_ptr<module_slot> slot;
     symbol_config c;
     debuginfod_lookup debuginfod;
+    std::uint64_t generation = 0;
     const auto now = std::chrono::steady_clock::now();
     {
         std::lock_guard lock(config_mutex_);
@@ -131,19 +137,20 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
         }
         slot = it->second;
         slot->used = ++use_clock_;
-        // An answer still on its way (debuginfod): looked for again now and then.
-        if (slot->value && slot->value->source.pending &&
-            now - slot->loaded_at > std::chrono::seconds(2))
+        // An answer still on its way (debuginfod): looked for again now and then, and at
+        // once when one arrived since (a lookup in flight then may have missed it).
+        if (stale(*slot, now))
             slot->value.reset();
         if (slot->value)
             return slot->value;
         c = config_;
         debuginfod = debuginfod_;
+        generation = generation_;
     }
     std::lock_guard loading(slot->loading);
     {
         std::lock_guard lock(config_mutex_);
-        if (slot->value)
+        if (slot->value && !stale(*slot, now))
             return slot->value;
     }
     auto m = std::make_shared<module_symbols>();
@@ -157,6 +164,7 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
     std::lock_guard lock(config_mutex_);
     slot->value = m;
     slot->loaded_at = now;
+    slot->generation = generation;
     return m;
 }
 

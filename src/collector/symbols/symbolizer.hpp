@@ -134,11 +134,15 @@ private:
         std::shared_ptr<const module_symbols> value;
         std::uint64_t used = 0; // the symbolizer's use clock at the last lookup
         std::chrono::steady_clock::time_point loaded_at;
+        std::uint64_t generation = 0; // the symbolizer's generation the value was looked up in
     };
     std::shared_ptr<const elf_symbols>
     file_symbols(const symbol_config& c, const symbol_source& source, std::string& error);
     std::shared_ptr<const module_symbols> table(const std::string& module,
                                                 const std::string& build_id);
+    // A debuginfod answer was pending when `slot` was filled, and it was filled before the
+    // last answer arrived or long enough ago to ask again. Under config_mutex_.
+    bool stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const;
     // Lines: one addr2line per symbol file.
     struct binary {
         std::string error;
