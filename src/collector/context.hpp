@@ -3,6 +3,7 @@
 #pragma once
 
 #include "collector/agent_binaries.hpp"
+#include "collector/connections.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/http/sse.hpp"
 #include "collector/options.hpp"
@@ -54,6 +55,7 @@ struct app_context {
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::string agent_listen_address; // "host:port" once bound
     sse_hub sse;
+    connection_budget connections; // every connection accepted holds a slot
     symbolizer symbols{cfg.symbols};
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
     std::vector<agent_binary> agent_binaries;       // found at start, never changed

@@ -85,6 +85,11 @@ po::options_description describe_options() {
         ("live-mb", po::value<int>()->default_value(1024), "memory for one live session's "
                                                            "profile; past it chunks are stored "
                                                            "but shown only once it is reopened")
+        ("max-http-connections", po::value<int>(), "HTTP connections held at once (default: a "
+                                                   "quarter of the open-file limit)")
+        ("max-agent-connections", po::value<int>(), "agent connections held at once (default: "
+                                                    "half the open-file limit); an eighth of "
+                                                    "them may be unproven (no valid hello yet)")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -209,6 +214,13 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm["live-mb"].as<int>() < 1)
         return usage("--live-mb must be at least 1");
     c.live_mb = static_cast<std::size_t>(vm["live-mb"].as<int>());
+    for (const auto& [name, field] : {std::pair{"max-http-connections", &c.max_http_connections},
+                                      std::pair{"max-agent-connections", &c.max_agent_connections}})
+        if (vm.count(name)) {
+            if (vm[name].as<int>() < 1)
+                return usage(std::string("--") + name + " must be at least 1");
+            *field = static_cast<std::size_t>(vm[name].as<int>());
+        }
     if (vm.count("agents-dir"))
         c.agents_dir = vm["agents-dir"].as<std::string>();
     if (vm.count("agent-update-key"))

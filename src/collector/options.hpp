@@ -29,6 +29,9 @@ struct config {
     std::string browse_root; // the file browser's root; default: HOME
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
     std::size_t live_mb = 1024;        // one live session's model; past it chunks go to disk only
+    // Connections held at once (connections.hpp); 0: a share of the open-file limit.
+    std::size_t max_http_connections = 0;
+    std::size_t max_agent_connections = 0;
     std::string agents_dir; // agent executables to hand out; default: default_agents_dir()
     // --agent-update-key FILE: the Ed25519 key updates pushed to agents are signed with (made
     // there when missing); agents started with --update-pubkey take only builds it signed.

@@ -1,5 +1,7 @@
 #include "collector/agents/agent_link.hpp"
 
+#include "collector/accepting.hpp"
+
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
 
@@ -307,6 +309,10 @@ void agent_link::close() {
 
 asio::awaitable<void> agent_link::run() {
     auto self = shared_from_this();
+    struct give_back {
+        connection_budget::slot& slot;
+        ~give_back() { slot.release(); }
+    } giving_back{slot_};
     const auto end = app_.stops.on_stop([this] { close(); });
     if (!dialled_ && !co_await open_link()) {
         close();
@@ -437,6 +443,7 @@ void agent_link::on_hello(protocol::frame&& f) {
         }
     }
     hello_ = std::move(*h);
+    slot_.prove(); // counts against the unproven agents' cap no more
     session_meta_["agent"] = hello_->agent;
     session_meta_["agent_version"] = hello_->agent_version.value_or("");
     session_meta_["hostname"] = hello_->hostname.value_or("");
@@ -743,14 +750,12 @@ std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& ap
 
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
     admission gate;
+    budgeted_acceptor accepting(acceptor, app.connections, connection_budget::kind::agent, "agent");
     for (;;) {
-        auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
-        if (ec) {
-            if (ec == asio::error::operation_aborted || !acceptor.is_open())
-                co_return;
-            log("listener", "accept: " + ec.message());
-            continue;
-        }
+        auto accepted = co_await accepting.next();
+        if (!accepted)
+            co_return;
+        auto& [socket, slot] = *accepted;
         boost::system::error_code aec;
         const auto address = socket.remote_endpoint(aec).address().to_string();
         if (const auto v = gate.check(address, std::chrono::steady_clock::now());
@@ -764,6 +769,7 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
         const std::string id = "t" + std::to_string(app.next_target++);
         auto link = std::make_shared<agent_link>(
             std::make_unique<protocol::link_stream>(std::move(socket)), app, id, app.cfg.token);
+        link->hold(std::move(slot));
         app.targets[id] = link;
         asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
             if (e)

@@ -45,6 +45,8 @@ public:
 
     // Serves the connection until it closes; the live session then becomes a saved one.
     asio::awaitable<void> run();
+    // The accepted connection's slot in the connection budget, given back when run() ends.
+    void hold(connection_budget::slot s) { slot_ = std::move(s); }
     void close();
 
     // Sends a command and waits for its response; an error string on timeout or close. An
@@ -162,6 +164,7 @@ private:
     // The state an answer implies, applied as the answer is read: in the order the frames
     // came, so a notice that follows it (the run ended at once) is applied after it.
     void on_answer(const pending& asked, const protocol::command_response& answer);
+    connection_budget::slot slot_; // accepted connections: their place in the budget
     std::map<std::string, pending> pending_;
     // Commands whose deadline passed, oldest first (a few): their answers still count.
     std::deque<std::pair<std::string, pending>> late_;

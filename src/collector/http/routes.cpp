@@ -270,6 +270,20 @@ struct request_context {
 
 using handler = asio::awaitable<http_response> (*)(request_context&);
 
+// What the listeners hold and may hold (connections.hpp).
+json::object connections_json(const connection_budget& b) {
+    using k = connection_budget::kind;
+    const auto& caps = b.limits();
+    return {
+        {"http", {{"open", b.open(k::http)}, {"max", caps.http}, {"refused", b.refused(k::http)}}},
+        {"agents",
+         {{"open", b.open(k::agent)},
+          {"max", caps.agents},
+          {"unproven", b.unproven()},
+          {"max_unproven", caps.unproven_agents},
+          {"refused", b.refused(k::agent)}}}};
+}
+
 asio::awaitable<http_response> get_status(request_context& c) {
     auto& app = c.app;
     const auto uptime =
@@ -288,7 +302,8 @@ asio::awaitable<http_response> get_status(request_context& c) {
                      {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
                      {"agent_tls_required", app.agent_tls_required},
                      {"update_pubkey", app.update_key ? json::value(app.update_key->public_key)
-                                                      : json::value(nullptr)}});
+                                                      : json::value(nullptr)},
+                     {"connections", connections_json(app.connections)}});
 }
 
 asio::awaitable<http_response> get_config(request_context& c) {

@@ -1,5 +1,6 @@
 #include "collector/http/server.hpp"
 
+#include "collector/accepting.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/connection.hpp"
 #include "collector/http/events.hpp"
@@ -92,7 +93,8 @@ template asio::awaitable<void> serve_connection(app_context&, beast::ssl_stream<
 
 namespace {
 
-asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
+asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream,
+                                   connection_budget::slot) {
     // A stop ends the connection wherever it is: reading a request, streaming events, or
     // reading an import's body (whose import is then dropped).
     const auto end = app.stops.on_stop([&stream] { stream.close(); });
@@ -100,7 +102,8 @@ asio::awaitable<void> http_session(app_context& app, beast::tcp_stream stream) {
 }
 
 // --http-tls: the handshake (10 s), then the same connection over TLS.
-asio::awaitable<void> https_session(app_context& app, beast::tcp_stream tcp) {
+asio::awaitable<void> https_session(app_context& app, beast::tcp_stream tcp,
+                                    connection_budget::slot) {
     beast::ssl_stream<beast::tcp_stream> stream(std::move(tcp), *app.http_tls);
     const auto end = app.stops.on_stop([&stream] { beast::get_lowest_layer(stream).close(); });
     beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(10));
@@ -113,23 +116,24 @@ asio::awaitable<void> https_session(app_context& app, beast::tcp_stream tcp) {
 } // namespace
 
 asio::awaitable<void> serve_http(app_context& app, tcp::acceptor& acceptor) {
+    budgeted_acceptor accepting(acceptor, app.connections, connection_budget::kind::http, "HTTP");
     for (;;) {
-        auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
-        if (ec) {
-            if (ec == asio::error::operation_aborted || !acceptor.is_open())
-                co_return;
-            continue;
-        }
+        auto socket = co_await accepting.next();
+        if (!socket)
+            co_return;
+        auto& [s, slot] = *socket;
         auto failed = [](std::exception_ptr e) {
             if (e)
                 log("HTTP connection failed: " + protocol::describe(e));
         };
         if (app.http_tls)
             asio::co_spawn(acceptor.get_executor(),
-                           https_session(app, beast::tcp_stream(std::move(socket))), failed);
+                           https_session(app, beast::tcp_stream(std::move(s)), std::move(slot)),
+                           failed);
         else
             asio::co_spawn(acceptor.get_executor(),
-                           http_session(app, beast::tcp_stream(std::move(socket))), failed);
+                           http_session(app, beast::tcp_stream(std::move(s)), std::move(slot)),
+                           failed);
     }
 }
 

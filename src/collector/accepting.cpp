@@ -1,0 +1,69 @@
+#include "collector/accepting.hpp"
+
+#include "collector/log.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace collector {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+budgeted_acceptor::budgeted_acceptor(tcp::acceptor& acceptor, connection_budget& budget,
+                                     connection_budget::kind kind, std::string name)
+    : acceptor_(acceptor)
+    , budget_(budget)
+    , kind_(kind)
+    , name_(std::move(name)) {}
+
+asio::awaitable<std::optional<std::pair<tcp::socket, connection_budget::slot>>>
+budgeted_acceptor::next() {
+    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+    for (;;) {
+        auto [ec, socket] = co_await acceptor_.async_accept(use_nothrow);
+        if (ec) {
+            if (ec == asio::error::operation_aborted || !acceptor_.is_open())
+                co_return std::nullopt;
+            std::string line;
+            const auto wait = backoff_.failed(ec.message(), line);
+            if (!line.empty())
+                log(name_ + " listener", line);
+            asio::steady_timer pause(co_await asio::this_coro::executor, wait);
+            co_await pause.async_wait(use_nothrow);
+            if (!acceptor_.is_open())
+                co_return std::nullopt;
+            continue;
+        }
+        if (const auto line = backoff_.succeeded(); !line.empty())
+            log(name_ + " listener", line);
+        auto slot = budget_.take(kind_);
+        if (!slot) {
+            if (refused_++ == 0) {
+                const auto& caps = budget_.limits();
+                log(name_ + " listener",
+                    kind_ == connection_budget::kind::http
+                        ? "at the cap of " + std::to_string(caps.http) +
+                              " HTTP connections (--max-http-connections): new ones are closed "
+                              "until some end"
+                        : "at the cap of " + std::to_string(caps.agents) + " agent connections, " +
+                              std::to_string(caps.unproven_agents) +
+                              " of them without a valid hello yet (--max-agent-connections): "
+                              "new ones are closed until some end");
+            }
+            boost::system::error_code ignored;
+            socket.close(ignored);
+            continue;
+        }
+        if (refused_ > 0) {
+            log(name_ + " listener", "accepting again; " + std::to_string(refused_) +
+                                         " connection" + (refused_ == 1 ? "" : "s") +
+                                         " closed at the cap");
+            refused_ = 0;
+        }
+        co_return std::make_pair(std::move(socket), std::move(*slot));
+    }
+}
+
+} // namespace collector

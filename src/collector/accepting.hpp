@@ -1,0 +1,39 @@
+// The listeners' accept, inside the connection budget (connections.hpp): a connection past
+// its kind's cap is closed at once (the peer sees the close, the kernel's queue drains), and
+// an accept that fails for want of descriptors or memory waits before the next try instead of
+// spinning. Each condition is logged when it begins and when it ends, never per connection.
+// Included by the two accept loops only (it brings Asio).
+#pragma once
+
+#include "collector/connections.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace collector {
+
+class budgeted_acceptor {
+public:
+    budgeted_acceptor(boost::asio::ip::tcp::acceptor& acceptor, connection_budget& budget,
+                      connection_budget::kind kind, std::string name);
+
+    // The next connection within the budget with its slot; nullopt once the acceptor is
+    // closed (the collector stops).
+    boost::asio::awaitable<
+        std::optional<std::pair<boost::asio::ip::tcp::socket, connection_budget::slot>>>
+    next();
+
+private:
+    boost::asio::ip::tcp::acceptor& acceptor_;
+    connection_budget& budget_;
+    connection_budget::kind kind_;
+    std::string name_;
+    accept_backoff backoff_;
+    std::uint64_t refused_ = 0; // in the current episode at the cap
+};
+
+} // namespace collector

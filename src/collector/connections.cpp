@@ -1,0 +1,143 @@
+#include "collector/connections.hpp"
+
+#include <algorithm>
+#include <sys/resource.h>
+#include <utility>
+
+namespace collector {
+
+struct connection_counts {
+    std::atomic<std::size_t> http{0}, agents{0}, unproven{0};
+    std::atomic<std::uint64_t> refused_http{0}, refused_agents{0};
+};
+
+connection_budget::caps connection_budget::for_descriptors(std::size_t descriptors) {
+    caps c;
+    c.http = std::clamp<std::size_t>(descriptors / 4, 16, 4096);
+    c.agents = std::clamp<std::size_t>(descriptors / 2, 16, 16384);
+    c.unproven_agents = std::clamp<std::size_t>(c.agents / 8, 8, 1024);
+    return c;
+}
+
+std::size_t connection_budget::raise_descriptor_limit() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return 1024;
+    if (r.rlim_cur < r.rlim_max) {
+        rlimit raised = r;
+        raised.rlim_cur = r.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            r = raised;
+    }
+    return r.rlim_cur == RLIM_INFINITY ? std::size_t{1} << 20
+                                       : static_cast<std::size_t>(r.rlim_cur);
+}
+
+connection_budget::connection_budget(caps c)
+    : caps_(c)
+    , counts_(std::make_shared<connection_counts>()) {}
+
+namespace {
+
+// Takes one of `n` if fewer than `cap` are taken.
+bool take_one(std::atomic<std::size_t>& n, std::size_t cap) {
+    auto now = n.load();
+    do {
+        if (now >= cap)
+            return false;
+    } while (!n.compare_exchange_weak(now, now + 1));
+    return true;
+}
+
+} // namespace
+
+std::optional<connection_budget::slot> connection_budget::take(kind k) {
+    auto& c = *counts_;
+    if (k == kind::http) {
+        if (!take_one(c.http, caps_.http)) {
+            ++c.refused_http;
+            return std::nullopt;
+        }
+        return slot(counts_, k);
+    }
+    if (!take_one(c.unproven, caps_.unproven_agents)) {
+        ++c.refused_agents;
+        return std::nullopt;
+    }
+    if (!take_one(c.agents, caps_.agents)) {
+        --c.unproven;
+        ++c.refused_agents;
+        return std::nullopt;
+    }
+    slot s(counts_, k);
+    s.unproven_ = true;
+    return s;
+}
+
+std::size_t connection_budget::open(kind k) const noexcept {
+    return k == kind::http ? counts_->http.load() : counts_->agents.load();
+}
+
+std::size_t connection_budget::unproven() const noexcept {
+    return counts_->unproven.load();
+}
+
+std::uint64_t connection_budget::refused(kind k) const noexcept {
+    return k == kind::http ? counts_->refused_http.load() : counts_->refused_agents.load();
+}
+
+connection_budget::slot::slot(std::shared_ptr<connection_counts> owner, kind k)
+    : owner_(std::move(owner))
+    , kind_(k) {}
+
+connection_budget::slot::slot(slot&& o) noexcept
+    : owner_(std::move(o.owner_))
+    , kind_(o.kind_)
+    , unproven_(std::exchange(o.unproven_, false)) {}
+
+connection_budget::slot& connection_budget::slot::operator=(slot&& o) noexcept {
+    if (this != &o) {
+        release();
+        owner_ = std::move(o.owner_);
+        kind_ = o.kind_;
+        unproven_ = std::exchange(o.unproven_, false);
+    }
+    return *this;
+}
+
+connection_budget::slot::~slot() {
+    release();
+}
+
+void connection_budget::slot::prove() {
+    if (owner_ && std::exchange(unproven_, false))
+        --owner_->unproven;
+}
+
+void connection_budget::slot::release() {
+    if (!owner_)
+        return;
+    prove();
+    --(kind_ == kind::http ? owner_->http : owner_->agents);
+    owner_.reset();
+}
+
+std::chrono::milliseconds accept_backoff::failed(const std::string& error, std::string& describe) {
+    describe.clear();
+    if (failures_++ == 0)
+        describe = "accept: " + error +
+                   "; accepting again after a pause (said once until it "
+                   "accepts again)";
+    wait_ = std::clamp(wait_ * 2, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
+    return wait_;
+}
+
+std::string accept_backoff::succeeded() {
+    wait_ = std::chrono::milliseconds(0);
+    if (failures_ == 0)
+        return {};
+    const auto n = std::exchange(failures_, 0);
+    return "accepting again after " + std::to_string(n) + " failed accept" + (n == 1 ? "" : "s");
+}
+
+} // namespace collector

@@ -1,0 +1,169 @@
+// The connection budget: caps on what peers can make the collector hold at once, and accept
+// loops that neither spin nor flood the log when they are reached or descriptors run out.
+#include "collector/connections.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/framing_peer.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace collector;
+using namespace std::chrono_literals;
+namespace json = boost::json;
+using kind = connection_budget::kind;
+
+TEST_CASE("connection budget: each kind up to its cap, unproven agents up to theirs, slots given "
+          "back when they end",
+          "[collector][connections]") {
+    connection_budget b({.http = 2, .agents = 3, .unproven_agents = 2});
+    auto h1 = b.take(kind::http);
+    auto h2 = b.take(kind::http);
+    REQUIRE(h1);
+    REQUIRE(h2);
+    CHECK_FALSE(b.take(kind::http));
+    CHECK(b.refused(kind::http) == 1);
+    h1->release();
+    CHECK(b.open(kind::http) == 1);
+    {
+        auto h3 = b.take(kind::http);
+        CHECK(h3);
+        CHECK(b.open(kind::http) == 2);
+        auto moved = std::move(*h3); // the count follows the slot, not its copies
+        CHECK(b.open(kind::http) == 2);
+    }
+    CHECK(b.open(kind::http) == 1);
+
+    auto a1 = b.take(kind::agent);
+    auto a2 = b.take(kind::agent);
+    REQUIRE(a1);
+    REQUIRE(a2);
+    CHECK(b.unproven() == 2);
+    CHECK_FALSE(b.take(kind::agent)); // two strangers at once at most
+    a1->prove();
+    a1->prove(); // once only
+    CHECK(b.unproven() == 1);
+    auto a3 = b.take(kind::agent);
+    REQUIRE(a3);
+    CHECK(b.open(kind::agent) == 3);
+    a3->prove();
+    CHECK_FALSE(b.take(kind::agent)); // the agents' own cap
+    CHECK(b.refused(kind::agent) == 2);
+    a2.reset(); // an unproven one that ends frees both counts
+    CHECK(b.unproven() == 0);
+    CHECK(b.open(kind::agent) == 2);
+    CHECK(b.take(kind::agent));
+
+    const auto small = connection_budget::for_descriptors(1024);
+    CHECK(small.http == 256);
+    CHECK(small.agents == 512);
+    CHECK(small.unproven_agents == 64);
+    const auto large = connection_budget::for_descriptors(20000);
+    CHECK(large.http + large.agents < 20000); // room left for files, pipes and children
+    CHECK(large.unproven_agents <= large.agents / 8);
+}
+
+TEST_CASE("accept backoff: 50 ms doubling to 2 s, said once per episode",
+          "[collector][connections]") {
+    accept_backoff b;
+    std::string line;
+    CHECK(b.failed("Too many open files", line) == 50ms);
+    CHECK_THAT(line, Catch::StartsWith("accept: Too many open files"));
+    std::vector<std::chrono::milliseconds> waits;
+    for (int i = 0; i < 8; ++i) {
+        waits.push_back(b.failed("Too many open files", line));
+        CHECK(line.empty());
+    }
+    CHECK(waits == std::vector<std::chrono::milliseconds>{100ms, 200ms, 400ms, 800ms, 1600ms,
+                                                          2000ms, 2000ms, 2000ms});
+    CHECK(b.succeeded() == "accepting again after 9 failed accepts");
+    CHECK(b.succeeded().empty());
+    CHECK(b.failed("Too many open files", line) == 50ms);
+    CHECK_FALSE(line.empty());
+}
+
+namespace {
+
+// Whether the collector closes `fd` within `timeout` (EOF or a reset), reading nothing.
+bool closed_by_peer(int fd, std::chrono::milliseconds timeout) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1)
+        return false;
+    char c;
+    return ::recv(fd, &c, 1, 0) <= 0;
+}
+
+} // namespace
+
+TEST_CASE("a collector at its connection caps closes new connections, says so once, and takes "
+          "them again when some end — strangers on the agent port cannot crowd out an agent "
+          "past theirs",
+          "[collector][connections][integration]") {
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(
+        dir.path / "sessions", {"--max-http-connections", "4", "--max-agent-connections", "8"});
+    INFO(coll.proc->stderr_text());
+    // Four idle HTTP connections hold every slot (accepted in order, one after the other).
+    std::vector<int> idle;
+    for (int i = 0; i < 4; ++i) {
+        idle.push_back(test_support::connect_loopback(coll.http_port));
+        REQUIRE(idle.back() >= 0);
+    }
+    for (int i = 0; i < 3; ++i) {
+        const int over = test_support::connect_loopback(coll.http_port);
+        REQUIRE(over >= 0);
+        CHECK(closed_by_peer(over, 10s));
+        ::close(over);
+    }
+    for (const int fd : idle) {
+        CHECK_FALSE(closed_by_peer(fd, 0ms)); // still held
+        ::close(fd);
+    }
+    // Their slots come back as the collector sees them end.
+    const auto status = test_support::poll_json(coll.http_port, "/api/status", 10s,
+                                                [](const json::value&) { return true; });
+    const auto& http = status.at("connections").at("http");
+    CHECK(http.at("max").as_int64() == 4);
+    CHECK(http.at("refused").as_int64() >= 3); // (and any ask for the status made too soon)
+    CHECK(coll.proc->stderr_text().find("at the cap of 4 HTTP connections") != std::string::npos);
+    CHECK(coll.proc->stderr_text().find("at the cap of 4 HTTP connections") ==
+          coll.proc->stderr_text().rfind("at the cap of 4 HTTP connections"));
+    CHECK(coll.proc->stderr_text().find("connections closed at the cap") != std::string::npos);
+
+    // The agent port: 8 agents, 1 of them (8 / 8) without a hello yet.
+    const auto agents = status.at("connections").at("agents");
+    CHECK(agents.at("max").as_int64() == 8);
+    CHECK(agents.at("max_unproven").as_int64() == 1);
+    const int stranger = test_support::connect_loopback(coll.agent_port);
+    REQUIRE(stranger >= 0);
+    // Accepted before the next one (in order): the agent behind it finds the unproven cap
+    // reached and is closed.
+    auto refused = test_support::hello_agent(coll, "refused-board");
+    CHECK_FALSE(refused->next(10s));
+    CHECK(refused->closed());
+    ::close(stranger);
+    // Once the stranger has gone, an agent is admitted; having said hello it holds no
+    // unproven slot, so the next stranger is accepted too.
+    test_support::wait_for(coll, "/api/status", 10s, [](const json::value& v) {
+        return v.at("connections").at("agents").at("open").as_int64() == 0;
+    });
+    auto board = test_support::hello_agent(coll, "board-1");
+    test_support::wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
+        return json::serialize(v).find("board-1") != std::string::npos;
+    });
+    const int next = test_support::connect_loopback(coll.agent_port);
+    REQUIRE(next >= 0);
+    const auto after = test_support::wait_for(coll, "/api/status", 10s, [](const json::value& v) {
+        return v.at("connections").at("agents").at("open").as_int64() == 2;
+    });
+    CHECK(after.at("connections").at("agents").at("unproven").as_int64() == 1);
+    CHECK(after.at("connections").at("agents").at("refused").as_int64() == 1);
+    CHECK_FALSE(closed_by_peer(next, 0ms));
+    ::close(next);
+}
