@@ -19,7 +19,7 @@ budgeted_acceptor::budgeted_acceptor(tcp::acceptor& acceptor, connection_budget&
     , name_(std::move(name)) {}
 
 asio::awaitable<std::optional<std::pair<tcp::socket, connection_budget::slot>>>
-budgeted_acceptor::next() {
+budgeted_acceptor::next(const screen& look) {
     constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
     for (;;) {
         auto [ec, socket] = co_await acceptor_.async_accept(use_nothrow);
@@ -38,7 +38,17 @@ budgeted_acceptor::next() {
         }
         if (const auto line = backoff_.succeeded(); !line.empty())
             log(name_ + " listener", line);
-        auto slot = budget_.take(kind_);
+        auto w = connection_budget::when_full::refuse;
+        if (look) {
+            const auto verdict = look(socket);
+            if (!verdict) {
+                boost::system::error_code ignored;
+                socket.close(ignored);
+                continue;
+            }
+            w = *verdict;
+        }
+        auto slot = budget_.take(kind_, w);
         if (!slot) {
             if (refused_++ == 0) {
                 const auto& caps = budget_.limits();

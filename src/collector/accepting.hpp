@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,11 +22,17 @@ public:
     budgeted_acceptor(boost::asio::ip::tcp::acceptor& acceptor, connection_budget& budget,
                       connection_budget::kind kind, std::string name);
 
+    // Looks at a connection before it takes a slot: nullopt closes it, else what it does when
+    // the unproven agents' slots are all taken.
+    using screen = std::function<std::optional<connection_budget::when_full>(
+        const boost::asio::ip::tcp::socket&)>;
+
     // The next connection within the budget with its slot; nullopt once the acceptor is
-    // closed (the collector stops).
+    // closed (the collector stops). Without a screen, every connection is taken if there is
+    // room.
     boost::asio::awaitable<
         std::optional<std::pair<boost::asio::ip::tcp::socket, connection_budget::slot>>>
-    next();
+    next(const screen& look = {});
 
 private:
     boost::asio::ip::tcp::acceptor& acceptor_;

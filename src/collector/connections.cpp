@@ -1,6 +1,8 @@
 #include "collector/connections.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <sys/resource.h>
 #include <utility>
 
@@ -8,7 +10,20 @@ namespace collector {
 
 struct connection_counts {
     std::atomic<std::size_t> http{0}, agents{0}, unproven{0};
-    std::atomic<std::uint64_t> refused_http{0}, refused_agents{0};
+    std::atomic<std::uint64_t> refused_http{0}, refused_agents{0}, evicted{0};
+    // The unproven agent connections, oldest first, each with what closes it.
+    std::mutex m;
+    std::map<std::uint64_t, std::function<void()>> waiting;
+    std::uint64_t next = 1;
+
+    // Drops `place` from the unproven list; whether it was there.
+    bool leave(std::uint64_t place) {
+        std::lock_guard lock(m);
+        if (!waiting.erase(place))
+            return false;
+        --unproven;
+        return true;
+    }
 };
 
 connection_budget::caps connection_budget::for_descriptors(std::size_t descriptors) {
@@ -51,7 +66,7 @@ bool take_one(std::atomic<std::size_t>& n, std::size_t cap) {
 
 } // namespace
 
-std::optional<connection_budget::slot> connection_budget::take(kind k) {
+std::optional<connection_budget::slot> connection_budget::take(kind k, when_full w) {
     auto& c = *counts_;
     if (k == kind::http) {
         if (!take_one(c.http, caps_.http)) {
@@ -60,17 +75,37 @@ std::optional<connection_budget::slot> connection_budget::take(kind k) {
         }
         return slot(counts_, k);
     }
-    if (!take_one(c.unproven, caps_.unproven_agents)) {
-        ++c.refused_agents;
-        return std::nullopt;
+    std::function<void()> evict;
+    std::uint64_t place = 0;
+    {
+        std::lock_guard lock(c.m);
+        if (c.waiting.size() >= caps_.unproven_agents) {
+            // The oldest that can be closed gives its place (its slot in the agents' total is
+            // given back when its connection ends).
+            const auto oldest = std::find_if(c.waiting.begin(), c.waiting.end(),
+                                             [](const auto& kv) { return bool(kv.second); });
+            if (w == when_full::refuse || oldest == c.waiting.end() ||
+                c.agents.load() >= caps_.agents) {
+                ++c.refused_agents;
+                return std::nullopt;
+            }
+            evict = std::move(oldest->second);
+            c.waiting.erase(oldest);
+            --c.unproven;
+            ++c.evicted;
+        }
+        if (!take_one(c.agents, caps_.agents)) {
+            ++c.refused_agents;
+            return std::nullopt;
+        }
+        place = c.next++;
+        c.waiting.emplace(place, nullptr);
+        ++c.unproven;
     }
-    if (!take_one(c.agents, caps_.agents)) {
-        --c.unproven;
-        ++c.refused_agents;
-        return std::nullopt;
-    }
+    if (evict)
+        evict();
     slot s(counts_, k);
-    s.unproven_ = true;
+    s.unproven_ = place;
     return s;
 }
 
@@ -86,6 +121,10 @@ std::uint64_t connection_budget::refused(kind k) const noexcept {
     return k == kind::http ? counts_->refused_http.load() : counts_->refused_agents.load();
 }
 
+std::uint64_t connection_budget::evicted() const noexcept {
+    return counts_->evicted.load();
+}
+
 connection_budget::slot::slot(std::shared_ptr<connection_counts> owner, kind k)
     : owner_(std::move(owner))
     , kind_(k) {}
@@ -93,14 +132,14 @@ connection_budget::slot::slot(std::shared_ptr<connection_counts> owner, kind k)
 connection_budget::slot::slot(slot&& o) noexcept
     : owner_(std::move(o.owner_))
     , kind_(o.kind_)
-    , unproven_(std::exchange(o.unproven_, false)) {}
+    , unproven_(std::exchange(o.unproven_, 0)) {}
 
 connection_budget::slot& connection_budget::slot::operator=(slot&& o) noexcept {
     if (this != &o) {
         release();
         owner_ = std::move(o.owner_);
         kind_ = o.kind_;
-        unproven_ = std::exchange(o.unproven_, false);
+        unproven_ = std::exchange(o.unproven_, 0);
     }
     return *this;
 }
@@ -110,8 +149,16 @@ connection_budget::slot::~slot() {
 }
 
 void connection_budget::slot::prove() {
-    if (owner_ && std::exchange(unproven_, false))
-        --owner_->unproven;
+    if (owner_ && unproven_)
+        owner_->leave(std::exchange(unproven_, 0));
+}
+
+void connection_budget::slot::on_evict(std::function<void()> close) {
+    if (!owner_ || !unproven_)
+        return;
+    std::lock_guard lock(owner_->m);
+    if (auto it = owner_->waiting.find(unproven_); it != owner_->waiting.end())
+        it->second = std::move(close);
 }
 
 void connection_budget::slot::release() {

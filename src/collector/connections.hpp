@@ -8,11 +8,15 @@
 // that session files, symbolizers and the listeners themselves need. Agent connections that
 // have not yet said a valid hello ("unproven": no token, no enrollment) have a cap of their
 // own, far below the agents' total: a crowd of strangers cannot crowd out enrolled devices.
+// When that cap is reached, a connection the per-address gate admitted may take the place of
+// the oldest unproven one (which is closed): strangers that connect and say nothing cannot
+// keep a device out by holding every unproven slot.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +39,10 @@ public:
     // Raises this process's soft RLIMIT_NOFILE to its hard limit; the limit now in force.
     static std::size_t raise_descriptor_limit();
 
+    // What an agent connection does when every unproven slot is taken: is closed, or closes
+    // the oldest unproven connection and takes its place.
+    enum class when_full { refuse, evict_oldest };
+
     explicit connection_budget(caps c);
 
     class slot {
@@ -48,6 +56,9 @@ public:
         // An agent connection said a valid hello: it no longer counts as unproven.
         void prove();
         void release();
+        // What closes this connection if a newer one takes its unproven slot (called on the
+        // thread that takes slots; not once it is proven).
+        void on_evict(std::function<void()> close);
         explicit operator bool() const noexcept { return owner_ != nullptr; }
 
     private:
@@ -55,16 +66,18 @@ public:
         slot(std::shared_ptr<connection_counts> owner, kind k);
         std::shared_ptr<connection_counts> owner_;
         kind kind_ = kind::http;
-        bool unproven_ = false;
+        std::uint64_t unproven_ = 0; // its place in the unproven list; 0 once proven
     };
 
     // A slot, or nullopt when the kind's cap (or the unproven agents' cap) is reached.
-    std::optional<slot> take(kind k);
+    std::optional<slot> take(kind k, when_full w = when_full::refuse);
 
     const caps& limits() const noexcept { return caps_; }
     std::size_t open(kind k) const noexcept;
     std::size_t unproven() const noexcept;
     std::uint64_t refused(kind k) const noexcept;
+    // Unproven agent connections closed to make room for a newer one.
+    std::uint64_t evicted() const noexcept;
 
 private:
     caps caps_;

@@ -295,6 +295,14 @@ void agent_link::send(const std::string& payload) {
     wake_writer_.cancel_one();
 }
 
+void agent_link::hold(connection_budget::slot s) {
+    slot_ = std::move(s);
+    slot_.on_evict([weak = weak_from_this()] {
+        if (auto link = weak.lock())
+            link->close();
+    });
+}
+
 void agent_link::close() {
     if (closed_)
         return;
@@ -333,7 +341,8 @@ asio::awaitable<bool> agent_link::open_link() {
     asio::steady_timer deadline(ex_, std::chrono::seconds(10));
     auto r = co_await (stream_->peer_opens_tls() || deadline.async_wait(use_nothrow));
     if (r.index() == 1) {
-        log(peer_, "no hello within 10 s; closing");
+        if (!probation_)
+            log(peer_, "no hello within 10 s; closing");
         co_return false;
     }
     const auto [ec, tls] = std::get<0>(r);
@@ -396,6 +405,8 @@ asio::awaitable<void> agent_link::reader() {
         asio::steady_timer* deadline = hello_ ? nullptr : &hello_deadline; // (no ?: in co_await)
         auto f = co_await next_frame(frames, deadline);
         if (!f) {
+            if (probation_ && !hello_)
+                break; // (closed without a word: see on_probation)
             if (f.error() == asio::error::timed_out)
                 log(peer_, "no hello within 10 s; closing");
             else if (auto why = protocol::peer_went_away(f.error())
@@ -416,7 +427,8 @@ void agent_link::on_hello(protocol::frame&& f) {
                  : protocol::parse_result<protocol::hello>(protocol::parse_error{
                        protocol::errc::invalid_message, "first frame must be the hello"});
     if (!h) {
-        log(peer_, "bad hello: " + h.error().message() + "; closing");
+        if (!probation_)
+            log(peer_, "bad hello: " + h.error().message() + "; closing");
         close();
         return;
     }
@@ -435,6 +447,10 @@ void agent_link::on_hello(protocol::frame&& f) {
         for (const auto& t : app_.enrollment)
             enrolled |= presented && protocol::constant_time_equal(t, *presented);
         if (!enrolled) {
+            if (probation_) {
+                close();
+                return;
+            }
             log(peer_, presented ? "wrong enrollment token; closing"
                                  : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
                                    "to this collector's enrollment token; closing");
@@ -751,25 +767,39 @@ std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& ap
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
     admission gate;
     budgeted_acceptor accepting(acceptor, app.connections, connection_budget::kind::agent, "agent");
+    // Past its address's limit, a connection is closed at once, unless this collector enrolls
+    // agents: then it may come in if an unproven slot is free, and must prove itself with a
+    // valid enrollment token (a lab behind one NAT reconnecting after a restart is admitted at
+    // once). Only a connection within its address's limit may take the oldest stranger's slot.
+    bool probation = false;
+    const auto screen = [&](const tcp::socket& socket)
+        -> std::optional<connection_budget::when_full> {
+        boost::system::error_code aec;
+        const auto address = socket.remote_endpoint(aec).address().to_string();
+        const auto v = gate.check(address, std::chrono::steady_clock::now());
+        probation = v != admission::verdict::admit;
+        if (!probation)
+            return connection_budget::when_full::evict_oldest;
+        if (v == admission::verdict::refuse_first)
+            log(address, app.enrollment.empty()
+                             ? "too many connections from this address; refusing them for a while"
+                             : "too many connections from this address; for a while only agents "
+                               "with a valid enrollment token are admitted from it");
+        if (app.enrollment.empty())
+            return std::nullopt;
+        return connection_budget::when_full::refuse;
+    };
     for (;;) {
-        auto accepted = co_await accepting.next();
+        auto accepted = co_await accepting.next(screen);
         if (!accepted)
             co_return;
         auto& [socket, slot] = *accepted;
-        boost::system::error_code aec;
-        const auto address = socket.remote_endpoint(aec).address().to_string();
-        if (const auto v = gate.check(address, std::chrono::steady_clock::now());
-            v != admission::verdict::admit) {
-            if (v == admission::verdict::refuse_first)
-                log(address, "too many connections from this address; refusing them for a "
-                             "while");
-            socket.close(aec);
-            continue;
-        }
         const std::string id = "t" + std::to_string(app.next_target++);
         auto link = std::make_shared<agent_link>(
             std::make_unique<protocol::link_stream>(std::move(socket)), app, id, app.cfg.token);
         link->hold(std::move(slot));
+        if (probation)
+            link->on_probation();
         app.targets[id] = link;
         asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
             if (e)

@@ -46,7 +46,12 @@ public:
     // Serves the connection until it closes; the live session then becomes a saved one.
     asio::awaitable<void> run();
     // The accepted connection's slot in the connection budget, given back when run() ends.
-    void hold(connection_budget::slot s) { slot_ = std::move(s); }
+    // Until its hello proves it, a newer connection may take its place (it is then closed).
+    void hold(connection_budget::slot s);
+    // Admitted past its address's limit because this collector enrolls agents: it must present
+    // a valid enrollment token, and is closed without a word in the log if it does not (the
+    // gate said once that the address is being refused).
+    void on_probation() { probation_ = true; }
     void close();
 
     // Sends a command and waits for its response; an error string on timeout or close. An
@@ -112,6 +117,7 @@ private:
     std::string id_;
     std::optional<std::string> token_;
     bool dialled_ = false;
+    bool probation_ = false;
     std::string dial_host_, dial_port_;
     struct update_progress {
         std::string version;

@@ -281,7 +281,8 @@ json::object connections_json(const connection_budget& b) {
           {"max", caps.agents},
           {"unproven", b.unproven()},
           {"max_unproven", caps.unproven_agents},
-          {"refused", b.refused(k::agent)}}}};
+          {"refused", b.refused(k::agent)},
+          {"evicted", b.evicted()}}}};
 }
 
 asio::awaitable<http_response> get_status(request_context& c) {
