@@ -50,20 +50,21 @@ function follow(stream) {
   stream.addEventListener('error', () => { broken = true; $('#conn').textContent = 'reconnecting…'; });
   // The landing page lists targets; a session's header follows its agent's state.
   let ownTarget = '';
-  stream.addEventListener('targets', (e) => {
-    const list = JSON.parse(e.data);
-    store.setTargets(list);
+  const targetsMoved = () => {
     const s = hashState();
-    if (!s.session) { rerender(); return; }
-    const t = list.find((x) => x.session_id === s.session || x.last_session_id === s.session);
+    if (!s.session) { live('targets'); return; } // the landing page's table alone
+    const t = store.targets().find((x) => x.session_id === s.session || x.last_session_id === s.session);
     const now = t ? `${t.id} ${t.state} ${t.session_id} ${t.last_session_id} ${t.pid}` : '';
     if (now !== ownTarget) { ownTarget = now; rerender(); }
-  });
-  // A session began, ended or went: what is kept of it is asked again.
+  };
+  // The whole list when the stream opens, then what changed (a few times a second at most).
+  stream.addEventListener('targets', (e) => { store.setTargets(JSON.parse(e.data)); targetsMoved(); });
+  stream.addEventListener('targets_changed', (e) => { if (store.targetsChanged(JSON.parse(e.data))) targetsMoved(); });
+  // Sessions began, ended or went: what is kept of them is asked again.
   stream.addEventListener('sessions', (e) => {
-    const id = JSON.parse(e.data).session_id, s = hashState();
-    store.refresh(id);
-    if (!s.session || id === s.session) rerender();
+    const ids = JSON.parse(e.data).session_ids ?? [], s = hashState();
+    for (const id of ids) store.refresh(id);
+    if (!s.session || ids.includes(s.session)) rerender();
   });
   stream.addEventListener('data_version', (e) => {
     const d = JSON.parse(e.data), s = hashState();

@@ -1,5 +1,6 @@
 // The page's model of the collector, fed by the live stream (GET /api/stream):
-//   - the targets, whole, from each `targets` event (the page never asks for them again);
+//   - the targets: the whole list from the `targets` event a stream opens with, then the
+//     targets that changed or left from each `targets_changed` (the page never asks again);
 //   - per session, what `data_version` carries: its data version and the counts a page shows
 //     (chunks, samples, lost samples, threads, the samples' span);
 //   - a cache of view answers keyed by (session, data version, request): a view asked again
@@ -26,6 +27,24 @@ export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = 
     setTargets(list) {
       targets = Array.isArray(list) ? list : [];
       emit('targets');
+    },
+    // A `targets_changed` event ({targets: [changed], gone: [ids]}): a changed target replaces
+    // its earlier self in place, a new one is added at the end, one gone leaves. Ignored
+    // before the first list (a stream always opens with one).
+    targetsChanged(d) {
+      if (targets === null || !d) return false;
+      const gone = new Set(Array.isArray(d.gone) ? d.gone : []);
+      const changed = new Map((Array.isArray(d.targets) ? d.targets : []).map((t) => [t.id, t]));
+      const next = [];
+      for (const t of targets) {
+        if (gone.has(t.id)) continue;
+        next.push(changed.get(t.id) ?? t);
+        changed.delete(t.id);
+      }
+      for (const t of changed.values()) if (!gone.has(t.id)) next.push(t);
+      targets = next;
+      emit('targets');
+      return true;
     },
 
     // What the stream said of a session's data; null if it has said nothing yet.

@@ -6,7 +6,7 @@
 // Returns an EventTarget: 'open', 'error', and each event of the collector by its kind, with
 // `data` as EventSource gives it.
 
-export const KINDS = ['status', 'targets', 'data_version', 'sessions', 'import', 'metrics'];
+export const KINDS = ['status', 'targets', 'targets_changed', 'data_version', 'sessions', 'import', 'metrics'];
 
 // One WebSocket message ("event: KIND\ndata: JSON\n\n", or a ": keep-alive" comment) as
 // [kind, data], or null for a comment.

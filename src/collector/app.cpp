@@ -12,10 +12,13 @@
 #include "protocol/link_stream.hpp"
 #include "protocol/tls.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -33,6 +36,31 @@ namespace collector {
 using asio::ip::tcp;
 
 namespace {
+
+// Once a second: the sessions' models kept within the memory budget (sessions.hpp), and the
+// moments the collector goes over it or back under said once each.
+asio::awaitable<void> keep_within_budget(app_context& app) {
+    asio::steady_timer tick(app.io);
+    auto end = app.stops.on_stop([&tick] { tick.cancel(); });
+    bool over = false;
+    while (!app.stops.stopping()) {
+        tick.expires_after(std::chrono::seconds(1));
+        auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec || app.stops.stopping())
+            co_return;
+        const auto m = app.sessions.enforce();
+        const bool now = m.live + m.saved > m.budget / 4 * 3 &&
+                         m.allowance <= (std::size_t{4} << 20); // folded as far as it goes
+        if (now != over)
+            log(now ? "the sessions hold more than the memory budget allows even with their "
+                      "oldest samples folded as far as they go (" +
+                          std::to_string((m.live + m.saved) >> 20) + " MB in " +
+                          std::to_string(m.live_sessions) +
+                          " live sessions): raise --memory-budget or profile fewer devices"
+                    : "the sessions are within the memory budget again");
+        over = now;
+    }
+}
 
 bool open_acceptor(tcp::acceptor& a, const std::string& address, std::uint16_t port,
                    const char* what) {
@@ -265,6 +293,7 @@ int run(const config& c) {
 
     asio::co_spawn(io, accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);
+    asio::co_spawn(io, keep_within_budget(app), report);
 
     // Stopping (docs/architecture.md): 1. stop accepting; 2. end every connection and cancel
     // the work in flight; 3. the loop runs until nothing is left (every coroutine returned,
@@ -283,7 +312,7 @@ int run(const config& c) {
         app.stops.stop();
         if (app.debuginfod)
             app.debuginfod->stop(); // before the drain: its answers are posted to the loop
-        app.data_notices->stop();
+        app.notices->stop();
         watch.start(drain_deadline);
     });
     for (;;) {

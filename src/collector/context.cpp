@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <unistd.h>
 
 namespace collector {
 
@@ -20,6 +21,17 @@ connection_budget::caps connection_caps(const config& c) {
     return caps;
 }
 
+// --memory-budget, else a quarter of the machine's memory (at least 256 MB).
+std::size_t memory_budget(const config& c) {
+    if (c.memory_budget_mb)
+        return c.memory_budget_mb << 20;
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const std::size_t ram = pages > 0 && page > 0
+                                ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                : std::size_t{4} << 30;
+    return std::max(ram / 4, std::size_t{256} << 20);
+}
+
 } // namespace
 
 app_context::app_context(asio::io_context& io_context, config c)
@@ -34,15 +46,14 @@ app_context::app_context(asio::io_context& io_context, config c)
              find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
                              cfg.symbols.toolchain_prefix),
              std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""}
-    , data_notices(std::make_unique<events::data_notices>(*this)) {}
+    , notices(std::make_unique<events::notices>(*this)) {
+    sessions.set_memory_budget(memory_budget(cfg), cfg.live_mb << 20);
+}
 
 app_context::~app_context() = default;
 
-void app_context::changed(change what, const std::string& session_id) {
-    if (what == change::data)
-        data_notices->changed(session_id);
-    else
-        events::publish(*this, what, session_id);
+void app_context::changed(change what, const std::string& id) {
+    notices->changed(what, id);
 }
 
 } // namespace collector

@@ -31,7 +31,7 @@ namespace collector {
 
 class agent_link;
 namespace events {
-class data_notices;
+class notices;
 }
 
 // What the browsers are told changed (http/events.hpp forms the event).
@@ -75,12 +75,12 @@ struct app_context {
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;
-    // Data changes told to the browsers a few times a second at most (http/events.hpp).
-    std::unique_ptr<events::data_notices> data_notices;
+    // Changes told to the browsers a few times a second at most (http/events.hpp).
+    std::unique_ptr<events::notices> notices;
 
-    // On the I/O thread, whenever something the UI shows changed: tells the browsers (data
-    // changes coalesced by data_notices).
-    void changed(change what, const std::string& session_id = {});
+    // On the I/O thread, whenever something the UI shows changed: tells the browsers, coalesced
+    // by `notices`. `id`: the target's for change::targets, else the session's.
+    void changed(change what, const std::string& id);
 
     // Hands `job` to the pool (`ex`: a session's strand, or the pool itself) and keeps the I/O
     // loop from running out of work until the job has run. A job may post back to the I/O

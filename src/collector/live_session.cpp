@@ -24,8 +24,6 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
     // What the recording on disk holds, and what never reached it.
     meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
     meta["unsaved_chunks"] = e.unsaved_chunks();
-    if (e.unparsed_chunks) // "samples" counts only what the live model took
-        meta["unparsed_chunks"] = e.unparsed_chunks;
     meta["unsaved_samples"] = e.unsaved_samples();
     meta["chunks"] = m.chunks;
     meta["lost_samples"] = m.parser.stats().lost_events;
@@ -61,15 +59,9 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
         log(who,
             "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
     const auto samples_before = e.model->prof.sample_count();
-    if (e.model->memory_bytes() > (app.cfg.live_mb << 20)) {
-        // Past the live budget: on disk, not in memory (one log line).
-        if (e.unparsed_chunks++ == 0)
-            log(who, "the live session is over its memory budget (--live-mb " +
-                         std::to_string(app.cfg.live_mb) +
-                         "): later chunks are stored, and shown when it is reopened");
-    } else if (!e.model->ingest(compressed, payload)) {
+    e.model->allowance = e.allowance.load();
+    if (!e.model->ingest(compressed, payload)) // (folding the oldest samples past the allowance)
         log(who, "unreadable data chunk skipped");
-    }
     if (!stored)
         chunk_samples(e, e.model->prof.sample_count() - samples_before);
     if (e.unsaved_chunks() != unsaved_before) {
@@ -81,8 +73,8 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
     ++e.version;
 }
 
-// On the strand of a live session: named again with the symbols as they are now, within the
-// live budget, without holding up its views. The new model is built on the pool from the
+// On the strand of a live session: named again with the symbols as they are now, within its
+// allowance, without holding up its views. The new model is built on the pool from the
 // chunks on disk now (and those still waiting for the disk); views are answered from the model
 // in place meanwhile, and what arrives meanwhile (take_chunk, ingest_metrics) is kept in
 // `e.rebuilding` and taken by the new model when it is swapped in, on the strand. One rebuild
@@ -99,11 +91,9 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
     const std::size_t on_disk =
         e->writer ? static_cast<std::size_t>(e->writer->chunks_written()) : SIZE_MAX;
     app.on_pool(app.pool.get_executor(), [e, app = &app, job, seed = seed_of(*e), on_disk] {
-        const std::size_t budget = app->cfg.live_mb << 20;
-        std::uint64_t unparsed = 0;
         auto built = std::make_shared<std::unique_ptr<session_model>>(
-            build_model(app->store, e->id, &app->symbols, budget, seed, on_disk, unparsed));
-        app->on_pool(e->strand, [e, app, job, built, unparsed, budget]() mutable {
+            build_model(app->store, e->id, &app->symbols, e->allowance.load(), seed, on_disk));
+        app->on_pool(e->strand, [e, app, job, built]() mutable {
             auto& fresh = *built;
             if (e->rebuilding != job)
                 return; // given up: the session ended, or its model was made again whole
@@ -120,14 +110,9 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
                 fresh->kernel_note = e->model->kernel_note;
             for (const auto& record : job->metrics)
                 fresh->note_metrics(record);
-            for (const auto& [compressed, payload] : job->chunks) {
-                if (fresh->memory_bytes() > budget)
-                    ++unparsed;
-                else
-                    fresh->ingest(compressed, payload);
-            }
+            for (const auto& [compressed, payload] : job->chunks)
+                fresh->ingest(compressed, payload);
             e->model = std::move(fresh);
-            e->unparsed_chunks = unparsed;
             publish_counts(*e);
             ++e->version;
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
@@ -234,10 +219,9 @@ void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double 
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);
-        // Part of it never reached the live model, or it was being named again: the next view
-        // replays it all from disk (with the names as they are then); a rebuild under way is
-        // given up.
-        if (e->unparsed_chunks || std::exchange(e->rebuilding, nullptr)) {
+        // It was being named again: the next view replays it all from disk (with the names as
+        // they are then); a rebuild under way is given up.
+        if (std::exchange(e->rebuilding, nullptr)) {
             e->model.reset();
             e->loaded = false;
             e->memory_bytes = 0;

@@ -37,8 +37,8 @@ bool log_limiter::bucket::take(double burst, double per_second, clock::time_poin
     if (tokens < 0)
         tokens = burst;
     else
-        tokens = std::min(burst,
-                          tokens + per_second * std::chrono::duration<double>(now - at).count());
+        tokens =
+            std::min(burst, tokens + per_second * std::chrono::duration<double>(now - at).count());
     at = now;
     if (tokens < 1)
         return false;
@@ -71,8 +71,7 @@ bool log_limiter::admit(std::string_view what, clock::time_point now, std::strin
         return false;
     }
     if (b.hidden)
-        note = " [" + std::to_string(std::exchange(b.hidden, 0)) +
-               " more like this not shown]";
+        note = " [" + std::to_string(std::exchange(b.hidden, 0)) + " more like this not shown]";
     lost = std::exchange(all_.hidden, 0);
     return true;
 }

@@ -83,8 +83,11 @@ po::options_description describe_options() {
         ("cache-mb", po::value<int>()->default_value(2048), "memory for opened saved sessions; the "
                                                             "least recently used are unloaded")
         ("live-mb", po::value<int>()->default_value(1024), "memory for one live session's "
-                                                           "profile; past it chunks are stored "
-                                                           "but shown only once it is reopened")
+                                                           "profile; past it its oldest samples "
+                                                           "are folded into per-interval rows")
+        ("memory-budget", po::value<int>(), "memory in MB for every session's profile, live and "
+                                            "saved, together (default: a quarter of RAM); past "
+                                            "it saved ones are unloaded and live ones folded")
         ("max-http-connections", po::value<int>(), "HTTP connections held at once (default: a "
                                                    "quarter of the open-file limit)")
         ("max-agent-connections", po::value<int>(), "agent connections held at once (default: "
@@ -214,6 +217,11 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm["live-mb"].as<int>() < 1)
         return usage("--live-mb must be at least 1");
     c.live_mb = static_cast<std::size_t>(vm["live-mb"].as<int>());
+    if (vm.count("memory-budget")) {
+        if (vm["memory-budget"].as<int>() < 16)
+            return usage("--memory-budget must be at least 16 (MB)");
+        c.memory_budget_mb = static_cast<std::size_t>(vm["memory-budget"].as<int>());
+    }
     for (const auto& [name, field] : {std::pair{"max-http-connections", &c.max_http_connections},
                                       std::pair{"max-agent-connections", &c.max_agent_connections}})
         if (vm.count(name)) {

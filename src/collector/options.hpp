@@ -28,7 +28,9 @@ struct config {
     symbol_config symbols;   // --binary, --source-dir, --path-map, --toolchain-prefix, ...
     std::string browse_root; // the file browser's root; default: HOME
     std::size_t saved_cache_mb = 2048; // saved sessions kept in memory, least recently used out
-    std::size_t live_mb = 1024;        // one live session's model; past it chunks go to disk only
+    std::size_t live_mb = 1024;        // one live session's model; past it the oldest are folded
+    // Every session's model together (sessions.hpp, memory budget); 0: a quarter of RAM.
+    std::size_t memory_budget_mb = 0;
     // Connections held at once (connections.hpp); 0: a share of the open-file limit.
     std::size_t max_http_connections = 0;
     std::size_t max_agent_connections = 0;

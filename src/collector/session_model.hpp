@@ -68,6 +68,19 @@ struct session_model {
         return prof.memory_bytes() + parser.memory_bytes() + last_stat_text.size();
     }
 
+    // What this model may hold (the collector's memory budget shares it out, sessions.hpp).
+    // Past it, the oldest samples are folded into rows per interval (profile::compact), the
+    // newest half of what is left for samples staying whole; if the folded rows alone are
+    // still too many, their interval widens fourfold at a time, up to `widest_fold`. A model
+    // never stops taking samples: every count and unfiltered view stays exact, a time window
+    // exact to the interval.
+    std::size_t allowance = SIZE_MAX;
+    static constexpr std::uint64_t first_fold = 1'000'000'000;            // 1 s
+    static constexpr std::uint64_t widest_fold = 4096 * 1'000'000'000ULL; // 68 min
+    // Called after samples were added (ingest does): brings the model within its allowance
+    // as far as folding can. The samples folded.
+    std::size_t fit();
+
 private:
     std::unique_ptr<frame_namer> namer_;
 };

@@ -97,7 +97,23 @@ bool session_model::ingest(bool compressed, std::string_view payload) {
     note_stat(stat);
     note_events();
     ++chunks;
+    fit();
     return true;
+}
+
+std::size_t session_model::fit() {
+    const std::size_t held = memory_bytes();
+    if (held <= allowance)
+        return 0;
+    const std::size_t samples = prof.sample_bytes();
+    const std::size_t fixed = held - samples;
+    const std::size_t room = allowance > fixed ? allowance - fixed : 0;
+    constexpr std::size_t whole_sample = 21; // bytes a sample kept whole takes (profile.hpp)
+    const std::size_t folded =
+        prof.compact(room / 2 / whole_sample, std::max(prof.compact_width(), first_fold));
+    while (prof.sample_bytes() > room && prof.compact_width() < widest_fold)
+        prof.coarsen(prof.compact_width() * 4);
+    return folded;
 }
 
 void session_model::note_stat(std::string_view stat) {
@@ -127,6 +143,8 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
         return writer.error();
     auto e = std::make_shared<session_entry>(writer->id(), pool_);
     e->model = std::make_unique<session_model>(names_);
+    e->allowance = memory_.allowance ? memory_.allowance : SIZE_MAX;
+    e->model->allowance = e->allowance;
     e->loaded = true;
     e->writer.emplace(std::move(*writer));
     e->live = true;
@@ -139,6 +157,7 @@ std::shared_ptr<session_entry> session_registry::adopt(std::string id,
                                                        std::unique_ptr<session_model> model) {
     auto e = std::make_shared<session_entry>(std::move(id), pool_);
     e->memory_bytes = model->memory_bytes();
+    e->allowance = saved_share();
     e->model = std::move(model);
     publish_counts(*e);
     e->loaded = true;
@@ -158,6 +177,7 @@ std::shared_ptr<session_entry> session_registry::find(std::string_view id) {
         if (!store_.meta(id))
             return nullptr;
         e = std::make_shared<session_entry>(std::string(id), pool_);
+        e->allowance = saved_share(); // loaded within it when first viewed
         entries_[e->id] = e;
     }
     e->last_used = ++clock_;
@@ -186,9 +206,71 @@ std::size_t session_registry::saved_bytes() const {
     return sum;
 }
 
+std::size_t session_registry::saved_share() const noexcept {
+    return std::min(budget_, total_budget_ == SIZE_MAX ? SIZE_MAX : total_budget_ / 4 * 3 / 4);
+}
+
 void session_registry::evict_over_budget(const session_entry* keep) {
+    evict_saved_over(saved_share(), keep);
+}
+
+void session_registry::set_memory_budget(std::size_t total, std::size_t live_cap) {
+    total_budget_ = total;
+    live_cap_ = live_cap;
+    memory_.budget = total;
+    memory_.allowance = live_cap;
+}
+
+memory_use session_registry::memory() const {
+    memory_use m;
+    m.budget = memory_.budget;
+    m.allowance = memory_.allowance;
+    for (const auto& [id, e] : entries_) {
+        if (is_live(id)) {
+            m.live += e->memory_bytes.load();
+            m.folded += e->folded.load();
+            ++m.live_sessions;
+        } else if (const auto held = e->memory_bytes.load()) {
+            m.saved += held;
+            ++m.saved_loaded;
+        }
+    }
+    return m;
+}
+
+memory_use session_registry::enforce() {
+    const std::size_t models = total_budget_ / 4 * 3;
+    evict_saved_over(saved_share(), nullptr);
+    memory_use m = memory();
+    std::vector<std::shared_ptr<session_entry>> live;
+    for (const auto& id : live_)
+        if (const auto it = entries_.find(id); it != entries_.end())
+            live.push_back(it->second);
+    constexpr std::size_t least = std::size_t{4} << 20;
+    const std::size_t left = models > m.saved ? models - m.saved : 0;
+    m.allowance =
+        std::min(live_cap_, live.empty() ? live_cap_ : std::max(least, left / live.size()));
+    for (const auto& e : live) {
+        e->allowance = m.allowance;
+        if (e->memory_bytes.load() <= m.allowance || e->fitting.exchange(true))
+            continue;
+        // A session that takes no chunk now (its agent paused) folds too.
+        asio::post(e->strand, [e] {
+            if (e->model && e->loaded) {
+                e->model->allowance = e->allowance.load();
+                e->model->fit();
+                publish_counts(*e);
+            }
+            e->fitting = false;
+        });
+    }
+    memory_.allowance = m.allowance;
+    return m;
+}
+
+void session_registry::evict_saved_over(std::size_t limit, const session_entry* keep) {
     std::size_t sum = saved_bytes();
-    while (sum > budget_) {
+    while (sum > limit) {
         session_entry* oldest = nullptr;
         std::shared_ptr<session_entry> victim;
         for (const auto& [id, e] : entries_)
@@ -297,10 +379,10 @@ model_seed seed_of(const session_entry& e) {
 }
 
 std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
-                                           symbolizer* names, std::size_t budget,
-                                           const model_seed& seed, std::size_t max_chunks,
-                                           std::uint64_t& unparsed) {
+                                           symbolizer* names, std::size_t allowance,
+                                           const model_seed& seed, std::size_t max_chunks) {
     auto fresh = std::make_unique<session_model>(names);
+    fresh->allowance = allowance;
     fresh->owner_recording = store.owner_import(id); // never what an agent said of itself
     // The build-ids and the kernel's symbols first: frames are named for what ran. What
     // reached memory but not the disk is kept from the model in place.
@@ -313,12 +395,8 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     if (!fresh->kernel)
         fresh->kernel = seed.kernel;
     fresh->kernel_note = seed.kernel_note;
-    unparsed = 0;
     const auto take = [&](bool compressed, std::string_view payload) {
-        if (fresh->memory_bytes() > budget)
-            ++unparsed;
-        else
-            fresh->ingest(compressed, payload);
+        fresh->ingest(compressed, payload);
     };
     (void)store.replay(id, take, max_chunks);
     for (const auto& [compressed, payload] : seed.unsaved)
@@ -326,12 +404,9 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     return fresh;
 }
 
-void load_model(session_entry& e, const session_store& store, symbolizer* names,
-                std::size_t budget) {
-    std::uint64_t unparsed = 0;
+void load_model(session_entry& e, const session_store& store, symbolizer* names) {
     e.rebuilding.reset(); // made whole here: a rebuild under way is given up
-    e.model = build_model(store, e.id, names, budget, seed_of(e), SIZE_MAX, unparsed);
-    e.unparsed_chunks = unparsed;
+    e.model = build_model(store, e.id, names, e.allowance.load(), seed_of(e), SIZE_MAX);
     publish_counts(e);
     ++e.version;
 }
@@ -339,7 +414,10 @@ void load_model(session_entry& e, const session_store& store, symbolizer* names,
 void publish_counts(session_entry& e) {
     const auto& prof = e.model->prof;
     e.samples = prof.sample_count();
-    e.chunks = e.model->chunks + e.unparsed_chunks;
+    e.chunks = e.model->chunks;
+    e.memory_bytes = e.model->memory_bytes();
+    e.sample_bytes = prof.sample_bytes();
+    e.folded = prof.sample_count() - prof.raw_samples();
     e.lost_samples = e.model->parser.stats().lost_events;
     e.threads = prof.threads().size();
     e.span_ns = prof.sample_count() ? prof.last_time() - prof.first_time() : 0;

@@ -51,9 +51,6 @@ struct session_entry {
     std::size_t unsaved_bytes = 0;
     std::uint64_t dropped_chunks = 0, dropped_samples = 0;
     std::string store_error;
-    // A live model past its budget (--live-mb) takes no more chunks: they are stored, and
-    // shown when the session is opened again from disk.
-    std::uint64_t unparsed_chunks = 0;
     // Rebuilds because a build-id came after its module was named without one.
     int stale_rebuilds = 0;
     // A live session named again (new symbols, a build-id, the kernel's symbols): its model is
@@ -73,11 +70,27 @@ struct session_entry {
     std::atomic<std::uint64_t> samples{0}, chunks{0}, lost_samples{0}, version{0};
     std::atomic<std::uint64_t> threads{0}, span_ns{0}; // threads sampled; first to last sample
     std::atomic<std::size_t> memory_bytes{0};          // of the loaded model; 0 when not loaded
-    std::atomic<bool> live{false};                     // an agent is connected now
+    std::atomic<std::size_t> sample_bytes{0};          // of it, the samples' (whole and folded)
+    std::atomic<std::uint64_t> folded{0};              // samples in folded rows
+    // What its model may hold: set by the registry from the memory budget (I/O thread), taken
+    // by the model on the strand (session_model::allowance).
+    std::atomic<std::size_t> allowance{SIZE_MAX};
+    std::atomic<bool> fitting{false}; // a fit() posted to the strand has not run yet
+    std::atomic<bool> live{false};    // an agent is connected now
     // Kernel frames stay unnamed and the device's kernel symbols were not asked for yet.
     std::atomic<bool> wants_kernel_symbols{false};
 
     std::uint64_t last_used = 0; // I/O thread: the registry's clock at the last find()
+};
+
+// What the sessions' models hold against the memory budget (session_registry::enforce).
+struct memory_use {
+    std::size_t budget = 0;    // every session's model together (--memory-budget)
+    std::size_t live = 0;      // held by live sessions' models
+    std::size_t saved = 0;     // by saved sessions loaded in memory
+    std::size_t allowance = 0; // what each live session may hold now
+    std::size_t live_sessions = 0, saved_loaded = 0;
+    std::uint64_t folded = 0; // samples of live sessions folded into per-interval rows
 };
 
 class session_registry {
@@ -109,14 +122,31 @@ public:
     // Memory held by loaded saved sessions, as last published.
     std::size_t saved_bytes() const;
 
+    // The memory budget: `total` bytes for every session's model, live and saved; one live
+    // session at most `live_cap`.
+    void set_memory_budget(std::size_t total, std::size_t live_cap);
+    // I/O thread, once a second: keeps the models within the budget. Three quarters of it are
+    // for models (the rest for what connections and views hold meanwhile). Saved sessions may
+    // keep up to a quarter of that (and --cache-mb), the least recently used unloaded past it;
+    // the live sessions share the rest equally (at most --live-mb each), and one over its
+    // share folds its oldest samples on its strand (session_model::fit).
+    memory_use enforce();
+    // What the models hold now, and each live session's allowance as last enforced.
+    memory_use memory() const;
+
 private:
     void evict_over_budget(const session_entry* keep);
+    void evict_saved_over(std::size_t limit, const session_entry* keep);
+    // What loaded saved sessions may hold together, and one of them at most.
+    std::size_t saved_share() const noexcept;
 
     session_store& store_;
     asio::thread_pool& pool_;
     std::map<std::string, std::shared_ptr<session_entry>, std::less<>> entries_;
     std::set<std::string, std::less<>> live_;
     std::size_t budget_;
+    std::size_t total_budget_ = SIZE_MAX, live_cap_ = SIZE_MAX;
+    memory_use memory_;
     std::uint64_t clock_ = 0;
     symbolizer* names_;
 };
@@ -136,16 +166,14 @@ struct model_seed {
 model_seed seed_of(const session_entry& e);
 // A session's model made from its folder (the first `max_chunks` chunks, then the seed's
 // unsaved ones), its frames named by `names` (when given) for the builds and kernel that ran.
-// Past `budget` bytes of model, chunks are counted in `unparsed`, not parsed. Touches no
+// The model keeps within `allowance` bytes as it is built (session_model::fit). Touches no
 // entry: runs anywhere.
 std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
-                                           symbolizer* names, std::size_t budget,
-                                           const model_seed& seed, std::size_t max_chunks,
-                                           std::uint64_t& unparsed);
-// On the entry's strand: the session's model made again (build_model, all its chunks) and put
-// in place.
-void load_model(session_entry& e, const session_store& store, symbolizer* names,
-                std::size_t budget = SIZE_MAX);
+                                           symbolizer* names, std::size_t allowance,
+                                           const model_seed& seed, std::size_t max_chunks);
+// On the entry's strand: the session's model made again (build_model, all its chunks, within
+// the entry's allowance) and put in place.
+void load_model(session_entry& e, const session_store& store, symbolizer* names);
 // On the entry's strand: replays a saved session from disk if it is not in memory yet.
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names = nullptr);
 

@@ -245,12 +245,12 @@ TEST_CASE("SSE: a live session's chunks are told a few times a second, the last 
         t.settle();
     }
     auto told = notices();
-    if (std::chrono::steady_clock::now() - burst_start < events::data_notices::interval) {
+    if (std::chrono::steady_clock::now() - burst_start < events::notices::interval) {
         REQUIRE(told.size() == 1);
         CHECK(told[0].at("samples").to_number<int>() == 100);
     }
     // The tick tells the last counts, once.
-    std::this_thread::sleep_for(events::data_notices::interval + std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(events::notices::interval + std::chrono::milliseconds(20));
     t.settle();
     const auto later = notices();
     told.insert(told.end(), later.begin(), later.end());
@@ -263,10 +263,10 @@ TEST_CASE("SSE: a live session's chunks are told a few times a second, the last 
     CHECK(last.at("threads").to_number<int>() == 3);
     CHECK(last.at("duration_sec").to_number<double>() == Approx(6.66));
     // Quiet since: nothing more.
-    std::this_thread::sleep_for(events::data_notices::interval + std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(events::notices::interval + std::chrono::milliseconds(20));
     t.settle();
     CHECK(notices().empty());
-    t.app->data_notices->stop();
+    t.app->notices->stop();
     b.browser.close();
     t.app->sse.broadcast("targets", "[]");
     t.settle();

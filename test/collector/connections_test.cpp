@@ -3,6 +3,7 @@
 #include "collector/connections.hpp"
 #include "collector/log.hpp"
 #include "support/collector_proc.hpp"
+#include "support/event_stream.hpp"
 #include "support/fixtures.hpp"
 #include "support/framing_peer.hpp"
 
@@ -10,7 +11,9 @@
 
 #include <boost/json.hpp>
 
+#include <fstream>
 #include <poll.h>
+#include <set>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -233,4 +236,81 @@ TEST_CASE("a collector at its connection caps closes new connections, says so on
     CHECK(after.at("connections").at("agents").at("evicted").as_int64() == 1);
     CHECK_FALSE(closed_by_peer(next, 0ms));
     ::close(next);
+}
+
+TEST_CASE("sixty agents connecting at once reach a browser as the targets that changed, not the "
+          "whole list each time, and their leaving as ids",
+          "[collector][connections][sse][integration]") {
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path, {"--agent-auth", "token"});
+    std::string token;
+    std::ifstream(dir.path / ".agent-token") >> token;
+    REQUIRE_FALSE(token.empty());
+
+    const int browser = test_support::connect_loopback(coll.http_port);
+    REQUIRE(browser >= 0);
+    const std::string get =
+        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: perfwire_token=" +
+        test_support::api_token(coll.http_port) + "\r\n\r\n";
+    REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+    std::string raw;
+    test_support::read_stream(browser, raw, 10s, [](const std::string& r) {
+        return !test_support::stream_events(r).empty();
+    });
+
+    constexpr int n = 60;
+    std::vector<test_support::framing_peer> agents;
+    for (int i = 0; i < n; ++i) {
+        auto p = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(p);
+        p->send(protocol::frame_flag::response,
+                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"board-)" +
+                    std::to_string(i) + R"(","enrollment":")" + token + R"("})");
+        agents.push_back(std::move(*p));
+    }
+    // The browser learns of every one of them from changes alone.
+    std::set<std::string> told, gone;
+    const auto learn = [&](const auto& events) {
+        told.clear();
+        gone.clear();
+        for (const auto& [what, data] : events)
+            if (what == "targets_changed") {
+                const auto v = json::parse(data);
+                for (const auto& t : v.at("targets").as_array())
+                    told.insert(std::string(t.at("hostname").as_string()));
+                for (const auto& id : v.at("gone").as_array())
+                    gone.insert(std::string(id.as_string()));
+            }
+    };
+    test_support::read_stream(browser, raw, 20s, [&](const std::string& r) {
+        learn(test_support::stream_events(r));
+        return told.size() == n;
+    });
+    CHECK(told.size() == n);
+    const auto listed = test_support::poll_json(coll.http_port, "/api/targets", 10s,
+                                                [](const json::value&) { return true; });
+    REQUIRE(listed.as_array().size() == n);
+
+    agents.clear(); // all leave
+    test_support::read_stream(browser, raw, 20s, [&](const std::string& r) {
+        learn(test_support::stream_events(r));
+        return gone.size() == n;
+    });
+    CHECK(gone.size() == n);
+    for (const auto& t : listed.as_array())
+        CHECK(gone.count(std::string(t.at("id").as_string())) == 1);
+    ::close(browser);
+
+    std::size_t snapshots = 0, target_bytes = 0;
+    for (const auto& [what, data] : test_support::stream_events(raw)) {
+        snapshots += what == "targets";
+        if (what == "targets" || what == "targets_changed")
+            target_bytes += data.size();
+    }
+    CHECK(snapshots == 1); // the one the stream opened with
+    // Each target is told a few times (hello, then each state) in ~400 bytes: sending the whole
+    // list at each change, as before, took n * n / 2 * 400 = 720 kB here.
+    const auto one = json::serialize(listed.as_array()[0]).size();
+    INFO("targets events: " << target_bytes << " bytes, one target " << one << " bytes");
+    CHECK(target_bytes < 6 * n * one);
 }

@@ -388,3 +388,94 @@ TEST_CASE("the perf stat section is split off a chunk", "[collector][parser]") {
     CHECK(stat == " 1,234.5 msec task-clock\n");
     CHECK(split_perf_stat("no marker").second.empty());
 }
+
+TEST_CASE("folding the oldest samples into per-interval rows keeps every count and view, a time "
+          "window exact to the interval",
+          "[collector][views][memory]") {
+    // Two identical profiles of 200,000 samples over 10 s, 6 threads, 40 call paths, two
+    // events; one is then folded.
+    profile whole, folded;
+    std::mt19937 rng(7);
+    for (auto* p : {&whole, &folded}) {
+        rng.seed(7);
+        std::vector<std::uint32_t> nodes;
+        for (int i = 0; i < 40; ++i) {
+            const auto a = p->child(profile::root, p->intern_frame("main", "/app"));
+            nodes.push_back(p->child(a, p->intern_frame("f" + std::to_string(i % 13), "/app")));
+            if (i % 3 == 0)
+                nodes.back() = p->child(nodes.back(), p->intern_frame("leaf", "/lib"));
+        }
+        const std::uint8_t clock = p->intern_event("cpu-clock");
+        const std::uint8_t other = p->intern_event("task-clock");
+        for (std::uint64_t t = 0; t < 200000; ++t) {
+            const std::uint32_t tid = 100 + static_cast<std::uint32_t>(rng() % 6);
+            p->add_sample(t * 50000 + rng() % 50000, nodes[rng() % nodes.size()], 100, tid,
+                          "worker", rng() % 5 ? clock : other, 1000000 + rng() % 1000,
+                          static_cast<std::uint32_t>(rng() % 4));
+        }
+    }
+    const std::size_t block = column<std::uint64_t>::block_size;
+    const std::size_t first = (200000 - 70000) / block * block; // whole blocks only
+    CHECK(folded.compact(70000, 1'000'000'000) == first);
+    CHECK(folded.raw_begin() == first);
+    CHECK(folded.raw_samples() == 200000 - first);
+    CHECK(folded.sample_count() == 200000);
+    CHECK(folded.sample_bytes() < whole.sample_bytes());
+    std::uint64_t counted = 0;
+    for (std::size_t r = 0; r < folded.row_count(); ++r)
+        counted += folded.row(r).count;
+    CHECK(counted == 200000);
+    CHECK(folded.row_count() < whole.row_count());
+
+    const auto same = [&](const view_filter& f) {
+        const auto a = functions(whole, f), b = functions(folded, f);
+        REQUIRE(a.rows.size() == b.rows.size());
+        CHECK(a.total_weight == b.total_weight);
+        for (std::size_t i = 0; i < a.rows.size(); ++i) {
+            CHECK(a.rows[i].frame == b.rows[i].frame);
+            CHECK(a.rows[i].self == b.rows[i].self);
+            CHECK(a.rows[i].total == b.rows[i].total);
+        }
+        CHECK(node_self_weights(whole, f) == node_self_weights(folded, f));
+        CHECK(site_self_weights(whole, f) == site_self_weights(folded, f));
+    };
+    for (const bool by_period : {true, false}) {
+        view_filter f;
+        f.by_period = by_period;
+        same(f); // from the running aggregates
+        f.tid = 103;
+        same(f); // a scan of rows and samples
+        f.event = 1;
+        same(f);
+        // Windows on whole seconds are exact; so is one over folded and whole samples alike.
+        view_filter w;
+        w.by_period = by_period;
+        w.start_ns = 2'000'000'000;
+        w.end_ns = 5'000'000'000 - 1;
+        same(w);
+        w.start_ns = 6'000'000'000;
+        w.end_ns = 9'000'000'000 - 1;
+        same(w);
+    }
+    const auto threads_of = [](const profile& p) {
+        std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> out;
+        for (const auto& t : threads(p, {}))
+            out[t.tid] = {t.samples, t.weight};
+        return out;
+    };
+    CHECK(threads_of(whole) == threads_of(folded));
+
+    // Wider intervals: fewer rows, windows on their bounds still exact; more samples fold at
+    // the width now in use.
+    const auto rows_before = folded.compacted_rows();
+    folded.coarsen(4'000'000'000);
+    CHECK(folded.compact_width() == 4'000'000'000);
+    CHECK(folded.compacted_rows() < rows_before);
+    CHECK(folded.compact(0, 1'000'000'000) == (200000 - first) / block * block); // at 4 s
+    CHECK(folded.compact_width() == 4'000'000'000);
+    view_filter w;
+    w.start_ns = 4'000'000'000;
+    w.end_ns = 8'000'000'000 - 1;
+    same(w);
+    same({});
+}

@@ -64,6 +64,7 @@ async function renderAgentHelp() {
 
 let app; // {rerender, showError}
 let sessionsShown = 100;
+let targetsShown = 50;
 let helped = false;
 const updating = new Set(); // targets being updated: no second update button meanwhile
 
@@ -85,14 +86,49 @@ function targetRow(t) {
     : ' <span class="muted link-plain" title="plain TCP: profiles and commands cross the network readable (collector --tls, agent --tls-pin)">plain TCP</span>';
   return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
-    <td>${esc(t.state)}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td></tr>`;
+    <td>${esc(t.state)}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td>
+    <td class="num">${t.session_id ? count(store.counts(t.session_id)?.samples ?? 0) : ''}</td></tr>`;
+}
+
+// Hundreds of targets stay usable: a search over what a row shows, an order, a page at a time
+// and a count. All from the store (the stream keeps it current): no request.
+const STATE_ORDER = { profiling: 0, paused: 1, authenticating: 2, idle: 3 };
+export function pickTargets(all, { q = '', sort = 'activity', limit = Infinity, samples = () => 0 } = {}) {
+  const needle = q.trim().toLowerCase();
+  const hay = (t) => [t.id, t.hostname, t.agent, t.agent_version, t.peer, t.pid, t.session_id, t.state].map((x) => String(x ?? '').toLowerCase());
+  const matched = needle ? all.filter((t) => hay(t).some((v) => v.includes(needle))) : all.slice();
+  const by = {
+    activity: (a, b) => samples(b) - samples(a) || (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9),
+    state: (a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || String(a.hostname).localeCompare(String(b.hostname)),
+    host: (a, b) => String(a.hostname ?? '').localeCompare(String(b.hostname ?? '')) || String(a.id).localeCompare(String(b.id)),
+    newest: (a, b) => (b.connected_at ?? 0) - (a.connected_at ?? 0),
+  }[sort] ?? (() => 0);
+  matched.sort(by);
+  return { shown: matched.slice(0, limit), total: matched.length, all: all.length };
+}
+
+function renderTargets(targets) {
+  const samples = (t) => (t.session_id ? store.counts(t.session_id)?.samples ?? 0 : 0);
+  const { shown, total, all } = pickTargets(targets, { q: $('#targets-q').value, sort: $('#targets-sort').value, limit: targetsShown, samples });
+  syncRows($('#targets tbody'), shown.map((t) => [t.id, targetRow(t)]));
+  $('#no-targets').hidden = all > 0;
+  $('#targets-tools').hidden = all === 0;
+  $('#targets-count').textContent = total === all ? `${all.toLocaleString()} ${all === 1 ? 'target' : 'targets'}${shown.length < total ? `, ${shown.length} shown` : ''}`
+    : `${total.toLocaleString()} of ${all.toLocaleString()} match${shown.length < total ? `, ${shown.length} shown` : ''}`;
+  $('#targets-more').hidden = shown.length >= total;
+}
+
+// Targets changed (the stream): their table alone is drawn again, the sessions are not asked.
+export function live(kind) {
+  if (kind === 'targets' && !$('#landing').hidden && store.targets()) renderTargets(store.targets());
 }
 
 export async function render() {
   const q = $('#sessions-q').value.trim();
-  const [targets, { sessions, total }] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
-  syncRows($('#targets tbody'), targets.map((t) => [t.id, targetRow(t)]));
-  $('#no-targets').hidden = targets.length > 0;
+  const [targets, { sessions, total }, status] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown }), api('/api/status')]);
+  renderTargets(targets);
+  const m = status.memory;
+  $('#memory-use').textContent = m ? `· sessions hold ${mib(m.sessions)} of the ${mib(m.budget)} memory budget${m.folded_samples ? ` (${count(m.folded_samples)} older samples folded into per-interval rows)` : ''}` : '';
   if (!helped) { helped = true; renderAgentHelp().catch(() => { helped = false; }); }
   syncRows($('#sessions tbody'), sessions.map((s) => [s.id, `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
     <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
@@ -104,6 +140,8 @@ export async function render() {
 }
 
 export function clear() {}
+
+const mib = (b) => `${Math.round(b / 1048576).toLocaleString()} MB`;
 
 // Pushes this collector's later agent build to a target: it restarts into it and comes back
 // (a dialled agent under a new target id).
@@ -134,6 +172,13 @@ export function init(context) {
     if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
   });
   $('#open-wizard').addEventListener('click', () => { location.hash = 'wizard'; });
+  let findTarget;
+  $('#targets-q').addEventListener('input', () => {
+    clearTimeout(findTarget);
+    findTarget = setTimeout(() => { targetsShown = 50; live('targets'); }, 150);
+  });
+  $('#targets-sort').addEventListener('change', () => live('targets'));
+  $('#targets-more').addEventListener('click', () => { targetsShown += 50; live('targets'); });
   let search;
   $('#sessions-q').addEventListener('input', () => {
     clearTimeout(search);

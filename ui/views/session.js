@@ -5,7 +5,7 @@
 // meta, its health checks, its threads) is asked again at most every few seconds while live.
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { attr, duration, esc, eventName, pct, visible } from '../format.js';
+import { attr, count, duration, esc, eventName, pct, visible } from '../format.js';
 import { $, agentCommand, api, filterRegex } from '../util.js';
 
 const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
@@ -74,7 +74,7 @@ function statCards(meta) {
   });
   if (st.ipc != null) cards.push(`<div class="card">IPC<b>${st.ipc.toFixed(2)}</b></div>`);
   if (meta.lost_samples) cards.push(`<div class="card warn">lost samples<b>${meta.lost_samples}</b></div>`);
-  if (meta.unparsed_chunks) cards.push(`<div class="card warn" title="the live profile reached its memory budget (--live-mb): these chunks are on disk and shown when the session is opened after it ends">not shown live<b>${meta.unparsed_chunks} ${meta.unparsed_chunks === 1 ? 'chunk' : 'chunks'}</b></div>`);
+  if (meta.folded_samples) cards.push(`<div class="card" title="to stay within the collector's memory budget, the oldest samples are kept as one row per ${attr(meta.fold_interval_sec)} s, thread and call path: every count and view is whole, a time selection exact to ${attr(meta.fold_interval_sec)} s">folded to ${esc(meta.fold_interval_sec)} s<b>${count(meta.folded_samples)}</b></div>`);
   if (meta.unsaved_chunks) {
     const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
     cards.push(`<div class="card warn" title="${meta.live ? 'shown here, kept in memory and written when there is room' : 'missing from the recording on disk'}">${meta.live ? 'not on disk yet' : 'incomplete recording'}<b>${what}: ${esc(meta.store_error || '')}</b></div>`);

@@ -254,10 +254,10 @@ asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::s
     log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
                    " bytes)");
     updating_ = update_progress{b.version, bytes.size(), 0, false};
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
     auto answer = co_await push_pieces(std::move(offer), bytes);
     updating_.reset();
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
     log(peer_, answer.ok ? "agent updated to " + b.version + "; it restarts"
                          : "agent update refused: " + answer.error);
     co_return answer;
@@ -281,10 +281,10 @@ asio::awaitable<command_response> agent_link::push_pieces(json::object offer,
         if (!answer.ok)
             co_return answer;
         updating_->sent = std::min<std::uint64_t>(at + piece, bytes.size());
-        app_.changed(change::targets);
+        app_.changed(change::targets, id_);
     }
     updating_->applying = true;
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
     co_return co_await command(std::string(protocol::cmd::update_apply), json::object());
 }
 
@@ -488,7 +488,7 @@ void agent_link::on_hello(protocol::frame&& f) {
                 } else if (self->state_ == agent_state::authenticating) {
                     self->state_ = agent_state::idle;
                     self->settled_.cancel();
-                    self->app_.changed(change::targets);
+                    self->app_.changed(change::targets, self->id_);
                 }
             },
             [peer = peer_](std::exception_ptr e) {
@@ -496,7 +496,7 @@ void agent_link::on_hello(protocol::frame&& f) {
                     log(peer, "pairing failed: " + protocol::describe(e));
             });
     }
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
 }
 
 // Kernel frames the device could not name: its kallsyms, once per connection. An agent may
@@ -559,7 +559,7 @@ bool agent_link::open_session() {
     for (const auto& [type, record] : last_metrics_)
         ingest_metrics(app_, session_, record);
     log(peer_, "session " + session_id_);
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
     return true;
 }
 
@@ -629,7 +629,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
                 set_state(*st);
-            app_.changed(change::targets);
+            app_.changed(change::targets, id_);
         } else if (auto* r = std::get_if<command_response>(&*reply)) {
             if (const auto it = pending_.find(r->id); it != pending_.end()) {
                 on_answer(it->second, *r);
@@ -643,7 +643,7 @@ void agent_link::on_frame(protocol::frame&& f) {
                                (r->ok ? std::string("ok") : r->error));
                 on_answer(late->second, *r);
                 late_.erase(late);
-                app_.changed(change::targets);
+                app_.changed(change::targets, id_);
             }
         }
         break;
@@ -727,7 +727,7 @@ void agent_link::set_state(agent_state now) {
         end_session(); // everything of the run arrived before the answer or notice that says so
     else if (!running && now == agent_state::profiling && hello_)
         (void)open_session(); // a run began (a start, or --pid on the agent's command line)
-    app_.changed(change::targets);
+    app_.changed(change::targets, id_);
 }
 
 void agent_link::end_session() {
@@ -741,7 +741,7 @@ void agent_link::end_session() {
 void agent_link::finish_session() {
     app_.targets.erase(id_);
     if (hello_) // a connection that never said hello was never listed
-        app_.changed(change::targets);
+        app_.changed(change::targets, id_);
     end_session();
 }
 
@@ -772,8 +772,8 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
     // valid enrollment token (a lab behind one NAT reconnecting after a restart is admitted at
     // once). Only a connection within its address's limit may take the oldest stranger's slot.
     bool probation = false;
-    const auto screen = [&](const tcp::socket& socket)
-        -> std::optional<connection_budget::when_full> {
+    const auto screen =
+        [&](const tcp::socket& socket) -> std::optional<connection_budget::when_full> {
         boost::system::error_code aec;
         const auto address = socket.remote_endpoint(aec).address().to_string();
         const auto v = gate.check(address, std::chrono::steady_clock::now());

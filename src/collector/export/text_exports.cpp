@@ -35,8 +35,8 @@ std::string collapsed_text(const profile& p, const view_filter& f, bool by_threa
     }
     // A root frame per thread, "comm-tid", as flamegraph.pl's perf collapser writes with --tid.
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> weights; // (tid, node)
-    for_each_sample(p, f, [&](std::size_t i) {
-        weights[{p.sample_tid(i), p.sample_node(i)}] += f.by_period ? p.sample_period(i) : 1;
+    for_each_sample(p, f, [&](const sample_row& s) {
+        weights[{s.tid, p.row_node(s)}] += s.weight(f.by_period);
     });
     for (const auto& [key, w] : weights) {
         std::string root;
@@ -56,19 +56,18 @@ std::string speedscope_json(const profile& p, const view_filter& f, const std::s
     // period (or 1): speedscope's Time Order view then shows what the thread did when.
     struct lane {
         std::uint32_t tid;
-        std::vector<std::uint32_t> samples; // sample indices, in time order
+        std::vector<std::uint32_t> samples; // row indices, in time order
         std::uint64_t total = 0;
     };
     std::vector<lane> lanes;
     std::unordered_map<std::uint32_t, std::size_t> lane_of;
-    for_each_sample(p, f, [&](std::size_t i) {
-        const auto tid = p.sample_tid(i);
-        auto [it, fresh] = lane_of.try_emplace(tid, lanes.size());
+    for_each_sample(p, f, [&](const sample_row& s) {
+        auto [it, fresh] = lane_of.try_emplace(s.tid, lanes.size());
         if (fresh)
-            lanes.push_back({tid, {}, 0});
+            lanes.push_back({s.tid, {}, 0});
         lane& l = lanes[it->second];
-        l.samples.push_back(static_cast<std::uint32_t>(i));
-        l.total += f.by_period ? p.sample_period(i) : 1;
+        l.samples.push_back(static_cast<std::uint32_t>(s.index));
+        l.total += s.weight(f.by_period);
     });
     std::stable_sort(lanes.begin(), lanes.end(),
                      [](const lane& a, const lane& b) { return a.total > b.total; });
@@ -98,7 +97,7 @@ std::string speedscope_json(const profile& p, const view_filter& f, const std::s
                R"(,"startValue":0,"endValue":)" + std::to_string(l.total) + R"(,"samples":[)";
         for (std::size_t k = 0; k < l.samples.size(); ++k) {
             stack.clear();
-            for (auto n = p.sample_node(l.samples[k]); n != profile::root; n = p.node_parent(n))
+            for (auto n = p.row_node(p.row(l.samples[k])); n != profile::root; n = p.node_parent(n))
                 stack.push_back(p.node_frame(n));
             out += k ? ",[" : "[";
             for (auto fr = stack.rbegin(); fr != stack.rend(); ++fr) {
@@ -112,7 +111,7 @@ std::string speedscope_json(const profile& p, const view_filter& f, const std::s
         for (std::size_t k = 0; k < l.samples.size(); ++k) {
             if (k)
                 out += ',';
-            out += std::to_string(f.by_period ? p.sample_period(l.samples[k]) : 1);
+            out += std::to_string(p.row(l.samples[k]).weight(f.by_period));
         }
         out += "]}";
     }

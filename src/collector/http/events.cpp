@@ -20,38 +20,30 @@ json::array target_list(const app_context& app) {
     return list;
 }
 
+std::string data_version(const session_entry& e) {
+    return json::serialize(
+        json::object{{"session_id", e.id},
+                     {"version", e.version.load()},
+                     {"chunks", e.chunks.load()},
+                     {"samples", e.samples.load()},
+                     {"lost_samples", e.lost_samples.load()},
+                     {"threads", e.threads.load()},
+                     {"duration_sec", static_cast<double>(e.span_ns.load()) / 1e9}});
+}
+
 } // namespace
 
 std::vector<std::string> first_picture(app_context& app) {
-    return {sse_hub::format("status", json::serialize(json::object{
-                                          {"version", PERFWIRE_VERSION},
-                                          {"agent_listener", app.agent_listen_address}})),
-            sse_hub::format("targets", json::serialize(target_list(app)))};
-}
-
-void publish(app_context& app, change what, const std::string& session_id) {
-    if (!app.sse.clients())
-        return;
-    switch (what) {
-    case change::targets:
-        app.sse.broadcast("targets", json::serialize(target_list(app)));
-        break;
-    case change::data:
-        if (auto e = app.sessions.known(session_id))
-            app.sse.broadcast("data_version",
-                              json::serialize(json::object{
-                                  {"session_id", session_id},
-                                  {"version", e->version.load()},
-                                  {"chunks", e->chunks.load()},
-                                  {"samples", e->samples.load()},
-                                  {"lost_samples", e->lost_samples.load()},
-                                  {"threads", e->threads.load()},
-                                  {"duration_sec", static_cast<double>(e->span_ns.load()) / 1e9}}));
-        break;
-    case change::sessions:
-        app.sse.broadcast("sessions", json::serialize(json::object{{"session_id", session_id}}));
-        break;
-    }
+    std::vector<std::string> out{
+        sse_hub::format(
+            "status", json::serialize(json::object{{"version", PERFWIRE_VERSION},
+                                                   {"agent_listener", app.agent_listen_address}})),
+        sse_hub::format("targets", json::serialize(target_list(app)))};
+    // The counts of every live session, as a later change would say them.
+    for (const auto& e : app.sessions.entries())
+        if (e->live)
+            out.push_back(sse_hub::format("data_version", data_version(*e)));
+    return out;
 }
 
 void metrics(app_context& app, std::string_view session_id, std::string_view record) {
@@ -70,15 +62,42 @@ void import_progress(app_context& app, const json::object& progress) {
         app.sse.broadcast("import", json::serialize(progress));
 }
 
-struct data_notices::impl {
+struct notices::impl {
     explicit impl(app_context& a)
         : app(a)
         , tick(a.io) {}
 
     void flush() {
         last = std::chrono::steady_clock::now();
-        for (const auto& id : std::exchange(dirty, {}))
-            publish(app, change::data, id);
+        auto t = std::exchange(targets, {});
+        auto d = std::exchange(data, {});
+        auto s = std::exchange(sessions, {});
+        if (!app.sse.clients())
+            return;
+        if (!t.empty()) {
+            json::array changed, gone;
+            for (const auto& id : t) {
+                const auto it = app.targets.find(id);
+                auto link = it == app.targets.end() ? nullptr : it->second.lock();
+                if (link && link->introduced())
+                    changed.push_back(link->describe());
+                else
+                    gone.push_back(json::string(id));
+            }
+            app.sse.broadcast("targets_changed",
+                              json::serialize(json::object{{"targets", std::move(changed)},
+                                                           {"gone", std::move(gone)}}));
+        }
+        for (const auto& id : d)
+            if (auto e = app.sessions.known(id))
+                app.sse.broadcast("data_version", data_version(*e));
+        if (!s.empty()) {
+            json::array ids;
+            for (const auto& id : s)
+                ids.push_back(json::string(id));
+            app.sse.broadcast("sessions",
+                              json::serialize(json::object{{"session_ids", std::move(ids)}}));
+        }
     }
 
     app_context& app;
@@ -86,19 +105,19 @@ struct data_notices::impl {
     bool armed = false;
     bool stopped = false;
     std::chrono::steady_clock::time_point last{};
-    std::set<std::string> dirty;
+    std::set<std::string> targets, data, sessions;
 };
 
-data_notices::data_notices(app_context& app)
+notices::notices(app_context& app)
     : impl_(std::make_unique<impl>(app)) {}
 
-data_notices::~data_notices() = default;
+notices::~notices() = default;
 
-void data_notices::changed(const std::string& session_id) {
+void notices::changed(change what, const std::string& id) {
     auto& p = *impl_;
     if (p.stopped)
         return;
-    p.dirty.insert(session_id);
+    (what == change::targets ? p.targets : what == change::data ? p.data : p.sessions).insert(id);
     if (p.armed)
         return; // told at the tick
     const auto due = p.last + interval;
@@ -115,9 +134,11 @@ void data_notices::changed(const std::string& session_id) {
     });
 }
 
-void data_notices::stop() {
+void notices::stop() {
     impl_->stopped = true;
-    impl_->dirty.clear();
+    impl_->targets.clear();
+    impl_->data.clear();
+    impl_->sessions.clear();
     impl_->tick.cancel();
 }
 

@@ -19,29 +19,34 @@ enum class change;
 
 namespace events {
 
-// "status" and "targets", formatted, for a stream that just opened.
+// "status", "targets" (the whole list: the snapshot later changes apply to) and a
+// "data_version" for each live session, formatted, for a stream that just opened.
 std::vector<std::string> first_picture(app_context& app);
-// targets: the introduced agents; data: {"session_id", "version", "chunks", "samples",
-// "lost_samples", "threads", "duration_sec"} (what a browser shows without asking);
-// sessions: {"session_id"} (a session came, ended or went). Data changes go through
-// data_notices.
-void publish(app_context& app, change what, const std::string& session_id);
 
-// Data changes, coalesced: a live session takes a chunk several times a second, and each
-// notice makes every browser showing it look again. The first change after a quiet spell is
-// told at once; later ones wait for the next tick, at most one per `interval`, each session
-// told once per tick whatever the number of its chunks. A notice costs the lookup of its
-// session, never a walk over all of them. I/O thread only.
-class data_notices {
+// Changes, coalesced: a live session takes a chunk several times a second, two hundred agents
+// may connect within a second, and each notice makes every browser look again. The first
+// change after a quiet spell is told at once; later ones wait for the next tick, at most one
+// per `interval`, each session or target told once per tick whatever the number of its
+// changes. So what a browser receives grows with what changed, never with the number of
+// targets times the number of changes. I/O thread only. Events:
+//   targets_changed  {"targets": [a target as /api/targets lists it, for each that changed],
+//                     "gone": [ids of targets that left]}
+//   data_version     {"session_id", "version", "chunks", "samples", "lost_samples", "threads",
+//                     "duration_sec"}, one per session that took chunks (what a browser shows
+//                     without asking)
+//   sessions         {"session_ids": [ids]}: sessions that came, ended or went
+// A notice costs the lookup of what it names, never a walk over all targets or sessions.
+class notices {
 public:
     static constexpr std::chrono::milliseconds interval{250};
 
-    explicit data_notices(app_context& app);
-    ~data_notices();
-    data_notices(const data_notices&) = delete;
-    data_notices& operator=(const data_notices&) = delete;
+    explicit notices(app_context& app);
+    ~notices();
+    notices(const notices&) = delete;
+    notices& operator=(const notices&) = delete;
 
-    void changed(const std::string& session_id);
+    // `id`: the target's id for change::targets, else the session's.
+    void changed(change what, const std::string& id);
     // The collector stops: a tick pending is cancelled (its notices would reach no browser).
     void stop();
 

@@ -21,10 +21,12 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <unistd.h>
 
 namespace collector {
 namespace json = boost::json;
@@ -156,8 +158,10 @@ result<page_params> parse_page(const target_url& u) {
     return p;
 }
 
-// Keeps the page of `metas` (newest first) that `p` asks for; returns how many matched.
-std::size_t select_page(std::vector<json::object>& metas, const page_params& p) {
+// Keeps the page of `metas` (newest first by the time in `when`) that `p` asks for; returns
+// how many matched.
+std::size_t select_page(std::vector<json::object>& metas, const page_params& p,
+                        const char* when = "started_at") {
     auto field = [](const json::object& m, const char* key) {
         const auto* v = m.if_contains(key);
         std::string out = v && v->is_string() ? std::string(v->as_string()) : std::string();
@@ -172,8 +176,8 @@ std::size_t select_page(std::vector<json::object>& metas, const page_params& p) 
                     return false;
             return true;
         });
-    auto started = [](const json::object& m) {
-        const auto* v = m.if_contains("started_at");
+    auto started = [when](const json::object& m) {
+        const auto* v = m.if_contains(when);
         return v && v->is_number() ? v->to_number<double>() : 0.0;
     };
     std::stable_sort(metas.begin(), metas.end(), [&](const json::object& a, const json::object& b) {
@@ -285,6 +289,26 @@ json::object connections_json(const connection_budget& b) {
           {"evicted", b.evicted()}}}};
 }
 
+// What the sessions hold against the memory budget, and the process's resident memory.
+json::object memory_json(const memory_use& m) {
+    std::size_t rss = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        unsigned long size = 0, resident = 0;
+        if (std::fscanf(f, "%lu %lu", &size, &resident) == 2)
+            rss = resident * static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE));
+        std::fclose(f);
+    }
+    return {{"budget", m.budget},
+            {"sessions", m.live + m.saved},
+            {"live", m.live},
+            {"saved", m.saved},
+            {"live_sessions", m.live_sessions},
+            {"saved_loaded", m.saved_loaded},
+            {"allowance", m.allowance},
+            {"folded_samples", m.folded},
+            {"rss", rss}};
+}
+
 asio::awaitable<http_response> get_status(request_context& c) {
     auto& app = c.app;
     const auto uptime =
@@ -304,7 +328,8 @@ asio::awaitable<http_response> get_status(request_context& c) {
                      {"agent_tls_required", app.agent_tls_required},
                      {"update_pubkey", app.update_key ? json::value(app.update_key->public_key)
                                                       : json::value(nullptr)},
-                     {"connections", connections_json(app.connections)}});
+                     {"connections", connections_json(app.connections)},
+                     {"memory", memory_json(app.sessions.memory())}});
 }
 
 asio::awaitable<http_response> get_config(request_context& c) {
@@ -370,10 +395,21 @@ asio::awaitable<http_response> get_browse(request_context& c) {
 }
 
 asio::awaitable<http_response> list_targets(request_context& c) {
-    json::array out;
+    // As sessions are listed: ?q= (id, host, agent, peer), ?offset=, ?limit=, X-Total-Count;
+    // newest connection first.
+    const auto page = parse_page(c.url);
+    if (!page)
+        co_return make_error(c.req, page.error());
+    std::vector<json::object> targets;
     for (const auto& link : introduced_agents(c.app))
-        out.push_back(link->describe());
-    co_return make_json(c.req, http::status::ok, out);
+        targets.push_back(link->describe());
+    const auto total = select_page(targets, *page, "connected_at");
+    json::array out;
+    for (auto& t : targets)
+        out.push_back(std::move(t));
+    auto res = make_json(c.req, http::status::ok, out);
+    res.set("X-Total-Count", std::to_string(total));
+    co_return res;
 }
 
 asio::awaitable<http_response> connect_target(request_context& c) {

@@ -188,8 +188,9 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         o["skipped_lines"] = m.parser.stats().skipped_lines;
         // Live: as it stands now; saved: as the metadata recorded it (after a restart too).
         o["live"] = e->live.load();
-        o["unparsed_chunks"] = e->live ? e->unparsed_chunks : 0; // saved: replayed whole
-        o["chunks"] = m.chunks + (e->live ? e->unparsed_chunks : 0);
+        o["chunks"] = m.chunks;
+        o["folded_samples"] = m.prof.sample_count() - m.prof.raw_samples();
+        o["fold_interval_sec"] = static_cast<double>(m.prof.compact_width()) / 1e9;
         if (e->live) {
             o["unsaved_chunks"] = e->unsaved_chunks();
             o["unsaved_samples"] = e->unsaved_samples();

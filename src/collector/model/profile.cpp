@@ -1,6 +1,8 @@
 #include "collector/model/profile.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <tuple>
 
 namespace collector {
 namespace {
@@ -142,9 +144,113 @@ std::uint64_t profile::sample_period(std::size_t i) const noexcept {
     return big_periods_.at(i);
 }
 
+sample_row profile::row(std::size_t r) const noexcept {
+    if (r < compacted_.size())
+        return {r,
+                compacted_.time[r],
+                compacted_.site[r],
+                compacted_.tid[r],
+                compacted_.event[r],
+                compacted_.count[r],
+                compacted_.period[r]};
+    const std::size_t i = raw_begin_ + (r - compacted_.size());
+    return {r, time_[i], site_[i], tid_[i], event_[i], 1, sample_period(i)};
+}
+
+namespace {
+
+struct fold_key {
+    std::uint64_t interval;
+    std::uint32_t site, tid;
+    std::uint8_t event;
+    bool operator==(const fold_key&) const = default;
+};
+
+struct fold_hash {
+    std::size_t operator()(const fold_key& k) const noexcept {
+        return mix(k.interval * 0x9E3779B97F4A7C15ULL ^ pair_hash(k.site, k.tid) ^ k.event);
+    }
+};
+
+struct fold_value {
+    std::uint64_t count = 0, period = 0;
+};
+
+using folds = std::unordered_map<fold_key, fold_value, fold_hash>;
+
+// The folds in interval order (then site, thread, event), appended to `to`.
+template <class Rows>
+void append_folds(const folds& f, std::uint64_t width, Rows& to) {
+    std::vector<std::pair<fold_key, fold_value>> sorted(f.begin(), f.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.first.interval, a.first.site, a.first.tid, a.first.event) <
+               std::tie(b.first.interval, b.first.site, b.first.tid, b.first.event);
+    });
+    for (const auto& [k, v] : sorted) {
+        // A row counts at most 2^32 - 1 samples: more of one key take several rows.
+        for (std::uint64_t left = v.count, period = v.period; left > 0;) {
+            const auto n = std::min<std::uint64_t>(left, std::numeric_limits<std::uint32_t>::max());
+            const auto part = n == left ? period : period / left * n;
+            to.time.push_back(k.interval * width);
+            to.site.push_back(k.site);
+            to.tid.push_back(k.tid);
+            to.event.push_back(k.event);
+            to.count.push_back(static_cast<std::uint32_t>(n));
+            to.period.push_back(part);
+            left -= n;
+            period -= part;
+        }
+    }
+}
+
+} // namespace
+
+std::size_t profile::compact(std::size_t keep, std::uint64_t width_ns) {
+    width_ns = std::max<std::uint64_t>({width_ns, compact_width_, 1});
+    if (compact_width_ && width_ns != compact_width_)
+        coarsen(width_ns);
+    compact_width_ = width_ns;
+    const std::size_t block = column<std::uint64_t>::block_size;
+    const std::size_t end = time_.size() > keep ? (time_.size() - keep) / block * block : 0;
+    if (end <= raw_begin_)
+        return 0;
+    folds f;
+    for (std::size_t i = raw_begin_; i < end; ++i) {
+        auto& v = f[{time_[i] / width_ns, site_[i], tid_[i], event_[i]}];
+        ++v.count;
+        v.period += sample_period(i);
+    }
+    append_folds(f, width_ns, compacted_);
+    const std::size_t folded = end - raw_begin_;
+    std::erase_if(big_periods_, [&](const auto& kv) { return kv.first < end; });
+    raw_begin_ = end;
+    time_.release_before(end);
+    site_.release_before(end);
+    tid_.release_before(end);
+    event_.release_before(end);
+    period_.release_before(end);
+    return folded;
+}
+
+void profile::coarsen(std::uint64_t width_ns) {
+    if (width_ns <= compact_width_)
+        return;
+    folds f;
+    for (std::size_t r = 0; r < compacted_.size(); ++r) {
+        auto& v = f[{compacted_.time[r] / width_ns, compacted_.site[r], compacted_.tid[r],
+                     compacted_.event[r]}];
+        v.count += compacted_.count[r];
+        v.period += compacted_.period[r];
+    }
+    compacted_ = {};
+    append_folds(f, width_ns, compacted_);
+    compact_width_ = width_ns;
+}
+
 std::size_t profile::sample_bytes() const noexcept {
     return time_.memory_bytes() + site_.memory_bytes() + tid_.memory_bytes() +
-           event_.memory_bytes() + period_.memory_bytes() + big_periods_.size() * 32;
+           event_.memory_bytes() + period_.memory_bytes() + big_periods_.size() * 32 +
+           compacted_.memory_bytes();
 }
 
 std::size_t profile::memory_bytes() const noexcept {

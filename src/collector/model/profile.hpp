@@ -10,6 +10,11 @@
 //             addresses. Every sample has one (offset `no_offset` when perf gave none).
 //   samples   columns: time (ns), site, tid, event, period — 21 bytes a sample; a sample's
 //             node is its site's
+//   compacted the oldest samples, folded when memory runs short (compact): one row per
+//             (interval, site, tid, event) with its count and summed period — 29 bytes a row
+//             standing for every sample of that thread at that site in that interval. Views
+//             read compacted rows and samples alike (rows), so a time window is exact to the
+//             interval; counts and the per-node aggregates never change
 //   self      per event, per node: samples and period whose leaf is that node, kept up to
 //             date as samples arrive, so unfiltered views cost O(nodes), not O(samples)
 #pragma once
@@ -24,6 +29,17 @@
 #include <vector>
 
 namespace collector {
+
+// A sample, or a compacted row standing for `count` samples (time: its interval's start).
+struct sample_row {
+    std::size_t index;  // in rows(): compacted rows first, then the samples kept whole
+    std::uint64_t time; // ns
+    std::uint32_t site, tid;
+    std::uint8_t event;
+    std::uint32_t count;
+    std::uint64_t period; // summed
+    std::uint64_t weight(bool by_period) const noexcept { return by_period ? period : count; }
+};
 
 struct thread_info {
     std::uint32_t pid = 0;
@@ -48,7 +64,7 @@ public:
                     std::string_view comm, std::uint8_t event, std::uint64_t period,
                     std::uint32_t leaf_offset = no_offset);
 
-    // Sizes.
+    // Sizes. sample_count() counts every sample ever added, compacted or not.
     std::size_t sample_count() const noexcept { return time_.size(); }
     std::size_t node_count() const noexcept { return node_parent_.size(); }
     std::size_t frame_count() const noexcept { return frame_symbol_.size(); }
@@ -69,6 +85,26 @@ public:
     std::uint32_t node_parent(std::uint32_t n) const noexcept { return node_parent_[n]; }
     std::uint32_t node_frame(std::uint32_t n) const noexcept { return node_frame_[n]; }
 
+    // The samples as rows, oldest first: compacted rows (in interval order), then each sample
+    // kept whole (in arrival order).
+    std::size_t row_count() const noexcept {
+        return compacted_.size() + (time_.size() - raw_begin_);
+    }
+    sample_row row(std::size_t r) const noexcept;
+    std::uint32_t row_node(const sample_row& s) const noexcept { return site_node_[s.site]; }
+
+    // Folds the samples kept whole, but for the newest `keep` (rounded up to a column block),
+    // into compacted rows of `width_ns`-long intervals (at least the width already in use);
+    // the samples folded. Their memory is given back.
+    std::size_t compact(std::size_t keep, std::uint64_t width_ns);
+    // Folds the compacted rows again into intervals of `width_ns` (wider than now).
+    void coarsen(std::uint64_t width_ns);
+    std::uint64_t compact_width() const noexcept { return compact_width_; }
+    std::size_t compacted_rows() const noexcept { return compacted_.size(); }
+    std::size_t raw_samples() const noexcept { return time_.size() - raw_begin_; }
+
+    // A sample kept whole, by its index (raw_begin() and later).
+    std::size_t raw_begin() const noexcept { return raw_begin_; }
     std::uint64_t sample_time(std::size_t i) const noexcept { return time_[i]; }
     std::uint32_t sample_site(std::size_t i) const noexcept { return site_[i]; }
     std::uint32_t sample_node(std::size_t i) const noexcept { return site_node_[site_[i]]; }
@@ -119,6 +155,20 @@ private:
     column<std::uint8_t> event_;
     column<std::uint32_t> period_; // UINT32_MAX: look in big_periods_
     std::unordered_map<std::size_t, std::uint64_t> big_periods_;
+    std::size_t raw_begin_ = 0; // samples before it are compacted (a column block boundary)
+
+    struct compacted_rows_t {
+        column<std::uint64_t> time, period;
+        column<std::uint32_t> site, tid, count;
+        column<std::uint8_t> event;
+        std::size_t size() const noexcept { return time.size(); }
+        std::size_t memory_bytes() const noexcept {
+            return time.memory_bytes() + period.memory_bytes() + site.memory_bytes() +
+                   tid.memory_bytes() + count.memory_bytes() + event.memory_bytes();
+        }
+    };
+    compacted_rows_t compacted_;
+    std::uint64_t compact_width_ = 0;
 
     std::vector<std::vector<std::uint64_t>> self_samples_, self_period_;
     std::unordered_map<std::uint32_t, thread_info> threads_;

@@ -517,7 +517,7 @@ json::value quality_json(const session_model& m, const view_filter& f,
 
     // How far a share can be trusted: the 95 % interval of a function at 5 % of the samples.
     std::uint64_t n = 0; // the samples this view holds
-    for_each_sample(p, f, [&](std::size_t) { ++n; });
+    for_each_sample(p, f, [&](const sample_row& s) { n += s.count; });
     const double spread = n ? 196.0 * std::sqrt(0.05 * 0.95 / static_cast<double>(n)) : 100.0;
     check("samples", "samples",
           n < 200    ? "bad"
@@ -617,9 +617,9 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     // lanes_shown × width, however many threads the session saw).
     constexpr std::size_t lanes_shown = 64;
     std::uint64_t total = 0;
-    for_each_sample(p, all_threads, [&](std::size_t i) {
-        const std::uint64_t w = f.by_period ? p.sample_period(i) : 1;
-        lanes[p.sample_tid(i)].weight += w;
+    for_each_sample(p, all_threads, [&](const sample_row& s) {
+        const std::uint64_t w = s.weight(f.by_period);
+        lanes[s.tid].weight += w;
         total += w;
     });
     std::vector<std::pair<std::uint32_t, lane*>> order;
@@ -633,10 +633,10 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     order.resize(order.size() - hidden);
     for (auto& [tid, l] : order)
         l->activity.assign(width, 0);
-    for_each_sample(p, all_threads, [&](std::size_t i) {
-        auto& l = lanes[p.sample_tid(i)];
+    for_each_sample(p, all_threads, [&](const sample_row& s) {
+        auto& l = lanes[s.tid];
         if (!l.activity.empty())
-            l.activity[bucket(p.sample_time(i))] += f.by_period ? p.sample_period(i) : 1;
+            l.activity[bucket(s.time)] += s.weight(f.by_period);
     });
     json::array threads(sp);
     for (const auto& [tid, l] : order) {
@@ -694,12 +694,12 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     };
     view_filter one = f;
     one.tid = *chart_tid;
-    for_each_sample(p, one, [&](std::size_t i) {
+    for_each_sample(p, one, [&](const sample_row& s) {
         stack.clear();
-        for (auto n = p.sample_node(i); n != profile::root; n = p.node_parent(n))
+        for (auto n = p.row_node(s); n != profile::root; n = p.node_parent(n))
             stack.push_back(p.node_frame(n));
         std::reverse(stack.begin(), stack.end()); // root first
-        const auto b = bucket(p.sample_time(i));
+        const auto b = bucket(s.time);
         std::size_t same = 0;
         while (same < open.size() && same < stack.size() && open[same].frame == stack[same])
             ++same;

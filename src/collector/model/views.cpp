@@ -62,8 +62,7 @@ std::vector<std::uint64_t> self_weights(const profile& p, const view_filter& f, 
         std::copy(agg.begin(), agg.end(), self.begin());
         return self;
     }
-    for_each_sample(
-        p, f, [&](std::size_t i) { self[row_of(i)] += f.by_period ? p.sample_period(i) : 1; });
+    for_each_sample(p, f, [&](const sample_row& s) { self[row_of(s)] += s.weight(f.by_period); });
     return self;
 }
 
@@ -75,7 +74,7 @@ std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter
         [&](bool period) -> const auto& {
             return period ? p.self_period(f.event) : p.self_samples(f.event);
         },
-        [&](std::size_t i) { return p.sample_node(i); });
+        [&](const sample_row& s) { return p.row_node(s); });
 }
 
 std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f) {
@@ -84,7 +83,7 @@ std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter
         [&](bool period) -> const auto& {
             return period ? p.site_period(f.event) : p.site_samples(f.event);
         },
-        [&](std::size_t i) { return p.sample_site(i); });
+        [&](const sample_row& s) { return s.site; });
 }
 
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {
@@ -164,10 +163,10 @@ function_table functions(const profile& p, const view_filter& f) {
 
 std::vector<thread_row> threads(const profile& p, const view_filter& f) {
     std::unordered_map<std::uint32_t, thread_row> by_tid;
-    for_each_sample(p, f, [&](std::size_t i) {
-        auto& row = by_tid[p.sample_tid(i)];
-        ++row.samples;
-        row.weight += f.by_period ? p.sample_period(i) : 1;
+    for_each_sample(p, f, [&](const sample_row& s) {
+        auto& row = by_tid[s.tid];
+        row.samples += s.count;
+        row.weight += s.weight(f.by_period);
     });
     std::vector<thread_row> out;
     const auto kids = children_of(p);

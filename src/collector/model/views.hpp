@@ -1,6 +1,7 @@
 // Views derived from a profile: functions, flame graph tree, threads. Each takes a filter
 // (event, weight, thread, time window). Without a thread or time filter they read the
-// per-node aggregates (O(nodes)); with one they scan the sample columns (O(samples)).
+// per-node aggregates (O(nodes)); with one they scan the sample rows (O(rows): the samples
+// kept whole and the compacted rows that stand for the older ones).
 #pragma once
 
 #include "collector/model/profile.hpp"
@@ -30,18 +31,20 @@ struct view_filter {
     std::optional<std::uint64_t> start_ns, end_ns; // on the profile's clock, inclusive
 };
 
-// Calls fn(sample index) for every sample the filter keeps (event, thread, time window), in
-// the order they arrived.
+// Calls fn(const sample_row&) for every row the filter keeps (event, thread, time window),
+// oldest first: compacted rows (a time window takes those whose interval starts in it), then
+// the samples kept whole in the order they arrived.
 template <class Fn>
 void for_each_sample(const profile& p, const view_filter& f, Fn fn) {
     const std::uint64_t lo = f.start_ns.value_or(0);
     const std::uint64_t hi = f.end_ns.value_or(~std::uint64_t{0});
-    for (std::size_t i = 0; i < p.sample_count(); ++i) {
-        if (p.sample_event(i) != f.event || (f.tid && p.sample_tid(i) != *f.tid))
+    const std::size_t rows = p.row_count();
+    for (std::size_t r = 0; r < rows; ++r) {
+        const sample_row s = p.row(r);
+        if (s.event != f.event || (f.tid && s.tid != *f.tid))
             continue;
-        const auto t = p.sample_time(i);
-        if (t >= lo && t <= hi)
-            fn(i);
+        if (s.time >= lo && s.time <= hi)
+            fn(s);
     }
 }
 

@@ -23,6 +23,20 @@ test('targets come from the stream; null until it has said', () => {
   assert.deepEqual(told, ['targets']);
 });
 
+test('targets_changed replaces changed targets in place, adds new ones, drops those gone', () => {
+  const s = createStore({ fetchJson: async () => ({}) });
+  assert.equal(s.targetsChanged({ targets: [{ id: 't9' }], gone: [] }), false); // before the list
+  assert.equal(s.targets(), null);
+  s.setTargets([{ id: 't1', state: 'idle' }, { id: 't2', state: 'idle' }, { id: 't3', state: 'idle' }]);
+  assert.equal(s.targetsChanged({ targets: [{ id: 't2', state: 'profiling' }, { id: 't4', state: 'idle' }], gone: ['t1'] }), true);
+  assert.deepEqual(s.targets().map((t) => `${t.id} ${t.state}`), ['t2 profiling', 't3 idle', 't4 idle']);
+  // a target that came and went between two ticks is only gone
+  s.targetsChanged({ targets: [{ id: 't5', state: 'idle' }], gone: ['t5', 't3'] });
+  assert.deepEqual(s.targets().map((t) => t.id), ['t2', 't4']);
+  s.targetsChanged({ gone: ['nope'] }); // malformed or unknown: harmless
+  assert.deepEqual(s.targets().map((t) => t.id), ['t2', 't4']);
+});
+
 test('a view is asked once per data version; a later version asks again', async () => {
   const c = collector();
   const s = createStore({ fetchJson: c.fetchJson });
