@@ -21,8 +21,10 @@
 //              [--sweep] [-- COLLECTOR ARGS...]
 //   --sweep  runs N = 1, 20, 50, 200 one after another and prints one row each
 //   --check  exits 1 unless every sample is counted, no browser was dropped, every session
-//            kept updating to the end and every agent's session was told to every browser
-//            (what the test command asserts with a short run; no timing is checked)
+//            kept updating to the end, every agent's session was told to every browser and
+//            the sessions held no more than the memory budget at any second (what the test
+//            command asserts with a short run, folding under a small budget; no timing is
+//            checked)
 #include "collector/model/profile.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "protocol/compression.hpp"
@@ -272,6 +274,7 @@ struct run_result {
     int dropped = 0;
     std::size_t stale = 0; // sessions not told in the last 5 s by some browser
     int failed = 0;
+    std::uint64_t budget = 0, peak_sessions = 0, folded = 0; // as /api/status said each second
 };
 
 std::vector<std::string> live_sessions(std::uint16_t http) {
@@ -372,6 +375,17 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
     const auto t_start = t_last;
     for (int tick = 1; tick <= seconds; ++tick) {
         std::this_thread::sleep_until(started + std::chrono::seconds(tick));
+        // What the sessions hold against the budget, every second.
+        json::value memory;
+        if (const auto st = test_support::http_call(coll->http_port, "GET", "/api/status");
+            st.status == 200) {
+            const auto v = json::parse(st.body);
+            memory = v.at("memory");
+            out.budget = memory.at("budget").to_number<std::uint64_t>();
+            out.peak_sessions =
+                std::max(out.peak_sessions, memory.at("sessions").to_number<std::uint64_t>());
+            out.folded = memory.at("folded_samples").to_number<std::uint64_t>();
+        }
         if (verbose && tick % 10 == 0) {
             const double cpu = bench::cpu_seconds(pid);
             const auto now = clock_type::now();
@@ -381,10 +395,8 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
                         test_support::status_kb(pid, "VmRSS:") / 1024.0,
                         test_support::status_kb(pid, "VmHWM:") / 1024.0, s.connected.load(),
                         static_cast<double>(s.offered.load()) / (ms_between(started, now) / 1000));
-            const auto st = test_support::http_call(coll->http_port, "GET", "/api/status");
-            if (st.status == 200) {
-                const auto v = json::parse(st.body);
-                const auto& m = v.at("memory");
+            if (memory.is_object()) {
+                const auto& m = memory;
                 std::printf("         sessions hold %.1f MiB of a %.0f MiB budget (%.1f MiB each "
                             "at most), %llu samples folded\n",
                             m.at("sessions").to_number<double>() / 1048576,
@@ -507,7 +519,12 @@ int main(int argc, char** argv) {
             return 1;
         rows.push_back(*r);
         ok = ok && r->counted == r->offered && r->dropped == 0 && r->stale == 0 &&
-             r->first_missing == 0 && r->failed == 0;
+             r->first_missing == 0 && r->failed == 0 && r->peak_sessions <= r->budget;
+        std::printf("  the sessions held at most %.1f MiB of the %.0f MiB budget; %llu samples "
+                    "folded\n",
+                    static_cast<double>(r->peak_sessions) / 1048576,
+                    static_cast<double>(r->budget) / 1048576,
+                    static_cast<unsigned long long>(r->folded));
         if (r->counted != r->offered)
             std::printf("  counted %llu of %llu samples\n",
                         static_cast<unsigned long long>(r->counted),
@@ -520,7 +537,7 @@ int main(int argc, char** argv) {
         print_row(r);
     if (check && !ok) {
         std::printf("FAILED: not every sample counted, a browser dropped, a session not "
-                    "updating, or an agent failed\n");
+                    "updating, an agent failed, or the sessions over the memory budget\n");
         return 1;
     }
     return 0;

@@ -37,9 +37,10 @@ using asio::ip::tcp;
 
 namespace {
 
-// Once a second: the sessions' models kept within the memory budget (sessions.hpp), and the
-// moments the collector goes over it or back under said once each.
-asio::awaitable<void> keep_within_budget(app_context& app) {
+// Once a second: the sessions' models kept within the memory budget (sessions.hpp), the
+// moments the collector goes over it or back under said once each; idle addr2line processes
+// closed.
+asio::awaitable<void> keep_within_bounds(app_context& app) {
     asio::steady_timer tick(app.io);
     auto end = app.stops.on_stop([&tick] { tick.cancel(); });
     bool over = false;
@@ -48,9 +49,10 @@ asio::awaitable<void> keep_within_budget(app_context& app) {
         auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
         if (ec || app.stops.stopping())
             co_return;
+        app.symbols.close_idle();
         const auto m = app.sessions.enforce();
         const bool now = m.live + m.saved > m.budget / 4 * 3 &&
-                         m.allowance <= (std::size_t{4} << 20); // folded as far as it goes
+                         m.allowance <= memory_use::least_allowance; // folded as far as it goes
         if (now != over)
             log(now ? "the sessions hold more than the memory budget allows even with their "
                       "oldest samples folded as far as they go (" +
@@ -134,10 +136,12 @@ int run(const config& c) {
     asio::io_context io(1);
     app_context app(io, c);
     if (!app.limits.debuginfod_urls.empty()) {
-        // One answer may take at most this long and this much (libdebuginfod's own limits),
-        // unless the owner set them.
+        // One answer may take at most this long and this much, and a server may stay silent
+        // this long (libdebuginfod's own limits, unless the owner set them; the fetcher cuts
+        // downloads short by the same limits, debuginfod_limits).
         ::setenv("DEBUGINFOD_MAXTIME", "120", 0);
-        ::setenv("DEBUGINFOD_MAXSIZE", "4294967296", 0);
+        ::setenv("DEBUGINFOD_MAXSIZE", "1073741824", 0);
+        ::setenv("DEBUGINFOD_TIMEOUT", "15", 0);
         // An answer that brings symbols names the sessions again, from the I/O thread.
         app.debuginfod = std::make_unique<debuginfod_fetcher>(app.limits.debuginfod_urls, [&app] {
             asio::post(app.io, [&app] {
@@ -293,7 +297,7 @@ int run(const config& c) {
 
     asio::co_spawn(io, accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);
-    asio::co_spawn(io, keep_within_budget(app), report);
+    asio::co_spawn(io, keep_within_bounds(app), report);
 
     // Stopping (docs/architecture.md): 1. stop accepting; 2. end every connection and cancel
     // the work in flight; 3. the loop runs until nothing is left (every coroutine returned,

@@ -162,22 +162,21 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
 }
 
 void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
-                         std::string text, std::string why) {
-    app.on_pool(e->strand, [e, app = &app, text = std::move(text), why = std::move(why)] {
+                         std::shared_ptr<const kernel_symbols> table, std::string why) {
+    app.on_pool(e->strand, [e, app = &app, table = std::move(table), why = std::move(why)] {
         if (!e->model)
             return;
-        if (!why.empty()) {
+        if (!why.empty() || !table) {
             e->model->kernel_note = why;
             return;
         }
-        auto table = std::make_shared<const kernel_symbols>(kernel_symbols::parse(text));
         if (!table->size()) {
             e->model->kernel_note = "the agent sent no kernel symbols";
             return;
         }
         if (e->writer)
-            (void)e->writer->write_kernel_symbols(text);
-        e->model->kernel = std::move(table);
+            (void)e->writer->write_kernel_symbols(table->text());
+        e->model->kernel = table;
         e->wants_kernel_symbols = false;
         rebuild_live(e, *app);
     });

@@ -34,7 +34,7 @@ void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double 
 // The device's kernel symbols, as its agent answered `kallsyms` (or why there are none): kept
 // with the session, which is named again with them.
 void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
-                         std::string text, std::string why);
+                         std::shared_ptr<const kernel_symbols> table, std::string why);
 
 // The collector's symbols changed (a setting, a debuginfod answer): every session in memory
 // that was named under older ones is named again, on its strand. A live one is rebuilt at once

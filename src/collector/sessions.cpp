@@ -225,6 +225,7 @@ memory_use session_registry::memory() const {
     memory_use m;
     m.budget = memory_.budget;
     m.allowance = memory_.allowance;
+    m.kernel = names_ ? names_->kernels().memory_bytes() : 0;
     for (const auto& [id, e] : entries_) {
         if (is_live(id)) {
             m.live += e->memory_bytes.load();
@@ -239,14 +240,15 @@ memory_use session_registry::memory() const {
 }
 
 memory_use session_registry::enforce() {
-    const std::size_t models = total_budget_ / 4 * 3;
     evict_saved_over(saved_share(), nullptr);
     memory_use m = memory();
+    const std::size_t share = total_budget_ / 4 * 3;
+    const std::size_t models = share > m.kernel ? share - m.kernel : 0;
     std::vector<std::shared_ptr<session_entry>> live;
     for (const auto& id : live_)
         if (const auto it = entries_.find(id); it != entries_.end())
             live.push_back(it->second);
-    constexpr std::size_t least = std::size_t{4} << 20;
+    constexpr std::size_t least = memory_use::least_allowance;
     const std::size_t left = models > m.saved ? models - m.saved : 0;
     m.allowance =
         std::min(live_cap_, live.empty() ? live_cap_ : std::max(least, left / live.size()));
@@ -389,7 +391,8 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     for (const auto& line : store.metrics(id))
         fresh->note_metrics(line);
     if (auto k = store.kernel_symbols(id))
-        fresh->kernel = std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
+        fresh->kernel = names ? names->kernels().get(*k)
+                              : std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
     for (const auto& [module, build] : seed.device_build_ids)
         fresh->device_build_ids.try_emplace(module, build);
     if (!fresh->kernel)

@@ -88,9 +88,13 @@ struct memory_use {
     std::size_t budget = 0;    // every session's model together (--memory-budget)
     std::size_t live = 0;      // held by live sessions' models
     std::size_t saved = 0;     // by saved sessions loaded in memory
+    std::size_t kernel = 0;    // by devices' kernel symbol tables (each distinct one once)
     std::size_t allowance = 0; // what each live session may hold now
     std::size_t live_sessions = 0, saved_loaded = 0;
     std::uint64_t folded = 0; // samples of live sessions folded into per-interval rows
+    // The least a live session is allowed, however many share the budget: below it every
+    // session folds to its widest intervals and the budget may be exceeded (said in the log).
+    static constexpr std::size_t least_allowance = std::size_t{1} << 20;
 };
 
 class session_registry {
@@ -126,13 +130,16 @@ public:
     // session at most `live_cap`.
     void set_memory_budget(std::size_t total, std::size_t live_cap);
     // I/O thread, once a second: keeps the models within the budget. Three quarters of it are
-    // for models (the rest for what connections and views hold meanwhile). Saved sessions may
+    // for models and the kernel tables they hold (the rest for what connections and views
+    // hold meanwhile). Saved sessions may
     // keep up to a quarter of that (and --cache-mb), the least recently used unloaded past it;
     // the live sessions share the rest equally (at most --live-mb each), and one over its
     // share folds its oldest samples on its strand (session_model::fit).
     memory_use enforce();
     // What the models hold now, and each live session's allowance as last enforced.
     memory_use memory() const;
+    // What one saved session's model may hold (an import, a session opened from disk).
+    std::size_t saved_allowance() const noexcept { return saved_share(); }
 
 private:
     void evict_over_budget(const session_entry* keep);

@@ -4,6 +4,7 @@
 #include "collector/http/settings.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "collector/session_model.hpp"
+#include "collector/symbols/debuginfod.hpp"
 #include "collector/symbols/source_view.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "collector/symbols/symbolizer.hpp"
@@ -15,11 +16,13 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <netinet/in.h>
 #include <poll.h>
 #include <set>
 #include <sstream>
@@ -209,6 +212,66 @@ TEST_CASE("symbolizer: sym+offset of a PIE lands on the function's own lines",
         CHECK(again[i].chain == where[i].chain);
         CHECK(again[i].address == where[i].address);
     }
+}
+
+namespace {
+
+// This process's children running `name`.
+std::size_t children_named(const std::string& name) {
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        std::ifstream in(e.path() / "stat");
+        std::string text;
+        if (!std::getline(in, text))
+            continue;
+        const auto open = text.find('('), close = text.rfind(')');
+        if (open == std::string::npos || close == std::string::npos)
+            continue;
+        std::istringstream rest(text.substr(close + 2));
+        std::string state;
+        long ppid = 0;
+        rest >> state >> ppid;
+        n += ppid == ::getpid() && text.substr(open + 1, close - open - 1) == name;
+    }
+    return n;
+}
+
+} // namespace
+
+TEST_CASE("symbolizer: at most 16 addr2line processes at once, idle ones closed, what they "
+          "answered kept",
+          "[collector][symbols]") {
+    test_support::temp_dir dir;
+    std::vector<std::string> copies;
+    for (int i = 0; i < 20; ++i) {
+        const auto d = dir.path / ("lib" + std::to_string(i));
+        fs::create_directories(d);
+        fs::copy_file(demo_bin, d / "perfwire-demo");
+        copies.push_back((d / "perfwire-demo").string());
+    }
+    symbolizer sym;
+    const auto site = [&](int i, std::uint32_t off) {
+        return symbolizer::site{copies[static_cast<std::size_t>(i)],
+                                "(anonymous namespace)::matrix_multiply", off, own};
+    };
+    std::vector<source_chain> first;
+    for (int i = 0; i < 20; ++i) {
+        first.push_back(sym.resolve({site(i, 4)})[0].chain);
+        REQUIRE_FALSE(first.back().empty());
+        CHECK(children_named("addr2line") <= symbolizer::max_addr2line);
+    }
+    CHECK(children_named("addr2line") == symbolizer::max_addr2line);
+    CHECK(sym.close_idle() == symbolizer::max_addr2line); // none idle for a minute yet
+    // The first copy's process was closed: its answer comes from what it said before, and a
+    // new address starts it again (closing the least recently used).
+    CHECK(sym.resolve({site(0, 4)})[0].chain == first[0]);
+    CHECK(sym.resolve({site(0, 8)})[0].chain.size() > 0);
+    CHECK(children_named("addr2line") == symbolizer::max_addr2line);
+    // Idle ones are closed (here: idle for no time at all).
+    CHECK(sym.close_idle(std::chrono::seconds(0)) == 0);
+    CHECK(children_named("addr2line") == 0);
+    CHECK(sym.resolve({site(19, 4)})[0].chain == first[19]); // (from what it answered)
+    CHECK(children_named("addr2line") == 0);
 }
 
 TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[collector][symbols]") {
@@ -860,4 +923,91 @@ TEST_CASE("frames perf could not name are named at the collector — a module na
     // Without symbols for it: as perf printed them.
     symbolizer none;
     CHECK(names(none) == std::vector<std::string>{"exported_fn", "[unknown]"});
+}
+
+TEST_CASE("debuginfod: a server that never answers holds the queue for the stall limit only, and "
+          "downloads an hour are limited",
+          "[collector][symbols][debuginfod]") {
+    REQUIRE(debuginfod_fetcher::available()); // (libdebuginfod-dev is in the install script)
+    test_support::temp_dir dir;
+    ::setenv("DEBUGINFOD_CACHE_PATH", (dir.path / "cache").c_str(), 1);
+    // A server that takes connections (the kernel's queue) and never says a word.
+    const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(silent >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(silent, 16) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    ::setenv("DEBUGINFOD_URLS", url.c_str(), 1); // (libdebuginfod reads it itself)
+
+    debuginfod_limits limits;
+    limits.stall = std::chrono::seconds(1);
+    limits.per_hour = 2;
+    std::atomic<int> arrivals{0};
+    debuginfod_fetcher f(
+        url, [&] { ++arrivals; }, limits);
+    const std::string a(40, 'a'), b(40, 'b'), c(40, 'c');
+    std::string why;
+    bool pending = false;
+    CHECK_FALSE(f.lookup(a, why, pending));
+    CHECK(pending);
+    CHECK_FALSE(f.lookup(b, why, pending));
+    CHECK(pending);
+    // A third build-id within the hour is refused at once, saying why.
+    CHECK_FALSE(f.lookup(c, why, pending));
+    CHECK_FALSE(pending);
+    CHECK_THAT(why, Catch::Contains("2 debuginfod downloads in the last hour"));
+    // Each of the first two is given up after a second of silence, the second after the first.
+    for (const auto& id : {a, b}) {
+        for (int i = 0; i < 300; ++i) {
+            (void)f.lookup(id, why, pending);
+            if (!pending)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        CHECK_FALSE(pending);
+        CHECK_THAT(why, Catch::Contains("the server sent nothing for 1 s"));
+    }
+    f.stop();
+    ::close(silent);
+    ::unsetenv("DEBUGINFOD_URLS");
+    CHECK(arrivals == 0);
+}
+
+TEST_CASE("kernel tables: one per distinct kernel, shared by its sessions, freed with the last, "
+          "about 12 bytes a symbol besides its name",
+          "[collector][symbols][memory]") {
+    std::string text;
+    std::size_t name_bytes = 0;
+    for (int i = 0; i < 100000; ++i) {
+        char line[64];
+        const int n = std::snprintf(line, sizeof line, "ffffffff8%07x kernel_fn_%d\n", i * 16, i);
+        text.append(line, static_cast<std::size_t>(n));
+        name_bytes += std::string("kernel_fn_" + std::to_string(i)).size();
+    }
+    kernel_tables tables;
+    auto a = tables.get(text);
+    auto b = tables.get(text);
+    CHECK(a == b); // one table for two sessions of one kernel
+    REQUIRE(a->size() == 100000);
+    CHECK(a->at(0xffffffff80000015)->name == "kernel_fn_1");
+    CHECK(a->at(0xffffffff80000010)->start == 0xffffffff80000010);
+    CHECK(a->memory_bytes() < name_bytes + 100000 * 13);
+    CHECK(tables.memory_bytes() == a->memory_bytes());
+    // What a later session's folder keeps parses to the same table.
+    const auto again = kernel_symbols::parse(a->text());
+    REQUIRE(again.size() == a->size());
+    CHECK(again.at(0xffffffff80123457)->name == a->at(0xffffffff80123457)->name);
+    auto other = tables.get(text + "ffffffff90000000 another_kernel\n");
+    CHECK(other != a);
+    CHECK(tables.memory_bytes() == a->memory_bytes() + other->memory_bytes());
+    a.reset();
+    CHECK(tables.memory_bytes() > other->memory_bytes()); // b still holds it
+    b.reset();
+    other.reset();
+    CHECK(tables.memory_bytes() == 0);
 }

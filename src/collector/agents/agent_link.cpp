@@ -506,7 +506,7 @@ void agent_link::give_kernel_symbols() {
     if (kernel_.answered) {
         if (kernel_.given_to != session_->id) { // a later run on this connection
             kernel_.given_to = session_->id;
-            take_kernel_symbols(app_, session_, kernel_.text, kernel_.why);
+            take_kernel_symbols(app_, session_, kernel_.table, kernel_.why);
         }
         return;
     }
@@ -517,20 +517,34 @@ void agent_link::give_kernel_symbols() {
     asio::co_spawn(
         ex_,
         [self]() -> asio::awaitable<void> {
-            const auto r = co_await self->command("kallsyms", {});
+            std::string text;
+            {
+                const auto r = co_await self->command("kallsyms", {});
+                const auto* symbols = r.ok ? r.fields.if_contains("symbols") : nullptr;
+                if (!r.ok)
+                    self->kernel_.why = "the agent did not send them: " + r.error;
+                else if (!symbols || !symbols->is_string() ||
+                         symbols->as_string().size() > max_kernel_symbols_text)
+                    self->kernel_.why = "the agent's answer held no symbols";
+                else
+                    text = std::string(symbols->as_string());
+            }
+            // Parsed on the pool, once for every device that runs this kernel; the text is
+            // not kept.
+            if (!text.empty()) {
+                auto* tables = &self->app_.symbols.kernels();
+                auto parse = [tables, t = std::move(text)]()
+                    -> asio::awaitable<std::shared_ptr<const kernel_symbols>> {
+                    co_return tables->get(t);
+                };
+                self->kernel_.table =
+                    co_await asio::co_spawn(self->app_.pool, std::move(parse), asio::use_awaitable);
+            }
             auto& k = self->kernel_;
-            const auto* symbols = r.ok ? r.fields.if_contains("symbols") : nullptr;
-            if (!r.ok)
-                k.why = "the agent did not send them: " + r.error;
-            else if (!symbols || !symbols->is_string() ||
-                     symbols->as_string().size() > max_kernel_symbols_text)
-                k.why = "the agent's answer held no symbols";
-            else
-                k.text = std::string(symbols->as_string());
             k.answered = true;
             if (self->session_) {
                 k.given_to = self->session_->id;
-                take_kernel_symbols(self->app_, self->session_, k.text, k.why);
+                take_kernel_symbols(self->app_, self->session_, k.table, k.why);
             }
         },
         [peer = peer_](std::exception_ptr e) {

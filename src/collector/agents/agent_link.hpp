@@ -141,8 +141,11 @@ private:
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
     struct {
         bool asked = false, answered = false;
-        std::string text, why; // the agent's kallsyms, or why there are none
-        std::string given_to;  // the session that has them
+        // The agent's kallsyms (one table shared by every session of that kernel, symbols.hpp),
+        // or why there are none.
+        std::shared_ptr<const kernel_symbols> table;
+        std::string why;
+        std::string given_to; // the session that has them
     } kernel_;
     // The last metrics record of each type on this connection (a handful, each ≤ 256 KiB):
     // every new session starts with them (agents send the binaries' build-ids only when they

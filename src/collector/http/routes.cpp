@@ -299,9 +299,10 @@ json::object memory_json(const memory_use& m) {
         std::fclose(f);
     }
     return {{"budget", m.budget},
-            {"sessions", m.live + m.saved},
+            {"sessions", m.live + m.saved + m.kernel},
             {"live", m.live},
             {"saved", m.saved},
+            {"kernel_symbols", m.kernel},
             {"live_sessions", m.live_sessions},
             {"saved_loaded", m.saved_loaded},
             {"allowance", m.allowance},

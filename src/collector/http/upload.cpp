@@ -33,7 +33,9 @@ struct upload::state : std::enable_shared_from_this<upload::state> {
         , strand(asio::make_strand(a.pool))
         , stream(a.store, "upload", "perf", &a.symbols)
         , declared(d)
-        , id(next_id++) {}
+        , id(next_id++) {
+        stream.set_allowance(a.sessions.saved_allowance());
+    }
 
     app_context& app;
     asio::strand<asio::thread_pool::executor_type> strand;

@@ -174,6 +174,7 @@ struct import_stream::impl {
         if (!sink->push(std::move(text)))
             return fail("cannot store the session: " + sink->close().message(), false);
         ++model->chunks;
+        model->fit(); // within its allowance as it grows
         return true;
     }
 
@@ -459,6 +460,10 @@ import_stream::import_stream(session_store& store, std::string source, std::stri
     : impl_(std::make_unique<impl>(store, std::move(source), std::move(perf), names)) {}
 
 import_stream::~import_stream() = default;
+
+void import_stream::set_allowance(std::size_t bytes) {
+    impl_->model->allowance = bytes;
+}
 
 bool import_stream::feed(std::string_view block) {
     return impl_->feed(block);

@@ -50,6 +50,10 @@ public:
     import_stream(const import_stream&) = delete;
     import_stream& operator=(const import_stream&) = delete;
 
+    // What the model may hold as it grows (session_model::allowance): past it, its oldest
+    // samples are folded.
+    void set_allowance(std::size_t bytes);
+
     // The next block of the input, in any size. False once the import failed (error() says
     // why) or was cancelled: stop feeding.
     bool feed(std::string_view block);

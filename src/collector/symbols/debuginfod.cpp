@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -35,6 +36,16 @@ struct answer {
 struct debuginfod_fetcher::state {
     std::string urls;
     std::function<void()> arrived;
+    debuginfod_limits limits;
+    // The downloads begun in the last hour, and the bytes fetched since start.
+    std::deque<std::chrono::steady_clock::time_point> begun;
+    std::uint64_t fetched_bytes = 0;
+    std::size_t fetched_files = 0;
+    // The download in progress (worker thread): when it began, when its last byte came, and
+    // why it was cut short.
+    std::chrono::steady_clock::time_point started, progressed;
+    long received = 0;
+    std::string cut;
     std::mutex mutex;
     std::condition_variable wake;
     std::deque<std::string> queue;
@@ -55,10 +66,12 @@ bool debuginfod_fetcher::available() noexcept {
 #endif
 }
 
-debuginfod_fetcher::debuginfod_fetcher(std::string urls, std::function<void()> arrived)
+debuginfod_fetcher::debuginfod_fetcher(std::string urls, std::function<void()> arrived,
+                                       debuginfod_limits limits)
     : state_(std::make_shared<state>()) {
     state_->urls = std::move(urls);
     state_->arrived = std::move(arrived);
+    state_->limits = limits;
     if (!state_->urls.empty() && available())
         state_->worker = std::thread([s = state_] { s->run(); });
 }
@@ -120,9 +133,29 @@ std::optional<std::string> debuginfod_fetcher::lookup(const std::string& build_i
             s.answers.erase(it);
         s.order.pop_front();
     }
+    // What agents can make the collector download: so many files an hour, so much in all.
+    const auto now = std::chrono::steady_clock::now();
+    while (!s.begun.empty() && now - s.begun.front() > std::chrono::hours(1))
+        s.begun.pop_front();
+    const std::string limit =
+        s.fetched_bytes >= s.limits.total_bytes
+            ? "this collector has fetched " + std::to_string(s.fetched_files) + " files (" +
+                  std::to_string(s.fetched_bytes >> 20) +
+                  " MiB) from debuginfod, its limit; a restart allows more"
+        : s.begun.size() >= s.limits.per_hour
+            ? std::to_string(s.limits.per_hour) +
+                  " debuginfod downloads in the last hour, the most an hour; asked again later"
+            : std::string();
+    if (!limit.empty()) {
+        s.answers[build_id] = {true, {}, limit, now};
+        s.order.push_back(build_id);
+        why = limit;
+        return std::nullopt;
+    }
     s.answers[build_id] = {};
     s.order.push_back(build_id);
     s.queue.push_back(build_id);
+    s.begun.push_back(now);
     s.wake.notify_one();
     pending = true;
     why = "asked " + s.urls + ", waiting for the answer";
@@ -151,8 +184,14 @@ void debuginfod_fetcher::state::run() {
         }
         auto a = fetch(id);
         a.when = std::chrono::steady_clock::now();
+        std::error_code ec;
+        const auto size = a.path.empty() ? 0 : std::filesystem::file_size(a.path, ec);
         std::lock_guard lock(mutex);
         found_any = found_any || !a.path.empty();
+        if (!a.path.empty()) {
+            fetched_bytes += ec ? 0 : size;
+            ++fetched_files;
+        }
         answers[id] = std::move(a);
     }
 }
@@ -166,12 +205,39 @@ answer debuginfod_fetcher::state::fetch([[maybe_unused]] const std::string& buil
         a.why = "cannot start a debuginfod client";
         return a;
     }
-    // Cut a transfer short when the collector stops.
+    // Cut a transfer short when the collector stops, and one past the limits. Called about
+    // once a second while it runs: before a server answered, with a count of calls and 0;
+    // once one did, with the bytes so far and the file's size (when the server said it).
+    // So bytes count as progress only once a size is known: a server that sends no answer,
+    // or one without a size, has `stall` to finish.
+    {
+        std::lock_guard lock(mutex);
+        started = progressed = std::chrono::steady_clock::now();
+        received = 0;
+        cut.clear();
+    }
     debuginfod_set_user_data(client, this);
-    debuginfod_set_progressfn(client, [](debuginfod_client* c, long, long) -> int {
+    debuginfod_set_progressfn(client, [](debuginfod_client* c, long got, long size) -> int {
         auto* self = static_cast<state*>(debuginfod_get_user_data(c));
         std::lock_guard lock(self->mutex);
-        return self->stopping ? 1 : 0;
+        if (self->stopping)
+            return 1;
+        const auto now = std::chrono::steady_clock::now();
+        const auto& l = self->limits;
+        if (size > 0 && got > self->received) {
+            self->received = got;
+            self->progressed = now;
+        }
+        if (std::max(got, size) > 0 &&
+            static_cast<std::uint64_t>(std::max(got, size)) > l.file_bytes)
+            self->cut = "the debug file is larger than " + std::to_string(l.file_bytes >> 20) +
+                        " MiB, the most one download may be";
+        else if (now - self->progressed > l.stall)
+            self->cut = "the server sent nothing for " + std::to_string(l.stall.count()) + " s";
+        else if (now - self->started > l.deadline)
+            self->cut =
+                "the download took longer than " + std::to_string(l.deadline.count()) + " s";
+        return self->cut.empty() ? 0 : 1;
     });
     char* path = nullptr;
     const int fd = debuginfod_find_debuginfo(
@@ -180,8 +246,10 @@ answer debuginfod_fetcher::state::fetch([[maybe_unused]] const std::string& buil
         ::close(fd);
         a.path = path ? path : "";
     } else {
-        a.why = fd == -ENOENT ? "not on " + urls
-                              : "asking " + urls + " failed (error " + std::to_string(-fd) + ")";
+        std::lock_guard lock(mutex);
+        a.why = !cut.empty()    ? "asking " + urls + " was given up: " + cut
+                : fd == -ENOENT ? "not on " + urls
+                                : "asking " + urls + " failed (error " + std::to_string(-fd) + ")";
     }
     std::free(path);
     debuginfod_end(client);

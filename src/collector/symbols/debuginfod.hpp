@@ -5,8 +5,13 @@
 //
 // The build-ids come from agents: only well-formed ones are asked for, the queue and the
 // answers kept are bounded, and a fetch in progress is cut short when the collector stops.
+// What agents can make the collector download is bounded too (debuginfod_limits): one file's
+// size and time (a server that stalls holds the queue for `stall` at most), the downloads
+// begun in any hour, and the bytes fetched in all.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,11 +19,20 @@
 
 namespace collector {
 
+struct debuginfod_limits {
+    std::uint64_t file_bytes = std::uint64_t{1} << 30;   // one debug file
+    std::chrono::seconds stall{15};                      // no byte for this long: given up
+    std::chrono::seconds deadline{120};                  // one download at most this long
+    std::size_t per_hour = 120;                          // downloads begun in any hour
+    std::uint64_t total_bytes = std::uint64_t{16} << 30; // everything fetched since start
+};
+
 class debuginfod_fetcher {
 public:
     // `urls`: DEBUGINFOD_URLS as the collector was started with (libdebuginfod reads the
     // environment itself); empty: nothing is ever fetched.
-    debuginfod_fetcher(std::string urls, std::function<void()> arrived);
+    debuginfod_fetcher(std::string urls, std::function<void()> arrived,
+                       debuginfod_limits limits = {});
     ~debuginfod_fetcher();
     debuginfod_fetcher(const debuginfod_fetcher&) = delete;
     debuginfod_fetcher& operator=(const debuginfod_fetcher&) = delete;

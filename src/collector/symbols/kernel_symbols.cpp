@@ -1,6 +1,9 @@
 #include "collector/symbols/kernel_symbols.hpp"
 
+#include "protocol/digest.hpp"
+
 #include <algorithm>
+#include <cstdio>
 
 namespace collector {
 
@@ -32,14 +35,61 @@ kernel_symbols kernel_symbols::parse(std::string_view text) {
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     kernel_symbols out;
     out.starts_.reserve(found.size());
-    out.names_.reserve(found.size());
+    out.name_end_.reserve(found.size());
+    std::size_t bytes = 0;
+    for (const auto& f : found)
+        bytes += f.second.size();
+    out.names_.reserve(bytes);
     for (const auto& [address, name] : found) {
         if (!out.starts_.empty() && out.starts_.back() == address)
             continue; // aliases: the first listed
         out.starts_.push_back(address);
-        out.names_.emplace_back(name);
+        out.names_.append(name);
+        out.name_end_.push_back(static_cast<std::uint32_t>(out.names_.size()));
+    }
+    out.names_.shrink_to_fit();
+    return out;
+}
+
+std::string kernel_symbols::text() const {
+    std::string out;
+    char hex[24];
+    for (std::size_t i = 0; i < starts_.size(); ++i) {
+        std::snprintf(hex, sizeof hex, "%llx ", static_cast<unsigned long long>(starts_[i]));
+        out += hex;
+        out += name(i);
+        out += '\n';
     }
     return out;
+}
+
+std::shared_ptr<const kernel_symbols> kernel_tables::get(std::string_view text) {
+    // By SHA-256: an agent cannot make its text share another device's table (and read that
+    // kernel's names in its own session's frames).
+    const auto key = protocol::sha256_hex(text);
+    {
+        std::lock_guard lock(mutex_);
+        if (const auto it = tables_.find(key); it != tables_.end())
+            if (auto held = it->second.lock())
+                return held;
+    }
+    auto made = std::make_shared<const kernel_symbols>(kernel_symbols::parse(text));
+    std::lock_guard lock(mutex_);
+    std::erase_if(tables_, [](const auto& kv) { return kv.second.expired(); });
+    auto& slot = tables_[key];
+    if (auto held = slot.lock())
+        return held; // made meanwhile by another session
+    slot = made;
+    return made;
+}
+
+std::size_t kernel_tables::memory_bytes() const {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& [key, weak] : tables_)
+        if (const auto t = weak.lock())
+            n += t->memory_bytes();
+    return n;
 }
 
 std::optional<kernel_symbols::symbol> kernel_symbols::at(std::uint64_t address) const {
@@ -47,7 +97,7 @@ std::optional<kernel_symbols::symbol> kernel_symbols::at(std::uint64_t address) 
     if (it == starts_.begin() || it == starts_.end())
         return std::nullopt;
     const auto i = static_cast<std::size_t>(it - starts_.begin()) - 1;
-    return symbol{names_[i], starts_[i]};
+    return symbol{name(i), starts_[i]};
 }
 
 } // namespace collector

@@ -3,10 +3,15 @@
 // kernel hid its addresses from perf (kernel.kptr_restrict).
 //
 // The agent sends "ADDRESS NAME" lines (hex, text symbols only); anything else is skipped.
-// Bounded: at most max_kernel_symbols lines are kept.
+// Bounded: at most max_kernel_symbols lines are kept, the names in one block (about 12 bytes
+// a symbol besides its name). Devices that run one kernel send one table: kernel_tables keeps
+// each distinct table once, for as long as a session holds it.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,9 +35,33 @@ public:
     };
     std::optional<symbol> at(std::uint64_t address) const;
 
+    // "ADDRESS NAME" lines again, as a session's folder keeps them.
+    std::string text() const;
+    std::size_t memory_bytes() const noexcept {
+        return starts_.capacity() * 8 + name_end_.capacity() * 4 + names_.capacity();
+    }
+
 private:
+    std::string_view name(std::size_t i) const noexcept {
+        const std::uint32_t from = i ? name_end_[i - 1] : 0;
+        return std::string_view(names_).substr(from, name_end_[i] - from);
+    }
     std::vector<std::uint64_t> starts_; // sorted
-    std::vector<std::string> names_;
+    std::vector<std::uint32_t> name_end_;
+    std::string names_;
+};
+
+// The distinct kernel tables held now, by what the agent sent (its SHA-256): a second session
+// from the same kernel shares the first one's table. Any thread.
+class kernel_tables {
+public:
+    std::shared_ptr<const kernel_symbols> get(std::string_view text);
+    // Bytes held by the tables some session still holds.
+    std::size_t memory_bytes() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::string, std::weak_ptr<const kernel_symbols>> tables_;
 };
 
 } // namespace collector

@@ -221,22 +221,38 @@ std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& 
 }
 
 symbolizer::binary& symbolizer::lines_for(const module_symbols& m) {
-    auto [it, fresh] = binaries_.try_emplace(m.source.path);
-    binary& b = it->second;
-    if (!fresh)
-        return b;
+    binary& b = binaries_.try_emplace(m.source.path).first->second;
+    b.used = std::chrono::steady_clock::now();
+    return b;
+}
+
+void symbolizer::start_addr2line(binary& b, const std::string& path) {
+    // Room for one more process: the least recently used other one is closed.
+    std::size_t running = 0;
+    binary* oldest = nullptr;
+    for (auto& [file, other] : binaries_)
+        if (other.addr2line && &other != &b) {
+            ++running;
+            if (!oldest || other.used < oldest->used)
+                oldest = &other;
+        }
+    if (running >= max_addr2line && oldest)
+        oldest->addr2line.reset();
     std::vector<std::string> argv{lines_config_.toolchain_prefix + "addr2line", "-a", "-f", "-C"};
     if (lines_config_.inline_frames)
         argv.push_back("-i");
-    argv.insert(argv.end(), {"-e", m.source.path});
+    argv.insert(argv.end(), {"-e", path});
     b.addr2line = coprocess::start(argv);
     if (!b.addr2line)
         b.error = "cannot start " + argv[0];
-    return b;
 }
 
 void symbolizer::lookup(binary& b, const std::string& path,
                         const std::vector<std::uint64_t>& addresses) {
+    if (addresses.empty())
+        return; // answered from what it said before: no process needed
+    if (!b.addr2line && b.error.empty())
+        start_addr2line(b, path);
     for (std::size_t at = 0; at < addresses.size() && b.addr2line; at += batch_size) {
         const auto end = std::min(addresses.size(), at + batch_size);
         std::string input;
@@ -313,6 +329,20 @@ std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& 
         }
     }
     return out;
+}
+
+std::size_t symbolizer::close_idle(std::chrono::steady_clock::duration idle) {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock)
+        return 0;
+    const auto now = std::chrono::steady_clock::now();
+    std::size_t running = 0;
+    for (auto& [path, b] : binaries_) {
+        if (b.addr2line && now - b.used >= idle)
+            b.addr2line.reset();
+        running += b.addr2line != nullptr;
+    }
+    return running;
 }
 
 std::vector<symbolizer::binary_status> symbolizer::binaries() const {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "collector/symbols/elf_symbols.hpp"
+#include "collector/symbols/kernel_symbols.hpp"
 #include "collector/symbols/locate.hpp"
 #include "collector/symbols/subprocess.hpp"
 
@@ -83,6 +84,16 @@ public:
     // and moves the generation on; what a debuginfod answer calls.
     void refresh();
 
+    // Devices' kernel symbol tables, each distinct one held once.
+    kernel_tables& kernels() noexcept { return kernels_; }
+    const kernel_tables& kernels() const noexcept { return kernels_; }
+
+    static constexpr std::size_t max_addr2line = 16;
+    static constexpr std::chrono::seconds addr2line_idle{60};
+    // Closes the addr2line processes idle for `idle`; skipped when a lookup holds them now
+    // (never waits). Any thread. The processes left running.
+    std::size_t close_idle(std::chrono::steady_clock::duration idle = addr2line_idle);
+
     // A frame perf printed as "ADDR [unknown] (module)": the function holding it, from the
     // symbol file found for the module (build-id: the device's, may be empty). `address` is
     // perf's, a file offset; `offset` is the address's distance into the function.
@@ -143,13 +154,18 @@ private:
     // A debuginfod answer was pending when `slot` was filled, and it was filled before the
     // last answer arrived or long enough ago to ask again. Under config_mutex_.
     bool stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const;
-    // Lines: one addr2line per symbol file.
+    // Lines: an addr2line per symbol file, while it is in use. At most `max_addr2line` run at
+    // once (the least recently used is closed for a new one) and one idle for `addr2line_idle`
+    // is closed (close_idle); what they answered stays cached, and a closed one starts again
+    // when its file is asked about.
     struct binary {
         std::string error;
         std::unique_ptr<coprocess> addr2line;
         std::unordered_map<std::uint64_t, source_chain> cache;
+        std::chrono::steady_clock::time_point used{};
     };
     binary& lines_for(const module_symbols& m);
+    void start_addr2line(binary& b, const std::string& path);
     void lookup(binary& b, const std::string& path, const std::vector<std::uint64_t>& addresses);
 
     mutable std::mutex config_mutex_; // config_, generation_, tables_, the debuginfod hooks
@@ -159,6 +175,8 @@ private:
     std::uint64_t use_clock_ = 0;
     std::map<std::string, std::weak_ptr<const elf_symbols>> files_; // by file path
     debuginfod_lookup debuginfod_;
+
+    kernel_tables kernels_;
 
     mutable std::mutex mutex_; // source lines: the addr2line processes
     std::uint64_t lines_generation_ = 0;
