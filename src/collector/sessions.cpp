@@ -111,8 +111,18 @@ std::size_t session_model::fit() {
     constexpr std::size_t whole_sample = 21; // bytes a sample kept whole takes (profile.hpp)
     const std::size_t folded =
         prof.compact(room / 2 / whole_sample, std::max(prof.compact_width(), first_fold));
-    while (prof.sample_bytes() > room && prof.compact_width() < widest_fold)
+    // Wider intervals only while the folded rows alone take more than their half, and only
+    // while widening makes them fewer.
+    const auto folded_bytes = [&] {
+        return prof.compacted_rows() * (sizeof(std::uint64_t) * 2 + 4 * 3 + 1);
+    };
+    while (prof.compacted_rows() > 0 && folded_bytes() > room / 2 &&
+           prof.compact_width() < widest_fold) {
+        const auto rows = prof.compacted_rows();
         prof.coarsen(prof.compact_width() * 4);
+        if (prof.compacted_rows() >= rows)
+            break;
+    }
     return folded;
 }
 
@@ -240,7 +250,13 @@ memory_use session_registry::memory() const {
 }
 
 memory_use session_registry::enforce() {
-    evict_saved_over(saved_share(), nullptr);
+    // The saved session used last stays (it is likely on someone's screen): unloading it
+    // would make its next view replay it.
+    const session_entry* recent = nullptr;
+    for (const auto& [id, e] : entries_)
+        if (!is_live(id) && e->memory_bytes.load() && (!recent || e->last_used > recent->last_used))
+            recent = e.get();
+    evict_saved_over(saved_share(), recent);
     memory_use m = memory();
     const std::size_t share = total_budget_ / 4 * 3;
     const std::size_t models = share > m.kernel ? share - m.kernel : 0;
@@ -307,8 +323,11 @@ bool session_registry::is_live(std::string_view id) const {
 }
 
 void session_registry::set_live(std::string_view id, bool live) {
-    if (const auto it = entries_.find(id); it != entries_.end())
+    if (const auto it = entries_.find(id); it != entries_.end()) {
         it->second->live = live;
+        if (!live) // a saved session now: loaded again within a saved one's share
+            it->second->allowance = saved_share();
+    }
     if (live)
         live_.emplace(id);
     else if (const auto it = live_.find(id); it != live_.end())

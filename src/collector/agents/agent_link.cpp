@@ -69,11 +69,16 @@ constexpr std::size_t max_late_answers = 8;
 constexpr std::size_t update_piece = std::size_t{384} << 10;
 
 // Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
-// connect-hello-close from one address is refused at accept, before a byte is read; the
-// buckets stay bounded however many addresses there are.
+// connect-hello-close from one address is refused at accept, before a byte is read (where agents
+// enroll, past a second, larger bucket); the buckets stay bounded however many addresses there
+// are.
 class admission {
 public:
     enum class verdict { admit, refuse, refuse_first };
+
+    admission(double burst_size, double rate)
+        : burst(burst_size)
+        , per_second(rate) {}
 
     verdict check(const std::string& address, std::chrono::steady_clock::time_point now) {
         if (buckets_.size() >= max_addresses)
@@ -98,10 +103,10 @@ private:
         std::chrono::steady_clock::time_point at;
         bool refusing;
     };
-    static constexpr double burst = 20, per_second = 2;
+    const double burst, per_second;
     static constexpr std::size_t max_addresses = 4096;
 
-    static double level(const bucket& b, std::chrono::steady_clock::time_point now) {
+    double level(const bucket& b, std::chrono::steady_clock::time_point now) const {
         return std::min(burst,
                         b.tokens + per_second * std::chrono::duration<double>(now - b.at).count());
     }
@@ -779,12 +784,15 @@ std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& ap
 }
 
 asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
-    admission gate;
+    // 20 connections from an address at once, then 2 a second; where agents enroll, up to 256
+    // more at once, then 20 a second, on probation.
+    admission gate(20, 2), probation_gate(256, 20);
     budgeted_acceptor accepting(acceptor, app.connections, connection_budget::kind::agent, "agent");
     // Past its address's limit, a connection is closed at once, unless this collector enrolls
-    // agents: then it may come in if an unproven slot is free, and must prove itself with a
-    // valid enrollment token (a lab behind one NAT reconnecting after a restart is admitted at
-    // once). Only a connection within its address's limit may take the oldest stranger's slot.
+    // agents: then it may come in on probation (within a second, larger limit) if an unproven
+    // slot is free, and must prove itself with a valid enrollment token (a lab behind one NAT
+    // reconnecting after a restart is admitted at once). Only a connection within its
+    // address's first limit may take the oldest stranger's slot.
     bool probation = false;
     const auto screen =
         [&](const tcp::socket& socket) -> std::optional<connection_budget::when_full> {
@@ -800,6 +808,12 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
                              : "too many connections from this address; for a while only agents "
                                "with a valid enrollment token are admitted from it");
         if (app.enrollment.empty())
+            return std::nullopt;
+        const auto p = probation_gate.check(address, std::chrono::steady_clock::now());
+        if (p == admission::verdict::refuse_first)
+            log(address, "too many connections from this address even for enrolled agents; "
+                         "refusing them for a while");
+        if (p != admission::verdict::admit)
             return std::nullopt;
         return connection_budget::when_full::refuse;
     };
