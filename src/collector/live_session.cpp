@@ -167,7 +167,7 @@ void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>&
         if (!e->model)
             return;
         if (!why.empty() || !table) {
-            e->model->kernel_note = why;
+            e->model->kernel_note = why.empty() ? "the agent sent no kernel symbols" : why;
             return;
         }
         if (!table->size()) {
