@@ -43,12 +43,7 @@ TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, for
     collector_proc coll(dir.path);
 
     // A browser on the event stream, read raw for what reaches it.
-    const int browser = test_support::connect_loopback(coll.http_port);
-    REQUIRE(browser >= 0);
-    const std::string get =
-        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: perfwire_token=" +
-        test_support::api_token(coll.http_port) + "\r\n\r\n";
-    REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+    const int browser = test_support::open_event_stream(coll);
 
     // Before the hello a frame may be no larger than a hello: a header declaring 1 MiB closes
     // the connection at once, before any of it is sent.
@@ -369,14 +364,9 @@ TEST_CASE("a flood of agents that say hello and leave stores nothing, and is rat
     // A lab behind one address (one NAT) reconnecting at once: 60 enrolled boards are all
     // admitted without waiting for the address's limit (20 at once, then 2 a second).
     std::vector<test_support::framing_peer> lab;
-    for (int i = 0; i < 60; ++i) {
-        auto p = test_support::framing_peer::connect(coll.agent_port);
-        REQUIRE(p);
-        p->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"board-)" +
-                    std::to_string(i) + R"(","enrollment":")" + token + R"("})");
-        lab.push_back(std::move(*p));
-    }
+    for (int i = 0; i < 60; ++i)
+        lab.push_back(
+            std::move(*test_support::enrolled_agent(coll, "board-" + std::to_string(i), token)));
     const auto all = wait_for(coll, "/api/targets", 8s,
                               [](const json::value& v) { return v.as_array().size() == 60; });
     CHECK(all.as_array().size() == 60);

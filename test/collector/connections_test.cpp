@@ -247,12 +247,7 @@ TEST_CASE("sixty agents connecting at once reach a browser as the targets that c
     std::ifstream(dir.path / ".agent-token") >> token;
     REQUIRE_FALSE(token.empty());
 
-    const int browser = test_support::connect_loopback(coll.http_port);
-    REQUIRE(browser >= 0);
-    const std::string get =
-        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: perfwire_token=" +
-        test_support::api_token(coll.http_port) + "\r\n\r\n";
-    REQUIRE(::write(browser, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+    const int browser = test_support::open_event_stream(coll);
     std::string raw;
     test_support::read_stream(browser, raw, 10s, [](const std::string& r) {
         return !test_support::stream_events(r).empty();
@@ -260,14 +255,9 @@ TEST_CASE("sixty agents connecting at once reach a browser as the targets that c
 
     constexpr int n = 60;
     std::vector<test_support::framing_peer> agents;
-    for (int i = 0; i < n; ++i) {
-        auto p = test_support::framing_peer::connect(coll.agent_port);
-        REQUIRE(p);
-        p->send(protocol::frame_flag::response,
-                R"({"type":"hello","version":1,"agent":"perfwire","hostname":"board-)" +
-                    std::to_string(i) + R"(","enrollment":")" + token + R"("})");
-        agents.push_back(std::move(*p));
-    }
+    for (int i = 0; i < n; ++i)
+        agents.push_back(
+            std::move(*test_support::enrolled_agent(coll, "board-" + std::to_string(i), token)));
     // The browser learns of every one of them from changes alone.
     std::set<std::string> told, gone;
     const auto learn = [&](const auto& events) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace test_support {
 
 struct collector_proc {
@@ -63,6 +65,28 @@ inline std::optional<framing_peer> hello_agent(const collector_proc& c,
                R"({"type":"hello","version":1,"agent":"perfwire","hostname":")" + hostname +
                    R"("})");
     return peer;
+}
+
+// An agent that says hello with `token` as its enrollment token.
+inline std::optional<framing_peer>
+enrolled_agent(const collector_proc& c, const std::string& hostname, const std::string& token) {
+    auto peer = framing_peer::connect(c.agent_port);
+    REQUIRE(peer);
+    peer->send(protocol::frame_flag::response,
+               R"({"type":"hello","version":1,"agent":"perfwire","hostname":")" + hostname +
+                   R"(","enrollment":")" + token + R"("})");
+    return peer;
+}
+
+// A browser on GET /api/stream (signed in with the collector's token), read raw: its socket.
+inline int open_event_stream(const collector_proc& c) {
+    const int fd = connect_loopback(c.http_port);
+    REQUIRE(fd >= 0);
+    const std::string get = "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: "
+                            "perfwire_token=" +
+                            api_token(c.http_port) + "\r\n\r\n";
+    REQUIRE(::write(fd, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
+    return fd;
 }
 
 // Polls until `pred(json)` holds for GET target, up to `timeout`.
