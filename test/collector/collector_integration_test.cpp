@@ -193,7 +193,14 @@ TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile pe
     CHECK_THAT(page.body, Catch::Contains("<title>perfwire</title>"));
     CHECK(coll->get("/api/status").at("sessions").to_number<int>() >= 2);
 
-    const auto meta = coll->get("/api/sessions/" + ids[0]);
+    // perf stat's counters come with a later chunk than the first samples may.
+    const auto meta = wait_for(*coll, "/api/sessions/" + ids[0], 20s, [](const json::value& v) {
+        const auto* stat = v.as_object().if_contains("perf_stat");
+        const auto* counters =
+            stat && stat->is_object() ? stat->as_object().if_contains("counters") : nullptr;
+        return counters && counters->is_array() && !counters->as_array().empty();
+    });
+    REQUIRE(meta.as_object().contains("perf_stat"));
     CHECK(meta.at("perf_stat").at("counters").as_array().size() > 0);
 
     // Relay: pause and resume the first agent; auth is never relayed.
