@@ -173,7 +173,8 @@ std::string perf_complaint(std::string_view text) {
 
 std::string perf_version_line(std::string_view text) {
     const auto line = trim(text.substr(0, text.find('\n')));
-    return line.starts_with("perf version") ? std::string(line) : std::string();
+    // A hello's strings are bounded (protocol::max_hello_field): a vendor's long one is cut.
+    return line.starts_with("perf version") ? std::string(line.substr(0, 200)) : std::string();
 }
 
 } // namespace agent

@@ -1,6 +1,8 @@
 #include "collector/connections.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sys/resource.h>
@@ -13,7 +15,11 @@ struct connection_counts {
     std::atomic<std::uint64_t> refused_http{0}, refused_agents{0}, evicted{0};
     // The unproven agent connections, oldest first, each with what closes it.
     std::mutex m;
-    std::map<std::uint64_t, std::function<void()>> waiting;
+    struct waiter {
+        std::chrono::steady_clock::time_point since;
+        std::function<void()> close;
+    };
+    std::map<std::uint64_t, waiter> waiting;
     std::uint64_t next = 1;
 
     // Drops `place` from the unproven list; whether it was there.
@@ -66,7 +72,8 @@ bool take_one(std::atomic<std::size_t>& n, std::size_t cap) {
 
 } // namespace
 
-std::optional<connection_budget::slot> connection_budget::take(kind k, when_full w) {
+std::optional<connection_budget::slot>
+connection_budget::take(kind k, when_full w, std::chrono::steady_clock::time_point now) {
     auto& c = *counts_;
     if (k == kind::http) {
         if (!take_one(c.http, caps_.http)) {
@@ -81,15 +88,15 @@ std::optional<connection_budget::slot> connection_budget::take(kind k, when_full
         std::lock_guard lock(c.m);
         if (c.waiting.size() >= caps_.unproven_agents) {
             // The oldest that can be closed gives its place (its slot in the agents' total is
-            // given back when its connection ends).
+            // given back when its connection ends), if it has had its time.
             const auto oldest = std::find_if(c.waiting.begin(), c.waiting.end(),
-                                             [](const auto& kv) { return bool(kv.second); });
+                                             [](const auto& kv) { return bool(kv.second.close); });
             if (w == when_full::refuse || oldest == c.waiting.end() ||
-                c.agents.load() >= caps_.agents) {
+                now - oldest->second.since < evictable_after || c.agents.load() >= caps_.agents) {
                 ++c.refused_agents;
                 return std::nullopt;
             }
-            evict = std::move(oldest->second);
+            evict = std::move(oldest->second.close);
             c.waiting.erase(oldest);
             --c.unproven;
             ++c.evicted;
@@ -99,7 +106,7 @@ std::optional<connection_budget::slot> connection_budget::take(kind k, when_full
             return std::nullopt;
         }
         place = c.next++;
-        c.waiting.emplace(place, nullptr);
+        c.waiting.emplace(place, connection_counts::waiter{now, nullptr});
         ++c.unproven;
     }
     if (evict)
@@ -107,6 +114,20 @@ std::optional<connection_budget::slot> connection_budget::take(kind k, when_full
     slot s(counts_, k);
     s.unproven_ = place;
     return s;
+}
+
+std::string address_key(const std::string& address) {
+    in6_addr a{};
+    if (::inet_pton(AF_INET6, address.c_str(), &a) != 1)
+        return address;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (IN6_IS_ADDR_V4MAPPED(&a)) {
+        in_addr v4{};
+        std::memcpy(&v4, a.s6_addr + 12, 4);
+        return ::inet_ntop(AF_INET, &v4, text, sizeof text) ? std::string(text) : address;
+    }
+    std::memset(a.s6_addr + 8, 0, 8);
+    return ::inet_ntop(AF_INET6, &a, text, sizeof text) ? std::string(text) + "/64" : address;
 }
 
 std::size_t connection_budget::open(kind k) const noexcept {
@@ -158,7 +179,7 @@ void connection_budget::slot::on_evict(std::function<void()> close) {
         return;
     std::lock_guard lock(owner_->m);
     if (auto it = owner_->waiting.find(unproven_); it != owner_->waiting.end())
-        it->second = std::move(close);
+        it->second.close = std::move(close);
 }
 
 void connection_budget::slot::release() {

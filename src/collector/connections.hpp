@@ -9,8 +9,9 @@
 // have not yet said a valid hello ("unproven": no token, no enrollment) have a cap of their
 // own, far below the agents' total: a crowd of strangers cannot crowd out enrolled devices.
 // When that cap is reached, a connection the per-address gate admitted may take the place of
-// the oldest unproven one (which is closed): strangers that connect and say nothing cannot
-// keep a device out by holding every unproven slot.
+// the oldest unproven one connected for at least `evictable_after` (which is closed):
+// strangers that connect and say nothing cannot keep a device out by holding every unproven
+// slot, nor cut one off in its handshake by connecting faster.
 #pragma once
 
 #include <atomic>
@@ -69,8 +70,14 @@ public:
         std::uint64_t unproven_ = 0; // its place in the unproven list; 0 once proven
     };
 
+    // An unproven connection younger than this is never closed for a newer one: a device in
+    // the middle of its handshake finishes it, however fast strangers churn.
+    static constexpr std::chrono::seconds evictable_after{2};
+
     // A slot, or nullopt when the kind's cap (or the unproven agents' cap) is reached.
-    std::optional<slot> take(kind k, when_full w = when_full::refuse);
+    std::optional<slot>
+    take(kind k, when_full w = when_full::refuse,
+         std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
     const caps& limits() const noexcept { return caps_; }
     std::size_t open(kind k) const noexcept;
@@ -83,6 +90,11 @@ private:
     caps caps_;
     std::shared_ptr<connection_counts> counts_;
 };
+
+// What the per-address connection limits count by: an IPv4 address as it is (an IPv4-mapped
+// IPv6 one as IPv4), an IPv6 address by its /64 ("2001:db8:1:2::/64": one host is given a whole
+// /64 and may pick any address in it). Anything else is returned unchanged.
+std::string address_key(const std::string& address);
 
 // When accept fails (EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection is left in the kernel's
 // queue, so accepting again at once fails again and spins): how long to wait before the next

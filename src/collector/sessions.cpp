@@ -227,6 +227,8 @@ void session_registry::evict_over_budget(const session_entry* keep) {
 void session_registry::set_memory_budget(std::size_t total, std::size_t live_cap) {
     total_budget_ = total;
     live_cap_ = live_cap;
+    if (names_) // devices' kernel tables: a quarter of it at most
+        names_->kernels().set_limit(total / 4);
     memory_.budget = total;
     memory_.allowance = live_cap;
 }
@@ -409,14 +411,18 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     // reached memory but not the disk is kept from the model in place.
     for (const auto& line : store.metrics(id))
         fresh->note_metrics(line);
-    if (auto k = store.kernel_symbols(id))
-        fresh->kernel = names ? names->kernels().get(*k)
-                              : std::make_shared<const kernel_symbols>(kernel_symbols::parse(*k));
+    const auto kept = store.kernel_symbols(id);
+    if (kept)
+        fresh->kernel = names
+                            ? names->kernels().get(*kept)
+                            : std::make_shared<const kernel_symbols>(kernel_symbols::parse(*kept));
     for (const auto& [module, build] : seed.device_build_ids)
         fresh->device_build_ids.try_emplace(module, build);
     if (!fresh->kernel)
         fresh->kernel = seed.kernel;
     fresh->kernel_note = seed.kernel_note;
+    if (kept && !fresh->kernel)
+        fresh->kernel_note = kernel_tables::full;
     const auto take = [&](bool compressed, std::string_view payload) {
         fresh->ingest(compressed, payload);
     };

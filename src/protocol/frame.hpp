@@ -52,6 +52,10 @@ inline constexpr std::size_t max_chunk_text = std::size_t{64} << 20;
 // A health-metrics object; larger ones are refused, never forwarded to browsers.
 inline constexpr std::size_t max_metrics_frame = std::size_t{256} << 10;
 inline constexpr std::size_t max_hello = std::size_t{64} << 10;
+// One string in a hello (a hostname, a kernel release, a version, an enrollment token): each
+// but the token is shown with its target in every browser, so a hello is refused when one is
+// longer.
+inline constexpr std::size_t max_hello_field = 256;
 
 constexpr bool is_known_flag(std::uint8_t f) noexcept {
     return f <= 4;

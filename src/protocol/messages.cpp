@@ -183,11 +183,46 @@ parse_result<T> read_struct(const json::object& obj) {
     return out;
 }
 
+// The first string member of `v` (recursing into optional structs) longer than its limit.
+template <class T>
+std::optional<std::string> overlong_field(const T& v, const std::string& path) {
+    std::optional<std::string> found;
+    boost::mp11::mp_for_each<public_members<T>>([&](auto d) {
+        if (found)
+            return;
+        const auto& m = v.*d.pointer;
+        using M = std::remove_cvref_t<decltype(m)>;
+        const std::string name = path + d.name;
+        constexpr std::size_t limit = max_hello_field;
+        if constexpr (std::is_same_v<M, std::string>) {
+            if (m.size() > limit)
+                found = name;
+        } else if constexpr (is_optional<M>::value) {
+            using V = typename M::value_type;
+            if constexpr (std::is_same_v<V, std::string>) {
+                if (m && m->size() > limit)
+                    found = name;
+            } else if constexpr (std::is_class_v<V> &&
+                                 boost::describe::has_describe_members<V>::value) {
+                if (m)
+                    found = overlong_field(*m, name + ".");
+            }
+        }
+    });
+    return found;
+}
+
 parse_result<hello> hello_from(const json::object& obj) {
     const auto* type = obj.if_contains("type");
     if (!type || !type->is_string() || type->get_string() != "hello")
         return invalid("field 'type' must be \"hello\"");
-    return read_struct<hello>(obj);
+    auto h = read_struct<hello>(obj);
+    if (!h)
+        return h;
+    if (const auto name = overlong_field(*h, ""))
+        return invalid("field '" + *name + "' is longer than " + std::to_string(max_hello_field) +
+                       " bytes");
+    return h;
 }
 
 parse_result<command_response> response_from(json::object obj) {

@@ -73,21 +73,35 @@ TEST_CASE("connection budget: each kind up to its cap, unproven agents up to the
     CHECK(large.unproven_agents <= large.agents / 8);
 }
 
+TEST_CASE("per-address limits count an IPv6 host by its /64", "[collector][connections]") {
+    CHECK(address_key("192.0.2.7") == "192.0.2.7");
+    CHECK(address_key("::ffff:192.0.2.7") == "192.0.2.7");
+    CHECK(address_key("2001:db8:1:2:aaaa:bbbb:cccc:dddd") == "2001:db8:1:2::/64");
+    CHECK(address_key("2001:db8:1:2::1") == address_key("2001:db8:1:2:ffff::9"));
+    CHECK(address_key("2001:db8:1:3::1") != address_key("2001:db8:1:2::1"));
+    CHECK(address_key("::1") == "::/64");
+    CHECK(address_key("not an address") == "not an address");
+}
+
 TEST_CASE("connection budget: a connection the gate admitted takes the oldest stranger's place "
           "when the unproven cap is reached, one on probation does not",
           "[collector][connections]") {
     using w = connection_budget::when_full;
     connection_budget b({.http = 1, .agents = 4, .unproven_agents = 2});
     std::vector<int> closed;
-    auto s1 = b.take(kind::agent, w::evict_oldest);
-    auto s2 = b.take(kind::agent, w::evict_oldest);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s1 = b.take(kind::agent, w::evict_oldest, t0);
+    auto s2 = b.take(kind::agent, w::evict_oldest, t0);
     REQUIRE(s1);
     REQUIRE(s2);
     s1->on_evict([&] { closed.push_back(1); });
     s2->on_evict([&] { closed.push_back(2); });
     CHECK_FALSE(b.take(kind::agent, w::refuse)); // on probation: no room, no eviction
+    // Not yet: a stranger has its time to say hello (a device may be in its handshake).
+    CHECK_FALSE(b.take(kind::agent, w::evict_oldest,
+                       t0 + connection_budget::evictable_after - std::chrono::milliseconds(1)));
     CHECK(closed.empty());
-    auto s3 = b.take(kind::agent, w::evict_oldest);
+    auto s3 = b.take(kind::agent, w::evict_oldest, t0 + connection_budget::evictable_after);
     REQUIRE(s3);
     CHECK(closed == std::vector<int>{1}); // the oldest
     CHECK(b.unproven() == 2);
@@ -105,16 +119,17 @@ TEST_CASE("connection budget: a connection the gate admitted takes the oldest st
     CHECK_FALSE(b.take(kind::agent, w::evict_oldest)); // s3 and s4 unproven, neither closable
     s4->on_evict([&] { closed.push_back(4); });
     s3.reset();
-    auto s5 = b.take(kind::agent, w::evict_oldest);
+    const auto later = std::chrono::steady_clock::now() + connection_budget::evictable_after;
+    auto s5 = b.take(kind::agent, w::evict_oldest, later);
     REQUIRE(s5);
     CHECK(b.open(kind::agent) == 3);
     s5->on_evict([] {});
     // The agents' total is a hard cap: no eviction past it.
-    auto s6 = b.take(kind::agent, w::evict_oldest);
+    auto s6 = b.take(kind::agent, w::evict_oldest, later);
     REQUIRE(s6);
     CHECK(closed == std::vector<int>{1, 4});
     CHECK(b.open(kind::agent) == 4);
-    CHECK_FALSE(b.take(kind::agent, w::evict_oldest));
+    CHECK_FALSE(b.take(kind::agent, w::evict_oldest, later + connection_budget::evictable_after));
     CHECK(closed == std::vector<int>{1, 4});
 }
 
@@ -219,7 +234,8 @@ TEST_CASE("a collector at its connection caps closes new connections, says so on
     const int stranger = test_support::connect_loopback(coll.agent_port);
     REQUIRE(stranger >= 0);
     // Accepted before the next one (in order): the agent behind it finds the unproven cap
-    // reached and takes the stranger's place, which is closed.
+    // reached and, the stranger having had its time to say hello, takes its place.
+    std::this_thread::sleep_for(connection_budget::evictable_after);
     auto board = test_support::hello_agent(coll, "board-1");
     CHECK(closed_by_peer(stranger, 10s));
     ::close(stranger);

@@ -67,4 +67,16 @@ TEST_CASE("SSE: a slow client is dropped at its byte cap, the others keep going"
         CHECK(hub.clients() == 3);
     }
     CHECK(hub.clients() == 2); // a client that leaves unregisters itself
+
+    // One event larger than the cap (the targets of a big fleet) reaches a reader that keeps
+    // up; the next one finds its queue at the cap only if it did not read.
+    sse_client reader(hub, io.get_executor()), stalled(hub, io.get_executor());
+    const std::string big(3000, 'y');
+    hub.broadcast("targets", big);
+    CHECK_FALSE(reader.dropped());
+    CHECK_FALSE(stalled.dropped());
+    CHECK(take(io, reader, std::chrono::seconds(15)).size() > big.size());
+    hub.broadcast("targets", big);
+    CHECK_FALSE(reader.dropped());
+    CHECK(stalled.dropped());
 }

@@ -1002,6 +1002,18 @@ TEST_CASE("kernel tables: one per distinct kernel, shared by its sessions, freed
     const auto again = kernel_symbols::parse(a->text());
     REQUIRE(again.size() == a->size());
     CHECK(again.at(0xffffffff80123457)->name == a->at(0xffffffff80123457)->name);
+    // A session reloaded from its folder (the table's text, not the agent's) shares it, as does
+    // an agent that listed the same symbols in another order.
+    CHECK(tables.get(a->text()) == a);
+    std::string reordered = "junk line\n";
+    for (std::size_t at = text.size(); at > 0;) {
+        const auto from = text.rfind('\n', at - 2);
+        const auto begin = from == std::string::npos ? 0 : from + 1;
+        reordered.append(text, begin, at - begin);
+        at = begin;
+    }
+    CHECK(tables.get(reordered) == a);
+    CHECK(tables.memory_bytes() == a->memory_bytes());
     auto other = tables.get(text + "ffffffff90000000 another_kernel\n");
     CHECK(other != a);
     CHECK(tables.memory_bytes() == a->memory_bytes() + other->memory_bytes());
@@ -1010,4 +1022,12 @@ TEST_CASE("kernel tables: one per distinct kernel, shared by its sessions, freed
     b.reset();
     other.reset();
     CHECK(tables.memory_bytes() == 0);
+
+    // Within their share of the memory budget: past it a new table is not made.
+    auto first = tables.get(text);
+    tables.set_limit(first->memory_bytes() * 3 / 2);
+    CHECK(tables.get(text) == first); // one held already costs nothing more
+    CHECK_FALSE(tables.get(text + "ffffffff90000000 another_kernel\n"));
+    first.reset();
+    CHECK(tables.get(text + "ffffffff90000000 another_kernel\n"));
 }

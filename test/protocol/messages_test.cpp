@@ -58,6 +58,18 @@ TEST_CASE("bad hellos are error values naming the problem", "[protocol][messages
     const std::string big =
         R"({"type":"hello","version":1,"agent":"x","pad":")" + std::string(max_hello, 'a') + "\"}";
     check(big, errc::message_too_large, "bytes");
+    // Each string is shown with its target in every browser: bounded one by one.
+    const std::string long_name(max_hello_field + 1, 'h');
+    check(R"({"type":"hello","version":1,"agent":"x","hostname":")" + long_name + "\"}",
+          errc::invalid_message, "'hostname' is longer than 256 bytes");
+    check(R"({"type":"hello","version":1,"agent":"x","platform":{"kernel":")" + long_name + "\"}}",
+          errc::invalid_message, "'platform.kernel' is longer");
+    check(R"({"type":"hello","version":1,"agent":")" + long_name + "\"}", errc::invalid_message,
+          "'agent' is longer");
+    const std::string at_limit(max_hello_field, 'h');
+    CHECK(parse_hello(R"({"type":"hello","version":1,"agent":"x","hostname":")" + at_limit +
+                      R"(","enrollment":")" + std::string(max_hello_field, 'e') + "\"}")
+              .has_value());
 }
 
 TEST_CASE("deeply nested JSON is refused without a crash", "[protocol][messages]") {

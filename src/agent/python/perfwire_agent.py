@@ -966,7 +966,8 @@ def has_call_chains(text):
 
 def perf_version_line(text):
     line = text.split("\n", 1)[0].strip(" \t\r")
-    return line if line.startswith("perf version") else ""
+    # A hello's strings are bounded (256 bytes each): a vendor's long one is cut.
+    return line[:200] if line.startswith("perf version") else ""
 
 
 def sample_count(text):
@@ -2253,7 +2254,7 @@ class Session(object):
         platform_info = {"arch": build_arch(), "machine": os.uname()[4]}
         kernel = read_text("/proc/sys/kernel/osrelease")
         if kernel is not None:
-            platform_info["kernel"] = kernel.split("\n")[0]
+            platform_info["kernel"] = kernel.split("\n")[0][:200]
         version = perf_version_line(run_command([self.cfg.perf, "--version"], 3.0)["out"])
         if version:
             platform_info["perf_version"] = version

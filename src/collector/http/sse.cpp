@@ -46,7 +46,9 @@ sse_client::~sse_client() {
 bool sse_client::push(std::shared_ptr<const std::string> event) {
     if (dropped_ || closed_)
         return true;
-    if (queued_ + event->size() > hub_.cap_) {
+    // Dropped when what it has not read yet is at the cap: a browser that reads is never
+    // dropped for one large event (a first picture of many targets, a burst of changes).
+    if (queued_ >= hub_.cap_) {
         dropped_ = true; // the writer notices and ends the response
         queue_.clear();
         wake_.cancel();

@@ -1,7 +1,8 @@
 // Server-Sent Events fan-out for GET /api/stream.
 //
 // Every broadcast is formatted once into a shared immutable buffer; each browser has its own
-// queue of those buffers, capped in bytes. A browser that falls behind the cap is dropped —
+// queue of those buffers, capped in bytes: a browser with the cap's worth unread when the next
+// event comes is dropped (one event larger than the cap still reaches a reader that keeps up) —
 // EventSource reconnects by itself — so a slow browser never blocks the collector or other
 // browsers. No Beast in this header.
 #pragma once

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 namespace collector {
 
@@ -65,7 +66,8 @@ std::string kernel_symbols::text() const {
 
 std::shared_ptr<const kernel_symbols> kernel_tables::get(std::string_view text) {
     // By SHA-256: an agent cannot make its text share another device's table (and read that
-    // kernel's names in its own session's frames).
+    // kernel's names in its own session's frames); two texts share one only when the tables
+    // they make are the same.
     const auto key = protocol::sha256_hex(text);
     {
         std::lock_guard lock(mutex_);
@@ -74,20 +76,42 @@ std::shared_ptr<const kernel_symbols> kernel_tables::get(std::string_view text) 
                 return held;
     }
     auto made = std::make_shared<const kernel_symbols>(kernel_symbols::parse(text));
+    const auto canonical = protocol::sha256_hex(made->text());
     std::lock_guard lock(mutex_);
     std::erase_if(tables_, [](const auto& kv) { return kv.second.expired(); });
-    auto& slot = tables_[key];
-    if (auto held = slot.lock())
-        return held; // made meanwhile by another session
-    slot = made;
+    for (const auto& k : {canonical, key})
+        if (const auto it = tables_.find(k); it != tables_.end())
+            if (auto held = it->second.lock()) { // made meanwhile, or from the other text
+                tables_[key] = held;
+                return held;
+            }
+    if (held_locked() + made->memory_bytes() > limit_)
+        return nullptr;
+    tables_[key] = made;
+    tables_[canonical] = made;
     return made;
+}
+
+void kernel_tables::set_limit(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    limit_ = bytes;
+}
+
+std::size_t kernel_tables::limit() const {
+    std::lock_guard lock(mutex_);
+    return limit_;
 }
 
 std::size_t kernel_tables::memory_bytes() const {
     std::lock_guard lock(mutex_);
+    return held_locked();
+}
+
+std::size_t kernel_tables::held_locked() const {
+    std::set<const kernel_symbols*> seen; // a table is under two keys
     std::size_t n = 0;
     for (const auto& [key, weak] : tables_)
-        if (const auto t = weak.lock())
+        if (const auto t = weak.lock(); t && seen.insert(t.get()).second)
             n += t->memory_bytes();
     return n;
 }

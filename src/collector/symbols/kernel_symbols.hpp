@@ -8,6 +8,7 @@
 // each distinct table once, for as long as a session holds it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -51,17 +52,29 @@ private:
     std::string names_;
 };
 
-// The distinct kernel tables held now, by what the agent sent (its SHA-256): a second session
-// from the same kernel shares the first one's table. Any thread.
+// The distinct kernel tables held now, by what they hold (the SHA-256 of the text an agent
+// sent, and of the table's text() as a session's folder keeps it, so a session reloaded from
+// disk shares the table its agent's text made): a second session from the same kernel shares
+// the first one's table. Together they hold at most `limit` bytes (a share of the memory
+// budget): past it a new table is not made. Any thread.
 class kernel_tables {
 public:
+    // The table of `text`, or null when a new one would take the tables past their limit.
     std::shared_ptr<const kernel_symbols> get(std::string_view text);
+    void set_limit(std::size_t bytes);
+    // Why a session has no kernel table when get() made none.
+    static constexpr const char* full = "the kernel symbol tables held already take their "
+                                        "share of the collector's memory budget";
+    std::size_t limit() const;
     // Bytes held by the tables some session still holds.
     std::size_t memory_bytes() const;
 
 private:
+    std::size_t held_locked() const;
+
     mutable std::mutex mutex_;
     std::map<std::string, std::weak_ptr<const kernel_symbols>> tables_;
+    std::size_t limit_ = SIZE_MAX;
 };
 
 } // namespace collector

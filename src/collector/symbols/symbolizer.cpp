@@ -243,15 +243,20 @@ void symbolizer::start_addr2line(binary& b, const std::string& path) {
         argv.push_back("-i");
     argv.insert(argv.end(), {"-e", path});
     b.addr2line = coprocess::start(argv);
-    if (!b.addr2line)
+    b.error.clear();
+    b.retry_at.reset();
+    if (!b.addr2line) {
         b.error = "cannot start " + argv[0];
+        b.retry_at = std::chrono::steady_clock::now() + addr2line_retry;
+    }
 }
 
 void symbolizer::lookup(binary& b, const std::string& path,
                         const std::vector<std::uint64_t>& addresses) {
     if (addresses.empty())
         return; // answered from what it said before: no process needed
-    if (!b.addr2line && b.error.empty())
+    if (!b.addr2line &&
+        (b.error.empty() || (b.retry_at && std::chrono::steady_clock::now() >= *b.retry_at)))
         start_addr2line(b, path);
     for (std::size_t at = 0; at < addresses.size() && b.addr2line; at += batch_size) {
         const auto end = std::min(addresses.size(), at + batch_size);

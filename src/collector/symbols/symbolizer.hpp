@@ -160,11 +160,15 @@ private:
     // when its file is asked about.
     struct binary {
         std::string error;
+        // A process that could not start (descriptors or memory short for a moment) is tried
+        // again after this; one that stopped answering is not (each try would hold a view).
+        std::optional<std::chrono::steady_clock::time_point> retry_at;
         std::unique_ptr<coprocess> addr2line;
         std::unordered_map<std::uint64_t, source_chain> cache;
         std::chrono::steady_clock::time_point used{};
     };
     binary& lines_for(const module_symbols& m);
+    static constexpr std::chrono::seconds addr2line_retry{30};
     void start_addr2line(binary& b, const std::string& path);
     void lookup(binary& b, const std::string& path, const std::vector<std::uint64_t>& addresses);
 
