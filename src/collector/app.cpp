@@ -3,7 +3,6 @@
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
 #include "collector/http/access.hpp"
-#include "collector/http/events.hpp"
 #include "collector/http/server.hpp"
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
@@ -316,7 +315,7 @@ int run(const config& c) {
         app.stops.stop();
         if (app.debuginfod)
             app.debuginfod->stop(); // before the drain: its answers are posted to the loop
-        app.notices->stop();
+        app.browsers->stop();
         watch.start(drain_deadline);
     });
     for (;;) {

@@ -1,6 +1,7 @@
 #include "collector/context.hpp"
 
 #include "collector/http/events.hpp"
+#include "collector/http/settings.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -46,14 +47,10 @@ app_context::app_context(asio::io_context& io_context, config c)
              find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
                              cfg.symbols.toolchain_prefix),
              std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""}
-    , notices(std::make_unique<events::notices>(*this)) {
+    , browsers(std::make_unique<events::feed>(*this)) {
     sessions.set_memory_budget(memory_budget(cfg), cfg.live_mb << 20);
 }
 
 app_context::~app_context() = default;
-
-void app_context::changed(change what, const std::string& id) {
-    notices->changed(what, id);
-}
 
 } // namespace collector

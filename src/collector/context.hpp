@@ -3,9 +3,8 @@
 #pragma once
 
 #include "collector/agent_binaries.hpp"
+#include "collector/browsers.hpp"
 #include "collector/connections.hpp"
-#include "collector/http/settings.hpp"
-#include "collector/http/sse.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
 #include "collector/stopping.hpp"
@@ -30,16 +29,6 @@ struct signing_key;
 namespace collector {
 
 class agent_link;
-namespace events {
-class notices;
-}
-
-// What the browsers are told changed (http/events.hpp forms the event).
-enum class change {
-    targets,  // an agent came, went, or changed state
-    data,     // a live session took a chunk
-    sessions, // a session was created, ended, imported or removed
-};
 
 struct app_context {
     app_context(asio::io_context& io_context, config c);
@@ -54,8 +43,7 @@ struct app_context {
     std::uint64_t next_target = 1;
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::string agent_listen_address; // "host:port" once bound
-    sse_hub sse;
-    connection_budget connections; // every connection accepted holds a slot
+    connection_budget connections;    // every connection accepted holds a slot
     symbolizer symbols{cfg.symbols};
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
     std::vector<agent_binary> agent_binaries;       // found at start, never changed
@@ -75,12 +63,13 @@ struct app_context {
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;
-    // Changes told to the browsers a few times a second at most (http/events.hpp).
-    std::unique_ptr<events::notices> notices;
+    // What the browsers are told (browsers.hpp; the HTTP side's event stream, made with the
+    // context: http/events.hpp).
+    std::unique_ptr<browser_feed> browsers;
 
-    // On the I/O thread, whenever something the UI shows changed: tells the browsers, coalesced
-    // by `notices`. `id`: the target's for change::targets, else the session's.
-    void changed(change what, const std::string& id);
+    // On the I/O thread, whenever something the UI shows changed: tells the browsers
+    // (coalesced). `id`: the target's for change::targets, else the session's.
+    void changed(change what, const std::string& id) { browsers->changed(what, id); }
 
     // Hands `job` to the pool (`ex`: a session's strand, or the pool itself) and keeps the I/O
     // loop from running out of work until the job has run. A job may post back to the I/O

@@ -1,7 +1,6 @@
 #include "collector/live_session.hpp"
 
 #include "collector/context.hpp"
-#include "collector/http/events.hpp"
 #include "collector/log.hpp"
 #include "collector/model/views.hpp"
 
@@ -76,7 +75,7 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
 // On the strand of a live session: named again with the symbols as they are now, within its
 // allowance, without holding up its views. The new model is built on the pool from the
 // chunks on disk now (and those still waiting for the disk); views are answered from the model
-// in place meanwhile, and what arrives meanwhile (take_chunk, ingest_metrics) is kept in
+// in place meanwhile, and what arrives meanwhile (live_session::chunk, ::metrics) is kept in
 // `e.rebuilding` and taken by the new model when it is swapped in, on the strand. One rebuild
 // at a time: one asked for meanwhile follows it. The browsers are told once it is in place.
 void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
@@ -128,10 +127,33 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
 
 } // namespace
 
-void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std::string who,
-                  bool compressed, std::string payload, std::function<void()> digested) {
-    app.on_pool(e->strand, [e, app = &app, who = std::move(who), compressed,
-                            payload = std::move(payload), digested = std::move(digested)] {
+boost::system::result<std::unique_ptr<live_session>> live_session::open(app_context& app,
+                                                                        std::string who,
+                                                                        std::string_view agent_name,
+                                                                        const json::object& meta) {
+    auto created = app.sessions.create_live(agent_name, meta);
+    if (!created)
+        return created.error();
+    return std::unique_ptr<live_session>(
+        new live_session(app, std::move(*created), std::move(who)));
+}
+
+live_session::live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who)
+    : app_(app)
+    , entry_(std::move(entry))
+    , who_(std::move(who)) {}
+
+const std::string& live_session::id() const noexcept {
+    return entry_->id;
+}
+
+bool live_session::wants_kernel_symbols() const noexcept {
+    return entry_->wants_kernel_symbols;
+}
+
+void live_session::chunk(bool compressed, std::string payload, std::function<void()> digested) {
+    app_.on_pool(entry_->strand, [e = entry_, app = &app_, who = who_, compressed,
+                                  payload = std::move(payload), digested = std::move(digested)] {
         take_chunk(*e, *app, who, compressed, payload);
         if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
             e->wants_kernel_symbols = true;
@@ -142,9 +164,9 @@ void ingest_chunk(app_context& app, const std::shared_ptr<session_entry>& e, std
     });
 }
 
-void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, std::string record) {
-    events::metrics(app, e->id, record);
-    app.on_pool(e->strand, [e, app = &app, record = std::move(record)] {
+void live_session::metrics(std::string record) {
+    app_.browsers->metrics(entry_->id, record);
+    app_.on_pool(entry_->strand, [e = entry_, app = &app_, record = std::move(record)] {
         if (e->writer)
             (void)e->writer->append_metrics(record);
         if (!e->model)
@@ -161,25 +183,25 @@ void ingest_metrics(app_context& app, const std::shared_ptr<session_entry>& e, s
     });
 }
 
-void take_kernel_symbols(app_context& app, const std::shared_ptr<session_entry>& e,
-                         std::shared_ptr<const kernel_symbols> table, std::string why) {
-    app.on_pool(e->strand, [e, app = &app, table = std::move(table), why = std::move(why)] {
-        if (!e->model)
-            return;
-        if (!why.empty() || !table) {
-            e->model->kernel_note = why.empty() ? "the agent sent no kernel symbols" : why;
-            return;
-        }
-        if (!table->size()) {
-            e->model->kernel_note = "the agent sent no kernel symbols";
-            return;
-        }
-        if (e->writer)
-            (void)e->writer->write_kernel_symbols(table->text());
-        e->model->kernel = table;
-        e->wants_kernel_symbols = false;
-        rebuild_live(e, *app);
-    });
+void live_session::kernel(std::shared_ptr<const kernel_symbols> table, std::string why) {
+    app_.on_pool(
+        entry_->strand, [e = entry_, app = &app_, table = std::move(table), why = std::move(why)] {
+            if (!e->model)
+                return;
+            if (!why.empty() || !table) {
+                e->model->kernel_note = why.empty() ? "the agent sent no kernel symbols" : why;
+                return;
+            }
+            if (!table->size()) {
+                e->model->kernel_note = "the agent sent no kernel symbols";
+                return;
+            }
+            if (e->writer)
+                (void)e->writer->write_kernel_symbols(table->text());
+            e->model->kernel = table;
+            e->wants_kernel_symbols = false;
+            rebuild_live(e, *app);
+        });
 }
 
 void rename_frames(app_context& app) {
@@ -204,10 +226,11 @@ void rename_frames(app_context& app) {
         });
 }
 
-void end_live(app_context& app, const std::shared_ptr<session_entry>& e, double ended_at,
-              std::optional<int> pid) {
-    app.sessions.set_live(e->id, false);
-    app.on_pool(e->strand, [e, app = &app, ended_at, pid] {
+void live_session::end(double ended_at, std::optional<int> pid) {
+    if (std::exchange(ended_, true))
+        return;
+    app_.sessions.set_live(entry_->id, false);
+    app_.on_pool(entry_->strand, [e = entry_, app = &app_, ended_at, pid] {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
         // not kept.

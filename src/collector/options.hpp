@@ -56,4 +56,13 @@ struct exit_now {
 std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
                                                   const char* env_token, const char* env_home);
 
+// What a request may set. Whoever reaches the API is not the collector's owner: the programs it
+// runs are the ones the owner chose (found on PATH at start, or --toolchain-prefix), and the
+// files and folders it names are under the file browser's root.
+struct config_limits {
+    std::string browse_root;
+    std::vector<std::string> toolchains; // prefixes of addr2line + readelf; "" is the native one
+    std::string debuginfod_urls = {};    // DEBUGINFOD_URLS as the collector started
+};
+
 } // namespace collector

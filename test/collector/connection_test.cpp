@@ -89,10 +89,11 @@ TEST_CASE("SSE over a test stream: header, first picture, events and heartbeat b
                           "\",\"agent_listener\":\"0.0.0.0:9999\"}\n\n"
                           "event: targets\n"
                           "data: []\n\n");
-    CHECK(t.app->sse.clients() == 1);
+    CHECK(events::hub(*t.app).clients() == 1);
 
-    t.app->sse.broadcast("data_version", R"({"session_id":"s1","chunks":2,"samples":480})");
-    t.app->sse.broadcast("metrics", R"({"type":"system","ts":1.5})");
+    events::hub(*t.app).broadcast("data_version",
+                                  R"({"session_id":"s1","chunks":2,"samples":480})");
+    events::hub(*t.app).broadcast("metrics", R"({"type":"system","ts":1.5})");
     t.settle();
     CHECK(b.received() == "event: data_version\n"
                           "data: {\"session_id\":\"s1\",\"chunks\":2,\"samples\":480}\n\n"
@@ -106,9 +107,9 @@ TEST_CASE("SSE over a test stream: header, first picture, events and heartbeat b
 
     // The browser leaves: the next write fails, the client unregisters, the coroutine ends.
     b.browser.close();
-    t.app->sse.broadcast("targets", "[]");
+    events::hub(*t.app).broadcast("targets", "[]");
     t.settle();
-    CHECK(t.app->sse.clients() == 0);
+    CHECK(events::hub(*t.app).clients() == 0);
     REQUIRE(b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
     b.done.get();
 }
@@ -141,7 +142,7 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     out = b.received();
     CHECK(out.rfind("HTTP/1.1 403 Forbidden\r\n", 0) == 0);
     CHECK(out.find("text/event-stream") == std::string::npos);
-    CHECK(t.app->sse.clients() == 0);
+    CHECK(events::hub(*t.app).clients() == 0);
 
     // Recordings may be far larger than other requests.
     const auto recording = test_support::fixture("collector/fixtures/callchain_fields.txt");
@@ -245,12 +246,12 @@ TEST_CASE("SSE: a live session's chunks are told a few times a second, the last 
         t.settle();
     }
     auto told = notices();
-    if (std::chrono::steady_clock::now() - burst_start < events::notices::interval) {
+    if (std::chrono::steady_clock::now() - burst_start < events::feed::interval) {
         REQUIRE(told.size() == 1);
         CHECK(told[0].at("samples").to_number<int>() == 100);
     }
     // The tick tells the last counts, once.
-    std::this_thread::sleep_for(events::notices::interval + std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(events::feed::interval + std::chrono::milliseconds(20));
     t.settle();
     const auto later = notices();
     told.insert(told.end(), later.begin(), later.end());
@@ -263,12 +264,12 @@ TEST_CASE("SSE: a live session's chunks are told a few times a second, the last 
     CHECK(last.at("threads").to_number<int>() == 3);
     CHECK(last.at("duration_sec").to_number<double>() == Approx(6.66));
     // Quiet since: nothing more.
-    std::this_thread::sleep_for(events::notices::interval + std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(events::feed::interval + std::chrono::milliseconds(20));
     t.settle();
     CHECK(notices().empty());
-    t.app->notices->stop();
+    t.app->browsers->stop();
     b.browser.close();
-    t.app->sse.broadcast("targets", "[]");
+    events::hub(*t.app).broadcast("targets", "[]");
     t.settle();
 }
 
@@ -276,7 +277,7 @@ TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the o
           "everything",
           "[collector][sse][connection]") {
     test_app t;
-    t.app->sse.set_cap(std::size_t{256} << 10);
+    events::hub(*t.app).set_cap(std::size_t{256} << 10);
     tcp::acceptor acceptor(t.io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     const auto port = acceptor.local_endpoint().port();
 
@@ -310,7 +311,7 @@ TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the o
     tcp::socket fast = open_browser(1 << 20);
     fast.non_blocking(true);
     t.settle();
-    REQUIRE(t.app->sse.clients() == 2);
+    REQUIRE(events::hub(*t.app).clients() == 2);
 
     const std::string payload(16 << 10, 'x');
     const std::string event = sse_hub::format("metrics", payload);
@@ -327,7 +328,7 @@ TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the o
     };
     constexpr int events = 120; // ~2 MB: far past the slow browser's 256 KiB cap
     for (int i = 0; i < events; ++i) {
-        t.app->sse.broadcast("metrics", payload);
+        events::hub(*t.app).broadcast("metrics", payload);
         t.settle();
         drain_fast();
     }
@@ -336,8 +337,8 @@ TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the o
         t.settle();
         drain_fast();
     }
-    CHECK(t.app->sse.dropped() == 1);
-    CHECK(t.app->sse.clients() == 1); // the slow one is gone, the fast one stays
+    CHECK(events::hub(*t.app).dropped() == 1);
+    CHECK(events::hub(*t.app).clients() == 1); // the slow one is gone, the fast one stays
 
     std::size_t count = 0;
     for (auto pos = fast_got.find(event); pos != std::string::npos;

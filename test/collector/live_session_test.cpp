@@ -24,9 +24,11 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     config c;
     c.sessions_dir = (dir.path / "sessions").string();
     app_context app(io, c);
-    auto made = app.sessions.create_live("agent", {});
+    auto made = live_session::open(app, "test", "agent", {});
     REQUIRE(made);
-    const auto e = *made;
+    live_session& live = **made;
+    const auto e = app.sessions.known(live.id());
+    REQUIRE(e);
     const std::string chunk = test_support::fixture("collector/fixtures/callchain_fields.txt");
     std::atomic<int> digested{0};
     // Runs the I/O loop until `done`, 10 s at most.
@@ -38,7 +40,7 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
         }
         return done();
     };
-    const auto ingest = [&] { ingest_chunk(app, e, "test", false, chunk, [&] { ++digested; }); };
+    const auto ingest = [&] { live.chunk(false, chunk, [&] { ++digested; }); };
     // Whether a rebuild is under way (asked on the strand, where it is kept).
     const auto rebuilding = [&] {
         auto f = asio::post(e->strand, asio::use_future([&] { return e->rebuilding != nullptr; }));
@@ -82,7 +84,7 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     asio::post(e->strand, [gate = open.get_future().share()] { gate.wait(); });
     app.symbols.configure(app.symbols.config());
     rename_frames(app);
-    end_live(app, e, 1.0, std::nullopt);
+    live.end(1.0);
     open.set_value();
     REQUIRE(run_until([&] { return !rebuilding(); }));
     auto reloaded = asio::post(e->strand, asio::use_future([&] {

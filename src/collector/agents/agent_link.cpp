@@ -332,12 +332,17 @@ asio::awaitable<void> agent_link::run() {
         finish_session();
         co_return;
     }
-    log(peer_, "agent connected (" + id_ +
-                   (stream_->encrypted() ? ", " + stream_->tls_version() : ", plain TCP") + ")");
+    say("agent connected (" + id_ +
+        (stream_->encrypted() ? ", " + stream_->tls_version() : ", plain TCP") + ")");
     co_await (reader() && writer());
     close();
     finish_session();
-    log(peer_, "agent disconnected (" + id_ + ")");
+    say("agent disconnected (" + id_ + ")");
+}
+
+void agent_link::say(const std::string& line) const {
+    if (!probation_ || hello_) // on probation: closed without a word until it proves itself
+        log(peer_, line);
 }
 
 asio::awaitable<bool> agent_link::open_link() {
@@ -346,34 +351,33 @@ asio::awaitable<bool> agent_link::open_link() {
     asio::steady_timer deadline(ex_, std::chrono::seconds(10));
     auto r = co_await (stream_->peer_opens_tls() || deadline.async_wait(use_nothrow));
     if (r.index() == 1) {
-        if (!probation_)
-            log(peer_, "no hello within 10 s; closing");
+        say("no hello within 10 s; closing");
         co_return false;
     }
     const auto [ec, tls] = std::get<0>(r);
     if (ec) {
         if (!protocol::peer_went_away(ec) && ec != asio::error::operation_aborted)
-            log(peer_, "read: " + ec.message());
+            say("read: " + ec.message());
         co_return false;
     }
     if (!tls) {
         if (!app_.agent_tls_required)
             co_return true;
-        log(peer_, "a plain TCP agent, and this collector takes only TLS ones (--agent-tls "
-                   "required): start it with --tls-pin " +
-                       app_.tls_pin + "; closing");
+        say("a plain TCP agent, and this collector takes only TLS ones (--agent-tls "
+            "required): start it with --tls-pin " +
+            app_.tls_pin + "; closing");
         co_return false;
     }
     if (!app_.agent_tls) {
-        log(peer_, "the agent opens with TLS and this collector was not started with --tls; "
-                   "closing");
+        say("the agent opens with TLS and this collector was not started with --tls; "
+            "closing");
         co_return false;
     }
     const auto left = deadline.expiry() - asio::steady_timer::clock_type::now();
     const auto limit = std::max(left, left.zero());
     const auto why = co_await stream_->accept_tls(app_.agent_tls, limit);
     if (!why.empty()) {
-        log(peer_, why + "; closing");
+        say(why + "; closing");
         co_return false;
     }
     co_return true;
@@ -410,15 +414,13 @@ asio::awaitable<void> agent_link::reader() {
         asio::steady_timer* deadline = hello_ ? nullptr : &hello_deadline; // (no ?: in co_await)
         auto f = co_await next_frame(frames, deadline);
         if (!f) {
-            if (probation_ && !hello_)
-                break; // (closed without a word: see on_probation)
             if (f.error() == asio::error::timed_out)
-                log(peer_, "no hello within 10 s; closing");
+                say("no hello within 10 s; closing");
             else if (auto why = protocol::peer_went_away(f.error())
                                     ? std::string()
                                     : protocol::read_end_reason(f.error());
                      !why.empty())
-                log(peer_, why);
+                say(why);
             break;
         }
         on_frame(std::move(*f));
@@ -432,15 +434,14 @@ void agent_link::on_hello(protocol::frame&& f) {
                  : protocol::parse_result<protocol::hello>(protocol::parse_error{
                        protocol::errc::invalid_message, "first frame must be the hello"});
     if (!h) {
-        if (!probation_)
-            log(peer_, "bad hello: " + h.error().message() + "; closing");
+        say("bad hello: " + h.error().message() + "; closing");
         close();
         return;
     }
     if (h->version != protocol::protocol_version) {
-        log(peer_, "the agent speaks protocol version " + std::to_string(h->version) +
-                       "; this collector speaks " + std::to_string(protocol::protocol_version) +
-                       ": update one of them; closing");
+        say("the agent speaks protocol version " + std::to_string(h->version) +
+            "; this collector speaks " + std::to_string(protocol::protocol_version) +
+            ": update one of them; closing");
         close();
         return;
     }
@@ -452,13 +453,9 @@ void agent_link::on_hello(protocol::frame&& f) {
         for (const auto& t : app_.enrollment)
             enrolled |= presented && protocol::constant_time_equal(t, *presented);
         if (!enrolled) {
-            if (probation_) {
-                close();
-                return;
-            }
-            log(peer_, presented ? "wrong enrollment token; closing"
-                                 : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
-                                   "to this collector's enrollment token; closing");
+            say(presented ? "wrong enrollment token; closing"
+                          : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
+                            "to this collector's enrollment token; closing");
             close();
             return;
         }
@@ -509,9 +506,9 @@ void agent_link::on_hello(protocol::frame&& f) {
 // session then says why.
 void agent_link::give_kernel_symbols() {
     if (kernel_.answered) {
-        if (kernel_.given_to != session_->id) { // a later run on this connection
-            kernel_.given_to = session_->id;
-            take_kernel_symbols(app_, session_, kernel_.table, kernel_.why);
+        if (kernel_.given_to != session_->id()) { // a later run on this connection
+            kernel_.given_to = session_->id();
+            session_->kernel(kernel_.table, kernel_.why);
         }
         return;
     }
@@ -544,12 +541,14 @@ void agent_link::give_kernel_symbols() {
                 };
                 self->kernel_.table =
                     co_await asio::co_spawn(self->app_.pool, std::move(parse), asio::use_awaitable);
+                if (!self->kernel_.table)
+                    self->kernel_.why = kernel_tables::full;
             }
             auto& k = self->kernel_;
             k.answered = true;
             if (self->session_) {
-                k.given_to = self->session_->id;
-                take_kernel_symbols(self->app_, self->session_, k.table, k.why);
+                k.given_to = self->session_->id();
+                self->session_->kernel(k.table, k.why);
             }
         },
         [peer = peer_](std::exception_ptr e) {
@@ -567,16 +566,16 @@ bool agent_link::open_session() {
         meta["pid"] = *pid_;
     if (!callgraph_.empty())
         meta["callgraph"] = callgraph_;
-    auto created = app_.sessions.create_live(hello_->hostname.value_or(hello_->agent), meta);
+    auto created = live_session::open(app_, peer_, hello_->hostname.value_or(hello_->agent), meta);
     if (!created) {
         log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
         close();
         return false;
     }
-    session_ = *created;
-    session_id_ = session_->id;
+    session_ = std::move(*created);
+    session_id_ = session_->id();
     for (const auto& [type, record] : last_metrics_)
-        ingest_metrics(app_, session_, record);
+        session_->metrics(record);
     log(peer_, "session " + session_id_);
     app_.changed(change::targets, id_);
     return true;
@@ -600,13 +599,13 @@ void agent_link::on_frame(protocol::frame&& f) {
             set_state(agent_state::profiling);
         const std::size_t n = f.payload.size();
         undigested_bytes_ += n;
-        ingest_chunk(app_, session_, peer_, f.flag == frame_flag::zstd, std::move(f.payload),
-                     [self = shared_from_this(), n] {
-                         self->undigested_bytes_ -= n;
-                         self->digested_.cancel();
-                         if (self->session_ && self->session_->wants_kernel_symbols)
-                             self->give_kernel_symbols();
-                     });
+        session_->chunk(f.flag == frame_flag::zstd, std::move(f.payload),
+                        [self = shared_from_this(), n] {
+                            self->undigested_bytes_ -= n;
+                            self->digested_.cancel();
+                            if (self->session_ && self->session_->wants_kernel_symbols())
+                                self->give_kernel_symbols();
+                        });
         break;
     }
     case frame_flag::metrics: {
@@ -629,7 +628,7 @@ void agent_link::on_frame(protocol::frame&& f) {
         auto record = protocol::serialize(*parsed);
         last_metrics_[std::string(protocol::metrics_type(*parsed))] = record;
         if (session_)
-            ingest_metrics(app_, session_, std::move(record));
+            session_->metrics(std::move(record));
         break;
     }
     case frame_flag::response: {
@@ -753,7 +752,7 @@ void agent_link::end_session() {
     if (!session_)
         return;
     last_session_id_ = session_id_;
-    end_live(app_, std::exchange(session_, nullptr), wall_seconds(), pid_);
+    std::exchange(session_, nullptr)->end(wall_seconds(), pid_);
     session_id_.clear();
 }
 
@@ -798,7 +797,7 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
         [&](const tcp::socket& socket) -> std::optional<connection_budget::when_full> {
         boost::system::error_code aec;
         const auto address = socket.remote_endpoint(aec).address().to_string();
-        const auto v = gate.check(address, std::chrono::steady_clock::now());
+        const auto v = gate.check(address_key(address), std::chrono::steady_clock::now());
         probation = v != admission::verdict::admit;
         if (!probation)
             return connection_budget::when_full::evict_oldest;
@@ -809,7 +808,7 @@ asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
                                "with a valid enrollment token are admitted from it");
         if (app.enrollment.empty())
             return std::nullopt;
-        const auto p = probation_gate.check(address, std::chrono::steady_clock::now());
+        const auto p = probation_gate.check(address_key(address), std::chrono::steady_clock::now());
         if (p == admission::verdict::refuse_first)
             log(address, "too many connections from this address even for enrolled agents; "
                          "refusing them for a while");

@@ -30,6 +30,8 @@ class link_stream;
 
 namespace collector {
 
+class live_session;
+
 class agent_link : public std::enable_shared_from_this<agent_link> {
 public:
     // `dialled`: the collector's owner chose this agent (the wizard), so it needs no
@@ -52,6 +54,9 @@ public:
     // a valid enrollment token, and is closed without a word in the log if it does not (the
     // gate said once that the address is being refused).
     void on_probation() { probation_ = true; }
+    // A line about this connection in the log, unless it is on probation and has not said a
+    // valid hello: a flood past its address's limit logs nothing.
+    void say(const std::string& line) const;
     void close();
 
     // Sends a command and waits for its response; an error string on timeout or close. An
@@ -129,7 +134,7 @@ private:
                                                             const std::string& bytes);
     std::string peer_;
     std::optional<protocol::hello> hello_;
-    std::shared_ptr<session_entry> session_;
+    std::unique_ptr<live_session> session_;
     std::string session_id_;
     std::string last_session_id_;      // the run before, ended: "start again" continues from it
     boost::json::object session_meta_; // from the hello, written when the session opens

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/http/events.hpp"
 #include "collector/http/routes.hpp"
 #include "collector/http/sse.hpp"
 #include "collector/http/ui_assets.hpp"
@@ -141,7 +142,7 @@ asio::awaitable<void> serve_events(app_context& app, Stream& stream, unsigned ve
     auto [hec, hn] = co_await http::async_write_header(stream, sr, use_nothrow);
     if (hec)
         co_return;
-    sse_client client(app.sse, stream.get_executor());
+    sse_client client(events::hub(app), stream.get_executor());
     client.on_drop = [&stream] { boost::beast::get_lowest_layer(stream).close(); };
     push_initial_events(app, client);
     co_await (write_events(stream, client, limits) || watch_for_close(stream));

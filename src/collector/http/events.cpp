@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
+#include "collector/http/sse.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
@@ -46,23 +47,7 @@ std::vector<std::string> first_picture(app_context& app) {
     return out;
 }
 
-void metrics(app_context& app, std::string_view session_id, std::string_view record) {
-    if (!app.sse.clients())
-        return;
-    std::string data = json::serialize(json::string(session_id));
-    data.insert(0, R"({"session_id":)");
-    data += R"(,"metrics":)";
-    data += record;
-    data += '}';
-    app.sse.broadcast("metrics", data);
-}
-
-void import_progress(app_context& app, const json::object& progress) {
-    if (app.sse.clients())
-        app.sse.broadcast("import", json::serialize(progress));
-}
-
-struct notices::impl {
+struct feed::impl {
     explicit impl(app_context& a)
         : app(a)
         , tick(a.io) {}
@@ -72,7 +57,7 @@ struct notices::impl {
         auto t = std::exchange(targets, {});
         auto d = std::exchange(data, {});
         auto s = std::exchange(sessions, {});
-        if (!app.sse.clients())
+        if (!hub.clients())
             return;
         if (!t.empty()) {
             json::array changed, gone;
@@ -84,23 +69,24 @@ struct notices::impl {
                 else
                     gone.push_back(json::string(id));
             }
-            app.sse.broadcast("targets_changed",
-                              json::serialize(json::object{{"targets", std::move(changed)},
-                                                           {"gone", std::move(gone)}}));
+            hub.broadcast("targets_changed",
+                          json::serialize(json::object{{"targets", std::move(changed)},
+                                                       {"gone", std::move(gone)}}));
         }
         for (const auto& id : d)
             if (auto e = app.sessions.known(id))
-                app.sse.broadcast("data_version", data_version(*e));
+                hub.broadcast("data_version", data_version(*e));
         if (!s.empty()) {
             json::array ids;
             for (const auto& id : s)
                 ids.push_back(json::string(id));
-            app.sse.broadcast("sessions",
-                              json::serialize(json::object{{"session_ids", std::move(ids)}}));
+            hub.broadcast("sessions",
+                          json::serialize(json::object{{"session_ids", std::move(ids)}}));
         }
     }
 
     app_context& app;
+    sse_hub hub;
     asio::steady_timer tick;
     bool armed = false;
     bool stopped = false;
@@ -108,12 +94,21 @@ struct notices::impl {
     std::set<std::string> targets, data, sessions;
 };
 
-notices::notices(app_context& app)
+feed::feed(app_context& app)
     : impl_(std::make_unique<impl>(app)) {}
 
-notices::~notices() = default;
+feed::~feed() = default;
 
-void notices::changed(change what, const std::string& id) {
+sse_hub& feed::hub() noexcept {
+    return impl_->hub;
+}
+
+sse_hub& hub(app_context& app) {
+    // The context makes its feed this one (context.cpp).
+    return static_cast<feed&>(*app.browsers).hub();
+}
+
+void feed::changed(change what, const std::string& id) {
     auto& p = *impl_;
     if (p.stopped)
         return;
@@ -134,7 +129,23 @@ void notices::changed(change what, const std::string& id) {
     });
 }
 
-void notices::stop() {
+void feed::metrics(std::string_view session_id, std::string_view record) {
+    if (!impl_->hub.clients())
+        return;
+    std::string data = json::serialize(json::string(session_id));
+    data.insert(0, R"({"session_id":)");
+    data += R"(,"metrics":)";
+    data += record;
+    data += '}';
+    impl_->hub.broadcast("metrics", data);
+}
+
+void feed::import_progress(const json::object& progress) {
+    if (impl_->hub.clients())
+        impl_->hub.broadcast("import", json::serialize(progress));
+}
+
+void feed::stop() {
     impl_->stopped = true;
     impl_->targets.clear();
     impl_->data.clear();

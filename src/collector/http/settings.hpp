@@ -3,6 +3,7 @@
 // Pure functions: no Beast, no sockets.
 #pragma once
 
+#include "collector/options.hpp"
 #include "collector/result.hpp"
 #include "collector/symbols/symbolizer.hpp"
 
@@ -12,15 +13,6 @@
 #include <vector>
 
 namespace collector {
-
-// What a request may set. Whoever reaches the API is not the collector's owner: the programs it
-// runs are the ones the owner chose (found on PATH at start, or --toolchain-prefix), and the
-// files and folders it names are under the file browser's root.
-struct config_limits {
-    std::string browse_root;
-    std::vector<std::string> toolchains; // prefixes of addr2line + readelf; "" is the native one
-    std::string debuginfod_urls = {};    // DEBUGINFOD_URLS as the collector started
-};
 
 // Toolchain prefixes on `path_env` (PATH): every X-addr2line with an X-readelf beside it, the
 // native pair as "", and `given` (--toolchain-prefix) whatever it is. Sorted, unique.

@@ -57,7 +57,7 @@ struct upload::state : std::enable_shared_from_this<upload::state> {
                        {"samples", p.samples.load()}};
         if (declared)
             o["total"] = *declared;
-        events::import_progress(app, o);
+        app.browsers->import_progress(o);
     }
 };
 

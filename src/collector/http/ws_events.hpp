@@ -7,6 +7,7 @@
 // SSE for scripts and curl. Included by connection.hpp only (Beast's WebSocket is heavy).
 #pragma once
 
+#include "collector/http/events.hpp"
 #include "collector/http/sse.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -58,7 +59,7 @@ asio::awaitable<void> serve_ws_events(app_context& app, Stream& stream, Request 
     if (aec)
         co_return;
     ws.text(true);
-    sse_client client(app.sse, stream.get_executor());
+    sse_client client(events::hub(app), stream.get_executor());
     bool closed = false;
     client.on_drop = [&] {
         closed = true;
