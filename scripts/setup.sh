@@ -16,7 +16,7 @@ packages=(
 )
 if [[ "${1:-}" == "--test" ]]; then
     packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd
-        golang-go lintian help2man debuginfod)
+        golang-go lintian help2man debuginfod clickhouse-server)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)

@@ -50,27 +50,38 @@ budgeted_acceptor::next(const screen& look) {
         }
         auto slot = budget_.take(kind_, w);
         if (!slot) {
-            if (refused_++ == 0) {
+            const auto now = std::chrono::steady_clock::now();
+            ++refused_;
+            if (!cap_told_ &&
+                (cap_said_ == decltype(cap_said_){} || now - cap_said_ >= cap_quiet)) {
+                cap_said_ = now;
+                cap_told_ = true;
                 const auto& caps = budget_.limits();
+                const bool unproven =
+                    kind_ == connection_budget::kind::agent && budget_.open(kind_) < caps.agents;
                 log(name_ + " listener",
                     kind_ == connection_budget::kind::http
                         ? "at the cap of " + std::to_string(caps.http) +
                               " HTTP connections (--max-http-connections): new ones are closed "
                               "until some end"
-                        : "at the cap of " + std::to_string(caps.agents) + " agent connections, " +
-                              std::to_string(caps.unproven_agents) +
-                              " of them without a valid hello yet (--max-agent-connections): "
-                              "new ones are closed until some end");
+                    : unproven ? "at the cap of " + std::to_string(caps.unproven_agents) +
+                                     " agent connections without a valid hello yet (an eighth of "
+                                     "--max-agent-connections): new ones are closed until some say "
+                                     "hello or end"
+                               : "at the cap of " + std::to_string(caps.agents) +
+                                     " agent connections (--max-agent-connections): new ones are "
+                                     "closed until some end");
             }
             boost::system::error_code ignored;
             socket.close(ignored);
             continue;
         }
-        if (refused_ > 0) {
+        if (cap_told_) { // (refused since the last line, whether told or not)
             log(name_ + " listener", "accepting again; " + std::to_string(refused_) +
                                          " connection" + (refused_ == 1 ? "" : "s") +
                                          " closed at the cap");
             refused_ = 0;
+            cap_told_ = false;
         }
         co_return std::make_pair(std::move(socket), std::move(*slot));
     }

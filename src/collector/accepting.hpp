@@ -40,7 +40,12 @@ private:
     connection_budget::kind kind_;
     std::string name_;
     accept_backoff backoff_;
-    std::uint64_t refused_ = 0; // in the current episode at the cap
+    std::uint64_t refused_ = 0; // at the cap since the last "accepting again"
+    // When the cap was last said to be reached: churn at the cap (a connection ends, the next
+    // is let in, the one after is refused) says so once in `cap_quiet`, not at every turn.
+    std::chrono::steady_clock::time_point cap_said_{};
+    bool cap_told_ = false; // this episode's "at the cap" line was written
+    static constexpr std::chrono::seconds cap_quiet{10};
 };
 
 } // namespace collector

@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
+#include "collector/fleet/store.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/server.hpp"
 #include "collector/live_session.hpp"
@@ -18,6 +19,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -329,6 +332,12 @@ int run(const config& c) {
     }
     watch.done();
     app.pool.join();
+    if (app.fleet) { // what waits for ClickHouse: a few seconds to write it, then given up
+        if (!app.fleet->flush(std::chrono::seconds(5)))
+            log("fleet store", "samples still waiting for ClickHouse are not written: " +
+                                   boost::json::serialize(app.fleet->status()));
+        app.fleet->stop();
+    }
     // Signals stay blocked while asio hands them back to their default action, then ignored:
     // one arriving now must not end the process halfway through its cleanup.
     sigset_t stop_signals;

@@ -1,5 +1,6 @@
 #include "collector/context.hpp"
 
+#include "collector/fleet/store.hpp"
 #include "collector/http/events.hpp"
 #include "collector/http/settings.hpp"
 
@@ -49,6 +50,15 @@ app_context::app_context(asio::io_context& io_context, config c)
              std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""}
     , browsers(std::make_unique<events::feed>(*this)) {
     sessions.set_memory_budget(memory_budget(cfg), cfg.live_mb << 20);
+    collector_name = cfg.collector_name;
+    if (collector_name.empty()) {
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        collector_name = host;
+    }
+    if (!cfg.clickhouse.url.empty())
+        if (auto client = clickhouse_client::make(cfg.clickhouse))
+            fleet = std::make_unique<fleet_store>(std::move(*client));
 }
 
 app_context::~app_context() = default;

@@ -29,6 +29,8 @@ struct signing_key;
 namespace collector {
 
 class agent_link;
+class fleet_store;
+struct turn_queue;
 
 struct app_context {
     app_context(asio::io_context& io_context, config c);
@@ -45,6 +47,9 @@ struct app_context {
     std::string agent_listen_address; // "host:port" once bound
     connection_budget connections;    // every connection accepted holds a slot
     symbolizer symbols{cfg.symbols};
+    // The fleet store (--clickhouse): every sample live sessions take, also written there.
+    std::unique_ptr<fleet_store> fleet;
+    std::string collector_name; // the collector's name in it (--collector-name, the host name)
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
     std::vector<agent_binary> agent_binaries;       // found at start, never changed
     config_limits limits;                           // what PUT /api/config may set; fixed at start
@@ -60,6 +65,10 @@ struct app_context {
     std::shared_ptr<asio::ssl::context> http_tls; // --http-tls
     // --agent-update-key: the key offers are signed with (its public half in /api/status).
     std::shared_ptr<const protocol::tls::signing_key> update_key;
+
+    // Devices' kernel symbols (up to 96 MiB of text an answer, held a few times over while it
+    // is read and parsed) are asked of one agent at a time (agents/agent_link.cpp).
+    std::shared_ptr<turn_queue> kernel_symbol_turns;
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;

@@ -1,6 +1,7 @@
 #include "collector/live_session.hpp"
 
 #include "collector/context.hpp"
+#include "collector/fleet/store.hpp"
 #include "collector/log.hpp"
 #include "collector/model/views.hpp"
 
@@ -49,7 +50,7 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
 // cannot be written is still parsed and shown, kept, and written once there is room; the
 // session says what the recording on disk lacks meanwhile.
 void take_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
-                const std::string& payload) {
+                const std::string& payload, const fleet_encoder::origin* fleet) {
     const auto unsaved_before = e.unsaved_chunks();
     const bool stored = store_chunk(e, compressed, payload);
     if (e.rebuilding) // a new model is being built from the chunks stored before this one
@@ -59,7 +60,18 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
             "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
     const auto samples_before = e.model->prof.sample_count();
     e.model->allowance = e.allowance.load();
-    if (!e.model->ingest(compressed, payload)) // (folding the oldest samples past the allowance)
+    // The fleet store gets the chunk's samples as this model named them, before any is folded.
+    std::function<void(std::size_t, std::size_t)> to_fleet;
+    if (fleet && app.fleet)
+        to_fleet = [&, chunk = static_cast<std::uint32_t>(e.model->chunks)](std::size_t from,
+                                                                            std::size_t to) {
+            auto& m = *e.model;
+            if (!m.fleet)
+                m.fleet = std::make_unique<fleet_encoder>(*fleet);
+            app.fleet->add(m.fleet->encode(m.prof, from, to, chunk, m.device_build_ids));
+        };
+    // (folding the oldest samples past the allowance)
+    if (!e.model->ingest(compressed, payload, to_fleet))
         log(who, "unreadable data chunk skipped");
     if (!stored)
         chunk_samples(e, e.model->prof.sample_count() - samples_before);
@@ -134,14 +146,30 @@ boost::system::result<std::unique_ptr<live_session>> live_session::open(app_cont
     auto created = app.sessions.create_live(agent_name, meta);
     if (!created)
         return created.error();
+    std::shared_ptr<const fleet_encoder::origin> fleet;
+    if (app.fleet) {
+        fleet_encoder::origin o;
+        o.collector = app.collector_name;
+        const auto* host = meta.if_contains("hostname");
+        o.device = host && host->is_string() && !host->as_string().empty()
+                       ? std::string(host->as_string())
+                       : std::string(agent_name);
+        o.session = (*created)->id;
+        const auto* started = meta.if_contains("started_at");
+        const double at = started && started->is_number() ? started->to_number<double>() : 0.0;
+        o.wall_start_ns = static_cast<std::uint64_t>(std::max(at, 0.0) * 1e9);
+        fleet = std::make_shared<const fleet_encoder::origin>(std::move(o));
+    }
     return std::unique_ptr<live_session>(
-        new live_session(app, std::move(*created), std::move(who)));
+        new live_session(app, std::move(*created), std::move(who), std::move(fleet)));
 }
 
-live_session::live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who)
+live_session::live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
+                           std::shared_ptr<const fleet_encoder::origin> fleet)
     : app_(app)
     , entry_(std::move(entry))
-    , who_(std::move(who)) {}
+    , who_(std::move(who))
+    , fleet_(std::move(fleet)) {}
 
 const std::string& live_session::id() const noexcept {
     return entry_->id;
@@ -152,16 +180,17 @@ bool live_session::wants_kernel_symbols() const noexcept {
 }
 
 void live_session::chunk(bool compressed, std::string payload, std::function<void()> digested) {
-    app_.on_pool(entry_->strand, [e = entry_, app = &app_, who = who_, compressed,
-                                  payload = std::move(payload), digested = std::move(digested)] {
-        take_chunk(*e, *app, who, compressed, payload);
-        if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
-            e->wants_kernel_symbols = true;
-        asio::post(app->io, [app, id = e->id, digested] {
-            digested();
-            app->changed(change::data, id);
-        });
-    });
+    app_.on_pool(entry_->strand,
+                 [e = entry_, app = &app_, who = who_, compressed, payload = std::move(payload),
+                  digested = std::move(digested), fleet = fleet_] {
+                     take_chunk(*e, *app, who, compressed, payload, fleet.get());
+                     if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
+                         e->wants_kernel_symbols = true;
+                     asio::post(app->io, [app, id = e->id, digested] {
+                         digested();
+                         app->changed(change::data, id);
+                     });
+                 });
 }
 
 void live_session::metrics(std::string record) {

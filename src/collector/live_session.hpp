@@ -5,6 +5,7 @@
 // never held a sample.
 #pragma once
 
+#include "collector/fleet/rows.hpp"
 #include "collector/sessions.hpp"
 
 #include <boost/system/result.hpp>
@@ -51,11 +52,14 @@ public:
     void end(double ended_at, std::optional<int> pid = std::nullopt);
 
 private:
-    live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who);
+    live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
+                 std::shared_ptr<const fleet_encoder::origin> fleet);
 
     app_context& app_;
     std::shared_ptr<session_entry> entry_;
     std::string who_;
+    // What its samples are called in the fleet store; null when the collector writes to none.
+    std::shared_ptr<const fleet_encoder::origin> fleet_;
     bool ended_ = false;
 };
 

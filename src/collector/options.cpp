@@ -1,5 +1,6 @@
 #include "collector/options.hpp"
 
+#include "collector/fleet/clickhouse.hpp"
 #include "collector/http/access.hpp"
 
 #include <boost/program_options.hpp>
@@ -93,6 +94,17 @@ po::options_description describe_options() {
         ("max-agent-connections", po::value<int>(), "agent connections held at once (default: "
                                                     "half the open-file limit); an eighth of "
                                                     "them may be unproven (no valid hello yet)")
+        ("clickhouse", po::value<std::string>(), "also write every sample to ClickHouse at this "
+                                                 "URL (its HTTP interface, http://HOST:8123): "
+                                                 "the fleet store (docs/fleet.md)")
+        ("clickhouse-database", po::value<std::string>()->default_value("perfwire"),
+         "the fleet store's database, made when missing")
+        ("clickhouse-user", po::value<std::string>()->default_value("default"),
+         "the ClickHouse user")
+        ("clickhouse-password", po::value<std::string>(), "the ClickHouse user's password (best "
+                                                          "in a --config file)")
+        ("collector-name", po::value<std::string>(), "this collector's name in the fleet store "
+                                                     "(default: the host name)")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -246,6 +258,17 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         return usage("--agent-tls takes auto, optional or required, not " + c.agent_tls);
     if (c.agent_tls == "required" && !c.tls)
         return usage("--agent-tls required needs TLS: add --tls (or --tls-cert and --tls-key)");
+    if (vm.count("clickhouse")) {
+        c.clickhouse.url = vm["clickhouse"].as<std::string>();
+        c.clickhouse.database = vm["clickhouse-database"].as<std::string>();
+        c.clickhouse.user = vm["clickhouse-user"].as<std::string>();
+        if (vm.count("clickhouse-password"))
+            c.clickhouse.password = vm["clickhouse-password"].as<std::string>();
+        if (auto checked = clickhouse_client::make(c.clickhouse); !checked)
+            return usage(checked.error().message);
+    }
+    if (vm.count("collector-name"))
+        c.collector_name = vm["collector-name"].as<std::string>();
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

@@ -1,6 +1,7 @@
 // Command-line (and --config file) configuration of perfwire-collector.
 #pragma once
 
+#include "collector/fleet/clickhouse.hpp"
 #include "collector/symbols/symbolizer.hpp"
 
 #include <cstdint>
@@ -45,6 +46,9 @@ struct config {
     std::optional<std::string> tls_cert, tls_key;
     std::string agent_tls = "auto";
     bool http_tls = false; // --http-tls: the UI and API over HTTPS, with the same key
+    // The fleet store (--clickhouse URL, -database, -user, -password): url empty when off.
+    clickhouse_config clickhouse;
+    std::string collector_name; // in the fleet store; default: the host name
 };
 
 struct exit_now {

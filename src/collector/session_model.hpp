@@ -9,6 +9,7 @@
 #include "collector/symbols/kernel_symbols.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 namespace collector {
 
 class symbolizer;
+class fleet_encoder;
 
 struct session_model {
     // `names`: the collector's symbols, which name frames the device could not (for the
@@ -43,8 +45,13 @@ struct session_model {
     std::set<std::string> event_types;
 
     // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
-    // Returns false for a chunk that could not be decompressed.
-    bool ingest(bool compressed, std::string_view payload);
+    // Returns false for a chunk that could not be decompressed. `added` sees the samples it
+    // added, [from, to), before any of them is folded (the fleet store's rows).
+    bool ingest(bool compressed, std::string_view payload,
+                const std::function<void(std::size_t from, std::size_t to)>& added = nullptr);
+    // The rows this session's samples are in the fleet store (fleet/rows.hpp): made with
+    // the first chunk a live session takes when the collector writes to one.
+    std::unique_ptr<fleet_encoder> fleet;
     // A perf stat report that came with a chunk.
     void note_stat(std::string_view stat);
     // After samples were added: the event names seen so far.

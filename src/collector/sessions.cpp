@@ -1,5 +1,6 @@
 #include "collector/sessions.hpp"
 
+#include "collector/fleet/rows.hpp"
 #include "collector/symbols/symbolizer.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/messages.hpp"
@@ -80,7 +81,8 @@ void session_model::note_metrics(std::string_view payload) {
         }
 }
 
-bool session_model::ingest(bool compressed, std::string_view payload) {
+bool session_model::ingest(bool compressed, std::string_view payload,
+                           const std::function<void(std::size_t, std::size_t)>& added) {
     std::string text;
     if (compressed) {
         auto out = protocol::decompress(payload, protocol::max_chunk_text);
@@ -92,11 +94,14 @@ bool session_model::ingest(bool compressed, std::string_view payload) {
         payload = text;
     }
     const auto [script, stat] = split_perf_stat(payload);
+    const auto before = prof.sample_count();
     parser.feed(script);
     parser.finish(); // chunks end on sample boundaries
     note_stat(stat);
     note_events();
     ++chunks;
+    if (added && prof.sample_count() > before)
+        added(before, prof.sample_count());
     fit();
     return true;
 }

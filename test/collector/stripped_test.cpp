@@ -334,26 +334,56 @@ TEST_CASE("kernel frames the device could not name are named by its kallsyms, as
                     "\t1139 main+0x10 (/usr/bin/app)\n\n";
         agent->send(protocol::frame_flag::text, text);
         // The collector asks for the device's kernel symbols; this agent sends them.
-        std::optional<protocol::command_request> asked;
-        for (int i = 0; i < 20 && !asked; ++i) {
-            const auto f = agent->next_of(protocol::frame_flag::command, 1s);
-            if (!f)
-                continue;
-            auto request = protocol::parse_command_request(f->payload);
-            REQUIRE(request.has_value());
-            if (request->cmd == "kallsyms")
-                asked = *request;
-        }
+        const auto asked_of = [](test_support::framing_peer& peer, std::chrono::seconds within) {
+            std::optional<protocol::command_request> got;
+            const auto until = std::chrono::steady_clock::now() + within;
+            while (!got && std::chrono::steady_clock::now() < until) {
+                const auto f = peer.next_of(protocol::frame_flag::command, 200ms);
+                if (!f)
+                    continue;
+                auto request = protocol::parse_command_request(f->payload);
+                REQUIRE(request.has_value());
+                if (request->cmd == "kallsyms")
+                    got = *request;
+            }
+            return got;
+        };
+        const auto asked = asked_of(*agent, 20s);
         REQUIRE(asked);
+        // Another device with hidden kernel addresses is asked only once this one answered:
+        // one answer (up to 96 MiB) at a time.
+        auto other = test_support::hello_agent(coll, "kernel-hidden-too");
+        other->send(protocol::frame_flag::text, text);
+        test_support::wait_for(coll, "/api/sessions?q=kernel-hidden-too", 10s,
+                               [](const json::value& v) {
+                                   return v.as_array().size() == 1 &&
+                                          v.as_array()[0].at("samples").to_number<int>() > 0;
+                               });
+        CHECK_FALSE(asked_of(*other, 2s)); // its frames are in; the first is still answering
         json::object fields{{"count", 3},
                             {"symbols", "ffffffff81000000 fake_kernel_entry\n"
                                         "ffffffff81001000 fake_kernel_work\n"
                                         "ffffffff81002000 fake_kernel_end\n"}};
         agent->send(protocol::frame_flag::response,
                     protocol::serialize(protocol::command_response::success(asked->id, fields)));
-        const auto sessions = coll.get("/api/sessions");
+        const auto next = asked_of(*other, 10s);
+        REQUIRE(next);
+        other->send(protocol::frame_flag::response,
+                    protocol::serialize(protocol::command_response::success(next->id, fields)));
+        auto sessions = coll.get("/api/sessions?q=kernel-hidden-too");
         REQUIRE(sessions.as_array().size() == 1);
-        session = std::string(sessions.as_array()[0].at("id").as_string());
+        const std::string second(sessions.as_array()[0].at("id").as_string());
+        sessions = coll.get("/api/sessions");
+        REQUIRE(sessions.as_array().size() == 2);
+        for (const auto& s : sessions.as_array())
+            if (s.at("id").as_string() != second)
+                session = std::string(s.at("id").as_string());
+        CHECK(test_support::names_function(
+            test_support::poll_json(coll.http_port, "/api/sessions/" + second + "/functions", 10s,
+                                    [](const json::value& v) {
+                                        return test_support::names_function(v, "fake_kernel_entry");
+                                    }),
+            "fake_kernel_entry"));
         const auto named =
             test_support::poll_json(coll.http_port, "/api/sessions/" + session + "/functions", 10s,
                                     [](const json::value& v) {

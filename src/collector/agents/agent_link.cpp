@@ -116,6 +116,23 @@ private:
 
 } // namespace
 
+// Whose turn it is to answer something large: one at a time, the others wait in order.
+struct turn_queue {
+    bool busy = false;
+    std::deque<std::weak_ptr<asio::steady_timer>> waiting;
+    void release() {
+        busy = false;
+        while (!waiting.empty()) {
+            auto next = waiting.front().lock();
+            waiting.pop_front();
+            if (next) {
+                next->cancel();
+                return;
+            }
+        }
+    }
+};
+
 agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_context& app,
                        std::string target_id, std::optional<std::string> token, bool dialled)
     : stream_(std::move(stream))
@@ -519,6 +536,28 @@ void agent_link::give_kernel_symbols() {
     asio::co_spawn(
         ex_,
         [self]() -> asio::awaitable<void> {
+            // One agent's answer at a time, collector-wide.
+            auto& turns_slot = self->app_.kernel_symbol_turns;
+            if (!turns_slot)
+                turns_slot = std::make_shared<turn_queue>();
+            const auto turns = turns_slot;
+            while (turns->busy && !self->closed_ && !self->app_.stops.stopping()) {
+                auto wait =
+                    std::make_shared<asio::steady_timer>(self->ex_, std::chrono::seconds(30));
+                turns->waiting.push_back(wait);
+                const auto stopping = self->app_.stops.on_stop([wait] { wait->cancel(); });
+                co_await wait->async_wait(use_nothrow);
+            }
+            if (self->closed_ || self->app_.stops.stopping()) {
+                if (!turns->busy)
+                    turns->release(); // woken for a turn it will not take: the next one's
+                co_return;
+            }
+            turns->busy = true;
+            struct release_turn {
+                std::shared_ptr<turn_queue> t;
+                ~release_turn() { t->release(); }
+            } releasing{turns};
             std::string text;
             {
                 const auto r = co_await self->command("kallsyms", {});

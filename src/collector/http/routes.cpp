@@ -1,6 +1,7 @@
 #include "collector/http/routes.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/fleet/store.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/settings.hpp"
 #include "collector/http/target.hpp"
@@ -198,8 +199,10 @@ json::array session_list(app_context& app, std::vector<json::object> metas) {
         const std::string id(meta.at("id").as_string());
         const bool live = app.sessions.is_live(id);
         meta["live"] = live;
-        if (live)
-            if (auto e = app.sessions.find(id)) {
+        // A live session's counts are its model's; so are those of one that just ended,
+        // until its final metadata is written (on its strand, a moment later).
+        if (live || !meta.contains("samples"))
+            if (auto e = live ? app.sessions.find(id) : app.sessions.known(id)) {
                 meta["samples"] = e->samples.load();
                 meta["chunks"] = e->chunks.load();
             }
@@ -316,21 +319,23 @@ asio::awaitable<http_response> get_status(request_context& c) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - app.started).count();
     co_return make_json(
         c.req, http::status::ok,
-        json::object{{"version", PERFWIRE_VERSION},
-                     {"uptime_sec", uptime},
-                     {"agent_listener", app.agent_listen_address},
-                     {"targets", introduced_agents(app).size()},
-                     {"sessions", app.store.count()},
-                     {"token_file", app.api_token_file},
-                     {"enrollment", !app.enrollment.empty()},
-                     {"enrollment_file", app.enrollment_file},
-                     // The agent link's key (agents pin it), null: plain only.
-                     {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
-                     {"agent_tls_required", app.agent_tls_required},
-                     {"update_pubkey", app.update_key ? json::value(app.update_key->public_key)
-                                                      : json::value(nullptr)},
-                     {"connections", connections_json(app.connections)},
-                     {"memory", memory_json(app.sessions.memory())}});
+        json::object{
+            {"version", PERFWIRE_VERSION},
+            {"uptime_sec", uptime},
+            {"agent_listener", app.agent_listen_address},
+            {"targets", introduced_agents(app).size()},
+            {"sessions", app.store.count()},
+            {"token_file", app.api_token_file},
+            {"enrollment", !app.enrollment.empty()},
+            {"enrollment_file", app.enrollment_file},
+            // The agent link's key (agents pin it), null: plain only.
+            {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
+            {"agent_tls_required", app.agent_tls_required},
+            {"update_pubkey",
+             app.update_key ? json::value(app.update_key->public_key) : json::value(nullptr)},
+            {"connections", connections_json(app.connections)},
+            {"memory", memory_json(app.sessions.memory())},
+            {"fleet", app.fleet ? json::value(app.fleet->status()) : json::value(nullptr)}});
 }
 
 asio::awaitable<http_response> get_config(request_context& c) {

@@ -1,0 +1,79 @@
+// What a live session's samples become in the fleet store (ClickHouse): rows of the samples
+// table, and the stacks and frames they name. A frame is identified by a hash of its symbol,
+// module and build-id, a stack by a hash of its frames (leaf first), so every collector gives
+// the same stack the same id and each is stored once however many write it. Encoded in
+// ClickHouse's RowBinary format. No I/O here.
+#pragma once
+
+#include "collector/model/profile.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace collector {
+
+// The tables, in the order they are written (frames, then stacks, then samples: a sample
+// never names a stack the store has not got). Kept to SQL ClickHouse 18.16 accepts.
+std::vector<std::string> fleet_schema(std::string_view database);
+
+// One chunk's rows. The samples are split by day (the table's partition), so that each INSERT
+// makes one part: it is there whole or not at all, and a retry can ask whether it is.
+struct fleet_batch {
+    std::string session;
+    std::uint32_t chunk = 0;
+    struct day_rows {
+        std::string rows; // RowBinary, the samples table's columns in order
+        std::uint64_t count = 0;
+        bool uncertain = false; // sent once without an answer: ask ClickHouse before again
+    };
+    std::map<std::uint16_t, day_rows> days; // by day since the epoch
+    std::string stacks, frames;             // RowBinary rows not sent before by this session
+    std::vector<std::uint64_t> stack_ids, frame_ids; // of those rows, in order
+    std::uint64_t samples = 0;
+    std::size_t bytes() const noexcept;
+    std::size_t accounted = 0; // bytes() when queued (the store's count of what waits)
+};
+
+// A day since the epoch as ClickHouse writes a Date: "2026-11-27".
+std::string fleet_date(std::uint16_t day);
+
+// Per session: what its samples are called in the store, and the ids of the stacks and frames
+// it has made rows for already. Lives beside the session's model (the same node and frame ids).
+class fleet_encoder {
+public:
+    struct origin {
+        std::string collector; // which collector wrote it (several may share the store)
+        std::string device;    // the agent's hostname
+        std::string session;
+        // Wall-clock time of the session's first sample, in ns since the epoch: a sample's
+        // time in the store is this plus its distance from that sample (the profile's
+        // first_time(), the same in a model made again).
+        std::uint64_t wall_start_ns = 0;
+    };
+    explicit fleet_encoder(origin o)
+        : origin_(std::move(o)) {}
+
+    // The samples [from, to) of `p` (kept whole: call before the model folds them), with the
+    // device's build-ids by module, as chunk `chunk`'s rows.
+    fleet_batch encode(const profile& p, std::size_t from, std::size_t to, std::uint32_t chunk,
+                       const std::map<std::string, std::string>& build_ids);
+
+    static std::uint64_t frame_id(std::string_view symbol, std::string_view module,
+                                  std::string_view build_id);
+
+private:
+    std::uint64_t node_id(const profile& p, std::uint32_t node, fleet_batch& b,
+                          const std::map<std::string, std::string>& build_ids);
+    std::uint64_t frame_of(const profile& p, std::uint32_t frame, fleet_batch& b,
+                           const std::map<std::string, std::string>& build_ids);
+
+    origin origin_;
+    std::vector<std::uint64_t> node_ids_, frame_ids_; // 0: not made yet
+    std::vector<std::string> frame_builds_;           // the build-id each frame was named with
+};
+
+} // namespace collector

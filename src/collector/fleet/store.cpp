@@ -1,0 +1,203 @@
+#include "collector/fleet/store.hpp"
+
+#include "collector/log.hpp"
+
+#include <boost/json/object.hpp>
+
+#include <algorithm>
+
+namespace collector {
+
+fleet_store::fleet_store(clickhouse_client client, std::size_t max_backlog_bytes)
+    : client_(std::move(client))
+    , max_backlog_(max_backlog_bytes)
+    , thread_([this] { run(); }) {}
+
+fleet_store::~fleet_store() {
+    stop();
+}
+
+void fleet_store::stop() {
+    {
+        std::lock_guard lock(m_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    drained_.notify_all();
+    if (thread_.joinable())
+        thread_.join();
+}
+
+void fleet_store::add(fleet_batch b) {
+    if (!b.samples && b.stacks.empty() && b.frames.empty())
+        return;
+    {
+        std::lock_guard lock(m_);
+        const auto bytes = b.bytes();
+        if (queued_bytes_ + bytes > max_backlog_) {
+            if (not_kept_ == 0)
+                log("fleet store", "the batches waiting for ClickHouse reached " +
+                                       std::to_string(max_backlog_ >> 20) +
+                                       " MB: newer samples are not kept for it (the session "
+                                       "folders keep every chunk)");
+            not_kept_ += b.samples;
+            return;
+        }
+        b.accounted = bytes;
+        queued_bytes_ += bytes;
+        queued_samples_ += b.samples;
+        ++added_;
+        queue_.push_back(std::move(b));
+    }
+    wake_.notify_one();
+}
+
+bool fleet_store::flush(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(m_);
+    const auto target = added_;
+    return drained_.wait_for(lock, timeout, [&] { return done_ >= target || stopping_; }) &&
+           done_ >= target;
+}
+
+boost::json::object fleet_store::status() const {
+    std::lock_guard lock(m_);
+    return {{"clickhouse", client_.where()},
+            {"database", client_.config().database},
+            {"schema", schema_},
+            {"written_samples", written_},
+            {"waiting_samples", queued_samples_},
+            {"waiting_bytes", queued_bytes_},
+            {"max_waiting_bytes", max_backlog_},
+            {"not_kept_samples", not_kept_},
+            {"retries", retries_},
+            {"last_error", last_error_}};
+}
+
+bool fleet_store::pause(std::chrono::milliseconds d) {
+    std::unique_lock lock(m_);
+    return !wake_.wait_for(lock, d, [&] { return stopping_; });
+}
+
+bool fleet_store::ensure_schema() {
+    for (const auto& sql : fleet_schema(client_.config().database)) {
+        const bool creates_database = sql.starts_with("CREATE DATABASE");
+        auto r = client_.run(sql, {}, 1 << 20, !creates_database);
+        if (!r) {
+            std::lock_guard lock(m_);
+            last_error_ = r.error().message;
+            return false;
+        }
+    }
+    std::lock_guard lock(m_);
+    schema_ = true;
+    return true;
+}
+
+// Frames and stacks first (written again harmlessly: their tables keep one row per id), then
+// each day's samples. A day already written is dropped from the batch, so a retry goes on
+// from where the last attempt stopped.
+bool fleet_store::write(fleet_batch& b) {
+    const auto& db = client_.config().database;
+    const auto fail = [&](const failure& f) {
+        std::lock_guard lock(m_);
+        last_error_ = f.message;
+        ++retries_;
+        return false;
+    };
+    if (!b.frames.empty()) {
+        if (auto r = client_.run("INSERT INTO " + db + ".frames FORMAT RowBinary", b.frames); !r)
+            return fail(r.error());
+        b.frames.clear();
+    }
+    if (!b.stacks.empty()) {
+        if (auto r = client_.run("INSERT INTO " + db + ".stacks FORMAT RowBinary", b.stacks); !r)
+            return fail(r.error());
+        b.stacks.clear();
+    }
+    while (!b.days.empty()) {
+        auto it = b.days.begin();
+        auto& [day, rows] = *it;
+        if (rows.uncertain) {
+            // The last INSERT of these rows may have landed before its answer was lost.
+            auto counted = client_.run("SELECT count() FROM " + db +
+                                       ".samples WHERE session = " + clickhouse_quote(b.session) +
+                                       " AND chunk = " + std::to_string(b.chunk) +
+                                       " AND day = " + clickhouse_quote(fleet_date(day)));
+            if (!counted)
+                return fail(counted.error());
+            const auto n = std::strtoull(counted->c_str(), nullptr, 10);
+            if (n == rows.count) {
+                std::lock_guard lock(m_);
+                written_ += rows.count;
+                queued_samples_ -= rows.count;
+                b.days.erase(it);
+                continue;
+            }
+            if (n != 0)
+                return fail(failure("clickhouse_error",
+                                    "ClickHouse holds " + std::to_string(n) + " of the " +
+                                        std::to_string(rows.count) + " samples of chunk " +
+                                        std::to_string(b.chunk) + " of " + b.session));
+        }
+        rows.uncertain = true; // from the moment the request may be sent
+        if (auto r = client_.run("INSERT INTO " + db + ".samples FORMAT RowBinary", rows.rows);
+            !r) {
+            if (r.error().code == "clickhouse_error")
+                rows.uncertain = false; // ClickHouse answered: it refused, nothing landed
+            return fail(r.error());
+        }
+        std::lock_guard lock(m_);
+        written_ += rows.count;
+        queued_samples_ -= rows.count;
+        b.days.erase(it);
+    }
+    return true;
+}
+
+void fleet_store::run() {
+    auto backoff = std::chrono::milliseconds(500);
+    bool failing = false;
+    for (;;) {
+        {
+            std::unique_lock lock(m_);
+            wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !schema_; });
+            if (stopping_)
+                return;
+        }
+        const bool ok = [&] {
+            if (!schema_ && !ensure_schema())
+                return false;
+            std::unique_lock lock(m_);
+            if (queue_.empty())
+                return true;
+            auto& b = queue_.front(); // only this thread pops: the reference stays valid
+            lock.unlock();
+            if (!write(b))
+                return false;
+            lock.lock();
+            queued_bytes_ -= std::min(queued_bytes_, b.accounted);
+            queue_.pop_front();
+            ++done_;
+            return true;
+        }();
+        if (ok) {
+            if (std::exchange(failing, false)) {
+                log("fleet store", "writing to ClickHouse at " + client_.where() + " again");
+                std::lock_guard lock(m_);
+                last_error_.clear();
+            }
+            backoff = std::chrono::milliseconds(500);
+            drained_.notify_all();
+            continue;
+        }
+        if (!std::exchange(failing, true)) {
+            std::lock_guard lock(m_);
+            log("fleet store", last_error_ + "; the samples wait and are written when it answers");
+        }
+        if (!pause(backoff))
+            return;
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+    }
+}
+
+} // namespace collector

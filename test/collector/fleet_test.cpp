@@ -1,0 +1,175 @@
+#include "collector/fleet/clickhouse.hpp"
+#include "collector/fleet/rows.hpp"
+#include "collector/parse/perf_script.hpp"
+#include "support/agents.hpp"
+#include "support/clickhouse_proc.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include <csignal>
+#include <map>
+#include <set>
+#include <sstream>
+
+using namespace collector;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t ns_per_day = 86'400'000'000'000ULL;
+
+// A query's TabSeparated answer as rows of fields.
+std::vector<std::vector<std::string>> query(const clickhouse_client& ch, const std::string& sql) {
+    auto r = ch.run(sql);
+    INFO(sql);
+    if (!r)
+        FAIL(r.error().message);
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream in(*r);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::vector<std::string> fields;
+        std::size_t from = 0;
+        for (auto tab = line.find('\t'); tab != std::string::npos; tab = line.find('\t', from)) {
+            fields.push_back(line.substr(from, tab - from));
+            from = tab + 1;
+        }
+        fields.push_back(line.substr(from));
+        rows.push_back(std::move(fields));
+    }
+    return rows;
+}
+
+} // namespace
+
+TEST_CASE("fleet rows: a stack and a frame have one id whichever collector writes them, a chunk's "
+          "samples are split at midnight",
+          "[collector][fleet]") {
+    profile p;
+    script_parser parser(p);
+    parser.feed(test_support::fixture("collector/fixtures/callchain_fields.txt"));
+    parser.finish();
+    REQUIRE(p.sample_count() > 3);
+    const std::uint64_t day = 20'000;
+    fleet_encoder one({"c1", "board-1", "s1", day * ns_per_day - 1});
+    fleet_encoder other({"c2", "board-2", "s2", 5 * ns_per_day});
+    const std::map<std::string, std::string> builds;
+    const auto a = one.encode(p, 0, p.sample_count(), 0, builds);
+    const auto b = other.encode(p, 0, p.sample_count(), 7, builds);
+    CHECK(a.samples == p.sample_count());
+    CHECK(std::set(a.stack_ids.begin(), a.stack_ids.end()) ==
+          std::set(b.stack_ids.begin(), b.stack_ids.end()));
+    CHECK(std::set(a.frame_ids.begin(), a.frame_ids.end()) ==
+          std::set(b.frame_ids.begin(), b.frame_ids.end()));
+    CHECK(a.stack_ids.size() == std::set(a.stack_ids.begin(), a.stack_ids.end()).size());
+    // The first sample falls 1 ns before midnight, the later ones after it.
+    REQUIRE(a.days.count(day - 1));
+    std::uint64_t split = 0;
+    for (const auto& [d, rows] : a.days)
+        split += rows.count;
+    CHECK(split == a.samples);
+    CHECK(fleet_date(static_cast<std::uint16_t>(day)) == "2024-10-04");
+    // A later chunk names only the stacks it has not named before.
+    const auto again = one.encode(p, 0, p.sample_count(), 1, builds);
+    CHECK(again.stack_ids.empty());
+    CHECK(again.frame_ids.empty());
+    CHECK(again.samples == a.samples);
+    // Another build of a module is another frame.
+    CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
+          fleet_encoder::frame_id("f", "/bin/x", ""));
+    CHECK(fleet_encoder::frame_id("f", "/bin/x", "") == fleet_encoder::frame_id("f", "/bin/x", ""));
+}
+
+TEST_CASE("fleet store: a live session's samples reach ClickHouse with the totals the collector's "
+          "model gives — ClickHouse killed mid-stream and started again loses and duplicates "
+          "nothing",
+          "[collector][fleet][clickhouse][perf][integration]") {
+    test_support::clickhouse_proc ch;
+    test_support::temp_dir dir;
+    auto demo = test_support::start_demo(60);
+    test_support::collector_proc coll(dir.path, {"--clickhouse", ch.url(), "--clickhouse-database",
+                                                 "fleet_test", "--collector-name", "c1"});
+    auto agent =
+        test_support::start_agent(test_support::agent_flavour::cpp,
+                                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                   "--pid", std::to_string(demo->pid()), "--duration", "1"});
+    // Some samples written, then ClickHouse goes away while the agent streams on.
+    test_support::wait_for(coll, "/api/status", 20s, [](const json::value& v) {
+        return v.at("fleet").at("written_samples").to_number<std::uint64_t>() > 0;
+    });
+    ch.stop();
+    const auto waiting = test_support::wait_for(coll, "/api/status", 20s, [](const json::value& v) {
+        const auto& f = v.at("fleet");
+        return f.at("waiting_samples").to_number<std::uint64_t>() > 0 &&
+               !f.at("last_error").as_string().empty();
+    });
+    INFO(json::serialize(waiting));
+    CHECK_THAT(std::string(waiting.at("fleet").at("last_error").as_string()),
+               Catch::Contains("ClickHouse at 127.0.0.1:" + std::to_string(ch.port)));
+    ch.restart();
+    // The agent stops, so does the run; everything that waited is written.
+    agent->signal(SIGTERM);
+    REQUIRE(agent->wait(20s));
+    const auto sessions =
+        test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
+        });
+    const std::string id(sessions.as_array()[0].at("id").as_string());
+    const auto samples = sessions.as_array()[0].at("samples").to_number<std::uint64_t>();
+    REQUIRE(samples > 100);
+    const auto status = test_support::wait_for(coll, "/api/status", 60s, [&](const json::value& v) {
+        return v.at("fleet").at("written_samples").to_number<std::uint64_t>() == samples;
+    });
+    INFO(json::serialize(status));
+    CHECK(status.at("fleet").at("waiting_samples").to_number<std::uint64_t>() == 0);
+    CHECK(status.at("fleet").at("not_kept_samples").to_number<std::uint64_t>() == 0);
+    CHECK(status.at("fleet").at("retries").to_number<std::uint64_t>() > 0);
+    CHECK(coll.proc->stderr_text().find("writing to ClickHouse at") != std::string::npos);
+
+    clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = "fleet_test";
+    const auto client = clickhouse_client::make(cfg);
+    REQUIRE(client.has_value());
+    // Every sample once: as many as the session holds, no chunk twice.
+    const auto counted = query(*client, "SELECT count(), uniqExact(chunk), min(device), "
+                                        "min(collector), min(session), sum(period) FROM samples");
+    REQUIRE(counted.size() == 1);
+    CHECK(std::stoull(counted[0][0]) == samples);
+    CHECK(counted[0][3] == "c1");
+    CHECK(counted[0][4] == id);
+    const auto per_chunk = query(*client, "SELECT chunk, count() FROM samples GROUP BY chunk "
+                                          "HAVING count() != uniqExact(time, tid, stack, period) "
+                                          "LIMIT 3");
+    CHECK(per_chunk.empty()); // (a chunk written twice would repeat its samples exactly)
+
+    // The functions the collector's model counts, counted by ClickHouse from the stored stacks
+    // and frames (one JOIN a query: ClickHouse 18.16 takes no more).
+    const auto functions = coll.get("/api/sessions/" + id + "/functions?weight=samples&limit=5");
+    const auto by_leaf = query(
+        *client,
+        "SELECT symbol, sum(n) AS c FROM (SELECT frame, n FROM (SELECT stack, count() AS n FROM "
+        "samples GROUP BY stack) ANY LEFT JOIN (SELECT stack, frames[1] AS frame FROM stacks) "
+        "USING stack) ANY LEFT JOIN (SELECT frame, any(symbol) AS symbol FROM frames GROUP BY "
+        "frame) USING frame GROUP BY symbol ORDER BY c DESC, symbol LIMIT 5");
+    std::map<std::string, std::uint64_t> stored;
+    for (const auto& row : by_leaf)
+        stored[row[0]] = std::stoull(row[1]);
+    INFO(json::serialize(functions));
+    int compared = 0;
+    for (const auto& f : functions.at("functions").as_array()) {
+        const std::string name(f.at("name").as_string());
+        const auto self = f.at("self").to_number<std::uint64_t>();
+        if (self == 0 || !stored.count(name))
+            continue;
+        CHECK(stored[name] == self);
+        ++compared;
+    }
+    CHECK(compared >= 3);
+    CHECK(stored.count("(anonymous namespace)::matrix_multiply"));
+}
