@@ -332,6 +332,8 @@ int run(const config& c) {
     }
     watch.done();
     app.pool.join();
+    if (app.fleet_queries)
+        app.fleet_queries->join();
     if (app.fleet) { // what waits for ClickHouse: a few seconds to write it, then given up
         if (!app.fleet->flush(std::chrono::seconds(5)))
             log("fleet store", "samples still waiting for ClickHouse are not written: " +

@@ -57,8 +57,10 @@ app_context::app_context(asio::io_context& io_context, config c)
         collector_name = host;
     }
     if (!cfg.clickhouse.url.empty())
-        if (auto client = clickhouse_client::make(cfg.clickhouse))
+        if (auto client = clickhouse_client::make(cfg.clickhouse)) {
             fleet = std::make_unique<fleet_store>(std::move(*client));
+            fleet_queries = std::make_unique<asio::thread_pool>(2);
+        }
 }
 
 app_context::~app_context() = default;

@@ -49,6 +49,7 @@ struct app_context {
     symbolizer symbols{cfg.symbols};
     // The fleet store (--clickhouse): every sample live sessions take, also written there.
     std::unique_ptr<fleet_store> fleet;
+    std::unique_ptr<asio::thread_pool> fleet_queries; // where the Fleet view's queries wait
     std::string collector_name; // the collector's name in it (--collector-name, the host name)
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
     std::vector<agent_binary> agent_binaries;       // found at start, never changed

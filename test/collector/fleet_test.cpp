@@ -112,7 +112,12 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK_THAT(std::string(waiting.at("fleet").at("last_error").as_string()),
                Catch::Contains("ClickHouse at 127.0.0.1:" + std::to_string(ch.port)));
     ch.restart();
-    // The agent stops, so does the run; everything that waited is written.
+    // Enough samples for every worker of the demo to count, then the agent stops, so does the
+    // run; everything that waited is written.
+    test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("samples").to_number<std::uint64_t>() >= 400;
+    });
     agent->signal(SIGTERM);
     REQUIRE(agent->wait(20s));
     const auto sessions =
@@ -172,4 +177,54 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     }
     CHECK(compared >= 3);
     CHECK(stored.count("(anonymous namespace)::matrix_multiply"));
+
+    // The Fleet API asks the same of ClickHouse: the devices, and the functions with their
+    // inclusive counts as the collector's model gives them.
+    const auto devices = coll.get("/api/fleet/devices");
+    INFO(json::serialize(devices));
+    REQUIRE(devices.at("devices").as_array().size() == 1);
+    const auto& device = devices.at("devices").as_array()[0];
+    CHECK(device.at("samples").to_number<std::uint64_t>() == samples);
+    CHECK(device.at("events").as_array().size() == 1);
+    CHECK(device.at("last_sec").to_number<double>() >= device.at("first_sec").to_number<double>());
+    const auto fleet = coll.get("/api/fleet/functions?event=cpu-clock&limit=100&devices=" +
+                                std::string(device.at("device").as_string()));
+    INFO(json::serialize(fleet));
+    CHECK(fleet.at("samples").to_number<std::uint64_t>() == samples);
+    const auto model = coll.get("/api/sessions/" + id + "/functions?weight=samples&limit=100");
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> fleet_counts;
+    for (const auto& f : fleet.at("functions").as_array())
+        fleet_counts[std::string(f.at("name").as_string()) + " " +
+                     std::string(f.at("module").as_string())] = {
+            f.at("self").to_number<std::uint64_t>(), f.at("total").to_number<std::uint64_t>()};
+    compared = 0;
+    for (const auto& f : model.at("functions").as_array()) {
+        const auto key =
+            std::string(f.at("name").as_string()) + " " + std::string(f.at("module").as_string());
+        if (f.at("total").to_number<std::uint64_t>() * 20 < samples || !fleet_counts.count(key))
+            continue; // (the table is cut at `limit`: only the big ones are surely in both)
+        INFO(key);
+        CHECK(fleet_counts[key].first == f.at("self").to_number<std::uint64_t>());
+        CHECK(fleet_counts[key].second == f.at("total").to_number<std::uint64_t>());
+        ++compared;
+    }
+    CHECK(compared >= 4);
+    // A build: the samples whose stacks hold a frame of the demo's build, so matrix_multiply's
+    // are all there.
+    const auto build = query(*client, "SELECT any(build_id) FROM frames WHERE module LIKE "
+                                      "'%perfwire-demo' AND build_id != ''");
+    REQUIRE(build.size() == 1);
+    REQUIRE_FALSE(build[0][0].empty());
+    const auto of_build = coll.get("/api/fleet/functions?build=" + build[0][0]);
+    CHECK(of_build.at("samples").to_number<std::uint64_t>() <= samples);
+    for (const auto& f : of_build.at("functions").as_array())
+        if (f.at("name").as_string() == "(anonymous namespace)::matrix_multiply")
+            CHECK(f.at("total").to_number<std::uint64_t>() ==
+                  fleet_counts["(anonymous namespace)::matrix_multiply " +
+                               std::string(f.at("module").as_string())]
+                      .second);
+    CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?build=XYZ").status ==
+          400);
+    CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?from=yesterday")
+              .status == 400);
 }

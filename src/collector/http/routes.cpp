@@ -1,6 +1,7 @@
 #include "collector/http/routes.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/fleet/queries.hpp"
 #include "collector/fleet/store.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/settings.hpp"
@@ -619,6 +620,51 @@ asio::awaitable<http_response> get_session(request_context& c) {
     co_return co_await session_view(c.app, c.req, c.url, std::move(e), view);
 }
 
+// The Fleet view's questions, answered by ClickHouse (fleet/queries.hpp) on the collector's
+// fleet query threads: the I/O thread and the sessions' pool never wait for it.
+asio::awaitable<result<std::string>> ask_clickhouse(const clickhouse_client* client,
+                                                    std::string sql) {
+    co_return client->run(sql);
+}
+
+template <class Sql, class Shape>
+asio::awaitable<http_response> fleet_view(request_context& c, Sql sql, Shape shape) {
+    if (!c.app.fleet)
+        co_return make_error(c.req, http::status::not_found, "no_fleet_store",
+                             "this collector writes to no fleet store: start it with "
+                             "--clickhouse URL (docs/fleet.md)");
+    const auto filter = parse_fleet_filter(c.url.query);
+    if (!filter)
+        co_return make_error(c.req, filter.error());
+    auto ask = ask_clickhouse(&c.app.fleet->client(),
+                              sql(c.app.fleet->client().config().database, *filter));
+    auto answer =
+        co_await asio::co_spawn(*c.app.fleet_queries, std::move(ask), asio::use_awaitable);
+    if (!answer)
+        co_return make_error(c.req, answer.error());
+    auto shaped = shape(*answer);
+    if (!shaped)
+        co_return make_error(c.req, shaped.error());
+    co_return make_json(c.req, http::status::ok, *shaped);
+}
+
+asio::awaitable<http_response> get_fleet_devices(request_context& c) {
+    co_return co_await fleet_view(c, fleet_devices_sql, fleet_devices_json);
+}
+
+asio::awaitable<http_response> get_fleet_functions(request_context& c) {
+    bool bad = false;
+    const auto limit = number_param(c.url, "limit", bad);
+    if (bad || (limit && (*limit < 1 || *limit > 100000)))
+        co_return make_error(c.req, http::status::bad_request, "bad_parameter",
+                             "limit must be from 1 to 100000");
+    const auto n = static_cast<std::size_t>(limit.value_or(200));
+    co_return co_await fleet_view(
+        c,
+        [n](std::string_view db, const fleet_filter& f) { return fleet_functions_sql(db, f, n); },
+        fleet_functions_json);
+}
+
 struct route {
     http::verb method;
     std::string_view pattern; // segments; ":name" matches any one
@@ -633,6 +679,8 @@ constexpr route routes[] = {
     {http::verb::get, "/api/agent-binaries", list_agent_binaries},
     {http::verb::get, "/api/agent-binaries/:arch", get_agent_binary},
     {http::verb::get, "/api/browse", get_browse},
+    {http::verb::get, "/api/fleet/devices", get_fleet_devices},
+    {http::verb::get, "/api/fleet/functions", get_fleet_functions},
     {http::verb::get, "/api/targets", list_targets},
     {http::verb::post, "/api/targets/connect", connect_target},
     {http::verb::delete_, "/api/targets/:id", disconnect_target},
