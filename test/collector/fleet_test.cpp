@@ -148,10 +148,10 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK(std::stoull(counted[0][0]) == samples);
     CHECK(counted[0][3] == "c1");
     CHECK(counted[0][4] == id);
-    const auto per_chunk = query(*client, "SELECT chunk, count() FROM samples GROUP BY chunk "
-                                          "HAVING count() != uniqExact(time, tid, stack, period) "
-                                          "LIMIT 3");
-    CHECK(per_chunk.empty()); // (a chunk written twice would repeat its samples exactly)
+    // Chunks are numbered as the session took them: none beyond its count.
+    const auto chunks = sessions.as_array()[0].at("chunks").to_number<std::uint64_t>();
+    CHECK(std::stoull(counted[0][1]) <= chunks);
+    CHECK(std::stoull(query(*client, "SELECT max(chunk) FROM samples")[0][0]) < chunks);
 
     // The functions the collector's model counts, counted by ClickHouse from the stored stacks
     // and frames (one JOIN a query: ClickHouse 18.16 takes no more).

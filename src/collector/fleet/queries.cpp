@@ -32,9 +32,10 @@ std::string where(std::string_view db, const fleet_filter& f) {
         terms.push_back("device IN (" + in + ")");
     }
     if (f.from_ns)
-        terms.push_back("time >= " + std::to_string(*f.from_ns));
+        terms.push_back("time >= toDateTime(" + std::to_string(*f.from_ns / 1'000'000'000) + ")");
     if (f.to_ns)
-        terms.push_back("time < " + std::to_string(*f.to_ns));
+        terms.push_back("time < toDateTime(" +
+                        std::to_string((*f.to_ns + 999'999'999) / 1'000'000'000) + ")");
     if (!f.event.empty())
         terms.push_back("event = " + clickhouse_quote(f.event));
     if (!f.build.empty())
@@ -103,7 +104,8 @@ result<fleet_filter> parse_fleet_filter(const std::map<std::string, std::string>
 
 std::string fleet_devices_sql(std::string_view database, const fleet_filter& f) {
     const std::string db(database);
-    return "SELECT device, count() AS n, min(time), max(time), groupUniqArray(event), "
+    return "SELECT device, count() AS n, toUInt32(min(time)), toUInt32(max(time)), "
+           "groupUniqArray(event), "
            "groupUniqArray(build_id) FROM " +
            db + ".samples" + where(db, f) +
            " GROUP BY device ORDER BY n DESC, device LIMIT 10000 "
@@ -125,8 +127,8 @@ result<json::object> fleet_devices_json(std::string_view answer) {
                 builds.push_back(b);
         devices.push_back({{"device", a[0]},
                            {"samples", number(a[1])},
-                           {"first_sec", static_cast<double>(number(a[2])) / 1e9},
-                           {"last_sec", static_cast<double>(number(a[3])) / 1e9},
+                           {"first_sec", number(a[2])},
+                           {"last_sec", number(a[3])},
                            {"events", a[4]},
                            {"builds", std::move(builds)}});
     }

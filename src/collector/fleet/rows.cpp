@@ -68,10 +68,10 @@ std::vector<std::string> fleet_schema(std::string_view database) {
             ".stacks (stack UInt64, frames Array(UInt64)) "
             "ENGINE = ReplacingMergeTree() ORDER BY stack",
         "CREATE TABLE IF NOT EXISTS " + db +
-            ".samples (day Date, time UInt64, collector String, device String, session String, "
+            ".samples (day Date, time DateTime, collector String, device String, session String, "
             "chunk UInt32, pid UInt32, tid UInt32, comm String, event String, period UInt64, "
             "stack UInt64, build_id String) "
-            "ENGINE = MergeTree() PARTITION BY day ORDER BY (device, event, time)",
+            "ENGINE = MergeTree() PARTITION BY day ORDER BY (device, event, tid, time, stack)",
     };
 }
 
@@ -89,6 +89,26 @@ std::size_t fleet_batch::bytes() const noexcept {
     for (const auto& [day, r] : days)
         n += r.rows.size();
     return n;
+}
+
+void fleet_batch::merge(fleet_batch&& o) {
+    stacks += o.stacks;
+    frames += o.frames;
+    stack_ids.insert(stack_ids.end(), o.stack_ids.begin(), o.stack_ids.end());
+    frame_ids.insert(frame_ids.end(), o.frame_ids.begin(), o.frame_ids.end());
+    for (auto& [day, r] : o.days) {
+        auto& mine = days[day];
+        if (!mine.count) {
+            mine.probe_session = std::move(r.probe_session);
+            mine.probe_chunk = r.probe_chunk;
+            mine.probe_count = r.probe_count;
+        }
+        mine.rows += r.rows;
+        mine.count += r.count;
+    }
+    samples += o.samples;
+    accounted += o.accounted;
+    batches += o.batches;
 }
 
 std::uint64_t fleet_encoder::frame_id(std::string_view symbol, std::string_view module,
@@ -166,9 +186,16 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
             th == p.threads().end() ? std::string_view() : p.strings()[th->second.comm];
         const auto leaf = node == profile::root ? profile::no_frame : p.node_frame(node);
         auto& d = b.days[day];
+        if (!d.count) {
+            d.probe_session = origin_.session;
+            d.probe_chunk = chunk;
+        }
+        ++d.probe_count;
         std::string& out = d.rows;
         put<std::uint16_t>(out, day);
-        put<std::uint64_t>(out, wall);
+        // Seconds: the store's precision (a session keeps every sample's ns; the fleet asks
+        // about minutes and days, and whole seconds sort a thread's samples by stack).
+        put<std::uint32_t>(out, static_cast<std::uint32_t>(wall / 1'000'000'000));
         put_string(out, origin_.collector);
         put_string(out, origin_.device);
         put_string(out, origin_.session);

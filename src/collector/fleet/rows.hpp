@@ -29,6 +29,11 @@ struct fleet_batch {
         std::string rows; // RowBinary, the samples table's columns in order
         std::uint64_t count = 0;
         bool uncertain = false; // sent once without an answer: ask ClickHouse before again
+        // One chunk's rows among them, by which ClickHouse is asked whether an INSERT whose
+        // answer was lost landed (it landed whole or not at all: one INSERT, one part).
+        std::string probe_session;
+        std::uint32_t probe_chunk = 0;
+        std::uint64_t probe_count = 0;
     };
     std::map<std::uint16_t, day_rows> days; // by day since the epoch
     std::string stacks, frames;             // RowBinary rows not sent before by this session
@@ -36,6 +41,11 @@ struct fleet_batch {
     std::uint64_t samples = 0;
     std::size_t bytes() const noexcept;
     std::size_t accounted = 0; // bytes() when queued (the store's count of what waits)
+    std::uint64_t batches = 1; // chunks merged into it (the store writes several at once)
+    bool started = false;      // being written: nothing more is merged into it
+
+    // Appends `o`'s rows to these (one INSERT per table and day for both).
+    void merge(fleet_batch&& o);
 };
 
 // A day since the epoch as ClickHouse writes a Date: "2026-11-27".

@@ -119,14 +119,14 @@ bool fleet_store::write(fleet_batch& b) {
         auto& [day, rows] = *it;
         if (rows.uncertain) {
             // The last INSERT of these rows may have landed before its answer was lost.
-            auto counted = client_.run("SELECT count() FROM " + db +
-                                       ".samples WHERE session = " + clickhouse_quote(b.session) +
-                                       " AND chunk = " + std::to_string(b.chunk) +
+            auto counted = client_.run("SELECT count() FROM " + db + ".samples WHERE session = " +
+                                       clickhouse_quote(rows.probe_session) +
+                                       " AND chunk = " + std::to_string(rows.probe_chunk) +
                                        " AND day = " + clickhouse_quote(fleet_date(day)));
             if (!counted)
                 return fail(counted.error());
             const auto n = std::strtoull(counted->c_str(), nullptr, 10);
-            if (n == rows.count) {
+            if (n == rows.probe_count) {
                 std::lock_guard lock(m_);
                 written_ += rows.count;
                 queued_samples_ -= rows.count;
@@ -136,8 +136,9 @@ bool fleet_store::write(fleet_batch& b) {
             if (n != 0)
                 return fail(failure("clickhouse_error",
                                     "ClickHouse holds " + std::to_string(n) + " of the " +
-                                        std::to_string(rows.count) + " samples of chunk " +
-                                        std::to_string(b.chunk) + " of " + b.session));
+                                        std::to_string(rows.probe_count) + " samples of chunk " +
+                                        std::to_string(rows.probe_chunk) + " of " +
+                                        rows.probe_session));
         }
         rows.uncertain = true; // from the moment the request may be sent
         if (auto r = client_.run("INSERT INTO " + db + ".samples FORMAT RowBinary", rows.rows);
@@ -170,14 +171,24 @@ void fleet_store::run() {
             std::unique_lock lock(m_);
             if (queue_.empty())
                 return true;
-            auto& b = queue_.front(); // only this thread pops: the reference stays valid
+            // What waits is written together: one INSERT a table and day for many chunks (at
+            // most merge_samples rows, so an INSERT stays one block: one part, all or nothing).
+            while (!queue_.front().started && queue_.size() > 1 &&
+                   queue_[0].samples + queue_[1].samples <= merge_samples) {
+                fleet_batch next = std::move(queue_[1]);
+                queue_.erase(queue_.begin() + 1); // (invalidates references: none is held)
+                queue_.front().merge(std::move(next));
+            }
+            // Only this thread erases: the reference stays valid (push_back keeps references).
+            auto& b = queue_.front();
+            b.started = true;
             lock.unlock();
             if (!write(b))
                 return false;
             lock.lock();
             queued_bytes_ -= std::min(queued_bytes_, b.accounted);
+            done_ += b.batches;
             queue_.pop_front();
-            ++done_;
             return true;
         }();
         if (ok) {

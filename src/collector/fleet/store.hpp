@@ -43,6 +43,7 @@ public:
     void stop();
 
 private:
+    static constexpr std::uint64_t merge_samples = 200'000;
     void run();
     bool ensure_schema();
     bool write(fleet_batch& b);

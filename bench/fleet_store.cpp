@@ -1,0 +1,174 @@
+// fleet_store: what the fleet store costs — how fast the collector's writer puts samples into
+// ClickHouse, how many bytes a sample takes on ClickHouse's disk, and how long the Fleet API's
+// questions take on millions of samples.
+//
+// Starts its own clickhouse-server (Debian's, on loopback, data in a temporary folder). Builds
+// a profile from real captures (test/collector/fixtures, rewritten as the ingest benchmark
+// does), then writes it as DEVICES devices would have, each its own session at its own time,
+// one batch per ~2,800 samples (a chunk), through the collector's own encoder and writer
+// (fleet/rows.hpp, fleet/store.hpp). Prints:
+//   insert     samples/s from the first batch queued to the last written (the goal: at least
+//              the collector's own ingest at 50 agents, 142,000 samples/s, docs/benchmarks.md)
+//   disk       bytes per sample on ClickHouse's disk after its merges, samples alone and with
+//              the stacks and frames tables (the goal: at most 8)
+//   queries    the Fleet API's devices and functions questions (every device; one device; one
+//              build), median and slowest of 5
+//
+// Usage: fleet_store [samples in millions, default 10] [devices, default 20]
+#include "collector/fleet/clickhouse.hpp"
+#include "collector/fleet/queries.hpp"
+#include "collector/fleet/rows.hpp"
+#include "collector/fleet/store.hpp"
+#include "collector/parse/perf_script.hpp"
+
+#include "capture.hpp"
+#include "support/clickhouse_proc.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+using namespace collector;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t) {
+    return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+std::uint64_t number(const clickhouse_client& ch, const std::string& sql) {
+    const auto r = ch.run(sql);
+    if (!r) {
+        std::fprintf(stderr, "fleet_store: %s\n", r.error().message.c_str());
+        std::exit(1);
+    }
+    return std::strtoull(r->c_str(), nullptr, 10);
+}
+
+void time_query(const clickhouse_client& ch, const char* what, const std::string& sql) {
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+        const auto t0 = clock_type::now();
+        const auto r = ch.run(sql);
+        ms.push_back(seconds_since(t0) * 1e3);
+        if (!r) {
+            std::fprintf(stderr, "fleet_store: %s: %s\n", what, r.error().message.c_str());
+            std::exit(1);
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("query %-28s median %7.1f ms, slowest %7.1f ms\n", what, ms[2], ms.back());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const double millions = argc > 1 ? std::strtod(argv[1], nullptr) : 10.0;
+    const int devices = argc > 2 ? std::atoi(argv[2]) : 20;
+    const auto wanted = static_cast<std::uint64_t>(millions * 1e6);
+
+    // One device's profile: enough of the rewritten captures for wanted / devices samples.
+    profile p;
+    script_parser parser(p);
+    const std::string base = bench::base_capture();
+    const std::size_t per_device = wanted / static_cast<std::uint64_t>(std::max(devices, 1));
+    for (int copy = 1; p.sample_count() < per_device; ++copy) {
+        parser.feed(bench::rewrite(base, copy));
+        parser.finish();
+    }
+    std::printf("profile: %zu samples a device, %zu call paths, %zu functions; %d devices\n",
+                p.sample_count(), p.node_count(), p.frame_count(), devices);
+
+    test_support::clickhouse_proc server;
+    clickhouse_config cfg;
+    cfg.url = server.url();
+    cfg.database = "bench";
+    auto client = clickhouse_client::make(cfg);
+    if (!client) {
+        std::fprintf(stderr, "fleet_store: %s\n", client.error().message.c_str());
+        return 1;
+    }
+    const auto version = client->run("SELECT version()", {}, 1 << 20, false);
+    std::printf("clickhouse: %s, version %s", server.url().c_str(),
+                version ? version->c_str() : "?\n");
+
+    // Each device a session; chunks of ~2,800 samples, as an agent at 999 Hz on 3 threads.
+    constexpr std::size_t chunk = 2800;
+    fleet_store store(*client, std::size_t{1} << 30);
+    const std::map<std::string, std::string> builds{{"/usr/bin/app", "ab12"}};
+    std::uint64_t queued = 0;
+    const auto t0 = clock_type::now();
+    double encode_s = 0;
+    for (int d = 0; d < devices; ++d) {
+        fleet_encoder enc(
+            {"bench", "board-" + std::to_string(d), "session-" + std::to_string(d),
+             1'790'000'000'000'000'000ULL + static_cast<std::uint64_t>(d) * 3'600'000'000'000ULL});
+        std::uint32_t n = 0;
+        for (std::size_t from = 0; from < p.sample_count() && from < per_device;
+             from += chunk, ++n) {
+            const auto e0 = clock_type::now();
+            auto batch = enc.encode(p, from, std::min({p.sample_count(), per_device, from + chunk}),
+                                    n, builds);
+            encode_s += seconds_since(e0);
+            queued += batch.samples;
+            store.add(std::move(batch));
+        }
+    }
+    if (!store.flush(std::chrono::minutes(30))) {
+        std::fprintf(stderr, "fleet_store: not everything was written\n");
+        return 1;
+    }
+    const double insert_s = seconds_since(t0);
+    const auto written = number(*client, "SELECT count() FROM bench.samples");
+    std::printf("insert: %llu samples in %.1f s: %.0f samples/s (encoding %.1f s of it, on this "
+                "thread), %llu in ClickHouse\n",
+                static_cast<unsigned long long>(queued), insert_s,
+                static_cast<double>(queued) / insert_s, encode_s,
+                static_cast<unsigned long long>(written));
+
+    for (const char* table : {"samples", "stacks", "frames"})
+        (void)client->run(std::string("OPTIMIZE TABLE bench.") + table + " FINAL");
+    const auto bytes_of = [&](const char* table) {
+        return number(*client, std::string("SELECT sum(bytes_on_disk) FROM system.parts WHERE "
+                                           "active AND database = 'bench' AND table = '") +
+                                   table + "'");
+    };
+    const auto samples_bytes = bytes_of("samples");
+    const auto all_bytes = samples_bytes + bytes_of("stacks") + bytes_of("frames");
+    std::printf("disk: %.2f bytes a sample (samples table), %.2f with stacks and frames "
+                "(%.1f MB in all)\n",
+                static_cast<double>(samples_bytes) / static_cast<double>(written),
+                static_cast<double>(all_bytes) / static_cast<double>(written),
+                static_cast<double>(all_bytes) / 1e6);
+
+    if (const auto columns = client->run(
+            "SELECT name, data_compressed_bytes FROM system.columns WHERE database = 'bench' AND "
+            "table = 'samples' ORDER BY data_compressed_bytes DESC")) {
+        std::printf("columns (compressed bytes a sample):");
+        std::size_t at = 0;
+        while (at < columns->size()) {
+            const auto tab = columns->find('\t', at);
+            const auto nl = columns->find('\n', tab);
+            if (tab == std::string::npos || nl == std::string::npos)
+                break;
+            std::printf(" %s %.2f", columns->substr(at, tab - at).c_str(),
+                        std::strtod(columns->c_str() + tab + 1, nullptr) /
+                            static_cast<double>(written));
+            at = nl + 1;
+        }
+        std::printf("\n");
+    }
+    fleet_filter all, one, build;
+    one.devices = {"board-0"};
+    build.build = "ab12";
+    time_query(*client, "devices (all)", fleet_devices_sql("bench", all));
+    time_query(*client, "functions (all devices)", fleet_functions_sql("bench", all, 200));
+    time_query(*client, "functions (one device)", fleet_functions_sql("bench", one, 200));
+    time_query(*client, "functions (one build)", fleet_functions_sql("bench", build, 200));
+    store.stop();
+    return 0;
+}
