@@ -52,8 +52,7 @@ budgeted_acceptor::next(const screen& look) {
         if (!slot) {
             const auto now = std::chrono::steady_clock::now();
             ++refused_;
-            if (!cap_told_ &&
-                (cap_said_ == decltype(cap_said_){} || now - cap_said_ >= cap_quiet)) {
+            if (!cap_told_ && (!cap_said_ || now - *cap_said_ >= cap_quiet)) {
                 cap_said_ = now;
                 cap_told_ = true;
                 const auto& caps = budget_.limits();

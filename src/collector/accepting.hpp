@@ -43,7 +43,7 @@ private:
     std::uint64_t refused_ = 0; // at the cap since the last "accepting again"
     // When the cap was last said to be reached: churn at the cap (a connection ends, the next
     // is let in, the one after is refused) says so once in `cap_quiet`, not at every turn.
-    std::chrono::steady_clock::time_point cap_said_{};
+    std::optional<std::chrono::steady_clock::time_point> cap_said_;
     bool cap_told_ = false; // this episode's "at the cap" line was written
     static constexpr std::chrono::seconds cap_quiet{10};
 };

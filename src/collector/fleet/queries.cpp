@@ -137,11 +137,11 @@ result<json::object> fleet_devices_json(std::string_view answer) {
 
 std::string fleet_functions_sql(std::string_view database, const fleet_filter& f,
                                 std::size_t limit) {
-    const std::string db(database);
+    const std::string db(database), filtered = where(db, f);
     // One JOIN a SELECT (ClickHouse 18.16): samples by stack, then the stacks' frames, one row
     // a frame with its depth, then the frames' names; a function counted once a stack.
     const std::string by_stack = "SELECT stack, count() AS n, sum(period) AS p FROM " + db +
-                                 ".samples" + where(db, f) + " GROUP BY stack";
+                                 ".samples" + filtered + " GROUP BY stack";
     const std::string with_frames = "SELECT stack, n, p, frames FROM (" + by_stack +
                                     ") ANY LEFT JOIN (SELECT stack, any(frames) AS frames FROM " +
                                     db + ".stacks GROUP BY stack) USING stack";
@@ -155,8 +155,8 @@ std::string fleet_functions_sql(std::string_view database, const fleet_filter& f
         db + ".frames GROUP BY frame) USING frame GROUP BY stack, symbol, module";
     return "SELECT symbol, module, sum(n * leaf) AS self, sum(n) AS total, sum(p * leaf), "
            "sum(p), (SELECT count() FROM " +
-           db + ".samples" + where(db, f) + "), (SELECT sum(period) FROM " + db + ".samples" +
-           where(db, f) + ") FROM (" + named + ") GROUP BY symbol, module ORDER BY total DESC, " +
+           db + ".samples" + filtered + "), (SELECT sum(period) FROM " + db + ".samples" +
+           filtered + ") FROM (" + named + ") GROUP BY symbol, module ORDER BY total DESC, " +
            "self DESC, symbol LIMIT " + std::to_string(limit) + " FORMAT JSONCompact";
 }
 

@@ -84,8 +84,7 @@ std::string fleet_date(std::uint16_t day) {
 }
 
 std::size_t fleet_batch::bytes() const noexcept {
-    std::size_t n =
-        stacks.size() + frames.size() + session.size() + (stack_ids.size() + frame_ids.size()) * 8;
+    std::size_t n = stacks.size() + frames.size() + (stack_ids.size() + frame_ids.size()) * 8;
     for (const auto& [day, r] : days)
         n += r.rows.size();
     return n;
@@ -168,10 +167,10 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
                                   std::uint32_t chunk,
                                   const std::map<std::string, std::string>& build_ids) {
     fleet_batch b;
-    b.session = origin_.session;
-    b.chunk = chunk;
     if (from < p.raw_begin())
         from = p.raw_begin(); // (folded already: the caller encodes before the model folds)
+    std::uint32_t last_tid = UINT32_MAX, pid = 0;
+    std::string_view comm;
     for (std::size_t i = from; i < to; ++i) {
         const auto t = p.sample_time(i);
         const std::uint64_t wall =
@@ -180,10 +179,12 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
         const auto node = p.sample_node(i);
         const auto stack = node_id(p, node, b, build_ids);
         const auto tid = p.sample_tid(i);
-        const auto th = p.threads().find(tid);
-        const std::uint32_t pid = th == p.threads().end() ? 0 : th->second.pid;
-        const std::string_view comm =
-            th == p.threads().end() ? std::string_view() : p.strings()[th->second.comm];
+        if (tid != last_tid) { // a chunk's samples come in runs of one thread's
+            last_tid = tid;
+            const auto th = p.threads().find(tid);
+            pid = th == p.threads().end() ? 0 : th->second.pid;
+            comm = th == p.threads().end() ? std::string_view() : p.strings()[th->second.comm];
+        }
         const auto leaf = node == profile::root ? profile::no_frame : p.node_frame(node);
         auto& d = b.days[day];
         if (!d.count) {

@@ -23,8 +23,6 @@ std::vector<std::string> fleet_schema(std::string_view database);
 // One chunk's rows. The samples are split by day (the table's partition), so that each INSERT
 // makes one part: it is there whole or not at all, and a retry can ask whether it is.
 struct fleet_batch {
-    std::string session;
-    std::uint32_t chunk = 0;
     struct day_rows {
         std::string rows; // RowBinary, the samples table's columns in order
         std::uint64_t count = 0;
