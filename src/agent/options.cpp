@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,8 @@ po::options_description describe_options() {
         ("frequency", po::value<int>()->default_value(99), "sampling frequency, Hz")
         ("duration", po::value<int>()->default_value(8), "seconds per chunk or round")
         ("events", po::value<std::string>(), "comma-separated perf events")
+        ("name", po::value<std::string>(), "this device's name at the collector (default: the "
+                                           "host name)")
         ("token", po::value<std::string>(), "pairing code (or env PERFWIRE_TOKEN)")
         ("enroll", po::value<std::string>(), "--server: the collector's enrollment token (or env "
                                              "PERFWIRE_ENROLL_TOKEN)")
@@ -156,6 +159,13 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     else if (!vm.count("enroll") && env_enroll && *env_enroll)
         c.enroll = env_enroll;
     c.perf_path = vm["perf"].as<std::string>();
+    if (vm.count("name")) {
+        c.device_name = vm["name"].as<std::string>();
+        if (c.device_name.empty() || c.device_name.size() > 200 ||
+            std::any_of(c.device_name.begin(), c.device_name.end(),
+                        [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+            return usage("--name takes 1 to 200 bytes, no control characters");
+    }
     c.allow_kallsyms = vm.count("allow-kallsyms") != 0;
     c.allow_update = vm.count("no-update") == 0;
     for (const char* name : {"update-pubkey", "update-key"}) {

@@ -26,6 +26,7 @@ struct config {
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";
+    std::string device_name;     // --name: this device's name at the collector; "": the host name
     bool allow_kallsyms = false; // --allow-kallsyms: answer `kallsyms` (kernel addresses)
     // Updates over the link: refused with --no-update; with --update-pubkey only builds
     // signed (Ed25519) by the collector's --agent-update-key are taken; without it, only over

@@ -183,7 +183,7 @@ asio::awaitable<void> session::run() {
     h.auth = token_ ? "token" : "none";
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
-    h.hostname = host;
+    h.hostname = cfg_.device_name.empty() ? std::string(host) : cfg_.device_name;
     protocol::platform_info p;
     if (const auto k = procfs::read_file("/proc/sys/kernel/osrelease"))
         p.kernel = k->substr(0, k->find('\n'));

@@ -105,6 +105,12 @@ po::options_description describe_options() {
                                                           "in a --config file)")
         ("collector-name", po::value<std::string>(), "this collector's name in the fleet store "
                                                      "(default: the host name)")
+        ("continuous", po::value<int>()->implicit_value(19),
+         "profile every connected agent (its whole system) all the time at HZ samples a second "
+         "(default 19), without anyone pressing start; a run a user starts takes its place "
+         "until it ends")
+        ("continuous-session", po::value<int>()->default_value(600),
+         "seconds of continuous profiling one session holds before the next one opens")
         ("config", po::value<std::string>(), "read options from this file (key = value)")
         ("version", "print the version and exit")
         ("help", "print this help and exit");
@@ -269,6 +275,18 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     }
     if (vm.count("collector-name"))
         c.collector_name = vm["collector-name"].as<std::string>();
+    if (vm.count("continuous")) {
+        const int hz = vm["continuous"].as<int>();
+        if (hz < 1 || hz > 1000)
+            return usage("--continuous takes 1 to 1000 samples a second, not " +
+                         std::to_string(hz));
+        c.continuous_hz = static_cast<unsigned>(hz);
+    }
+    const int session_s = vm["continuous-session"].as<int>();
+    if (session_s < 2 || session_s > 86400)
+        return usage("--continuous-session takes 2 to 86400 seconds, not " +
+                     std::to_string(session_s));
+    c.continuous_session_s = static_cast<unsigned>(session_s);
     c.browse_root = vm.count("browse-root") ? vm["browse-root"].as<std::string>()
                                             : std::string(env_home && *env_home ? env_home : "/");
     return c;

@@ -49,6 +49,10 @@ struct config {
     // The fleet store (--clickhouse URL, -database, -user, -password): url empty when off.
     clickhouse_config clickhouse;
     std::string collector_name; // in the fleet store; default: the host name
+    // --continuous [HZ]: every agent profiled (the whole system) without anyone pressing start,
+    // at this rate; 0: off. Its runs are cut into sessions of continuous_session_s seconds.
+    unsigned continuous_hz = 0;
+    unsigned continuous_session_s = 600;
 };
 
 struct exit_now {

@@ -98,3 +98,13 @@ TEST_CASE("agent flags: TLS and update keys are checked as given, never loosened
     CHECK(exit_code(parse({"--server", "h", "--update-pubkey", "ed25519:AAAA"})) == 2);
     CHECK(exit_code(parse({"--server", "h", "--update-key", "/nonexistent/key"})) == 2);
 }
+
+TEST_CASE("agent flags: --name names the device, within the hello's bounds", "[agent][options]") {
+    CHECK(std::get<agent::config>(parse({"--server", "h"})).device_name.empty());
+    CHECK(std::get<agent::config>(parse({"--server", "h", "--name", "board-7"})).device_name ==
+          "board-7");
+    const std::string long_name(201, 'x');
+    CHECK(exit_code(parse({"--server", "h", "--name", long_name.c_str()})) == 2);
+    CHECK(exit_code(parse({"--server", "h", "--name", "a\tb"})) == 2);
+    CHECK(exit_code(parse({"--server", "h", "--name", ""})) == 2);
+}

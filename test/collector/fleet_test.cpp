@@ -228,3 +228,145 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?from=yesterday")
               .status == 400);
 }
+
+namespace {
+
+// The sessions a collector lists, by device: how many, how many samples, and each one's id.
+struct device_sessions {
+    std::vector<std::string> ids;
+    std::uint64_t samples = 0;
+    int continuous = 0;
+};
+
+std::map<std::string, device_sessions> sessions_by_device(const json::value& list) {
+    std::map<std::string, device_sessions> out;
+    for (const auto& s : list.as_array()) {
+        auto& d = out[std::string(s.at("hostname").as_string())];
+        d.ids.emplace_back(s.at("id").as_string());
+        d.samples += s.at("samples").to_number<std::uint64_t>();
+        if (const auto* c = s.as_object().if_contains("continuous"); c && c->as_bool())
+            ++d.continuous;
+    }
+    return out;
+}
+
+bool none_live(const json::value& list) {
+    for (const auto& s : list.as_array())
+        if (s.at("live").as_bool())
+            return false;
+    return true;
+}
+
+} // namespace
+
+TEST_CASE("fleet store: two collectors profiling their agents continuously write one store whose "
+          "devices and functions are what the collectors' models count",
+          "[collector][fleet][clickhouse][perf][integration]") {
+    test_support::clickhouse_proc ch;
+    test_support::temp_dir d1, d2;
+    auto demo = test_support::start_demo(60);
+    const auto collector = [&](const test_support::temp_dir& d, const std::string& name) {
+        return test_support::collector_proc(
+            d.path, {"--clickhouse", ch.url(), "--clickhouse-database", "fleet_two",
+                     "--collector-name", name, "--continuous", "49", "--continuous-session", "3"});
+    };
+    auto c1 = collector(d1, "c1");
+    auto c2 = collector(d2, "c2");
+    const auto agent = [](test_support::agent_flavour f, const test_support::collector_proc& c,
+                          const std::string& name) {
+        return test_support::start_agent(
+            f, {"--server", "127.0.0.1:" + std::to_string(c.agent_port), "--name", name});
+    };
+    // Nobody presses start: each agent profiles its whole system, in sessions of 3 seconds.
+    std::vector<std::unique_ptr<test_support::spawned>> agents;
+    agents.push_back(agent(test_support::agent_flavour::cpp, c1, "board-a"));
+    agents.push_back(agent(test_support::agent_flavour::python, c1, "board-b"));
+    agents.push_back(agent(test_support::agent_flavour::cpp, c2, "board-c"));
+    const auto rolled = [](std::initializer_list<const char*> devices) {
+        return [devices](const json::value& v) {
+            const auto by = sessions_by_device(v);
+            for (const char* d : devices)
+                if (!by.count(d) || by.at(d).continuous < 2)
+                    return false;
+            return true;
+        };
+    };
+    test_support::wait_for(c1, "/api/sessions", 60s, rolled({"board-a", "board-b"}));
+    test_support::wait_for(c2, "/api/sessions", 60s, rolled({"board-c"}));
+
+    // A user's run takes the place of continuous profiling, which comes back when it ends.
+    const auto targets = c2.get("/api/targets").as_array();
+    REQUIRE(targets.size() == 1);
+    CHECK(targets[0].at("continuous").as_bool());
+    const std::string target(targets[0].at("id").as_string());
+    const auto started = test_support::http_call(
+        c2.http_port, "POST", "/api/targets/" + target + "/command",
+        R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":1}})");
+    INFO(started.body);
+    REQUIRE(started.status == 200);
+    const auto users = json::parse(started.body).at("session_id");
+    REQUIRE(users.is_string());
+    test_support::wait_for(
+        c2, "/api/sessions/" + std::string(users.as_string()), 20s,
+        [](const json::value& v) { return v.at("samples").to_number<std::uint64_t>() > 0; });
+    CHECK_FALSE(c2.get("/api/targets").as_array()[0].at("continuous").as_bool());
+    REQUIRE(test_support::http_call(c2.http_port, "POST", "/api/targets/" + target + "/command",
+                                    R"({"cmd":"stop"})")
+                .status == 200);
+    test_support::wait_for(c2, "/api/targets", 20s, [&](const json::value& v) {
+        const auto& t = v.as_array()[0];
+        return t.at("continuous").as_bool() && t.at("session_id").is_string() &&
+               t.at("session_id").as_string() != users.as_string();
+    });
+
+    for (auto& a : agents)
+        a->signal(SIGTERM);
+    for (auto& a : agents)
+        REQUIRE(a->wait(20s));
+    std::map<std::string, device_sessions> devices;
+    for (auto* c : {&c1, &c2}) {
+        const auto list = test_support::wait_for(*c, "/api/sessions", 30s, none_live);
+        std::uint64_t samples = 0;
+        for (auto& [name, d] : sessions_by_device(list)) {
+            samples += d.samples;
+            devices[name] = d;
+        }
+        test_support::wait_for(*c, "/api/status", 60s, [&](const json::value& v) {
+            return v.at("fleet").at("written_samples").to_number<std::uint64_t>() == samples;
+        });
+    }
+    REQUIRE(devices.size() == 3);
+    CHECK(devices["board-c"].ids.size() >= 3); // continuous, the user's run, continuous again
+
+    // Either collector answers for the whole fleet.
+    const auto listed = c2.get("/api/fleet/devices");
+    INFO(json::serialize(listed));
+    REQUIRE(listed.at("devices").as_array().size() == 3);
+    for (const auto& d : listed.at("devices").as_array())
+        CHECK(d.at("samples").to_number<std::uint64_t>() ==
+              devices[std::string(d.at("device").as_string())].samples);
+    // Each device's functions: the sum of its sessions' function tables (the C++ and the
+    // Python agent, each collector's own).
+    using counts = std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>;
+    const auto add = [](counts& to, const json::value& table) {
+        for (const auto& f : table.at("functions").as_array()) {
+            auto& [self, total] = to[std::string(f.at("name").as_string()) + " " +
+                                     std::string(f.at("module").as_string())];
+            self += f.at("self").to_number<std::uint64_t>();
+            total += f.at("total").to_number<std::uint64_t>();
+        }
+    };
+    for (const auto& [device, c] :
+         {std::pair{"board-a", &c1}, std::pair{"board-b", &c1}, std::pair{"board-c", &c2}}) {
+        INFO(device);
+        counts model, stored;
+        for (const auto& id : devices[device].ids)
+            add(model, c->get("/api/sessions/" + id + "/functions?weight=samples&limit=1000000"));
+        const auto fleet =
+            c1.get(std::string("/api/fleet/functions?limit=100000&devices=") + device);
+        CHECK(fleet.at("samples").to_number<std::uint64_t>() == devices[device].samples);
+        add(stored, fleet);
+        CHECK(stored.size() > 10);
+        CHECK(stored == model);
+    }
+}

@@ -45,3 +45,18 @@ TEST_CASE("collector flags: --config file, command line wins", "[collector][opti
     auto bad = parse({"--http-port", "70000"});
     CHECK(std::get<collector::exit_now>(bad).code == 2);
 }
+
+TEST_CASE("collector flags: --continuous takes a rate or 19, and a session length",
+          "[collector][options]") {
+    CHECK(std::get<collector::config>(parse({})).continuous_hz == 0);
+    const auto c = std::get<collector::config>(parse({"--continuous"}));
+    CHECK(c.continuous_hz == 19);
+    CHECK(c.continuous_session_s == 600);
+    const auto d =
+        std::get<collector::config>(parse({"--continuous", "49", "--continuous-session", "30"}));
+    CHECK(d.continuous_hz == 49);
+    CHECK(d.continuous_session_s == 30);
+    for (const auto& bad : std::vector<std::vector<const char*>>{
+             {"--continuous", "0"}, {"--continuous", "5000"}, {"--continuous-session", "1"}})
+        CHECK(std::get<collector::exit_now>(parse(bad)).code == 2);
+}

@@ -2264,7 +2264,8 @@ class Session(object):
                  "agent_version": VERSION, "update_arch": "python",
                  "updates": self.update_policy(),
                  "auth": "none" if self.token is None else "token",
-                 "hostname": socket.gethostname(), "platform": platform_info}
+                 "hostname": self.cfg.name or socket.gethostname(),
+                 "platform": platform_info}
         if self.cfg.mode == "server" and self.cfg.enroll:
             hello["enrollment"] = self.cfg.enroll  # only to the collector it was told to dial
         if self.cfg.mode == "server" and isinstance(self.sock, TlsLink):
@@ -3325,6 +3326,8 @@ Modes (exactly one):
   --frequency arg (=99) sampling frequency, Hz
   --duration arg (=8)   seconds per chunk or round
   --events arg          comma-separated perf events
+  --name arg            this device's name at the collector (default: the host 
+                        name)
   --token arg           pairing code (or env PERFWIRE_TOKEN)
   --enroll arg          --server: the collector's enrollment token (or env 
                         PERFWIRE_ENROLL_TOKEN)
@@ -3356,7 +3359,7 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
 FLAGS = ("listen", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
@@ -3464,6 +3467,10 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.token = values["token"] if "token" in values else (env_token or None)
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     c.allow_kallsyms = "allow-kallsyms" in values
+    c.name = values.get("name")
+    if c.name is not None and (not c.name or len(c.name.encode("utf-8", "surrogateescape")) > 200
+                               or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in c.name)):
+        raise usage("--name takes 1 to 200 bytes, no control characters")
     c.allow_update = "no-update" not in values
     c.update_pubkey = None
     for name in ("update-pubkey", "update-key"):

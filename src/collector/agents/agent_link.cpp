@@ -141,6 +141,7 @@ agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_contex
     , id_(std::move(target_id))
     , token_(std::move(token))
     , dialled_(dialled)
+    , continuous_wake_(ex_, asio::steady_timer::time_point::max())
     , wake_writer_(ex_, asio::steady_timer::time_point::max())
     , settled_(ex_, asio::steady_timer::time_point::max())
     , digested_(ex_, asio::steady_timer::time_point::max()) {
@@ -188,6 +189,7 @@ json::object agent_link::describe() const {
     o["platform"] = std::move(platform);
     o["state"] = protocol::to_string(state_);
     o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
+    o["continuous"] = continuous_run_;
     o["connected_at"] = connected_at_;
     // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
     // agent's), else the one the agent says it checked the collector's against.
@@ -333,6 +335,7 @@ void agent_link::close() {
     wake_writer_.cancel();
     digested_.cancel();
     settled_.cancel();
+    continuous_wake_.cancel();
     for (auto& [id, p] : pending_)
         p.timer->cancel();
 }
@@ -351,10 +354,47 @@ asio::awaitable<void> agent_link::run() {
     }
     say("agent connected (" + id_ +
         (stream_->encrypted() ? ", " + stream_->tls_version() : ", plain TCP") + ")");
-    co_await (reader() && writer());
+    co_await (reader() && writer() && keep_profiling());
     close();
     finish_session();
     say("agent disconnected (" + id_ + ")");
+}
+
+asio::awaitable<void> agent_link::keep_profiling() {
+    const unsigned hz = app_.cfg.continuous_hz;
+    if (!hz || !co_await ready(std::chrono::seconds(60)))
+        co_return;
+    auto self = shared_from_this();
+    const auto refused_pause = std::chrono::seconds(60), resume_pause = std::chrono::seconds(2);
+    std::string refused; // the last refusal, logged once
+    while (!closed_) {
+        if (state_ == agent_state::idle) {
+            // The whole system, at a low rate, in chunks of a few seconds; the agent's own
+            // events and call-graph mode (what its probe found works).
+            json::object args;
+            args["pid"] = nullptr;
+            args["frequency"] = hz;
+            args["duration"] = std::min(5u, app_.cfg.continuous_session_s);
+            std::string start(protocol::cmd::start); // (a local: GCC 12 and co_await)
+            const auto r = co_await command(std::move(start), std::move(args), std::nullopt, true);
+            if (!r.ok && !closed_ && r.error != "already profiling" && r.error != refused) {
+                refused = r.error;
+                log(peer_, "continuous profiling: the agent refused to start (" + r.error +
+                               "); asking again every minute");
+            } else if (r.ok) {
+                refused.clear();
+            }
+        }
+        // Until the agent goes idle (then a moment, so that a user's run that ended may be
+        // followed by theirs), or a minute after a refusal.
+        continuous_wake_.expires_after(state_ == agent_state::idle ? refused_pause
+                                                                   : std::chrono::hours(24));
+        co_await continuous_wake_.async_wait(use_nothrow);
+        if (closed_)
+            break;
+        continuous_wake_.expires_after(resume_pause);
+        co_await continuous_wake_.async_wait(use_nothrow);
+    }
 }
 
 void agent_link::say(const std::string& line) const {
@@ -605,6 +645,9 @@ bool agent_link::open_session() {
         meta["pid"] = *pid_;
     if (!callgraph_.empty())
         meta["callgraph"] = callgraph_;
+    if (continuous_run_)
+        meta["continuous"] = true;
+    session_opened_ = std::chrono::steady_clock::now();
     auto created = live_session::open(app_, peer_, hello_->hostname.value_or(hello_->agent), meta);
     if (!created) {
         log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
@@ -628,7 +671,13 @@ void agent_link::on_frame(protocol::frame&& f) {
     // A session is a run: it opens when the agent says it is profiling, or with its first
     // data. Metrics belong to the run in progress; between runs only the last record of each
     // type is kept, and the next run starts with them (the binaries' build-ids come first).
-    if ((f.flag == frame_flag::text || f.flag == frame_flag::zstd) && !open_session())
+    // A continuous run is cut into sessions of --continuous-session seconds, between chunks.
+    const bool data = f.flag == frame_flag::text || f.flag == frame_flag::zstd;
+    if (data && session_ && continuous_run_ &&
+        std::chrono::steady_clock::now() - session_opened_ >=
+            std::chrono::seconds(app_.cfg.continuous_session_s))
+        end_session();
+    if (data && !open_session())
         return;
 
     switch (f.flag) {
@@ -722,7 +771,7 @@ std::chrono::milliseconds agent_link::deadline_for(std::string_view cmd) noexcep
 
 asio::awaitable<command_response>
 agent_link::command(std::string cmd, json::object args,
-                    std::optional<std::chrono::milliseconds> timeout) {
+                    std::optional<std::chrono::milliseconds> timeout, bool continuous) {
     auto self = shared_from_this();
     const std::string id = "c" + std::to_string(next_command_++);
     if (closed_)
@@ -731,7 +780,7 @@ agent_link::command(std::string cmd, json::object args,
     if (const auto* p = args.if_contains("pid"); p && p->is_int64())
         asked_pid = static_cast<int>(p->as_int64());
     asio::steady_timer timer(ex_, timeout ? *timeout : deadline_for(cmd));
-    pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid};
+    pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid, continuous};
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
     co_await timer.async_wait(use_nothrow);
     auto asked = std::move(pending_[id]);
@@ -770,6 +819,7 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
             pid_ = asked.asked_pid; // none: the whole system
         const auto* cg = answer.fields.if_contains("callgraph");
         callgraph_ = cg && cg->is_string() ? known_callgraph(cg->as_string()) : std::string();
+        continuous_run_ = asked.continuous;
     }
     if (now)
         set_state(*now); // a started run is a session from now on, before its first data
@@ -780,9 +830,11 @@ void agent_link::set_state(agent_state now) {
         return;
     const bool running = state_ == agent_state::profiling || state_ == agent_state::paused;
     state_ = now;
-    if (running && now == agent_state::idle)
+    if (running && now == agent_state::idle) {
         end_session(); // everything of the run arrived before the answer or notice that says so
-    else if (!running && now == agent_state::profiling && hello_)
+        continuous_run_ = false;
+        continuous_wake_.cancel(); // --continuous starts it again
+    } else if (!running && now == agent_state::profiling && hello_)
         (void)open_session(); // a run began (a start, or --pid on the agent's command line)
     app_.changed(change::targets, id_);
 }

@@ -61,9 +61,12 @@ public:
 
     // Sends a command and waits for its response; an error string on timeout or close. An
     // answer that comes after the deadline still updates the target's state.
+    // `continuous`: a start of continuous profiling (--continuous), whose runs are cut into
+    // sessions of --continuous-session seconds and give way to a user's start.
     asio::awaitable<protocol::command_response>
     command(std::string cmd, boost::json::object args,
-            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+            std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+            bool continuous = false);
     // How long a command may take: those that may probe perf (the first start, reprobe,
     // verify_perf) take tens of seconds on slow devices and odd perf builds; the rest 15 s.
     static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
@@ -93,6 +96,8 @@ public:
     // The agent's key this collector pinned when it dialled over TLS (nothing: plain).
     std::optional<std::string> dial_pin() const;
     bool closed() const noexcept { return closed_; }
+    // Profiling because of --continuous (a user's start stops that run first).
+    bool in_continuous_run() const noexcept { return continuous_run_; }
 
     const std::string& id() const noexcept { return id_; }
     const std::string& session_id() const noexcept { return session_id_; }
@@ -116,6 +121,9 @@ private:
     void give_kernel_symbols(); // asks the agent once; each run's session gets the answer
 
     asio::awaitable<bool> open_link(); // an accepted connection: TLS or plain, as policy allows
+    // --continuous: starts the agent whenever it is idle (a user's run ended, or it just
+    // connected), until the link closes.
+    asio::awaitable<void> keep_profiling();
     std::unique_ptr<protocol::link_stream> stream_;
     asio::any_io_executor ex_;
     app_context& app_;
@@ -140,7 +148,10 @@ private:
     boost::json::object session_meta_; // from the hello, written when the session opens
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
-    std::string callgraph_; // of the run, as the start's answer said ("": not said)
+    std::string callgraph_;       // of the run, as the start's answer said ("": not said)
+    bool continuous_run_ = false; // the run is --continuous's
+    std::chrono::steady_clock::time_point session_opened_;
+    asio::steady_timer continuous_wake_; // cancelled when the agent goes idle or the link closes
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
@@ -174,6 +185,7 @@ private:
         asio::steady_timer* timer;
         std::string cmd;              // what was asked, for the state its answer implies
         std::optional<int> asked_pid; // a start's pid
+        bool continuous = false;      // a start of --continuous
     };
     // The state an answer implies, applied as the answer is read: in the order the frames
     // came, so a notice that follows it (the run ended at once) is applied after it.

@@ -492,6 +492,12 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
     std::string name(cmd->as_string());
+    if (name == protocol::cmd::start && link->in_continuous_run()) {
+        // A user's run takes the place of continuous profiling, which resumes when it ends.
+        std::string stop(protocol::cmd::stop); // (locals: GCC 12 and temporaries in co_await)
+        json::object no_args;
+        (void)co_await link->command(std::move(stop), std::move(no_args));
+    }
     auto r = co_await link->command(std::move(name), std::move(args));
     json::object out = r.fields;
     out["ok"] = r.ok;
