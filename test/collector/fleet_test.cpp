@@ -1,4 +1,5 @@
 #include "collector/fleet/clickhouse.hpp"
+#include "collector/fleet/queries.hpp"
 #include "collector/fleet/rows.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "support/agents.hpp"
@@ -10,6 +11,8 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <map>
 #include <set>
@@ -43,6 +46,28 @@ std::vector<std::vector<std::string>> query(const clickhouse_client& ch, const s
         rows.push_back(std::move(fields));
     }
     return rows;
+}
+
+// A flame graph's tree as text, children in name order: two trees with the same text have the
+// same nodes with the same counts.
+std::string tree_text(const json::value& node) {
+    std::vector<std::string> kids;
+    for (const auto& c : node.at("children").as_array())
+        kids.push_back(tree_text(c));
+    std::sort(kids.begin(), kids.end());
+    std::string out = std::string(node.at("name").as_string()) + " " +
+                      std::to_string(node.at("value").to_number<std::uint64_t>()) + " " +
+                      std::to_string(node.at("self").to_number<std::uint64_t>()) + "(";
+    for (const auto& k : kids)
+        out += k + ",";
+    return out + ")";
+}
+
+template <class F>
+void walk_tree(const json::value& node, F&& f) {
+    f(node.as_object());
+    for (const auto& c : node.at("children").as_array())
+        walk_tree(c, f);
 }
 
 } // namespace
@@ -83,6 +108,54 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
           fleet_encoder::frame_id("f", "/bin/x", ""));
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "") == fleet_encoder::frame_id("f", "/bin/x", ""));
+}
+
+TEST_CASE("fleet flame graph: stacks and frame names make the tree, a baseline its deltas, a bad "
+          "answer an error",
+          "[collector][fleet]") {
+    // Two stacks, leaf first: main → work (3 samples), and work alone (1).
+    const fleet_answers now{R"({"data":[[["1","2"],"3","30"],[["1"],"1","10"]]})",
+                            R"({"data":[["1","work","app"],["2","main","app"]]})"};
+    const fleet_answers before{R"({"data":[[["1","2"],"1","10"]]})",
+                               R"({"data":[["1","work","app"],["2","main","app"]]})"};
+    auto flame = fleet_flame_json(now, &before, {}, 100);
+    REQUIRE(flame.has_value());
+    INFO(json::serialize(*flame));
+    CHECK(flame->at("total").to_number<int>() == 4);
+    const auto& root = flame->at("root").as_object();
+    REQUIRE(root.at("children").as_array().size() == 2);
+    const auto& main = root.at("children").as_array()[0].as_object();
+    CHECK(main.at("name") == "main");
+    CHECK(main.at("value").to_number<int>() == 3);
+    CHECK(main.at("self").to_number<int>() == 0);
+    CHECK(main.at("baseline_pct").as_double() == 100.0);
+    CHECK(main.at("delta_pct").as_double() == -25.0);
+    const auto& work = main.at("children").as_array()[0].as_object();
+    CHECK(work.at("name") == "work");
+    CHECK(work.at("self").to_number<int>() == 3);
+    // work without a caller: new since the baseline.
+    const auto& alone = root.at("children").as_array()[1].as_object();
+    CHECK(alone.at("baseline_pct").as_double() == 0.0);
+    CHECK(alone.at("delta_pct").as_double() == 25.0);
+    // Bottom-up, by period: work at the root's children, its callers under it.
+    fleet_flame_shape up;
+    up.inverted = up.period = true;
+    auto inverted = fleet_flame_json(now, nullptr, up, 100);
+    REQUIRE(inverted.has_value());
+    CHECK(inverted->at("total").to_number<int>() == 40);
+    const auto& leaf = inverted->at("root").at("children").as_array()[0];
+    CHECK(leaf.at("name") == "work");
+    CHECK(leaf.at("value").to_number<int>() == 40);
+    CHECK(leaf.at("children").as_array()[0].at("name") == "main");
+    CHECK_FALSE(leaf.as_object().contains("delta_pct")); // no baseline, no deltas
+    // What ClickHouse did not answer as asked is an error, not a tree.
+    for (const auto& bad :
+         {fleet_answers{"not json", now.frames}, fleet_answers{R"({"data":[["x"]]})", now.frames},
+          fleet_answers{now.stacks, R"({"data":[[1,2,3]]})"}}) {
+        const auto r = fleet_flame_json(bad, nullptr, {}, 100);
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error().code == "clickhouse_error");
+    }
 }
 
 TEST_CASE("fleet store: a live session's samples reach ClickHouse with the totals the collector's "
@@ -223,6 +296,32 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
                   fleet_counts["(anonymous namespace)::matrix_multiply " +
                                std::string(f.at("module").as_string())]
                       .second);
+
+    // The flame graph ClickHouse's stacks make is the session's own, node for node.
+    const auto session_flame = coll.get("/api/sessions/" + id + "/flamegraph?weight=samples");
+    const auto fleet_flame =
+        coll.get("/api/fleet/flamegraph?devices=" + std::string(device.at("device").as_string()));
+    CHECK(fleet_flame.at("total").to_number<std::uint64_t>() == samples);
+    CHECK(tree_text(fleet_flame.at("root")) == tree_text(session_flame.at("root")));
+    // Compared with itself: nothing moved.
+    const auto same = coll.get("/api/fleet/flamegraph?base_event=cpu-clock");
+    double most = 0;
+    walk_tree(same.at("root"), [&](const json::object& n) {
+        most = std::max(most, std::abs(n.at("delta_pct").as_double()));
+    });
+    CHECK(most < 1e-9);
+    const auto same_functions = coll.get("/api/fleet/functions?base_event=cpu-clock");
+    for (const auto& f : same_functions.at("functions").as_array()) {
+        CHECK(std::abs(f.at("delta_total_pct").as_double()) < 1e-9);
+        CHECK(f.at("baseline_self_pct").as_double() == f.at("self_pct").as_double());
+    }
+    // Stacks through one function: its inclusive count.
+    const auto through =
+        coll.get("/api/fleet/functions?limit=1&function=(anonymous%20namespace)::matrix_multiply");
+    CHECK(through.at("samples").to_number<std::uint64_t>() ==
+          fleet_counts["(anonymous namespace)::matrix_multiply " +
+                       std::string(through.at("functions").as_array()[0].at("module").as_string())]
+              .second);
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?build=XYZ").status ==
           400);
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?from=yesterday")

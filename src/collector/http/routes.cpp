@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -628,34 +629,52 @@ asio::awaitable<http_response> get_session(request_context& c) {
 
 // The Fleet view's questions, answered by ClickHouse (fleet/queries.hpp) on the collector's
 // fleet query threads: the I/O thread and the sessions' pool never wait for it.
-asio::awaitable<result<std::string>> ask_clickhouse(const clickhouse_client* client,
-                                                    std::string sql) {
-    co_return client->run(sql);
+using fleet_work = std::function<result<json::object>(const clickhouse_client&)>;
+
+asio::awaitable<result<json::object>> run_fleet_work(const clickhouse_client* client,
+                                                     fleet_work work) {
+    co_return work(*client);
 }
 
-template <class Sql, class Shape>
-asio::awaitable<http_response> fleet_view(request_context& c, Sql sql, Shape shape) {
+asio::awaitable<http_response> fleet_view(request_context& c, fleet_work work) {
     if (!c.app.fleet)
         co_return make_error(c.req, http::status::not_found, "no_fleet_store",
                              "this collector writes to no fleet store: start it with "
                              "--clickhouse URL (docs/fleet.md)");
-    const auto filter = parse_fleet_filter(c.url.query);
-    if (!filter)
-        co_return make_error(c.req, filter.error());
-    auto ask = ask_clickhouse(&c.app.fleet->client(),
-                              sql(c.app.fleet->client().config().database, *filter));
-    auto answer =
-        co_await asio::co_spawn(*c.app.fleet_queries, std::move(ask), asio::use_awaitable);
+    auto answer = co_await asio::co_spawn(*c.app.fleet_queries,
+                                          run_fleet_work(&c.app.fleet->client(), std::move(work)),
+                                          asio::use_awaitable);
     if (!answer)
         co_return make_error(c.req, answer.error());
-    auto shaped = shape(*answer);
-    if (!shaped)
-        co_return make_error(c.req, shaped.error());
-    co_return make_json(c.req, http::status::ok, *shaped);
+    co_return make_json(c.req, http::status::ok, *answer);
+}
+
+// The filter of a Fleet question, and its baseline when it compares.
+struct fleet_question {
+    fleet_filter now;
+    std::optional<fleet_filter> baseline;
+};
+result<fleet_question> fleet_question_of(const request_context& c) {
+    auto now = parse_fleet_filter(c.url.query);
+    if (!now)
+        return now.error();
+    auto baseline = parse_fleet_baseline(c.url.query, *now);
+    if (!baseline)
+        return baseline.error();
+    return fleet_question{std::move(*now), std::move(*baseline)};
 }
 
 asio::awaitable<http_response> get_fleet_devices(request_context& c) {
-    co_return co_await fleet_view(c, fleet_devices_sql, fleet_devices_json);
+    auto q = fleet_question_of(c);
+    if (!q)
+        co_return make_error(c.req, q.error());
+    fleet_work work = [f = q->now](const clickhouse_client& ch) -> result<json::object> {
+        auto answer = ch.run(fleet_devices_sql(ch.config().database, f));
+        if (!answer)
+            return answer.error();
+        return fleet_devices_json(*answer);
+    };
+    co_return co_await fleet_view(c, std::move(work));
 }
 
 asio::awaitable<http_response> get_fleet_functions(request_context& c) {
@@ -664,11 +683,73 @@ asio::awaitable<http_response> get_fleet_functions(request_context& c) {
     if (bad || (limit && (*limit < 1 || *limit > 100000)))
         co_return make_error(c.req, http::status::bad_request, "bad_parameter",
                              "limit must be from 1 to 100000");
+    auto q = fleet_question_of(c);
+    if (!q)
+        co_return make_error(c.req, q.error());
     const auto n = static_cast<std::size_t>(limit.value_or(200));
-    co_return co_await fleet_view(
-        c,
-        [n](std::string_view db, const fleet_filter& f) { return fleet_functions_sql(db, f, n); },
-        fleet_functions_json);
+    fleet_work work = [q = std::move(*q), n](const clickhouse_client& ch) -> result<json::object> {
+        const auto functions = [&](const fleet_filter& f,
+                                   std::size_t rows) -> result<json::object> {
+            auto answer = ch.run(fleet_functions_sql(ch.config().database, f, rows));
+            if (!answer)
+                return answer.error();
+            return fleet_functions_json(*answer);
+        };
+        auto body = functions(q.now, n);
+        if (!body || !q.baseline)
+            return body;
+        // Every function of the baseline: one cut off its top rows would read as new.
+        auto base = functions(*q.baseline, 100000);
+        if (!base)
+            return base.error();
+        fleet_compare_functions(*body, *base);
+        return body;
+    };
+    co_return co_await fleet_view(c, std::move(work));
+}
+
+asio::awaitable<http_response> get_fleet_flamegraph(request_context& c) {
+    bool bad = false;
+    const auto min_pct = number_param(c.url, "min_pct", bad);
+    if (bad || (min_pct && (*min_pct < 0 || *min_pct > 100)))
+        co_return make_error(c.req, http::status::bad_request, "bad_parameter",
+                             "min_pct must be from 0 to 100");
+    auto q = fleet_question_of(c);
+    if (!q)
+        co_return make_error(c.req, q.error());
+    fleet_flame_shape shape;
+    shape.inverted = c.url.query.count("inverted") && c.url.query.at("inverted") == "1";
+    shape.period = c.url.query.count("weight") && c.url.query.at("weight") == "period";
+    shape.min_pct = min_pct.value_or(0.0);
+    fleet_work work = [q = std::move(*q),
+                       shape](const clickhouse_client& ch) -> result<json::object> {
+        constexpr std::size_t max_stacks = 200'000; // the busiest; the rest are counted
+        const auto& db = ch.config().database;
+        const auto answers = [&](const fleet_filter& f) -> result<fleet_answers> {
+            auto stacks = ch.run(fleet_stacks_sql(db, f, max_stacks));
+            if (!stacks)
+                return stacks.error();
+            auto frames = ch.run(fleet_frames_sql(db, f));
+            if (!frames)
+                return frames.error();
+            return fleet_answers{std::move(*stacks), std::move(*frames)};
+        };
+        auto now = answers(q.now);
+        if (!now)
+            return now.error();
+        std::optional<fleet_answers> base;
+        if (q.baseline) {
+            auto b = answers(*q.baseline);
+            if (!b)
+                return b.error();
+            base = std::move(*b);
+        }
+        auto body = fleet_flame_json(*now, base ? &*base : nullptr, shape, max_stacks);
+        if (body)
+            (*body)["event"] = q.now.event;
+        return body;
+    };
+    co_return co_await fleet_view(c, std::move(work));
 }
 
 struct route {
@@ -687,6 +768,7 @@ constexpr route routes[] = {
     {http::verb::get, "/api/browse", get_browse},
     {http::verb::get, "/api/fleet/devices", get_fleet_devices},
     {http::verb::get, "/api/fleet/functions", get_fleet_functions},
+    {http::verb::get, "/api/fleet/flamegraph", get_fleet_flamegraph},
     {http::verb::get, "/api/targets", list_targets},
     {http::verb::post, "/api/targets/connect", connect_target},
     {http::verb::delete_, "/api/targets/:id", disconnect_target},
