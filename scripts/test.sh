@@ -39,9 +39,10 @@ step "Debian package: cpack, its contents, lintian"
 scripts/package.sh
 bash test/package/package_test.sh build/perfwire_*.deb
 
-step "browser tests: the UI in headless Chromium on a live profile, and twenty tabs at once"
+step "browser tests: the UI in headless Chromium on a live profile, twenty tabs at once, the Fleet view on ClickHouse"
 node test/ui/ui_test.mjs build
 node test/ui/tabs_test.mjs build 20
+node test/ui/fleet_test.mjs build
 
 step "build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \

@@ -6,7 +6,7 @@ import { read as hashState } from './state.js';
 import { store } from './store.js';
 import { openLiveStream } from './stream.js';
 import { init as initViews, live, liveRender, rerender } from './render.js';
-import { $, esc } from './util.js';
+import { $, api, esc } from './util.js';
 
 // Theme: auto (the system's), light or dark; remembered by this browser.
 const themes = ['auto', 'light', 'dark'];
@@ -75,6 +75,8 @@ function follow(stream) {
 
 initViews();
 if (await signedIn()) {
+  // The Fleet view, when this collector writes to a fleet store.
+  api('/api/status').then((st) => { $('#fleet-link').hidden = !st.fleet; }).catch(() => {});
   window.addEventListener('hashchange', rerender);
   follow(openLiveStream());
   rerender();

@@ -11,6 +11,7 @@
 // meta the session's (from the header).
 import { read } from './state.js';
 import { $, visible } from './util.js';
+import * as fleet from './views/fleet.js';
 import * as flamegraph from './views/flamegraph.js';
 import * as functions from './views/functions.js';
 import * as health from './views/health.js';
@@ -26,7 +27,7 @@ import * as wizard from './views/wizard.js';
 // A session's tabs, by the URL's tab=.
 export const TABS = Object.freeze({ functions, flamegraph, source, sandwich, timeline, threads, sessions });
 const SESSION_VIEWS = [header, health, ...Object.values(TABS)];
-const VIEWS = [landing, wizard, ...SESSION_VIEWS];
+const VIEWS = [landing, wizard, fleet, ...SESSION_VIEWS];
 
 class Superseded extends Error {}
 let renderedHash = '';
@@ -75,6 +76,13 @@ async function render() {
   const s = read();
   if (location.hash === '#wizard') { showError(null); wizard.render(); return; }
   wizard.clear();
+  $('#fleet').hidden = !fleet.isFleet();
+  if (fleet.isFleet()) {
+    $('#landing').hidden = true; $('#session').hidden = true;
+    try { await fleet.render(); showError(null); } catch (e) { if (!(e instanceof Superseded)) showError(e.message, 'fleet'); }
+    return;
+  }
+  fleet.clear();
   $('#landing').hidden = !!s.session;
   $('#session').hidden = !s.session;
   // An error is shown above the view it belongs to, and goes when that view renders again.

@@ -4,7 +4,8 @@
 // shown are neither asked for nor drawn ("N small frames hidden").
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { amount, attr, count, esc, moduleColour, moduleHue, nameShade, pct, unitOf, visible } from '../format.js';
+import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
+import { boxAt as boxAtPointer, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
 import { $, blankCanvas, filterRegex, hoverTip, setHtml } from '../util.js';
 
 // flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
@@ -70,38 +71,11 @@ function draw() {
   if (!v.flame) return;
   let root = v.flame.root;
   for (const name of v.zoomPath) root = root.children.find((c) => c.name === name) || root;
-  const rowH = 18, width = canvas.clientWidth || 800;
-  const boxes = [];
-  const walk = (n, x, depth, scale) => {
-    boxes.push({ n, x, y: depth * rowH, w: n.value * scale });
-    let cx = x;
-    for (const c of n.children || []) { if (c.value * scale >= 0.5) walk(c, cx, depth + 1, scale); cx += c.value * scale; }
-  };
-  walk(root, 0, 0, root.value ? width / root.value : 0);
-  const depth = Math.max(...boxes.map((b) => b.y)) / rowH + 1;
-  canvas.width = width * devicePixelRatio; canvas.height = depth * rowH * devicePixelRatio;
-  canvas.style.height = depth * rowH + 'px';
-  canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
-  canvas.dataset.inverted = v.flame.inverted ? '1' : '';
-  const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
-  g.font = '11px ui-monospace, monospace';
   const { re } = filterRegex($('#filter').value);
+  const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null });
+  const rowH = ROW_H;
+  canvas.dataset.inverted = v.flame.inverted ? '1' : '';
   const d0 = root.delta_pct ?? root.children?.find((c) => c.delta_pct != null)?.delta_pct;
-  for (const b of boxes) {
-    const hue = moduleHue(b.n.module || '');
-    // Against a baseline: red grew, blue shrank, grey unchanged; otherwise a hue per module.
-    const d = b.n.delta_pct;
-    const fill = d != null ? (Math.abs(d) < 0.05 ? 'hsl(0,0%,78%)' : `hsl(${d > 0 ? 0 : 220},${Math.min(90, 30 + Math.abs(d) * 6)}%,62%)`)
-      : `hsl(${(hue + nameShade(b.n.name) - 11 + 360) % 360},${55 + nameShade(b.n.name)}%,${52 + (nameShade(b.n.name) % 5) * 3}%)`;
-    g.fillStyle = re && re.test(b.n.name) ? '#d946ef' : fill;
-    g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), rowH - 1);
-    if (b.w > 40) {
-      // As many characters as fit the box (the font's own width, not a guess).
-      const label = b.y === 0 && v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : visible(b.n.name);
-      const fit = Math.max(0, Math.floor((b.w - 6) / g.measureText('M').width));
-      g.fillStyle = '#111'; g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
-    }
-  }
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(v.flame);
   const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
@@ -113,17 +87,11 @@ function draw() {
     const walkMatch = (n) => { if (re.test(n.name)) { matched += n.value; return; } for (const c of n.children || []) walkMatch(c); };
     walkMatch(root);
   }
-  const modules = new Map();
-  for (const b of boxes) if (b.n.module) modules.set(b.n.module, (modules.get(b.n.module) || 0) + b.w);
-  const legend = d0 != null ? '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline'
-    : [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
+  const legend = flameLegend(boxes, d0 != null);
   const small = v.flame.small_frames_hidden;
   const hiddenNote = small ? ` · <span class="muted" title="frames under half a pixel wide at this zoom are not sent; zoom in to see them">${count(small)} small ${small === 1 ? 'frame' : 'frames'} hidden</span>` : '';
   $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
-  const boxAt = (e) => {
-    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
-    return boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + rowH);
-  };
+  const boxAt = (e) => boxAtPointer(canvas, boxes, e);
   // Right-click: focus on the frame's function (every stack through it, from there down) or
   // hide it from every stack, as pprof's -focus and -hide do.
   canvas.oncontextmenu = (e) => {
