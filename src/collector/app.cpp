@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/context.hpp"
+#include "collector/fleet/backlog.hpp"
 #include "collector/fleet/store.hpp"
 #include "collector/http/access.hpp"
 #include "collector/http/server.hpp"
@@ -178,6 +179,8 @@ int run(const config& c) {
             " samples in " + std::to_string(s).substr(0, std::to_string(s).find('.') + 3) +
             " s) as session " + r.session_id);
         app.sessions.adopt(r.session_id, std::move(r.model));
+        if (app.backlog)
+            app.backlog->added(r.session_id);
     }
 
     // Sessions are kept here: a folder that cannot be written is an error now, not at the
@@ -334,7 +337,9 @@ int run(const config& c) {
     app.pool.join();
     if (app.fleet_queries)
         app.fleet_queries->join();
-    if (app.fleet) { // what waits for ClickHouse: a few seconds to write it, then given up
+    if (app.backlog)
+        app.backlog->stop();
+    if (app.fleet) { // what waits for ClickHouse: a few seconds, then the session folders keep it
         if (!app.fleet->flush(std::chrono::seconds(5)))
             log("fleet store", "samples still waiting for ClickHouse are not written: " +
                                    boost::json::serialize(app.fleet->status()));

@@ -1,5 +1,6 @@
 #include "collector/context.hpp"
 
+#include "collector/fleet/backlog.hpp"
 #include "collector/fleet/store.hpp"
 #include "collector/http/events.hpp"
 #include "collector/http/settings.hpp"
@@ -58,7 +59,10 @@ app_context::app_context(asio::io_context& io_context, config c)
     }
     if (!cfg.clickhouse.url.empty())
         if (auto client = clickhouse_client::make(cfg.clickhouse)) {
-            fleet = std::make_unique<fleet_store>(std::move(*client));
+            fleet = std::make_unique<fleet_store>(
+                std::move(*client), cfg.clickhouse_buffer_mb << 20, cfg.clickhouse_retention_days);
+            backlog = std::make_unique<fleet_backlog>(store, *fleet, &symbols, collector_name,
+                                                      cfg.live_mb << 20);
             fleet_queries = std::make_unique<asio::thread_pool>(2);
         }
 }

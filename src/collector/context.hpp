@@ -30,6 +30,7 @@ namespace collector {
 
 class agent_link;
 class fleet_store;
+class fleet_backlog;
 struct turn_queue;
 
 struct app_context {
@@ -49,6 +50,9 @@ struct app_context {
     symbolizer symbols{cfg.symbols};
     // The fleet store (--clickhouse): every sample live sessions take, also written there.
     std::unique_ptr<fleet_store> fleet;
+    // What the fleet store may lack, written there from the session folders (after `fleet`:
+    // stopped before it).
+    std::unique_ptr<fleet_backlog> backlog;
     std::unique_ptr<asio::thread_pool> fleet_queries; // where the Fleet view's queries wait
     std::string collector_name; // the collector's name in it (--collector-name, the host name)
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is

@@ -1,6 +1,7 @@
 #include "collector/live_session.hpp"
 
 #include "collector/context.hpp"
+#include "collector/fleet/backlog.hpp"
 #include "collector/fleet/store.hpp"
 #include "collector/log.hpp"
 #include "collector/model/views.hpp"
@@ -159,6 +160,8 @@ boost::system::result<std::unique_ptr<live_session>> live_session::open(app_cont
         const double at = started && started->is_number() ? started->to_number<double>() : 0.0;
         o.wall_start_ns = static_cast<std::uint64_t>(std::max(at, 0.0) * 1e9);
         fleet = std::make_shared<const fleet_encoder::origin>(std::move(o));
+        if (app.backlog)
+            app.backlog->opened((*created)->id);
     }
     return std::unique_ptr<live_session>(
         new live_session(app, std::move(*created), std::move(who), std::move(fleet)));
@@ -270,6 +273,8 @@ void live_session::end(double ended_at, std::optional<int> pid) {
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);
+        if (app->backlog) // checked once its batches are written
+            app->backlog->ended(e->id);
         // It was being named again: the next view replays it all from disk (with the names as
         // they are then); a rebuild under way is given up.
         if (std::exchange(e->rebuilding, nullptr)) {

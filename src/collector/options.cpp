@@ -103,6 +103,11 @@ po::options_description describe_options() {
          "the ClickHouse user")
         ("clickhouse-password", po::value<std::string>(), "the ClickHouse user's password (best "
                                                           "in a --config file)")
+        ("clickhouse-buffer-mb", po::value<int>()->default_value(256),
+         "memory for samples waiting for ClickHouse; past it they wait in the session folders "
+         "and are written from there when their sessions end")
+        ("clickhouse-retention-days", po::value<int>()->default_value(0),
+         "drop the fleet store's samples of days older than this (0: keep them all)")
         ("collector-name", po::value<std::string>(), "this collector's name in the fleet store "
                                                      "(default: the host name)")
         ("continuous", po::value<int>()->implicit_value(19),
@@ -272,6 +277,14 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
             c.clickhouse.password = vm["clickhouse-password"].as<std::string>();
         if (auto checked = clickhouse_client::make(c.clickhouse); !checked)
             return usage(checked.error().message);
+        const int buffer = vm["clickhouse-buffer-mb"].as<int>();
+        if (buffer < 0 || buffer > 65536)
+            return usage("--clickhouse-buffer-mb takes 0 to 65536");
+        c.clickhouse_buffer_mb = static_cast<std::size_t>(buffer);
+        const int days = vm["clickhouse-retention-days"].as<int>();
+        if (days < 0 || days > 36500)
+            return usage("--clickhouse-retention-days takes 0 (keep all) to 36500");
+        c.clickhouse_retention_days = static_cast<unsigned>(days);
     }
     if (vm.count("collector-name"))
         c.collector_name = vm["collector-name"].as<std::string>();

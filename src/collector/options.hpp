@@ -49,6 +49,10 @@ struct config {
     // The fleet store (--clickhouse URL, -database, -user, -password): url empty when off.
     clickhouse_config clickhouse;
     std::string collector_name; // in the fleet store; default: the host name
+    // Batches waiting for ClickHouse in memory (--clickhouse-buffer-mb); past it samples wait
+    // in the session folders only (0: always there).
+    std::size_t clickhouse_buffer_mb = 256;
+    unsigned clickhouse_retention_days = 0; // 0: the samples of every day are kept
     // --continuous [HZ]: every agent profiled (the whole system) without anyone pressing start,
     // at this rate; 0: off. Its runs are cut into sessions of continuous_session_s seconds.
     unsigned continuous_hz = 0;

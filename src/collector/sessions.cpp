@@ -408,7 +408,8 @@ model_seed seed_of(const session_entry& e) {
 
 std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
                                            symbolizer* names, std::size_t allowance,
-                                           const model_seed& seed, std::size_t max_chunks) {
+                                           const model_seed& seed, std::size_t max_chunks,
+                                           const samples_added& added) {
     auto fresh = std::make_unique<session_model>(names);
     fresh->allowance = allowance;
     fresh->owner_recording = store.owner_import(id); // never what an agent said of itself
@@ -428,8 +429,11 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     fresh->kernel_note = seed.kernel_note;
     if (kept && !fresh->kernel)
         fresh->kernel_note = kernel_tables::full;
+    std::function<void(std::size_t, std::size_t)> hook;
+    if (added)
+        hook = [&](std::size_t from, std::size_t to) { added(*fresh, from, to); };
     const auto take = [&](bool compressed, std::string_view payload) {
-        fresh->ingest(compressed, payload);
+        fresh->ingest(compressed, payload, hook);
     };
     (void)store.replay(id, take, max_chunks);
     for (const auto& [compressed, payload] : seed.unsaved)

@@ -174,10 +174,13 @@ model_seed seed_of(const session_entry& e);
 // A session's model made from its folder (the first `max_chunks` chunks, then the seed's
 // unsaved ones), its frames named by `names` (when given) for the builds and kernel that ran.
 // The model keeps within `allowance` bytes as it is built (session_model::fit). Touches no
-// entry: runs anywhere.
+// entry: runs anywhere. `added`: as session_model::ingest's, with the model (its `chunks - 1`
+// is the chunk's number, as a live session counted it).
+using samples_added = std::function<void(session_model&, std::size_t from, std::size_t to)>;
 std::unique_ptr<session_model> build_model(const session_store& store, const std::string& id,
                                            symbolizer* names, std::size_t allowance,
-                                           const model_seed& seed, std::size_t max_chunks);
+                                           const model_seed& seed, std::size_t max_chunks,
+                                           const samples_added& added = nullptr);
 // On the entry's strand: the session's model made again (build_model, all its chunks, within
 // the entry's allowance) and put in place.
 void load_model(session_entry& e, const session_store& store, symbolizer* names);

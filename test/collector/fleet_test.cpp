@@ -469,3 +469,129 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         CHECK(stored == model);
     }
 }
+
+TEST_CASE("fleet backlog: samples the store could not keep, an import made while ClickHouse was "
+          "down and what waited when the collector stopped are written from the session "
+          "folders, each once",
+          "[collector][fleet][clickhouse][perf][integration]") {
+    test_support::clickhouse_proc ch;
+    test_support::temp_dir dir;
+    clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = "fleet_backlog";
+    const auto client = clickhouse_client::make(cfg);
+    REQUIRE(client.has_value());
+    const std::vector<std::string> store{"--clickhouse", ch.url(), "--clickhouse-database",
+                                         "fleet_backlog"};
+    const auto held = [&](const std::string& session) {
+        return std::stoull(query(*client, "SELECT count() FROM samples WHERE session = " +
+                                              clickhouse_quote(session))[0][0]);
+    };
+    const auto settled = [](const json::value& v) {
+        const auto& f = v.at("fleet");
+        return f.at("backlog").at("sessions").to_number<std::uint64_t>() == 0 &&
+               f.at("backlog").at("writing").as_string().empty() &&
+               f.at("waiting_samples").to_number<std::uint64_t>() == 0;
+    };
+    std::string live_id, import_id;
+    std::uint64_t live_samples = 0, import_samples = 0;
+    {
+        // No memory for batches at all: every sample waits in the session folder and is
+        // written from there when the session ends.
+        auto with_store = store;
+        with_store.insert(with_store.end(), {"--clickhouse-buffer-mb", "0"});
+        test_support::collector_proc coll(dir.path, with_store);
+        auto demo = test_support::start_demo(30);
+        auto agent =
+            test_support::start_agent(test_support::agent_flavour::cpp,
+                                      {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                       "--pid", std::to_string(demo->pid()), "--duration", "1"});
+        const auto sessions =
+            test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+                return v.as_array().size() == 1 &&
+                       v.as_array()[0].at("samples").to_number<std::uint64_t>() >= 200;
+            });
+        live_id = std::string(sessions.as_array()[0].at("id").as_string());
+        agent->signal(SIGTERM);
+        REQUIRE(agent->wait(20s));
+        const auto ended =
+            test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+                return !v.as_array()[0].at("live").as_bool();
+            });
+        live_samples = ended.as_array()[0].at("samples").to_number<std::uint64_t>();
+        const auto status = test_support::wait_for(coll, "/api/status", 60s, settled);
+        INFO(json::serialize(status));
+        CHECK(status.at("fleet").at("not_kept_samples").to_number<std::uint64_t>() == live_samples);
+        CHECK(status.at("fleet").at("backlog").at("written_samples").to_number<std::uint64_t>() ==
+              live_samples);
+        CHECK(held(live_id) == live_samples);
+        CHECK_FALSE(std::filesystem::exists(dir.path / live_id / "fleet-pending"));
+
+        // ClickHouse away: an import waits in its folder; so does everything at the stop.
+        ch.stop();
+        const auto up = test_support::http_call(
+            coll.http_port, "POST", "/api/sessions/import",
+            test_support::fixture("collector/fixtures/callchain_fields.txt"));
+        INFO(up.body);
+        REQUIRE(up.status == 200);
+        import_id = std::string(json::parse(up.body).at("session_id").as_string());
+        import_samples =
+            coll.get("/api/sessions/" + import_id).at("samples").to_number<std::uint64_t>();
+        REQUIRE(import_samples > 0);
+        test_support::wait_for(coll, "/api/status", 30s, [](const json::value& v) {
+            return !v.at("fleet").at("backlog").at("last_error").as_string().empty();
+        });
+        CHECK(std::filesystem::exists(dir.path / import_id / "fleet-pending"));
+    }
+    ch.restart();
+    // The next start writes what the folders hold and ClickHouse lacks: the import; the live
+    // session, there already, not again.
+    test_support::collector_proc coll(dir.path, store);
+    const auto status = test_support::wait_for(coll, "/api/status", 60s, settled);
+    INFO(json::serialize(status));
+    CHECK(held(import_id) == import_samples);
+    CHECK(held(live_id) == live_samples);
+    CHECK(status.at("fleet").at("backlog").at("written_samples").to_number<std::uint64_t>() ==
+          import_samples);
+    CHECK_FALSE(std::filesystem::exists(dir.path / import_id / "fleet-pending"));
+    // An imported recording is a device of its own in the Fleet view.
+    const auto devices = coll.get("/api/fleet/devices");
+    CHECK(devices.at("devices").as_array().size() == 2);
+}
+
+TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are dropped, the "
+          "others kept",
+          "[collector][fleet][clickhouse][integration]") {
+    test_support::clickhouse_proc ch;
+    test_support::temp_dir dir;
+    clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = "fleet_retention";
+    const auto client = clickhouse_client::make(cfg);
+    REQUIRE(client.has_value());
+    for (const auto& sql : fleet_schema("fleet_retention"))
+        REQUIRE(client->run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE")).has_value());
+    // A sample today, one 10 days ago and one 40 days ago.
+    const auto today =
+        static_cast<std::uint16_t>(std::chrono::duration_cast<std::chrono::hours>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count() /
+                                   24);
+    std::string values;
+    for (const int ago : {0, 10, 40})
+        values += "('" + fleet_date(static_cast<std::uint16_t>(today - ago)) + "', '" +
+                  fleet_date(static_cast<std::uint16_t>(today - ago)) +
+                  " 12:00:00', 'c', 'board', 's', 0, 1, 1, 'w', 'cpu-clock', 1, 7, ''),";
+    values.pop_back();
+    REQUIRE(client->run("INSERT INTO samples VALUES " + values).has_value());
+    test_support::collector_proc coll(dir.path,
+                                      {"--clickhouse", ch.url(), "--clickhouse-database",
+                                       "fleet_retention", "--clickhouse-retention-days", "30"});
+    test_support::wait_for(coll, "/api/status", 30s, [](const json::value& v) {
+        return v.at("fleet").at("dropped_days").to_number<int>() == 1;
+    });
+    const auto left = query(*client, "SELECT day FROM samples ORDER BY day");
+    REQUIRE(left.size() == 2);
+    CHECK(left[0][0] == fleet_date(static_cast<std::uint16_t>(today - 10)));
+    CHECK(left[1][0] == fleet_date(today));
+}

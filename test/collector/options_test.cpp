@@ -60,3 +60,15 @@ TEST_CASE("collector flags: --continuous takes a rate or 19, and a session lengt
              {"--continuous", "0"}, {"--continuous", "5000"}, {"--continuous-session", "1"}})
         CHECK(std::get<collector::exit_now>(parse(bad)).code == 2);
 }
+
+TEST_CASE("collector flags: --clickhouse-buffer-mb, 0 to keep nothing waiting in memory",
+          "[collector][options]") {
+    CHECK(std::get<collector::config>(parse({"--clickhouse", "http://127.0.0.1:8123"}))
+              .clickhouse_buffer_mb == 256);
+    CHECK(std::get<collector::config>(
+              parse({"--clickhouse", "http://127.0.0.1:8123", "--clickhouse-buffer-mb", "0"}))
+              .clickhouse_buffer_mb == 0);
+    CHECK(std::get<collector::exit_now>(
+              parse({"--clickhouse", "http://127.0.0.1:8123", "--clickhouse-buffer-mb", "-1"}))
+              .code == 2);
+}

@@ -71,7 +71,8 @@ async function show() {
   const s = stateOf(), now = Date.now() / 1000;
   const status = await api('/api/status');
   const store = status.fleet;
-  $('#fleet-store').textContent = store ? `ClickHouse at ${store.clickhouse}, database ${store.database} · ${count(store.written_samples)} samples written by this collector${store.waiting_samples ? `, ${count(store.waiting_samples)} waiting` : ''}` : '';
+  const backlog = store?.backlog?.sessions ? `, ${count(store.backlog.sessions)} ${store.backlog.sessions === 1 ? 'session' : 'sessions'} to write from the session folders` : '';
+  $('#fleet-store').textContent = store ? `ClickHouse at ${store.clickhouse}, database ${store.database} · ${count(store.written_samples)} samples written by this collector${store.waiting_samples ? `, ${count(store.waiting_samples)} waiting` : ''}${backlog}` : '';
   $('#fleet-none').hidden = !!store;
   $('#fleet-body').hidden = !store;
   if (!store) return;

@@ -108,6 +108,8 @@ void fleet_batch::merge(fleet_batch&& o) {
     samples += o.samples;
     accounted += o.accounted;
     batches += o.batches;
+    for (const auto& [id, n] : o.sessions)
+        sessions[id] += n;
 }
 
 std::uint64_t fleet_encoder::frame_id(std::string_view symbol, std::string_view module,
@@ -167,6 +169,7 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
                                   std::uint32_t chunk,
                                   const std::map<std::string, std::string>& build_ids) {
     fleet_batch b;
+    b.sessions[origin_.session] = 1;
     if (from < p.raw_begin())
         from = p.raw_begin(); // (folded already: the caller encodes before the model folds)
     std::uint32_t last_tid = UINT32_MAX, pid = 0;

@@ -40,7 +40,8 @@ struct fleet_batch {
     std::size_t bytes() const noexcept;
     std::size_t accounted = 0; // bytes() when queued (the store's count of what waits)
     std::uint64_t batches = 1; // chunks merged into it (the store writes several at once)
-    bool started = false;      // being written: nothing more is merged into it
+    std::map<std::string, std::uint64_t> sessions; // the chunks of each session in it
+    bool started = false;                          // being written: nothing more is merged into it
 
     // Appends `o`'s rows to these (one INSERT per table and day for both).
     void merge(fleet_batch&& o);

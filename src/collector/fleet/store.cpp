@@ -5,12 +5,15 @@
 #include <boost/json/object.hpp>
 
 #include <algorithm>
+#include <sstream>
 
 namespace collector {
 
-fleet_store::fleet_store(clickhouse_client client, std::size_t max_backlog_bytes)
+fleet_store::fleet_store(clickhouse_client client, std::size_t max_backlog_bytes,
+                         unsigned retention_days)
     : client_(std::move(client))
     , max_backlog_(max_backlog_bytes)
+    , retention_days_(retention_days)
     , thread_([this] { run(); }) {}
 
 fleet_store::~fleet_store() {
@@ -28,18 +31,18 @@ void fleet_store::stop() {
         thread_.join();
 }
 
-void fleet_store::add(fleet_batch b) {
+void fleet_store::add(fleet_batch b, bool paced) {
     if (!b.samples && b.stacks.empty() && b.frames.empty())
         return;
     {
         std::lock_guard lock(m_);
         const auto bytes = b.bytes();
-        if (queued_bytes_ + bytes > max_backlog_) {
+        if (!paced && queued_bytes_ + bytes > max_backlog_) {
             if (not_kept_ == 0)
                 log("fleet store", "the batches waiting for ClickHouse reached " +
                                        std::to_string(max_backlog_ >> 20) +
-                                       " MB: newer samples are not kept for it (the session "
-                                       "folders keep every chunk)");
+                                       " MB: newer samples wait in the session folders, and "
+                                       "are written from there when the sessions end");
             not_kept_ += b.samples;
             return;
         }
@@ -47,6 +50,8 @@ void fleet_store::add(fleet_batch b) {
         queued_bytes_ += bytes;
         queued_samples_ += b.samples;
         ++added_;
+        for (const auto& [id, n] : b.sessions)
+            outstanding_[id] += n;
         queue_.push_back(std::move(b));
     }
     wake_.notify_one();
@@ -57,6 +62,18 @@ bool fleet_store::flush(std::chrono::milliseconds timeout) {
     const auto target = added_;
     return drained_.wait_for(lock, timeout, [&] { return done_ >= target || stopping_; }) &&
            done_ >= target;
+}
+
+bool fleet_store::wait_room(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(m_);
+    return drained_.wait_for(lock, timeout, [&] {
+        return queued_bytes_ == 0 || queued_bytes_ < max_backlog_ / 2 || stopping_;
+    }) && !stopping_;
+}
+
+bool fleet_store::writing(std::string_view session) const {
+    std::lock_guard lock(m_);
+    return outstanding_.find(session) != outstanding_.end();
 }
 
 boost::json::object fleet_store::status() const {
@@ -70,7 +87,9 @@ boost::json::object fleet_store::status() const {
             {"max_waiting_bytes", max_backlog_},
             {"not_kept_samples", not_kept_},
             {"retries", retries_},
-            {"last_error", last_error_}};
+            {"last_error", last_error_},
+            {"retention_days", retention_days_},
+            {"dropped_days", dropped_days_}};
 }
 
 bool fleet_store::pause(std::chrono::milliseconds d) {
@@ -90,6 +109,43 @@ bool fleet_store::ensure_schema() {
     }
     std::lock_guard lock(m_);
     schema_ = true;
+    return true;
+}
+
+bool fleet_store::expire() {
+    const auto& db = client_.config().database;
+    const auto cutoff = fleet_date(
+        static_cast<std::uint16_t>(std::chrono::duration_cast<std::chrono::hours>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                           .count() /
+                                       24 -
+                                   retention_days_));
+    auto parts = client_.run(
+        "SELECT DISTINCT partition FROM system.parts WHERE database = " + clickhouse_quote(db) +
+        " AND table = 'samples' AND active FORMAT TabSeparated");
+    if (!parts) {
+        std::lock_guard lock(m_);
+        last_error_ = parts.error().message;
+        return false;
+    }
+    std::istringstream in(*parts);
+    std::string day;
+    while (std::getline(in, day)) {
+        // ("YYYY-MM-DD": older days sort first)
+        if (day.size() != 10 || day >= cutoff)
+            continue;
+        if (auto r = client_.run("ALTER TABLE " + db + ".samples DROP PARTITION " +
+                                 clickhouse_quote(day));
+            !r) {
+            std::lock_guard lock(m_);
+            last_error_ = r.error().message;
+            return false;
+        }
+        log("fleet store", "dropped the samples of " + day + " (older than " +
+                               std::to_string(retention_days_) + " days)");
+        std::lock_guard lock(m_);
+        ++dropped_days_;
+    }
     return true;
 }
 
@@ -161,13 +217,24 @@ void fleet_store::run() {
     for (;;) {
         {
             std::unique_lock lock(m_);
-            wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !schema_; });
+            const auto until = retention_days_
+                                   ? next_expiry_
+                                   : std::chrono::steady_clock::now() + std::chrono::hours(24);
+            wake_.wait_until(lock, until, [&] {
+                return stopping_ || !queue_.empty() || !schema_ ||
+                       (retention_days_ && std::chrono::steady_clock::now() >= next_expiry_);
+            });
             if (stopping_)
                 return;
         }
         const bool ok = [&] {
             if (!schema_ && !ensure_schema())
                 return false;
+            if (retention_days_ && std::chrono::steady_clock::now() >= next_expiry_) {
+                if (!expire())
+                    return false;
+                next_expiry_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+            }
             std::unique_lock lock(m_);
             if (queue_.empty())
                 return true;
@@ -188,6 +255,10 @@ void fleet_store::run() {
             lock.lock();
             queued_bytes_ -= std::min(queued_bytes_, b.accounted);
             done_ += b.batches;
+            for (const auto& [id, n] : b.sessions)
+                if (const auto it = outstanding_.find(id);
+                    it != outstanding_.end() && (it->second -= std::min(it->second, n)) == 0)
+                    outstanding_.erase(it);
             queue_.pop_front();
             return true;
         }();

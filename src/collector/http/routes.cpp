@@ -1,6 +1,7 @@
 #include "collector/http/routes.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/fleet/backlog.hpp"
 #include "collector/fleet/queries.hpp"
 #include "collector/fleet/store.hpp"
 #include "collector/http/access.hpp"
@@ -315,29 +316,38 @@ json::object memory_json(const memory_use& m) {
             {"rss", rss}};
 }
 
+// The fleet store's state and its backlog; null without one.
+json::value fleet_status(const app_context& app) {
+    if (!app.fleet)
+        return nullptr;
+    auto o = app.fleet->status();
+    if (app.backlog)
+        o["backlog"] = app.backlog->status();
+    return o;
+}
+
 asio::awaitable<http_response> get_status(request_context& c) {
     auto& app = c.app;
     const auto uptime =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - app.started).count();
     co_return make_json(
         c.req, http::status::ok,
-        json::object{
-            {"version", PERFWIRE_VERSION},
-            {"uptime_sec", uptime},
-            {"agent_listener", app.agent_listen_address},
-            {"targets", introduced_agents(app).size()},
-            {"sessions", app.store.count()},
-            {"token_file", app.api_token_file},
-            {"enrollment", !app.enrollment.empty()},
-            {"enrollment_file", app.enrollment_file},
-            // The agent link's key (agents pin it), null: plain only.
-            {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
-            {"agent_tls_required", app.agent_tls_required},
-            {"update_pubkey",
-             app.update_key ? json::value(app.update_key->public_key) : json::value(nullptr)},
-            {"connections", connections_json(app.connections)},
-            {"memory", memory_json(app.sessions.memory())},
-            {"fleet", app.fleet ? json::value(app.fleet->status()) : json::value(nullptr)}});
+        json::object{{"version", PERFWIRE_VERSION},
+                     {"uptime_sec", uptime},
+                     {"agent_listener", app.agent_listen_address},
+                     {"targets", introduced_agents(app).size()},
+                     {"sessions", app.store.count()},
+                     {"token_file", app.api_token_file},
+                     {"enrollment", !app.enrollment.empty()},
+                     {"enrollment_file", app.enrollment_file},
+                     // The agent link's key (agents pin it), null: plain only.
+                     {"tls_pin", app.agent_tls ? json::value(app.tls_pin) : json::value(nullptr)},
+                     {"agent_tls_required", app.agent_tls_required},
+                     {"update_pubkey", app.update_key ? json::value(app.update_key->public_key)
+                                                      : json::value(nullptr)},
+                     {"connections", connections_json(app.connections)},
+                     {"memory", memory_json(app.sessions.memory())},
+                     {"fleet", fleet_status(app)}});
 }
 
 asio::awaitable<http_response> get_config(request_context& c) {

@@ -1,5 +1,6 @@
 #include "collector/http/upload.hpp"
 
+#include "collector/fleet/backlog.hpp"
 #include "collector/http/events.hpp"
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
@@ -154,6 +155,8 @@ asio::awaitable<http_response> upload::finish(const http_request& req) {
                       {"lost_samples", st.lost_events}};
     const bool renamed = r.model->symbols_generation < app.symbols.generation();
     app.sessions.adopt(r.session_id, std::move(r.model));
+    if (app.backlog)
+        app.backlog->added(r.session_id);
     if (renamed) // the symbol settings changed while it was imported
         rename_frames(app);
     state_->announce("done", true);

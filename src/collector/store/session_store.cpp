@@ -315,6 +315,34 @@ std::size_t session_store::count() const {
     return n;
 }
 
+error_code session_store::mark_fleet_pending(std::string_view id, bool pending) const {
+    if (!valid_id(id))
+        return {EINVAL, boost::system::system_category()};
+    const auto mark = root_ / std::string(id) / "fleet-pending";
+    std::error_code ec;
+    if (!pending) {
+        fs::remove(mark, ec);
+        return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
+    }
+    std::ofstream out(mark);
+    out << "samples of this session may be missing from the fleet store\n";
+    return out.flush() ? error_code() : last_error();
+}
+
+std::vector<std::string> session_store::fleet_pending() const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+        const auto name = e.path().filename().string();
+        std::error_code marked_ec;
+        if (valid_id(name) &&
+            fs::is_regular_file(fs::symlink_status(e.path() / "fleet-pending", marked_ec)))
+            out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 error_code session_store::remove(std::string_view id) {
     if (!valid_id(id))
         return {EINVAL, boost::system::system_category()};

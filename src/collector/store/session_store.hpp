@@ -7,6 +7,7 @@
 //       metrics.jsonl    one health-metrics object per line
 //       owner-import     present only in a recording its owner imported (publish() writes it
 //                        into the staged folder): nothing an agent sends can make it
+//       fleet-pending    present while the fleet store (ClickHouse) may lack samples of it
 //
 // A collector killed mid-session leaves meta.json without "ended_at"; the session is still
 // listed and replays from its chunks. Ids are folder names and are validated before any path
@@ -87,6 +88,11 @@ public:
     replay(std::string_view id,
            const std::function<void(bool compressed, std::string_view payload)>& chunk,
            std::size_t max_chunks = SIZE_MAX) const;
+    // The fleet store's backlog: a session marked pending may have samples ClickHouse has not
+    // got (from when it opens until they are all found there).
+    boost::system::error_code mark_fleet_pending(std::string_view id, bool pending) const;
+    // The sessions marked pending, oldest first.
+    std::vector<std::string> fleet_pending() const;
     // Every line of metrics.jsonl.
     std::vector<std::string> metrics(std::string_view id) const;
     // What write_kernel_symbols kept, if anything (at most max_kernel_symbols_text bytes).
