@@ -75,9 +75,11 @@ void fleet_backlog::stop() {
 }
 
 void fleet_backlog::opened(const std::string& id) {
+    {
+        std::lock_guard lock(m_); // live before marked: a look never takes it for an ended one
+        live_.insert(id);
+    }
     (void)sessions_.mark_fleet_pending(id, true);
-    std::lock_guard lock(m_);
-    live_.insert(id);
 }
 
 void fleet_backlog::ended(const std::string& id) {
