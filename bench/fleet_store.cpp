@@ -25,10 +25,13 @@
 #include "capture.hpp"
 #include "support/clickhouse_proc.hpp"
 
+#include <boost/json/serialize.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +66,41 @@ void time_query(const clickhouse_client& ch, const char* what, const std::string
     }
     std::sort(ms.begin(), ms.end());
     std::printf("query %-28s median %7.1f ms, slowest %7.1f ms\n", what, ms[2], ms.back());
+}
+
+// The Fleet flame graph as the collector answers it: its two queries (and the baseline's), and
+// the tree built from their answers.
+void time_flame(const clickhouse_client& ch, const char* what, const fleet_filter& f,
+                const fleet_filter* baseline) {
+    std::vector<double> ms;
+    std::size_t nodes = 0;
+    for (int i = 0; i < 5; ++i) {
+        const auto t0 = clock_type::now();
+        const auto ask = [&](const fleet_filter& of) {
+            auto stacks = ch.run(fleet_stacks_sql("bench", of, 200'000));
+            auto frames = ch.run(fleet_frames_sql("bench", of));
+            if (!stacks || !frames) {
+                std::fprintf(stderr, "fleet_store: %s: %s\n", what,
+                             (!stacks ? stacks : frames).error().message.c_str());
+                std::exit(1);
+            }
+            return fleet_answers{std::move(*stacks), std::move(*frames)};
+        };
+        const auto now = ask(f);
+        std::optional<fleet_answers> base;
+        if (baseline)
+            base = ask(*baseline);
+        const auto tree = fleet_flame_json(now, base ? &*base : nullptr, {}, 200'000);
+        ms.push_back(seconds_since(t0) * 1e3);
+        if (!tree) {
+            std::fprintf(stderr, "fleet_store: %s: %s\n", what, tree.error().message.c_str());
+            std::exit(1);
+        }
+        nodes = boost::json::serialize(*tree).size();
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("query %-28s median %7.1f ms, slowest %7.1f ms (%zu bytes of JSON)\n", what, ms[2],
+                ms.back(), nodes);
 }
 
 } // namespace
@@ -179,6 +217,11 @@ int main(int argc, char** argv) {
     time_query(*client, "functions (all devices)", fleet_functions_sql("bench", all, 200));
     time_query(*client, "functions (one device)", fleet_functions_sql("bench", one, 200));
     time_query(*client, "functions (one build)", fleet_functions_sql("bench", build, 200));
+    time_flame(*client, "flame graph (all devices)", all, nullptr);
+    time_flame(*client, "flame graph (one device)", one, nullptr);
+    fleet_filter other;
+    other.devices = {"board-1"};
+    time_flame(*client, "flame graph diff (2 devices)", one, &other);
     std::printf("(the build holds %llu of the samples)\n",
                 static_cast<unsigned long long>(number(
                     *client, "SELECT count() FROM bench.samples WHERE stack IN (SELECT stack FROM "

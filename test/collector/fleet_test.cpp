@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 using namespace collector;
 namespace json = boost::json;
@@ -324,6 +325,17 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
               .second);
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?build=XYZ").status ==
           400);
+    // Everything went through the live path: nothing had to be written again from the folder,
+    // and ClickHouse still holds each sample once.
+    INFO(coll.proc->stderr_text());
+    CHECK(coll.proc->stderr_text().find("from its folder") == std::string::npos);
+    const auto per_chunk =
+        query(*client, "SELECT chunk, count() FROM samples GROUP BY chunk ORDER BY chunk");
+    std::string chunks_text;
+    for (const auto& row : per_chunk)
+        chunks_text += row[0] + ":" + row[1] + " ";
+    INFO("chunks " << chunks_text);
+    CHECK(std::stoull(query(*client, "SELECT count() FROM samples")[0][0]) == samples);
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?from=yesterday")
               .status == 400);
 }
@@ -594,4 +606,88 @@ TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are 
     REQUIRE(left.size() == 2);
     CHECK(left[0][0] == fleet_date(static_cast<std::uint16_t>(today - 10)));
     CHECK(left[1][0] == fleet_date(today));
+}
+
+TEST_CASE("fleet store sharded: a Distributed table over two clickhouse-server shards takes the "
+          "collector's samples and answers the Fleet API as one server does",
+          "[collector][fleet][clickhouse][perf][integration]") {
+    test_support::clickhouse_proc a(0, true), b(0, true);
+    // One cluster of the two, known to the server the collector talks to (read at run time).
+    a.configure("<remote_servers><fleet>"
+                "<shard><replica><host>127.0.0.1</host><port>" +
+                std::to_string(a.tcp_port) +
+                "</port></replica></shard>"
+                "<shard><replica><host>127.0.0.1</host><port>" +
+                std::to_string(b.tcp_port) + "</port></replica></shard></fleet></remote_servers>");
+    const auto client_of = [](const test_support::clickhouse_proc& ch) {
+        clickhouse_config cfg;
+        cfg.url = ch.url();
+        cfg.database = "fleet";
+        auto c = clickhouse_client::make(cfg);
+        REQUIRE(c.has_value());
+        return *c;
+    };
+    const auto ca = client_of(a), cb = client_of(b);
+    const auto run = [](const clickhouse_client& c, const std::string& sql) {
+        const auto r = c.run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE"));
+        INFO(sql << ": " << (r ? std::string("ok") : r.error().message));
+        REQUIRE(r.has_value());
+    };
+    for (const auto* c : {&ca, &cb})
+        for (const auto& sql : fleet_shard_schema("fleet"))
+            run(*c, sql);
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (query(ca, "SELECT count() FROM system.clusters WHERE cluster = 'fleet'")[0][0] != "2") {
+        REQUIRE(std::chrono::steady_clock::now() < until);
+        std::this_thread::sleep_for(200ms);
+    }
+    for (const auto& sql : fleet_distributed_schema("fleet", "fleet"))
+        run(ca, sql);
+
+    test_support::temp_dir dir;
+    auto demo = test_support::start_demo(30);
+    test_support::collector_proc coll(dir.path,
+                                      {"--clickhouse", a.url(), "--clickhouse-database", "fleet"});
+    auto agent =
+        test_support::start_agent(test_support::agent_flavour::cpp,
+                                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                   "--pid", std::to_string(demo->pid()), "--duration", "1"});
+    test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+        return v.as_array().size() == 1 &&
+               v.as_array()[0].at("samples").to_number<std::uint64_t>() >= 300;
+    });
+    agent->signal(SIGTERM);
+    REQUIRE(agent->wait(20s));
+    const auto sessions =
+        test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+            return !v.as_array()[0].at("live").as_bool();
+        });
+    const std::string id(sessions.as_array()[0].at("id").as_string());
+    const auto samples = sessions.as_array()[0].at("samples").to_number<std::uint64_t>();
+    test_support::wait_for(coll, "/api/status", 60s, [&](const json::value& v) {
+        const auto& f = v.at("fleet");
+        return f.at("written_samples").to_number<std::uint64_t>() == samples &&
+               f.at("backlog").at("sessions").to_number<std::uint64_t>() == 0;
+    });
+    // Spread over both shards, each sample once.
+    const auto on_a = std::stoull(query(ca, "SELECT count() FROM samples_local")[0][0]);
+    const auto on_b = std::stoull(query(cb, "SELECT count() FROM samples_local")[0][0]);
+    CHECK(on_a > 0);
+    CHECK(on_b > 0);
+    CHECK(on_a + on_b == samples);
+    // The Fleet API over the Distributed tables: the session's own flame graph and functions.
+    const auto session_flame = coll.get("/api/sessions/" + id + "/flamegraph?weight=samples");
+    const auto fleet_flame = coll.get("/api/fleet/flamegraph");
+    CHECK(fleet_flame.at("total").to_number<std::uint64_t>() == samples);
+    CHECK(tree_text(fleet_flame.at("root")) == tree_text(session_flame.at("root")));
+    const auto build = query(ca, "SELECT any(build_id) FROM frames WHERE module LIKE "
+                                 "'%perfwire-demo' AND build_id != ''");
+    REQUIRE_FALSE(build[0][0].empty());
+    const auto through = coll.get("/api/fleet/functions?limit=5&build=" + build[0][0] +
+                                  "&function=(anonymous%20namespace)::matrix_multiply");
+    const auto model = coll.get("/api/sessions/" + id + "/functions?weight=samples&limit=100");
+    for (const auto& f : model.at("functions").as_array())
+        if (f.at("name") == "(anonymous namespace)::matrix_multiply")
+            CHECK(through.at("samples").to_number<std::uint64_t>() ==
+                  f.at("total").to_number<std::uint64_t>());
 }

@@ -95,6 +95,10 @@ result<clickhouse_client> clickhouse_client::make(clickhouse_config c) {
 result<std::string> clickhouse_client::run(std::string_view sql, std::string_view data,
                                            std::size_t max_answer, bool in_database) const {
     std::string target = "/?query=" + url_encode(sql);
+    // An INSERT into a Distributed table (a sharded store, docs/fleet.md) answers once every
+    // shard holds its rows: the store's "written" and the backlog's check mean what they say.
+    if (!data.empty())
+        target += "&insert_distributed_sync=1";
     if (in_database)
         target += "&database=" + cfg_.database;
     http::request<http::string_body> req{http::verb::post, target, 11};

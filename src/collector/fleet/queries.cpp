@@ -41,9 +41,9 @@ std::string where(std::string_view db, const fleet_filter& f) {
         terms.push_back("event = " + clickhouse_quote(f.event));
     // The stacks holding a frame that…
     const auto through = [&](const std::string& frame_is) {
-        return "stack IN (SELECT stack FROM " + std::string(db) +
-               ".stacks ARRAY JOIN frames AS f WHERE f IN (SELECT frame FROM " + std::string(db) +
-               ".frames WHERE " + frame_is + "))";
+        return "stack GLOBAL IN (SELECT stack FROM " + std::string(db) +
+               ".stacks ARRAY JOIN frames AS f WHERE f GLOBAL IN (SELECT frame FROM " +
+               std::string(db) + ".frames WHERE " + frame_is + "))";
     };
     if (!f.build.empty())
         terms.push_back(through("build_id = " + clickhouse_quote(f.build)));
@@ -347,8 +347,8 @@ std::string fleet_stacks_sql(std::string_view database, const fleet_filter& f,
 std::string fleet_frames_sql(std::string_view database, const fleet_filter& f) {
     const std::string db(database);
     return "SELECT frame, any(symbol), any(module) FROM " + db +
-           ".frames WHERE frame IN (SELECT arrayJoin(frames) FROM " + db +
-           ".stacks WHERE stack IN (SELECT stack FROM " + db + ".samples" + where(db, f) +
+           ".frames WHERE frame GLOBAL IN (SELECT arrayJoin(frames) FROM " + db +
+           ".stacks WHERE stack GLOBAL IN (SELECT stack FROM " + db + ".samples" + where(db, f) +
            ")) GROUP BY frame FORMAT JSONCompact";
 }
 

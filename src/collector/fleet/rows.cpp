@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 namespace collector {
 
@@ -73,6 +74,27 @@ std::vector<std::string> fleet_schema(std::string_view database) {
             "stack UInt64, build_id String) "
             "ENGINE = MergeTree() PARTITION BY day ORDER BY (device, event, tid, time, stack)",
     };
+}
+
+std::vector<std::string> fleet_shard_schema(std::string_view database) {
+    auto sql = fleet_schema(database);
+    const std::string db(database);
+    for (auto& s : sql)
+        for (const char* table : {".frames ", ".stacks ", ".samples "})
+            if (const auto at = s.find(db + table); at != std::string::npos)
+                s.insert(at + db.size() + std::strlen(table) - 1, "_local");
+    return sql;
+}
+
+std::vector<std::string> fleet_distributed_schema(std::string_view database,
+                                                  std::string_view cluster) {
+    const std::string db(database), c(cluster);
+    const auto over = [&](const std::string& table, const std::string& key) {
+        return "CREATE TABLE IF NOT EXISTS " + db + "." + table + " AS " + db + "." + table +
+               "_local ENGINE = Distributed(" + c + ", " + db + ", " + table + "_local, " + key +
+               ")";
+    };
+    return {over("frames", "frame"), over("stacks", "stack"), over("samples", "rand()")};
 }
 
 std::string fleet_date(std::uint16_t day) {

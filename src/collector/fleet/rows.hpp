@@ -19,6 +19,13 @@ namespace collector {
 // The tables, in the order they are written (frames, then stacks, then samples: a sample
 // never names a stack the store has not got). Kept to SQL ClickHouse 18.16 accepts.
 std::vector<std::string> fleet_schema(std::string_view database);
+// A sharded store (docs/fleet.md): on every shard of `cluster`, the same tables named
+// TABLE_local; on the servers collectors write to, a Distributed table of each name over them
+// (samples spread evenly, a stack or frame on the shard its id chooses, so each is stored once).
+// The collector then finds its tables there and writes and asks as it would of one server.
+std::vector<std::string> fleet_shard_schema(std::string_view database);
+std::vector<std::string> fleet_distributed_schema(std::string_view database,
+                                                  std::string_view cluster);
 
 // One chunk's rows. The samples are split by day (the table's partition), so that each INSERT
 // makes one part: it is there whole or not at all, and a retry can ask whether it is.
