@@ -163,6 +163,43 @@ std::optional<protocol::binaries_metrics> metrics_sampler::binaries(int pid, dou
     auto paths = procfs::parse_maps_executables(*maps);
     if (last_binaries_.first == pid && last_binaries_.second == paths)
         return std::nullopt;
+    auto m = binaries_record(pid, ts, paths);
+    last_binaries_ = {pid, std::move(paths)};
+    return m;
+}
+
+std::vector<protocol::binaries_metrics> metrics_sampler::busiest_binaries(double ts,
+                                                                          std::size_t n) {
+    auto now = snapshot_processes(proc_);
+    std::vector<std::pair<std::uint64_t, int>> busy; // CPU ticks since the last call, pid
+    for (const auto& [pid, p] : now)
+        if (const auto it = last_processes_.find(pid);
+            it != last_processes_.end() && p.second > it->second.second)
+            busy.emplace_back(p.second - it->second.second, pid);
+    last_processes_ = std::move(now);
+    std::sort(busy.begin(), busy.end(), std::greater<>());
+    if (busy.size() > n)
+        busy.resize(n);
+    if (sent_binaries_.size() > 4096)
+        sent_binaries_.clear(); // (pids come and go: bound what is remembered)
+    std::vector<protocol::binaries_metrics> out;
+    for (const auto& [ticks, pid] : busy) {
+        const auto maps = procfs::read_file(proc_ + "/" + std::to_string(pid) + "/maps");
+        if (!maps)
+            continue;
+        auto paths = procfs::parse_maps_executables(*maps);
+        auto& sent = sent_binaries_[pid];
+        if (paths.empty() || sent == paths)
+            continue;
+        out.push_back(binaries_record(pid, ts, paths));
+        sent = std::move(paths);
+    }
+    return out;
+}
+
+protocol::binaries_metrics metrics_sampler::binaries_record(int pid, double ts,
+                                                            const std::vector<std::string>& paths) {
+    const std::string dir = proc_ + "/" + std::to_string(pid);
     if (build_ids_.size() > 4096)
         build_ids_.clear(); // a process that maps ever new files: bound the cache
     protocol::binaries_metrics m;
@@ -179,7 +216,6 @@ std::optional<protocol::binaries_metrics> metrics_sampler::binaries(int pid, dou
         }
         m.binaries.push_back({path, it->second});
     }
-    last_binaries_ = {pid, std::move(paths)};
     return m;
 }
 

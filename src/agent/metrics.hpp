@@ -25,6 +25,9 @@ public:
     // The target's executable mappings with build-ids; nullopt when the set is the one
     // returned last time (or the process is gone). Each file's build-id is read once.
     std::optional<protocol::binaries_metrics> binaries(int pid, double ts);
+    // Profiling the whole system: the executable mappings of the `n` processes that used the
+    // most CPU since the last call, each process's when its set of files is new to this call.
+    std::vector<protocol::binaries_metrics> busiest_binaries(double ts, std::size_t n = 8);
 
 private:
     std::string read(const std::string& relative) const;
@@ -40,7 +43,11 @@ private:
     };
     std::optional<process_mark> last_process_;
     std::pair<int, std::vector<std::string>> last_binaries_;
-    std::map<std::string, std::string> build_ids_; // by path as the target sees it
+    protocol::binaries_metrics binaries_record(int pid, double ts,
+                                               const std::vector<std::string>& paths);
+    std::map<int, std::pair<std::string, std::uint64_t>> last_processes_;
+    std::map<int, std::vector<std::string>> sent_binaries_; // by pid, for busiest_binaries
+    std::map<std::string, std::string> build_ids_;          // by path as the target sees it
 };
 
 // One row of `list_processes`.

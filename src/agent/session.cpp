@@ -378,6 +378,11 @@ asio::awaitable<void> session::metrics_loop() {
                         send(frame_flag::metrics, protocol::serialize(*t), true);
                 if (auto b = sampler_.binaries(*pid, ts)) // sent once per change: never dropped
                     send(frame_flag::metrics, protocol::serialize(*b), false);
+            } else if (state_ != state::idle) {
+                // The whole system: the build-ids of what runs most, for the collector to
+                // name their frames and the fleet store to tell builds apart.
+                for (const auto& b : sampler_.busiest_binaries(ts))
+                    send(frame_flag::metrics, protocol::serialize(b), false);
             }
             if (metrics_network_)
                 send(frame_flag::metrics, protocol::serialize(sampler_.network(ts)), true);

@@ -2,6 +2,7 @@
 #include "collector/fleet/queries.hpp"
 #include "collector/fleet/rows.hpp"
 #include "collector/parse/perf_script.hpp"
+#include "protocol/build_id.hpp"
 #include "support/agents.hpp"
 #include "support/clickhouse_proc.hpp"
 #include "support/collector_proc.hpp"
@@ -453,9 +454,15 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     const auto listed = c2.get("/api/fleet/devices");
     INFO(json::serialize(listed));
     REQUIRE(listed.at("devices").as_array().size() == 3);
-    for (const auto& d : listed.at("devices").as_array())
+    // Profiling the whole system, the agents name the build of what ran most: the demo's.
+    const auto demo_build = protocol::read_build_id(PERFWIRE_DEMO_BIN);
+    REQUIRE(demo_build);
+    for (const auto& d : listed.at("devices").as_array()) {
         CHECK(d.at("samples").to_number<std::uint64_t>() ==
               devices[std::string(d.at("device").as_string())].samples);
+        const auto& builds = d.at("builds").as_array();
+        CHECK(std::find(builds.begin(), builds.end(), json::value(*demo_build)) != builds.end());
+    }
     // Each device's functions: the sum of its sessions' function tables (the C++ and the
     // Python agent, each collector's own).
     using counts = std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>;

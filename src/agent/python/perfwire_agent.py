@@ -555,6 +555,8 @@ class MetricsSampler(object):
         self.last_stat = None
         self.last_process = None  # (pid, ticks, ts)
         self.last_binaries = (None, None)
+        self.last_processes = {}
+        self.sent_binaries = {}  # by pid, for busiest_binaries
         self.build_ids = {}
 
     def system(self, ts):
@@ -663,6 +665,32 @@ class MetricsSampler(object):
         paths = parse_maps_executables(maps)
         if self.last_binaries == (pid, paths):
             return None
+        self.last_binaries = (pid, paths)
+        return self._binaries_record(pid, ts, paths)
+
+    def busiest_binaries(self, ts, n=8):
+        """Profiling the whole system: the executable mappings of the n processes that used the
+        most CPU since the last call, each process's when its set of files is new to it."""
+        now = snapshot_processes()
+        busy = sorted(((ticks - self.last_processes[pid][1], pid) for pid, (comm, ticks)
+                       in now.items() if pid in self.last_processes and
+                       ticks > self.last_processes[pid][1]), reverse=True)[:n]
+        self.last_processes = now
+        if len(self.sent_binaries) > 4096:
+            self.sent_binaries.clear()  # (pids come and go: bound what is remembered)
+        out = []
+        for _, pid in busy:
+            maps = read_text("/proc/%d/maps" % pid)
+            if maps is None:
+                continue
+            paths = parse_maps_executables(maps)
+            if not paths or self.sent_binaries.get(pid) == paths:
+                continue
+            out.append(self._binaries_record(pid, ts, paths))
+            self.sent_binaries[pid] = paths
+        return out
+
+    def _binaries_record(self, pid, ts, paths):
         if len(self.build_ids) > 4096:
             self.build_ids.clear()  # a process that maps ever new files: bound the cache
         for path in paths:
@@ -670,7 +698,6 @@ class MetricsSampler(object):
                 # Through the target's root, so a process in a container names its own files.
                 self.build_ids[path] = read_build_id("/proc/%d/root%s" % (pid, path)) \
                     or read_build_id(path) or ""
-        self.last_binaries = (pid, paths)
         return {"type": "binaries", "ts": ts, "pid": pid,
                 "binaries": [{"path": p, "build_id": self.build_ids[p]} for p in paths]}
 
@@ -2400,6 +2427,11 @@ class Session(object):
             if self.metrics["threads"]:
                 self._send_metric(sampler.threads(pid, ts))
             self._send_metric(sampler.binaries(pid, ts), False)  # once per change: never dropped
+        elif self.state != "idle":
+            # The whole system: the build-ids of what runs most, for the collector to name their
+            # frames and the fleet store to tell builds apart.
+            for b in sampler.busiest_binaries(ts):
+                self._send_metric(b, False)
         if self.metrics["network"]:
             self._send_metric(sampler.network(ts))
         if self.metrics["disk"]:

@@ -714,7 +714,16 @@ void agent_link::on_frame(protocol::frame&& f) {
             break;
         }
         auto record = protocol::serialize(*parsed);
-        last_metrics_[std::string(protocol::metrics_type(*parsed))] = record;
+        // The binaries of each process (a whole-system run reports the busiest few), the last
+        // record of any other type; at most max_kept_metrics records.
+        std::string key(protocol::metrics_type(*parsed));
+        if (const auto* b = std::get_if<protocol::binaries_metrics>(&*parsed))
+            key += ":" + std::to_string(b->pid);
+        if (!last_metrics_.count(key) && last_metrics_.size() >= max_kept_metrics)
+            if (const auto old = last_metrics_.lower_bound("binaries:");
+                old != last_metrics_.end() && old->first.starts_with("binaries:"))
+                last_metrics_.erase(old);
+        last_metrics_[key] = record;
         if (session_)
             session_->metrics(std::move(record));
         break;

@@ -163,10 +163,12 @@ private:
         std::string why;
         std::string given_to; // the session that has them
     } kernel_;
-    // The last metrics record of each type on this connection (a handful, each ≤ 256 KiB):
-    // every new session starts with them (agents send the binaries' build-ids only when they
-    // change, so a second run on the same process would otherwise have none).
+    // The last metrics record of each type on this connection, and of binaries one a process
+    // (at most max_kept_metrics, each ≤ 256 KiB): every new session starts with them (agents
+    // send the binaries' build-ids only when they change, so a second run on the same process,
+    // or the next session of a continuous run, would otherwise have none).
     std::map<std::string, std::string> last_metrics_;
+    static constexpr std::size_t max_kept_metrics = 16;
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
