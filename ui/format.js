@@ -34,9 +34,11 @@ export const duration = (sec) => (sec == null ? '' : sec < 60 ? `${sec.toFixed(1
 export const count = (n) => (n == null ? '' : Number(n).toLocaleString());
 // perf's event modifiers (cpu-clock:pppH, cycles:u) are noise in a heading.
 export const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
-// How a session's recording reads in a list: the process (pid) or the imported file; its events.
+// How a session's recording reads in a list: the process (pid), the imported file, or the
+// whole system profiled continuously (--continuous); its events.
 export const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
-  : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
+  : s.continuous && !s.pid ? '<span class="muted">continuous</span> whole system'
+    : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
 export const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
 
 // A module's hue, and frames of one module told apart by the name's own shade.

@@ -1,7 +1,7 @@
 // format.js: pure formatting, the escaping that keeps hostile names inert above all.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { amount, attr, count, duration, esc, eventName, mib, pct, unitOf, visible } from '../../../ui/format.js';
+import { amount, attr, count, duration, esc, eventName, mib, pct, processOf, unitOf, visible } from '../../../ui/format.js';
 
 test('esc makes markup text and shows the controls that hide or reorder text', () => {
   assert.equal(esc('<img src=x onerror=alert(1)>'), '&lt;img src=x onerror=alert(1)&gt;');
@@ -38,4 +38,11 @@ test('durations, counts, sizes, percentages and event names', () => {
   assert.equal(pct(undefined), '0.00');
   assert.equal(eventName('cpu-clock:pppH'), 'cpu-clock');
   assert.equal(eventName('cpu_core/cycles/'), 'cpu_core/cycles/');
+});
+
+test('a session reads as its process, its imported file, or the whole system profiled continuously', () => {
+  assert.equal(processOf({ process: 'demo', pid: 12 }), 'demo <span class="muted">12</span>');
+  assert.equal(processOf({ imported: true, source: '/tmp/<x>.data' }), '<span class="muted">import</span> &lt;x&gt;.data');
+  assert.equal(processOf({ continuous: true, pid: null }), '<span class="muted">continuous</span> whole system');
+  assert.equal(processOf({ continuous: true, pid: 7, process: 'p' }), 'p <span class="muted">7</span>');
 });
