@@ -178,18 +178,22 @@ std::vector<protocol::binaries_metrics> metrics_sampler::busiest_binaries(double
             busy.emplace_back(p.second - it->second.second, pid);
     last_processes_ = std::move(now);
     std::sort(busy.begin(), busy.end(), std::greater<>());
-    if (busy.size() > n)
-        busy.resize(n);
     if (sent_binaries_.size() > 4096)
         sent_binaries_.clear(); // (pids come and go: bound what is remembered)
     std::vector<protocol::binaries_metrics> out;
+    std::size_t looked = 0; // processes that map files (kernel threads map none: not counted)
     for (const auto& [ticks, pid] : busy) {
+        if (looked == n)
+            break;
         const auto maps = procfs::read_file(proc_ + "/" + std::to_string(pid) + "/maps");
         if (!maps)
             continue;
         auto paths = procfs::parse_maps_executables(*maps);
+        if (paths.empty())
+            continue;
+        ++looked;
         auto& sent = sent_binaries_[pid];
-        if (paths.empty() || sent == paths)
+        if (sent == paths)
             continue;
         out.push_back(binaries_record(pid, ts, paths));
         sent = std::move(paths);

@@ -150,6 +150,14 @@ TEST_CASE("fleet flame graph: stacks and frame names make the tree, a baseline i
     CHECK(leaf.at("value").to_number<int>() == 40);
     CHECK(leaf.at("children").as_array()[0].at("name") == "main");
     CHECK_FALSE(leaf.as_object().contains("delta_pct")); // no baseline, no deltas
+    // Times are seconds since the epoch, or refused.
+    for (const char* bad : {".", "yesterday", "99999999999999999999", "1.2.3"})
+        CHECK_FALSE(parse_fleet_filter({{"from", bad}}).has_value());
+    CHECK(*parse_fleet_filter({{"from", "1795762356"}})->from_ns == 1795762356000000000ULL);
+    const auto base = parse_fleet_baseline({{"base_build", "ab12"}}, fleet_filter{});
+    REQUIRE(base.has_value());
+    CHECK((*base)->build == "ab12");
+    CHECK_FALSE(parse_fleet_baseline({{"base_to", "."}}, fleet_filter{}).has_value());
     // What ClickHouse did not answer as asked is an error, not a tree.
     for (const auto& bad :
          {fleet_answers{"not json", now.frames}, fleet_answers{R"({"data":[["x"]]})", now.frames},

@@ -674,17 +674,23 @@ class MetricsSampler(object):
         now = snapshot_processes()
         busy = sorted(((ticks - self.last_processes[pid][1], pid) for pid, (comm, ticks)
                        in now.items() if pid in self.last_processes and
-                       ticks > self.last_processes[pid][1]), reverse=True)[:n]
+                       ticks > self.last_processes[pid][1]), reverse=True)
         self.last_processes = now
         if len(self.sent_binaries) > 4096:
             self.sent_binaries.clear()  # (pids come and go: bound what is remembered)
         out = []
+        looked = 0  # processes that map files (kernel threads map none: not counted)
         for _, pid in busy:
+            if looked == n:
+                break
             maps = read_text("/proc/%d/maps" % pid)
             if maps is None:
                 continue
             paths = parse_maps_executables(maps)
-            if not paths or self.sent_binaries.get(pid) == paths:
+            if not paths:
+                continue
+            looked += 1
+            if self.sent_binaries.get(pid) == paths:
                 continue
             out.append(self._binaries_record(pid, ts, paths))
             self.sent_binaries[pid] = paths

@@ -362,8 +362,11 @@ asio::awaitable<void> agent_link::run() {
 
 asio::awaitable<void> agent_link::keep_profiling() {
     const unsigned hz = app_.cfg.continuous_hz;
-    if (!hz || !co_await ready(std::chrono::seconds(60)))
+    if (!hz)
         co_return;
+    while (!co_await ready(std::chrono::seconds(60))) // (a slow pairing: as long as it takes)
+        if (closed_)
+            co_return;
     auto self = shared_from_this();
     const auto refused_pause = std::chrono::seconds(60), resume_pause = std::chrono::seconds(2);
     std::string refused; // the last refusal, logged once
@@ -385,6 +388,9 @@ asio::awaitable<void> agent_link::keep_profiling() {
                 refused.clear();
             }
         }
+        // (closed while it waited for the answer: close() found no wait to cancel)
+        if (closed_)
+            break;
         // Until the agent goes idle (then a moment, so that a user's run that ended may be
         // followed by theirs), or a minute after a refusal.
         continuous_wake_.expires_after(state_ == agent_state::idle ? refused_pause

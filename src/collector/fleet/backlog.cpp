@@ -7,6 +7,7 @@
 
 #include <map>
 #include <sstream>
+#include <vector>
 
 namespace collector {
 namespace json = boost::json;
@@ -25,12 +26,14 @@ std::uint64_t number_of(const json::object& o, const char* key, std::uint64_t ot
                           : v->to_number<std::uint64_t>();
 }
 
-// The chunks of a session ClickHouse holds, with their samples; TabSeparated "chunk\tcount".
-result<std::map<std::uint32_t, std::uint64_t>>
-chunks_held(const clickhouse_client& ch, const std::string& device, const std::string& session) {
+// The chunks of a session ClickHouse holds (written by this collector), with their samples;
+// TabSeparated "chunk\tcount".
+result<std::map<std::uint32_t, std::uint64_t>> chunks_held(const clickhouse_client& ch,
+                                                           const fleet_encoder::origin& o) {
     auto answer = ch.run("SELECT chunk, count() FROM " + ch.config().database +
-                         ".samples WHERE device = " + clickhouse_quote(device) + " AND session = " +
-                         clickhouse_quote(session) + " GROUP BY chunk FORMAT TabSeparated");
+                         ".samples WHERE device = " + clickhouse_quote(o.device) +
+                         " AND session = " + clickhouse_quote(o.session) + " AND collector = " +
+                         clickhouse_quote(o.collector) + " GROUP BY chunk FORMAT TabSeparated");
     if (!answer)
         return answer.error();
     std::map<std::uint32_t, std::uint64_t> held;
@@ -165,7 +168,7 @@ bool fleet_backlog::settle(const std::string& id) {
         return false;
     };
     const auto& ch = fleet_.client();
-    auto held = chunks_held(ch, o.device, id);
+    auto held = chunks_held(ch, o);
     if (!held)
         return fail(held.error().message);
     const auto expected = number_of(*meta, "samples", UINT64_MAX);
@@ -180,19 +183,30 @@ bool fleet_backlog::settle(const std::string& id) {
     }
     fleet_encoder encoder(o);
     std::uint64_t queued = 0;
+    std::map<std::uint32_t, std::uint64_t> wrote; // chunk → samples queued
+    std::vector<std::string> partial;             // chunks ClickHouse holds in part
     bool stopped = false;
-    const auto model = build_model(
+    (void)build_model(
         sessions_, id, names_, allowance_, {}, SIZE_MAX,
         [&](session_model& m, std::size_t from, std::size_t to) {
             const auto chunk = static_cast<std::uint32_t>(m.chunks - 1);
-            if (stopped || held->count(chunk))
+            if (stopped)
                 return;
+            if (const auto it = held->find(chunk); it != held->end()) {
+                // (an INSERT cut short between two days, or on some shards only: left as it
+                // is, never written twice)
+                if (it->second != to - from)
+                    partial.push_back(std::to_string(chunk) + " (" + std::to_string(it->second) +
+                                      " of " + std::to_string(to - from) + ")");
+                return;
+            }
             while (!fleet_.wait_room(std::chrono::seconds(1)))
                 if (std::lock_guard lock(m_); stopping_) {
                     stopped = true;
                     return;
                 }
             fleet_.add(encoder.encode(m.prof, from, to, chunk, m.device_build_ids), true);
+            wrote[chunk] = to - from;
             queued += to - from;
         });
     if (stopped)
@@ -201,13 +215,22 @@ bool fleet_backlog::settle(const std::string& id) {
         if (!fleet_.flush(std::chrono::seconds(1)))
             if (std::lock_guard lock(m_); stopping_)
                 return fail("stopped while writing " + id);
-    auto now_held = chunks_held(ch, o.device, id);
+    auto now_held = chunks_held(ch, o);
     if (!now_held)
         return fail(now_held.error().message);
-    const auto samples = model->prof.sample_count();
-    if (sum(*now_held) < samples) // written, and still not there: ClickHouse failed meanwhile
-        return fail("ClickHouse holds " + std::to_string(sum(*now_held)) + " of the " +
-                    std::to_string(samples) + " samples of " + id);
+    for (const auto& [chunk, n] : wrote)
+        if (const auto it = now_held->find(chunk); it == now_held->end() || it->second != n)
+            return fail("ClickHouse holds " +
+                        std::to_string(it == now_held->end() ? 0 : it->second) + " of the " +
+                        std::to_string(n) + " samples of chunk " + std::to_string(chunk) + " of " +
+                        id + " just written");
+    if (!partial.empty()) {
+        std::string list;
+        for (const auto& p : partial)
+            list += (list.empty() ? "" : ", ") + p;
+        log("fleet store", "ClickHouse holds only part of chunks " + list + " of session " + id +
+                               ": left as they are");
+    }
     if (queued)
         log("fleet store",
             "wrote " + std::to_string(queued) + " samples of session " + id + " from its folder");

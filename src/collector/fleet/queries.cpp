@@ -19,9 +19,14 @@ bool all_of(std::string_view s, std::string_view allowed) {
 }
 
 result<std::uint64_t> seconds_ns(const std::string& key, const std::string& v) {
-    if (!all_of(v, "0123456789.") || v.size() > 20 || std::count(v.begin(), v.end(), '.') > 1)
+    // (digits, at most one point, before the year 2286: the ns fit 64 bits)
+    if (!all_of(v, "0123456789.") || v.size() > 20 || std::count(v.begin(), v.end(), '.') > 1 ||
+        v.find_first_of("0123456789") == std::string::npos)
         return failure("bad_parameter", key + " must be seconds since the epoch");
-    return static_cast<std::uint64_t>(std::stod(v) * 1e9);
+    const double s = std::strtod(v.c_str(), nullptr);
+    if (!(s < 1e10))
+        return failure("bad_parameter", key + " must be seconds since the epoch");
+    return static_cast<std::uint64_t>(s * 1e9);
 }
 
 std::string where(std::string_view db, const fleet_filter& f) {
@@ -196,7 +201,8 @@ result<json::object> fleet_functions_json(std::string_view answer) {
     json::array functions;
     std::uint64_t samples = 0, period = 0;
     for (const auto& r : *rows) {
-        if (!r.is_array() || r.as_array().size() != 8)
+        if (!r.is_array() || r.as_array().size() != 8 || !r.as_array()[0].is_string() ||
+            !r.as_array()[1].is_string())
             return failure("clickhouse_error", "ClickHouse's answer had unexpected rows", 502);
         const auto& a = r.as_array();
         samples = number(a[6]);

@@ -121,6 +121,7 @@ void fleet_batch::merge(fleet_batch&& o) {
         auto& mine = days[day];
         if (!mine.count) {
             mine.probe_session = std::move(r.probe_session);
+            mine.probe_collector = std::move(r.probe_collector);
             mine.probe_chunk = r.probe_chunk;
             mine.probe_count = r.probe_count;
         }
@@ -214,6 +215,7 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
         auto& d = b.days[day];
         if (!d.count) {
             d.probe_session = origin_.session;
+            d.probe_collector = origin_.collector;
             d.probe_chunk = chunk;
         }
         ++d.probe_count;

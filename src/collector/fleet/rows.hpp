@@ -36,7 +36,7 @@ struct fleet_batch {
         bool uncertain = false; // sent once without an answer: ask ClickHouse before again
         // One chunk's rows among them, by which ClickHouse is asked whether an INSERT whose
         // answer was lost landed (it landed whole or not at all: one INSERT, one part).
-        std::string probe_session;
+        std::string probe_session, probe_collector;
         std::uint32_t probe_chunk = 0;
         std::uint64_t probe_count = 0;
     };

@@ -36,7 +36,7 @@ void fleet_store::add(fleet_batch b, bool paced) {
         return;
     {
         std::lock_guard lock(m_);
-        const auto bytes = b.bytes();
+        auto bytes = b.bytes();
         if (!paced && queued_bytes_ + bytes > max_backlog_) {
             if (not_kept_ == 0)
                 log("fleet store", "the batches waiting for ClickHouse reached " +
@@ -44,7 +44,15 @@ void fleet_store::add(fleet_batch b, bool paced) {
                                        " MB: newer samples wait in the session folders, and "
                                        "are written from there when the sessions end");
             not_kept_ += b.samples;
-            return;
+            // The samples wait in the folders; the stacks and frames this batch is the first to
+            // name are kept (the encoder sends each once: samples written later, live or from
+            // the folder, may name them), within a bound of their own.
+            b.days.clear();
+            b.samples = 0;
+            bytes = b.bytes();
+            const std::size_t names_bound = std::max(2 * max_backlog_, std::size_t{16} << 20);
+            if ((b.stacks.empty() && b.frames.empty()) || queued_bytes_ + bytes > names_bound)
+                return;
         }
         b.accounted = bytes;
         queued_bytes_ += bytes;
@@ -124,8 +132,7 @@ bool fleet_store::expire() {
         "SELECT DISTINCT partition FROM system.parts WHERE database = " + clickhouse_quote(db) +
         " AND table = 'samples' AND active FORMAT TabSeparated");
     if (!parts) {
-        std::lock_guard lock(m_);
-        last_error_ = parts.error().message;
+        log("fleet store", "old days were not dropped: " + parts.error().message);
         return false;
     }
     std::istringstream in(*parts);
@@ -137,8 +144,7 @@ bool fleet_store::expire() {
         if (auto r = client_.run("ALTER TABLE " + db + ".samples DROP PARTITION " +
                                  clickhouse_quote(day));
             !r) {
-            std::lock_guard lock(m_);
-            last_error_ = r.error().message;
+            log("fleet store", "the samples of " + day + " were not dropped: " + r.error().message);
             return false;
         }
         log("fleet store", "dropped the samples of " + day + " (older than " +
@@ -175,10 +181,12 @@ bool fleet_store::write(fleet_batch& b) {
         auto& [day, rows] = *it;
         if (rows.uncertain) {
             // The last INSERT of these rows may have landed before its answer was lost.
-            auto counted = client_.run("SELECT count() FROM " + db + ".samples WHERE session = " +
-                                       clickhouse_quote(rows.probe_session) +
-                                       " AND chunk = " + std::to_string(rows.probe_chunk) +
-                                       " AND day = " + clickhouse_quote(fleet_date(day)));
+            auto counted =
+                client_.run("SELECT count() FROM " + db +
+                            ".samples WHERE session = " + clickhouse_quote(rows.probe_session) +
+                            " AND collector = " + clickhouse_quote(rows.probe_collector) +
+                            " AND chunk = " + std::to_string(rows.probe_chunk) +
+                            " AND day = " + clickhouse_quote(fleet_date(day)));
             if (!counted)
                 return fail(counted.error());
             const auto n = std::strtoull(counted->c_str(), nullptr, 10);
@@ -231,9 +239,10 @@ void fleet_store::run() {
             if (!schema_ && !ensure_schema())
                 return false;
             if (retention_days_ && std::chrono::steady_clock::now() >= next_expiry_) {
-                if (!expire())
-                    return false;
+                // An hour to the next look whatever this one found: retention that fails (a
+                // user without the right to ALTER) never holds up the samples.
                 next_expiry_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+                (void)expire();
             }
             std::unique_lock lock(m_);
             if (queue_.empty())

@@ -503,13 +503,25 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
     std::string name(cmd->as_string());
-    if (name == protocol::cmd::start && link->in_continuous_run()) {
-        // A user's run takes the place of continuous profiling, which resumes when it ends.
+    const auto stop_continuous = [](std::shared_ptr<agent_link> l) -> asio::awaitable<void> {
         std::string stop(protocol::cmd::stop); // (locals: GCC 12 and temporaries in co_await)
         json::object no_args;
-        (void)co_await link->command(std::move(stop), std::move(no_args));
+        (void)co_await l->command(std::move(stop), std::move(no_args));
+    };
+    // A user's run takes the place of continuous profiling, which resumes when it ends.
+    if (name == protocol::cmd::start && link->in_continuous_run()) {
+        auto stopping = stop_continuous(link);
+        co_await std::move(stopping);
     }
+    json::object kept_args = args;
+    std::string asked = name;
     auto r = co_await link->command(std::move(name), std::move(args));
+    if (!r.ok && asked == protocol::cmd::start && r.error == "already profiling" &&
+        link->in_continuous_run()) { // a continuous start was answered first: once more
+        auto stopping = stop_continuous(link);
+        co_await std::move(stopping);
+        r = co_await link->command(std::move(asked), std::move(kept_args));
+    }
     json::object out = r.fields;
     out["ok"] = r.ok;
     if (!r.ok)
@@ -651,8 +663,8 @@ asio::awaitable<http_response> fleet_view(request_context& c, fleet_work work) {
         co_return make_error(c.req, http::status::not_found, "no_fleet_store",
                              "this collector writes to no fleet store: start it with "
                              "--clickhouse URL (docs/fleet.md)");
-    auto answer = co_await asio::co_spawn(*c.app.fleet_queries,
-                                          run_fleet_work(&c.app.fleet->client(), std::move(work)),
+    auto job = run_fleet_work(&c.app.fleet->client(), std::move(work)); // (GCC 12: no temporaries
+    auto answer = co_await asio::co_spawn(*c.app.fleet_queries, std::move(job), // in co_await)
                                           asio::use_awaitable);
     if (!answer)
         co_return make_error(c.req, answer.error());
