@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -44,8 +45,15 @@ spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
     for (auto& e : env_text)
         envp.push_back(e.data());
     envp.push_back(nullptr);
+    // A test that dies (a crash, a kill) takes what it started with it: the child is told to
+    // stop (SIGTERM: an agent or a collector still stops its own children) when the thread that
+    // forked it ends, which for the main thread is the test process itself.
+    const bool from_main = ::gettid() == ::getpid();
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+        if (from_main && (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent))
+            std::_Exit(127);
         const int out_fd = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(out_fd, 1);
         ::dup2(err_fd, 2);
