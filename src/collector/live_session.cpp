@@ -261,7 +261,8 @@ void rename_frames(app_context& app) {
 void live_session::end(double ended_at, std::optional<int> pid) {
     if (std::exchange(ended_, true))
         return;
-    app_.sessions.set_live(entry_->id, false);
+    // Listed as live until its last chunks are parsed and its metadata is final: a session
+    // listed as ended holds all it will hold (its samples, its counts).
     app_.on_pool(entry_->strand, [e = entry_, app = &app_, ended_at, pid] {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
@@ -283,6 +284,7 @@ void live_session::end(double ended_at, std::optional<int> pid) {
             e->memory_bytes = 0;
         }
         asio::post(app->io, [app, id = e->id, empty] {
+            app->sessions.set_live(id, false);
             if (empty)
                 app->sessions.forget(id);
             app->changed(change::sessions, id);

@@ -285,8 +285,8 @@ TEST_CASE("a session is one run: the target's exit and a stop end it, a start op
     REQUIRE(idle.as_array().size() == 1);
     CHECK(idle.as_array()[0].at("last_session_id").as_string() == first);
     const auto ended = wait_for(coll, "/api/sessions/" + first, 10s,
-                                [](const json::value& v) { return !v.at("ended_at").is_null(); });
-    CHECK_FALSE(ended.at("live").as_bool());
+                                [](const json::value& v) { return !v.at("live").as_bool(); });
+    CHECK_FALSE(ended.at("ended_at").is_null());
     CHECK(ended.at("samples").to_number<std::uint64_t>() > 0);
     CHECK(ended.at("process").as_string() == "perfwire-demo");
     CHECK(ended.at("pid").to_number<int>() == brief->pid());
@@ -311,9 +311,10 @@ TEST_CASE("a session is one run: the target's exit and a stop end it, a start op
     CHECK(http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
                     R"({"cmd":"stop"})")
               .status == 200);
+    // Listed as ended once it is final: its end written, every sample counted.
     const auto stopped = wait_for(coll, "/api/sessions/" + second, 10s,
-                                  [](const json::value& v) { return !v.at("ended_at").is_null(); });
-    CHECK_FALSE(stopped.at("live").as_bool());
+                                  [](const json::value& v) { return !v.at("live").as_bool(); });
+    CHECK_FALSE(stopped.at("ended_at").is_null());
     CHECK(stopped.at("samples").to_number<std::uint64_t>() > 20);
     CHECK(coll.get("/api/targets").as_array()[0].at("last_session_id").as_string() == second);
     // The list tells the runs apart by process, not only by a timestamp id.
