@@ -72,6 +72,15 @@ void walk_tree(const json::value& node, F&& f) {
         walk_tree(c, f);
 }
 
+// A client of the throwaway server `ch`, in `database`.
+clickhouse_client client_for(const test_support::clickhouse_proc& ch, const std::string& database) {
+    clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = database;
+    auto c = clickhouse_client::make(cfg);
+    REQUIRE(c.has_value());
+    return *c;
+}
 } // namespace
 
 TEST_CASE("fleet rows: a stack and a frame have one id whichever collector writes them, a chunk's "
@@ -219,14 +228,10 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK(status.at("fleet").at("retries").to_number<std::uint64_t>() > 0);
     CHECK(coll.proc->stderr_text().find("writing to ClickHouse at") != std::string::npos);
 
-    clickhouse_config cfg;
-    cfg.url = ch.url();
-    cfg.database = "fleet_test";
-    const auto client = clickhouse_client::make(cfg);
-    REQUIRE(client.has_value());
+    const auto client = client_for(ch, "fleet_test");
     // Every sample once: as many as the session holds, no chunk twice.
-    const auto counted = query(*client, "SELECT count(), uniqExact(chunk), min(device), "
-                                        "min(collector), min(session), sum(period) FROM samples");
+    const auto counted = query(client, "SELECT count(), uniqExact(chunk), min(device), "
+                                       "min(collector), min(session), sum(period) FROM samples");
     REQUIRE(counted.size() == 1);
     CHECK(std::stoull(counted[0][0]) == samples);
     CHECK(counted[0][3] == "c1");
@@ -234,13 +239,13 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     // Chunks are numbered as the session took them: none beyond its count.
     const auto chunks = sessions.as_array()[0].at("chunks").to_number<std::uint64_t>();
     CHECK(std::stoull(counted[0][1]) <= chunks);
-    CHECK(std::stoull(query(*client, "SELECT max(chunk) FROM samples")[0][0]) < chunks);
+    CHECK(std::stoull(query(client, "SELECT max(chunk) FROM samples")[0][0]) < chunks);
 
     // The functions the collector's model counts, counted by ClickHouse from the stored stacks
     // and frames (one JOIN a query: ClickHouse 18.16 takes no more).
     const auto functions = coll.get("/api/sessions/" + id + "/functions?weight=samples&limit=5");
     const auto by_leaf = query(
-        *client,
+        client,
         "SELECT symbol, sum(n) AS c FROM (SELECT frame, n FROM (SELECT stack, count() AS n FROM "
         "samples GROUP BY stack) ANY LEFT JOIN (SELECT stack, frames[1] AS frame FROM stacks) "
         "USING stack) ANY LEFT JOIN (SELECT frame, any(symbol) AS symbol FROM frames GROUP BY "
@@ -294,8 +299,8 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK(compared >= 4);
     // A build: the samples whose stacks hold a frame of the demo's build, so matrix_multiply's
     // are all there.
-    const auto build = query(*client, "SELECT any(build_id) FROM frames WHERE module LIKE "
-                                      "'%perfwire-demo' AND build_id != ''");
+    const auto build = query(client, "SELECT any(build_id) FROM frames WHERE module LIKE "
+                                     "'%perfwire-demo' AND build_id != ''");
     REQUIRE(build.size() == 1);
     REQUIRE_FALSE(build[0][0].empty());
     const auto of_build = coll.get("/api/fleet/functions?build=" + build[0][0]);
@@ -339,12 +344,12 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     INFO(coll.proc->stderr_text());
     CHECK(coll.proc->stderr_text().find("from its folder") == std::string::npos);
     const auto per_chunk =
-        query(*client, "SELECT chunk, count() FROM samples GROUP BY chunk ORDER BY chunk");
+        query(client, "SELECT chunk, count() FROM samples GROUP BY chunk ORDER BY chunk");
     std::string chunks_text;
     for (const auto& row : per_chunk)
         chunks_text += row[0] + ":" + row[1] + " ";
     INFO("chunks " << chunks_text);
-    CHECK(std::stoull(query(*client, "SELECT count() FROM samples")[0][0]) == samples);
+    CHECK(std::stoull(query(client, "SELECT count() FROM samples")[0][0]) == samples);
     CHECK(test_support::http_call(coll.http_port, "GET", "/api/fleet/functions?from=yesterday")
               .status == 400);
 }
@@ -503,16 +508,12 @@ TEST_CASE("fleet backlog: samples the store could not keep, an import made while
           "[collector][fleet][clickhouse][perf][integration]") {
     test_support::clickhouse_proc ch;
     test_support::temp_dir dir;
-    clickhouse_config cfg;
-    cfg.url = ch.url();
-    cfg.database = "fleet_backlog";
-    const auto client = clickhouse_client::make(cfg);
-    REQUIRE(client.has_value());
+    const auto client = client_for(ch, "fleet_backlog");
     const std::vector<std::string> store{"--clickhouse", ch.url(), "--clickhouse-database",
                                          "fleet_backlog"};
     const auto held = [&](const std::string& session) {
-        return std::stoull(query(*client, "SELECT count() FROM samples WHERE session = " +
-                                              clickhouse_quote(session))[0][0]);
+        return std::stoull(query(client, "SELECT count() FROM samples WHERE session = " +
+                                             clickhouse_quote(session))[0][0]);
     };
     const auto settled = [](const json::value& v) {
         const auto& f = v.at("fleet");
@@ -591,13 +592,9 @@ TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are 
           "[collector][fleet][clickhouse][integration]") {
     test_support::clickhouse_proc ch;
     test_support::temp_dir dir;
-    clickhouse_config cfg;
-    cfg.url = ch.url();
-    cfg.database = "fleet_retention";
-    const auto client = clickhouse_client::make(cfg);
-    REQUIRE(client.has_value());
+    const auto client = client_for(ch, "fleet_retention");
     for (const auto& sql : fleet_schema("fleet_retention"))
-        REQUIRE(client->run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE")).has_value());
+        REQUIRE(client.run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE")).has_value());
     // A sample today, one 10 days ago and one 40 days ago.
     const auto today =
         static_cast<std::uint16_t>(std::chrono::duration_cast<std::chrono::hours>(
@@ -610,14 +607,14 @@ TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are 
                   fleet_date(static_cast<std::uint16_t>(today - ago)) +
                   " 12:00:00', 'c', 'board', 's', 0, 1, 1, 'w', 'cpu-clock', 1, 7, ''),";
     values.pop_back();
-    REQUIRE(client->run("INSERT INTO samples VALUES " + values).has_value());
+    REQUIRE(client.run("INSERT INTO samples VALUES " + values).has_value());
     test_support::collector_proc coll(dir.path,
                                       {"--clickhouse", ch.url(), "--clickhouse-database",
                                        "fleet_retention", "--clickhouse-retention-days", "30"});
     test_support::wait_for(coll, "/api/status", 30s, [](const json::value& v) {
         return v.at("fleet").at("dropped_days").to_number<int>() == 1;
     });
-    const auto left = query(*client, "SELECT day FROM samples ORDER BY day");
+    const auto left = query(client, "SELECT day FROM samples ORDER BY day");
     REQUIRE(left.size() == 2);
     CHECK(left[0][0] == fleet_date(static_cast<std::uint16_t>(today - 10)));
     CHECK(left[1][0] == fleet_date(today));
@@ -634,15 +631,7 @@ TEST_CASE("fleet store sharded: a Distributed table over two clickhouse-server s
                 "</port></replica></shard>"
                 "<shard><replica><host>127.0.0.1</host><port>" +
                 std::to_string(b.tcp_port) + "</port></replica></shard></fleet></remote_servers>");
-    const auto client_of = [](const test_support::clickhouse_proc& ch) {
-        clickhouse_config cfg;
-        cfg.url = ch.url();
-        cfg.database = "fleet";
-        auto c = clickhouse_client::make(cfg);
-        REQUIRE(c.has_value());
-        return *c;
-    };
-    const auto ca = client_of(a), cb = client_of(b);
+    const auto ca = client_for(a, "fleet"), cb = client_for(b, "fleet");
     const auto run = [](const clickhouse_client& c, const std::string& sql) {
         const auto r = c.run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE"));
         INFO(sql << ": " << (r ? std::string("ok") : r.error().message));

@@ -47,7 +47,7 @@ try {
   const clickhouse = startClickHouse();
   const chPort = await until('ClickHouse listening', async () => listeningPort(clickhouse.pid));
   await until('ClickHouse answering', async () => (await fetch(`http://127.0.0.1:${chPort}/?query=SELECT%201`)).ok);
-  const demo = start(join(build, 'src/demo/perfwire-demo'), ['120']);
+  start(join(build, 'src/demo/perfwire-demo'), ['120']); // the load the agents profile
   const collector = start(join(build, 'src/collector/perfwire-collector'),
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1',
       '--clickhouse', `http://127.0.0.1:${chPort}`, '--continuous', '49', '--continuous-session', '4']);
@@ -123,7 +123,6 @@ try {
   await page.waitForFunction(() => !document.querySelector('#view-error').hidden && /ClickHouse/.test(document.querySelector('#view-error').textContent), null, { timeout: 40000 });
   check(true, `a ClickHouse that is gone is said (${(await page.textContent('#view-error')).slice(0, 120)})`);
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
-  void demo;
 } catch (e) {
   console.log(`FAIL ${e.message.split('\n')[0]}`);
   failStep();
