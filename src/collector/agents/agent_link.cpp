@@ -61,8 +61,13 @@ double wall_seconds() {
         .count();
 }
 
-// Data received but not yet stored and parsed, per connection: past it, reading pauses.
+// Data received but not yet stored and parsed, per connection: past either bound, reading
+// pauses. One chunk is parsed while the next waits, no more: a collector that cannot keep up
+// leaves the rest on the agent's side, where a slow link makes fewer, larger chunks, so what
+// it shows lags by a chunk or two, never by a queue of them (and one agent's queue never
+// delays the others' chunks on the shared pool).
 constexpr std::size_t max_undigested_bytes = std::size_t{16} << 20;
+constexpr std::size_t max_undigested_chunks = 2;
 // Commands past their deadline whose answers still count (one start and a few more).
 constexpr std::size_t max_late_answers = 8;
 // Bytes of an agent build per update_data command (base64 in JSON: ~512 KiB a frame).
@@ -470,7 +475,9 @@ asio::awaitable<void> agent_link::reader() {
     // A peer that says nothing is dropped after 10 s.
     asio::steady_timer hello_deadline(ex_, std::chrono::seconds(10));
     while (!closed_) {
-        while (undigested_bytes_ > max_undigested_bytes && !closed_) {
+        while ((undigested_bytes_ > max_undigested_bytes ||
+                undigested_chunks_ >= max_undigested_chunks) &&
+               !closed_) {
             digested_.expires_at(asio::steady_timer::time_point::max());
             co_await digested_.async_wait(use_nothrow);
         }
@@ -693,9 +700,11 @@ void agent_link::on_frame(protocol::frame&& f) {
             set_state(agent_state::profiling);
         const std::size_t n = f.payload.size();
         undigested_bytes_ += n;
+        ++undigested_chunks_;
         session_->chunk(f.flag == frame_flag::zstd, std::move(f.payload),
                         [self = shared_from_this(), n] {
                             self->undigested_bytes_ -= n;
+                            --self->undigested_chunks_;
                             self->digested_.cancel();
                             if (self->session_ && self->session_->wants_kernel_symbols())
                                 self->give_kernel_symbols();

@@ -180,6 +180,7 @@ private:
     // Bytes of data frames received but not yet stored and parsed: over the limit the reader
     // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped).
     std::size_t undigested_bytes_ = 0;
+    std::size_t undigested_chunks_ = 0;
     asio::steady_timer digested_;
 
     struct pending {
