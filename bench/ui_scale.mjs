@@ -151,6 +151,15 @@ try {
   }, () => location.hash.includes('zoom='));
   await measure('back to all (breadcrumb)', () => document.querySelector('#crumbs span[data-depth="0"]').click(),
     () => !location.hash.includes('zoom='));
+  await measure('call tree tab (fetch + draw)', () => document.querySelector('#tabs button[data-tab="calltree"]').click(),
+    () => /^top-down/.test(document.querySelector('#tab-calltree').dataset.shows || ''));
+  await measure('open a call tree row', () => {
+    const closed = [...document.querySelectorAll('#calltree tr[data-path]')].find((tr) => !tr.classList.contains('open'));
+    window.opened = document.querySelectorAll('#calltree tr.open').length;
+    closed.click();
+  }, () => document.querySelectorAll('#calltree tr.open').length > window.opened);
+  await measure('callers and callees of leaf_0 (two flame graphs)', `location.hash = location.hash.replace(/tab=[^&]*/, 'tab=sandwich') + '&fn=leaf_0'`,
+    () => Number(document.querySelector('#callers-flame').dataset.boxes) > 1 && Number(document.querySelector('#callees-flame').dataset.boxes) >= 1);
   const worst = Math.max(...results.map((r) => r.ms));
   console.log(`slowest interaction: ${worst} ms`);
 

@@ -1,55 +1,91 @@
 // A flame graph's tree painted on a canvas: one row a depth, each frame as wide as its share of
-// the frame at the top, frames under half a pixel left out; a hue per module (the name's own
-// shade within it) or, against a baseline, red where a frame grew, blue where it shrank, grey
-// where it stayed. Shared by a session's flame graph and the Fleet view.
-import { esc, moduleColour, moduleHue, nameShade, visible } from './format.js';
+// the frame at the top, frames under half a pixel left out. Colours: a hue per module (the
+// heaviest modules told apart, the name's own shade within one) or, against a baseline, the
+// change (format.js diffColour: grey within the noise, red grew, blue shrank, deeper as the
+// change is larger). The top frame, the whole, is neutral. Shared by a session's flame graph,
+// its sandwich and the Fleet view.
+import { diffColour, esc, moduleHues, nameShade, visible } from './format.js';
 
 export const ROW_H = 18;
+const ROOT_FILL = 'hsl(0,0%,72%)';
 
-// A frame's fill: by its change against a baseline (points of the total) when it has one.
-export function frameFill(n) {
-  const d = n.delta_pct;
-  if (d != null) return Math.abs(d) < 0.05 ? 'hsl(0,0%,78%)' : `hsl(${d > 0 ? 0 : 220},${Math.min(90, 30 + Math.abs(d) * 6)}%,62%)`;
+// The hues of a painted graph's modules, by the width they fill.
+function huesOf(boxes) {
+  const widths = new Map();
+  for (const b of boxes) if (b.y > 0) widths.set(b.n.module || '', (widths.get(b.n.module || '') || 0) + b.w);
+  return moduleHues(widths);
+}
+
+// The largest change beyond its noise in a graph (points): the deepest colour.
+function diffScale(boxes) {
+  let scale = 0;
+  for (const b of boxes) {
+    const d = b.n.delta_pct;
+    if (b.y > 0 && d != null && Math.abs(d) > (b.n.noise_pct ?? 0.05)) scale = Math.max(scale, Math.abs(d));
+  }
+  return scale;
+}
+
+// A frame's fill, in a graph coloured by `hues` (module → hue) or by change up to `scale`.
+export function frameFill(n, { hues, scale, compared }) {
+  if (compared) return n.delta_pct == null ? ROOT_FILL : diffColour(n.delta_pct, n.noise_pct, scale);
   const shade = nameShade(n.name);
-  return `hsl(${(moduleHue(n.module || '') + shade - 11 + 360) % 360},${55 + shade}%,${52 + (shade % 5) * 3}%)`;
+  return `hsl(${((hues?.get(n.module || '') ?? 0) + shade - 11 + 360) % 360},${55 + shade}%,${52 + (shade % 5) * 3}%)`;
 }
 
 // Paints `root` and its children on `canvas` (sized to them); `match`: a regex whose frames
-// are highlighted; `rootLabel`: the top frame's text. The boxes drawn ({n, x, y, w}).
-export function paintFlame(canvas, root, { match = null, rootLabel = null } = {}) {
+// are highlighted; `rootLabel`: the top frame's text; `dim`: frames above the one zoomed into,
+// drawn greyed above it (their names kept) so where it sits stays in view. The boxes drawn
+// ({n, x, y, w}), with the colouring they were drawn in (boxes.colours).
+export function paintFlame(canvas, root, { match = null, rootLabel = null, dim = [] } = {}) {
   const width = canvas.clientWidth || 800;
   const boxes = [];
+  const top = dim.length;
+  dim.forEach((n, i) => boxes.push({ n, x: 0, y: i * ROW_H, w: width, dimmed: true }));
   const walk = (n, x, depth, scale) => {
     boxes.push({ n, x, y: depth * ROW_H, w: n.value * scale });
     let cx = x;
     for (const c of n.children || []) { if (c.value * scale >= 0.5) walk(c, cx, depth + 1, scale); cx += c.value * scale; }
   };
-  walk(root, 0, 0, root.value ? width / root.value : 0);
+  walk(root, 0, top, root.value ? width / root.value : 0);
   const depth = Math.max(...boxes.map((b) => b.y)) / ROW_H + 1;
   canvas.width = width * devicePixelRatio; canvas.height = depth * ROW_H * devicePixelRatio;
   canvas.style.height = depth * ROW_H + 'px';
   canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
+  const compared = boxes.some((b) => b.n.delta_pct != null);
+  const colours = { compared, hues: huesOf(boxes), scale: compared ? diffScale(boxes) : 0 };
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
   for (const b of boxes) {
-    g.fillStyle = match && match.test(b.n.name) ? '#d946ef' : frameFill(b.n);
+    g.fillStyle = b.dimmed ? 'hsl(0,0%,88%)' : b.y === 0 ? ROOT_FILL : match && match.test(b.n.name) ? '#d946ef' : frameFill(b.n, colours);
     g.fillRect(b.x, b.y, Math.max(b.w - 1, 0.5), ROW_H - 1);
     if (b.w > 40) {
       // As many characters as fit the box (the font's own width, not a guess).
       const label = b.y === 0 && rootLabel ? rootLabel : visible(b.n.name);
       const fit = Math.max(0, Math.floor((b.w - 6) / g.measureText('M').width));
-      g.fillStyle = '#111'; g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
+      g.fillStyle = b.dimmed ? '#666' : '#111';
+      g.fillText(label.length > fit ? label.slice(0, Math.max(0, fit - 1)) + '…' : label, b.x + 3, b.y + 13);
     }
   }
+  boxes.colours = colours;
   return boxes;
 }
 
-// The legend under a graph: the change's colours against a baseline, else the widest modules'.
-export function flameLegend(boxes, compared) {
-  if (compared) return '<span class="swatch" style="background:hsl(0,70%,62%)"></span> grew · <span class="swatch" style="background:hsl(220,70%,62%)"></span> shrank · <span class="swatch" style="background:hsl(0,0%,78%)"></span> unchanged vs the baseline';
-  const modules = new Map();
-  for (const b of boxes) if (b.n.module) modules.set(b.n.module, (modules.get(b.n.module) || 0) + b.w);
-  return [...modules].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([m]) => `<span class="swatch" style="background:${moduleColour(m)}"></span> ${esc(m.split('/').pop())}`).join(' · ');
+// The legend under a graph: against a baseline, the colour scale from the largest shrink to
+// the largest growth, with the noise band between; else the widest modules' colours.
+export function flameLegend(boxes) {
+  const { compared, hues, scale } = boxes.colours || {};
+  if (compared) {
+    const s = scale ? scale.toFixed(scale < 1 ? 2 : 1) : '0';
+    const step = (t) => `<span class="swatch" style="background:${diffColour(t * (scale || 1), 0, scale || 1)}"></span>`;
+    return `<span title="the change of each frame's share of the total, in points">shrank ${step(-1)}${step(-0.5)}${step(-0.15)} −${s} … `
+      + `<span class="swatch" style="background:${diffColour(0, 1, 1)}"></span> within the noise (the 95 % band of sampling from both sessions' counts) … `
+      + `+${s} ${step(0.15)}${step(0.5)}${step(1)} grew</span> · points vs the baseline`;
+  }
+  const widths = new Map();
+  for (const b of boxes) if (b.y > 0 && !b.dimmed && b.n.module) widths.set(b.n.module, (widths.get(b.n.module) || 0) + b.w);
+  return [...widths].sort((a, b) => b[1] - a[1]).slice(0, 6)
+    .map(([m]) => `<span class="swatch" style="background:hsl(${hues?.get(m) ?? 0},65%,60%)"></span> ${esc(m.split('/').pop())}`).join(' · ');
 }
 
 // The frame under a pointer event, among the boxes painted on `canvas`.

@@ -40,8 +40,57 @@ export const processOf = (s) => (s.imported ? `<span class="muted">import</span>
   : s.continuous && !s.pid ? '<span class="muted">continuous</span> whole system'
     : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
 export const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
+// A session named by what it is, as plain text (escape it to show it): the process (pid) on
+// its host, an import by its file, a continuous run as the whole system; its events, how long.
+export function sessionName(s) {
+  const what = s.imported ? String(s.source || 'import').split('/').pop()
+    : s.continuous && !s.pid ? `whole system${s.hostname ? ` on ${s.hostname}` : ''}`
+      : `${s.process || 'process'}${s.pid ? ` (${s.pid})` : ''}${s.hostname ? ` on ${s.hostname}` : ''}`;
+  return [what, eventsOf(s), s.duration_sec ? duration(s.duration_sec) : ''].filter(Boolean).join(' · ');
+}
+// A counter's total over the whole session, with the rate it makes over the intervals'
+// seconds: CPUs utilized for a clock (msec), else per second.
+export function counterTotal(t, seconds) {
+  const v = Number(t.value) || 0;
+  const shown = t.unit === 'msec' ? `${(v / 1000).toLocaleString(undefined, { maximumFractionDigits: v < 10000 ? 2 : 0 })} s`
+    : v.toLocaleString(undefined, { maximumFractionDigits: 0 });
+  const rate = !(seconds > 0) ? '' : t.unit === 'msec' ? `${(v / 1000 / seconds).toFixed(2)} CPUs utilized`
+    : `${amount(v / seconds, 'count')}/s`;
+  return { shown, rate };
+}
 
-// A module's hue, and frames of one module told apart by the name's own shade.
-export const moduleHue = (m) => String(m).split('').reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 0);
-export const moduleColour = (m) => `hsl(${moduleHue(m)},65%,60%)`;
+// Frames of one module told apart by the name's own shade.
 export const nameShade = (n) => String(n).split('').reduce((h, c) => (h * 17 + c.charCodeAt(0)) % 23, 0);
+// A hue for each module of a graph ([module, weight] pairs): the heaviest first, each a golden
+// angle (137.5°) from the last, so the modules that fill the graph never share a colour.
+export function moduleHues(weights) {
+  const hues = new Map();
+  [...weights].sort((a, b) => b[1] - a[1] || String(a[0]).localeCompare(String(b[0])))
+    .forEach(([m], i) => hues.set(m, Math.round((25 + i * 137.508) % 360)));
+  return hues;
+}
+// A frame's colour against a baseline: grey within the noise (a change sampling alone would
+// make, ± `noise` points), else red where it grew and blue where it shrank, deeper in
+// proportion to the change, the largest in the graph (`scale` points) deepest.
+export function diffColour(delta, noise, scale) {
+  if (!(Math.abs(delta) > (noise ?? 0.05))) return 'hsl(0,0%,80%)';
+  const t = Math.min(1, Math.abs(delta) / (scale > 0 ? scale : Math.abs(delta)));
+  return `hsl(${delta > 0 ? 0 : 220},${Math.round(30 + 55 * t)}%,${Math.round(86 - 34 * t)}%)`;
+}
+
+// Tick spacing for `span` seconds over `px` pixels: 1, 2 or 5 × a power of ten, ~100 px apart.
+export function tickStep(span, px) {
+  const raw = span / Math.max(1, px / 100);
+  const p = 10 ** Math.floor(Math.log10(raw || 1));
+  return [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw) ?? 10 * p;
+}
+
+// The window zoomed by `factor` (< 1 in, > 1 out) about the point `at` (0–1 across it), kept
+// within the session's [0, whole]; null when it would show the whole session.
+export function zoomWindow(start, end, at, factor, whole) {
+  const span = Math.min(whole, Math.max(0.001, (end - start) * factor));
+  if (span >= whole) return null;
+  let a = start + (end - start) * at - span * at;
+  a = Math.max(0, Math.min(whole - span, a));
+  return { start: a, end: a + span };
+}

@@ -11,6 +11,7 @@
 // meta the session's (from the header).
 import { read } from './state.js';
 import { $, visible } from './util.js';
+import * as calltree from './views/calltree.js';
 import * as fleet from './views/fleet.js';
 import * as flamegraph from './views/flamegraph.js';
 import * as functions from './views/functions.js';
@@ -25,7 +26,7 @@ import * as timeline from './views/timeline.js';
 import * as wizard from './views/wizard.js';
 
 // A session's tabs, by the URL's tab=.
-export const TABS = Object.freeze({ functions, flamegraph, source, sandwich, timeline, threads, sessions });
+export const TABS = Object.freeze({ functions, flamegraph, calltree, source, sandwich, timeline, threads, sessions });
 const SESSION_VIEWS = [header, health, ...Object.values(TABS)];
 const VIEWS = [landing, wizard, fleet, ...SESSION_VIEWS];
 
@@ -33,11 +34,22 @@ class Superseded extends Error {}
 let renderedHash = '';
 const stillWanted = () => { if (location.hash !== renderedHash) throw new Superseded(); };
 
-// `tab`: the tab whose render failed (data-tab on the message), when a render failed.
+// `tab`: the tab whose render failed (data-tab on the message), when a render failed. An error
+// stays until it is dismissed (its ✕), another takes its place, or a render of another state
+// (the user chose something) succeeds: a live update of the same view leaves it to be read.
+let errorAt = null; // the URL it was shown for
 function showError(message, tab) {
+  if (!message && (errorAt === null || errorAt === location.hash)) return;
+  errorAt = message ? location.hash : null;
   $('#view-error').hidden = !message;
-  $('#view-error').textContent = message ? visible(message) : '';
+  $('#view-error-text').textContent = message ? visible(message) : '';
   if (message && tab) $('#view-error').dataset.tab = tab; else delete $('#view-error').dataset.tab;
+}
+function dismissError() {
+  errorAt = null;
+  $('#view-error').hidden = true;
+  $('#view-error-text').textContent = '';
+  delete $('#view-error').dataset.tab;
 }
 
 // The query every view of a session shares: weight, thread, event, baseline, time window.
@@ -112,6 +124,7 @@ export function live(kind, data) {
 }
 
 export function init() {
-  const app = { rerender, showError: (message) => showError(message) };
+  const app = { rerender, showError: (message) => (message ? showError(message) : dismissError()) };
   for (const v of VIEWS) v.init?.(app);
+  $('#view-error-close').addEventListener('click', dismissError);
 }

@@ -10,6 +10,7 @@ export const KEYS = Object.freeze({
   tab: { default: 'functions' },
   weight: { default: 'period' },
   tid: { session: true },
+  lane: { session: true }, // the timeline's chosen thread: its flame chart, no filter elsewhere
   event: { session: true },
   zoom: { session: true },
   file: { session: true },
@@ -20,6 +21,9 @@ export const KEYS = Object.freeze({
   inverted: { kind: 'bool', session: true },
   focus: { session: true },
   hide: { session: true },
+  recursion: { session: true }, // 'collapse': a function calling itself is one frame
+  sort: { session: true }, // the function table's column (self % when absent)
+  order: { session: true }, // 'asc' or 'desc' against the column's natural order
 });
 
 // The state a hash ("#session=…&tab=…", with or without the '#') reads as: every key of the

@@ -117,3 +117,14 @@ export function blankCanvas(canvas) {
 
 // Calls the collector's agent relay: a command for target `target` ({cmd, args}).
 export const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
+
+// How the URL shapes a tree (the flame graph's and the call tree's): bottom-up, a focus, the
+// functions hidden, recursion collapsed — as the flamegraph answer's parameters.
+export function shapeQuery(s) {
+  const shape = new URLSearchParams();
+  if (s.inverted) shape.set('inverted', '1');
+  if (s.focus) shape.set('focus', s.focus);
+  if (s.hide) shape.set('hide', s.hide);
+  if (s.recursion) shape.set('recursion', s.recursion);
+  return shape;
+}

@@ -41,6 +41,16 @@ struct session_model {
     std::string build_id_of(const std::string& module) const;
     std::optional<stat_report> last_stat;
     std::string last_stat_text;
+    // Every perf stat report together (each covers its own interval): per event, the sum of
+    // what was counted and in how many intervals; the intervals' seconds.
+    struct stat_total {
+        double value = 0;
+        std::string unit;
+        std::uint64_t intervals = 0;
+    };
+    std::map<std::string, stat_total, std::less<>> stat_totals;
+    std::uint64_t stat_intervals = 0;
+    double stat_seconds = 0;
     std::uint64_t chunks = 0, bad_chunks = 0;
     std::set<std::string> event_types;
 

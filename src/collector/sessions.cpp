@@ -1,6 +1,7 @@
 #include "collector/sessions.hpp"
 
 #include "collector/fleet/rows.hpp"
+#include "collector/model/views.hpp"
 #include "collector/symbols/symbolizer.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/messages.hpp"
@@ -136,6 +137,15 @@ void session_model::note_stat(std::string_view stat) {
         return;
     last_stat = parse_perf_stat(stat);
     last_stat_text = std::string(stat);
+    ++stat_intervals;
+    stat_seconds += last_stat->elapsed_seconds.value_or(0.0);
+    for (const auto& c : last_stat->counters)
+        if (c.value && stat_totals.size() < 64) {
+            auto& t = stat_totals[c.event];
+            t.value += *c.value;
+            t.unit = c.unit;
+            ++t.intervals;
+        }
 }
 
 void session_model::note_events() {
@@ -458,6 +468,10 @@ void publish_counts(session_entry& e) {
     e.lost_samples = e.model->parser.stats().lost_events;
     e.threads = prof.threads().size();
     e.span_ns = prof.sample_count() ? prof.last_time() - prof.first_time() : 0;
+    session_entry::label l{std::string(process_name(prof, std::nullopt)),
+                           {e.model->event_types.begin(), e.model->event_types.end()}};
+    if (!(l == e.named()))
+        e.name(std::move(l));
 }
 
 void ensure_loaded(session_entry& e, const session_store& store, symbolizer* names) {

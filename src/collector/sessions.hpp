@@ -19,9 +19,11 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace collector {
 
@@ -81,6 +83,26 @@ struct session_entry {
     std::atomic<bool> wants_kernel_symbols{false};
 
     std::uint64_t last_used = 0; // I/O thread: the registry's clock at the last find()
+
+    // What a live session is, as its model names it now: the process sampled most, its
+    // events (written by publish_counts on the strand, read by listings anywhere).
+    struct label {
+        std::string process;
+        std::vector<std::string> events;
+        bool operator==(const label&) const = default;
+    };
+    label named() const {
+        std::lock_guard lock(label_mutex_);
+        return label_;
+    }
+    void name(label l) {
+        std::lock_guard lock(label_mutex_);
+        label_ = std::move(l);
+    }
+
+private:
+    mutable std::mutex label_mutex_;
+    label label_;
 };
 
 // What the sessions' models hold against the memory budget (session_registry::enforce).

@@ -502,6 +502,37 @@ TEST_CASE("access token: kept in a private file, presented by header or cookie",
     CHECK(valid_token("correct-horse.battery_staple~42"));
 }
 
+TEST_CASE("API: perf stat's counters are told for the last interval and for the whole session",
+          "[collector][api]") {
+    fixture_app f;
+    // A second chunk with its own report: the totals add both intervals.
+    const std::string report = test_support::fixture("agent/fixtures/perf_stat_no_pmu.txt");
+    auto w = f.app->store.create("demo-host", {{"agent", "perfwire"}, {"hostname", "demo-host"}});
+    REQUIRE(w.has_value());
+    for (int i = 0; i < 2; ++i)
+        REQUIRE_FALSE(w->write_chunk(
+            true, protocol::compress(script_sample({"f", "main"}, 1, 1, std::to_string(1 + i)) +
+                                     "\n### PERF_STAT ###\n" + report)));
+    const auto meta = f.get_json("/api/sessions/" + w->id());
+    const auto& st = meta.at("perf_stat");
+    CHECK(st.at("intervals").to_number<int>() == 2);
+    CHECK(st.at("total_seconds").to_number<double>() == Approx(2 * 0.301641570));
+    std::map<std::string, double> totals, last;
+    for (const auto& t : st.at("totals").as_array())
+        totals[std::string(t.at("event").as_string())] = t.at("value").to_number<double>();
+    for (const auto& c : st.at("counters").as_array())
+        if (c.at("value").is_number())
+            last[std::string(c.at("event").as_string())] = c.at("value").to_number<double>();
+    CHECK(last.at("task-clock") == Approx(605.87));
+    CHECK(totals.at("task-clock") == Approx(2 * 605.87));
+    CHECK(totals.at("context-switches") == Approx(2 * 1138));
+    CHECK(totals.count("cycles") == 0); // never counted: no total
+    // perf's own rate note of the last interval is kept.
+    for (const auto& c : st.at("counters").as_array())
+        if (c.at("event").as_string() == "task-clock")
+            CHECK_THAT(std::string(c.at("note").as_string()), Catch::Contains("CPUs utilized"));
+}
+
 TEST_CASE("API: importing perf script text makes a queryable session", "[collector][api]") {
     fixture_app f;
     const auto res = f.call(http::verb::post, "/api/sessions/import",
@@ -512,16 +543,38 @@ TEST_CASE("API: importing perf script text makes a queryable session", "[collect
     const auto fns = f.get_json("/api/sessions/" + id + "/functions?weight=samples");
     CHECK(fns.at("total").to_number<std::uint64_t>() > 0);
     CHECK(f.get_json("/api/sessions/" + id).at("source").as_string() == "upload");
+    // The file's name from the browser names the session: its last path element, without
+    // control characters; found by a search for it, as the others are by process, pid and event.
+    const auto named =
+        f.call(http::verb::post, "/api/sessions/import?name=..%2Fhome%2Fme%2Fslow%01run.perf.txt",
+               test_support::fixture("collector/fixtures/system_wide_cpu.txt"));
+    REQUIRE(named.result() == http::status::ok);
+    const std::string named_id(json::parse(named.body()).at("session_id").as_string());
+    CHECK(f.get_json("/api/sessions/" + named_id).at("source").as_string() == "slowrun.perf.txt");
+    CHECK(upload_source(std::string(300, 'x')).size() == 200);
+    CHECK(upload_source("..") == "upload");
+    CHECK(upload_source("") == "upload");
+    auto found = [&](const std::string& q) {
+        std::set<std::string> ids;
+        const auto list = f.get_json("/api/sessions?q=" + q);
+        for (const auto& s : list.as_array())
+            ids.insert(std::string(s.at("id").as_string()));
+        return ids;
+    };
+    CHECK(found("SLOWRUN") == std::set<std::string>{named_id});
+    CHECK(found("cpu-clock").count(named_id) == 1);
+    CHECK(found("nothing-like-it").empty());
 
     const auto garbage = f.call(http::verb::post, "/api/sessions/import", "not perf output\n");
     CHECK(garbage.result() == http::status::bad_request);
     CHECK_THAT(garbage.body(), Catch::Contains("no perf script samples"));
     CHECK(f.call(http::verb::post, "/api/sessions/import").result() == http::status::bad_request);
-    CHECK(f.get_json("/api/sessions").as_array().size() == 2); // nothing made for the failures
+    CHECK(f.get_json("/api/sessions").as_array().size() == 3); // nothing made for the failures
 
     // Two imports at once is the most: a third waits its turn.
     {
-        auto one = upload::start(*f.app, 100), two = upload::start(*f.app, 100);
+        auto one = upload::start(*f.app, 100, "/api/sessions/import"),
+             two = upload::start(*f.app, 100, "/api/sessions/import");
         REQUIRE(one);
         REQUIRE(two);
         const auto busy = f.call(http::verb::post, "/api/sessions/import", "a 1/1 1.0: cycles:\n");
@@ -675,6 +728,87 @@ TEST_CASE("API: a profile says how far it can be trusted, and what would fix it"
     // more than a point, and every check answered.
     const auto real = f.get_json("/api/sessions/" + f.session_id + "/quality");
     CHECK(real.at("checks").as_array().size() >= 4);
+}
+
+TEST_CASE("API: stacks that stop only below the program's frames are no reason for DWARF; "
+          "those cut inside it are",
+          "[collector][api]") {
+    fixture_app f;
+    // 50 stop at a nameless frame of the C library under main, 20 at main itself, 20 at a
+    // garbage address beneath the C++ runtime: every frame of the program is there. 10 stop
+    // inside the program (in work, whose caller is lost).
+    const std::string libc = "[unknown] (/usr/lib/x86_64-linux-gnu/libc.so.6)";
+    const auto benign =
+        f.import(script_sample({"f", "main", libc}, 50) + script_sample({"g", "main"}, 20) +
+                 script_sample({"h", "_M_run", "[unknown] (/usr/lib/libstdc++.so.6.0.30)",
+                                "[unknown] ([unknown])"},
+                               20) +
+                 script_sample({"leaf", "work"}, 10));
+    const auto q = f.get_json("/api/sessions/" + benign + "/quality");
+    json::object cut;
+    for (const auto& c : q.at("checks").as_array())
+        if (c.at("id").as_string() == "truncated")
+            cut = c.as_object();
+    REQUIRE(cut.contains("pct"));
+    CHECK(cut.at("pct").as_double() == Approx(10));
+    CHECK(cut.at("status").as_string() == "warn");
+    CHECK_THAT(std::string(cut.at("value").as_string()), Catch::Contains("90.0 % stop only below"));
+    REQUIRE(cut.at("detail").as_array().size() == 1);
+    CHECK(cut.at("detail").as_array()[0].at("name").as_string() == "work");
+    // Only below: nothing to fix, no DWARF offered.
+    const auto whole =
+        f.import(script_sample({"f", "main", libc}, 70) + script_sample({"g", "main"}, 30));
+    const auto q2 = f.get_json("/api/sessions/" + whole + "/quality");
+    for (const auto& c : q2.at("checks").as_array())
+        if (c.at("id").as_string() == "truncated") {
+            CHECK(c.at("status").as_string() == "ok");
+            CHECK(c.at("pct").as_double() == Approx(0));
+            CHECK(c.at("fix").as_string().empty());
+            CHECK_THAT(std::string(c.at("value").as_string()),
+                       Catch::Contains("100.0 % stop only below"));
+        }
+}
+
+TEST_CASE("API: a function's callers as a tree (the sandwich's lower half), and recursion "
+          "collapsed",
+          "[collector][api]") {
+    fixture_app f;
+    // Leaf first. fn is called from a (3), b (2), and, recursively, from c (1).
+    const auto id =
+        f.import(script_sample({"leaf", "fn", "a", "main"}, 3) +
+                 script_sample({"fn", "b", "main"}, 2) + script_sample({"x", "fn", "fn", "c"}, 1));
+    const auto base = "/api/sessions/" + id + "/flamegraph?weight=period";
+    auto kids = [](const json::value& n) {
+        std::map<std::string, std::uint64_t> out;
+        for (const auto& c : n.at("children").as_array())
+            out[std::string(c.at("name").as_string())] = c.at("value").to_number<std::uint64_t>();
+        return out;
+    };
+    const auto callers = f.get_json(base + "&focus=fn&callers=1");
+    CHECK(callers.at("callers").as_bool());
+    const auto& root = callers.at("root");
+    REQUIRE(root.at("children").as_array().size() == 1);
+    const auto& fn = root.at("children").at(0);
+    CHECK(fn.at("name").as_string() == "fn");
+    CHECK(fn.at("value").to_number<int>() == 6);
+    CHECK(kids(fn) == std::map<std::string, std::uint64_t>{{"a", 3}, {"b", 2}, {"c", 1}});
+    CHECK(kids(fn.at("children").at(0)) == std::map<std::string, std::uint64_t>{{"main", 3}});
+    // The callees' half: the focus at the root, what it calls below.
+    const auto callees = f.get_json(base + "&focus=fn");
+    CHECK(kids(callees.at("root").at("children").at(0)) ==
+          std::map<std::string, std::uint64_t>{{"fn", 1}, {"leaf", 3}});
+    // fn calling fn is one frame when recursion is collapsed.
+    const auto flat = f.get_json(base + "&recursion=collapse");
+    CHECK(flat.at("collapse_recursion").as_bool());
+    const auto c = flat.at("root").at("children").as_array();
+    std::string path;
+    for (const auto& top : c)
+        if (top.at("name").as_string() == "c") {
+            const auto& under = top.at("children").at(0);
+            path = std::string(under.at("name").as_string()) + ">" +
+                   std::string(under.at("children").at(0).at("name").as_string());
+        }
+    CHECK(path == "fn>x");
 }
 
 TEST_CASE("API: the timeline has a lane per thread and a flame chart in time order",

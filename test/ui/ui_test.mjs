@@ -5,7 +5,7 @@
 //
 // This file starts them, signs a browser in and runs the steps in order; the steps are the
 // views', one file per view under test/ui/views/ (landing, functions, source, flamegraph,
-// session, sandwich, wizard, health, sessions, timeline), each step given the state the
+// session, sandwich, call tree, wizard, health, sessions, timeline), each step given the state the
 // earlier ones left (the pages, the sessions they opened). A failure names the step, the
 // requests still under way and what each open page showed. Every wait is bounded.
 import { spawnSync } from 'node:child_process';
@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 import { check, children, failStep, failures, start, stopAll, unfinishedRequests, until } from './harness.mjs';
+import * as calltree from './views/calltree.mjs';
 import * as flamegraph from './views/flamegraph.mjs';
 import * as functions from './views/functions.mjs';
 import * as health from './views/health.mjs';
@@ -45,6 +46,7 @@ const STEPS = [
   flamegraph.focusAndHide,
   session.healthChecks,
   sandwich.callersOf,
+  calltree.treeTable,
   wizard.liveDebug,
   session.controls,
   health.deviceHealth,

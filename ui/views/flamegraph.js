@@ -6,7 +6,7 @@ import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
 import { boxAt as boxAtPointer, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
-import { $, blankCanvas, filterRegex, hoverTip, setHtml } from '../util.js';
+import { $, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../util.js';
 
 // flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
 // key of the latest render; pending: an answer held while the pointer is on the graph.
@@ -30,10 +30,7 @@ function minPctFor(share) {
 
 export async function render(s, r) {
   $('#inverted').checked = s.inverted;
-  const shape = new URLSearchParams();
-  if (s.inverted) shape.set('inverted', '1');
-  if (s.focus) shape.set('focus', s.focus);
-  if (s.hide) shape.set('hide', s.hide);
+  const shape = shapeQuery(s);
   const key = `${s.session}?${r.q}&${shape}&${s.zoom || ''}`;
   v.wanted = key;
   // The threshold follows the zoomed frame's share of the whole (from the graph already shown
@@ -69,13 +66,18 @@ export function clear() {
 function draw() {
   const canvas = $('#flame');
   if (!v.flame) return;
+  // The frame zoomed into, its ancestors drawn greyed above it (a click on one zooms out to it).
   let root = v.flame.root;
-  for (const name of v.zoomPath) root = root.children.find((c) => c.name === name) || root;
+  const ancestors = [];
+  for (const name of v.zoomPath) {
+    const c = root.children?.find((x) => x.name === name);
+    if (!c) break;
+    ancestors.push(root); root = c;
+  }
   const { re } = filterRegex($('#filter').value);
-  const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null });
+  const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors });
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
-  const d0 = root.delta_pct ?? root.children?.find((c) => c.delta_pct != null)?.delta_pct;
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(v.flame);
   const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
@@ -87,7 +89,7 @@ function draw() {
     const walkMatch = (n) => { if (re.test(n.name)) { matched += n.value; return; } for (const c of n.children || []) walkMatch(c); };
     walkMatch(root);
   }
-  const legend = flameLegend(boxes, d0 != null);
+  const legend = flameLegend(boxes);
   const small = v.flame.small_frames_hidden;
   const hiddenNote = small ? ` · <span class="muted" title="frames under half a pixel wide at this zoom are not sent; zoom in to see them">${count(small)} small ${small === 1 ? 'frame' : 'frames'} hidden</span>` : '';
   $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
@@ -96,7 +98,7 @@ function draw() {
   // hide it from every stack, as pprof's -focus and -hide do.
   canvas.oncontextmenu = (e) => {
     const b = boxAt(e);
-    if (!b || b.y === 0) return;
+    if (!b || b.y === 0 || b.dimmed) return;
     e.preventDefault();
     const menu = $('#flame-menu'), r = canvas.getBoundingClientRect();
     menu.dataset.name = b.n.name;
@@ -111,6 +113,7 @@ function draw() {
   };
   canvas.onclick = (e) => {
     const b = boxAt(e);
+    if (b?.dimmed) { v.zoomPath = v.zoomPath.slice(0, b.y / rowH); setHash({ zoom: v.zoomPath.join(';') || null }); return; }
     if (!b || b.y === 0) return;
     const path = []; // names from the zoom root down to the clicked box
     const find = (n, trail) => { if (n === b.n) { path.push(...trail); return true; } return (n.children || []).some((c) => find(c, [...trail, c.name])); };

@@ -133,7 +133,7 @@ function draw() {
   hoverTip(canvas, $('#fleet-flame-tip'), boxes, ROW_H, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
     total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${pct(b.n.baseline_pct)} % → ${pct(100 * b.n.value / (flame.total || 1))} % (${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points)` : ''}<br><span class="muted">click: stacks through it</span>`);
   const hidden = flame.small_frames_hidden ? ` · <span class="muted">${count(flame.small_frames_hidden)} small frames hidden</span>` : '';
-  $('#fleet-flame-legend').innerHTML = (flame.root.value ? flameLegend(boxes, compared) : 'no samples') + hidden;
+  $('#fleet-flame-legend').innerHTML = (flame.root.value ? flameLegend(boxes) : 'no samples') + hidden;
 }
 
 export function clear() {

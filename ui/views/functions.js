@@ -2,6 +2,7 @@
 // baseline's Δ columns when comparing. Only the rows in view are in the DOM, so sorting,
 // filtering and scrolling stay fast with tens of thousands of functions. A nameless module's
 // "[unknown]" row opens into the addresses its samples fell on.
+import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
 import { $, api, filterRegex, setHtml, syncRows } from '../util.js';
@@ -96,7 +97,13 @@ function visiblePages() {
   return out;
 }
 
+// Names read A→Z first, numbers largest first; the URL says so only when it is otherwise.
+const TEXT_COLUMNS = new Set(['name', 'module']);
+const naturalOrder = (field) => (TEXT_COLUMNS.has(field) ? 'asc' : 'desc');
+
 export async function render(s, r) {
+  v.sort = s.sort || 'self_pct';
+  v.desc = (s.order || naturalOrder(v.sort)) === 'desc';
   const key = `${s.session}?${r.q}|${v.sort}|${v.desc}|${$('#filter').value}`;
   // New numbers for the same table while the pointer is over it: held until it leaves, so a
   // click lands on the row aimed at.
@@ -149,7 +156,7 @@ function draw() {
   }
   const { match, re } = v.table ?? {}, n = v.count.toLocaleString();
   setHtml($('#functions-count'), esc(match || re ? `${v.matched.toLocaleString()} of ${n} functions match` : `${n} functions`) +
-    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total, red grew, green shrank <button data-baseline="">stop comparing</button>` : ''));
+    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total: red grew, blue shrank, grey is within the noise <button data-baseline="">stop comparing</button>` : ''));
   drawRows();
 }
 
@@ -178,7 +185,11 @@ function drawRows() {
   const [first, drawn] = drawnRows(), last = Math.min(total, drawn);
   const cols = v.diff ? 8 : 5;
   const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
-  const delta = (x) => `<td class="${x > 0.005 ? 'warn' : x < -0.005 ? 'better' : 'muted'}">${x > 0 ? '+' : ''}${pct(x)}</td>`;
+  // Red grew, blue shrank; grey within the noise (what sampling alone would move it by).
+  const delta = (x, noise) => {
+    const within = !(Math.abs(x) > (noise ?? 0.005));
+    return `<td class="${within ? 'muted' : x > 0 ? 'warn' : 'better'}"${noise != null ? ` title="±${pct(noise)} points is within the noise of both sessions' samples"` : ''}>${x > 0 ? '+' : ''}${pct(x)}</td>`;
+  };
   const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`
     : `<tr class="sub" title="${attr(r.name)}: an address in ${attr(r.module)}, which has no symbol for it"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td class="num">${amount(r.self, v.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;
   const toggle = (r) => r.name === '[unknown]' && r.module && r.module !== '[unknown]' && r.self > 0
@@ -189,7 +200,7 @@ function drawRows() {
     const { row: r, index } = rowAt(d, open);
     if (!r) { wantPage(Math.floor(index / PAGE)); shown.push([`pending ${index}`, `<tr class="pending"><td colspan="${cols}" class="muted">…</td></tr>`]); continue; }
     shown.push([rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
-    <td>${pct(r.total_pct)}</td>${v.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct)}${delta(r.delta_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, v.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`]);
+    <td>${pct(r.total_pct)}</td>${v.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct, r.noise_self_pct)}${delta(r.delta_total_pct, r.noise_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, v.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`]);
   }
   syncRows($('#functions tbody'), [spacer(first, 'above'), ...shown, spacer(total - last, 'below')].filter(([, html]) => html));
 }
@@ -207,7 +218,13 @@ export function init(context) {
       return;
     }
     const th = e.target.closest('th[data-sort]');
-    if (th) { v.desc = v.sort === th.dataset.sort ? !v.desc : true; v.sort = th.dataset.sort; $('#functions-scroll').scrollTop = 0; app.rerender(); }
+    if (th) {
+      // A first click sorts the column its natural way; another click on it turns it round.
+      const field = th.dataset.sort;
+      const order = v.sort === field ? (v.desc ? 'asc' : 'desc') : naturalOrder(field);
+      $('#functions-scroll').scrollTop = 0;
+      setHash({ sort: field === 'self_pct' ? null : field, order: order === naturalOrder(field) ? null : order });
+    }
   });
   // Typing asks the collector once the typing pauses.
   let typing;

@@ -1,13 +1,24 @@
-// Callers and callees of one function (fn= in the URL), with the same filters as the other
-// tabs. Anything marked data-sandwich="NAME" anywhere on the page opens it.
+// Callers and callees of one function (fn= in the URL), as speedscope's sandwich shows them:
+// two flame graphs with the function on top — below it, in one, who called it down to where
+// the stacks begin; in the other, what it called — and the next level of each as tables. The
+// same filters as the other tabs. Anything marked data-sandwich="NAME" anywhere on the page
+// opens it; a click on a frame opens that frame's.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
-import { $ } from '../util.js';
+import { boxAt, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
+import { $, blankCanvas, hoverTip } from '../util.js';
+
+const MIN_PCT = 0.05; // frames under this share of the total are not asked for
 
 export async function render(s, r) {
   if (!s.fn) { clear(); return; }
-  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/sandwich?${r.q}&function=${encodeURIComponent(s.fn)}`).catch((e) => {
+  const id = encodeURIComponent(s.session), fn = encodeURIComponent(s.fn);
+  const [d, up, down] = await Promise.all([
+    store.view(s.session, `/api/sessions/${id}/sandwich?${r.q}&function=${fn}`),
+    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&focus=${fn}&callers=1&min_pct=${MIN_PCT}`),
+    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&focus=${fn}&min_pct=${MIN_PCT}`),
+  ]).catch((e) => {
     clear();
     throw e; // nothing of the last answer stays under the error
   });
@@ -23,13 +34,32 @@ export async function render(s, r) {
   $('#sandwich-fn').innerHTML = `${esc(f.name)} <span class="muted">self ${pct(f.self_pct)} % (${amount(f.self, unit)}) · total ${pct(f.total_pct)} % (${amount(f.total, unit)})</span>
     <button data-source-of="${attr(f.name)}">source</button>`;
   $('#sandwich-info').textContent = '';
+  drawHalf('callers', up, unit, 'called by');
+  drawHalf('callees', down, unit, 'calls');
   $('#tab-sandwich').dataset.shows = f.name;
+}
+
+// One half: the focused function's node (the graph's only child of its root) on top.
+function drawHalf(which, flame, unit, verb) {
+  const canvas = $(`#${which}-flame`);
+  const top = flame.root.children?.[0];
+  if (!top) { blankCanvas(canvas); $(`#${which}-legend`).textContent = ''; return; }
+  const boxes = paintFlame(canvas, top);
+  const whole = flame.total || 1;
+  hoverTip(canvas, $(`#${which}-tip`), boxes, ROW_H, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
+    ${b.y === 0 ? 'every stack through it' : `${verb} on this path`}: ${amount(b.n.value, unit)} (${pct(100 * b.n.value / whole)} % of the total)<br><span class="muted">click: its own callers and callees</span>`);
+  canvas.onclick = (e) => {
+    const b = boxAt(canvas, boxes, e);
+    if (b && b.y > 0) setHash({ fn: b.n.name });
+  };
+  $(`#${which}-legend`).innerHTML = flameLegend(boxes) + (flame.small_frames_hidden ? ` · <span class="muted">${flame.small_frames_hidden} frames under ${MIN_PCT} % left out</span>` : '');
 }
 
 export function clear() {
   $('#sandwich-fn').textContent = '';
   $('#callers tbody').innerHTML = '';
   $('#callees tbody').innerHTML = '';
+  for (const which of ['callers', 'callees']) { blankCanvas($(`#${which}-flame`)); $(`#${which}-legend`).textContent = ''; }
   delete $('#tab-sandwich').dataset.shows;
 }
 

@@ -5,7 +5,7 @@
 // meta, its health checks, its threads) is asked again at most every few seconds while live.
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { attr, count, duration, esc, eventName, pct, visible } from '../format.js';
+import { attr, count, counterTotal, duration, esc, eventName, pct, sessionName, visible } from '../format.js';
 import { $, agentCommand, api, filterRegex } from '../util.js';
 
 const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
@@ -17,12 +17,18 @@ let picked = null; // {session, event}: the event the collector chose when the U
 let qualityOpened = null; // the session whose failing check opened the panel once
 let drawn = { events: '', checks: '' }; // what the event choice and the checks list hold
 let known = { session: null, samples: 0 }; // the last meta's
+let shownQuery = { session: null, q: '' }; // what the export choice exports
+// The summary (stat cards, profile health, device strip) open or shut as the user last left
+// it; until they choose, a failing health check opens it once per session.
+const SUMMARY_KEY = 'perfwire-summary';
+let openingSummary = false;
 
 const metaPath = (id) => `/api/sessions/${encodeURIComponent(id)}`;
 
 // The tab asked for shows at once, before anything it shows is fetched: a render under way
 // never undoes a later click.
 export function showTab(s) {
+  for (const c of document.querySelectorAll('.collapse-recursion')) c.checked = s.recursion === 'collapse';
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
   if ($('#weight').value !== s.weight) $('#weight').value = s.weight;
@@ -42,6 +48,7 @@ export async function render(s, r) {
   const meta = await store.view(s.session, metaPath(s.session), { lag });
   known = { session: s.session, samples: meta.samples };
   r.stillWanted();
+  shownQuery = { session: s.session, q: String(r.q) };
   const c = store.counts(s.session);
   const shown = c ? { ...meta, samples: Math.max(meta.samples || 0, c.samples), chunks: Math.max(meta.chunks || 0, c.chunks),
     lost_samples: Math.max(meta.lost_samples || 0, c.lost_samples) } : meta;
@@ -52,7 +59,13 @@ export async function render(s, r) {
   agent.callgraph = meta.callgraph;
   await renderControls(s.session, r);
   await renderThreadChoice(s, r);
-  $('#session-title').textContent = s.session;
+  // Named by what it is; its id (the folder, the URL) beside.
+  const name = sessionName({ ...meta, ...shown, imported: meta.imported, duration_sec: meta.duration_sec });
+  if ($('#session-title').dataset.name !== name) {
+    $('#session-title').innerHTML = `${esc(name)} <span class="muted session-id">${esc(s.session)}</span>`;
+    $('#session-title').dataset.name = name;
+    document.title = `${name} — perfwire`;
+  }
   $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
     events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
@@ -64,16 +77,26 @@ export async function render(s, r) {
   return shown;
 }
 
+// perf stat's counters: over the whole session (every interval's report added up, with the
+// rate they make) and, in each card's line below, the last interval as perf printed it (its
+// own note). Counters perf could not count say so.
 function statCards(meta) {
   const st = meta.perf_stat || {};
+  const totals = new Map((st.totals || []).map((t) => [t.event, t]));
+  const intervals = st.intervals || 0;
   const cards = (st.counters || []).map((c) => {
-    const v = !c.supported ? '<span class="muted">not supported</span>' : !c.counted ? '<span class="muted">not counted</span>'
-      : `${Number(c.value).toLocaleString()}${c.unit ? ' ' + esc(c.unit) : ''}`;
+    const t = totals.get(c.event);
+    const last = !c.supported ? 'not supported' : !c.counted ? 'not counted'
+      : `${Number(c.value).toLocaleString()}${c.unit ? ' ' + c.unit : ''}${c.note ? ` (${c.note.replace(/^#\s*/, '')})` : ''}`;
     const scaled = c.running_pct != null && c.running_pct < 100 ? ` <span class="warn" title="multiplexed: counted ${pct(c.running_pct)}% of the time">scaled</span>` : '';
-    return `<div class="card">${esc(c.event)}<b>${v}${scaled}</b></div>`;
+    if (!t) return `<div class="card">${esc(c.event)}<b class="muted">${esc(last)}</b></div>`;
+    const { shown, rate } = counterTotal(t, st.total_seconds);
+    return `<div class="card" title="the whole session: ${t.intervals} of ${intervals} intervals counted it">${esc(c.event)}<b>${esc(shown)}${scaled}</b>`
+      + `${rate ? `<small>${esc(rate)}</small>` : ''}<small class="muted">last interval: ${esc(last)}</small></div>`;
   });
-  if (st.ipc != null) cards.push(`<div class="card">IPC<b>${st.ipc.toFixed(2)}</b></div>`);
-  if (meta.lost_samples) cards.push(`<div class="card warn">lost samples<b>${meta.lost_samples}</b></div>`);
+  if (cards.length) cards.unshift(`<div class="card head">perf stat<b>whole session</b><small class="muted">${intervals} ${intervals === 1 ? 'interval' : 'intervals'}, ${duration(st.total_seconds || 0)}</small></div>`);
+  if (st.ipc != null) cards.push(`<div class="card">IPC <span class="muted">last interval</span><b>${st.ipc.toFixed(2)}</b></div>`);
+  if (meta.lost_samples) cards.push(`<div class="card warn" title="samples perf dropped because it could not keep up, over the whole session">lost samples<b>${count(meta.lost_samples)}</b><small>whole session</small></div>`);
   if (meta.folded_samples) cards.push(`<div class="card" title="to stay within the collector's memory budget, the oldest samples are kept as one row per ${attr(meta.fold_interval_sec)} s, thread and call path: every count and view is whole, a time selection exact to ${attr(meta.fold_interval_sec)} s">folded to ${esc(meta.fold_interval_sec)} s<b>${count(meta.folded_samples)}</b></div>`);
   if (meta.unsaved_chunks) {
     const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
@@ -97,18 +120,28 @@ async function renderQuality(s, r, live) {
   const open = d.checks.filter((c) => c.status !== 'ok').length;
   $('#quality-summary').textContent = open ? `${open} to look at` : 'all good';
   $('#quality').className = `q-${worst}`;
-  // A check that fails opens the panel, once per session: it holds the fix. (Not for too few
-  // samples while the session is live: they are still coming, and the panel would push the
-  // table they fill out of view.)
+  $('#summary-health').className = `q-${worst}`;
+  $('#summary-health').textContent = `${{ ok: '✓', warn: '!', bad: '✗' }[worst]} profile health: ${open ? `${open} to look at` : 'all good'}`;
+  // A check that fails opens the panel, once per session, while the user has not chosen
+  // whether the summary stays open: it holds the fix. (Not for too few samples while the
+  // session is live: they are still coming.)
   const opens = d.checks.some((c) => c.status === 'bad' && !(live && c.id === 'samples'));
-  if (opens && qualityOpened !== s.session) { qualityOpened = s.session; $('#quality').open = true; }
+  if (opens && qualityOpened !== s.session && localStorage.getItem(SUMMARY_KEY) === null) {
+    qualityOpened = s.session;
+    openingSummary = true; $('#summary').open = true; $('#quality').open = true;
+  }
   // Stacks cut short on a target this collector can still steer: one click records it again
   // with DWARF unwinding (the agent refuses, saying why, if its perf cannot).
   // (A standing element, not part of the list redrawn with every live update, so a click on
   // it always lands.)
-  const cut = d.checks.find((c) => c.id === 'truncated' && c.status !== 'ok');
-  $('#quality-action').hidden = !(cut && agent.target && agent.pid && agent.callgraph !== 'dwarf');
-  $('#quality-action-what').textContent = `${agent.running ? 'stops this run and records' : 'records'} pid ${agent.pid} again with --call-graph dwarf: whole stacks where frame pointers are missing, at more cost per sample`;
+  // Offered too when the stacks stop only below the program (in the C library, the runtime),
+  // but then said to be optional: every frame of the program is already there.
+  const check = d.checks.find((c) => c.id === 'truncated');
+  const inside = check && check.status !== 'ok', below = (check?.below_pct ?? 0) >= 10;
+  $('#quality-action').hidden = !((inside || below) && agent.target && agent.pid && agent.callgraph !== 'dwarf');
+  $('#quality-action-what').textContent = `${agent.running ? 'stops this run and records' : 'records'} pid ${agent.pid} again with --call-graph dwarf: `
+    + (inside ? 'whole stacks where frame pointers are missing, at more cost per sample'
+      : 'names the C library\'s and the runtime\'s frames below the program\'s too — not needed to see the program\'s own, and it costs more per sample');
   $('#quality').dataset.shows = s.session;
 }
 
@@ -160,7 +193,8 @@ async function renderControls(session, r) {
 
 // Nothing of another session: emptied when a session is opened, or cannot be shown.
 export function clear(title = '') {
-  $('#session-title').textContent = title;
+  $('#session-title').textContent = title; delete $('#session-title').dataset.name;
+  $('#summary-health').textContent = ''; $('#summary-health').className = '';
   for (const id of ['#session-info', '#control-state', '#control-result', '#quality-summary']) $(id).textContent = '';
   for (const id of ['#stat-cards', '#quality-checks', '#event']) $(id).innerHTML = '';
   drawn = { events: '', checks: '' };
@@ -195,11 +229,25 @@ function showFilterError() {
 
 export function init(context) {
   app = context;
+  $('#summary').open = localStorage.getItem(SUMMARY_KEY) === 'open';
+  $('#summary').addEventListener('toggle', () => {
+    if (openingSummary) { openingSummary = false; return; } // opened for a failing check
+    localStorage.setItem(SUMMARY_KEY, $('#summary').open ? 'open' : 'shut');
+  });
+  // The view as filtered now, as a file (the collector names it; the page stays).
+  $('#export').addEventListener('change', (e) => {
+    const format = e.target.value;
+    e.target.value = '';
+    if (!format || !shownQuery.session) return;
+    location.href = `/api/sessions/${encodeURIComponent(shownQuery.session)}/export?format=${format}&${shownQuery.q}`;
+  });
   $('#tabs').addEventListener('click', (e) => {
     const tab = e.target.closest('#tabs button');
     if (tab) setHash({ tab: tab.dataset.tab });
   });
   $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
+  for (const c of document.querySelectorAll('.collapse-recursion'))
+    c.addEventListener('change', (e) => setHash({ recursion: e.target.checked ? 'collapse' : null, zoom: null }));
   $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
   $('#weight').addEventListener('change', (e) => setHash({ weight: e.target.value === 'period' ? null : e.target.value }));
   $('#filter').addEventListener('input', showFilterError);

@@ -46,7 +46,7 @@ async function importRecording(file) {
   importing = { file, abort: new AbortController() };
   $('#import-state').innerHTML = `importing ${esc(file.name)}… <button id="import-cancel">cancel</button>`;
   let body;
-  try { body = await api('/api/sessions/import', { method: 'POST', body: file, signal: importing.abort.signal }); }
+  try { body = await api(`/api/sessions/import?name=${encodeURIComponent(file.name)}`, { method: 'POST', body: file, signal: importing.abort.signal }); }
   catch (e) { $('#import-state').textContent = importing.abort.signal.aborted ? `import of ${file.name} cancelled` : e.message; importing = null; return; }
   importing = null;
   $('#import-state').textContent = '';

@@ -1,18 +1,23 @@
-// Threads over time: a lane per thread (its activity), and the chosen thread's flame chart,
-// samples in time order. A click on a lane picks its thread; a drag across the lanes picks a
-// time window (start/end in the URL, which the health charts and the other tabs share).
+// Threads over time: a ruler, a lane per thread (its activity), and the chosen lane's flame
+// chart, samples in time order. A click on a lane picks the chart's thread (`lane`, the
+// timeline's own: the other tabs keep their thread filter); a drag across the lanes, or the
+// wheel over them, picks a time window (start/end in the URL, which the health charts and the
+// other tabs share). The pointer on the chart shows the whole stack under it.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { esc, moduleHue, nameShade, pct, visible } from '../format.js';
-import { $, blankCanvas, hoverTip, setHtml } from '../util.js';
+import { esc, moduleHues, nameShade, pct, tickStep, visible, zoomWindow } from '../format.js';
+import { $, blankCanvas, setHtml } from '../util.js';
 
 let timeline = null; // the answer drawn
 let shownTab = false;
+let wheel = null; // a zoom by the wheel under way: {start, end, timer}
 
 export async function render(s, r) {
   shownTab = true;
   const width = Math.max(200, Math.floor($('#lanes').clientWidth || 900) - 160);
-  const t = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/timeline?${r.q}&width=${width}`).catch((e) => {
+  const q = new URLSearchParams(r.q);
+  if (s.lane) q.set('tid', s.lane); // the chart's thread; the lanes are every thread
+  const t = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/timeline?${q}&width=${width}`).catch((e) => {
     clear();
     throw e;
   });
@@ -20,7 +25,9 @@ export async function render(s, r) {
   timeline = t;
   const lanes = t.threads.slice(0, 24);
   const max = lanes.reduce((m, l) => l.activity.reduce((a, x) => (x > a ? x : a), m), 1);
+  const chosen = s.lane || s.tid || '';
   $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
+  drawRuler(t, width);
   // Each thread keeps its lane and canvas from one live update to the next, redrawn in place:
   // a drag across a lane, or a click on it, never meets an element replaced under it.
   const box = $('#lanes');
@@ -34,8 +41,8 @@ export async function render(s, r) {
       el.dataset.tid = l.tid;
       el.innerHTML = '<span class="lane-name"></span><canvas height="18"></canvas>';
     }
-    el.className = `lane${String(l.tid) === s.tid ? ' chosen' : ''}`;
-    el.title = `${visible(l.comm)} ${l.tid}: click for its flame chart`;
+    el.className = `lane${String(l.tid) === chosen ? ' chosen' : ''}`;
+    el.title = `${visible(l.comm)} ${l.tid}: click for its flame chart below (the other tabs keep their thread filter)`;
     setHtml(el.querySelector('.lane-name'), `${esc(l.comm)} <span class="muted">${l.tid}</span>`);
     const c = el.querySelector('canvas');
     if (c.width !== width) c.width = width;
@@ -47,8 +54,31 @@ export async function render(s, r) {
   });
   for (const el of had.values()) el.remove();
   $('#timeline-reset').hidden = !(s.start || s.end);
+  $('#chart-name').textContent = t.chart ? `flame chart of thread ${t.chart.tid}${t.threads.find((l) => l.tid === t.chart.tid)?.comm ? ` (${visible(t.threads.find((l) => l.tid === t.chart.tid).comm)})` : ''}, in time order` : 'click a lane for its flame chart';
   drawChart(t);
-  $('#tab-timeline').dataset.shows = `${s.session} ${s.tid || ''} ${s.start || ''}-${s.end || ''}`;
+  $('#tab-timeline').dataset.shows = `${s.session} ${chosen} ${s.start || ''}-${s.end || ''}`;
+}
+
+// Seconds from the session's start along the lanes, ticks at 1, 2 or 5 × a power of ten.
+function drawRuler(t, width) {
+  const c = $('#ruler');
+  c.width = width * devicePixelRatio; c.height = 20 * devicePixelRatio;
+  c.style.height = '20px';
+  const g = c.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
+  const span = t.end_s - t.start_s;
+  if (!(span > 0)) return;
+  const step = tickStep(span, width);
+  const digits = Math.max(0, -Math.floor(Math.log10(step)));
+  g.font = '10px ui-monospace, monospace';
+  g.fillStyle = getComputedStyle(document.body).color || '#444';
+  let ticks = 0;
+  for (let x = Math.ceil(t.start_s / step) * step; x <= t.end_s + 1e-9; x += step) {
+    const px = (x - t.start_s) / span * width;
+    g.fillRect(px, 12, 1, 8);
+    g.fillText(`${x.toFixed(digits)} s`, Math.min(px + 2, width - 40), 10);
+    ++ticks;
+  }
+  c.dataset.ticks = ticks;
 }
 
 export function leave() {
@@ -74,14 +104,29 @@ function drawChart(t) {
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '10px ui-monospace, monospace';
   const boxes = chart.boxes.map(([d, b0, b1, fi]) => ({ x: b0 * scale, w: (b1 - b0 + 1) * scale, y: d * rowH, f: chart.frames[fi] }));
+  const widths = new Map();
+  for (const b of boxes) widths.set(b.f.module || '', (widths.get(b.f.module || '') || 0) + b.w);
+  const hues = moduleHues(widths);
   for (const b of boxes) {
-    g.fillStyle = `hsl(${moduleHue(b.f.module || '')},60%,${58 + nameShade(b.f.name) % 4 * 4}%)`;
+    g.fillStyle = `hsl(${hues.get(b.f.module || '')},60%,${58 + nameShade(b.f.name) % 4 * 4}%)`;
     g.fillRect(b.x, b.y, Math.max(b.w - 0.5, 0.5), rowH - 1);
     if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.f.name).slice(0, Math.floor(b.w / 6)), b.x + 2, b.y + 11); }
   }
   canvas.dataset.boxes = boxes.length;
   const secs = (t.end_s - t.start_s) / t.buckets;
-  hoverTip(canvas, $('#chart-tip'), boxes, rowH, (b) => `<b>${esc(b.f.name)}</b><br><span class="muted">${esc(b.f.module || '')}</span><br>${pct(t.start_s + b.x / scale * secs)}–${pct(t.start_s + (b.x + b.w) / scale * secs)} s`);
+  // The stack under the pointer: every box across its x, outermost first.
+  const tip = $('#chart-tip');
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const stack = boxes.filter((b) => x >= b.x && x < b.x + b.w).sort((a, b) => a.y - b.y);
+    tip.hidden = !stack.length;
+    if (!stack.length) return;
+    const at = t.start_s + x / scale * secs;
+    tip.innerHTML = `<span class="muted">${pct(at)} s</span><ol class="stack">${stack.map((b) => (y >= b.y && y < b.y + rowH ? `<li class="here"><b>${esc(b.f.name)}</b>` : `<li>${esc(b.f.name)}`) + ` <span class="muted">${esc((b.f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
+    tip.style.left = `${Math.min(x + 14, r.width - 340)}px`;
+    tip.style.top = `${y + 16}px`;
+  };
+  canvas.onmouseleave = () => { tip.hidden = true; };
 }
 
 export function init() {
@@ -97,11 +142,31 @@ export function init() {
     const d = drag; drag = null;
     const x1 = e.clientX - d.r.left;
     const t = timeline;
-    if (Math.abs(x1 - d.x0) < 4 || !t) { setHash({ tid: d.tid }); return; }
+    if (Math.abs(x1 - d.x0) < 4 || !t) { setHash({ lane: d.tid }); return; }
     const at = (x) => t.start_s + Math.max(0, Math.min(1, x / d.r.width)) * (t.end_s - t.start_s);
     const [a, b] = [at(Math.min(d.x0, x1)), at(Math.max(d.x0, x1))];
     setHash({ start: a.toFixed(3), end: b.toFixed(3) });
   });
+  // The wheel over the lanes or the ruler zooms about the pointer; the window is asked for
+  // once the wheel rests (one history entry, one answer).
+  const onWheel = (e) => {
+    const c = e.target.closest('.lane canvas, #ruler');
+    const t = timeline;
+    if (!c || !t || !e.deltaY) return;
+    e.preventDefault();
+    const r = c.getBoundingClientRect();
+    const at = Math.max(0, Math.min(1, (e.clientX - r.left) / r.width));
+    const cur = wheel ?? { start: t.start_s, end: t.end_s };
+    const next = zoomWindow(cur.start, cur.end, at, e.deltaY < 0 ? 0.8 : 1.25, t.duration_s ?? t.end_s);
+    clearTimeout(wheel?.timer);
+    wheel = next ? { ...next } : { start: 0, end: t.duration_s ?? t.end_s, whole: true };
+    wheel.timer = setTimeout(() => {
+      const w = wheel; wheel = null;
+      setHash(w.whole ? { start: null, end: null } : { start: w.start.toFixed(3), end: w.end.toFixed(3) });
+    }, 200);
+  };
+  $('#lanes').addEventListener('wheel', onWheel, { passive: false });
+  $('#ruler').addEventListener('wheel', onWheel, { passive: false });
   $('#timeline-reset').addEventListener('click', () => setHash({ start: null, end: null }));
   window.addEventListener('resize', () => { if (shownTab) drawChart(timeline); });
 }

@@ -193,7 +193,7 @@ asio::awaitable<http_response> serve_import(app_context& app, Stream& stream,
     std::optional<std::uint64_t> declared;
     if (header.content_length())
         declared = *header.content_length();
-    auto up = upload::start(app, declared);
+    auto up = upload::start(app, declared, header.get().target());
     if (!up)
         co_return busy_importing(req);
     const auto end = app.stops.on_stop([up] { up->cancel(); });

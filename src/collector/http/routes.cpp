@@ -175,9 +175,17 @@ std::size_t select_page(std::vector<json::object>& metas, const page_params& p,
     };
     if (!p.q.empty())
         std::erase_if(metas, [&](const json::object& m) {
-            for (const char* key : {"id", "hostname", "agent", "peer"})
+            for (const char* key : {"id", "hostname", "agent", "peer", "process", "source"})
                 if (field(m, key).find(p.q) != std::string::npos)
                     return false;
+            if (const auto* pid = m.if_contains("pid"); pid && pid->is_number())
+                if (std::to_string(pid->to_number<std::int64_t>()) == p.q)
+                    return false;
+            if (const auto* events = m.if_contains("event_types"); events && events->is_array())
+                for (const auto& ev : events->as_array())
+                    if (ev.is_string() &&
+                        std::string(ev.as_string()).find(p.q) != std::string::npos)
+                        return false;
             return true;
         });
     auto started = [when](const json::object& m) {
@@ -195,9 +203,9 @@ std::size_t select_page(std::vector<json::object>& metas, const page_params& p,
     return total;
 }
 
-// On the I/O thread, which owns the registry: live sessions get their current counts.
-json::array session_list(app_context& app, std::vector<json::object> metas) {
-    json::array out;
+// On the I/O thread, which owns the registry: live sessions get their current counts, process
+// and events (before a search, which finds them by those too).
+void add_live_facts(app_context& app, std::vector<json::object>& metas) {
     for (auto& meta : metas) {
         const std::string id(meta.at("id").as_string());
         const bool live = app.sessions.is_live(id);
@@ -208,10 +216,19 @@ json::array session_list(app_context& app, std::vector<json::object> metas) {
             if (auto e = live ? app.sessions.find(id) : app.sessions.known(id)) {
                 meta["samples"] = e->samples.load();
                 meta["chunks"] = e->chunks.load();
+                // What it is so far: listed by its process and events, not its id.
+                meta["duration_sec"] = static_cast<double>(e->span_ns.load()) / 1e9;
+                auto l = e->named();
+                if (!l.process.empty() && !meta.contains("process"))
+                    meta["process"] = l.process;
+                if (!l.events.empty() && !meta.contains("event_types")) {
+                    json::array events;
+                    for (auto& ev : l.events)
+                        events.emplace_back(std::move(ev));
+                    meta["event_types"] = std::move(events);
+                }
             }
-        out.push_back(std::move(meta));
     }
-    return out;
 }
 
 std::optional<json::object> json_body(const http_request& req) {
@@ -594,15 +611,20 @@ asio::awaitable<http_response> update_target(request_context& c) {
 }
 
 asio::awaitable<http_response> list_sessions(request_context& c) {
-    // Newest first; ?q= keeps those whose id, host, agent or peer contain it (any case),
+    // Newest first; ?q= keeps those whose id, host, agent, peer, process, source (an import's
+    // file) or event contain it (any case), or whose pid it is,
     // ?offset= and ?limit= page them; X-Total-Count says how many matched.
     const auto page = parse_page(c.url);
     if (!page)
         co_return make_error(c.req, page.error());
     auto metas = co_await asio::co_spawn(asio::make_strand(c.app.pool),
                                          read_session_list(&c.app.store), asio::use_awaitable);
+    add_live_facts(c.app, metas);
     const auto total = select_page(metas, *page);
-    auto res = make_json(c.req, http::status::ok, session_list(c.app, std::move(metas)));
+    json::array list;
+    for (auto& m : metas)
+        list.emplace_back(std::move(m));
+    auto res = make_json(c.req, http::status::ok, list);
     res.set("X-Total-Count", std::to_string(total));
     co_return res;
 }
@@ -613,7 +635,7 @@ asio::awaitable<http_response> import_session(request_context& c) {
     if (c.req.body().empty())
         co_return make_error(c.req, http::status::bad_request, "empty",
                              "send a perf.data file or perf script text as the body");
-    auto up = upload::start(c.app, c.req.body().size());
+    auto up = upload::start(c.app, c.req.body().size(), c.req.target());
     if (!up)
         co_return busy_importing(c.req);
     (void)co_await up->feed(c.req.body()); // a failure is answered by finish()

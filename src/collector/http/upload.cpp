@@ -2,6 +2,7 @@
 
 #include "collector/fleet/backlog.hpp"
 #include "collector/http/events.hpp"
+#include "collector/http/target.hpp"
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
 #include "collector/store/import.hpp"
@@ -28,11 +29,29 @@ std::atomic<std::uint64_t> next_id{1};
 
 } // namespace
 
+std::string upload_source(std::string_view name) {
+    // The file's own name, as the browser gives it: its last path element, no control
+    // characters, at most 200 bytes (never cut inside a UTF-8 sequence).
+    if (const auto slash = name.find_last_of("/\\"); slash != std::string_view::npos)
+        name.remove_prefix(slash + 1);
+    std::string out;
+    for (const char c : name)
+        if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f)
+            out.push_back(c);
+    if (out.size() > 200) {
+        std::size_t cut = 200;
+        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80)
+            --cut;
+        out.resize(cut);
+    }
+    return out.empty() || out == "." || out == ".." ? std::string("upload") : out;
+}
+
 struct upload::state : std::enable_shared_from_this<upload::state> {
-    state(app_context& a, std::optional<std::uint64_t> d)
+    state(app_context& a, std::optional<std::uint64_t> d, std::string source)
         : app(a)
         , strand(asio::make_strand(a.pool))
-        , stream(a.store, "upload", "perf", &a.symbols)
+        , stream(a.store, std::move(source), "perf", &a.symbols)
         , declared(d)
         , id(next_id++) {
         stream.set_allowance(a.sessions.saved_allowance());
@@ -97,12 +116,14 @@ upload::~upload() {
     --running;
 }
 
-std::shared_ptr<upload> upload::start(app_context& app, std::optional<std::uint64_t> declared) {
+std::shared_ptr<upload> upload::start(app_context& app, std::optional<std::uint64_t> declared,
+                                      std::string_view target) {
     if (running.fetch_add(1) >= max_running) {
         --running;
         return nullptr;
     }
-    auto s = std::make_shared<state>(app, declared);
+    auto s =
+        std::make_shared<state>(app, declared, upload_source(split_target(target).param("name")));
     // While perf script runs over an uploaded perf.data, progress comes from the pool.
     s->stream.on_progress([weak = std::weak_ptr<state>(s)] {
         if (auto self = weak.lock())

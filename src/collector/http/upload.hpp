@@ -11,14 +11,21 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace collector {
 
+// The source an upload's session is named by: the file's name (`name=`), made safe, or
+// "upload".
+std::string upload_source(std::string_view name);
+
 class upload {
 public:
-    // Null when too many imports are running: answer `busy` instead.
-    static std::shared_ptr<upload> start(app_context& app, std::optional<std::uint64_t> declared);
+    // Null when too many imports are running: answer `busy` instead. `target`: the request's,
+    // whose `name=` (the file's name on the user's machine) names the session's source.
+    static std::shared_ptr<upload> start(app_context& app, std::optional<std::uint64_t> declared,
+                                         std::string_view target);
     ~upload();
 
     // One block of the body. False: the import failed, stop reading (finish() says why).

@@ -48,6 +48,8 @@ result<view_params> parse_view_params(const target_url& u) {
     v.by_thread = u.param("threads") == "1";
     v.shape.inverted = u.param("inverted") == "1";
     v.shape.focus = u.param("focus");
+    v.shape.callers = u.param("callers") == "1";
+    v.shape.collapse_recursion = u.param("recursion") == "collapse";
     // Names as the flame graph shows them, ';' between (as in collapsed stacks): at most 64.
     for (std::string_view rest = u.param("hide"); !rest.empty();) {
         const auto semi = rest.find(';');
@@ -144,7 +146,8 @@ struct view_result {
     http::status status = http::status::ok; // of a source view
     std::optional<failure> failed;
     json::value body = json::value(json::make_shared_resource<json::monotonic_resource>());
-    std::string text; // set for text exports
+    std::string text;               // set for text exports
+    std::uint64_t view_samples = 0; // compared with a baseline: the samples of the view
 };
 
 enum class view_kind {
@@ -182,6 +185,13 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
     if (kind == view_kind::meta) {
         json::object o = app->store.meta(e->id).value_or(json::object());
         o["imported"] = m.owner_recording; // the store's mark, never the agent's word
+        if (!o.contains("process")) {      // live: as the samples name it so far
+            const auto* pid = o.if_contains("pid");
+            o["process"] = process_name(
+                m.prof, pid && pid->is_int64() ? std::optional<std::uint32_t>(
+                                                     static_cast<std::uint32_t>(pid->as_int64()))
+                                               : std::nullopt);
+        }
         o["samples"] = m.prof.sample_count();
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
@@ -216,6 +226,8 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         co_return r;
     }
     const json::storage_ptr arena = r.body.storage();
+    if (!v.baseline.empty())
+        r.view_samples = view_samples(m.prof, *f);
     switch (kind) {
     case view_kind::functions:
         r.body = functions_json(m.prof, *f, 1000000, arena);
@@ -316,7 +328,7 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
     if (r.failed || r.status != http::status::ok)
         co_return r;
     if (base)
-        apply_baseline(r.body, *base, baseline_id);
+        apply_baseline(r.body, *base, baseline_id, r.view_samples);
     if (kind == view_kind::functions && r.body.is_object())
         page_functions(r.body.get_object(), page);
     co_return r;
@@ -379,8 +391,9 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
     view_params v = std::move(*parsed);
     std::optional<baseline_shares> base;
     if (!v.baseline.empty() &&
-        (kind == view_kind::functions || (kind == view_kind::flamegraph && !v.shape.inverted &&
-                                          v.shape.focus.empty() && v.shape.hide.empty()))) {
+        (kind == view_kind::functions ||
+         (kind == view_kind::flamegraph && !v.shape.inverted && v.shape.focus.empty() &&
+          v.shape.hide.empty() && !v.shape.collapse_recursion))) {
         auto b = app.sessions.find(v.baseline);
         if (!b)
             co_return make_error(req, http::status::not_found, "no_session",

@@ -156,11 +156,13 @@ node_children children_from_parents(const std::vector<std::uint32_t>& parent) {
 
 // A tree rebuilt from every weighted stack: frames in `hidden` dropped; with `focus`, only
 // stacks holding a focus frame, cut above its outermost one; root first, or leaf first when
-// inverted (each node's children then its callers).
+// inverted (each node's children then its callers). `callers` (with a focus): each stack from
+// the outermost focus frame out to the root instead, the focus first — who calls it, as a
+// tree. `recursion`: a frame calling itself directly is one frame.
 call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self,
                         const std::vector<std::uint64_t>& self_samples,
                         const std::vector<bool>& focus, const std::vector<bool>& hidden,
-                        bool inverted) {
+                        bool inverted, bool callers = false, bool recursion = false) {
     call_tree t;
     std::vector<std::uint32_t> parent{0};
     t.frame.push_back(profile::no_frame);
@@ -179,6 +181,8 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
             const auto frame = p.node_frame(m);
             if (!hidden.empty() && hidden[frame])
                 continue;
+            if (recursion && !stack.empty() && stack.back() == frame)
+                continue;
             stack.push_back(frame);
             if (!focus.empty() && focus[frame])
                 cut = stack.size();
@@ -187,7 +191,10 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
             cut = stack.size();
         else if (!cut)
             continue; // not through the focused function
-        stack.resize(cut);
+        if (callers)
+            stack.erase(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(cut - 1));
+        else
+            stack.resize(cut);
         std::uint32_t cur = 0;
         t.value[0] += w;
         t.samples[0] += k;
@@ -205,7 +212,7 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
             t.value[cur] += w;
             t.samples[cur] += k;
         };
-        if (inverted)
+        if (inverted || callers)
             std::for_each(stack.begin(), stack.end(), step);
         else
             std::for_each(stack.rbegin(), stack.rend(), step);
@@ -334,7 +341,8 @@ std::optional<json::value> flamegraph_json(const profile& p, const view_filter& 
     std::uint64_t total = 0;
     for (const auto w : self)
         total += w;
-    if (shape.inverted || !shape.focus.empty() || !shape.hide.empty()) {
+    if (shape.inverted || !shape.focus.empty() || !shape.hide.empty() || shape.callers ||
+        shape.collapse_recursion) {
         auto by_name = [&](auto&& named) {
             std::vector<bool> mark(p.frame_count(), false);
             bool any = false;
@@ -357,14 +365,20 @@ std::optional<json::value> flamegraph_json(const profile& p, const view_filter& 
             if (any) // names nothing sampled: nothing to leave out
                 hidden = std::move(mark);
         }
-        auto o =
-            tree_json(p, f,
-                      shape.inverted ? reshaped_tree(p, self, self_samples, focus, hidden, true)
-                                     : pruned_tree(p, self, self_samples, focus, hidden),
-                      max_depth, min_pct, sp, total);
+        auto o = tree_json(
+            p, f,
+            shape.inverted || shape.collapse_recursion || (shape.callers && !focus.empty())
+                ? reshaped_tree(p, self, self_samples, focus, hidden, shape.inverted,
+                                shape.callers && !focus.empty(), shape.collapse_recursion)
+                : pruned_tree(p, self, self_samples, focus, hidden),
+            max_depth, min_pct, sp, total);
         auto& obj = o.as_object();
         if (shape.inverted)
             obj["inverted"] = true;
+        if (shape.callers && !focus.empty())
+            obj["callers"] = true;
+        if (shape.collapse_recursion)
+            obj["collapse_recursion"] = true;
         if (!shape.focus.empty())
             obj["focus"] = shape.focus;
         if (!shape.hide.empty()) {
@@ -516,8 +530,7 @@ json::value quality_json(const session_model& m, const view_filter& f,
     };
 
     // How far a share can be trusted: the 95 % interval of a function at 5 % of the samples.
-    std::uint64_t n = 0; // the samples this view holds
-    for_each_sample(p, f, [&](const sample_row& s) { n += s.count; });
+    const std::uint64_t n = view_samples(p, f);
     const double spread = n ? 196.0 * std::sqrt(0.05 * 0.95 / static_cast<double>(n)) : 100.0;
     check("samples", "samples",
           n < 200    ? "bad"
@@ -547,14 +560,25 @@ json::value quality_json(const session_model& m, const view_filter& f,
               : "",
           q.unknown_modules);
 
-    const double truncated = pct(q.truncated, q.total);
-    check("truncated", "stacks that stop before the thread's start", grade(truncated, 10, 40),
-          fixed(truncated, 1) + " % of the weight", truncated,
-          truncated >= 10 ? "the unwinder lost its way where frame pointers are missing (below): "
-                            "record with --call-graph dwarf, or build that code with "
-                            "-fno-omit-frame-pointer"
-                          : "",
+    // Graded by the stacks cut inside the program's own frames: one that stops only below
+    // them (a nameless frame in the C library where the thread began) loses nothing of it,
+    // and DWARF's cost would buy nothing.
+    const double inside = pct(q.truncated_inside, q.total);
+    const double below = pct(q.truncated - q.truncated_inside, q.total);
+    check("truncated", "stacks cut short inside the program", grade(inside, 10, 40),
+          fixed(inside, 1) + " % of the weight" +
+              (q.truncated > q.truncated_inside
+                   ? "; " + fixed(below, 1) +
+                         " % stop only below the program's frames (in the C library, the C++ "
+                         "runtime or the kernel: every frame of the program is there)"
+                   : std::string()),
+          inside,
+          inside >= 10 ? "the unwinder lost its way where frame pointers are missing (below): "
+                         "record with --call-graph dwarf, or build that code with "
+                         "-fno-omit-frame-pointer"
+                       : "",
           q.stops);
+    checks.back().as_object()["below_pct"] = below;
 
     const auto lost = m.parser.stats().lost_events;
     const double lost_share =
@@ -656,6 +680,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     json::object o = view_header(p, f, total, sp);
     o["start_s"] = static_cast<double>(t0 - p.first_time()) / 1e9;
     o["end_s"] = static_cast<double>(t1 - p.first_time()) / 1e9;
+    o["duration_s"] = static_cast<double>(p.last_time() - p.first_time()) / 1e9; // the whole
     o["buckets"] = width;
     o["threads"] = std::move(threads);
     o["threads_not_shown"] = hidden;
@@ -768,6 +793,14 @@ json::object stat_json(const session_model& m) {
     o["branch_miss_pct"] = opt(m.last_stat->branch_miss_pct);
     o["elapsed_seconds"] = opt(m.last_stat->elapsed_seconds);
     o["scaled"] = m.last_stat->scaled();
+    // The whole session: what the reports counted together, over their seconds.
+    json::array totals;
+    for (const auto& [event, t] : m.stat_totals)
+        totals.push_back(json::object{
+            {"event", event}, {"value", t.value}, {"unit", t.unit}, {"intervals", t.intervals}});
+    o["totals"] = std::move(totals);
+    o["intervals"] = m.stat_intervals;
+    o["total_seconds"] = m.stat_seconds;
     return o;
 }
 
@@ -786,14 +819,38 @@ baseline_shares baseline_of(const profile& p, const view_filter& f) {
         if (incl[n])
             b.nodes[path[n]] = pct(incl[n], incl[0]);
     }
+    b.samples = view_samples(p, f);
     return b;
 }
 
+std::uint64_t view_samples(const profile& p, const view_filter& f) {
+    std::uint64_t n = 0;
+    for_each_sample(p, f, [&](const sample_row& s) { n += s.count; });
+    return n;
+}
+
+namespace {
+
+// Points within which two shares (percentages of n1 and n0 samples) differ by chance alone,
+// 95 times in 100: 1.96 standard errors of the difference of two proportions.
+double noise_points(double now_pct, std::uint64_t n1, double base_pct, std::uint64_t n0) {
+    const double p1 = std::clamp(now_pct / 100.0, 0.0, 1.0);
+    const double p0 = std::clamp(base_pct / 100.0, 0.0, 1.0);
+    if (!n1 || !n0)
+        return 100.0;
+    return 196.0 * std::sqrt(p1 * (1 - p1) / static_cast<double>(n1) +
+                             p0 * (1 - p0) / static_cast<double>(n0));
+}
+
+} // namespace
+
 // Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
 // (and the same for total); flame nodes get baseline_pct and delta_pct.
-void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id) {
+void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id,
+                    std::uint64_t n1) {
     auto& o = body.as_object();
     o["baseline"] = id;
+    o["baseline_samples"] = b.samples;
     if (auto* fns = o.if_contains("functions")) {
         for (auto& row : fns->as_array()) {
             auto& r = row.as_object();
@@ -805,6 +862,8 @@ void apply_baseline(json::value& body, const baseline_shares& b, const std::stri
             r["baseline_total_pct"] = bt;
             r["delta_self_pct"] = r.at("self_pct").as_double() - bs;
             r["delta_total_pct"] = r.at("total_pct").as_double() - bt;
+            r["noise_self_pct"] = noise_points(r.at("self_pct").as_double(), n1, bs, b.samples);
+            r["noise_total_pct"] = noise_points(r.at("total_pct").as_double(), n1, bt, b.samples);
         }
     }
     if (auto* root = o.if_contains("root")) {
@@ -827,6 +886,7 @@ void apply_baseline(json::value& body, const baseline_shares& b, const std::stri
                       : 0.0;
             (*node)["baseline_pct"] = base;
             (*node)["delta_pct"] = now - base;
+            (*node)["noise_pct"] = noise_points(now, n1, base, b.samples);
             for (auto& c : (*node)["children"].as_array())
                 todo.push_back(
                     {&c.as_object(), path + ";" + std::string(c.at("name").as_string())});

@@ -48,7 +48,9 @@ void page_functions(json::object& body, const function_page& page);
 struct tree_shape {
     bool inverted = false; // bottom-up: the sampled frames first, each above its callers
     std::string focus;     // only stacks through this function, from its outermost call down
-    std::vector<std::string> hide; // functions left out of every stack (callees move up)
+    std::vector<std::string> hide;   // functions left out of every stack (callees move up)
+    bool callers = false;            // with a focus: the focus at the root, its callers below it
+    bool collapse_recursion = false; // a function calling itself directly is one frame
 };
 
 // {…header, "root": {name, module, value, self, samples, children: […]}, "small_frames_hidden",
@@ -97,12 +99,19 @@ json::object stat_json(const session_model& m);
 struct baseline_shares {
     std::unordered_map<std::string, std::pair<double, double>> functions; // self %, total %
     std::unordered_map<std::string, double> nodes;                        // inclusive %
+    std::uint64_t samples = 0; // in the baseline's view: how far its shares can be trusted
 };
 
 baseline_shares baseline_of(const profile& p, const view_filter& f);
 // Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
-// (and the same for total); flame nodes get baseline_pct and delta_pct.
-void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id);
+// (and the same for total); flame nodes get baseline_pct and delta_pct. Each delta comes with
+// its noise (noise_pct; noise_self_pct and noise_total_pct for a row): the 95 % band of a
+// difference of two shares from these sample counts (n1: the samples of the view), within
+// which a change means nothing.
+void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id,
+                    std::uint64_t n1);
+// The samples a view holds.
+std::uint64_t view_samples(const profile& p, const view_filter& f);
 
 // Health history: the metrics records (one JSON object per line) of `type` (empty: all) whose
 // time, in seconds from t0, lies within [start_s, end_s].

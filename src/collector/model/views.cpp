@@ -312,10 +312,28 @@ bool is_thread_start(std::string_view symbol) noexcept {
     return false;
 }
 
+bool is_runtime_module(std::string_view module) noexcept {
+    // The C library, the dynamic loader, the C++ runtime and the kernel: built without frame
+    // pointers on most systems, and below every frame of the program.
+    if (module.empty() || module.front() == '[')
+        return module.rfind("[kernel", 0) == 0 || module == "[vdso]";
+    const auto slash = module.rfind('/');
+    const auto base = slash == std::string_view::npos ? module : module.substr(slash + 1);
+    constexpr std::string_view runtimes[] = {
+        "libc.",       "libc-",       "libm.",      "libm-",   "libdl.",     "librt.",
+        "libpthread.", "libpthread-", "libstdc++.", "libc++.", "libc++abi.", "libgcc_s.",
+        "libunwind.",  "ld-linux",    "ld-musl",    "ld.so",   "ld-2.",      "libc.musl"};
+    for (const auto r : runtimes)
+        if (base.rfind(r, 0) == 0)
+            return true;
+    return false;
+}
+
 quality_facts quality(const profile& p, const view_filter& f) {
     const auto self = node_self_weights(p, f);
     quality_facts q;
     std::unordered_map<std::string_view, std::uint64_t> unknown_by_module, stops;
+    std::vector<std::uint32_t> path; // a node's frames, leaf first
     for (std::uint32_t n = 1; n < self.size(); ++n) {
         if (!self[n])
             continue;
@@ -325,14 +343,27 @@ quality_facts quality(const profile& p, const view_filter& f) {
             q.unknown_leaf += self[n];
             unknown_by_module[p.module(leaf)] += self[n];
         }
-        std::uint32_t outer = n;
-        while (p.node_parent(outer) != profile::root)
-            outer = p.node_parent(outer);
-        const auto start = p.symbol(p.node_frame(outer));
-        if (!is_thread_start(start)) {
-            q.truncated += self[n];
-            stops[start == "[unknown]" ? p.module(p.node_frame(outer)) : start] += self[n];
+        // From the outermost frame in: return addresses that lead into no module are where
+        // the unwinder read garbage; the first frame past them says whose code it lost its
+        // way in.
+        path.clear();
+        for (std::uint32_t x = n; x != profile::root; x = p.node_parent(x))
+            path.push_back(x);
+        const auto start = p.symbol(p.node_frame(path.back()));
+        if (is_thread_start(start))
+            continue;
+        q.truncated += self[n];
+        auto first = path.rbegin();
+        while (first != path.rend() && p.module(p.node_frame(*first)) == "[unknown]")
+            ++first;
+        if (first != path.rend()) {
+            const auto frame = p.node_frame(*first);
+            if (p.symbol(frame) == "main" || is_runtime_module(p.module(frame)))
+                continue;
         }
+        q.truncated_inside += self[n];
+        const auto outer = p.node_frame(path.back());
+        stops[start == "[unknown]" ? p.module(outer) : start] += self[n];
     }
     auto top = [](std::unordered_map<std::string_view, std::uint64_t>& m) {
         std::vector<std::pair<std::string, std::uint64_t>> v;

@@ -117,12 +117,18 @@ struct quality_facts {
     std::uint64_t total = 0;
     std::uint64_t unknown_leaf = 0; // the sampled frame itself has no name
     std::uint64_t truncated = 0;    // the outermost frame is not where a thread begins
+    // Of those, the stacks the unwinder lost inside the program's own frames (what DWARF
+    // unwinding would mend); the rest stop only below them — in the C library, the C++
+    // runtime or the kernel, or at main — with every frame of the program there.
+    std::uint64_t truncated_inside = 0;
     std::vector<std::pair<std::string, std::uint64_t>> unknown_modules; // by weight, at most 5
-    std::vector<std::pair<std::string, std::uint64_t>> stops; // where truncated stacks end
+    std::vector<std::pair<std::string, std::uint64_t>> stops; // where those lost inside end
 };
 quality_facts quality(const profile& p, const view_filter& f);
 // Whether a frame is where a thread's stack begins (_start, clone, start_thread, kthread …).
 bool is_thread_start(std::string_view symbol) noexcept;
+// Whether a module is the C library, the dynamic loader, the C++ runtime or the kernel.
+bool is_runtime_module(std::string_view module) noexcept;
 
 // Children of every node, as ranges into one array (nodes in id order).
 struct node_children {

@@ -1,5 +1,7 @@
 #include "collector/store/import.hpp"
 
+#include "collector/model/views.hpp"
+
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/compression.hpp"
 
@@ -422,6 +424,15 @@ struct import_stream::impl {
                                  {"bytes", progress.bytes.load()},
                                  {"skipped_lines", st.skipped_lines},
                                  {"lost_samples", st.lost_events}};
+        // What the session list shows and finds it by: its events, the process sampled
+        // most, and how long the recording ran.
+        boost::json::array events;
+        for (const auto& ev : model->event_types)
+            events.emplace_back(ev);
+        meta["event_types"] = std::move(events);
+        meta["process"] = process_name(model->prof, std::nullopt);
+        meta["duration_sec"] =
+            static_cast<double>(model->prof.last_time() - model->prof.first_time()) / 1e9;
         if (auto ec = store.publish(*writer, "import", meta)) {
             discard();
             return failure("import_failed", "cannot store the session: " + ec.message(), 500);

@@ -1,7 +1,7 @@
 // format.js: pure formatting, the escaping that keeps hostile names inert above all.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { amount, attr, count, duration, esc, eventName, mib, pct, processOf, unitOf, visible } from '../../../ui/format.js';
+import { amount, attr, count, counterTotal, diffColour, duration, esc, eventName, mib, moduleHues, pct, processOf, sessionName, tickStep, unitOf, visible, zoomWindow } from '../../../ui/format.js';
 
 test('esc makes markup text and shows the controls that hide or reorder text', () => {
   assert.equal(esc('<img src=x onerror=alert(1)>'), '&lt;img src=x onerror=alert(1)&gt;');
@@ -45,4 +45,48 @@ test('a session reads as its process, its imported file, or the whole system pro
   assert.equal(processOf({ imported: true, source: '/tmp/<x>.data' }), '<span class="muted">import</span> &lt;x&gt;.data');
   assert.equal(processOf({ continuous: true, pid: null }), '<span class="muted">continuous</span> whole system');
   assert.equal(processOf({ continuous: true, pid: 7, process: 'p' }), 'p <span class="muted">7</span>');
+});
+
+test('sessions are named by what they are: process (pid) on host, an import by its file', () => {
+  assert.equal(sessionName({ process: 'demo', pid: 12, hostname: 'board', event_types: ['cpu-clock:pppH'], duration_sec: 65 }),
+    'demo (12) on board · cpu-clock · 1 min 5 s');
+  assert.equal(sessionName({ imported: true, source: '/home/me/slow.perf.data', event_types: ['cycles'] }), 'slow.perf.data · cycles');
+  assert.equal(sessionName({ continuous: true, hostname: 'r1' }), 'whole system on r1');
+  assert.equal(sessionName({ pid: 7 }), 'process (7)'); // nothing sampled yet
+});
+
+test('counter totals make the rate perf would print over the whole session', () => {
+  assert.deepEqual(counterTotal({ value: 3000, unit: 'msec' }, 1.5), { shown: '3 s', rate: '2.00 CPUs utilized' });
+  assert.deepEqual(counterTotal({ value: 2000, unit: '' }, 2), { shown: '2,000', rate: '1,000/s' });
+  assert.equal(counterTotal({ value: 5, unit: '' }, 0).rate, '');
+});
+
+test('module hues: the heaviest modules never share a colour', () => {
+  const hues = moduleHues(new Map([['a', 1], ['b', 50], ['c', 20], ['d', 5], ['e', 4], ['f', 3]]));
+  assert.equal(hues.size, 6);
+  assert.equal(new Set(hues.values()).size, 6);
+  const [first, second] = [hues.get('b'), hues.get('c')];
+  assert.ok(Math.min(Math.abs(first - second), 360 - Math.abs(first - second)) > 90, `${first} vs ${second}`);
+});
+
+test('diff colours: grey within the noise, deeper in proportion to the change', () => {
+  assert.equal(diffColour(0.3, 0.5, 4), 'hsl(0,0%,80%)');
+  assert.equal(diffColour(-0.3, 0.5, 4), 'hsl(0,0%,80%)');
+  const light = (c) => Number(c.match(/,(\d+)%\)$/)[1]);
+  const small = diffColour(-0.4, 0.1, 2), large = diffColour(-2, 0.1, 2);
+  assert.match(small, /^hsl\(220,/); // shrank: blue
+  assert.match(diffColour(1, 0.1, 2), /^hsl\(0,/); // grew: red
+  assert.ok(light(large) < light(small), `${small} is lighter than ${large}`);
+  assert.notEqual(small, large);
+});
+
+test('the time axis: ticks 1, 2 or 5 apart, zoom about the pointer within the session', () => {
+  assert.equal(tickStep(18, 1200), 2);
+  assert.equal(tickStep(0.3, 1000), 0.05);
+  assert.equal(tickStep(100, 300), 50);
+  assert.deepEqual(zoomWindow(0, 10, 0.5, 0.5, 10), { start: 2.5, end: 7.5 });
+  assert.deepEqual(zoomWindow(0, 10, 0, 0.5, 10), { start: 0, end: 5 });
+  assert.equal(zoomWindow(2, 8, 0.5, 2, 10), null); // out past the whole session
+  const w = zoomWindow(8, 10, 1, 0.5, 10);
+  assert.ok(w.end <= 10 && Math.abs(w.end - w.start - 1) < 1e-9);
 });

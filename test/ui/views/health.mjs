@@ -11,6 +11,8 @@ export async function deviceHealth(t) {
   check((await wz.locator('#h-cores i').count()) >= 1, 'per-core bars are drawn');
   await wz.waitForFunction(() => document.querySelectorAll('#h-cpu-line polyline')[0]?.getAttribute('points').split(' ').length >= 2, null, { timeout: 20000 });
   t.doing = "selecting a time window";
+  // The device strip is in the summary under the title, opened as a user opens it.
+  if (!await wz.locator('#summary').evaluate((d) => d.open)) await wz.locator('#summary > summary').click();
   const box = await wz.locator('#h-cpu-line').boundingBox();
   await wz.mouse.move(box.x + 2, box.y + box.height / 2);
   await wz.mouse.down();

@@ -20,6 +20,14 @@ export async function callersOf(t) {
     if (i > 0) byCaller.set(frames[i - 1], (byCaller.get(frames[i - 1]) || 0) + w);
   }
   const expectedCaller = [...byCaller].sort((a, b) => b[1] - a[1])[0]?.[0];
+  // Its callers as a flame graph: the function on top, its heaviest caller right under it.
+  await again.waitForFunction(() => Number(document.querySelector('#callers-flame').dataset.boxes) >= 2, null, { timeout: 15000 });
+  const flameBox = await again.locator('#callers-flame').boundingBox();
+  await again.mouse.move(flameBox.x + 5, flameBox.y + 18 + 9);
+  await again.locator('#callers-tip').waitFor({ timeout: 5000 });
+  const under = await again.locator('#callers-tip b').textContent();
+  await again.mouse.move(0, 0);
+  check(under === expectedCaller, `the callers' flame graph has its heaviest caller under the function (${under})`);
   check(expectedCaller && callerNames[0] === expectedCaller && await again.locator('#tabs button.active').textContent() === 'Callers',
     `the sandwich of hash_strings lists its real caller first (${callerNames[0]})`);
 }
