@@ -28,8 +28,9 @@ export async function render(s, r) {
     <td class="num"><span class="bar" style="width:${Math.min(60, x.total_pct * 0.6)}px"></span>${pct(x.total_pct)}</td><td class="num">${amount(x.total, unit)}</td>
     <td class="name">${esc(x.name)}</td><td class="muted module" title="${esc(x.module)}"><bdi>${esc(x.module)}</bdi></td></tr>`;
   const none = (cols, what) => `<tr><td colspan="${cols}" class="muted">${what}</td></tr>`;
-  $('#callers tbody').innerHTML = d.callers.map((x) => row(x, false)).join('') || none(4, 'none: it is where these stacks begin');
-  $('#callees tbody').innerHTML = d.callees.map((x) => row(x, true)).join('') || none(5, 'none: its time is its own');
+  const more = (n, cols) => (n ? none(cols, `… ${n.toLocaleString()} more, lighter`) : '');
+  $('#callers tbody').innerHTML = (d.callers.map((x) => row(x, false)).join('') || none(4, 'none: it is where these stacks begin')) + more(d.callers_more, 4);
+  $('#callees tbody').innerHTML = (d.callees.map((x) => row(x, true)).join('') || none(5, 'none: its time is its own')) + more(d.callees_more, 5);
   const f = d.function;
   $('#sandwich-fn').innerHTML = `${esc(f.name)} <span class="muted">self ${pct(f.self_pct)} % (${amount(f.self, unit)}) · total ${pct(f.total_pct)} % (${amount(f.total, unit)})</span>
     <button data-source-of="${attr(f.name)}">source</button>`;

@@ -418,9 +418,14 @@ std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
                                   {"self_pct", pct(t.self, t.total_weight)},
                                   {"total_pct", pct(t.total, t.total_weight)}},
                                  sp);
+    // The heaviest 500 of each (a leaf called from 50 000 functions would otherwise answer
+    // megabytes no one reads); "callers_more"/"callees_more" count the rest.
+    constexpr std::size_t most = 500;
     auto rows = [&](const std::vector<function_row>& list, bool with_self) {
         json::array out(sp);
         for (const auto& r : list) {
+            if (out.size() == most)
+                break;
             json::object row({{"name", p.symbol(r.frame)},
                               {"module", p.module(r.frame)},
                               {"total", r.total},
@@ -436,6 +441,8 @@ std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
     };
     o["callers"] = rows(t.callers, false);
     o["callees"] = rows(t.callees, true);
+    o["callers_more"] = t.callers.size() - std::min(t.callers.size(), most);
+    o["callees_more"] = t.callees.size() - std::min(t.callees.size(), most);
     return json::value(std::move(o));
 }
 

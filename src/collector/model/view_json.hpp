@@ -73,8 +73,9 @@ std::optional<json::value> addresses_json(const profile& p, const view_filter& f
                                           std::string_view name, std::string_view module,
                                           std::size_t limit, const json::storage_ptr& sp);
 // {…header, "function": {name, module, self, total, self_pct, total_pct}, "callers": [{name,
-// module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}]}
-// for the frames named `name` (in `module`, when not empty); nullopt when none is sampled.
+// module, total, total_pct}], "callees": [{name, module, self, total, self_pct, total_pct}],
+// "callers_more", "callees_more"} for the frames named `name` (in `module`, when not empty),
+// the heaviest 500 of each and how many more; nullopt when none is sampled.
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
                                          std::string_view name, std::string_view module,
                                          const json::storage_ptr& sp);
