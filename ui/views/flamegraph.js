@@ -10,7 +10,7 @@ import { $, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../u
 
 // flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
 // key of the latest render; pending: an answer held while the pointer is on the graph.
-let v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null };
+let v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null, baseFlame: null, baseId: null };
 
 // The share of the whole under the frame a zoom path ("main;work") ends at, in a graph.
 function zoomShare(flame, zoom) {
@@ -49,6 +49,16 @@ export async function render(s, r) {
   if (key === v.key && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { v.pending = { key, flame }; return; }
   v.key = key; v.pending = null;
   v.flame = flame; v.zoomPath = s.zoom ? s.zoom.split(';') : [];
+  // Compared: the baseline's own graph beside (its whole profile, the same event and weight),
+  // as Pyroscope's diff shows both.
+  v.baseFlame = null;
+  if (s.baseline && flame.baseline) {
+    const q = new URLSearchParams({ weight: s.weight, min_pct: String(minPctFor(1)) });
+    if (s.event) q.set('event', s.event);
+    v.baseFlame = await store.view(s.baseline, `/api/sessions/${encodeURIComponent(s.baseline)}/flamegraph?${q}`).catch(() => null);
+    r.stillWanted();
+  }
+  v.baseId = s.baseline;
   draw();
 }
 
@@ -59,7 +69,8 @@ export function waiting() {
 export function clear() {
   for (const id of ['#flame-tip', '#crumbs', '#flame-shape', '#flame-legend']) $(id).textContent = '';
   $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true; delete $('#flame-shape').dataset.shows;
-  v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null };
+  v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null, baseFlame: null, baseId: null };
+  $('#flame-panes').classList.remove('compared'); $('#flame-base-box').hidden = true; $('#flame-diff-title').hidden = true; blankCanvas($('#flame-base'));
   blankCanvas($('#flame'));
 }
 
@@ -75,6 +86,10 @@ function draw() {
     ancestors.push(root); root = c;
   }
   const { re } = filterRegex($('#filter').value);
+  $('#flame-panes').classList.toggle('compared', !!v.baseFlame);
+  $('#flame-base-box').hidden = !v.baseFlame;
+  $('#flame-diff-title').hidden = !v.baseFlame;
+  if (v.baseFlame) drawBase(ancestors.length ? v.zoomPath : []);
   const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors });
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
@@ -131,6 +146,25 @@ function draw() {
   const focus = v.zoomPath[v.zoomPath.length - 1];
   $('#flame-sandwich').hidden = !focus;
   if (focus) { $('#flame-sandwich').dataset.sandwich = focus; $('#flame-sandwich').textContent = `⇅ callers and callees of ${visible(focus)}`; }
+}
+
+// The baseline's graph, zoomed to the same path as far as it has it.
+function drawBase(path) {
+  let root = v.baseFlame.root;
+  const ancestors = [];
+  for (const name of path) {
+    const c = root.children?.find((x) => x.name === name);
+    if (!c) break;
+    ancestors.push(root); root = c;
+  }
+  const canvas = $('#flame-base');
+  const { re } = filterRegex($('#filter').value);
+  const boxes = paintFlame(canvas, root, { match: re, dim: ancestors });
+  const unit = unitOf(v.baseFlame);
+  $('#flame-base-title').textContent = `baseline ${v.baseId}: ${amount(v.baseFlame.total, unit)}, its own colours`;
+  $('#flame-diff-title').textContent = 'this session, coloured by the change of each frame\'s share';
+  hoverTip(canvas, $('#flame-base-tip'), boxes, ROW_H, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
+    total ${amount(b.n.value, unit)} (${pct(100 * b.n.value / (v.baseFlame.total || 1))} % of the baseline)`);
 }
 
 // The zoom path as breadcrumbs, a run of one function calling itself shown once with a count

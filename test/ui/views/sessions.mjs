@@ -28,6 +28,19 @@ export async function importCompareDelete(t) {
   check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())) && consistent && /^[+-]?\d+\.\d\d$/.test(firstRow[4]) &&
     (await wz.locator('#functions-count').textContent()).includes(`compared with ${liveSession}`),
     `functions gain baseline, Δ self and Δ total columns, and say what they compare with (${firstRow.slice(0, 5).join(' | ')})`);
+  // The flame graph compared: the baseline's own graph beside this one, this one coloured by
+  // change, a frame within the noise grey, and every delta's noise band in the answer.
+  t.doing = "the flame graph compared with a baseline";
+  await wz.locator('#tabs button[data-tab="flamegraph"]').click();
+  await wz.waitForFunction(() => document.querySelector('#flame-panes').classList.contains('compared') &&
+    Number(document.querySelector('#flame-base').dataset.boxes) > 2 && Number(document.querySelector('#flame').dataset.boxes) > 2, null, { timeout: 15000 });
+  const diff = await (await fetch(`${http}/api/sessions/${imported}/flamegraph?baseline=${liveSession}&min_pct=0.5`)).json();
+  const nodes = [];
+  const walk = (n) => { for (const c of n.children || []) { nodes.push(c); walk(c); } };
+  walk(diff.root);
+  const banded = nodes.filter((n) => n.noise_pct > 0 && n.noise_pct < 50);
+  check(nodes.length > 0 && banded.length === nodes.length && diff.baseline_samples > 0 && /within the noise/.test(await wz.locator('#flame-legend').textContent()),
+    `the compared flame graph shows the baseline beside it; each of its ${nodes.length} frames has a noise band (${banded.slice(0, 3).map((n) => `${n.delta_pct.toFixed(2)} ± ${n.noise_pct.toFixed(2)}`).join(', ')})`);
   t.doing = "deleting the imported session";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   wz.once('dialog', (d) => d.accept());
