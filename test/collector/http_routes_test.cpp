@@ -811,6 +811,35 @@ TEST_CASE("API: a function's callers as a tree (the sandwich's lower half), and 
     CHECK(path == "fn>x");
 }
 
+TEST_CASE("API: a function's machine code, each instruction with the samples that fell on it",
+          "[collector][api]") {
+    fixture_app f;
+    // An import (the owner's recording, so the module's own path here is read): samples in
+    // this test program's main, 3 at its first instruction and 1 a byte in.
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const auto id = f.import(script_sample({"main+0x0 (" + self + ")"}, 3) +
+                             script_sample({"main+0x1 (" + self + ")"}, 1));
+    const auto d = f.get_json("/api/sessions/" + id + "/disassembly?function=main");
+    INFO(json::serialize(d).substr(0, 600));
+    CHECK(d.at("error").as_string().empty());
+    CHECK(d.at("file").as_string() == self);
+    const auto& code = d.at("instructions").as_array();
+    REQUIRE(code.size() > 3);
+    CHECK(code[0].at("offset").to_number<int>() == 0);
+    CHECK(code[0].at("self").to_number<int>() == 3);
+    CHECK_FALSE(code[0].at("text").as_string().empty());
+    // The byte in is an instruction of its own, or inside the first: counted either way.
+    std::uint64_t placed = 0;
+    for (const auto& ins : code)
+        placed += ins.at("self").to_number<std::uint64_t>();
+    CHECK(placed + d.at("unmatched").to_number<std::uint64_t>() == 4);
+    CHECK(
+        f.call(http::verb::get, "/api/sessions/" + id + "/disassembly?function=nothing").result() ==
+        http::status::not_found);
+    CHECK(f.call(http::verb::get, "/api/sessions/" + id + "/disassembly").result() ==
+          http::status::bad_request);
+}
+
 TEST_CASE("API: the timeline has a lane per thread and a flame chart in time order",
           "[collector][api]") {
     fixture_app f;

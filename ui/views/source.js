@@ -43,6 +43,29 @@ export async function render(s, r) {
       <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
   }).join('');
   document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
+  await renderCode(s, r, fn ? focus.fn : null);
+}
+
+// The function opened: its machine code beside the lines, the samples that fell on each
+// instruction (where the program was when sampled: the leaf's own addresses).
+async function renderCode(s, r, name) {
+  $('#disasm-box').hidden = !name;
+  $('#source-panes').classList.toggle('with-code', !!name);
+  if (!name) { $('#disasm tbody').innerHTML = ''; return; }
+  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/disassembly?${r.q}&function=${encodeURIComponent(name)}`)
+    .catch((e) => ({ error: e.message, instructions: [] }));
+  r.stillWanted();
+  $('#disasm-title').textContent = `machine code of ${visible(name)}`;
+  const self = (d.instructions || []).reduce((a, i) => a + i.self, 0);
+  $('#disasm-info').innerHTML = d.error ? `<span class="warn">${esc(d.error)}</span>`
+    : `${esc(d.file)} · ${pct(d.self_pct)} % of the samples in it${d.unmatched ? ` · <span class="warn">${pct(100 * d.unmatched / (d.total || 1))} % at addresses that are no instruction here: another build?</span>` : ''}`;
+  const max = Math.max(...(d.instructions || []).map((i) => i.self_pct), 1e-9);
+  $('#disasm tbody').innerHTML = (d.instructions || []).map((i) => {
+    const heat = i.self ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * i.self_pct / max).toFixed(2)})"` : '';
+    return `<tr ${heat} data-offset="${i.offset}"><td>${i.self ? pct(i.self_pct) : ''}</td><td>${i.self ? pct(100 * i.self / (self || 1)) : ''}</td>
+      <td class="muted">+0x${i.offset.toString(16)}</td><td class="code">${esc(i.text)}</td></tr>`;
+  }).join('');
+  $('#disasm-box').dataset.shows = `${name} ${(d.instructions || []).length}`;
 }
 
 // Per module of the session: the file its symbols come from and where it was found, or what
@@ -67,6 +90,8 @@ function renderSymbolFiles(binaries) {
 
 export function clear() {
   $('#source-info').textContent = '';
+  $('#disasm-box').hidden = true; $('#disasm tbody').innerHTML = ''; delete $('#disasm-box').dataset.shows;
+  $('#source-panes').classList.remove('with-code');
   for (const id of ['#source tbody', '#source-file', '#symbol-files tbody']) $(id).innerHTML = '';
   focus = { fn: null, file: null };
 }

@@ -9,6 +9,7 @@
 #include <boost/json/monotonic_resource.hpp>
 
 #include <algorithm>
+#include <map>
 
 namespace collector {
 
@@ -165,8 +166,66 @@ enum class view_kind {
     sandwich,
     addresses,
     quality,
-    timeline
+    timeline,
+    disassembly
 };
+
+// A function's machine code with the samples that fell on each instruction (the session's
+// own leaf addresses), disassembled from the symbol file the collector found for its module
+// (symbolizer::disassemble). nullopt when no frame has that name.
+std::optional<json::value> disassembly_json(const session_model& m, const view_filter& f,
+                                            symbolizer& symbols, const std::string& name,
+                                            const std::string& module,
+                                            const json::storage_ptr& sp) {
+    auto where = addresses_json(m.prof, f, name, module, SIZE_MAX, sp);
+    if (!where)
+        return std::nullopt;
+    auto& o = where->as_object();
+    // The module: the one asked for, else the one with the most samples in the function.
+    std::string mod = module;
+    std::map<std::uint64_t, std::uint64_t> by_offset;
+    for (const auto& a : o.at("addresses").as_array()) {
+        const auto& row = a.as_object();
+        if (mod.empty())
+            mod = std::string(row.at("module").as_string());
+        if (row.at("module").as_string() == mod)
+            by_offset[row.at("offset").to_number<std::uint64_t>()] +=
+                row.at("self").to_number<std::uint64_t>();
+    }
+    if (mod.empty()) // sampled only as a caller: its module from the frames
+        for (std::uint32_t i = 0; i < m.prof.frame_count() && mod.empty(); ++i)
+            if (m.prof.symbol(i) == name)
+                mod = std::string(m.prof.module(i));
+    const auto total = o.at("total").to_number<std::uint64_t>();
+    const auto d = symbols.disassemble(mod, m.build_id_of(mod), name);
+    json::array code(sp);
+    std::uint64_t placed = 0;
+    for (const auto& ins : d.code) {
+        const auto it = by_offset.find(ins.offset);
+        const std::uint64_t w = it == by_offset.end() ? 0 : it->second;
+        placed += w;
+        code.push_back(json::object(
+            {{"offset", ins.offset},
+             {"text", ins.text},
+             {"self", w},
+             {"self_pct",
+              total ? 100.0 * static_cast<double>(w) / static_cast<double>(total) : 0.0}},
+            sp));
+    }
+    std::uint64_t sampled = 0;
+    for (const auto& [offset, w] : by_offset)
+        sampled += w;
+    o.erase("addresses");
+    o.erase("addresses_total");
+    o["module"] = mod;
+    o["file"] = d.file;
+    o["start"] = d.start;
+    o["instructions"] = std::move(code);
+    // Samples at an offset no instruction starts at (another build's addresses).
+    o["unmatched"] = sampled - placed;
+    o["error"] = d.error;
+    return std::move(*where);
+}
 
 asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_context* app,
                                           view_kind kind, view_params v) {
@@ -309,6 +368,17 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         r.body = std::move(a.body);
         break;
     }
+    case view_kind::disassembly:
+        if (v.source.function.empty() || v.source.function == "[unknown]") {
+            r.failed = failure("bad_parameter", "function= names a function with a symbol");
+        } else if (auto body =
+                       disassembly_json(m, *f, app->symbols, v.source.function, v.module, arena)) {
+            r.body = std::move(*body);
+        } else {
+            r.failed = failure("no_function",
+                               "no sampled function " + v.source.function + " in this view", 404);
+        }
+        break;
     case view_kind::meta:
     case view_kind::metrics:
         break; // answered above
@@ -360,6 +430,7 @@ constexpr std::pair<std::string_view, view_kind> views[] = {
     {"timeline", view_kind::timeline},
     {"metrics", view_kind::metrics},
     {"source", view_kind::source},
+    {"disassembly", view_kind::disassembly},
 };
 
 } // namespace

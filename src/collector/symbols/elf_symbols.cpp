@@ -158,4 +158,15 @@ std::optional<std::uint64_t> elf_symbols::address_of(std::string_view perf_name)
     return it->second;
 }
 
+std::uint64_t elf_symbols::extent_at(std::uint64_t start) const {
+    const auto it = std::lower_bound(by_address_.begin(), by_address_.end(), start,
+                                     [](const entry& e, std::uint64_t a) { return e.start < a; });
+    if (it == by_address_.end() || it->start != start)
+        return 0;
+    if (it->size)
+        return it->size;
+    const auto next = std::next(it);
+    return next == by_address_.end() ? 0 : next->start - start;
+}
+
 } // namespace collector

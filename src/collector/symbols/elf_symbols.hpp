@@ -36,6 +36,9 @@ public:
     static elf_symbols parse_readelf(std::string_view text, bool thumb = false);
 
     std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
+    // How many bytes the function at `start` spans: its symbol's size, or up to the next
+    // symbol when it has none; 0 when no symbol starts there.
+    std::uint64_t extent_at(std::uint64_t start) const;
     std::size_t size() const noexcept { return by_address_.size(); }
 
     // The function holding `address` (its name as perf shows it, and its start): the one

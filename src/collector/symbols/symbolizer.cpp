@@ -3,6 +3,7 @@
 #include "protocol/build_id.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -334,6 +335,102 @@ std::vector<symbolizer::placement> symbolizer::resolve(const std::vector<site>& 
         }
     }
     return out;
+}
+
+namespace {
+
+// objdump -d's lines for one function: "  4011a6:\tmov    %edi,%eax" (the code only; the
+// headers and labels around it are left out).
+std::vector<symbolizer::instruction> parse_objdump(std::string_view text, std::uint64_t start) {
+    std::vector<symbolizer::instruction> out;
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        std::string_view line = text.substr(0, nl);
+        text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+        const auto first = line.find_first_not_of(' ');
+        const auto colon = line.find(":\t");
+        if (first == std::string_view::npos || colon == std::string_view::npos || colon <= first)
+            continue;
+        std::uint64_t address = 0;
+        const auto hex = line.substr(first, colon - first);
+        if (std::from_chars(hex.data(), hex.data() + hex.size(), address, 16).ptr !=
+                hex.data() + hex.size() ||
+            address < start)
+            continue;
+        std::string code(line.substr(colon + 2));
+        for (char& c : code)
+            if (c == '\t')
+                c = ' ';
+        out.push_back({address - start, std::move(code)});
+    }
+    return out;
+}
+
+} // namespace
+
+symbolizer::disassembly symbolizer::disassemble(const std::string& module,
+                                                const std::string& build_id,
+                                                const std::string& symbol) {
+    disassembly d;
+    const auto m = table(module, build_id);
+    if (!m->symbols) {
+        d.error = m->error.empty() ? "no symbols found for " + module : m->error;
+        return d;
+    }
+    d.file = m->source.path;
+    if (!m->source.facts.text_in_file) {
+        d.error = d.file + " is a separate debug file, without the code: give the collector the "
+                           "binary itself (--binary) to disassemble it";
+        return d;
+    }
+    const auto start = m->symbols->address_of(symbol);
+    if (!start) {
+        d.error = "no symbol " + symbol + " in " + d.file;
+        return d;
+    }
+    d.start = *start;
+    // A function is a few kilobytes at most; one past 256 KiB is not disassembled whole.
+    const std::uint64_t size = std::min<std::uint64_t>(m->symbols->extent_at(*start), 256 << 10);
+    if (!size) {
+        d.error = "the symbol " + symbol + " has no size in " + d.file;
+        return d;
+    }
+    const std::string key = d.file + '\0' + symbol;
+    {
+        std::lock_guard lock(disassembled_mutex_);
+        if (const auto it = disassembled_.find(key); it != disassembled_.end())
+            return it->second;
+    }
+    const auto hex = [](std::uint64_t v) {
+        char buf[24];
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+        return std::string(buf);
+    };
+    std::string prefix;
+    {
+        std::lock_guard lock(config_mutex_);
+        prefix = config_.toolchain_prefix;
+    }
+    std::string text;
+    constexpr std::size_t max_text = std::size_t{8} << 20;
+    const auto r = run_streaming({prefix + "objdump", "-d", "--no-show-raw-insn", "-C",
+                                  "--start-address=" + hex(*start),
+                                  "--stop-address=" + hex(*start + size), d.file},
+                                 [&](std::string_view block) {
+                                     text.append(block.substr(0, max_text - text.size()));
+                                     return text.size() < max_text;
+                                 });
+    d.code = parse_objdump(text, *start);
+    if (d.code.empty()) {
+        d.error = prefix + "objdump could not disassemble " + symbol + " in " + d.file +
+                  (r.err.empty() ? std::string() : ": " + r.err.substr(0, r.err.find('\n')));
+        return d;
+    }
+    std::lock_guard lock(disassembled_mutex_);
+    if (disassembled_.size() >= 16)
+        disassembled_.clear();
+    disassembled_.emplace(key, d);
+    return d;
 }
 
 std::size_t symbolizer::close_idle(std::chrono::steady_clock::duration idle) {

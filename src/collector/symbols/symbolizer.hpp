@@ -117,6 +117,22 @@ public:
     // the source lines when its debug info places that address.
     std::vector<placement> resolve(const std::vector<site>& sites);
 
+    // The machine code of function `symbol` in `module` (build-id: the device's), as the
+    // toolchain's objdump disassembles it from the symbol file found for the module: each
+    // instruction's distance into the function and its text. `error` says why there is none
+    // (no symbols found, a debug file without the code, objdump failed). Blocks: on the pool.
+    struct instruction {
+        std::uint64_t offset = 0;
+        std::string text;
+    };
+    struct disassembly {
+        std::string file, error;
+        std::uint64_t start = 0; // the function's address in the file
+        std::vector<instruction> code;
+    };
+    disassembly disassemble(const std::string& module, const std::string& build_id,
+                            const std::string& symbol);
+
     // For each module looked up so far: the file used and where it was found, or what was
     // tried and the fix.
     struct binary_status {
@@ -172,6 +188,9 @@ private:
     void start_addr2line(binary& b, const std::string& path);
     void lookup(binary& b, const std::string& path, const std::vector<std::uint64_t>& addresses);
 
+    // The last functions disassembled (file + symbol), a live view asking again each second.
+    std::mutex disassembled_mutex_;
+    std::map<std::string, disassembly> disassembled_;
     mutable std::mutex config_mutex_; // config_, generation_, tables_, the debuginfod hooks
     symbol_config config_;
     std::uint64_t generation_ = 0;

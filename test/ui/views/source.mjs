@@ -18,6 +18,16 @@ export async function openSource(t) {
   check((await page.locator('#source-file').inputValue()).endsWith('src/demo/demo.cpp'), 'the file chosen is demo.cpp');
   const heated = await page.locator('#source tbody tr[style*="background"]').count();
   check(heated >= 3, `several lines are heat-coloured (${heated})`);
+  // Beside the lines, its machine code: the samples per instruction add up to the function's
+  // own samples (as perf annotate reads them, from the same addresses).
+  t.doing = "matrix_multiply's machine code";
+  await page.waitForFunction(() => /matrix_multiply \d+$/.test(document.querySelector('#disasm-box').dataset.shows || ''), null, { timeout: 15000 });
+  const code = await page.evaluate(() => [...document.querySelectorAll('#disasm tbody tr')].map((tr) => ({
+    share: Number(tr.cells[1].textContent) || 0, text: tr.cells[3].textContent })));
+  const sum = code.reduce((a, c) => a + c.share, 0);
+  const hottest = code.reduce((a, c) => (c.share > a.share ? c : a), { share: 0 });
+  check(code.length > 10 && Math.abs(sum - 100) < 0.5 && /mul|add|mov/.test(hottest.text),
+    `matrix_multiply's machine code beside its lines: ${code.length} instructions, the samples on them ${sum.toFixed(1)} % of its own, the hottest "${hottest.text.trim()}"`);
 
   // The same view from its link, in a fresh page.
   const link = page.url();
