@@ -730,7 +730,7 @@ TEST_CASE("API: a profile says how far it can be trusted, and what would fix it"
     CHECK(real.at("checks").as_array().size() >= 4);
 }
 
-TEST_CASE("API: stacks that stop only below the program's frames are no reason for DWARF; "
+TEST_CASE("API: stacks that stop only below the program's frames are no reason for DWARF — "
           "those cut inside it are",
           "[collector][api]") {
     fixture_app f;
