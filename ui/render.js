@@ -37,10 +37,11 @@ const stillWanted = () => { if (location.hash !== renderedHash) throw new Supers
 // `tab`: the tab whose render failed (data-tab on the message), when a render failed. An error
 // stays until it is dismissed (its ✕), another takes its place, or a render of another state
 // (the user chose something) succeeds: a live update of the same view leaves it to be read.
-let errorAt = null; // the URL it was shown for
+let errorAt = null; // the URL whose render it came from (not the page's URL now: a failed
+// render may end after the user moved on)
 function showError(message, tab) {
-  if (!message && (errorAt === null || errorAt === location.hash)) return;
-  errorAt = message ? location.hash : null;
+  if (!message && (errorAt === null || errorAt === renderedHash)) return;
+  errorAt = message ? renderedHash : null;
   $('#view-error').hidden = !message;
   $('#view-error-text').textContent = message ? visible(message) : '';
   if (message && tab) $('#view-error').dataset.tab = tab; else delete $('#view-error').dataset.tab;
@@ -99,7 +100,10 @@ async function render() {
   $('#session').hidden = !s.session;
   // An error is shown above the view it belongs to, and goes when that view renders again.
   try { await (s.session ? renderSession(s) : landing.render(s)); showError(null); }
-  catch (e) { if (!(e instanceof Superseded)) showError(e.message, s.session ? s.tab : 'landing'); }
+  catch (e) {
+    // (A render the user has already left, failing late, says nothing: its state is gone.)
+    if (!(e instanceof Superseded) && location.hash === renderedHash) showError(e.message, s.session ? s.tab : 'landing');
+  }
 }
 
 let rendering = null, again = false;
