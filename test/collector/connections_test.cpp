@@ -233,8 +233,12 @@ TEST_CASE("a collector at its connection caps closes new connections, says so on
     CHECK(agents.at("max_unproven").as_int64() == 1);
     const int stranger = test_support::connect_loopback(coll.agent_port);
     REQUIRE(stranger >= 0);
-    // Accepted before the next one (in order): the agent behind it finds the unproven cap
-    // reached and, the stranger having had its time to say hello, takes its place.
+    // Once the collector holds it (its time counts from its accept, which a loaded machine
+    // may make later than the connect), the agent behind it finds the unproven cap reached
+    // and, the stranger having had its time to say hello, takes its place.
+    test_support::wait_for(coll, "/api/status", 10s, [](const json::value& v) {
+        return v.at("connections").at("agents").at("unproven").as_int64() == 1;
+    });
     std::this_thread::sleep_for(connection_budget::evictable_after);
     auto board = test_support::hello_agent(coll, "board-1");
     CHECK(closed_by_peer(stranger, 10s));
