@@ -139,13 +139,15 @@ void session_model::note_stat(std::string_view stat) {
     last_stat_text = std::string(stat);
     ++stat_intervals;
     stat_seconds += last_stat->elapsed_seconds.value_or(0.0);
-    for (const auto& c : last_stat->counters)
-        if (c.value && stat_totals.size() < 64) {
-            auto& t = stat_totals[c.event];
-            t.value += *c.value;
-            t.unit = c.unit;
-            ++t.intervals;
-        }
+    for (const auto& c : last_stat->counters) {
+        // At most 64 events (a report lists what the agent counted): a known one always adds.
+        if (!c.value || (stat_totals.size() >= 64 && !stat_totals.count(c.event)))
+            continue;
+        auto& t = stat_totals[c.event];
+        t.value += *c.value;
+        t.unit = c.unit;
+        ++t.intervals;
+    }
 }
 
 void session_model::note_events() {

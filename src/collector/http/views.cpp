@@ -184,13 +184,16 @@ std::optional<json::value> disassembly_json(const session_model& m, const view_f
     // The module: the one asked for, else the one with the most samples in the function.
     std::string mod = module;
     std::map<std::uint64_t, std::uint64_t> by_offset;
+    std::uint64_t sampled = 0;
     for (const auto& a : o.at("addresses").as_array()) {
         const auto& row = a.as_object();
         if (mod.empty())
             mod = std::string(row.at("module").as_string());
-        if (row.at("module").as_string() == mod)
-            by_offset[row.at("offset").to_number<std::uint64_t>()] +=
-                row.at("self").to_number<std::uint64_t>();
+        if (row.at("module").as_string() != mod)
+            continue;
+        const auto w = row.at("self").to_number<std::uint64_t>();
+        by_offset[row.at("offset").to_number<std::uint64_t>()] += w;
+        sampled += w;
     }
     if (mod.empty()) // sampled only as a caller: its module from the frames
         for (std::uint32_t i = 0; i < m.prof.frame_count() && mod.empty(); ++i)
@@ -212,9 +215,6 @@ std::optional<json::value> disassembly_json(const session_model& m, const view_f
               total ? 100.0 * static_cast<double>(w) / static_cast<double>(total) : 0.0}},
             sp));
     }
-    std::uint64_t sampled = 0;
-    for (const auto& [offset, w] : by_offset)
-        sampled += w;
     o.erase("addresses");
     o.erase("addresses_total");
     o["module"] = mod;
@@ -285,7 +285,8 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         co_return r;
     }
     const json::storage_ptr arena = r.body.storage();
-    if (!v.baseline.empty())
+    // (Only the views a baseline is applied to: the others get the parameter too, unused.)
+    if (!v.baseline.empty() && (kind == view_kind::functions || kind == view_kind::flamegraph))
         r.view_samples = view_samples(m.prof, *f);
     switch (kind) {
     case view_kind::functions:
