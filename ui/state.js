@@ -22,6 +22,7 @@ export const KEYS = Object.freeze({
   focus: { session: true },
   hide: { session: true },
   recursion: { session: true }, // 'collapse': a function calling itself is one frame
+  collapse: { session: true }, // modules shown as one frame each, ';' between
   sort: { session: true }, // the function table's column (self % when absent)
   order: { session: true }, // 'asc' or 'desc' against the column's natural order
 });

@@ -118,13 +118,27 @@ export function blankCanvas(canvas) {
 // Calls the collector's agent relay: a command for target `target` ({cmd, args}).
 export const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
 
-// How the URL shapes a tree (the flame graph's and the call tree's): bottom-up, a focus, the
-// functions hidden, recursion collapsed — as the flamegraph answer's parameters.
+// A ';'-joined list of the URL (hide=, collapse=) with `item` added last, or taken out (null
+// when nothing is left).
+export const addTo = (list, item) => [...(list ? list.split(';') : []).filter((x) => x !== item), item].join(';');
+export const takeFrom = (list, item) => (list ? list.split(';') : []).filter((x) => x !== item).join(';') || null;
+
+// The transforms the URL applies to every view of stacks (the function table, the trees, the
+// timeline's chart): a focus, functions merged into their callers, recursion collapsed,
+// modules collapsed — as the answers' parameters. `focus: false` leaves the focus out (a
+// view that sets its own).
+export function transformQuery(s, { focus = true } = {}) {
+  const q = new URLSearchParams();
+  if (focus && s.focus) q.set('focus', s.focus);
+  if (s.hide) q.set('hide', s.hide);
+  if (s.recursion) q.set('recursion', s.recursion);
+  if (s.collapse) q.set('collapse', s.collapse);
+  return q;
+}
+// How the URL shapes a tree (the flame graph's and the call tree's): bottom-up, and the
+// transforms.
 export function shapeQuery(s) {
-  const shape = new URLSearchParams();
+  const shape = transformQuery(s);
   if (s.inverted) shape.set('inverted', '1');
-  if (s.focus) shape.set('focus', s.focus);
-  if (s.hide) shape.set('hide', s.hide);
-  if (s.recursion) shape.set('recursion', s.recursion);
   return shape;
 }

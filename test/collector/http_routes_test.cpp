@@ -811,6 +811,108 @@ TEST_CASE("API: a function's callers as a tree (the sandwich's lower half), and 
     CHECK(path == "fn>x");
 }
 
+TEST_CASE("API: transforms reshape the function table, the flame graph and the timeline alike",
+          "[collector][api]") {
+    fixture_app f;
+    // Leaf first. main calls into libc (memcpy inside qsort inside libc's own helper), and a
+    // helper that recurses.
+    const std::string libc = "/usr/lib/libc.so.6";
+    auto in_libc = [&](const char* fn) { return std::string(fn) + "+0x0 (" + libc + ")"; };
+    const auto id = f.import(
+        script_sample({in_libc("memcpy"), in_libc("msort"), in_libc("qsort"), "sort", "main"}, 4, 1,
+                      "1.0") +
+        script_sample({"cmp", in_libc("msort"), in_libc("qsort"), "sort", "main"}, 2, 1, "1.1") +
+        script_sample({"work", "helper", "helper", "main"}, 3, 1, "1.2") +
+        script_sample({"main"}, 1, 1, "1.3"));
+    const auto base = "/api/sessions/" + id;
+    auto rows = [&](const std::string& q) {
+        std::map<std::string, std::pair<int, int>> out; // name -> self, total
+        const auto d = f.get_json(base + "/functions?weight=period" + q);
+        CHECK(d.at("total").to_number<int>() == 10); // the view's total, whatever the shape
+        for (const auto& r : d.at("functions").as_array())
+            out[std::string(r.at("name").as_string())] = {r.at("self").to_number<int>(),
+                                                          r.at("total").to_number<int>()};
+        return out;
+    };
+    // Collapsing libc: one frame for the run of libc calls, the callback below it its own.
+    const auto collapsed = rows("&collapse=" + libc);
+    CHECK(collapsed.count("memcpy") == 0);
+    CHECK(collapsed.count("qsort") == 0);
+    CHECK(collapsed.at("[libc.so.6]") == std::pair{4, 6});
+    CHECK(collapsed.at("cmp") == std::pair{2, 2});
+    CHECK(collapsed.at("main") == std::pair{1, 10});
+    // Merging (hiding) helper: its callee's weight stays, its own self would go to main.
+    const auto merged = rows("&hide=helper;msort");
+    CHECK(merged.count("helper") == 0);
+    CHECK(merged.count("msort") == 0);
+    CHECK(merged.at("work") == std::pair{3, 3});
+    CHECK(merged.at("qsort") == std::pair{0, 6});
+    // A focus keeps only the stacks through it, from it down.
+    const auto focused = rows("&focus=sort");
+    CHECK(focused.count("main") == 0);
+    CHECK(focused.count("work") == 0);
+    CHECK(focused.at("sort") == std::pair{0, 6});
+    CHECK(focused.at("memcpy") == std::pair{4, 4});
+    // Unshaped, the same table as ever.
+    CHECK(rows("").at("qsort") == std::pair{0, 6});
+    // A focus on a function the shape took away is a clear 404, as for the flame graph.
+    CHECK(f.get_json(base + "/functions?focus=qsort&collapse=" + libc, http::status::not_found)
+              .at("error")
+              .at("code")
+              .as_string() == "no_function");
+
+    // The flame graph agrees with the table: main > sort > [libc.so.6] > {cmp}.
+    const auto flame = f.get_json(base + "/flamegraph?weight=period&collapse=" + libc);
+    CHECK(flame.at("collapse").at(0).as_string() == libc);
+    const auto& m = flame.at("root").at("children").at(0);
+    REQUIRE(m.at("name").as_string() == "main");
+    const json::value* lib = nullptr;
+    for (const auto& c : m.at("children").as_array())
+        if (c.at("name").as_string() == "sort")
+            lib = &c.at("children").at(0);
+    REQUIRE(lib);
+    CHECK(lib->at("name").as_string() == "[libc.so.6]");
+    CHECK(lib->at("module").as_string() == libc);
+    CHECK(lib->at("value").to_number<int>() == 6);
+    CHECK(lib->at("self").to_number<int>() == 4);
+    REQUIRE(lib->at("children").as_array().size() == 1);
+    CHECK(lib->at("children").at(0).at("name").as_string() == "cmp");
+    // Focus on the collapsed module's frame, by its shown name.
+    const auto on_lib =
+        f.get_json(base + "/flamegraph?weight=period&collapse=" + libc + "&focus=%5Blibc.so.6%5D");
+    CHECK(on_lib.at("root").at("value").to_number<int>() == 6);
+
+    // The timeline's flame chart: its frames are the reshaped ones.
+    const auto tl = f.get_json(base +
+                               "/timeline?weight=period&tid=1&width=40&recursion=collapse&"
+                               "collapse=" +
+                               libc);
+    CHECK(tl.at("collapse_recursion").as_bool());
+    std::multiset<std::string> names;
+    for (const auto& fr : tl.at("chart").at("frames").as_array())
+        names.insert(std::string(fr.at("name").as_string()));
+    CHECK(names.count("[libc.so.6]") == 1);
+    CHECK(names.count("memcpy") == 0);
+    int helper_boxes = 0;
+    const auto& frames = tl.at("chart").at("frames").as_array();
+    for (const auto& b : tl.at("chart").at("boxes").as_array())
+        if (frames.at(b.at(3).to_number<std::size_t>()).at("name").as_string() == "helper")
+            ++helper_boxes;
+    CHECK(helper_boxes == 1); // helper calling helper is one box, at one depth
+    std::string many;
+    for (int i = 0; i < 65; ++i)
+        many += "m" + std::to_string(i) + ";";
+    CHECK(f.get_json(base + "/functions?collapse=" + many, http::status::bad_request)
+              .at("error")
+              .at("code")
+              .as_string() == "bad_parameter");
+    // Empty names between ';' are not names.
+    CHECK(f.get_json(base + "/functions?collapse=" + std::string(80, ';') + libc)
+              .at("collapse")
+              .as_array()
+              .size() == 1);
+}
+
 TEST_CASE("API: a function's machine code, each instruction with the samples that fell on it",
           "[collector][api]") {
     fixture_app f;

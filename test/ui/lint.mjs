@@ -27,8 +27,9 @@ function exportsOf(text) {
   return names;
 }
 
-// Whether `name` appears in `text` as a name (not a property, not part of another name).
-const mentions = (text, name) => new RegExp(`(^|[^\\w$.])${name.replace(/\$/g, '\\$')}([^\\w$]|$)`).test(text);
+// Whether `name` appears in `text` as a name (not a property, not part of another name); a
+// spread (`...name`) is a use.
+const mentions = (text, name) => new RegExp(`(^|[^\\w$.]|\\.\\.\\.)${name.replace(/\$/g, '\\$')}([^\\w$]|$)`).test(text);
 
 for (const file of all) {
   const text = readFileSync(file, 'utf8');

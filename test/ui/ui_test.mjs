@@ -5,7 +5,7 @@
 //
 // This file starts them, signs a browser in and runs the steps in order; the steps are the
 // views', one file per view under test/ui/views/ (landing, functions, source, flamegraph,
-// session, sandwich, call tree, wizard, health, sessions, timeline), each step given the state the
+// session, sandwich, call tree, transforms, wizard, health, sessions, timeline), each step given the state the
 // earlier ones left (the pages, the sessions they opened). A failure names the step, the
 // requests still under way and what each open page showed. Every wait is bounded.
 import { spawnSync } from 'node:child_process';
@@ -24,6 +24,7 @@ import * as session from './views/session.mjs';
 import * as sessions from './views/sessions.mjs';
 import * as source from './views/source.mjs';
 import * as timeline from './views/timeline.mjs';
+import * as transforms from './views/transforms.mjs';
 import * as wizard from './views/wizard.mjs';
 
 const build = resolve(process.argv[2] || 'build');
@@ -47,6 +48,7 @@ const STEPS = [
   session.healthChecks,
   sandwich.callersOf,
   calltree.treeTable,
+  transforms.everyView,
   wizard.liveDebug,
   session.controls,
   health.deviceHealth,

@@ -23,7 +23,7 @@ export async function render(s, r) {
   r.pickedEvent(tree.event);
   // Another session or direction: the rows opened before mean nothing here; the heaviest
   // path is opened again.
-  const which = `${s.session}|${s.inverted}|${s.focus || ''}|${s.hide || ''}|${s.recursion || ''}`;
+  const which = `${s.session}|${shape}`;
   if (v.opened !== which) { v.open = heaviestPath(tree.root); v.opened = which; }
   v.tree = tree; v.unit = unitOf(tree);
   draw();

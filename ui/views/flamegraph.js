@@ -6,7 +6,7 @@ import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
 import { boxAt as boxAtPointer, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
-import { $, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../util.js';
+import { $, addTo, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../util.js';
 
 // flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
 // key of the latest render; pending: an answer held while the pointer is on the graph.
@@ -67,8 +67,8 @@ export function waiting() {
 }
 
 export function clear() {
-  for (const id of ['#flame-tip', '#crumbs', '#flame-shape', '#flame-legend']) $(id).textContent = '';
-  $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true; delete $('#flame-shape').dataset.shows;
+  for (const id of ['#flame-tip', '#crumbs', '#flame-legend']) $(id).textContent = '';
+  $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true;
   v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null, baseFlame: null, baseId: null };
   $('#flame-panes').classList.remove('compared'); $('#flame-base-box').hidden = true; $('#flame-diff-title').hidden = true; blankCanvas($('#flame-base'));
   blankCanvas($('#flame'));
@@ -93,6 +93,8 @@ function draw() {
   const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors });
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
+  // The transforms of the answer drawn (a graph still on its way is not taken for it).
+  canvas.dataset.shape = [v.flame.focus || '', (v.flame.hide || []).join(';'), (v.flame.collapse || []).join(';'), v.flame.collapse_recursion ? 'collapse' : ''].join('|');
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(v.flame);
   const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
@@ -107,7 +109,8 @@ function draw() {
   const legend = flameLegend(boxes);
   const small = v.flame.small_frames_hidden;
   const hiddenNote = small ? ` · <span class="muted" title="frames under half a pixel wide at this zoom are not sent; zoom in to see them">${count(small)} small ${small === 1 ? 'frame' : 'frames'} hidden</span>` : '';
-  $('#flame-legend').innerHTML = (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
+  const through = v.flame.focus ? `stacks through <b>${esc(v.flame.focus)}</b>: ${pct(100 * v.flame.root.value / (v.flame.total || 1))} % of the total · ` : '';
+  $('#flame-legend').innerHTML = through + (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
   const boxAt = (e) => boxAtPointer(canvas, boxes, e);
   // Right-click: focus on the frame's function (every stack through it, from there down) or
   // hide it from every stack, as pprof's -focus and -hide do.
@@ -117,10 +120,13 @@ function draw() {
     e.preventDefault();
     const menu = $('#flame-menu'), r = canvas.getBoundingClientRect();
     menu.dataset.name = b.n.name;
+    menu.dataset.module = b.n.module || '';
     $('#flame-menu-name').textContent = visible(b.n.name);
     // The focused function itself: hiding it would leave nothing, focusing again changes nothing.
-    const focused = b.n.name === hashState().focus;
+    const s = hashState(), focused = b.n.name === s.focus;
     for (const act of ['focus', 'hide']) menu.querySelector(`[data-act="${act}"]`).hidden = focused;
+    // A module already one frame, or none known, has nothing to collapse.
+    menu.querySelector('[data-act="collapse"]').hidden = !b.n.module || (s.collapse || '').split(';').includes(b.n.module);
     menu.style.left = `${Math.min(e.clientX - r.left, r.width - 260)}px`;
     menu.style.top = `${e.clientY - r.top + 4}px`;
     menu.hidden = false;
@@ -136,12 +142,6 @@ function draw() {
     v.zoomPath = [...v.zoomPath, ...path];
     setHash({ zoom: v.zoomPath.join(';') });
   };
-  // What the graph is reduced to, each undone with its ✕.
-  // (From the answer drawn, not from the URL: a graph still on its way cannot be mislabelled.)
-  const focusName = v.flame.focus || '', hidden = v.flame.hide || [];
-  setHtml($('#flame-shape'), (focusName ? `<span class="chip">focused on <b>${esc(focusName)}</b> (${pct(100 * v.flame.root.value / (v.flame.total || 1))} % of the total) <button data-unfocus title="show every stack">✕</button></span> ` : '')
-    + hidden.map((h) => `<span class="chip">hidden <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join(' '));
-  $('#flame-shape').dataset.shows = `${focusName}|${hidden.join(';')}`;
   setHtml($('#crumbs'), crumbs(v.zoomPath));
   const focus = v.zoomPath[v.zoomPath.length - 1];
   $('#flame-sandwich').hidden = !focus;
@@ -186,12 +186,10 @@ export function init() {
     if (menu) {
       const name = $('#flame-menu').dataset.name, s = hashState();
       if (menu.dataset.act === 'focus') setHash({ focus: name, zoom: null });
-      if (menu.dataset.act === 'hide') setHash({ hide: [...(s.hide ? s.hide.split(';') : []).filter((h) => h !== name), name].join(';'), zoom: null });
+      if (menu.dataset.act === 'hide') setHash({ hide: addTo(s.hide, name), zoom: null });
+      if (menu.dataset.act === 'collapse') setHash({ collapse: addTo(s.collapse, $('#flame-menu').dataset.module), zoom: null });
       if (menu.dataset.act === 'sandwich') setHash({ tab: 'sandwich', fn: name });
     }
-    if (e.target.closest('[data-unfocus]')) setHash({ focus: null, zoom: null });
-    const unhide = e.target.closest('[data-unhide]');
-    if (unhide) setHash({ hide: hashState().hide.split(';').filter((h) => h !== unhide.dataset.unhide).join(';') || null, zoom: null });
     const crumb = e.target.closest('#crumbs span');
     if (crumb) { v.zoomPath = v.zoomPath.slice(0, Number(crumb.dataset.depth)); setHash({ zoom: v.zoomPath.join(';') }); }
   });

@@ -5,7 +5,7 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
-import { $, api, filterRegex, setHtml, syncRows } from '../util.js';
+import { $, api, filterRegex, setHtml, syncRows, transformQuery } from '../util.js';
 
 const ROW_H = 24;
 const PAGE = 200; // rows per request: a screen is ~40
@@ -104,11 +104,12 @@ const naturalOrder = (field) => (TEXT_COLUMNS.has(field) ? 'asc' : 'desc');
 export async function render(s, r) {
   v.sort = s.sort || 'self_pct';
   v.desc = (s.order || naturalOrder(v.sort)) === 'desc';
-  const key = `${s.session}?${r.q}|${v.sort}|${v.desc}|${$('#filter').value}`;
+  const query = new URLSearchParams([...r.q, ...transformQuery(s)]); // the view's, reshaped
+  const key = `${s.session}?${query}|${v.sort}|${v.desc}|${$('#filter').value}`;
   // New numbers for the same table while the pointer is over it: held until it leaves, so a
   // click lands on the row aimed at.
   if (key === v.key && $('#functions-scroll').matches(':hover')) { v.held = true; return; }
-  const session = s.session, q = r.q.toString(), table = tableOf(session, q);
+  const session = s.session, q = query.toString(), table = tableOf(session, q);
   const pages = table.re ? [0] : visiblePages();
   const answers = await Promise.all(pages.map((p) => store.view(session, table.path(p))));
   r.stillWanted();
@@ -125,7 +126,7 @@ export async function render(s, r) {
   draw();
   // #functions[data-shows] names the session and query its rows came from: a reader (or a
   // test) waits for the state a filter produces, not for rows that may already have been there.
-  $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...r.q]).toString();
+  $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...query]).toString();
 }
 
 // No samples yet: the table says so.

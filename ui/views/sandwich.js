@@ -7,17 +7,18 @@ import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
 import { boxAt, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
-import { $, blankCanvas, hoverTip } from '../util.js';
+import { $, blankCanvas, hoverTip, transformQuery } from '../util.js';
 
 const MIN_PCT = 0.05; // frames under this share of the total are not asked for
 
 export async function render(s, r) {
   if (!s.fn) { clear(); return; }
   const id = encodeURIComponent(s.session), fn = encodeURIComponent(s.fn);
+  const shape = transformQuery(s, { focus: false }); // its own focus: the function
   const [d, up, down] = await Promise.all([
     store.view(s.session, `/api/sessions/${id}/sandwich?${r.q}&function=${fn}`),
-    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&focus=${fn}&callers=1&min_pct=${MIN_PCT}`),
-    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&focus=${fn}&min_pct=${MIN_PCT}`),
+    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&${shape}&focus=${fn}&callers=1&min_pct=${MIN_PCT}`),
+    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&${shape}&focus=${fn}&min_pct=${MIN_PCT}`),
   ]).catch((e) => {
     clear();
     throw e; // nothing of the last answer stays under the error

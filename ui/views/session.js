@@ -6,7 +6,7 @@
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, count, counterTotal, duration, esc, eventName, pct, sessionName, visible } from '../format.js';
-import { $, agentCommand, api, filterRegex } from '../util.js';
+import { $, agentCommand, api, filterRegex, setHtml, takeFrom } from '../util.js';
 
 const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
 
@@ -28,10 +28,23 @@ const metaPath = (id) => `/api/sessions/${encodeURIComponent(id)}`;
 // The tab asked for shows at once, before anything it shows is fetched: a render under way
 // never undoes a later click.
 export function showTab(s) {
-  for (const c of document.querySelectorAll('.collapse-recursion')) c.checked = s.recursion === 'collapse';
-  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === s.tab);
+  showTransforms(s);
+  for (const b of document.querySelectorAll('#tabs button[data-tab]')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
   if ($('#weight').value !== s.weight) $('#weight').value = s.weight;
+}
+
+// The tabs the transforms reshape, and what they are now, each undone with its ✕.
+const RESHAPED = new Set(['functions', 'flamegraph', 'calltree', 'sandwich', 'timeline']);
+const moduleFile = (m) => m.replace(/^.*\//, '');
+function showTransforms(s) {
+  $('#transforms').hidden = !RESHAPED.has(s.tab);
+  $('.collapse-recursion').checked = s.recursion === 'collapse';
+  const list = (v) => (v ? v.split(';').filter(Boolean) : []);
+  setHtml($('#transform-chips'), (s.focus ? `<span class="chip" title="only the stacks through it, from it down">focused on <b>${esc(s.focus)}</b> <button data-unfocus title="show every stack">✕</button></span>` : '')
+    + list(s.hide).map((h) => `<span class="chip" title="left out of every stack: its time is its callers'">merged <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join('')
+    + list(s.collapse).map((m) => `<span class="chip" title="${attr(visible(m))}: one frame for each run of calls inside it">collapsed <b>${esc(moduleFile(m))}</b> <button data-uncollapse="${attr(m)}" title="show its functions again">✕</button></span>`).join(''));
+  $('#transforms').dataset.shows = [s.focus || '', s.hide || '', s.collapse || '', s.recursion || ''].join('|');
 }
 
 // The event the collector picked for a view of `session` whose URL names none: the choice
@@ -242,12 +255,18 @@ export function init(context) {
     location.href = `/api/sessions/${encodeURIComponent(shownQuery.session)}/export?format=${format}&${shownQuery.q}`;
   });
   $('#tabs').addEventListener('click', (e) => {
-    const tab = e.target.closest('#tabs button');
+    const tab = e.target.closest('#tabs button[data-tab]');
     if (tab) setHash({ tab: tab.dataset.tab });
   });
   $('#event').addEventListener('change', (e) => setHash({ event: e.target.value }));
-  for (const c of document.querySelectorAll('.collapse-recursion'))
-    c.addEventListener('change', (e) => setHash({ recursion: e.target.checked ? 'collapse' : null, zoom: null }));
+  $('.collapse-recursion').addEventListener('change', (e) => setHash({ recursion: e.target.checked ? 'collapse' : null, zoom: null }));
+  $('#transform-chips').addEventListener('click', (e) => {
+    const s = hashState(), b = e.target.closest('button');
+    if (!b) return;
+    if ('unfocus' in b.dataset) setHash({ focus: null, zoom: null });
+    if (b.dataset.unhide) setHash({ hide: takeFrom(s.hide, b.dataset.unhide), zoom: null });
+    if (b.dataset.uncollapse) setHash({ collapse: takeFrom(s.collapse, b.dataset.uncollapse), zoom: null });
+  });
   $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
   $('#weight').addEventListener('change', (e) => setHash({ weight: e.target.value === 'period' ? null : e.target.value }));
   $('#filter').addEventListener('input', showFilterError);

@@ -24,10 +24,10 @@ struct view_params {
     std::optional<int> max_depth;
     std::string baseline; // session id to compare against
     std::string metrics_type;
-    source_request source;            // file=, function=
-    std::string module;               // sandwich: module= narrows function= to one module
-    bool by_thread = false;           // collapsed export: threads=1 roots each stack at its thread
-    tree_shape shape;                 // flame graph: inverted=1, focus=NAME, hide=A;B
+    source_request source;  // file=, function=
+    std::string module;     // sandwich: module= narrows function= to one module
+    bool by_thread = false; // collapsed export: threads=1 roots each stack at its thread
+    tree_shape shape;       // inverted=1, focus=NAME, hide=A;B, recursion=collapse, collapse=M;N
     std::optional<std::size_t> width; // timeline: buckets across the window
     function_page page;               // functions: sort=, order=, match=, offset=, limit=
 };
@@ -51,15 +51,20 @@ result<view_params> parse_view_params(const target_url& u) {
     v.shape.focus = u.param("focus");
     v.shape.callers = u.param("callers") == "1";
     v.shape.collapse_recursion = u.param("recursion") == "collapse";
-    // Names as the flame graph shows them, ';' between (as in collapsed stacks): at most 64.
-    for (std::string_view rest = u.param("hide"); !rest.empty();) {
-        const auto semi = rest.find(';');
-        if (const auto name = rest.substr(0, semi); !name.empty())
-            v.shape.hide.emplace_back(name);
-        rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-    }
-    if (v.shape.hide.size() > 64)
+    // Names as the views show them, ';' between (as in collapsed stacks): at most 64.
+    auto names = [&](const char* key, std::vector<std::string>& out) {
+        for (std::string_view rest = u.param(key); !rest.empty();) {
+            const auto semi = rest.find(';');
+            if (const auto name = rest.substr(0, semi); !name.empty())
+                out.emplace_back(name);
+            rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+        }
+        return out.size() <= 64;
+    };
+    if (!names("hide", v.shape.hide))
         return failure{"bad_parameter", "hide= names at most 64 functions"};
+    if (!names("collapse", v.shape.collapse))
+        return failure{"bad_parameter", "collapse= names at most 64 modules"};
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
         if (it->second == "samples")
             v.by_period = false;
@@ -137,7 +142,7 @@ asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<sessio
     const auto f = make_filter(e->model->prof, v);
     if (!f)
         co_return failure{"bad_baseline", "baseline: " + f.error().message};
-    co_return baseline_of(e->model->prof, *f);
+    co_return baseline_of(e->model->prof, *f, v.shape);
 }
 
 // What a view computes on the strand: a JSON body (or a text body), or an error. The body
@@ -290,7 +295,11 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         r.view_samples = view_samples(m.prof, *f);
     switch (kind) {
     case view_kind::functions:
-        r.body = functions_json(m.prof, *f, 1000000, arena);
+        if (auto body = functions_json(m.prof, *f, 1000000, arena, v.shape))
+            r.body = std::move(*body);
+        else
+            r.failed = failure("no_function",
+                               "no sampled function " + v.shape.focus + " to focus on", 404);
         break;
     case view_kind::flamegraph:
         if (auto body = flamegraph_json(m.prof, *f, v.max_depth.value_or(256),
@@ -304,7 +313,7 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         r.body = threads_json(m.prof, *f, arena);
         break;
     case view_kind::timeline:
-        r.body = timeline_json(m.prof, *f, v.width.value_or(1000), v.tid, arena);
+        r.body = timeline_json(m.prof, *f, v.width.value_or(1000), v.tid, arena, v.shape);
         break;
     case view_kind::quality:
         r.body = quality_json(m, *f, arena);
@@ -334,7 +343,7 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         r.text = collapsed_text(m.prof, *f, v.by_thread);
         break;
     case view_kind::export_json:
-        r.body = json::object({{"functions", functions_json(m.prof, *f, 1000000, arena)},
+        r.body = json::object({{"functions", *functions_json(m.prof, *f, 1000000, arena)},
                                {"flamegraph", *flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
                                {"threads", threads_json(m.prof, *f, arena)}},
                               arena);
@@ -465,7 +474,7 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
     if (!v.baseline.empty() &&
         (kind == view_kind::functions ||
          (kind == view_kind::flamegraph && !v.shape.inverted && v.shape.focus.empty() &&
-          v.shape.hide.empty() && !v.shape.collapse_recursion))) {
+          v.shape.hide.empty() && !v.shape.collapse_recursion && v.shape.collapse.empty()))) {
         auto b = app.sessions.find(v.baseline);
         if (!b)
             co_return make_error(req, http::status::not_found, "no_session",

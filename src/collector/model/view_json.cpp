@@ -33,17 +33,163 @@ double pct(std::uint64_t part, std::uint64_t whole) {
     return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
-                           const json::storage_ptr& sp) {
-    const auto t = functions(p, f);
+std::string collapsed_module_name(std::string_view module) {
+    if (module.starts_with('['))
+        return std::string(module);
+    const auto slash = module.rfind('/');
+    return "[" + std::string(slash == std::string_view::npos ? module : module.substr(slash + 1)) +
+           "]";
+}
+
+namespace {
+
+// A tree_shape resolved against one profile: what each frame becomes — itself, nothing when
+// hidden, or its module's one frame when the module is collapsed (such frames are numbered
+// from the profile's frame count on) — and which of those are the focus.
+class stack_shaper {
+public:
+    static constexpr std::uint32_t dropped = 0xFFFFFFFFU;
+
+    stack_shaper(const profile& p, const tree_shape& s)
+        : p_(p)
+        , recursion_(s.collapse_recursion)
+        , focused_(!s.focus.empty()) {
+        const auto n = static_cast<std::uint32_t>(p.frame_count());
+        image_.resize(n);
+        std::vector<std::uint32_t> made(s.collapse.size(), dropped); // module -> its frame
+        for (std::uint32_t fr = 0; fr < n; ++fr) {
+            image_[fr] = fr;
+            if (s.collapse.empty())
+                continue;
+            const auto it = std::find(s.collapse.begin(), s.collapse.end(), p.module(fr));
+            if (it == s.collapse.end())
+                continue;
+            auto& id = made[static_cast<std::size_t>(it - s.collapse.begin())];
+            if (id == dropped) {
+                id = n + static_cast<std::uint32_t>(synthetic_.size());
+                synthetic_.push_back({collapsed_module_name(*it), *it});
+            }
+            image_[fr] = id;
+        }
+        if (!s.hide.empty())
+            for (auto& im : image_)
+                if (std::find(s.hide.begin(), s.hide.end(), name(im)) != s.hide.end())
+                    im = dropped;
+        plain_ = !recursion_ && !focused_ && synthetic_.empty();
+        for (std::uint32_t fr = 0; fr < n; ++fr)
+            plain_ = plain_ && image_[fr] == fr;
+        if (focused_) {
+            focus_.assign(frame_count(), false);
+            for (const auto im : image_)
+                if (im != dropped && name(im) == s.focus)
+                    any_focus_ = focus_[im] = true;
+        }
+    }
+
+    // Nothing changes a stack.
+    bool plain() const noexcept { return plain_; }
+    // A focus was asked for that no frame in any stack has.
+    bool focus_missing() const noexcept { return focused_ && !any_focus_; }
+    bool focused() const noexcept { return focused_; }
+    bool is_focus(std::uint32_t frame) const { return focused_ && focus_[frame]; }
+    std::uint32_t image(std::uint32_t frame) const { return image_[frame]; }
+    // A frame right below another of itself is one frame with it.
+    bool merges(std::uint32_t frame) const noexcept {
+        return recursion_ || frame >= p_.frame_count();
+    }
+    std::size_t frame_count() const noexcept { return p_.frame_count() + synthetic_.size(); }
+    std::string_view name(std::uint32_t frame) const {
+        return frame < p_.frame_count() ? p_.symbol(frame)
+                                        : synthetic_[frame - p_.frame_count()].first;
+    }
+    std::string_view module(std::uint32_t frame) const {
+        return frame < p_.frame_count() ? p_.module(frame)
+                                        : synthetic_[frame - p_.frame_count()].second;
+    }
+
+    // Node `node`'s stack as the shape keeps it, leaf first, into `out`; returns how many of
+    // its frames are kept up to its outermost focus frame (0: the stack is not through the
+    // focus), or all of them without a focus.
+    std::size_t walk(std::uint32_t node, std::vector<std::uint32_t>& out) const {
+        out.clear();
+        std::size_t cut = 0;
+        for (auto m = node; m != profile::root; m = p_.node_parent(m)) {
+            const auto fr = image_[p_.node_frame(m)];
+            if (fr == dropped || (!out.empty() && out.back() == fr && merges(fr)))
+                continue;
+            out.push_back(fr);
+            if (is_focus(fr))
+                cut = out.size();
+        }
+        return focused_ ? cut : out.size();
+    }
+
+private:
+    const profile& p_;
+    bool recursion_, focused_, any_focus_ = false, plain_ = true;
+    std::vector<std::uint32_t> image_;
+    std::vector<bool> focus_;
+    std::vector<std::pair<std::string, std::string>> synthetic_; // name, module
+};
+
+// A call tree to shape as JSON: each node's frame, weight (inclusive), self weight and
+// inclusive sample count, and its children; node 0 is the root.
+struct call_tree {
+    std::vector<std::uint32_t> frame; // frame of node n (unused for the root)
+    std::vector<std::uint64_t> value, self, samples;
+    node_children kids;
+};
+
+call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
+                      const std::vector<std::uint64_t>& self_samples, const stack_shaper& shape);
+
+// The function table of the stacks as `shape` keeps them (plain: the profile's own).
+function_table shaped_functions(const profile& p, const view_filter& f, const stack_shaper& shape) {
+    if (shape.plain())
+        return functions(p, f);
+    const auto self = node_self_weights(p, f);
+    function_table table;
+    for (const auto w : self)
+        table.total_weight += w;
+    const auto t = pruned_tree(p, self, self, shape);
+    table.rows = tree_functions(shape.frame_count(), t.frame, t.self, t.value, t.kids);
+    return table;
+}
+
+// What a shape did, said in an answer.
+void say_shape(json::object& o, const tree_shape& shape) {
+    if (shape.collapse_recursion)
+        o["collapse_recursion"] = true;
+    if (!shape.focus.empty())
+        o["focus"] = shape.focus;
+    auto names = [&](std::string_view key, const std::vector<std::string>& list) {
+        if (list.empty())
+            return;
+        json::array a(o.storage());
+        for (const auto& name : list)
+            a.emplace_back(name);
+        o[key] = std::move(a);
+    };
+    names("hide", shape.hide);
+    names("collapse", shape.collapse);
+}
+
+} // namespace
+
+std::optional<json::value> functions_json(const profile& p, const view_filter& f, std::size_t limit,
+                                          const json::storage_ptr& sp, const tree_shape& shape) {
+    const stack_shaper shaper(p, shape);
+    if (shaper.focus_missing())
+        return std::nullopt;
+    const auto t = shaped_functions(p, f, shaper);
     json::object o = view_header(p, f, t.total_weight, sp);
     json::array rows(sp);
     rows.reserve(std::min(limit, t.rows.size()));
     for (const auto& r : t.rows) {
         if (rows.size() >= limit)
             break;
-        rows.push_back(json::object({{"name", p.symbol(r.frame)},
-                                     {"module", p.module(r.frame)},
+        rows.push_back(json::object({{"name", shaper.name(r.frame)},
+                                     {"module", shaper.module(r.frame)},
                                      {"self", r.self},
                                      {"total", r.total},
                                      {"self_pct", pct(r.self, t.total_weight)},
@@ -51,6 +197,7 @@ json::value functions_json(const profile& p, const view_filter& f, std::size_t l
                                     sp));
     }
     o["functions"] = std::move(rows);
+    say_shape(o, shape);
     return o;
 }
 
@@ -132,14 +279,6 @@ void page_functions(json::object& body, const function_page& page) {
 
 namespace {
 
-// A call tree to shape as JSON: each node's frame, weight (inclusive), self weight and
-// inclusive sample count, and its children; node 0 is the root.
-struct call_tree {
-    std::vector<std::uint32_t> frame; // frame of node n (unused for the root)
-    std::vector<std::uint64_t> value, self, samples;
-    node_children kids;
-};
-
 node_children children_from_parents(const std::vector<std::uint32_t>& parent) {
     node_children c;
     c.offset.assign(parent.size() + 1, 0);
@@ -154,15 +293,13 @@ node_children children_from_parents(const std::vector<std::uint32_t>& parent) {
     return c;
 }
 
-// A tree rebuilt from every weighted stack: frames in `hidden` dropped; with `focus`, only
-// stacks holding a focus frame, cut above its outermost one; root first, or leaf first when
-// inverted (each node's children then its callers). `callers` (with a focus): each stack from
-// the outermost focus frame out to the root instead, the focus first — who calls it, as a
-// tree. `recursion`: a frame calling itself directly is one frame.
-call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self,
-                        const std::vector<std::uint64_t>& self_samples,
-                        const std::vector<bool>& focus, const std::vector<bool>& hidden,
-                        bool inverted, bool callers = false, bool recursion = false) {
+// A tree rebuilt from every weighted stack as `shape` keeps it (see stack_shaper::walk):
+// with a focus, cut above its outermost frame; root first, or leaf first when inverted (each
+// node's children then its callers). `callers` (with a focus): each stack from the outermost
+// focus frame out to the root instead, the focus first — who calls it, as a tree.
+call_tree reshaped_tree(const std::vector<std::uint64_t>& self,
+                        const std::vector<std::uint64_t>& self_samples, const stack_shaper& shape,
+                        bool inverted, bool callers) {
     call_tree t;
     std::vector<std::uint32_t> parent{0};
     t.frame.push_back(profile::no_frame);
@@ -175,21 +312,8 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
         const auto w = self[n], k = self_samples[n];
         if (!w && !k)
             continue;
-        stack.clear();
-        std::size_t cut = 0; // frames kept: stack[0, cut)
-        for (auto m = n; m != profile::root; m = p.node_parent(m)) {
-            const auto frame = p.node_frame(m);
-            if (!hidden.empty() && hidden[frame])
-                continue;
-            if (recursion && !stack.empty() && stack.back() == frame)
-                continue;
-            stack.push_back(frame);
-            if (!focus.empty() && focus[frame])
-                cut = stack.size();
-        }
-        if (focus.empty())
-            cut = stack.size();
-        else if (!cut)
+        const auto cut = shape.walk(n, stack); // frames kept: stack[0, cut)
+        if (shape.focused() && !cut)
             continue; // not through the focused function
         if (callers)
             stack.erase(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(cut - 1));
@@ -222,13 +346,13 @@ call_tree reshaped_tree(const profile& p, const std::vector<std::uint64_t>& self
     return t;
 }
 
-// The same for a forward tree in one sweep over the trie (a node's id is larger than its
-// parent's): each node maps to the reshaped node of its parent's image plus its own frame,
-// or to its parent's image when hidden; with a focus, nothing before the outermost focus frame
-// is kept. O(nodes), whatever the stacks' depth.
+// The same, root first, in one sweep over the trie (a node's id is larger than its
+// parent's): each node maps to the reshaped node of its parent's image plus its own frame's
+// image, or to its parent's image when that frame is dropped or merges into the same frame
+// above it; with a focus, nothing before the outermost focus frame is kept. O(nodes),
+// whatever the stacks' depth.
 call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
-                      const std::vector<std::uint64_t>& self_samples,
-                      const std::vector<bool>& focus, const std::vector<bool>& hidden) {
+                      const std::vector<std::uint64_t>& self_samples, const stack_shaper& shape) {
     constexpr std::uint32_t none = 0xFFFFFFFFU;
     const auto n = static_cast<std::uint32_t>(p.node_count());
     std::vector<std::uint32_t> image(n, none), parent{0};
@@ -247,16 +371,17 @@ call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
         return it->second;
     };
     for (std::uint32_t m = 1; m < n; ++m) {
-        const auto up = p.node_parent(m), frame = p.node_frame(m);
-        if (image[up] == none && !(focus.size() && focus[frame]))
+        const auto up = p.node_parent(m), frame = shape.image(p.node_frame(m));
+        const bool kept = frame != stack_shaper::dropped;
+        if (image[up] == none && !(kept && shape.is_focus(frame)))
             continue; // before any focus frame: not kept
-        if (!hidden.empty() && hidden[frame]) {
+        if (!kept || (image[up] != none && t.frame[image[up]] == frame && shape.merges(frame))) {
             image[m] = image[up];
             through[m] = through[up];
-        } else if (focus.empty() || through[up]) {
+        } else if (!shape.focused() || through[up]) {
             image[m] = child(image[up], frame);
             through[m] = 1;
-        } else if (focus[frame]) {
+        } else if (shape.is_focus(frame)) {
             image[m] = child(0, frame); // the outermost call: the root's child
             through[m] = 1;
         }
@@ -264,7 +389,7 @@ call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
     t.self.assign(parent.size(), 0);
     t.samples.assign(parent.size(), 0);
     for (std::uint32_t m = 0; m < self.size(); ++m)
-        if (image[m] != none && (focus.empty() || through[m])) {
+        if (image[m] != none && (!shape.focused() || through[m])) {
             t.self[image[m]] += self[m];
             t.samples[image[m]] += self_samples[m];
         }
@@ -277,8 +402,9 @@ call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
     return t;
 }
 
-json::value tree_json(const profile& p, const view_filter& f, const call_tree& t, int max_depth,
-                      double min_pct, const json::storage_ptr& sp, std::uint64_t total) {
+json::value tree_json(const profile& p, const view_filter& f, const call_tree& t,
+                      const stack_shaper& names, int max_depth, double min_pct,
+                      const json::storage_ptr& sp, std::uint64_t total) {
     const auto min_value = static_cast<std::uint64_t>(static_cast<double>(total) * min_pct / 100.0);
     json::object o = view_header(p, f, total, sp);
     // Iterative build: deep stacks cannot exhaust the call stack.
@@ -313,8 +439,8 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
         std::sort(order.begin(), order.end(),
                   [&](std::uint32_t a, std::uint32_t b) { return t.value[a] > t.value[b]; });
         for (const auto c : order)
-            children.push_back(json::object({{"name", p.symbol(t.frame[c])},
-                                             {"module", p.module(t.frame[c])},
+            children.push_back(json::object({{"name", names.name(t.frame[c])},
+                                             {"module", names.module(t.frame[c])},
                                              {"value", t.value[c]},
                                              {"self", t.self[c]},
                                              {"samples", t.samples[c]}},
@@ -341,52 +467,22 @@ std::optional<json::value> flamegraph_json(const profile& p, const view_filter& 
     std::uint64_t total = 0;
     for (const auto w : self)
         total += w;
-    if (shape.inverted || !shape.focus.empty() || !shape.hide.empty() || shape.callers ||
-        shape.collapse_recursion) {
-        auto by_name = [&](auto&& named) {
-            std::vector<bool> mark(p.frame_count(), false);
-            bool any = false;
-            for (std::uint32_t fr = 0; fr < p.frame_count(); ++fr)
-                if (named(p.symbol(fr)))
-                    any = mark[fr] = true;
-            return std::pair{std::move(mark), any};
-        };
-        std::vector<bool> focus, hidden;
-        if (!shape.focus.empty()) {
-            auto [mark, any] = by_name([&](std::string_view s) { return s == shape.focus; });
-            if (!any)
-                return std::nullopt;
-            focus = std::move(mark);
-        }
-        if (!shape.hide.empty()) {
-            auto [mark, any] = by_name([&](std::string_view s) {
-                return std::find(shape.hide.begin(), shape.hide.end(), s) != shape.hide.end();
-            });
-            if (any) // names nothing sampled: nothing to leave out
-                hidden = std::move(mark);
-        }
-        auto o = tree_json(
-            p, f,
-            shape.inverted || shape.collapse_recursion || (shape.callers && !focus.empty())
-                ? reshaped_tree(p, self, self_samples, focus, hidden, shape.inverted,
-                                shape.callers && !focus.empty(), shape.collapse_recursion)
-                : pruned_tree(p, self, self_samples, focus, hidden),
-            max_depth, min_pct, sp, total);
+    const stack_shaper shaper(p, shape);
+    if (shaper.focus_missing())
+        return std::nullopt;
+    const bool callers = shape.callers && shaper.focused();
+    if (shape.inverted || callers || !shaper.plain()) {
+        auto o = tree_json(p, f,
+                           shape.inverted || callers
+                               ? reshaped_tree(self, self_samples, shaper, shape.inverted, callers)
+                               : pruned_tree(p, self, self_samples, shaper),
+                           shaper, max_depth, min_pct, sp, total);
         auto& obj = o.as_object();
         if (shape.inverted)
             obj["inverted"] = true;
-        if (shape.callers && !focus.empty())
+        if (callers)
             obj["callers"] = true;
-        if (shape.collapse_recursion)
-            obj["collapse_recursion"] = true;
-        if (!shape.focus.empty())
-            obj["focus"] = shape.focus;
-        if (!shape.hide.empty()) {
-            json::array h(sp);
-            for (const auto& name : shape.hide)
-                h.emplace_back(name);
-            obj["hide"] = std::move(h);
-        }
+        say_shape(obj, shape);
         return o;
     }
     call_tree t;
@@ -397,7 +493,7 @@ std::optional<json::value> flamegraph_json(const profile& p, const view_filter& 
     for (std::uint32_t n = 0; n < p.node_count(); ++n)
         t.frame[n] = p.node_frame(n);
     t.kids = children_of(p);
-    return tree_json(p, f, t, max_depth, min_pct, sp, total);
+    return tree_json(p, f, t, shaper, max_depth, min_pct, sp, total);
 }
 
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
@@ -623,7 +719,8 @@ json::value quality_json(const session_model& m, const view_filter& f,
 }
 
 json::value timeline_json(const profile& p, const view_filter& f, std::size_t width,
-                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp) {
+                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp,
+                          const tree_shape& shape) {
     width = std::clamp<std::size_t>(width, 10, 4000);
     const std::uint64_t t0 = f.start_ns.value_or(p.first_time());
     const std::uint64_t t1 = std::max(f.end_ns.value_or(p.last_time()), t0 + 1);
@@ -700,6 +797,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         std::uint32_t frame;
         std::size_t first, last;
     };
+    const stack_shaper shaper(p, shape);
     std::vector<open_box> open;
     std::vector<std::uint32_t> stack;
     std::unordered_map<std::uint32_t, std::uint32_t> frame_index;
@@ -718,8 +816,8 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
             }
             auto [it, fresh] = frame_index.try_emplace(b.frame, frames.size());
             if (fresh)
-                frames.push_back(
-                    json::object({{"name", p.symbol(b.frame)}, {"module", p.module(b.frame)}}, sp));
+                frames.push_back(json::object(
+                    {{"name", shaper.name(b.frame)}, {"module", shaper.module(b.frame)}}, sp));
             boxes.push_back(json::array({open.size() - 1, b.first, b.last, it->second}, sp));
             open.pop_back();
         }
@@ -727,10 +825,8 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     view_filter one = f;
     one.tid = *chart_tid;
     for_each_sample(p, one, [&](const sample_row& s) {
-        stack.clear();
-        for (auto n = p.row_node(s); n != profile::root; n = p.node_parent(n))
-            stack.push_back(p.node_frame(n));
-        std::reverse(stack.begin(), stack.end()); // root first
+        stack.resize(shaper.walk(p.row_node(s), stack)); // outside a focus: nothing
+        std::reverse(stack.begin(), stack.end());        // root first
         const auto b = bucket(s.time);
         std::size_t same = 0;
         while (same < open.size() && same < stack.size() && open[same].frame == stack[same])
@@ -746,6 +842,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     chart["frames"] = std::move(frames);
     chart["boxes"] = std::move(boxes);
     o["chart"] = std::move(chart);
+    say_shape(o, shape);
     return o;
 }
 
@@ -811,11 +908,12 @@ json::object stat_json(const session_model& m) {
     return o;
 }
 
-baseline_shares baseline_of(const profile& p, const view_filter& f) {
+baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape) {
     baseline_shares b;
-    const auto t = functions(p, f);
+    const stack_shaper shaper(p, shape);
+    const auto t = shaped_functions(p, f, shaper);
     for (const auto& r : t.rows)
-        b.functions[function_key(p.symbol(r.frame), p.module(r.frame))] = {
+        b.functions[function_key(shaper.name(r.frame), shaper.module(r.frame))] = {
             pct(r.self, t.total_weight), pct(r.total, t.total_weight)};
     const auto incl = inclusive_weights(p, node_self_weights(p, f));
     std::vector<std::string> path(p.node_count());

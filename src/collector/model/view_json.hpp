@@ -23,10 +23,33 @@ namespace json = boost::json;
 // part in percent of whole; 0 for an empty whole.
 double pct(std::uint64_t part, std::uint64_t whole);
 
+// How the stacks are reshaped before a view is made of them (Firefox Profiler's transforms,
+// pprof's -focus and -hide). Every view of stacks takes them: the function table, the flame
+// graph and call tree, the timeline's flame chart.
+struct tree_shape {
+    bool inverted = false; // bottom-up: the sampled frames first, each above its callers
+    std::string focus;     // only stacks through this function, from its outermost call down
+    std::vector<std::string> hide;   // functions left out of every stack (callees move up)
+    bool callers = false;            // with a focus: the focus at the root, its callers below it
+    bool collapse_recursion = false; // a function calling itself directly is one frame
+    // Modules (as the views name them) whose frames become one frame each, named after the
+    // module ("[libc.so.6]"): a run of calls inside the library is one frame.
+    std::vector<std::string> collapse;
+};
+// The name a collapsed module's frame is shown by: "[file name]", or the module itself when
+// perf already bracketed it ("[kernel.kallsyms]").
+std::string collapsed_module_name(std::string_view module);
+
 // {"event", "weight", "total", "samples", "functions": [{name, module, self, total, self_pct,
 // total_pct}]}, by self, at most `limit` rows.
-json::value functions_json(const profile& p, const view_filter& f, std::size_t limit,
-                           const json::storage_ptr& sp);
+// With a shape (its focus, hidden functions, collapsed recursion and modules; not its
+// direction), the table is of the reshaped stacks: a hidden function's self weight is its
+// caller's, a collapsed module is one row; "focus", "hide", "collapse" and
+// "collapse_recursion" say what was applied. The total stays the view's. nullopt when the
+// focus names no function of the reshaped stacks.
+std::optional<json::value> functions_json(const profile& p, const view_filter& f, std::size_t limit,
+                                          const json::storage_ptr& sp,
+                                          const tree_shape& shape = {});
 // A page of the function table: the rows whose name or module holds `match` (ASCII case
 // folded), ordered by `sort` (a row's field: self, total, self_pct, total_pct, name, module,
 // or with a baseline baseline_self_pct, delta_self_pct, delta_total_pct; rows without it last),
@@ -43,15 +66,6 @@ bool sortable_function_field(std::string_view field);
 // A functions answer cut to the page: "functions" holds the page's rows; "matched" counts the
 // rows that match, "count" every row, "offset" is the page's first row.
 void page_functions(json::object& body, const function_page& page);
-
-// How a flame graph is drawn from the stacks.
-struct tree_shape {
-    bool inverted = false; // bottom-up: the sampled frames first, each above its callers
-    std::string focus;     // only stacks through this function, from its outermost call down
-    std::vector<std::string> hide;   // functions left out of every stack (callees move up)
-    bool callers = false;            // with a focus: the focus at the root, its callers below it
-    bool collapse_recursion = false; // a function calling itself directly is one frame
-};
 
 // {…header, "root": {name, module, value, self, samples, children: […]}, "small_frames_hidden",
 // "small_weight_hidden"}: children by value, those under min_pct of the total (counted in
@@ -87,9 +101,11 @@ json::value quality_json(const session_model& m, const view_filter& f, const jso
 // {…header, start_s, end_s, buckets, threads: [{tid, comm, weight, activity: [per bucket]}]}
 // busiest first; with `chart_tid`, that thread's flame chart: "chart": {tid, frames: [{name,
 // module}], boxes: [[depth, first bucket, last bucket, frame], …]}, a box being a frame that
-// stayed at its depth across consecutive samples (root depth 0).
+// stayed at its depth across consecutive samples (root depth 0), its stacks reshaped by
+// `shape` (a sample outside a focus leaves a gap).
 json::value timeline_json(const profile& p, const view_filter& f, std::size_t width,
-                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp);
+                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp,
+                          const tree_shape& shape = {});
 // [{tid, pid, comm, samples, weight, pct, top_functions: […]}].
 json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp);
 // The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.
@@ -103,7 +119,9 @@ struct baseline_shares {
     std::uint64_t samples = 0; // in the baseline's view: how far its shares can be trusted
 };
 
-baseline_shares baseline_of(const profile& p, const view_filter& f);
+// Function shares are of the stacks as `shape` reshapes them (the node shares are of the
+// stacks as recorded: a compared flame graph takes no shape).
+baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape = {});
 // Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
 // (and the same for total); flame nodes get baseline_pct and delta_pct. Each delta comes with
 // its noise (noise_pct; noise_self_pct and noise_total_pct for a row): the 95 % band of a

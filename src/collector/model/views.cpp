@@ -110,15 +110,17 @@ node_children children_of(const profile& p) {
 
 namespace {
 
-// Self and total per frame from per-node self weights. Total adds a node's subtree to its
-// function only when no ancestor is the same function, so recursion counts once per stack.
-std::vector<function_row> per_function(const profile& p, const std::vector<std::uint64_t>& self,
-                                       const std::vector<std::uint64_t>& inclusive,
-                                       const node_children& kids) {
-    std::vector<function_row> rows(p.frame_count());
+// Self and total per frame from per-node self weights, `frame_of(n)` being node n's frame
+// (below `frames`). Total adds a node's subtree to its function only when no ancestor is the
+// same function, so recursion counts once per stack.
+template <class FrameOf>
+std::vector<function_row>
+per_function(std::size_t frames, FrameOf&& frame_of, const std::vector<std::uint64_t>& self,
+             const std::vector<std::uint64_t>& inclusive, const node_children& kids) {
+    std::vector<function_row> rows(frames);
     for (std::uint32_t f = 0; f < rows.size(); ++f)
         rows[f].frame = f;
-    std::vector<std::uint32_t> on_path(p.frame_count(), 0);
+    std::vector<std::uint32_t> on_path(frames, 0);
     // Iterative DFS: a node is pushed once to enter and once (negated marker) to leave.
     std::vector<std::int64_t> stack;
     for (std::uint32_t i = kids.offset[0]; i < kids.offset[1]; ++i)
@@ -127,13 +129,13 @@ std::vector<function_row> per_function(const profile& p, const std::vector<std::
         const std::int64_t top = stack.back();
         stack.pop_back();
         if (top < 0) {
-            --on_path[p.node_frame(static_cast<std::uint32_t>(-top - 1))];
+            --on_path[frame_of(static_cast<std::uint32_t>(-top - 1))];
             continue;
         }
         const auto n = static_cast<std::uint32_t>(top);
         if (inclusive[n] == 0)
             continue; // nothing below contributes
-        const std::uint32_t f = p.node_frame(n);
+        const std::uint32_t f = frame_of(n);
         rows[f].self += self[n];
         if (on_path[f]++ == 0)
             rows[f].total += inclusive[n];
@@ -150,7 +152,23 @@ std::vector<function_row> per_function(const profile& p, const std::vector<std::
     return rows;
 }
 
+std::vector<function_row> per_function(const profile& p, const std::vector<std::uint64_t>& self,
+                                       const std::vector<std::uint64_t>& inclusive,
+                                       const node_children& kids) {
+    return per_function(
+        p.frame_count(), [&](std::uint32_t n) { return p.node_frame(n); }, self, inclusive, kids);
+}
+
 } // namespace
+
+std::vector<function_row> tree_functions(std::size_t frames,
+                                         const std::vector<std::uint32_t>& node_frame,
+                                         const std::vector<std::uint64_t>& self,
+                                         const std::vector<std::uint64_t>& inclusive,
+                                         const node_children& kids) {
+    return per_function(
+        frames, [&](std::uint32_t n) { return node_frame[n]; }, self, inclusive, kids);
+}
 
 function_table functions(const profile& p, const view_filter& f) {
     const auto self = node_self_weights(p, f);

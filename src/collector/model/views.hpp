@@ -136,5 +136,12 @@ struct node_children {
     std::vector<std::uint32_t> child;
 };
 node_children children_of(const profile& p);
+// The function table of any call tree: node n's frame is node_frame[n] (below `frames`),
+// its self and inclusive weight self[n] and inclusive[n], node 0 the root.
+std::vector<function_row> tree_functions(std::size_t frames,
+                                         const std::vector<std::uint32_t>& node_frame,
+                                         const std::vector<std::uint64_t>& self,
+                                         const std::vector<std::uint64_t>& inclusive,
+                                         const node_children& kids);
 
 } // namespace collector

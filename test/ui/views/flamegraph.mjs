@@ -61,12 +61,16 @@ export async function focusAndHide(t) {
     await again.locator('#flame-tip').waitFor({ timeout: 5000 });
     return { name: await again.locator('#flame-tip b').textContent(), x: b.x + b.width / 2, y: b.y + 18 + 9 };
   };
-  const shapeShows = (want) => again.waitForFunction((w) => document.querySelector('#flame-shape').dataset.shows === w && Number(document.querySelector('#flame').dataset.boxes) > 0, want, { timeout: 15000 });
+  // The graph drawn for the transforms wanted (focus|merged|collapsed|recursion), and the
+  // chips above every view saying them.
+  const shapeShows = (want) => again.waitForFunction((w) => document.querySelector('#flame').dataset.shape === w && Number(document.querySelector('#flame').dataset.boxes) > 0
+    && document.querySelector('#transforms').dataset.shows === w, want, { timeout: 15000 });
   const under = await depth1();
   await again.mouse.click(under.x, under.y, { button: 'right' });
   await again.locator('#flame-menu button[data-act="focus"]').click();
-  await shapeShows(`${under.name}|`);
-  const focusShare = Number((await again.locator('#flame-shape').textContent()).match(/\(([\d.]+) % of the total\)/)[1]);
+  await shapeShows(`${under.name}|||`);
+  const legendShare = async () => Number((await again.locator('#flame-legend').textContent()).match(/stacks through .*: ([\d.]+) % of the total/)[1]);
+  const focusShare = await legendShare();
   // A focus is by name, as pprof's is: a name several modules share ("[unknown]" where a
   // library's frames were not unwound) holds the stacks through any of them.
   const focusRows = (await (await fetch(`${http}/api/sessions/${session}/functions`)).json()).functions.filter((f) => f.name === under.name);
@@ -74,23 +78,23 @@ export async function focusAndHide(t) {
   check(focusRows.length && focusShare > most - 5 && focusShare < sum + 5 && await again.locator('#flame-menu').isHidden() && (await depth1()).name === under.name,
     `focus on ${under.name}: the menu closes, the graph holds its stacks, ${focusShare} % (its total in the table: ${focusRows.map((f) => pct2(f.total_pct)).join(' + ')} %)`);
   await again.mouse.move(0, 0);
-  // Redrawn with live data, the chip's share changes and its ✕ stays the same element.
-  await again.evaluate(() => { document.querySelector('#flame-shape [data-unfocus]').perfwireMarked = true; });
-  const shareText = () => again.locator('#flame-shape').textContent();
+  // Redrawn with live data, the share changes and the chip's ✕ stays the same element.
+  await again.evaluate(() => { document.querySelector('#transform-chips [data-unfocus]').perfwireMarked = true; });
+  const shareText = () => again.locator('#flame-legend').textContent();
   const shareBefore = await shareText();
-  await again.waitForFunction((b) => document.querySelector('#flame-shape').textContent !== b, shareBefore, { timeout: 20000 });
-  const chipKept = await again.evaluate(() => document.querySelector('#flame-shape [data-unfocus]')?.perfwireMarked === true);
-  check(chipKept, `the focus chip updates in place (${shareBefore.match(/[\d.]+ %/)?.[0]} → ${(await shareText()).match(/[\d.]+ %/)?.[0]})`);
-  await again.locator('#flame-shape [data-unfocus]').click();
-  await shapeShows('|');
+  await again.waitForFunction((b) => document.querySelector('#flame-legend').textContent !== b, shareBefore, { timeout: 20000 });
+  const chipKept = await again.evaluate(() => document.querySelector('#transform-chips [data-unfocus]')?.perfwireMarked === true);
+  check(chipKept, `the focus chip stays in place while the graph is redrawn (${shareBefore.match(/[\d.]+ %/)?.[0]} → ${(await shareText()).match(/[\d.]+ %/)?.[0]})`);
+  await again.locator('#transform-chips [data-unfocus]').click();
+  await shapeShows('|||');
   const top = await depth1();
   await again.mouse.click(top.x, top.y, { button: 'right' });
   await again.locator('#flame-menu button[data-act="hide"]').click();
-  await shapeShows(`|${top.name}`);
+  await shapeShows(`|${top.name}||`);
   const afterHide = await depth1();
-  check(afterHide.name !== top.name && /hidden/.test(await again.locator('#flame-shape').textContent()), `hiding ${top.name} takes it out of the graph (${afterHide.name} in its place)`);
+  check(afterHide.name !== top.name && /merged/.test(await again.locator('#transform-chips').textContent()), `merging ${top.name} into its callers takes it out of the graph (${afterHide.name} in its place)`);
   await again.mouse.move(0, 0);
-  await again.locator('#flame-shape [data-unhide]').click();
-  await shapeShows('|');
+  await again.locator('#transform-chips [data-unhide]').click();
+  await shapeShows('|||');
   Object.assign(t, { under, sum });
 }
