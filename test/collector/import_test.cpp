@@ -158,6 +158,57 @@ TEST_CASE("an import that finds nothing says what it found, and leaves nothing",
     CHECK(store.list().empty());
 }
 
+TEST_CASE("a text recording with a zero-filled tail imports the samples before it",
+          "[collector][import]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    // An --output file cut by a power loss: the last page written half way, its rest zeros.
+    const std::string marker(perf_stat_marker);
+    const std::string all = fixture("collector/fixtures/callchain_fields.txt");
+    const std::string text = marker + all.substr(0, all.find("\n\n", 40000) + 2);
+    REQUIRE(text.size() < (std::size_t{64} << 10)); // short: the whole file is "first bytes"
+    std::size_t cut = text.size() * 3 / 5;
+    while (text[cut] == '\n' || text[cut - 1] == '\n')
+        ++cut; // inside a line
+    const std::string damaged = text.substr(0, cut) + std::string(4096 + 123, '\0');
+    // The oracle: the same text, cut at the same byte, without the zeros.
+    profile before;
+    script_parser parser(before);
+    parser.feed(text.substr(0, cut));
+    parser.finish();
+    REQUIRE(before.sample_count() > 10);
+
+    auto done = import_text(store, damaged, 4);
+    if (!done)
+        FAIL(done.error());
+    CHECK(done->model->prof.sample_count() == before.sample_count());
+    CHECK(done->zero_bytes == 4096 + 123);
+    CHECK(function_map(done->model->prof) == function_map(before));
+    // Zeros in the middle end the line they cut; the samples after them are read too.
+    const std::string middle = text.substr(0, cut) + std::string(512, '\0') + "\n" + text;
+    profile both;
+    script_parser twice(both);
+    twice.feed(text.substr(0, cut) + "\n" + text);
+    twice.finish();
+    auto mid = import_text(store, middle, 6);
+    if (!mid)
+        FAIL(mid.error());
+    CHECK(mid->model->prof.sample_count() == both.sample_count());
+    CHECK(mid->model->prof.sample_count() > before.sample_count());
+
+    // Binary from the first bytes is still refused: an ELF header, zeros from the start.
+    for (const std::string& bin : {std::string("\x7f"
+                                               "ELF\x02\x01\x01\0\0\0\0\0\0\0\0\0",
+                                               16) +
+                                       std::string(5000, 'x') + "\n" + text,
+                                   std::string(9000, '\0') + text}) {
+        auto refused = import_text(store, bin, 2);
+        REQUIRE_FALSE(refused.has_value());
+        CHECK_THAT(refused.error().message,
+                   Catch::Contains("neither a perf.data file nor perf script text"));
+    }
+}
+
 TEST_CASE("an import abandoned half way or cancelled leaves nothing", "[collector][import]") {
     temp_dir tmp;
     session_store store(tmp.path);

@@ -173,6 +173,7 @@ asio::awaitable<http_response> upload::finish(const http_request& req) {
                       {"samples", samples},
                       {"bytes", state_->stream.progress().bytes.load()},
                       {"skipped_lines", st.skipped_lines},
+                      {"zero_bytes", r.zero_bytes},
                       {"lost_samples", st.lost_events}};
     const bool renamed = r.model->symbols_generation < app.symbols.generation();
     app.sessions.adopt(r.session_id, std::move(r.model));

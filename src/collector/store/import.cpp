@@ -28,7 +28,7 @@ constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
 constexpr std::size_t max_stat_bytes = std::size_t{1} << 20;
 // Chunks waiting for the writer thread; the parser waits when they are all taken.
 constexpr std::size_t queued_chunks = 2;
-// How much of the input decides what it is.
+// How far a NUL byte after an odd first line still says the input is binary.
 constexpr std::size_t sniff_bytes = 64 << 10;
 
 constexpr std::string_view perf_data_magic = "PERFILE2";
@@ -116,6 +116,12 @@ bool has_nul(std::string_view s) {
     return std::memchr(s.data(), '\0', s.size()) != nullptr;
 }
 
+// A byte no line of perf script text starts with: control characters but tab and CR.
+bool odd_byte(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\t' && c != '\r' && c != '\n') || u == 0x7f;
+}
+
 } // namespace
 
 struct import_stream::impl {
@@ -142,6 +148,10 @@ struct import_stream::impl {
     std::string head;       // the first bytes, until they say what the input is
     int perf_data_fd = -1;  // an uploaded perf.data, written into the staged folder
     std::string first_line; // for a useful message when nothing parses
+    // Text or binary, from the first line: complete yet, and holding a control byte.
+    bool first_line_done = false, odd_first_line = false;
+    std::uint64_t zero_bytes = 0; // NUL bytes left out: a damaged tail's
+    char last_kept = '\n';        // the last byte passed on as text
 
     std::function<void()> on_progress;
     std::chrono::steady_clock::time_point last_progress{};
@@ -197,10 +207,44 @@ struct import_stream::impl {
         return what == kind::perf_data ? write_perf_data(block) : take_binary_checked(block);
     }
 
+    // Binary data is refused: a NUL byte within the first line, or after a first line with
+    // control bytes in it. NUL bytes later are a damaged tail — a device that lost power while
+    // writing --output leaves the end of the file zero-filled — and are left out, each run
+    // ending the line it cut (unreadable, as other garbage is), the samples before it kept.
     bool take_binary_checked(std::string_view block) {
-        if (progress.text_bytes < sniff_bytes && has_nul(block))
+        const auto binary = [&] {
             return fail(source + " is neither a perf.data file nor perf script text (binary data)");
-        return take_text(block);
+        };
+        for (std::size_t i = 0; !first_line_done && i < block.size(); ++i) {
+            if (block[i] == '\0')
+                return binary();
+            first_line_done = block[i] == '\n';
+            odd_first_line = odd_first_line || odd_byte(block[i]);
+        }
+        if (!has_nul(block)) {
+            if (!block.empty())
+                last_kept = block.back();
+            return take_text(block);
+        }
+        if (odd_first_line && progress.text_bytes < sniff_bytes)
+            return binary();
+        std::string kept;
+        kept.reserve(block.size());
+        for (std::size_t i = 0; i < block.size();) {
+            const auto nul = block.find('\0', i);
+            kept.append(block.substr(i, nul == std::string_view::npos ? nul : nul - i));
+            if (!kept.empty())
+                last_kept = kept.back();
+            if (nul == std::string_view::npos)
+                break;
+            i = block.find_first_not_of('\0', nul);
+            if (i == std::string_view::npos)
+                i = block.size();
+            zero_bytes += i - nul;
+            if (last_kept != '\n') // the line the zeros cut ends there
+                kept.push_back(last_kept = '\n');
+        }
+        return take_text(kept);
     }
 
     // On the first bytes: perf.data (by its magic) or text; binary data is refused at once.
@@ -423,6 +467,7 @@ struct import_stream::impl {
                                  {"samples", model->prof.sample_count()},
                                  {"bytes", progress.bytes.load()},
                                  {"skipped_lines", st.skipped_lines},
+                                 {"zero_bytes", zero_bytes},
                                  {"lost_samples", st.lost_events}};
         // What the session list shows and finds it by: its events, the process sampled
         // most, and how long the recording ran.
@@ -441,6 +486,7 @@ struct import_stream::impl {
         imported r;
         r.session_id = writer->id();
         r.model = std::move(model);
+        r.zero_bytes = zero_bytes;
         return r;
     }
 

@@ -36,6 +36,7 @@ struct import_progress {
 struct imported {
     std::string session_id;
     std::unique_ptr<session_model> model;
+    std::uint64_t zero_bytes = 0; // NUL bytes of a damaged text tail, left out
 };
 // A failure is "import_failed" with status 400 when the input is at fault and 500 when the
 // collector is (a full disk, no perf), or "cancelled".
