@@ -4,7 +4,7 @@
 // "[unknown]" row opens into the addresses its samples fell on.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
+import { amount, attr, count, diffColour, esc, pct, unitOf, visible } from '../format.js';
 import { $, api, filterRegex, setHtml, syncRows, transformQuery } from '../util.js';
 
 const ROW_H = 24;
@@ -78,6 +78,8 @@ function take(answer, page) {
   }
   for (const [p, rows] of v.pages) rows.forEach((r, i) => v.index.set(groupKey(r), p * PAGE + i));
   v.diff = answer.functions.some((r) => r.delta_self_pct != null);
+  // The largest change among the rows known: a Δ's colour is as strong as its share of it.
+  for (const r of answer.functions) v.deltaScale = Math.max(v.deltaScale || 0, Math.abs(r.delta_self_pct || 0), Math.abs(r.delta_total_pct || 0));
   v.baseline = answer.baseline;
   v.unit = unitOf(answer);
 }
@@ -113,7 +115,7 @@ export async function render(s, r) {
   const pages = table.re ? [0] : visiblePages();
   const answers = await Promise.all(pages.map((p) => store.view(session, table.path(p))));
   r.stillWanted();
-  if (v.key !== key) v.expanded = new Map();
+  if (v.key !== key) { v.expanded = new Map(); v.deltaScale = 0; }
   Object.assign(v, { key, session, q, table, drawn: v.drawn + 1, pages: new Map(), asking: new Set(), index: new Map(), held: false });
   answers.forEach((a, i) => take(a, pages[i]));
   for (const [k] of v.expanded) {
@@ -187,9 +189,12 @@ function drawRows() {
   const cols = v.diff ? 8 : 5;
   const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
   // Red grew, blue shrank; grey within the noise (what sampling alone would move it by).
+  // Grey within the noise; beyond it red (grew) or blue (shrank), as strong as the change,
+  // as the compared flame graph colours its frames.
   const delta = (x, noise) => {
     const within = !(Math.abs(x) > (noise ?? 0.005));
-    return `<td class="${within ? 'muted' : x > 0 ? 'warn' : 'better'}"${noise != null ? ` title="±${pct(noise)} points is within the noise of both sessions' samples"` : ''}>${x > 0 ? '+' : ''}${pct(x)}</td>`;
+    const shade = within ? '' : ` style="background:${diffColour(x, noise, v.deltaScale)}"`;
+    return `<td class="delta ${within ? 'muted' : x > 0 ? 'grew' : 'shrank'}"${shade}${noise != null ? ` title="±${pct(noise)} points is within the noise of both sessions' samples"` : ''}>${x > 0 ? '+' : ''}${pct(x)}</td>`;
   };
   const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`
     : `<tr class="sub" title="${attr(r.name)}: an address in ${attr(r.module)}, which has no symbol for it"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td class="num">${amount(r.self, v.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;

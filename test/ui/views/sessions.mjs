@@ -28,6 +28,23 @@ export async function importCompareDelete(t) {
   check(deltas.length > 0 && deltas.every((d) => /^[+-]?\d+\.\d\d$/.test(d.trim())) && consistent && /^[+-]?\d+\.\d\d$/.test(firstRow[4]) &&
     (await wz.locator('#functions-count').textContent()).includes(`compared with ${liveSession}`),
     `functions gain baseline, Δ self and Δ total columns, and say what they compare with (${firstRow.slice(0, 5).join(' | ')})`);
+  // Each Δ beyond its noise is shaded, the larger change the stronger (saturation); within
+  // the noise it is grey text on no colour. Against a session of other functions (the call
+  // tree's), every function here is a change: the API says which are beyond the noise.
+  await wz.goto(`${http}/#session=${imported}&baseline=${t.treeSession}`);
+  await tableShows(wz, { session: imported, baseline: t.treeSession });
+  const api = (await (await fetch(`${http}/api/sessions/${imported}/functions?weight=period&baseline=${t.treeSession}&limit=200`)).json()).functions;
+  const beyond = new Set(api.filter((r) => Math.abs(r.delta_self_pct) > r.noise_self_pct).map((r) => `${r.name}\u0000${r.module}`));
+  const cells = await wz.locator('#functions tbody tr[data-function]').evaluateAll((trs) => trs.map((tr) => {
+    const td = tr.querySelectorAll('td.delta')[0];
+    const rgb = (td.style.background.match(/rgb\((\d+), (\d+), (\d+)\)/) || []).slice(1).map(Number);
+    return { name: `${tr.dataset.function}\u0000${tr.querySelector('td.module').textContent}`, d: Math.abs(Number(td.textContent)), shaded: td.classList.contains('grew') || td.classList.contains('shrank'), sat: rgb.length ? Math.max(...rgb) - Math.min(...rgb) : 0 };
+  }));
+  const shaded = cells.filter((c) => c.shaded).sort((a, b) => a.d - b.d);
+  check(shaded.length > 0 && cells.every((c) => c.shaded === beyond.has(c.name) && (c.shaded ? c.sat > 0 : c.sat === 0)) && shaded.every((c, k) => !k || c.sat >= shaded[k - 1].sat - 1),
+    `a Δ beyond its noise is shaded as strongly as it changed, one within it is not (${shaded.length} shaded of ${cells.length}; ${shaded.slice(0, 1).concat(shaded.slice(-1)).map((c) => `${c.d}: chroma ${c.sat}`).join(', ')})`);
+  await wz.goto(`${http}/#session=${imported}&baseline=${liveSession}`);
+  await tableShows(wz, { session: imported, baseline: liveSession });
   // The flame graph compared: the baseline's own graph beside this one, this one coloured by
   // change, a frame within the noise grey, and every delta's noise band in the answer.
   t.doing = "the flame graph compared with a baseline";

@@ -33,6 +33,29 @@ export async function lanesAndChart(t) {
   const zoomedEarly = await nameAt(0.25);
   await again.mouse.move(0, 0);
   check(zoomedEarly === 'phase_b', `dragging across a lane zooms into that window (it starts in ${zoomedEarly})`);
+  // The wheel zooms about the pointer: the window shrinks around the time under it, one URL
+  // change once the wheel rests; turned the other way it widens again.
+  const windowOf = () => again.evaluate(() => { const p = new URLSearchParams(location.hash.slice(1)); return [Number(p.get('start')), Number(p.get('end'))]; });
+  const [s0, e0] = await windowOf();
+  const wheelAt = async (fraction, dy, times) => {
+    const box = await again.locator('#lanes .lane canvas').boundingBox();
+    await again.mouse.move(box.x + box.width * fraction, box.y + 9);
+    const before = await again.evaluate(() => location.hash);
+    for (let k = 0; k < times; ++k) await again.mouse.wheel(0, dy);
+    await again.waitForFunction((b) => location.hash !== b, before, { timeout: 5000 });
+    await again.waitForFunction(() => / 7 [0-9.]+-[0-9.]+$/.test(document.querySelector('#tab-timeline').dataset.shows || '') && document.querySelector('#tab-timeline').dataset.shows.endsWith(`${new URLSearchParams(location.hash.slice(1)).get('start')}-${new URLSearchParams(location.hash.slice(1)).get('end')}`), null, { timeout: 10000 });
+    return windowOf();
+  };
+  const pivot = s0 + (e0 - s0) * 0.25;
+  // One notch at a time (notches further apart than the rest the UI waits for are two zooms).
+  const [s1, e1] = await wheelAt(0.25, -100, 1);
+  // 0.8 of the span, the time under the pointer still a quarter in.
+  const kept = Math.abs(s1 + (e1 - s1) * 0.25 - pivot) < (e0 - s0) * 0.02;
+  check(Math.abs((e1 - s1) / (e0 - s0) - 0.8) < 0.02 && kept,
+    `the wheel zooms in about the pointer (${s0.toFixed(2)}–${e0.toFixed(2)} s → ${s1.toFixed(2)}–${e1.toFixed(2)} s, ${pivot.toFixed(2)} s kept under it)`);
+  const [s2, e2] = await wheelAt(0.25, 100, 1);
+  check(e2 - s2 > e1 - s1, `and out again (${s2.toFixed(2)}–${e2.toFixed(2)} s)`);
+  await again.mouse.move(0, 0);
   await again.goto(`${http}/#session=${session}&tab=functions`);
   await tableShows(again, { session });
 }
