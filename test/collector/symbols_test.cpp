@@ -714,6 +714,37 @@ TEST_CASE("ELF facts: segments, symbol table, debug link — a debug file's lost
     CHECK_FALSE(protocol::read_elf_facts("/etc/passwd"));
 }
 
+TEST_CASE("elf_symbols: PLT stubs are named foo@plt where objdump puts them",
+          "[collector][symbols]") {
+    // The oracle: objdump's own PLT labels ("0000000000002040 <printf@plt>:").
+    const auto dump =
+        run_capture({"objdump", "-d", "--section=.plt", "--section=.plt.sec", demo_bin});
+    REQUIRE(dump.code == 0);
+    std::map<std::string, std::uint64_t> stubs;
+    std::istringstream lines(dump.out);
+    for (std::string line; std::getline(lines, line);)
+        if (const auto at = line.find(" <"); at != std::string::npos && line.ends_with("@plt>:"))
+            stubs[line.substr(at + 2, line.size() - at - 4)] =
+                std::stoull(line.substr(0, at), nullptr, 16);
+    REQUIRE(stubs.size() > 5);
+    const auto symbols =
+        elf_symbols::parse_readelf(run_capture({"readelf", "-SrsW", demo_bin}).out);
+    for (const auto& [raw, address] : stubs) {
+        const auto name = perf_symbol_name(raw.substr(0, raw.size() - 4)) + "@plt";
+        INFO(raw << " at 0x" << std::hex << address);
+        CHECK(symbols.address_of(name) == address);
+        const auto inside = symbols.at(address + 6); // an instruction into the stub
+        REQUIRE(inside);
+        CHECK(inside->name == name);
+        CHECK(inside->start == address);
+    }
+    // Without the section headers and relocations (readelf -sW alone), as before: no stubs.
+    const auto plain = elf_symbols::parse_readelf(run_capture({"readelf", "-sW", demo_bin}).out);
+    CHECK_FALSE(plain.address_of(
+        perf_symbol_name(stubs.begin()->first.substr(0, stubs.begin()->first.size() - 4)) +
+        "@plt"));
+}
+
 TEST_CASE("elf_symbols::at: sizes, gaps, aliases, symbols without a size", "[collector][symbols]") {
     const auto s = elf_symbols::parse_readelf(
         "   1: 0000000000001000    16 FUNC    LOCAL  DEFAULT   14 small\n"

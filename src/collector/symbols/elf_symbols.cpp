@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cxxabi.h>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace collector {
@@ -22,6 +23,56 @@ std::vector<std::string_view> fields(std::string_view line) {
             out.push_back(line.substr(start, i - start));
     }
     return out;
+}
+
+std::optional<std::uint64_t> hex(std::string_view text) {
+    const std::string s(text);
+    char* end = nullptr;
+    const std::uint64_t v = std::strtoull(s.c_str(), &end, 16);
+    if (s.empty() || *end != '\0')
+        return std::nullopt;
+    return v;
+}
+
+struct section {
+    std::string_view name;
+    std::uint64_t address = 0, size = 0;
+};
+
+// A section header line: "  [13] .plt  PROGBITS  0000000000002020 002020 0001b0 10  AX  0 0 16".
+std::optional<section> section_line(std::string_view line) {
+    const auto open = line.find('['), close = line.find(']');
+    if (open == std::string_view::npos || close == std::string_view::npos || close < open ||
+        line.find_first_not_of(" \t") != open)
+        return std::nullopt;
+    const auto f = fields(line.substr(close + 1)); // Name Type Address Off Size ES …
+    if (f.size() < 6)
+        return std::nullopt;
+    const auto address = hex(f[2]), size = hex(f[4]);
+    if (!address || !size)
+        return std::nullopt;
+    return section{f[0], *address, *size};
+}
+
+// How a machine's PLT is laid out: the header before the first stub, each stub's size, and
+// a GOT slot's (the stub for GOT slot 3 + i is stub i). With .plt.sec (x86_64 with CET) the
+// stubs called are there, headerless.
+struct plt_layout {
+    std::uint64_t header, entry, slot;
+};
+std::optional<plt_layout> plt_layout_of(std::uint16_t machine, bool sec) {
+    switch (machine) {
+    case 62: // x86_64
+        return sec ? plt_layout{0, 16, 8} : plt_layout{16, 16, 8};
+    case 183: // aarch64
+        return plt_layout{32, 16, 8};
+    case 40: // arm
+        return plt_layout{20, 12, 4};
+    case 22: // s390x
+        return plt_layout{32, 32, 8};
+    default:
+        return std::nullopt;
+    }
 }
 
 } // namespace
@@ -87,8 +138,12 @@ std::string perf_symbol_name(std::string_view raw) {
     return strip_return_type(strip_parameters(d.get()));
 }
 
-elf_symbols elf_symbols::parse_readelf(std::string_view text, bool thumb) {
+elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t machine) {
+    const bool thumb = machine == 40;
     elf_symbols out;
+    std::optional<section> plt, plt_sec, got_plt;
+    bool in_plt_relocations = false;
+    std::vector<std::pair<std::uint64_t, std::string_view>> jump_slots; // GOT slot, name
     std::size_t pos = 0;
     while (pos < text.size()) {
         auto nl = text.find('\n', pos);
@@ -96,7 +151,35 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, bool thumb) {
             nl = text.size();
         const auto line = text.substr(pos, nl - pos);
         pos = nl + 1;
+        if (const auto s = section_line(line)) {
+            if (s->name == ".plt")
+                plt = s;
+            else if (s->name == ".plt.sec")
+                plt_sec = s;
+            else if (s->name == ".got.plt")
+                got_plt = s;
+            continue;
+        }
+        if (line.starts_with("Symbol table ")) {
+            in_plt_relocations = false;
+            continue;
+        }
+        if (line.starts_with("Relocation section ")) {
+            in_plt_relocations = line.find("'.rela.plt'") != std::string_view::npos ||
+                                 line.find("'.rel.plt'") != std::string_view::npos;
+            continue;
+        }
         const auto f = fields(line);
+        if (in_plt_relocations && !f.empty() && !f[0].ends_with(':')) {
+            // Offset Info Type Sym.Value Sym.Name [+ Addend]: every one takes a stub.
+            if (f.size() >= 3 && f[0] != "Offset")
+                if (const auto slot = hex(f[0]))
+                    jump_slots.emplace_back(*slot, f.size() >= 5 && (f[2].ends_with("JUMP_SLOT") ||
+                                                                     f[2].ends_with("JMP_SLOT"))
+                                                       ? f[4]
+                                                       : std::string_view());
+            continue;
+        }
         // Num: Value Size Type Bind Vis Ndx Name
         if (f.size() < 8 || f[0].empty() || f[0].back() != ':' ||
             (f[3] != "FUNC" && f[3] != "IFUNC") || f[6] == "UND")
@@ -120,6 +203,23 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, bool thumb) {
         const int rank = f[4] == "GLOBAL" ? 0 : f[4] == "WEAK" ? 1 : 2;
         out.by_address_.push_back({address, size, std::move(name), rank});
     }
+    // The PLT's stubs, "foo@plt" as perf names them: the stub of each jump slot, found by
+    // the slot's place in .got.plt (else by the relocations' order).
+    const auto stubs = plt_sec ? plt_sec : plt;
+    if (const auto layout = plt_layout_of(machine, plt_sec.has_value()); layout && stubs)
+        for (std::size_t k = 0; k < jump_slots.size(); ++k) {
+            const auto& [slot, raw] = jump_slots[k];
+            std::uint64_t index = k;
+            if (got_plt && slot >= got_plt->address + 3 * layout->slot &&
+                slot < got_plt->address + got_plt->size)
+                index = (slot - got_plt->address) / layout->slot - 3;
+            const auto at = stubs->address + layout->header + index * layout->entry;
+            if (raw.empty() || at + layout->entry > stubs->address + stubs->size)
+                continue;
+            auto name = perf_symbol_name(raw) + "@plt";
+            out.by_name_.try_emplace(name, at);
+            out.by_address_.push_back({at, layout->entry, std::move(name), 3});
+        }
     // One entry per address: the alias perf would show (global before weak before local,
     // then the first listed), with the largest size any alias gives.
     auto& v = out.by_address_;

@@ -2,10 +2,14 @@
 // "sym+0xoff" becomes an address in the binary's own address space (symbol value + offset).
 // That is right for PIE executables and shared libraries alike, whatever their load address.
 //
-// Input is `readelf -sW BIN` text (a toolchain prefix may pick a cross readelf):
+// Input is `readelf -SrsW BIN` text (a toolchain prefix may pick a cross readelf): the
+// symbols,
 //
 //   Num:    Value          Size Type    Bind   Vis      Ndx Name
 //    14: 0000000000001377    46 FUNC    LOCAL  DEFAULT   15 _ZN12_GLOBAL__N_113recursive_fibEi
+//
+// and, from the section headers and the PLT's relocations, a "foo@plt" symbol for each PLT
+// stub, as perf synthesizes them (the stubs have no symbols of their own).
 //
 // perf prints C++ names demangled without their parameter lists, so names are demangled and
 // the trailing "(...)" (with any cv/ref qualifiers) is cut off.
@@ -31,9 +35,10 @@ std::string perf_symbol_name(std::string_view raw);
 
 class elf_symbols {
 public:
-    // `thumb`: an ARM file, whose function symbols have bit 0 set for Thumb code (cleared,
-    // as perf does).
-    static elf_symbols parse_readelf(std::string_view text, bool thumb = false);
+    // `machine`: the file's e_machine. For ARM (40) function symbols have bit 0 set for
+    // Thumb code (cleared, as perf does); it also says how PLT stubs are laid out (x86_64,
+    // aarch64, arm, s390x; other machines get no stub names).
+    static elf_symbols parse_readelf(std::string_view text, std::uint16_t machine = 62);
 
     std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
     // How many bytes the function at `start` spans: its symbol's size, or up to the next
@@ -54,7 +59,7 @@ private:
     struct entry {
         std::uint64_t start = 0, size = 0;
         std::string name; // perf's
-        int rank = 0;     // among aliases at one address: GLOBAL 0, WEAK 1, LOCAL 2
+        int rank = 0;     // among aliases at one address: GLOBAL 0, WEAK 1, LOCAL 2, PLT 3
     };
     std::unordered_map<std::string, std::uint64_t> by_name_;
     std::vector<entry> by_address_; // by start; one entry per address

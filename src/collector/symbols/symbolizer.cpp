@@ -172,7 +172,7 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
 std::shared_ptr<const elf_symbols>
 symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, std::string& error) {
     // One table per file, whichever modules and builds it serves.
-    const bool thumb = source.facts.machine == 40; // EM_ARM
+    const bool thumb = source.facts.machine == 40; // EM_ARM: its symbols read differently
     const std::string key = source.path + (thumb ? "\0thumb" : "");
     {
         std::lock_guard lock(config_mutex_);
@@ -182,7 +182,7 @@ symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, st
     }
     std::string text;
     bool too_big = false;
-    const auto r = run_streaming({c.toolchain_prefix + "readelf", "-sW", source.path},
+    const auto r = run_streaming({c.toolchain_prefix + "readelf", "-SrsW", source.path},
                                  [&](std::string_view block) {
                                      too_big = text.size() + block.size() > max_symbol_text;
                                      if (!too_big)
@@ -198,7 +198,8 @@ symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, st
         error = "readelf failed on " + source.path + ": " + r.err.substr(0, 200);
         return nullptr;
     }
-    auto table = std::make_shared<const elf_symbols>(elf_symbols::parse_readelf(text, thumb));
+    auto table =
+        std::make_shared<const elf_symbols>(elf_symbols::parse_readelf(text, source.facts.machine));
     std::lock_guard lock(config_mutex_);
     for (auto it = files_.begin(); it != files_.end();) // the forgotten ones
         it = it->second.expired() ? files_.erase(it) : std::next(it);
