@@ -115,6 +115,23 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
     CHECK(again.stack_ids.empty());
     CHECK(again.frame_ids.empty());
     CHECK(again.samples == a.samples);
+    // A module's build-id that comes after its frames were written (the device's binaries
+    // metrics trail its first samples): its frames are written again with it, and the
+    // samples from then on carry it.
+    std::string module;
+    for (std::uint32_t f = 0; f < p.frame_count() && module.empty(); ++f)
+        if (p.module(f).starts_with("/"))
+            module = p.module(f);
+    REQUIRE_FALSE(module.empty());
+    const std::map<std::string, std::string> later{{module, "00112233aabbccdd"}};
+    const auto named = one.encode(p, 0, p.sample_count(), 2, later);
+    CHECK_FALSE(named.frame_ids.empty());
+    CHECK_FALSE(named.stack_ids.empty());
+    std::string rows;
+    for (const auto& [d, r] : named.days)
+        rows += r.rows;
+    CHECK(rows.find("00112233aabbccdd") != std::string::npos);
+    CHECK(one.encode(p, 0, p.sample_count(), 3, later).frame_ids.empty()); // once
     // Another build of a module is another frame.
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
           fleet_encoder::frame_id("f", "/bin/x", ""));

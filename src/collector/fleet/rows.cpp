@@ -193,6 +193,21 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
                                   const std::map<std::string, std::string>& build_ids) {
     fleet_batch b;
     b.sessions[origin_.session] = 1;
+    // A build-id that came after frames of its module were written without one (the device's
+    // binaries metrics trail its first samples): those frames are written again with it, and
+    // the stacks made of them too, so that the samples from now on carry their build.
+    if (build_ids.size() != builds_known_) {
+        builds_known_ = build_ids.size();
+        bool renamed = false;
+        for (std::uint32_t f = 0; f < frame_ids_.size(); ++f)
+            if (frame_ids_[f] && frame_builds_[f].empty() &&
+                build_ids.count(std::string(p.module(f)))) {
+                frame_ids_[f] = 0;
+                renamed = true;
+            }
+        if (renamed)
+            std::fill(node_ids_.begin(), node_ids_.end(), 0);
+    }
     if (from < p.raw_begin())
         from = p.raw_begin(); // (folded already: the caller encodes before the model folds)
     std::uint32_t last_tid = UINT32_MAX, pid = 0;

@@ -90,6 +90,7 @@ private:
     origin origin_;
     std::vector<std::uint64_t> node_ids_, frame_ids_; // 0: not made yet
     std::vector<std::string> frame_builds_;           // the build-id each frame was named with
+    std::size_t builds_known_ = 0;                    // build_ids.size() at the last encode
 };
 
 } // namespace collector
