@@ -1,4 +1,5 @@
 // The real collector with real agents profiling the real demo under real perf.
+#include "protocol/build_id.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/tls.hpp"
@@ -508,6 +509,21 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
     const std::string id(json::parse(up.body).at("session_id").as_string());
     CHECK_THAT(http_call(http_port, "GET", "/api/sessions/" + id + "/functions").body,
                Catch::Contains(matrix));
+    // Its modules are matched by the build-ids the recording holds (perf buildid-list), as a
+    // live session's are by its agent's: the demo's is the build recorded, found and matching.
+    const auto demo_build = protocol::read_build_id(PERFWIRE_DEMO_BIN);
+    REQUIRE(demo_build);
+    const auto src = http_call(http_port, "GET", "/api/sessions/" + id + "/source");
+    INFO(src.body.substr(0, 1500));
+    REQUIRE(src.status == 200);
+    bool matched = false;
+    const auto listing = json::parse(src.body);
+    for (const auto& b : listing.at("binaries").as_array())
+        if (b.at("module").as_string() == PERFWIRE_DEMO_BIN)
+            matched = b.as_object().contains("device_build_id") &&
+                      b.at("device_build_id").as_string() == *demo_build &&
+                      b.at("build_matches").as_bool();
+    CHECK(matched);
 
     spawned bad(PERFWIRE_COLLECTOR_BIN,
                 {"--sessions-dir", (dir.path / "sessions").string(), "--agent-port", "0",

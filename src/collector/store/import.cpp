@@ -2,8 +2,10 @@
 
 #include "collector/model/views.hpp"
 
+#include "collector/symbols/locate.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/compression.hpp"
+#include "protocol/messages.hpp"
 
 #include <boost/json/object.hpp>
 
@@ -16,6 +18,7 @@
 #include <fcntl.h>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -275,7 +278,33 @@ struct import_stream::impl {
         return true;
     }
 
+    // The recording's build-id table (`perf buildid-list`): its modules are then matched by
+    // the build that was recorded, as a live session's are by its agent's binaries metrics —
+    // and kept the same way (a binaries line in metrics.jsonl), so that a reload matches them
+    // too. Without one (an old perf, no table), modules are matched by path as before.
+    void note_build_ids(const std::string& path) {
+        const auto c = run_capture({perf, "buildid-list", "-i", path});
+        if (c.code != 0)
+            return;
+        protocol::binaries_metrics table;
+        std::istringstream in(c.out);
+        for (std::string line; std::getline(in, line) && table.binaries.size() < 4096;) {
+            const auto sp = line.find(' ');
+            if (sp == std::string::npos)
+                continue;
+            std::string id = line.substr(0, sp), module = line.substr(sp + 1);
+            if (plausible_build_id(id) && !module.empty() && module.front() == '/')
+                table.binaries.push_back({std::move(module), std::move(id)});
+        }
+        if (table.binaries.empty())
+            return;
+        const auto json = protocol::serialize(protocol::health_metrics{std::move(table)});
+        model->note_metrics(json);
+        (void)writer->append_metrics(json); // (lost only with the session's own folder)
+    }
+
     bool convert(const std::string& path) {
+        note_build_ids(path);
         progress.converting = true;
         const std::vector<std::string> fields = {
             perf,
