@@ -441,9 +441,12 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     REQUIRE(targets.size() == 1);
     CHECK(targets[0].at("continuous").as_bool());
     const std::string target(targets[0].at("id").as_string());
+    // A start may take as long as the collector gives it (agent_link::deadline_for: 90 s —
+    // the agent ends its continuous round and probes perf first), so the client waits as long.
     const auto started = test_support::http_call(
         c2.http_port, "POST", "/api/targets/" + target + "/command",
-        R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":1}})");
+        R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":1}})", {},
+        std::chrono::seconds(95));
     INFO(started.body);
     REQUIRE(started.status == 200);
     const auto users = json::parse(started.body).at("session_id");
