@@ -200,11 +200,12 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
         builds_known_ = build_ids.size();
         bool renamed = false;
         for (std::uint32_t f = 0; f < frame_ids_.size(); ++f)
-            if (frame_ids_[f] && frame_builds_[f].empty() &&
-                build_ids.count(std::string(p.module(f)))) {
-                frame_ids_[f] = 0;
-                renamed = true;
-            }
+            if (frame_ids_[f] && frame_builds_[f].empty())
+                if (const auto it = build_ids.find(std::string(p.module(f)));
+                    it != build_ids.end() && !it->second.empty()) {
+                    frame_ids_[f] = 0;
+                    renamed = true;
+                }
         if (renamed)
             std::fill(node_ids_.begin(), node_ids_.end(), 0);
     }
