@@ -49,11 +49,11 @@ int main(int argc, char** argv) {
     const double parse_s = seconds_since(t0);
     const auto& st = parser.stats();
     std::printf("parse+aggregate: %.0f MB/s (%.2f s, %llu samples, %llu skipped lines, %zu "
-                "nodes, %zu functions)\n",
+                "nodes, %zu sites, %zu functions)\n",
                 static_cast<double>(capture.size()) / 1e6 / parse_s, parse_s,
                 static_cast<unsigned long long>(st.samples),
                 static_cast<unsigned long long>(st.skipped_lines), prof.node_count(),
-                prof.frame_count());
+                prof.site_count(), prof.frame_count());
     std::printf("retained: %.1f bytes/sample in sample columns, %.1f bytes/sample in all\n",
                 static_cast<double>(prof.sample_bytes()) / static_cast<double>(st.samples),
                 static_cast<double>(prof.memory_bytes()) / static_cast<double>(st.samples));

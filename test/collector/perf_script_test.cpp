@@ -170,12 +170,15 @@ TEST_CASE("header variants across perf versions", "[collector][parser]") {
         CHECK(p.site_node(p.sample_site(i)) == p.sample_node(i));
     CHECK(p.site_offset(p.sample_site(2)) == profile::no_offset);
     std::map<std::pair<std::string, std::uint32_t>, std::uint64_t> sites;
-    for (std::uint32_t s = 0; s < p.site_count(); ++s)
-        if (p.site_offset(s) != profile::no_offset)
-            for (std::uint8_t e = 0; e < p.event_count(); ++e)
-                if (s < p.site_samples(e).size() && p.site_samples(e)[s])
-                    sites[{std::string(p.symbol(p.site_frame(s))), p.site_offset(s)}] +=
-                        p.site_samples(e)[s];
+    for (std::uint8_t e = 0; e < p.event_count(); ++e) {
+        view_filter f;
+        f.event = e;
+        f.by_period = false;
+        const auto weights = site_self_weights(p, f);
+        for (std::uint32_t s = 0; s < p.site_count(); ++s)
+            if (p.site_offset(s) != profile::no_offset && weights[s])
+                sites[{std::string(p.symbol(p.site_frame(s))), p.site_offset(s)}] += weights[s];
+    }
     CHECK(sites == decltype(sites){{{"js::RunScript(JSContext*, JS::Handle<JSScript*>)", 0x10}, 1},
                                    {{"native_safe_halt", 0xe}, 1},
                                    {{"(anonymous namespace)::f", 0x1}, 1}});
@@ -200,6 +203,72 @@ TEST_CASE("perf script: a nameless frame in a named module keeps its address the
     CHECK(p.site_offset(p.sample_site(1)) == profile::no_offset); // beyond 32 bits: none
     CHECK(p.site_offset(p.sample_site(2)) == profile::no_offset); // no module to be in
     CHECK(p.site_offset(p.sample_site(3)) == profile::no_offset);
+}
+
+TEST_CASE("perf script: callers keep their call sites, a recurring one at its outermost call only",
+          "[collector][parser]") {
+    // fib called itself from two lines (returns at +0x20 and +0x30), in both orders.
+    const auto r = parse("app 1/1 1.0: 1 cpu-clock:\n"
+                         "\t 1010 fib+0x10 (/bin/app)\n"
+                         "\t 1020 fib+0x20 (/bin/app)\n"
+                         "\t 1030 fib+0x30 (/bin/app)\n"
+                         "\t 2005 main+0x5 (/bin/app)\n\n"
+                         "app 1/1 1.1: 1 cpu-clock:\n"
+                         "\t 1010 fib+0x10 (/bin/app)\n"
+                         "\t 1030 fib+0x30 (/bin/app)\n"
+                         "\t 1020 fib+0x20 (/bin/app)\n"
+                         "\t 2005 main+0x5 (/bin/app)\n\n"
+                         "app 1/1 1.2: 1 cpu-clock:\n"
+                         "\t 1010 fib+0x10 (/bin/app)\n"
+                         "\t 1020 fib+0x20 (/bin/app)\n"
+                         "\t 1020 fib+0x20 (/bin/app)\n"
+                         "\t 2005 main+0x5 (/bin/app)\n\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 3);
+    // One stack of frames, so one node path; the sites say where each call was.
+    CHECK(p.sample_node(0) == p.sample_node(1));
+    auto path = [&](std::size_t i) { // root first: offsets of the sample's sites
+        std::vector<std::uint32_t> offsets;
+        for (auto s = p.sample_site(i); s != 0; s = p.site_parent(s))
+            offsets.insert(offsets.begin(), p.site_offset(s));
+        return offsets;
+    };
+    constexpr auto none = profile::no_offset;
+    CHECK(path(0) == std::vector<std::uint32_t>{0x5, 0x30, none, 0x10});
+    CHECK(path(1) == std::vector<std::uint32_t>{0x5, 0x20, none, 0x10});
+    CHECK(path(2) == std::vector<std::uint32_t>{0x5, 0x20, none, 0x10});
+    CHECK(p.sample_site(1) == p.sample_site(2)); // the inner calls do not multiply sites
+    CHECK(r->stats.call_sites_dropped == 0);
+}
+
+TEST_CASE("perf script: past its allowance of sites a profile keeps no more call sites, and "
+          "counts what it left out",
+          "[collector][parser]") {
+    // Each sample's caller returns to another address: a site each, until the allowance.
+    std::string text;
+    constexpr int samples = 20000;
+    for (int k = 0; k < samples; ++k) {
+        char offset[16];
+        std::snprintf(offset, sizeof offset, "%x", k);
+        text += "app 1/1 1." + std::to_string(k) +
+                ": 1 cpu-clock:\n\t 1010 leaf+0x10 (/bin/app)\n"
+                "\t 1020 caller+0x" +
+                offset + " (/bin/app)\n\t 2005 main+0x5 (/bin/app)\n\n";
+    }
+    const auto r = parse(text);
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == samples);
+    CHECK(p.node_count() == 4); // root, main, caller, leaf
+    CHECK(p.caller_sites_full());
+    const auto kept = p.site_count();
+    CHECK(kept <= 4 * p.node_count() + 16384 + 3);
+    // Every sample past the allowance lost only its caller's offset.
+    const auto dropped = r->stats.call_sites_dropped;
+    CHECK(dropped > 0);
+    CHECK(dropped == static_cast<std::uint64_t>(samples) - (kept - 4) / 2);
+    CHECK(p.site_offset(p.site_parent(p.sample_site(samples - 1))) == profile::no_offset);
+    CHECK(p.site_offset(p.sample_site(samples - 1)) == 0x10);
+    CHECK(p.site_offset(p.site_parent(p.sample_site(0))) == 0);
 }
 
 TEST_CASE("perf script: a stack deeper than any perf makes is cut, and says so",

@@ -315,6 +315,204 @@ TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[coll
     CHECK_FALSE(sym.source_path("/elsewhere/nothing.cpp"));
 }
 
+namespace {
+
+// The line of `source` holding `marker`, 1-based; 0 when none does.
+std::uint32_t line_of(const std::string& source, std::string_view marker) {
+    std::istringstream in(source);
+    std::uint32_t n = 0;
+    for (std::string l; std::getline(in, l);) {
+        ++n;
+        if (l.find(marker) != std::string::npos)
+            return n;
+    }
+    return 0;
+}
+
+} // namespace
+
+TEST_CASE("call sites: a source line weighs what its call led to, as perf's own stacks say",
+          "[collector][symbols][perf]") {
+    // A real program profiled by real perf: work() calls cheap(), costly(), cheap().
+    test_support::temp_dir dir;
+    const std::string bin = PERFWIRE_CALLSITES_BIN, data = (dir.path / "perf.data").string();
+    REQUIRE(run_capture({"/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g",
+                         "-o", data, "--", bin, "1.5"})
+                .code == 0);
+    const auto script = run_capture({"/usr/bin/perf", "script", "-i", data, "-F",
+                                     "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
+    REQUIRE(script.code == 0);
+    // The oracle, from objdump and perf's text alone. objdump: the return address of each
+    // call in work(), as an offset into it. perf: per return offset, the weight of the stacks
+    // where work() was there — what that call led to, whatever perf's unwinding shows below
+    // it (a leaf without a frame pointer hides its own caller) — and, per callee, the weight
+    // where that callee's frame is right below work's.
+    const auto dis = run_capture({"objdump", "-d", "-C", "--no-show-raw-insn", bin});
+    REQUIRE(dis.code == 0);
+    std::map<std::uint32_t, std::string> callee_at; // return offset -> callee
+    {
+        std::istringstream in(dis.out);
+        std::uint64_t start = 0;
+        std::string pending; // the callee of the call just read
+        bool in_work = false;
+        for (std::string l; std::getline(in, l);) {
+            if (l.ends_with(">:") && l[0] != ' ') { // "000000000000118b <name>:"
+                in_work = l.find("<(anonymous namespace)::work()>:") != std::string::npos;
+                start = std::stoull(l.substr(0, l.find(' ')), nullptr, 16);
+                continue;
+            }
+            const auto colon = l.find(':');
+            if (!in_work || colon == std::string::npos)
+                continue;
+            const auto address = std::stoull(l.substr(0, colon), nullptr, 16);
+            if (!pending.empty())
+                callee_at[static_cast<std::uint32_t>(address - start)] = pending;
+            pending.clear();
+            if (l.find("\tcall ") != std::string::npos) {
+                for (const char* name : {"cheap", "costly"})
+                    if (l.find(std::string("<(anonymous namespace)::") + name + "(") !=
+                        std::string::npos)
+                        pending = std::string("(anonymous namespace)::") + name;
+            }
+        }
+    }
+    REQUIRE(callee_at.size() == 3);
+    std::map<std::uint32_t, std::uint64_t> below;        // work's return offset -> weight
+    std::map<std::string, std::uint64_t> directly_below; // callee right below work -> weight
+    std::uint64_t period = 0;
+    std::string previous;
+    std::istringstream lines(script.out);
+    for (std::string l; std::getline(lines, l);) {
+        if (!l.empty() && l[0] != '\t' && l[0] != ' ') {
+            const auto colon = l.find(" cpu-clock:");
+            const auto sp = l.rfind(' ', colon - 1);
+            period = std::stoull(l.substr(sp + 1, colon - sp - 1));
+            previous.clear();
+            continue;
+        }
+        const auto at = l.find("(anonymous namespace)::work+0x");
+        if (at != std::string::npos && !previous.empty()) {
+            const auto offset = static_cast<std::uint32_t>(
+                std::stoul(l.substr(at + std::string_view("(anonymous namespace)::work+0x").size()),
+                           nullptr, 16));
+            below[offset] += period;
+            for (const char* name : {"cheap", "costly"})
+                if (previous.find(std::string("(anonymous namespace)::") + name + "+0x") !=
+                    std::string::npos)
+                    directly_below[std::string("(anonymous namespace)::") + name] += period;
+        }
+        previous = l;
+    }
+    std::uint64_t via_costly = 0, via_cheap = 0;
+    for (const auto& [offset, callee] : callee_at)
+        (callee.ends_with("costly") ? via_costly : via_cheap) += below[offset];
+    REQUIRE(via_costly > 0);
+
+    profile p;
+    script_parser parser(p);
+    parser.feed(script.out);
+    parser.finish();
+    symbolizer sym;
+    view_filter f;
+    const auto answer = source_view(p, f, sym, {"", "(anonymous namespace)::work"}, {}, own);
+    INFO(boost::json::serialize(answer.body).substr(0, 800));
+    REQUIRE(answer.status == 200);
+    const auto& body = answer.body.as_object();
+    const std::string file(body.at("file").as_string());
+    CHECK(file.ends_with("callsites.cpp"));
+    std::ifstream in(std::string(PERFWIRE_TEST_DIR) + "/workloads/callsites.cpp");
+    const std::string source((std::istreambuf_iterator<char>(in)), {});
+    const auto costly_line = line_of(source, "// the costly call"),
+               first_cheap = line_of(source, "// the first cheap call"),
+               second_cheap = line_of(source, "// the second cheap call");
+    std::map<std::uint32_t, const boost::json::object*> by_line;
+    for (const auto& l : body.at("lines").as_array())
+        by_line[l.at("line").to_number<std::uint32_t>()] = &l.as_object();
+    auto called = [&](std::uint32_t line) { // the weight below the calls on a line
+        const auto* l = by_line.at(line);
+        return l->at("total_value").to_number<std::uint64_t>() -
+               l->at("value").to_number<std::uint64_t>();
+    };
+    // Every stack through the costly call is on its line, and nothing else is below it.
+    CHECK(called(costly_line) == via_costly);
+    CHECK(called(first_cheap) + called(second_cheap) == via_cheap);
+    const auto& calls = by_line.at(costly_line)->at("calls").as_array();
+    REQUIRE(calls.size() >= 1);
+    CHECK(calls[0].at("name").as_string() == "(anonymous namespace)::costly");
+    CHECK(calls[0].at("value").to_number<std::uint64_t>() ==
+          directly_below["(anonymous namespace)::costly"]);
+    // The costly line is the one opened on: the function's heaviest.
+    CHECK(body.at("focus_line").to_number<std::uint32_t>() == costly_line);
+    CHECK(body.at("view_total").to_number<std::uint64_t>() > via_costly);
+
+    // Opened on costly(): where it was called from is work()'s costly line first, with what
+    // perf's stacks show right below it there. (A sample on costly's first instruction,
+    // before its frame is made, shows it called from main: perf's unwinding, kept as it is.)
+    const auto callee = source_view(p, f, sym, {"", "(anonymous namespace)::costly"}, {}, own);
+    REQUIRE(callee.status == 200);
+    const auto& from = callee.body.at("called_from").as_array();
+    REQUIRE(from.size() >= 1);
+    CHECK(from[0].at("function").as_string() == "(anonymous namespace)::work");
+    CHECK(from[0].at("line").to_number<std::uint32_t>() == costly_line);
+    CHECK(std::string_view(from[0].at("file").as_string()).ends_with("callsites.cpp"));
+    CHECK(from[0].at("value").to_number<std::uint64_t>() ==
+          directly_below["(anonymous namespace)::costly"]);
+    // cheap() is called from two lines of work(); together they weigh what perf's stacks say.
+    if (directly_below["(anonymous namespace)::cheap"] > 0) {
+        const auto cheap = source_view(p, f, sym, {"", "(anonymous namespace)::cheap"}, {}, own);
+        REQUIRE(cheap.status == 200);
+        std::uint64_t sum = 0;
+        for (const auto& c : cheap.body.at("called_from").as_array()) {
+            if (c.at("function").as_string() != "(anonymous namespace)::work")
+                continue;
+            const auto line = c.at("line").to_number<std::uint32_t>();
+            CHECK((line == first_cheap || line == second_cheap));
+            sum += c.at("value").to_number<std::uint64_t>();
+        }
+        CHECK(sum == directly_below["(anonymous namespace)::cheap"]);
+    }
+}
+
+TEST_CASE("source view: an entry into the kernel weighs on the line it interrupted, named as "
+          "no call",
+          "[collector][symbols]") {
+    // The same instruction of matrix_multiply sampled twice: once itself, once with the
+    // kernel's timer interrupt above it (perf's stack then holds the interrupted address).
+    profile p;
+    script_parser parser(p);
+    std::ostringstream text;
+    text << "demo-matrix 1/2 10.0: 1000 cpu-clock:\n\t1364 (anonymous "
+            "namespace)::matrix_multiply+0x64 ("
+         << demo_bin << ")\n\n"
+         << "demo-matrix 1/2 10.1: 1000 cpu-clock:\n\tffffffff81001000 "
+            "asm_sysvec_apic_timer_interrupt+0x1a ([kernel.kallsyms])\n\t1364 (anonymous "
+            "namespace)::matrix_multiply+0x64 ("
+         << demo_bin << ")\n\n";
+    parser.feed(text.str());
+    parser.finish();
+    symbolizer sym;
+    view_filter f;
+    const auto answer =
+        source_view(p, f, sym, {"", "(anonymous namespace)::matrix_multiply"}, {}, own);
+    REQUIRE(answer.status == 200);
+    std::uint64_t own_value = 0, total = 0;
+    for (const auto& l : answer.body.at("lines").as_array()) {
+        CHECK(!l.as_object().contains("calls")); // the interrupt is not listed as a call
+        own_value += l.at("value").to_number<std::uint64_t>();
+        total += l.at("total_value").to_number<std::uint64_t>();
+    }
+    CHECK(own_value == 1000);
+    CHECK(total == 2000); // on the interrupted instruction's line, as its own sample is
+    const auto lines = answer.body.at("lines").as_array();
+    const auto line_of_value = [&](const char* field) {
+        for (const auto& l : lines)
+            if (l.at(field).to_number<std::uint64_t>() > 0)
+                return l.at("line").to_number<std::uint32_t>();
+        return 0U;
+    };
+    CHECK(line_of_value("value") == line_of_value("total_value"));
+}
+
 TEST_CASE("source view: lines of a real capture, files only from the debug info",
           "[collector][symbols]") {
     // Sites made the way the parser makes them, at addresses inside the demo's functions.
@@ -438,11 +636,12 @@ TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers b
     CHECK(pp.mappings[0].second.has_lines);
     CHECK(pp.mappings[1].second.build_id.empty()); // nothing known: nothing claimed
 
-    // What the symbolizer says of each sampled instruction and of the caller's start.
+    // What the symbolizer says of each sampled instruction and of the caller's call (the
+    // instruction before its return address, matrix_worker+0x1f).
     std::vector<symbolizer::site> sites;
     for (std::uint32_t off = 0x30; off < 0x40; off += 4)
         sites.push_back({demo_bin, "(anonymous namespace)::matrix_multiply", off, own});
-    sites.push_back({demo_bin, "(anonymous namespace)::matrix_worker", 0, own});
+    sites.push_back({demo_bin, "(anonymous namespace)::matrix_worker", 0x1e, own});
     const auto where = sym.resolve(sites);
     std::map<std::uint64_t, source_chain> expected;
     for (std::size_t i = 0; i + 1 < where.size(); ++i) {
@@ -463,12 +662,18 @@ TEST_CASE("pprof export: leaf addresses and lines from the symbolizer, callers b
         }
         CHECK(leaf.lines.back().function == "(anonymous namespace)::matrix_multiply");
         CHECK(leaf.lines.back().number > 0);
+        // The caller at its call, with the call's line (and the inline chain there).
         const auto& caller = pp.locations.at(s.locations[1]);
-        CHECK(caller.address == *where.back().address); // the function's start
-        REQUIRE(caller.lines.size() == 1);
-        CHECK(caller.lines[0].function == "(anonymous namespace)::matrix_worker");
-        CHECK(caller.lines[0].file == where.back().chain.back().file);
-        CHECK(caller.lines[0].number == 0); // the model keeps no call-site line
+        REQUIRE(where.back().address);
+        CHECK(caller.address == *where.back().address);
+        const auto& call = where.back().chain;
+        REQUIRE(caller.lines.size() == call.size());
+        for (std::size_t k = 0; k < call.size(); ++k) {
+            CHECK(caller.lines[k].number == call[k].line);
+            CHECK(caller.lines[k].file == call[k].file);
+        }
+        CHECK(caller.lines.back().function == "(anonymous namespace)::matrix_worker");
+        CHECK(caller.lines.back().number > 0);
         const auto& libc = pp.locations.at(s.locations[2]);
         CHECK(libc.lines.at(0).function == "start_thread");
         CHECK(libc.mapping == pp.mappings[1].first);
@@ -939,12 +1144,16 @@ TEST_CASE("frames perf could not name are named at the collector — a module na
     // The leaf perf could not name is named; the caller keeps perf's name.
     CHECK(names(sym) ==
           std::vector<std::string>{"exported_fn", "(anonymous namespace)::matrix_multiply"});
-    // The leaf's offset into the function is kept for source lines.
+    // The leaf's offset into the function is kept for source lines, the caller's (its call's
+    // return address) for call-site lines: the root's site, the caller's, the leaf's.
     {
         session_model m(&sym);
         m.ingest(false, text.str());
-        REQUIRE(m.prof.site_count() == 1);
-        CHECK(m.prof.site_offset(0) == 0x10);
+        REQUIRE(m.prof.site_count() == 3);
+        CHECK(m.prof.site_offset(2) == 0x10);
+        CHECK(m.prof.site_parent(2) == 1);
+        CHECK(m.prof.site_offset(1) == 0x1234);
+        CHECK(m.prof.symbol(m.prof.site_frame(1)) == "exported_fn");
     }
     // Named here whole: the caller too.
     c.resymbolize = {module};

@@ -205,7 +205,7 @@ function drawRows() {
   for (let d = first; d < last; ++d) {
     const { row: r, index } = rowAt(d, open);
     if (!r) { wantPage(Math.floor(index / PAGE)); shown.push([`pending ${index}`, `<tr class="pending"><td colspan="${cols}" class="muted">…</td></tr>`]); continue; }
-    shown.push([rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
+    shown.push([rowKey(r), r.child ? sub(r) : `<tr class="link" data-function="${attr(r.name)}" title="${esc(r.name)}: show its source lines and where it was called from"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td>
     <td>${pct(r.total_pct)}</td>${v.diff ? `<td class="muted">${pct(r.baseline_self_pct)}</td>${delta(r.delta_self_pct, r.noise_self_pct)}${delta(r.delta_total_pct, r.noise_total_pct)}` : ''}<td class="num" title="${attr(r.self)}">${amount(r.self, v.unit)}</td><td class="name"><button class="sandwich-link" data-sandwich="${attr(r.name)}" title="callers and callees of ${attr(visible(r.name))}">⇅</button> ${toggle(r)}${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`]);
   }
   syncRows($('#functions tbody'), [spacer(first, 'above'), ...shown, spacer(total - last, 'below')].filter(([, html]) => html));

@@ -8,7 +8,8 @@ import { attr, esc, pct, visible } from '../format.js';
 import { $, api, syncRows } from '../util.js';
 
 let app; // {rerender, showError}
-let focus = { fn: null, file: null }; // the function opened, and the file it is in
+// The function opened, the file it is in, and the line to show (else its hottest).
+let focus = { fn: null, file: null, line: null };
 
 export async function render(s, r) {
   const base = `/api/sessions/${encodeURIComponent(s.session)}/source`;
@@ -31,19 +32,35 @@ export async function render(s, r) {
   const scope = s.tid || s.start || s.end ? ' · <span data-scope>this thread and time window only</span>' : '';
   if (!src.path) $('#source-settings').open = true; // say where the file is, right here
   $('#source-info').innerHTML = esc(`${pct(src.file_pct)}% of the samples · ${src.path ? src.path : 'source file not found here: add its folder or map its build path below'}`) +
-    scope + (fn ? ` · <a href="#" data-sandwich="${attr(focus.fn)}">⇅ callers and callees of ${esc(focus.fn)}</a>` : '') + warnings(src.warnings);
+    scope + (fn ? ` · <a href="#" data-sandwich="${attr(focus.fn)}">⇅ callers and callees of ${esc(focus.fn)}</a>` : '') + calledFrom(src.called_from) + warnings(src.warnings);
   // Without the file, only the lines that hold samples (their numbers and shares), not
   // thousands of empty rows.
-  const lines = src.path ? src.lines : src.lines.filter((l) => l.samples);
+  const lines = src.path ? src.lines : src.lines.filter((l) => l.samples || l.total_value);
   const max = Math.max(...lines.map((l) => l.pct), 1e-9);
+  // The heaviest call sites in view (what the calls on a line led to), marked: "this line
+  // costs 60 % because of the call on it".
+  const calling = lines.filter((l) => l.calls).sort((a, b) => b.total_value - a.total_value).slice(0, 3).map((l) => l.line);
+  const focusLine = focus.line && fn ? focus.line : src.focus_line; // a call site opened, else the function's heaviest line
   $('#source tbody').innerHTML = lines.map((l) => {
     const heat = l.pct > 0 ? `style="background: rgba(220,38,38,${(0.12 + 0.6 * l.pct / max).toFixed(2)})"` : '';
-    const cls = [l.line === src.hottest_line ? 'hot' : '', l.line === src.focus_line ? 'focus' : ''].join(' ').trim();
-    return `<tr id="L${l.line}" ${heat} class="${cls}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td>${l.samples || ''}</td>
-      <td class="muted">${l.line}</td><td class="code">${esc(l.text)}</td></tr>`;
+    const cls = [l.line === src.hottest_line ? 'hot' : '', l.line === focusLine ? 'focus' : '', calling.includes(l.line) ? 'hot-call' : ''].join(' ').trim();
+    const calls = (l.calls || []).map((c) => `<span class="call" title="the call on this line to ${attr(visible(c.name))} led to ${pct(c.pct)} % of the view's samples">→ ${esc(c.name)} ${pct(c.pct)} %</span>`).join(' ');
+    return `<tr id="L${l.line}" ${heat} class="${cls}" data-total="${l.total_value || 0}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td title="this line and what its calls led to, of the view's samples">${l.total_value ? pct(l.total_pct) : ''}</td><td>${l.samples || ''}</td>
+      <td class="muted">${l.line}</td><td class="code">${esc(l.text)}${calls ? ` ${calls}` : ''}</td></tr>`;
   }).join('');
-  document.getElementById('L' + (src.focus_line || src.hottest_line))?.scrollIntoView({ block: 'center' });
+  document.getElementById('L' + (focusLine || src.hottest_line))?.scrollIntoView({ block: 'center' });
   await renderCode(s, r, fn ? focus.fn : null);
+}
+
+// Where the function opened was called from: each call's line opens the caller there.
+function calledFrom(sites) {
+  if (!sites?.length) return '';
+  return '<br><span id="called-from">called from: ' + sites.map((c) => {
+    const where = c.file ? `${c.file.split('/').pop()}:${c.line}` : `+0x${c.offset.toString(16)}`;
+    const what = `${esc(c.function)} <span class="muted">${esc(where)}</span> ${pct(c.pct)} %`;
+    return c.file ? `<a href="#" data-call-site data-fn="${attr(c.function)}" data-file="${attr(c.file)}" data-line="${c.line}" title="the call in ${attr(visible(c.function))} at ${attr(c.file)}:${c.line} led to ${pct(c.pct)} % of the view's samples">${what}</a>`
+      : `<span title="no line information for ${attr(visible(c.function))}">${what}</span>`;
+  }).join(' · ') + '</span>';
 }
 
 // The function opened: its machine code beside the lines, the samples that fell on each
@@ -93,14 +110,14 @@ export function clear() {
   $('#disasm-box').hidden = true; $('#disasm tbody').innerHTML = ''; delete $('#disasm-box').dataset.shows;
   $('#source-panes').classList.remove('with-code');
   for (const id of ['#source tbody', '#source-file', '#symbol-files tbody']) $(id).innerHTML = '';
-  focus = { fn: null, file: null };
+  focus = { fn: null, file: null, line: null };
 }
 
 async function openFunctionSource(name) {
   const s = hashState();
   try {
     const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
-    focus = { fn: name, file: src.file }; // scroll to this function's hottest line
+    focus = { fn: name, file: src.file, line: null }; // scroll to this function's hottest line
     setHash({ tab: 'source', file: src.file });
   } catch (e) { app.showError(e.message); }
 }
@@ -121,6 +138,13 @@ export function init(context) {
   document.addEventListener('click', (e) => {
     // A row's own buttons (callers and callees, the addresses of a module) are not the row.
     if (e.target.closest('[data-sandwich], [data-expand]')) return;
+    const call = e.target.closest('[data-call-site]');
+    if (call) {
+      e.preventDefault();
+      focus = { fn: call.dataset.fn, file: call.dataset.file, line: Number(call.dataset.line) };
+      if (hashState().file === call.dataset.file) app.rerender(); else setHash({ tab: 'source', file: call.dataset.file });
+      return;
+    }
     const of = e.target.closest('[data-source-of]') ?? e.target.closest('tr[data-function]');
     if (of) openFunctionSource(of.dataset.sourceOf ?? of.dataset.function);
   });

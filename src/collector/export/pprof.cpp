@@ -11,11 +11,11 @@
 //   Location  1 id  2 mapping_id  3 address  4 line: Line{1 function_id  2 line}
 //   Function  1 id  2 name  3 system_name  4 filename (string indices)  5 start_line
 //
-// A sample is a site: its call path and, when perf printed `sym+0x…` for the leaf, the
-// instruction. That instruction is the leaf's location (address and source lines, inlined
-// functions included, from the symbolizer); the callers are locations at function level
-// (the function's start address, its file, no line), since the model keeps one frame per
-// function along a path.
+// A sample is a site: its call path, with the call sites along it, and, when perf printed
+// `sym+0x…` for the leaf, the instruction. That instruction is the leaf's location (address
+// and source lines, inlined functions included, from the symbolizer); each caller's is its
+// call (call_offset), with its lines too, or its function (start address, file, no line)
+// when perf printed no offset for it.
 #include "collector/export/exports.hpp"
 
 #include "collector/symbols/elf_symbols.hpp"
@@ -132,8 +132,9 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
     value_type(1, "samples", "count");
     value_type(1, event, unit);
 
-    // Locations get ids 1..n (pprof reserves 0): a leaf's instruction (frame, offset) or a
-    // function along the path (frame, no_offset).
+    // Locations get ids 1..n (pprof reserves 0): an instruction (frame, offset) — the leaf's
+    // sampled one, a caller's call (call_offset: the instruction before its return address,
+    // so that its line is the call's) — or a function with no offset known (frame, no_offset).
     std::unordered_map<std::uint64_t, std::uint64_t> location_id;
     std::vector<std::pair<std::uint32_t, std::uint32_t>> locations;
     auto location = [&](std::uint32_t frame, std::uint32_t offset) {
@@ -148,11 +149,10 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
     for (std::uint32_t s = 0; s < samples.size(); ++s) {
         if (!samples[s])
             continue;
-        const auto node = p.site_node(s);
         stack.clear();
-        stack.push_back(location(p.node_frame(node), p.site_offset(s)));
-        for (auto n = p.node_parent(node); n != profile::root; n = p.node_parent(n))
-            stack.push_back(location(p.node_frame(n), profile::no_offset));
+        stack.push_back(location(p.site_frame(s), p.site_offset(s)));
+        for (auto callee = s, c = p.site_parent(s); c != 0; callee = c, c = p.site_parent(c))
+            stack.push_back(location(p.site_frame(c), call_offset(p, c, callee).offset));
         proto sample;
         sample.packed(1, stack);
         sample.packed(2, {samples[s], periods[s]});

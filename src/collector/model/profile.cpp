@@ -18,6 +18,10 @@ std::uint64_t pair_hash(std::uint32_t a, std::uint32_t b) noexcept {
     return mix((std::uint64_t{a} << 32) | b);
 }
 
+std::uint64_t site_hash(std::uint32_t parent, std::uint32_t frame, std::uint32_t offset) noexcept {
+    return mix(pair_hash(parent, frame) ^ (std::uint64_t{offset} * 0x9E3779B97F4A7C15ULL));
+}
+
 // One more sample of `period` at row `i` of a pair of per-row counters, grown to `rows` (the
 // table's size now, so they grow with it rather than one row at a time).
 void count(std::vector<std::uint64_t>& samples, std::vector<std::uint64_t>& periods,
@@ -36,6 +40,8 @@ void count(std::vector<std::uint64_t>& samples, std::vector<std::uint64_t>& peri
 profile::profile() {
     node_parent_.push_back(0);
     node_frame_.push_back(no_frame); // the root is never looked up, so it is not indexed
+    site_key_.push_back({0, no_frame, no_offset}); // nor is the root site
+    site_node_.push_back(root);
 }
 
 std::uint32_t profile::intern_frame(std::string_view symbol, std::string_view module) {
@@ -63,8 +69,6 @@ std::uint8_t profile::intern_event(std::string_view name) {
     events_.push_back(strings_.intern(name));
     self_samples_.emplace_back();
     self_period_.emplace_back();
-    site_samples_.emplace_back();
-    site_period_.emplace_back();
     return static_cast<std::uint8_t>(events_.size() - 1);
 }
 
@@ -83,33 +87,52 @@ std::uint32_t profile::child(std::uint32_t parent, std::uint32_t frame) {
     return n;
 }
 
-std::uint32_t profile::intern_site(std::uint32_t node, std::uint32_t offset) {
-    if (last_site_ != no_frame && site_node_[last_site_] == node &&
-        site_offset_[last_site_] == offset)
-        return last_site_;
-    const auto found = site_index_.find(pair_hash(node, offset), [&](std::uint32_t s) {
-        return site_node_[s] == node && site_offset_[s] == offset;
-    });
+std::uint32_t profile::child_site(std::uint32_t parent_site, std::uint32_t frame,
+                                  std::uint32_t offset) {
+    const auto found =
+        site_index_.find(site_hash(parent_site, frame, offset), [&](std::uint32_t s) {
+            const auto& k = site_key_[s];
+            return k.parent == parent_site && k.offset == offset && k.frame == frame;
+        });
     if (found.id != dense_index::none)
-        return last_site_ = found.id;
+        return found.id;
+    const auto node = child(site_node_[parent_site], frame);
     const auto s = static_cast<std::uint32_t>(site_node_.size());
+    site_key_.push_back({parent_site, frame, offset});
     site_node_.push_back(node);
-    site_offset_.push_back(offset);
     site_index_.insert(found.slot, s, [this](std::uint32_t i) {
-        return pair_hash(site_node_[i], site_offset_[i]);
+        const auto& k = site_key_[i];
+        return site_hash(k.parent, k.frame, k.offset);
     });
-    return last_site_ = s;
+    return s;
 }
 
 void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid,
                          std::uint32_t tid, std::string_view comm, std::uint8_t event,
                          std::uint64_t period, std::uint32_t leaf_offset) {
+    if (node != last_node_ || leaf_offset != last_offset_) {
+        path_.clear();
+        for (auto n = node; n != root; n = node_parent_[n])
+            path_.push_back(node_frame_[n]);
+        std::uint32_t site = 0;
+        for (std::size_t i = path_.size(); i-- > 0;)
+            site = child_site(site, path_[i], i == 0 ? leaf_offset : no_offset);
+        last_node_ = node;
+        last_offset_ = leaf_offset;
+        last_site_ = site;
+    }
+    add_sample_at(time_ns, last_site_, pid, tid, comm, event, period);
+}
+
+void profile::add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint32_t pid,
+                            std::uint32_t tid, std::string_view comm, std::uint8_t event,
+                            std::uint64_t period) {
     if (time_.empty() || time_ns < first_time_)
         first_time_ = time_ns;
     if (time_ns > last_time_)
         last_time_ = time_ns;
     const std::size_t index = time_.size();
-    const std::uint32_t site = intern_site(node, leaf_offset);
+    const std::uint32_t node = site_node_[site];
     time_.push_back(time_ns);
     site_.push_back(site);
     tid_.push_back(tid);
@@ -122,7 +145,6 @@ void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_
     }
 
     count(self_samples_[event], self_period_[event], node, node_parent_.size(), period);
-    count(site_samples_[event], site_period_[event], site, site_node_.size(), period);
 
     if (tid != last_tid_ || !last_thread_) {
         auto [it, fresh] = threads_.try_emplace(tid);
@@ -259,14 +281,12 @@ std::size_t profile::memory_bytes() const noexcept {
         self += v.capacity() * 8;
     for (const auto& v : self_period_)
         self += v.capacity() * 8;
-    for (const auto& v : site_samples_)
-        self += v.capacity() * 16; // and as much for site_period_
 
     return sample_bytes() + strings_.memory_bytes() + self +
            (frame_symbol_.capacity() + frame_module_.capacity()) * 4 + frame_index_.memory_bytes() +
            frame_hash_.capacity() * 8 + (node_parent_.capacity() + node_frame_.capacity()) * 4 +
-           node_index_.memory_bytes() + (site_node_.capacity() + site_offset_.capacity()) * 4 +
-           site_index_.memory_bytes() + threads_.size() * 48;
+           node_index_.memory_bytes() + site_key_.capacity() * sizeof(site_key) +
+           site_node_.capacity() * 4 + site_index_.memory_bytes() + threads_.size() * 48;
 }
 
 } // namespace collector

@@ -4,10 +4,15 @@
 //   frames    (symbol, module) pairs: one per function
 //   trie      (parent node, frame) -> node; node 0 is the root; a node's id is larger than
 //             its parent's, so a reverse sweep over ids visits children before parents
-//   sites     (node, offset of the sampled instruction into the leaf's symbol): where a
-//             sample was, down to the instruction when perf printed `sym+0x…`; samples and
-//             period per event per site, which the symbolizer turns into source lines and
-//             addresses. Every sample has one (offset `no_offset` when perf gave none).
+//   sites     a trie beside the stack trie, of where in each frame's function the stack was:
+//             (caller's site, frame, offset) -> site, site 0 the root. The offset is into the
+//             frame's symbol — for the leaf the sampled instruction, for a caller the return
+//             address of its call (`sym+0x…` as perf printed it; `no_offset` when it printed
+//             none; for a frame nobody named, its address in its module). Each site knows its
+//             node: two calls of one function from two lines are two sites of one node. A
+//             sample is at its leaf's site; the symbolizer turns sites into source lines,
+//             call-site lines and addresses. Sites keep no counters: the views that need
+//             them (source, pprof) scan the samples.
 //   samples   columns: time (ns), site, tid, event, period — 21 bytes a sample; a sample's
 //             node is its site's
 //   compacted the oldest samples, folded when memory runs short (compact): one row per
@@ -58,8 +63,15 @@ public:
     std::uint32_t intern_frame(std::string_view symbol, std::string_view module);
     std::uint8_t intern_event(std::string_view name);
     std::uint32_t child(std::uint32_t parent, std::uint32_t frame);
-    // `leaf_offset`: the sample's address as an offset into its leaf function's symbol, when
-    // perf printed one.
+    // The site of `frame` at `offset`, called from `parent_site` (0: the root); its node is
+    // the child of the parent site's node for that frame.
+    std::uint32_t child_site(std::uint32_t parent_site, std::uint32_t frame, std::uint32_t offset);
+    // A sample at `site` (its leaf's).
+    void add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint32_t pid,
+                       std::uint32_t tid, std::string_view comm, std::uint8_t event,
+                       std::uint64_t period);
+    // A sample at `node`, only its leaf's offset known (`leaf_offset`, into the leaf
+    // function's symbol): its callers' sites have no offset.
     void add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid, std::uint32_t tid,
                     std::string_view comm, std::uint8_t event, std::uint64_t period,
                     std::uint32_t leaf_offset = no_offset);
@@ -121,20 +133,19 @@ public:
         return threads_;
     }
     std::size_t site_count() const noexcept { return site_node_.size(); }
+    // Whether callers may no longer add sites of their own: the site trie holds four sites a
+    // node and 16 Ki more (a caller's offset then goes unrecorded; its node still counts).
+    bool caller_sites_full() const noexcept {
+        return site_node_.size() >= 4 * node_parent_.size() + 16384;
+    }
     std::uint32_t site_node(std::uint32_t s) const noexcept { return site_node_[s]; }
     std::uint32_t site_frame(std::uint32_t s) const noexcept { return node_frame_[site_node_[s]]; }
-    std::uint32_t site_offset(std::uint32_t s) const noexcept { return site_offset_[s]; }
-    // Per-site counts for event `e` (indexed by site id; may be shorter than site_count()).
-    const std::vector<std::uint64_t>& site_samples(std::uint8_t e) const {
-        return site_samples_[e];
-    }
-    const std::vector<std::uint64_t>& site_period(std::uint8_t e) const { return site_period_[e]; }
+    std::uint32_t site_offset(std::uint32_t s) const noexcept { return site_key_[s].offset; }
+    std::uint32_t site_parent(std::uint32_t s) const noexcept { return site_key_[s].parent; }
     std::uint64_t first_time() const noexcept { return first_time_; }
     std::uint64_t last_time() const noexcept { return last_time_; }
 
 private:
-    std::uint32_t intern_site(std::uint32_t node, std::uint32_t offset);
-
     string_table strings_;
     std::vector<std::uint32_t> events_; // string ids
 
@@ -145,10 +156,15 @@ private:
     std::vector<std::uint32_t> node_parent_, node_frame_;
     dense_index node_index_{4096};
 
-    std::vector<std::uint32_t> site_node_, site_offset_;
+    struct site_key { // what a site is looked up by, together: one cache line a probe
+        std::uint32_t parent, frame, offset;
+    };
+    std::vector<site_key> site_key_;
+    std::vector<std::uint32_t> site_node_;
     dense_index site_index_;
-    std::vector<std::vector<std::uint64_t>> site_samples_, site_period_;
-    std::uint32_t last_site_ = no_frame;
+    // add_sample's last (node, leaf offset) and its site.
+    std::uint32_t last_node_ = no_frame, last_offset_ = no_offset, last_site_ = 0;
+    std::vector<std::uint32_t> path_; // add_sample's walk, leaf first
 
     column<std::uint64_t> time_;
     column<std::uint32_t> site_, tid_;

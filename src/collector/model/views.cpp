@@ -78,12 +78,30 @@ std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter
 }
 
 std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f) {
-    return self_weights(
-        p, f, p.site_count(),
-        [&](bool period) -> const auto& {
-            return period ? p.site_period(f.event) : p.site_samples(f.event);
-        },
-        [&](const sample_row& s) { return s.site; });
+    // Sites keep no running counters (they would cost 16 bytes a site and event, for views
+    // asked for now and then: source lines, pprof): the samples are scanned.
+    std::vector<std::uint64_t> self(p.site_count(), 0);
+    if (f.event < p.event_count())
+        for_each_sample(p, f, [&](const sample_row& s) { self[s.site] += s.weight(f.by_period); });
+    return self;
+}
+
+call_place call_offset(const profile& p, std::uint32_t caller, std::uint32_t callee) {
+    const auto back = p.site_offset(caller);
+    const auto kernel = [&](std::uint32_t s) {
+        return p.module(p.site_frame(s)).starts_with("[kernel");
+    };
+    const bool into_kernel = kernel(callee) && !kernel(caller);
+    if (back == profile::no_offset || back == 0 || into_kernel)
+        return {back, into_kernel};
+    return {back - 1, false};
+}
+
+std::vector<std::uint64_t> site_inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {
+    w.resize(p.site_count(), 0);
+    for (std::size_t s = w.size(); s-- > 1;) // a site's id is larger than its caller's
+        w[p.site_parent(static_cast<std::uint32_t>(s))] += w[s];
+    return w;
 }
 
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> w) {

@@ -54,6 +54,21 @@ std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter
 std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter& f);
 // Inclusive weight of every node (self plus descendants).
 std::vector<std::uint64_t> inclusive_weights(const profile& p, std::vector<std::uint64_t> self);
+// Where a caller's site `caller` stood when it led to `callee` (its child site), as an offset
+// into the caller's function: the call instruction, just before the return address perf
+// printed; but where the caller is the program and the callee the kernel (an interrupt, a
+// fault, a system call), the address perf printed itself — the instruction interrupted or
+// trapping, or the one after the system call. `no_offset` when none is known. `into_kernel`
+// says which.
+struct call_place {
+    std::uint32_t offset;
+    bool into_kernel;
+};
+call_place call_offset(const profile& p, std::uint32_t caller, std::uint32_t callee);
+
+// Inclusive weight of every site (its own samples and those of the sites it called).
+std::vector<std::uint64_t> site_inclusive_weights(const profile& p,
+                                                  std::vector<std::uint64_t> self);
 
 struct function_row {
     std::uint32_t frame;

@@ -1,5 +1,7 @@
 #include "collector/parse/perf_script.hpp"
 
+#include <algorithm>
+
 #include <cstring>
 
 namespace collector {
@@ -326,6 +328,7 @@ bool script_parser::header(std::string_view l) {
         have_event_ = true;
     }
     frames_.clear();
+    offsets_.clear();
     pending_ = true;
     if (!h.rest.empty() && !is_tracepoint(h.event))
         frame_text(h.rest); // flat output: the only frame is on the header line (a
@@ -344,9 +347,8 @@ bool script_parser::frame_text(std::string_view text) {
         // An ip with nothing after it: a frame perf could not name.
         if (text.empty() || !is_hex(text.front()))
             return false;
-        if (frames_.empty())
-            leaf_offset_ = profile::no_offset;
         frames_.push_back(profile_.intern_frame("[unknown]", "[unknown]"));
+        offsets_.push_back(profile::no_offset);
         return true;
     }
     for (std::size_t i = 0; i < sp; ++i)
@@ -370,8 +372,8 @@ bool script_parser::frame_text(std::string_view text) {
             rest = trim(rest.substr(0, open));
         }
     }
-    // "+0x<hex>" is the instruction: the function is the frame, and the leaf's offset is
-    // kept for source lines.
+    // "+0x<hex>" is the instruction (a caller's: the return address of its call): the
+    // function is the frame, and the offset is kept for source and call-site lines.
     std::uint32_t offset = profile::no_offset;
     const auto plus = rest.rfind("+0x");
     if (plus != std::string_view::npos && plus + 3 < rest.size()) {
@@ -379,7 +381,7 @@ bool script_parser::frame_text(std::string_view text) {
         for (std::size_t i = plus + 3; i < rest.size(); ++i)
             hex = hex && is_hex(rest[i]);
         if (hex) {
-            if (frames_.empty() && rest.size() - plus <= 11) { // only the leaf's is kept
+            if (rest.size() - plus <= 11) { // 32 bits at most
                 std::uint32_t value = 0;
                 for (std::size_t i = plus + 3; i < rest.size(); ++i)
                     value = value * 16 + static_cast<std::uint32_t>(hex_value(rest[i]));
@@ -398,24 +400,22 @@ bool script_parser::frame_text(std::string_view text) {
         std::uint32_t named_offset = profile::no_offset;
         const auto frame = named_frame(module, hex_u64(text.substr(0, sp)), named_offset);
         if (frame != profile::no_frame) {
-            if (frames_.empty())
-                leaf_offset_ = named_offset;
             frames_.push_back(frame);
+            offsets_.push_back(named_offset);
             return true;
         }
     }
     if (kernel && rest == "[unknown]")
         ++stats_.unnamed_kernel;
-    if (frames_.empty()) {
-        leaf_offset_ = offset;
-        // A frame nobody could name, in a module perf could: perf prints the address in that
-        // module, which stands in for the offset (the function table lists them per module).
-        if (rest == "[unknown]")
-            leaf_offset_ = !module.empty() && module.front() != '[' && sp <= 8
-                               ? hex_u32(text.substr(0, sp))
-                               : profile::no_offset; // not "[unknown]", not the kernel's
-    }
+    // A frame nobody could name, in a module perf could: perf prints the address in that
+    // module, which stands in for the offset (the function table lists them per module, and
+    // the collector's symbols can name it later).
+    if (rest == "[unknown]")
+        offset = !module.empty() && module.front() != '[' && sp <= 8
+                     ? hex_u32(text.substr(0, sp))
+                     : profile::no_offset; // not "[unknown]", not the kernel's
     frames_.push_back(profile_.intern_frame(rest, module));
+    offsets_.push_back(offset);
     return true;
 }
 
@@ -447,24 +447,76 @@ void script_parser::commit() {
     if (!pending_)
         return;
     pending_ = false;
-    const std::uint32_t leaf_offset = frames_.empty() ? profile::no_offset : leaf_offset_;
-    std::uint32_t node;
-    if (frames_ == last_frames_ && !frames_.empty()) {
-        node = last_node_;
-    } else {
-        node = profile::root;
-        if (frames_.empty()) {
-            if (unknown_frame_ == profile::no_frame)
-                unknown_frame_ = profile_.intern_frame("[unknown]", "[unknown]");
-            node = profile_.child(node, unknown_frame_);
-        }
-        for (auto it = frames_.rbegin(); it != frames_.rend(); ++it)
-            node = profile_.child(node, *it);
-        last_frames_.swap(frames_);
-        last_node_ = node;
+    if (frames_.empty()) { // a sample with no stack: one frame nobody named
+        if (unknown_frame_ == profile::no_frame)
+            unknown_frame_ = profile_.intern_frame("[unknown]", "[unknown]");
+        frames_.push_back(unknown_frame_);
+        offsets_.push_back(profile::no_offset);
     }
+    // The frames shared from the root with the thread's previous sample (same functions,
+    // same offsets) keep their sites.
+    const std::size_t n = frames_.size();
+    auto& last = last_[(tid_ * 0x9E3779B1U) >> (32 - 6)];
+    static_assert(std::tuple_size_v<decltype(last_)> == 64);
+    if (last.tid != tid_) {
+        last.tid = tid_;
+        last.frames.clear();
+        last.offsets.clear();
+    }
+    const std::size_t m = last.frames.size();
+    std::size_t same = 0;
+    while (same < n && same < m && frames_[n - 1 - same] == last.frames[m - 1 - same] &&
+           offsets_[n - 1 - same] == last.offsets[m - 1 - same])
+        ++same;
+    // Callers' offsets name their call sites. Two rules keep the site trie about the size of
+    // the stack trie: a caller already on the path closer to the root (recursion, direct or
+    // through others) keeps no offset — its call lines are told apart at its outermost call
+    // only, which holds all the rest — and past the profile's allowance of sites no caller
+    // keeps one (its samples stay, their call lines are counted as lost). Only the frames
+    // not shared are looked at: the shared ones' sites were made by the same rules.
+    const std::size_t fresh = n - same;
+    const bool full = fresh > 1 && profile_.caller_sites_full();
+    bool dropped = false;
+    // Whether frames_[i] recurs closer to the root: a scan for a few fresh frames, marks
+    // for many.
+    const bool marks = !full && fresh > 8 && fresh * n > 1024;
+    auto marked = [this](std::uint32_t f) { // marks `f`; whether it was marked already
+        if (f >= seen_.size())
+            seen_.resize(std::max<std::size_t>(f + 1, seen_.size() * 2), 0);
+        return std::exchange(seen_[f], generation_) == generation_;
+    };
+    if (marks) {
+        if (++generation_ == 0) { // wrapped: forget every mark
+            std::fill(seen_.begin(), seen_.end(), 0);
+            generation_ = 1;
+        }
+        for (std::size_t i = fresh; i < n; ++i)
+            marked(frames_[i]);
+    }
+    last.sites.resize(same);
+    std::uint32_t site = same ? last.sites[same - 1] : 0;
+    for (std::size_t i = fresh; i-- > 0;) {
+        auto offset = offsets_[i];
+        if (i > 0) {
+            const auto above = frames_.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+            const bool recurs =
+                marks ? marked(frames_[i])
+                      : offset != profile::no_offset && !full &&
+                            std::find(above, frames_.end(), frames_[i]) != frames_.end();
+            if (offset != profile::no_offset && (full || recurs)) {
+                dropped = dropped || full;
+                offset = profile::no_offset;
+            }
+        }
+        site = profile_.child_site(site, frames_[i], offset);
+        last.sites.push_back(site);
+    }
+    stats_.call_sites_dropped += dropped;
+    last.frames.swap(frames_);
+    last.offsets.swap(offsets_);
     frames_.clear();
-    profile_.add_sample(time_ns_, node, pid_, tid_, comm_, event_, period_, leaf_offset);
+    offsets_.clear();
+    profile_.add_sample_at(time_ns_, site, pid_, tid_, comm_, event_, period_);
     ++stats_.samples;
 }
 

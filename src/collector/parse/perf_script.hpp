@@ -19,6 +19,7 @@
 #include "collector/model/profile.hpp"
 #include "protocol/frame.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -39,6 +40,8 @@ struct script_stats {
     std::uint64_t comments = 0;       // '#' lines (perf script --header)
     std::uint64_t deep_frames = 0;    // frames beyond max_stack_frames, left out
     std::uint64_t unnamed_kernel = 0; // kernel frames neither perf nor the namer could name
+    // Samples whose callers' call sites were not kept: the profile held all the sites it may.
+    std::uint64_t call_sites_dropped = 0;
 };
 
 // Frames kept per sample, outermost ones dropped beyond it: perf's own limit is 127
@@ -113,10 +116,20 @@ private:
     std::uint32_t pid_ = 0, tid_ = 0;
     std::uint8_t event_ = 0;
     std::string comm_;
-    std::vector<std::uint32_t> frames_; // leaf first
-    std::uint32_t leaf_offset_ = profile::no_offset;
-    std::vector<std::uint32_t> last_frames_; // the previous sample's, to reuse its node
-    std::uint32_t last_node_ = profile::root;
+    std::vector<std::uint32_t> frames_;  // leaf first
+    std::vector<std::uint32_t> offsets_; // each frame's offset into its symbol (profile.hpp)
+    // A thread's previous sample: its frames and offsets, and its sites root first. The part
+    // of its stack a sample shares from the root with the last one of its thread (threads
+    // interleave in perf's output) is not looked up again. 64 threads at a time, by tid's hash.
+    struct last_stack {
+        std::uint32_t tid = 0xFFFFFFFFU;
+        std::vector<std::uint32_t> frames, offsets, sites;
+    };
+    std::array<last_stack, 64> last_;
+    // Frames on the path of the sample being committed (seen_[frame] == generation_), for the
+    // recursion rule.
+    std::vector<std::uint32_t> seen_;
+    std::uint32_t generation_ = 0;
     std::string last_event_name_;
     bool have_event_ = false;
     std::uint32_t unknown_frame_ = profile::no_frame;

@@ -23,13 +23,61 @@ constexpr std::uintmax_t max_source_bytes = 16 << 20;
 
 struct line_weight {
     std::uint64_t samples = 0, value = 0, self_value = 0;
+    std::uint64_t call_value = 0;               // in what the calls on this line called
+    std::map<std::string, std::uint64_t> calls; // callee -> that weight
 };
 
 struct file_weight {
     line_weight total, self;
     std::map<std::uint32_t, line_weight> lines;
-    std::map<std::string, std::uint64_t> functions; // perf's function name -> value
+    // perf's function name -> its weight here, its calls' included
+    std::map<std::string, std::uint64_t> functions;
 };
+
+// The heaviest `n` of a callee -> weight map, heaviest first.
+std::vector<std::pair<std::uint64_t, std::string>>
+heaviest(const std::map<std::string, std::uint64_t>& m, std::size_t n) {
+    std::vector<std::pair<std::uint64_t, std::string>> v;
+    for (const auto& [name, w] : m)
+        v.emplace_back(w, name);
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    if (v.size() > n)
+        v.resize(n);
+    return v;
+}
+
+// Where `function` was called from, heaviest first (ten at most): each call instruction that
+// led to it, its caller and line (none when the caller has no line information), and the
+// weight of what that call led to.
+template <class Weights>
+json::array called_from(const std::string& function, const std::vector<symbolizer::site>& sites,
+                        const std::vector<Weights>& values,
+                        const std::vector<symbolizer::placement>& where, std::uint64_t total) {
+    std::vector<std::pair<std::uint64_t, std::size_t>> found; // weight, sites[i]
+    for (std::size_t i = 0; i < sites.size(); ++i)
+        if (const auto c = values[i].callees.find(function); c != values[i].callees.end())
+            found.emplace_back(c->second, i);
+    std::sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    json::array out;
+    for (std::size_t k = 0; k < found.size() && k < 10; ++k) {
+        const auto [value, i] = found[k];
+        json::object o{{"function", sites[i].symbol},
+                       {"module", sites[i].module},
+                       {"offset", sites[i].offset},
+                       {"value", value},
+                       {"pct", pct(value, total)}};
+        if (!where[i].chain.empty()) {
+            o["file"] = where[i].chain.front().file;
+            o["line"] = where[i].chain.front().line;
+        }
+        out.push_back(std::move(o));
+    }
+    return out;
+}
 
 source_answer not_found(std::string message) {
     return {404, json::object{{"error", {{"code", "no_source"}, {"message", std::move(message)}}}}};
@@ -94,35 +142,61 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                           const std::map<std::string, std::string>& device_build_ids,
                           const std::string& missing_build_id) {
     // Where the samples with an instruction offset landed, per (function, offset): the same
-    // instruction reached along different call paths is one address.
+    // instruction reached along different call paths is one address. And where the calls
+    // were that led to them: a caller's site (its return address; the call is the
+    // instruction before it) weighs what it called. A function that recurs on a stack has its
+    // call site at its outermost call only (the parser's rule), which holds all the rest.
     view_filter by_samples = f;
     by_samples.by_period = false;
     const auto counts = site_self_weights(p, f);
     const auto site_samples = f.by_period ? site_self_weights(p, by_samples) : counts;
+    const auto inclusive = site_inclusive_weights(p, counts);
     std::vector<symbolizer::site> sites;
-    std::vector<std::uint64_t> values, samples;
-    std::unordered_map<std::uint64_t, std::size_t> index; // frame << 32 | offset -> sites[i]
-    std::uint64_t total = 0, placed = 0;
-    for (std::uint32_t s = 0; s < counts.size(); ++s) {
-        if (!counts[s] || p.site_offset(s) == profile::no_offset)
-            continue;
-        const auto frame = p.site_frame(s);
-        if (p.symbol(frame) == "[unknown]")
-            continue; // an address in a module with no symbol for it: no line to place it on
-        total += counts[s];
-        const auto [it, fresh] =
-            index.try_emplace(std::uint64_t{frame} << 32 | p.site_offset(s), sites.size());
+    struct weights {
+        std::uint64_t value = 0, samples = 0, calls = 0;
+        std::map<std::string, std::uint64_t> callees;
+    };
+    std::vector<weights> values;
+    // (frame << 32 | offset) -> sites[i], for sampled instructions and for calls
+    std::unordered_map<std::uint64_t, std::size_t> index, call_index;
+    std::uint64_t total = 0, placed = 0, view_total = 0;
+    auto entry = [&](std::unordered_map<std::uint64_t, std::size_t>& in, std::uint32_t frame,
+                     std::uint32_t offset) -> weights& {
+        const auto [it, fresh] = in.try_emplace(std::uint64_t{frame} << 32 | offset, sites.size());
         if (fresh) {
             const std::string module(p.module(frame));
             const auto id = device_build_ids.find(module);
-            sites.push_back({module, std::string(p.symbol(frame)), p.site_offset(s),
+            sites.push_back({module, std::string(p.symbol(frame)), offset,
                              id == device_build_ids.end() || id->second.empty() ? missing_build_id
                                                                                 : id->second});
-            values.push_back(0);
-            samples.push_back(0);
+            values.emplace_back();
         }
-        values[it->second] += counts[s];
-        samples[it->second] += site_samples[s];
+        return values[it->second];
+    };
+    // Frames with an offset, of a function some symbol named: a line can be found for them.
+    auto placeable = [&](std::uint32_t s) {
+        return s != 0 && p.site_offset(s) != profile::no_offset &&
+               p.symbol(p.site_frame(s)) != "[unknown]";
+    };
+    for (std::uint32_t s = 0; s < counts.size(); ++s) {
+        view_total += counts[s];
+        if (!counts[s] || !placeable(s))
+            continue;
+        total += counts[s];
+        auto& w = entry(index, p.site_frame(s), p.site_offset(s));
+        w.value += counts[s];
+        w.samples += site_samples[s];
+    }
+    for (std::uint32_t s = 1; s < inclusive.size(); ++s) {
+        const auto caller = p.site_parent(s);
+        if (!inclusive[s] || !placeable(caller) || p.site_offset(caller) == 0)
+            continue;
+        // An entry into the kernel is no call: its weight is the line's, its name not listed.
+        const auto at = call_offset(p, caller, s);
+        auto& w = entry(call_index, p.site_frame(caller), at.offset);
+        w.calls += inclusive[s];
+        if (!at.into_kernel)
+            w.callees[std::string(p.symbol(p.site_frame(s)))] += inclusive[s];
     }
     const auto where = symbols.resolve(sites);
 
@@ -130,13 +204,13 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     // file: code inlined from a header weighs on the header's line and on the line that
     // called it. "self" is the innermost file and line only.
     std::map<std::string, file_weight> files;
+    // A call counts the same way, on the lines of the call instruction.
     for (std::size_t i = 0; i < sites.size(); ++i) {
         const auto& chain = where[i].chain;
         if (chain.empty())
             continue;
-        const auto value = values[i];
-        const auto n = samples[i];
-        placed += value;
+        const auto& w = values[i];
+        placed += w.value;
         for (std::size_t k = 0; k < chain.size(); ++k) {
             bool seen = false;
             for (std::size_t j = 0; j < k && !seen; ++j)
@@ -144,26 +218,34 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             if (seen)
                 continue;
             auto& fw = files[chain[k].file];
-            fw.total.samples += n;
-            fw.total.value += value;
+            fw.total.samples += w.samples;
+            fw.total.value += w.value;
             auto& lw = fw.lines[chain[k].line];
-            lw.samples += n;
-            lw.value += value;
+            lw.samples += w.samples;
+            lw.value += w.value;
+            lw.call_value += w.calls;
+            for (const auto& [callee, v] : w.callees)
+                lw.calls[callee] += v;
             if (k == 0) {
-                fw.self.samples += n;
-                fw.self.value += value;
-                lw.self_value += value;
+                fw.self.samples += w.samples;
+                fw.self.value += w.value;
+                lw.self_value += w.value;
             }
-            fw.functions[sites[i].symbol] += value;
+            fw.functions[sites[i].symbol] += w.value + w.calls;
         }
     }
 
     json::object head{{"event", p.event_name(f.event)},
                       {"weight", f.by_period ? "period" : "samples"},
                       {"session_total", total},
+                      {"view_total", view_total},
                       {"placed_pct", pct(placed, total)}};
     json::array warnings;
     head["binaries"] = binaries_json(p, symbols, device_build_ids, warnings);
+    if (p.caller_sites_full())
+        warnings.emplace_back("this profile holds as many call sites as it may (" +
+                              std::to_string(p.site_count()) +
+                              "): the calls of stacks first seen after that are on no line");
     head["warnings"] = std::move(warnings);
 
     std::string file = req.file;
@@ -234,17 +316,26 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         last = std::min<std::uint32_t>(last, hottest + static_cast<std::uint32_t>(context_lines));
     }
     json::array lines;
+    const line_weight none;
     for (std::uint32_t l = first; l <= last; ++l) {
-        const auto lw = fw.lines.find(l);
-        const std::uint64_t n = lw == fw.lines.end() ? 0 : lw->second.samples;
-        const std::uint64_t v = lw == fw.lines.end() ? 0 : lw->second.value;
-        const std::uint64_t self = lw == fw.lines.end() ? 0 : lw->second.self_value;
-        lines.push_back(json::object{{"line", l},
-                                     {"text", l <= text.size() ? text[l - 1] : std::string()},
-                                     {"samples", n},
-                                     {"value", v},
-                                     {"pct", pct(v, fw.total.value)},
-                                     {"self_pct", pct(self, fw.total.value)}});
+        const auto found = fw.lines.find(l);
+        const line_weight& lw = found == fw.lines.end() ? none : found->second;
+        json::object o{{"line", l},
+                       {"text", l <= text.size() ? text[l - 1] : std::string()},
+                       {"samples", lw.samples},
+                       {"value", lw.value},
+                       {"pct", pct(lw.value, fw.total.value)},
+                       {"self_pct", pct(lw.self_value, fw.total.value)},
+                       {"total_value", lw.value + lw.call_value},
+                       {"total_pct", pct(lw.value + lw.call_value, view_total)}};
+        if (!lw.calls.empty()) {
+            json::array calls;
+            for (const auto& [v, callee] : heaviest(lw.calls, 3))
+                calls.push_back(
+                    json::object{{"name", callee}, {"value", v}, {"pct", pct(v, view_total)}});
+            o["calls"] = std::move(calls);
+        }
+        lines.push_back(std::move(o));
     }
     head["file"] = file;
     head["path"] = path ? json::value(*path) : json::value(nullptr);
@@ -259,7 +350,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             if (sites[i].symbol == req.function)
                 for (const auto& loc : where[i].chain)
                     if (loc.file == file) {
-                        mine[loc.line] += values[i];
+                        mine[loc.line] += values[i].value + values[i].calls;
                         break;
                     }
         std::uint32_t focus = hottest;
@@ -271,6 +362,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             }
         head["function"] = req.function;
         head["focus_line"] = focus;
+        head["called_from"] = called_from(req.function, sites, values, where, view_total);
     }
     head["lines"] = std::move(lines);
     return {200, std::move(head)};

@@ -29,8 +29,20 @@ export async function openSource(t) {
   check(code.length > 10 && Math.abs(sum - 100) < 0.5 && /mul|add|mov/.test(hottest.text),
     `matrix_multiply's machine code beside its lines: ${code.length} instructions, the samples on them ${sum.toFixed(1)} % of its own, the hottest "${hottest.text.trim()}"`);
 
-  // The same view from its link, in a fresh page.
+  // Where it was called from: each call's line, a link that opens the caller's file there,
+  // the line marked and naming the call.
+  t.doing = "following a call site of matrix_multiply";
+  const site = page.locator('#called-from a[data-call-site]').first();
+  await site.waitFor({ timeout: 15000 });
+  const call = await site.evaluate((a) => ({ fn: a.dataset.fn, file: a.dataset.file, line: Number(a.dataset.line) }));
   const link = page.url();
+  await site.click();
+  await page.waitForFunction(({ file, line }) => document.querySelector('#source-file').value === file &&
+    document.querySelector(`#source tr#L${line}.focus`), call, { timeout: 15000 });
+  const callText = await page.locator(`#source tr#L${call.line} td.code`).textContent();
+  check(/matrix_multiply/.test(callText), `"called from" opens ${call.fn} at ${call.file.split('/').pop()}:${call.line}, the line marked and naming the call: "${callText.trim().slice(0, 120)}"`);
+
+  // The same view from its link, in a fresh page.
   t.doing = "reopening the link";
   const again = await context.newPage();
   await again.goto(link);
