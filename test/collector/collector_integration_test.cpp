@@ -636,6 +636,33 @@ TEST_CASE("pprof export of a real recording: Go's pprof reads the UI's figures a
         placed += row.flat > 0;
     }
     CHECK(placed >= 2); // the loop's lines, not one line for the whole function
+
+    // Call sites: a worker's line that calls the hot function holds, in pprof's cum (every
+    // sample with that line on its stack), what the Source tab's total shows there.
+    int calls = 0;
+    for (const char* worker : {"matrix_worker", "recurse_worker", "hash_worker"}) {
+        const auto of = json::parse(
+            http_call(coll.http_port, "GET",
+                      base + "/source?weight=samples&function=%28anonymous%20namespace%29%3A%3A" +
+                          worker)
+                .body);
+        if (!of.as_object().contains("lines") || of.at("file").as_string() != source_file)
+            continue;
+        std::map<std::uint64_t, std::uint64_t> total;
+        for (const auto& l : of.at("lines").as_array())
+            total[l.at("line").to_number<std::uint64_t>()] =
+                l.at("total_value").to_number<std::uint64_t>();
+        for (const auto& [name, row] : lines) {
+            const std::string prefix = std::string("::") + worker + " " + source_file + ":";
+            if (name.rfind(prefix, 0) != 0)
+                continue;
+            const auto line = std::stoull(name.substr(prefix.size()));
+            INFO(name);
+            CHECK(row.cum == total[line]);
+            calls += row.cum > row.flat;
+        }
+    }
+    CHECK(calls >= 2); // the workers' call lines, each holding what its call led to
 }
 
 TEST_CASE("every header shape imports from the command line and by upload, and an upload cut "
