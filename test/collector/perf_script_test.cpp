@@ -241,6 +241,62 @@ TEST_CASE("perf script: callers keep their call sites, a recurring one at its ou
     CHECK(r->stats.call_sites_dropped == 0);
 }
 
+TEST_CASE("perf script: a frame that was a caller in the thread's last sample and is the leaf now "
+          "(or the other way round) gets its own site",
+          "[collector][parser]") {
+    const auto r = parse("app 1/1 1.0: 1 cpu-clock:\n"
+                         "\t 1005 g+0x5 (/bin/app)\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 2010 main+0x10 (/bin/app)\n\n"
+                         // the inner f is the leaf now, sampled at the same address
+                         "app 1/1 1.1: 1 cpu-clock:\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 2010 main+0x10 (/bin/app)\n\n"
+                         // and a caller again
+                         "app 1/1 1.2: 1 cpu-clock:\n"
+                         "\t 1005 g+0x5 (/bin/app)\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 1030 f+0x30 (/bin/app)\n"
+                         "\t 2010 main+0x10 (/bin/app)\n\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 3);
+    // The leaf keeps the instruction sampled; the recurring caller keeps none.
+    CHECK(p.site_offset(p.sample_site(1)) == 0x30);
+    CHECK(p.site_offset(p.site_parent(p.sample_site(0))) == profile::no_offset);
+    CHECK(p.site_offset(p.site_parent(p.sample_site(2))) == profile::no_offset);
+    CHECK(p.sample_site(0) == p.sample_site(2));
+}
+
+TEST_CASE(
+    "call sites: an entry into the kernel from the program is placed where perf printed it, and "
+    "a kernel module's call into the kernel is a call",
+    "[collector][parser][views]") {
+    const auto r = parse("app 1/1 1.0: 1 cpu-clock:\n"
+                         "\tffffffff81001000 asm_sysvec_apic_timer_interrupt+0x1a "
+                         "([kernel.kallsyms])\n"
+                         "\t 1010 loop+0x10 (/bin/app)\n\n"
+                         "app 1/1 1.1: 1 cpu-clock:\n"
+                         "\tffffffff81002000 submit_bio+0x8 ([kernel.kallsyms])\n"
+                         "\tffffffffc0001010 ext4_writepages+0x20 ([ext4])\n\n"
+                         "app 1/1 1.2: 1 cpu-clock:\n"
+                         "\tffffffff81003000 do_syscall_64+0x4 ([kernel.kallsyms])\n"
+                         "\t 7ffc1000 __vdso_clock_gettime+0x30 ([vdso])\n\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 3);
+    auto place = [&](std::size_t i) {
+        const auto leaf = p.sample_site(i);
+        return call_offset(p, p.site_parent(leaf), leaf);
+    };
+    CHECK(place(0).into_kernel);
+    CHECK(place(0).offset == 0x10); // the instruction interrupted
+    CHECK_FALSE(place(1).into_kernel);
+    CHECK(place(1).offset == 0x1f); // inside the call instruction
+    CHECK(place(2).into_kernel);    // the vDSO is the process's
+    CHECK(place(2).offset == 0x30);
+}
+
 TEST_CASE("perf script: past its allowance of sites a profile keeps no more call sites, and "
           "counts what it left out",
           "[collector][parser]") {

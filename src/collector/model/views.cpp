@@ -88,8 +88,17 @@ std::vector<std::uint64_t> site_self_weights(const profile& p, const view_filter
 
 call_place call_offset(const profile& p, std::uint32_t caller, std::uint32_t callee) {
     const auto back = p.site_offset(caller);
+    // The kernel and its modules ("[kernel.kallsyms]", "[ext4]", "[bpf_prog]"), not the
+    // bracketed mappings of a process ("[vdso]", "[heap]", "[anon:…]", "[unknown]"…).
     const auto kernel = [&](std::uint32_t s) {
-        return p.module(p.site_frame(s)).starts_with("[kernel");
+        const auto m = p.module(p.site_frame(s));
+        if (m.size() < 3 || m.front() != '[' || m.back() != ']')
+            return false;
+        for (const std::string_view user : {"[vdso]", "[vsyscall]", "[vectors]", "[sigpage]",
+                                            "[uprobes]", "[heap]", "[stack]", "[unknown]"})
+            if (m == user)
+                return false;
+        return !m.starts_with("[anon") && !m.starts_with("[stack:");
     };
     const bool into_kernel = kernel(callee) && !kernel(caller);
     if (back == profile::no_offset || back == 0 || into_kernel)

@@ -468,6 +468,10 @@ void script_parser::commit() {
     while (same < n && same < m && frames_[n - 1 - same] == last.frames[m - 1 - same] &&
            offsets_[n - 1 - same] == last.offsets[m - 1 - same])
         ++same;
+    // A leaf's site is no caller's, nor a caller's a leaf's (a leaf keeps its offset whatever
+    // the rules below say): a frame that changed role is looked up again.
+    if (same > 0 && (same == n) != (same == m))
+        --same;
     // Callers' offsets name their call sites. Two rules keep the site trie about the size of
     // the stack trie: a caller already on the path closer to the root (recursion, direct or
     // through others) keeps no offset — its call lines are told apart at its outermost call

@@ -98,7 +98,12 @@ public:
 
     const script_stats& stats() const noexcept { return stats_; }
     // Bytes the remembered names hold (about).
-    std::size_t memory_bytes() const noexcept { return named_count_ * 48 + named_.size() * 256; }
+    std::size_t memory_bytes() const noexcept {
+        std::size_t stacks = 0;
+        for (const auto& l : last_)
+            stacks += (l.frames.capacity() + l.offsets.capacity() + l.sites.capacity()) * 4;
+        return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4;
+    }
 
 private:
     void line(std::string_view l);

@@ -189,10 +189,12 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     }
     for (std::uint32_t s = 1; s < inclusive.size(); ++s) {
         const auto caller = p.site_parent(s);
-        if (!inclusive[s] || !placeable(caller) || p.site_offset(caller) == 0)
+        if (!inclusive[s] || !placeable(caller))
             continue;
         // An entry into the kernel is no call: its weight is the line's, its name not listed.
         const auto at = call_offset(p, caller, s);
+        if (p.site_offset(caller) == 0 && !at.into_kernel)
+            continue; // a return address at the function's start: no call before it
         auto& w = entry(call_index, p.site_frame(caller), at.offset);
         w.calls += inclusive[s];
         if (!at.into_kernel)
