@@ -40,9 +40,9 @@ const std::string demo_bin = PERFWIRE_DEMO_BIN;
 const std::string own(owner_recording);
 const std::string demo_source = std::string(PERFWIRE_TEST_DIR) + "/../src/demo/demo.cpp";
 
-// The line of demo.cpp holding `marker`.
-std::uint32_t demo_line(const std::string& marker) {
-    std::ifstream in(demo_source);
+// The line of `source` holding `marker`, 1-based; 0 when none does.
+std::uint32_t line_of(const std::string& source, std::string_view marker) {
+    std::istringstream in(source);
     std::uint32_t n = 0;
     for (std::string l; std::getline(in, l);) {
         ++n;
@@ -50,6 +50,12 @@ std::uint32_t demo_line(const std::string& marker) {
             return n;
     }
     return 0;
+}
+
+// The line of demo.cpp holding `marker`.
+std::uint32_t demo_line(const std::string& marker) {
+    std::ifstream in(demo_source);
+    return line_of(std::string((std::istreambuf_iterator<char>(in)), {}), marker);
 }
 
 std::vector<std::string> split_lines(const std::string& text) {
@@ -314,22 +320,6 @@ TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[coll
           (dir.path / "src/demo/demo.cpp").string());
     CHECK_FALSE(sym.source_path("/elsewhere/nothing.cpp"));
 }
-
-namespace {
-
-// The line of `source` holding `marker`, 1-based; 0 when none does.
-std::uint32_t line_of(const std::string& source, std::string_view marker) {
-    std::istringstream in(source);
-    std::uint32_t n = 0;
-    for (std::string l; std::getline(in, l);) {
-        ++n;
-        if (l.find(marker) != std::string::npos)
-            return n;
-    }
-    return 0;
-}
-
-} // namespace
 
 TEST_CASE("call sites: a source line weighs what its call led to, as perf's own stacks say",
           "[collector][symbols][perf]") {
