@@ -43,6 +43,19 @@ public:
         return name{std::move(answer->symbol), answer->offset};
     }
 
+    std::vector<start> starts_of(std::string_view module, std::string_view symbol) override {
+        if (module.empty() || module.front() != '/')
+            return {};
+        const std::string m(module);
+        const auto id = model_.build_id_of(m);
+        std::vector<start> out;
+        for (auto& s : symbols_.starts_of(m, id, std::string(symbol)))
+            out.push_back({s.address, std::move(s.name)});
+        if (!out.empty() && (id.empty() || id == owner_recording))
+            model_.named_without_build_id.insert(m);
+        return out;
+    }
+
 private:
     symbolizer& symbols_;
     session_model& model_;

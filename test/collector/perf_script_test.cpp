@@ -401,6 +401,84 @@ TEST_CASE("every header shape in the table parses to its comm, pid, tid, event a
     CHECK(r->stats.skipped_lines == 0);
 }
 
+namespace {
+
+// The collector's symbols for a module /bin/app with two static work(): a.c's at 0x1150 and
+// b.c's at 0x2170 (0x170 into a page, as a.c's is 0x150), main at 0x3000 its own.
+class two_works final : public frame_namer {
+public:
+    std::optional<name> name_frame(std::string_view, std::uint64_t) override {
+        return std::nullopt;
+    }
+    bool names_all(std::string_view) const override { return false; }
+    std::vector<start> starts_of(std::string_view module, std::string_view symbol) override {
+        ++asked;
+        if (module != "/bin/app")
+            return {};
+        if (symbol == "work")
+            return {{0x1150, "work (a.c)"}, {page_clash ? 0x2150U : 0x2170U, "work (b.c)"}};
+        if (symbol == "main")
+            return {{0x3000, "main"}};
+        return {};
+    }
+    int asked = 0;
+    bool page_clash = false;
+};
+
+// A sample of `pid` in work() at runtime address `start` + 8, called from main (at `main`, or
+// no caller when 0).
+std::string work_sample(std::uint32_t pid, std::uint64_t start, std::uint64_t main = 0) {
+    std::ostringstream s;
+    s << "app " << pid << "/" << pid << " 1.0: 1000 cpu-clock:\n\t" << std::hex << start + 8
+      << " work+0x8 (/bin/app)\n";
+    if (main)
+        s << "\t" << main + 0x20 << " main+0x20 (/bin/app)\n";
+    s << "\n";
+    return s.str();
+}
+
+std::vector<std::string> leaves(const profile& p) {
+    std::vector<std::string> out;
+    for (std::size_t r = 0; r < p.row_count(); ++r)
+        out.emplace_back(p.symbol(p.node_frame(p.row_node(p.row(r)))));
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("functions perf names alike are told apart by where they start: by their place in a "
+          "page, else by where a function of their own name places the module in the process",
+          "[collector][parser]") {
+    two_works names;
+    profile p;
+    script_parser parser(p);
+    parser.name_frames_with(&names);
+    // perf's file addresses (the module at 0): each by its place in a page.
+    parser.feed(work_sample(1, 0x1150) + work_sample(1, 0x2170) + work_sample(1, 0x4150));
+    // Loaded elsewhere in another process (runtime addresses): the page place still tells.
+    parser.feed(work_sample(2, 0x7f0000002170) + work_sample(2, 0x7f0000001150));
+    parser.finish();
+    // 0x4150 is at a.c's place in a page, but the first sample placed the module at 0 in
+    // that process: no function starts there (another build?), so it stays as perf named it.
+    CHECK(leaves(p) ==
+          std::vector<std::string>{"work (a.c)", "work (b.c)", "work", "work (b.c)", "work (a.c)"});
+    CHECK(names.asked == 1); // once per frame perf named
+
+    // Both at one place in a page: main, a function of its own name, places the module.
+    two_works clash;
+    clash.page_clash = true;
+    profile q;
+    script_parser clashing(q);
+    clashing.name_frames_with(&clash);
+    clashing.feed(work_sample(3, 0x5000002150) +               // not placed yet: as perf named it
+                  work_sample(3, 0x5000001150, 0x5000003000) + // main places it
+                  work_sample(3, 0x5000002150) + work_sample(4, 0x6000002150, 0x6000003000) +
+                  work_sample(4, 0x6000009150)); // placed, but no function starts there
+    clashing.finish();
+    CHECK(leaves(q) ==
+          std::vector<std::string>{"work", "work (a.c)", "work (b.c)", "work (b.c)", "work"});
+}
+
 TEST_CASE("side-band records are recognised, lost ones counted, unreadable lines counted",
           "[collector][parser]") {
     const auto r = parse("            :-1    -1/-1   [000]     0.000000: PERF_RECORD_LOST lost 12\n"

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 using namespace std::chrono_literals;
@@ -275,6 +276,68 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
     const auto source = coll.get("/api/sessions/" + stripped_session + "/source");
     CHECK(json::serialize(source.at("binaries")).find("\"origin\":\"debuginfod\"") !=
           std::string::npos);
+}
+
+TEST_CASE("two static work() in two files, profiled live: each its own function and source "
+          "file, on the device's unstripped binary and on a stripped copy",
+          "[collector][integration][perf][symbols]") {
+    temp_dir dir;
+    const std::string bin = PERFWIRE_STATICS_BIN;
+    fs::create_directories(dir.path / "device");
+    fs::create_directories(dir.path / "home");
+    const std::string device = (dir.path / "device" / "perfwire-statics").string();
+    REQUIRE(collector::run_capture({"strip", "--strip-all", "-o", device, bin}).code == 0);
+    collector_proc coll(dir.path / "sessions",
+                        {"--binary", bin, "--debug-dir", (dir.path / "home").string()},
+                        {"HOME=" + (dir.path / "home").string(), "DEBUGINFOD_URLS="});
+    INFO(coll.proc->stderr_text());
+    spawned plain(bin, {"40"});
+    spawned stripped(device, {"40"});
+    std::vector<std::unique_ptr<spawned>> agents;
+    for (const int pid : {plain.pid(), stripped.pid()}) {
+        const auto home = dir.path / ("agent-home-" + std::to_string(pid));
+        fs::create_directories(home);
+        agents.push_back(
+            test_support::start_agent(test_support::agent_flavour::cpp,
+                                      {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                       "--pid", std::to_string(pid), "--duration", "1"},
+                                      {"HOME=" + home.string()}));
+    }
+    std::ifstream in(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
+    const std::string source((std::istreambuf_iterator<char>(in)), {});
+    std::uint32_t cheap_loop = 0, n = 0;
+    std::istringstream lines(source);
+    for (std::string l; std::getline(lines, l) && !cheap_loop;)
+        if (++n, l.find("// statics_b: the cheap loop") != std::string::npos)
+            cheap_loop = n;
+    REQUIRE(cheap_loop > 0);
+    const std::string a = "work (statics_a.cpp)", b = "work (statics_b.cpp)";
+    for (const auto& [pid, module] :
+         {std::pair{plain.pid(), bin}, std::pair{stripped.pid(), device}}) {
+        INFO(module);
+        const auto session = session_of(coll, pid);
+        REQUIRE_FALSE(session.empty());
+        const auto named =
+            shares_of(test_support::poll_json(
+                          coll.http_port, "/api/sessions/" + session + "/functions?limit=500", 15s,
+                          [&](const json::value& v) {
+                              const auto s = shares_of(v, module);
+                              return s.of(a) > 0 && s.of(b) > 0;
+                          }),
+                      module);
+        INFO(a << ": " << named.of(a) << " %, " << b << ": " << named.of(b) << " %");
+        CHECK(named.of("work") == 0);
+        CHECK(named.unknown < 2);
+        CHECK(named.of(b) > 0);
+        CHECK(named.of(a) > 1.5 * named.of(b)); // three times the loop
+        CHECK(std::abs(int(hottest_line(coll, session, b)) - int(cheap_loop)) <= 1);
+        const auto r = test_support::http_call(coll.http_port, "GET",
+                                               "/api/sessions/" + session +
+                                                   "/source?function=" + url_encoded(b));
+        REQUIRE(r.status == 200);
+        CHECK(std::string_view(json::parse(r.body).at("file").as_string())
+                  .ends_with("statics_b.cpp"));
+    }
 }
 
 TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device's perf-PID.map",

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <boost/json/serialize.hpp>
+#include <boost/json/value_from.hpp>
 
 #include <arpa/inet.h>
 #include <atomic>
@@ -56,6 +57,23 @@ std::uint32_t line_of(const std::string& source, std::string_view marker) {
 std::uint32_t demo_line(const std::string& marker) {
     std::ifstream in(demo_source);
     return line_of(std::string((std::istreambuf_iterator<char>(in)), {}), marker);
+}
+
+// A workload built for a test and its stripped copy (one build-id) in `dir`, and the HOME its
+// recordings are made with: perf keeps what it records by build-id under $HOME/.debug, and
+// would name the stripped copy's frames from the unstripped binary it kept there.
+struct stripped_workload {
+    std::string bin, stripped, build_id, bare_home; // bare_home: "HOME=…"
+};
+stripped_workload stripped_copy(const fs::path& dir, const std::string& bin) {
+    stripped_workload w{
+        bin, (dir / fs::path(bin).filename()).string(), {}, "HOME=" + (dir / "bare").string()};
+    REQUIRE(run_capture({"strip", "--strip-all", "-o", w.stripped, bin}).code == 0);
+    const auto id = protocol::read_build_id(bin);
+    REQUIRE(id);
+    w.build_id = *id;
+    fs::create_directories(dir / "bare");
+    return w;
 }
 
 std::vector<std::string> split_lines(const std::string& text) {
@@ -460,6 +478,194 @@ TEST_CASE("call sites: a source line weighs what its call led to, as perf's own 
             sum += c.at("value").to_number<std::uint64_t>();
         }
         CHECK(sum == directly_below["(anonymous namespace)::cheap"]);
+    }
+}
+
+TEST_CASE("two static work() in two files are told apart by where each starts, as perf's own "
+          "srclines place them — unstripped, and stripped with the symbols at the collector",
+          "[collector][symbols][perf]") {
+    test_support::temp_dir dir;
+    const auto [bin, stripped, id, bare] = stripped_copy(dir.path, PERFWIRE_STATICS_BIN);
+    // perf's oracle for the stripped run is read with a HOME whose cache holds the unstripped
+    // binary.
+    fs::create_directories(dir.path / "cached");
+    const std::string cached = "HOME=" + (dir.path / "cached").string();
+    REQUIRE(run_capture({"env", cached, "/usr/bin/perf", "buildid-cache", "-a", bin}).code == 0);
+    std::ifstream in_b(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
+    const std::string source_b((std::istreambuf_iterator<char>(in_b)), {});
+    const auto cheap_loop = line_of(source_b, "// statics_b: the cheap loop");
+    REQUIRE(cheap_loop > 0);
+
+    for (const std::string& program : {bin, stripped}) {
+        INFO(program);
+        const std::string data = (dir.path / "perf.data").string();
+        REQUIRE(run_capture({"env", bare, "/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F",
+                             "999", "-g", "-o", data, "--", program, "1.2"})
+                    .code == 0);
+        const auto script = run_capture({"env", bare, "/usr/bin/perf", "script", "-i", data, "-F",
+                                         "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
+        REQUIRE(script.code == 0);
+        // The oracle: perf's srcline of each frame says which file's work() it is. Per file,
+        // the weight where it is the leaf (self) and where it is on the stack (total).
+        const auto oracle = run_capture({"env", cached, "/usr/bin/perf", "script", "-i", data, "-F",
+                                         "period,ip,sym,symoff,srcline"});
+        REQUIRE(oracle.code == 0);
+        std::map<std::string, std::uint64_t> self, total;
+        {
+            std::uint64_t period = 0;
+            bool leaf = false;
+            std::set<std::string> on_stack;
+            std::string frame;
+            const auto end_sample = [&] {
+                for (const auto& f : on_stack)
+                    total[f] += period;
+                on_stack.clear();
+            };
+            bool header = true; // the first line and each after a blank one: "   1001001 "
+            for (const auto& l : split_lines(oracle.out)) {
+                if (l.empty()) {
+                    header = true;
+                    continue;
+                }
+                if (std::exchange(header, false)) {
+                    end_sample();
+                    period = std::stoull(l);
+                    leaf = true;
+                    continue;
+                }
+                if (l[0] == '\t') {
+                    frame = l;
+                    continue;
+                }
+                // "  statics_b.cpp:8": the srcline of the frame above it.
+                const bool work = frame.find(" work+0x") != std::string::npos;
+                const auto file =
+                    l.substr(l.find_first_not_of(' '), l.rfind(':') - l.find_first_not_of(' '));
+                if (work) {
+                    on_stack.insert(file);
+                    if (leaf)
+                        self[file] += period;
+                }
+                leaf = false;
+            }
+            end_sample();
+        }
+        REQUIRE(self["statics_a.cpp"] > 0);
+        REQUIRE(self["statics_b.cpp"] > 0);
+        CHECK(self.size() == 2);
+
+        // The collector, with the unstripped binary for the device's build, as an agent would
+        // have reported it.
+        symbol_config c;
+        c.binaries = {bin};
+        c.debug_dirs.clear();
+        c.build_id_cache = (dir.path / "bare" / ".debug").string();
+        symbolizer sym(c);
+        session_model m(&sym);
+        m.device_build_ids[program] = id;
+        REQUIRE(m.ingest(false, script.out));
+        std::map<std::string, const function_row*> rows;
+        const auto table = functions(m.prof, {});
+        for (const auto& r : table.rows)
+            if (m.prof.module(r.frame) == program)
+                rows[std::string(m.prof.symbol(r.frame))] = &r;
+        CHECK(rows.count("work") == 0);
+        CHECK(rows.count("[unknown]") == 0);
+        for (const std::string file : {"statics_a.cpp", "statics_b.cpp"}) {
+            const auto name = "work (" + file + ")";
+            REQUIRE(rows.count(name));
+            CHECK(rows.at(name)->self == self[file]);
+            CHECK(rows.at(name)->total == total[file]);
+        }
+
+        // Its Source tab opens its own file, where its weight is.
+        const auto answer =
+            source_view(m.prof, {}, sym, {"", "work (statics_b.cpp)"}, m.device_build_ids);
+        INFO(boost::json::serialize(answer.body).substr(0, 600));
+        REQUIRE(answer.status == 200);
+        CHECK(std::string_view(answer.body.at("file").as_string()).ends_with("statics_b.cpp"));
+        std::uint64_t placed_in_b = 0;
+        for (const auto& l : answer.body.at("lines").as_array())
+            placed_in_b += l.at("value").to_number<std::uint64_t>();
+        const auto self_of = [&](const std::string& fn) {
+            return rows.count(fn) ? rows.at(fn)->self : 0;
+        };
+        CHECK(placed_in_b == self["statics_b.cpp"] + self_of("run_b") +
+                                 self_of("mix_b")); // the file's other functions too
+        const auto focus = answer.body.at("focus_line").to_number<std::uint32_t>();
+        CHECK(focus + 1 >= cheap_loop);
+        CHECK(focus <= cheap_loop + 1);
+        // Called from run_b's line that calls it (a caller the collector named, stripped).
+        const auto& from = answer.body.at("called_from").as_array();
+        REQUIRE_FALSE(from.empty());
+        CHECK(from[0].at("function").as_string() == "run_b");
+        CHECK(from[0].at("line").to_number<std::uint32_t>() ==
+              line_of(source_b, "// run_b calls its work()"));
+
+        // pprof: each sample's leaf in work() sits in its own file.
+        const auto pp =
+            test_support::read_pprof(pprof_profile(m.prof, {}, {&sym, &m.device_build_ids, 1}));
+        std::map<std::string, std::uint64_t> leaf_in;
+        for (const auto& s : pp.samples) {
+            const auto& leaf = pp.locations.at(s.locations.at(0));
+            if (leaf.lines.empty() || !leaf.lines.back().function.starts_with("work"))
+                continue;
+            leaf_in[fs::path(leaf.lines.back().file).filename().string()] += s.values.at(1);
+        }
+        CHECK(leaf_in == self);
+    }
+}
+
+TEST_CASE("PLT stubs of a hot loop calling a shared library are named foo@plt at the collector "
+          "as perf names them — unstripped, and stripped with the symbols at the collector",
+          "[collector][symbols][perf]") {
+    test_support::temp_dir dir;
+    const auto [bin, stripped, id, bare] = stripped_copy(dir.path, PERFWIRE_PLT_BIN);
+    for (const std::string& program : {bin, stripped}) {
+        INFO(program);
+        const std::string data = (dir.path / "perf.data").string();
+        REQUIRE(run_capture({"env", bare, "/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F",
+                             "999", "-o", data, "--", program, "1"})
+                    .code == 0);
+        const auto script = run_capture({"env", bare, "/usr/bin/perf", "script", "-i", data, "-F",
+                                         "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
+        REQUIRE(script.code == 0);
+        // The oracle: perf's own names of the samples in the program, weighed by period.
+        std::map<std::string, std::uint64_t> perf_self;
+        const std::string in_program = " (" + program + ")";
+        for (const auto& l : split_lines(script.out)) {
+            const auto colon = l.find(" cpu-clock:");
+            if (colon == std::string::npos || !l.ends_with(in_program))
+                continue;
+            const auto period = std::stoull(l.substr(l.rfind(' ', colon - 1) + 1));
+            const auto frame = l.substr(l.find_first_not_of(' ', colon + 11));
+            auto name = frame.substr(frame.find(' ') + 1);
+            name = name.substr(0, name.size() - in_program.size());
+            perf_self[name.substr(0, name.rfind("+0x"))] += period;
+        }
+        REQUIRE(perf_self["plt_step@plt"] > 0);
+
+        // The collector names every frame of the program itself (resymbolize).
+        symbol_config c;
+        c.binaries = {bin};
+        c.debug_dirs.clear();
+        c.build_id_cache = (dir.path / "bare" / ".debug").string();
+        c.resymbolize = {program};
+        symbolizer sym(c);
+        session_model m(&sym);
+        m.device_build_ids[program] = id;
+        REQUIRE(m.ingest(false, script.out));
+        std::map<std::string, std::uint64_t> ours;
+        for (const auto& r : functions(m.prof, {}).rows)
+            if (m.prof.module(r.frame) == program)
+                ours[std::string(m.prof.symbol(r.frame))] += r.self;
+        INFO(boost::json::serialize(boost::json::value_from(ours)));
+        CHECK(ours["plt_step@plt"] == perf_self["plt_step@plt"]);
+        CHECK(ours.count("_init") == 0);
+        CHECK(ours.count("[unknown]") == 0);
+        // Unstripped, perf named every sample: the collector names each the same.
+        if (program == bin)
+            CHECK(ours == perf_self);
     }
 }
 
@@ -955,6 +1161,47 @@ TEST_CASE("elf_symbols::at: sizes, gaps, aliases, symbols without a size", "[col
     CHECK(s.at(0x1150)->name == "no_size");      // up to the next symbol
     CHECK(s.at(0x211ff)->name == "big");
     CHECK_FALSE(s.at(0x21200));
+}
+
+TEST_CASE("elf_symbols: functions sharing perf's name get names of their own — the file where "
+          "the files differ, else the parameters, and perf's name where neither differs",
+          "[collector][symbols]") {
+    const auto s = elf_symbols::parse_readelf(
+        "Symbol table '.symtab' contains 12 entries:\n"
+        "   1: 0000000000000000     0 FILE    LOCAL  DEFAULT  ABS a.c\n"
+        "   2: 0000000000001000    16 FUNC    LOCAL  DEFAULT   14 work\n"
+        "   3: 0000000000001010    16 FUNC    LOCAL  DEFAULT   14 _ZN2ns1fEi\n"
+        "   4: 0000000000001020    16 FUNC    LOCAL  DEFAULT   14 _ZN2ns1fEd\n"
+        "   5: 0000000000000000     0 FILE    LOCAL  DEFAULT  ABS b.c\n"
+        "   6: 0000000000002000    16 FUNC    LOCAL  DEFAULT   14 work\n"
+        "   7: 0000000000002010    16 FUNC    LOCAL  DEFAULT   14 _ZN3FooD1Ev\n"
+        "   8: 0000000000002020    16 FUNC    LOCAL  DEFAULT   14 _ZN3FooD2Ev\n"
+        "   9: 0000000000000000     0 FILE    LOCAL  DEFAULT  ABS \n"
+        "  10: 0000000000003000    16 FUNC    GLOBAL DEFAULT   14 main\n"
+        "  11: 0000000000003010    16 FUNC    GLOBAL DEFAULT   14 only\n");
+    CHECK(s.has_same_named());
+    CHECK(s.at(0x1004)->name == "work (a.c)");
+    CHECK(s.at(0x2004)->name == "work (b.c)");
+    CHECK(s.address_of("work (b.c)") == 0x2000);
+    CHECK(s.address_of("work") == 0x1000); // perf's name: the first listed
+    const auto works = s.same_named("work");
+    REQUIRE(works.size() == 2);
+    CHECK(works[0].name == "work (a.c)");
+    CHECK(works[1].start == 0x2000);
+    // Overloads in one file: by their parameters.
+    CHECK(s.at(0x1010)->name == "ns::f(int)");
+    CHECK(s.at(0x1020)->name == "ns::f(double)");
+    CHECK(s.same_named("ns::f").size() == 2);
+    // A complete and a base destructor: one name, one file, one signature — as perf has them.
+    CHECK(s.at(0x2010)->name == "Foo::~Foo");
+    CHECK(s.at(0x2020)->name == "Foo::~Foo");
+    CHECK(s.same_named("Foo::~Foo").empty());
+    CHECK(s.same_named("main").empty());
+    CHECK(s.at(0x3010)->name == "only");
+    // Nothing shared: nothing to tell apart.
+    CHECK_FALSE(elf_symbols::parse_readelf("   2: 0000000000001000    16 FUNC    LOCAL  DEFAULT   "
+                                           "14 work\n")
+                    .has_same_named());
 }
 
 TEST_CASE("locating symbols: build-id first, another build refused, debug link, perf's cache — "

@@ -329,6 +329,7 @@ bool script_parser::header(std::string_view l) {
     }
     frames_.clear();
     offsets_.clear();
+    unplaced_.clear();
     pending_ = true;
     if (!h.rest.empty() && !is_tracepoint(h.event))
         frame_text(h.rest); // flat output: the only frame is on the header line (a
@@ -414,9 +415,85 @@ bool script_parser::frame_text(std::string_view text) {
         offset = !module.empty() && module.front() != '[' && sp <= 8
                      ? hex_u32(text.substr(0, sp))
                      : profile::no_offset; // not "[unknown]", not the kernel's
-    frames_.push_back(profile_.intern_frame(rest, module));
+    auto frame = profile_.intern_frame(rest, module);
+    if (namer_ && rest != "[unknown]" && offset != profile::no_offset && !module.empty() &&
+        module.front() == '/' && sp <= 16)
+        frame = told_apart(frame, module, text.substr(0, sp), offset);
+    frames_.push_back(frame);
     offsets_.push_back(offset);
     return true;
+}
+
+std::uint32_t script_parser::told_apart(std::uint32_t frame, std::string_view module,
+                                        std::string_view ip, std::uint32_t offset) {
+    constexpr std::uint32_t unasked = 0xFFFFFFFFU, alone = 0xFFFFFFFEU;
+    if (frame >= apart_.size())
+        apart_.resize(std::size_t{frame} + 1, unasked);
+    if (apart_[frame] == unasked) {
+        auto starts = namer_->starts_of(module, profile_.symbol(frame));
+        if (starts.empty() || apart_modules_.size() >= max_named_modules) {
+            apart_[frame] = alone;
+            return frame;
+        }
+        apart a;
+        a.module =
+            apart_modules_.try_emplace(std::string(module), apart_modules_.size()).first->second;
+        for (auto& s : starts)
+            a.starts.push_back(
+                {s.address, starts.size() == 1 ? frame : profile_.intern_frame(s.name, module)});
+        apart_[frame] = static_cast<std::uint32_t>(apart_by_.size());
+        apart_by_.push_back(std::move(a));
+    }
+    if (apart_[frame] == alone)
+        return frame;
+    const auto& a = apart_by_[apart_[frame]];
+    // Where the function starts in this process, and where its module is loaded: known from
+    // any function of the module whose name is its own.
+    const std::uint64_t start = hex_u64(ip) - offset;
+    const std::uint64_t key = std::uint64_t{pid_} << 32 | a.module;
+    if (bases_.size() >= max_named_modules * 4)
+        bases_.clear();
+    if (a.starts.size() == 1) {
+        bases_.try_emplace(key, start - a.starts[0].address);
+        return frame;
+    }
+    if (const auto base = bases_.find(key); base != bases_.end()) {
+        for (const auto& s : a.starts)
+            if (s.address == start - base->second)
+                return s.frame;
+        return frame; // none starts there: another build, kept as perf named it
+    }
+    // Not placed yet: a module is loaded at a page boundary, so its functions keep their
+    // place within a page; the only one at this start's place is the one (and places the
+    // module).
+    const apart::start* only = nullptr;
+    std::size_t there = 0;
+    for (const auto& s : a.starts)
+        if (((s.address ^ start) & 0xFFF) == 0) {
+            only = &s;
+            ++there;
+        }
+    if (there == 1) {
+        bases_.try_emplace(key, start - only->address);
+        return only->frame;
+    }
+    // A function further down this stack may place it (commit).
+    if (unplaced_.size() < max_stack_frames)
+        unplaced_.push_back({frames_.size(), start, apart_[frame]});
+    return frame;
+}
+
+void script_parser::place_unplaced() {
+    for (const auto& u : unplaced_) {
+        const auto& a = apart_by_[u.apart];
+        const auto base = bases_.find(std::uint64_t{pid_} << 32 | a.module);
+        if (base == bases_.end() || u.index >= frames_.size())
+            continue;
+        for (const auto& s : a.starts)
+            if (s.address == u.start - base->second)
+                frames_[u.index] = s.frame;
+    }
+    unplaced_.clear();
 }
 
 std::uint32_t script_parser::named_frame(std::string_view module, std::uint64_t address,
@@ -447,6 +524,8 @@ void script_parser::commit() {
     if (!pending_)
         return;
     pending_ = false;
+    if (!unplaced_.empty())
+        place_unplaced();
     if (frames_.empty()) { // a sample with no stack: one frame nobody named
         if (unknown_frame_ == profile::no_frame)
             unknown_frame_ = profile_.intern_frame("[unknown]", "[unknown]");

@@ -81,6 +81,18 @@ public:
     virtual std::optional<name> name_frame(std::string_view module, std::uint64_t address) = 0;
     // Whether every frame of `module` is to be named here, whatever perf called it.
     virtual bool names_all(std::string_view module) const = 0;
+    // Functions of `module` that perf names alike (`symbol`) but the collector's symbols
+    // tell apart: each one's start in the module's file and its own name ("work (a.c)").
+    // When the module has such functions and `symbol` is one function's own, its start
+    // alone. Empty when the module has none.
+    struct start {
+        std::uint64_t address = 0;
+        std::string name;
+    };
+    virtual std::vector<start> starts_of(std::string_view module, std::string_view symbol) {
+        (void)module, (void)symbol;
+        return {};
+    }
 };
 
 class script_parser {
@@ -102,7 +114,10 @@ public:
         std::size_t stacks = 0;
         for (const auto& l : last_)
             stacks += (l.frames.capacity() + l.offsets.capacity() + l.sites.capacity()) * 4;
-        return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4;
+        std::size_t told = apart_.capacity() * 4 + bases_.size() * 32;
+        for (const auto& a : apart_by_)
+            told += 64 + a.starts.capacity() * 16;
+        return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4 + told;
     }
 
 private:
@@ -148,6 +163,34 @@ private:
     };
     std::map<std::string, std::unordered_map<std::uint64_t, named>, std::less<>> named_;
     std::size_t named_count_ = 0;
+
+    // Functions perf names alike, told apart by where they start (frame_namer::starts_of):
+    // `frame` as perf named it, at runtime address `ip` and `offset` into it -> the frame of
+    // the one function starting there.
+    std::uint32_t told_apart(std::uint32_t frame, std::string_view module, std::string_view ip,
+                             std::uint32_t offset);
+    struct apart {
+        std::uint32_t module = 0; // apart_modules_'s number
+        struct start {
+            std::uint64_t address = 0; // in the module's file
+            std::uint32_t frame = 0;
+        };
+        std::vector<start> starts; // one: the frame's own, which places its module
+    };
+    std::vector<std::uint32_t> apart_; // by frame: apart_by_'s index, or not asked / alone
+    std::vector<apart> apart_by_;
+    std::unordered_map<std::string, std::uint32_t> apart_modules_;
+    // (pid, module) -> where the module is loaded in that process, less its file addresses.
+    std::unordered_map<std::uint64_t, std::uint64_t> bases_;
+    // Frames of this sample not placed when read: placed at its end, by what its other
+    // frames placed.
+    struct unplaced {
+        std::size_t index = 0;   // in frames_
+        std::uint64_t start = 0; // its runtime start
+        std::uint32_t apart = 0; // apart_by_'s index
+    };
+    std::vector<unplaced> unplaced_;
+    void place_unplaced();
 };
 
 // Addresses and modules remembered per parser; past them each is asked again (the namer's

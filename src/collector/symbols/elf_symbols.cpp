@@ -124,7 +124,12 @@ std::string strip_return_type(std::string_view s) {
     return cut == std::string_view::npos ? std::string(s) : std::string(s.substr(cut + 1));
 }
 
-std::string perf_symbol_name(std::string_view raw) {
+namespace {
+
+// A symbol table name without its "@VERSION", demangled whole (parameters and all) when it
+// is a C++ name (`cxx`).
+std::string demangled(std::string_view raw, bool& cxx) {
+    cxx = false;
     if (const auto at = raw.find('@'); at != std::string_view::npos && at > 0)
         raw = raw.substr(0, at);
     if (raw.substr(0, 2) != "_Z")
@@ -135,12 +140,39 @@ std::string perf_symbol_name(std::string_view raw) {
         abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
     if (status != 0 || !d)
         return mangled;
-    return strip_return_type(strip_parameters(d.get()));
+    cxx = true;
+    return d.get();
+}
+
+// perf's name with the parameter list it leaves out: "ns::f(int) const".
+std::string signature_of(std::string_view raw) {
+    bool cxx = false;
+    const auto full = demangled(raw, cxx);
+    if (!cxx)
+        return full;
+    const auto bare = strip_parameters(full);
+    return strip_return_type(bare) + full.substr(bare.size());
+}
+
+} // namespace
+
+std::string perf_symbol_name(std::string_view raw) {
+    bool cxx = false;
+    auto name = demangled(raw, cxx);
+    return cxx ? strip_return_type(strip_parameters(name)) : name;
 }
 
 elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t machine) {
     const bool thumb = machine == 40;
     elf_symbols out;
+    // Each function as listed, with its symbol table name and, for a local one, the file
+    // whose FILE symbol it follows.
+    struct listed {
+        entry e;
+        std::string_view raw, file;
+    };
+    std::vector<listed> v;
+    std::string_view file; // the last FILE symbol's name in the table being read
     std::optional<section> plt, plt_sec, got_plt;
     bool in_plt_relocations = false;
     std::vector<std::pair<std::uint64_t, std::string_view>> jump_slots; // GOT slot, name
@@ -162,6 +194,7 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
         }
         if (line.starts_with("Symbol table ")) {
             in_plt_relocations = false;
+            file = {};
             continue;
         }
         if (line.starts_with("Relocation section ")) {
@@ -181,6 +214,10 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
             continue;
         }
         // Num: Value Size Type Bind Vis Ndx Name
+        if (f.size() >= 7 && f[0].ends_with(':') && f[3] == "FILE") {
+            file = f.size() >= 8 ? f[7] : std::string_view(); // nameless: the linker's own
+            continue;
+        }
         if (f.size() < 8 || f[0].empty() || f[0].back() != ':' ||
             (f[3] != "FUNC" && f[3] != "IFUNC") || f[6] == "UND")
             continue;
@@ -201,7 +238,8 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
         out.by_name_.try_emplace(name, address);
         out.by_name_.try_emplace(std::string(f[7]), address);
         const int rank = f[4] == "GLOBAL" ? 0 : f[4] == "WEAK" ? 1 : 2;
-        out.by_address_.push_back({address, size, std::move(name), rank});
+        v.push_back(
+            {{address, size, std::move(name), rank}, f[7], rank == 2 ? file : std::string_view()});
     }
     // The PLT's stubs, "foo@plt" as perf names them: the stub of each jump slot, found by
     // the slot's place in .got.plt (else by the relocations' order).
@@ -218,18 +256,17 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
                 continue;
             auto name = perf_symbol_name(raw) + "@plt";
             out.by_name_.try_emplace(name, at);
-            out.by_address_.push_back({at, layout->entry, std::move(name), 3});
+            v.push_back({{at, layout->entry, std::move(name), 3}, {}, {}});
         }
     // One entry per address: the alias perf would show (global before weak before local,
     // then the first listed), with the largest size any alias gives.
-    auto& v = out.by_address_;
-    std::stable_sort(v.begin(), v.end(), [](const entry& a, const entry& b) {
-        return a.start != b.start ? a.start < b.start : a.rank < b.rank;
+    std::stable_sort(v.begin(), v.end(), [](const listed& a, const listed& b) {
+        return a.e.start != b.e.start ? a.e.start < b.e.start : a.e.rank < b.e.rank;
     });
     std::size_t kept = 0;
     for (std::size_t i = 0; i < v.size(); ++i) {
-        if (kept && v[kept - 1].start == v[i].start) {
-            v[kept - 1].size = std::max(v[kept - 1].size, v[i].size);
+        if (kept && v[kept - 1].e.start == v[i].e.start) {
+            v[kept - 1].e.size = std::max(v[kept - 1].e.size, v[i].e.size);
             continue;
         }
         if (kept != i)
@@ -237,6 +274,55 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
         ++kept;
     }
     v.resize(kept);
+    // Functions sharing perf's name: each gets the name of its file where no other of them
+    // has that file, else its parameters where no other has those; one told apart by neither
+    // keeps perf's name.
+    std::unordered_map<std::string_view, std::vector<std::uint32_t>> by_perf_name;
+    for (std::size_t i = 0; i < v.size(); ++i)
+        by_perf_name[v[i].e.name].push_back(static_cast<std::uint32_t>(i));
+    std::vector<std::pair<std::uint32_t, std::string>> renamed;
+    for (const auto& [name, ids] : by_perf_name) {
+        if (ids.size() < 2)
+            continue;
+        std::vector<std::string> signatures;
+        for (const auto i : ids)
+            signatures.push_back(signature_of(v[i].raw));
+        const auto once = [&](auto&& key, std::size_t k) {
+            std::size_t n = 0;
+            for (std::size_t j = 0; j < ids.size(); ++j)
+                n += key(j) == key(k);
+            return n == 1;
+        };
+        std::size_t own = 0;
+        for (std::size_t k = 0; k < ids.size(); ++k) {
+            const auto& l = v[ids[k]];
+            if (!l.file.empty() && once([&](std::size_t j) { return v[ids[j]].file; }, k))
+                renamed.emplace_back(ids[k], std::string(name) + " (" + std::string(l.file) + ")");
+            else if (signatures[k] != name &&
+                     once([&](std::size_t j) -> const std::string& { return signatures[j]; }, k))
+                renamed.emplace_back(ids[k], signatures[k]);
+            else
+                continue;
+            ++own;
+        }
+        if (own)
+            out.same_named_.emplace(std::string(name), ids);
+    }
+    for (auto& [i, name] : renamed) {
+        out.by_name_.try_emplace(name, v[i].e.start);
+        v[i].e.name = std::move(name);
+    }
+    out.by_address_.reserve(v.size());
+    for (auto& l : v)
+        out.by_address_.push_back(std::move(l.e));
+    return out;
+}
+
+std::vector<elf_symbols::function> elf_symbols::same_named(std::string_view perf_name) const {
+    std::vector<function> out;
+    if (const auto it = same_named_.find(std::string(perf_name)); it != same_named_.end())
+        for (const auto i : it->second)
+            out.push_back({by_address_[i].name, by_address_[i].start});
     return out;
 }
 

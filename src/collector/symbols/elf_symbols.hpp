@@ -13,6 +13,12 @@
 //
 // perf prints C++ names demangled without their parameter lists, so names are demangled and
 // the trailing "(...)" (with any cv/ref qualifiers) is cut off.
+//
+// Several functions may share perf's name in one binary: static functions of several files
+// (`init`, `parse`), C++ overloads. perf shows them as one; here each keeps a name of its own
+// where the symbol table tells them apart — "work (a.c)", by the FILE symbol its local
+// symbols follow, else "f(int)", by its parameters — and the parser tells which one a frame
+// is from its start address (same_named).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +46,8 @@ public:
     // aarch64, arm, s390x; other machines get no stub names).
     static elf_symbols parse_readelf(std::string_view text, std::uint16_t machine = 62);
 
+    // The start of the function named so (perf's name, or the name of its own given to one
+    // of several sharing perf's name; for a shared name, the first listed).
     std::optional<std::uint64_t> address_of(std::string_view perf_name) const;
     // How many bytes the function at `start` spans: its symbol's size, or up to the next
     // symbol when it has none; 0 when no symbol starts there.
@@ -55,13 +63,21 @@ public:
     };
     std::optional<function> at(std::uint64_t address) const;
 
+    // Whether some functions here share perf's name and are told apart by names of their own.
+    bool has_same_named() const noexcept { return !same_named_.empty(); }
+    // The functions perf names `perf_name` when several do and they are told apart: each
+    // one's start and its own name ("work (a.c)"). Empty for a name only one function has.
+    std::vector<function> same_named(std::string_view perf_name) const;
+
 private:
     struct entry {
         std::uint64_t start = 0, size = 0;
-        std::string name; // perf's
+        std::string name; // perf's, or its own where several share perf's
         int rank = 0;     // among aliases at one address: GLOBAL 0, WEAK 1, LOCAL 2, PLT 3
     };
     std::unordered_map<std::string, std::uint64_t> by_name_;
+    // perf's name -> the entries (by_address_ indices) that share it and have names of their own.
+    std::unordered_map<std::string, std::vector<std::uint32_t>> same_named_;
     std::vector<entry> by_address_; // by start; one entry per address
 };
 

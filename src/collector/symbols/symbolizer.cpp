@@ -222,6 +222,21 @@ std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& 
     return frame_name{std::string(f->name), static_cast<std::uint32_t>(*vaddr - f->start)};
 }
 
+std::vector<symbolizer::function_start> symbolizer::starts_of(const std::string& module,
+                                                              const std::string& build_id,
+                                                              const std::string& symbol) {
+    const auto m = table(module, build_id);
+    std::vector<function_start> out;
+    if (!m->symbols || !m->symbols->has_same_named())
+        return out;
+    for (const auto& f : m->symbols->same_named(symbol))
+        out.push_back({f.start, std::string(f.name)});
+    if (out.empty())
+        if (const auto at = m->symbols->address_of(symbol))
+            out.push_back({*at, symbol});
+    return out;
+}
+
 symbolizer::binary& symbolizer::lines_for(const module_symbols& m) {
     binary& b = binaries_.try_emplace(m.source.path).first->second;
     b.used = std::chrono::steady_clock::now();

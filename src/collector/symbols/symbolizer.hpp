@@ -104,6 +104,17 @@ public:
     std::optional<frame_name> name_frame(const std::string& module, const std::string& build_id,
                                          std::uint64_t address);
 
+    // Where functions of `module` share perf's name `symbol` and are told apart
+    // (elf_symbols::same_named): each one's start in the symbol file and its own name. When
+    // the module has such functions and `symbol` is one function's, that one's start (it
+    // places the module in a process). Empty otherwise.
+    struct function_start {
+        std::uint64_t address = 0;
+        std::string name;
+    };
+    std::vector<function_start> starts_of(const std::string& module, const std::string& build_id,
+                                          const std::string& symbol);
+
     struct site {
         std::string module, symbol;
         std::uint32_t offset = 0;
