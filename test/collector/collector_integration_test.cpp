@@ -537,22 +537,25 @@ namespace {
 struct pprof_row {
     std::uint64_t flat = 0, cum = 0;
 };
-std::map<std::string, pprof_row> go_pprof_top(const fs::path& dir, const std::string& file,
-                                              const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"tool",
-                                     "pprof",
-                                     "-top",
-                                     "-sample_index=samples",
-                                     "-nodecount=100000",
-                                     "-nodefraction=0",
-                                     "-edgefraction=0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back(file);
+// What `go tool pprof ARGS` prints.
+std::string go_pprof(const fs::path& dir, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"tool", "pprof"};
+    argv.insert(argv.end(), args.begin(), args.end());
     const auto out = (dir / "pprof.out").string();
-    spawned go("/usr/bin/go", args, out,
+    spawned go("/usr/bin/go", argv, out,
                {"HOME=" + dir.string(), "GOFLAGS=", "GOPATH=" + dir.string()});
     REQUIRE(go.wait(60s) == 0);
     std::ifstream in(out);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+std::map<std::string, pprof_row> go_pprof_top(const fs::path& dir, const std::string& file,
+                                              const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"-top", "-sample_index=samples", "-nodecount=100000",
+                                     "-nodefraction=0", "-edgefraction=0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(file);
+    std::istringstream in(go_pprof(dir, args));
     std::map<std::string, pprof_row> rows;
     bool table = false;
     for (std::string line; std::getline(in, line);) {
@@ -576,22 +579,39 @@ std::map<std::string, pprof_row> go_pprof_top(const fs::path& dir, const std::st
     return rows;
 }
 
+// perf record -g of `target` (perf's arguments after -o), imported by a collector, and the
+// session's pprof export written to a file.
+struct pprof_of_recording {
+    importing_collector coll;
+    std::string base; // the session's API path
+    std::string file; // the export
+    pprof_of_recording(const fs::path& dir, const std::vector<std::string>& target)
+        : coll(dir / "sessions", record(dir, target))
+        , base("/api/sessions/" + coll.session)
+        , file((dir / "profile.pb.gz").string()) {
+        const auto exported = http_call(coll.http_port, "GET", base + "/export?format=pprof");
+        REQUIRE(exported.status == 200);
+        std::ofstream(file, std::ios::binary) << exported.body;
+    }
+    static std::string record(const fs::path& dir, const std::vector<std::string>& target) {
+        const std::string data = (dir / "recording.perf.data").string();
+        std::vector<std::string> args{"record", "-q", "-e", "cpu-clock", "-F",
+                                      "499",    "-g", "-o", data};
+        args.insert(args.end(), target.begin(), target.end());
+        spawned perf("/usr/bin/perf", args);
+        REQUIRE(perf.wait(20s) == 0);
+        return data;
+    }
+};
+
 } // namespace
 
 TEST_CASE("pprof export of a real recording: Go's pprof reads the UI's figures and source lines",
           "[collector][integration][perf][export]") {
     temp_dir dir;
     auto demo = start_demo(60);
-    const std::string data = (dir.path / "demo.perf.data").string();
-    spawned record("/usr/bin/perf", {"record", "-q", "-e", "cpu-clock", "-F", "499", "-g", "-p",
-                                     std::to_string(demo->pid()), "-o", data, "--", "sleep", "1"});
-    REQUIRE(record.wait(20s) == 0);
-    importing_collector coll(dir.path / "sessions", data);
-    const auto base = "/api/sessions/" + coll.session;
-    const auto exported = http_call(coll.http_port, "GET", base + "/export?format=pprof");
-    REQUIRE(exported.status == 200);
-    const auto file = (dir.path / "demo.pb.gz").string();
-    std::ofstream(file, std::ios::binary) << exported.body;
+    const pprof_of_recording r(dir.path, {"-p", std::to_string(demo->pid()), "--", "sleep", "1"});
+    const auto& [coll, base, file] = r;
 
     // Function figures: pprof's flat and cum are the UI's self and total, sample for sample.
     // (-noinlines: code inlined into a function counts as the function's, as in perf and the UI.)
@@ -663,6 +683,54 @@ TEST_CASE("pprof export of a real recording: Go's pprof reads the UI's figures a
         }
     }
     CHECK(calls >= 2); // the workers' call lines, each holding what its call led to
+}
+
+TEST_CASE("two static work() of two files, imported from perf.data: go tool pprof lists each "
+          "in its own file with the function table's and the Source tab's figures",
+          "[collector][integration][perf][export]") {
+    temp_dir dir;
+    const pprof_of_recording r(dir.path, {"--", PERFWIRE_STATICS_BIN, "1"});
+    const auto& [coll, base, file] = r;
+    std::map<std::string, std::uint64_t> self;
+    const auto fns =
+        json::parse(http_call(coll.http_port, "GET", base + "/functions?weight=samples").body);
+    for (const auto& fn : fns.at("functions").as_array())
+        self[std::string(fn.at("name").as_string())] = fn.at("self").to_number<std::uint64_t>();
+    CHECK(self.count("work") == 0);
+    const auto lines = go_pprof_top(dir.path, file, {"-lines", "-noinlines"});
+    const auto listed = go_pprof(dir.path, {"-list", "work", "-sample_index=samples", file});
+    for (const std::string own : {"statics_a.cpp", "statics_b.cpp"}) {
+        const auto fn = "work (" + own + ")";
+        INFO(fn);
+        REQUIRE(self[fn] > 0);
+        // -list: a routine of its own, in its own file.
+        const auto routine = listed.find("ROUTINE ======================== " + fn + " in ");
+        REQUIRE(routine != std::string::npos);
+        CHECK(listed.substr(routine, listed.find('\n', routine) - routine).ends_with("/" + own));
+        // -lines: its lines are in its file, hold its self weight, each what the Source tab
+        // shows there.
+        const auto src =
+            json::parse(http_call(coll.http_port, "GET",
+                                  base + "/source?weight=samples&function=work%20%28" + own + "%29")
+                            .body);
+        const std::string source_file(src.at("file").as_string());
+        CHECK(source_file.ends_with("/" + own));
+        std::map<std::uint64_t, std::uint64_t> shown;
+        for (const auto& l : src.at("lines").as_array())
+            shown[l.at("line").to_number<std::uint64_t>()] =
+                l.at("samples").to_number<std::uint64_t>();
+        std::uint64_t flat = 0;
+        for (const auto& [name, row] : lines) {
+            if (!name.starts_with(fn + " "))
+                continue;
+            INFO(name);
+            const std::string prefix = fn + " " + source_file + ":";
+            REQUIRE(name.starts_with(prefix));
+            CHECK(row.flat == shown[std::stoull(name.substr(prefix.size()))]);
+            flat += row.flat;
+        }
+        CHECK(flat == self[fn]);
+    }
 }
 
 TEST_CASE("every header shape imports from the command line and by upload, and an upload cut "
