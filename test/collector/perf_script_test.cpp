@@ -473,10 +473,12 @@ TEST_CASE("functions perf names alike are told apart by where they start: by the
     clashing.feed(work_sample(3, 0x5000002150) +               // not placed yet: as perf named it
                   work_sample(3, 0x5000001150, 0x5000003000) + // main places it
                   work_sample(3, 0x5000002150) + work_sample(4, 0x6000002150, 0x6000003000) +
-                  work_sample(4, 0x6000009150)); // placed, but no function starts there
+                  work_sample(4, 0x6000009150) + // placed, but no function starts there
+                  // pid 4 again, another program loaded elsewhere: its main says where.
+                  work_sample(4, 0x7000001150, 0x7000003000));
     clashing.finish();
-    CHECK(leaves(q) ==
-          std::vector<std::string>{"work", "work (a.c)", "work (b.c)", "work (b.c)", "work"});
+    CHECK(leaves(q) == std::vector<std::string>{"work", "work (a.c)", "work (b.c)", "work (b.c)",
+                                                "work", "work (a.c)"});
 }
 
 TEST_CASE("side-band records are recognised, lost ones counted, unreadable lines counted",

@@ -1178,7 +1178,9 @@ TEST_CASE("elf_symbols: functions sharing perf's name get names of their own —
         "   8: 0000000000002020    16 FUNC    LOCAL  DEFAULT   14 _ZN3FooD2Ev\n"
         "   9: 0000000000000000     0 FILE    LOCAL  DEFAULT  ABS \n"
         "  10: 0000000000003000    16 FUNC    GLOBAL DEFAULT   14 main\n"
-        "  11: 0000000000003010    16 FUNC    GLOBAL DEFAULT   14 only\n");
+        "  11: 0000000000003010    16 FUNC    GLOBAL DEFAULT   14 only\n"
+        "  12: 0000000000003020    16 FUNC    GLOBAL DEFAULT   14 _ZdlPv\n"
+        "  13: 0000000000003030    16 FUNC    GLOBAL DEFAULT   14 _ZdlPvm\n");
     CHECK(s.has_same_named());
     CHECK(s.at(0x1004)->name == "work (a.c)");
     CHECK(s.at(0x2004)->name == "work (b.c)");
@@ -1198,6 +1200,13 @@ TEST_CASE("elf_symbols: functions sharing perf's name get names of their own —
     CHECK(s.same_named("Foo::~Foo").empty());
     CHECK(s.same_named("main").empty());
     CHECK(s.at(0x3010)->name == "only");
+    CHECK(s.at(0x3024)->name == "operator delete(void*)");
+    // Only a function whose name is its alone places its module in a process.
+    CHECK(s.alone("main") == 0x3000);
+    CHECK_FALSE(s.alone("work"));
+    CHECK_FALSE(s.alone("Foo::~Foo")); // shared, though not told apart
+    CHECK_FALSE(s.alone("operator delete"));
+    CHECK_FALSE(s.alone("nothing"));
     // Nothing shared: nothing to tell apart.
     CHECK_FALSE(elf_symbols::parse_readelf("   2: 0000000000001000    16 FUNC    LOCAL  DEFAULT   "
                                            "14 work\n")

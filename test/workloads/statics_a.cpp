@@ -15,7 +15,9 @@ __attribute__((noinline)) unsigned mix_a(unsigned x) {
     return x ^ 0x9e3779b9U;
 }
 
-static __attribute__((noinline)) unsigned work(unsigned x) {
+// Each work() starts a page (so does statics_b.cpp's): their place in a page does not tell
+// them apart, where the program is loaded does.
+static __attribute__((noinline, aligned(4096))) unsigned work(unsigned x) {
     for (int i = 0; i < 30000; ++i)
         x = x * 1664525U + 1013904223U; // statics_a: the costly loop
     return mix_a(x);

@@ -3,7 +3,7 @@ __attribute__((noinline)) unsigned mix_b(unsigned x) {
     return x + 0x7f4a7c15U;
 }
 
-static __attribute__((noinline)) unsigned work(unsigned x) {
+static __attribute__((noinline, aligned(4096))) unsigned work(unsigned x) {
     for (int i = 0; i < 10000; ++i)
         x = x * 22695477U + 1U; // statics_b: the cheap loop
     return mix_b(x);

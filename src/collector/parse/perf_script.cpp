@@ -436,62 +436,69 @@ std::uint32_t script_parser::told_apart(std::uint32_t frame, std::string_view mo
             return frame;
         }
         apart a;
-        a.module =
-            apart_modules_.try_emplace(std::string(module), apart_modules_.size()).first->second;
+        const auto [m, fresh] =
+            apart_modules_.try_emplace(std::string(module), apart_modules_.size());
+        a.module = m->second;
+        apart_module_bytes_ += fresh ? module.size() + 64 : 0;
         for (auto& s : starts)
             a.starts.push_back(
                 {s.address, starts.size() == 1 ? frame : profile_.intern_frame(s.name, module)});
+        std::sort(a.starts.begin(), a.starts.end(),
+                  [](const auto& x, const auto& y) { return x.address < y.address; });
+        for (std::uint32_t k = 0; k < a.starts.size(); ++k) {
+            const auto [at, first] = a.by_page.try_emplace(a.starts[k].address & 0xFFF, k);
+            if (!first)
+                at->second = alone; // more than one at that place
+        }
         apart_[frame] = static_cast<std::uint32_t>(apart_by_.size());
         apart_by_.push_back(std::move(a));
     }
     if (apart_[frame] == alone)
         return frame;
     const auto& a = apart_by_[apart_[frame]];
-    // Where the function starts in this process, and where its module is loaded: known from
-    // any function of the module whose name is its own.
+    // Where the function starts in this process, and where its module is loaded there: known
+    // from any function of the module whose name is its own (the latest one says).
     const std::uint64_t start = hex_u64(ip) - offset;
     const std::uint64_t key = std::uint64_t{pid_} << 32 | a.module;
     if (bases_.size() >= max_named_modules * 4)
         bases_.clear();
     if (a.starts.size() == 1) {
-        bases_.try_emplace(key, start - a.starts[0].address);
+        bases_.insert_or_assign(key, start - a.starts[0].address);
         return frame;
     }
-    if (const auto base = bases_.find(key); base != bases_.end()) {
-        for (const auto& s : a.starts)
-            if (s.address == start - base->second)
-                return s.frame;
-        return frame; // none starts there: another build, kept as perf named it
+    const auto base = bases_.find(key);
+    if (base != bases_.end()) {
+        if (const auto there = a.at(start - base->second, profile::no_frame);
+            there != profile::no_frame)
+            return there;
+    } else if (const auto only = a.by_page.find(start & 0xFFF);
+               only != a.by_page.end() && only->second != alone) {
+        // Not placed yet: a module is loaded at a page boundary, so its functions keep their
+        // place within a page; the only one at this start's place is the one (and places the
+        // module).
+        const auto& s = a.starts[only->second];
+        bases_.try_emplace(key, start - s.address);
+        return s.frame;
     }
-    // Not placed yet: a module is loaded at a page boundary, so its functions keep their
-    // place within a page; the only one at this start's place is the one (and places the
-    // module).
-    const apart::start* only = nullptr;
-    std::size_t there = 0;
-    for (const auto& s : a.starts)
-        if (((s.address ^ start) & 0xFFF) == 0) {
-            only = &s;
-            ++there;
-        }
-    if (there == 1) {
-        bases_.try_emplace(key, start - only->address);
-        return only->frame;
-    }
-    // A function further down this stack may place it (commit).
+    // A function further down this stack may place it, or place the module anew (commit);
+    // else none starts there (another build) and it keeps perf's name.
     if (unplaced_.size() < max_stack_frames)
         unplaced_.push_back({frames_.size(), start, apart_[frame]});
     return frame;
+}
+
+std::uint32_t script_parser::apart::at(std::uint64_t address, std::uint32_t otherwise) const {
+    const auto it = std::lower_bound(starts.begin(), starts.end(), address,
+                                     [](const start& s, std::uint64_t a) { return s.address < a; });
+    return it != starts.end() && it->address == address ? it->frame : otherwise;
 }
 
 void script_parser::place_unplaced() {
     for (const auto& u : unplaced_) {
         const auto& a = apart_by_[u.apart];
         const auto base = bases_.find(std::uint64_t{pid_} << 32 | a.module);
-        if (base == bases_.end() || u.index >= frames_.size())
-            continue;
-        for (const auto& s : a.starts)
-            if (s.address == u.start - base->second)
-                frames_[u.index] = s.frame;
+        if (base != bases_.end() && u.index < frames_.size())
+            frames_[u.index] = a.at(u.start - base->second, frames_[u.index]);
     }
     unplaced_.clear();
 }

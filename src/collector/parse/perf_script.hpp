@@ -114,9 +114,9 @@ public:
         std::size_t stacks = 0;
         for (const auto& l : last_)
             stacks += (l.frames.capacity() + l.offsets.capacity() + l.sites.capacity()) * 4;
-        std::size_t told = apart_.capacity() * 4 + bases_.size() * 32;
+        std::size_t told = apart_.capacity() * 4 + bases_.size() * 32 + apart_module_bytes_;
         for (const auto& a : apart_by_)
-            told += 64 + a.starts.capacity() * 16;
+            told += 64 + a.starts.capacity() * 16 + a.by_page.size() * 32;
         return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4 + told;
     }
 
@@ -175,11 +175,16 @@ private:
             std::uint64_t address = 0; // in the module's file
             std::uint32_t frame = 0;
         };
-        std::vector<start> starts; // one: the frame's own, which places its module
+        std::vector<start> starts; // by address; one: the frame's own, which places its module
+        // Place in a page -> the one start there (its index), or none when several are.
+        std::unordered_map<std::uint32_t, std::uint32_t> by_page;
+        // The frame of the function starting at `address`, else `otherwise`.
+        std::uint32_t at(std::uint64_t address, std::uint32_t otherwise) const;
     };
     std::vector<std::uint32_t> apart_; // by frame: apart_by_'s index, or not asked / alone
     std::vector<apart> apart_by_;
     std::unordered_map<std::string, std::uint32_t> apart_modules_;
+    std::size_t apart_module_bytes_ = 0;
     // (pid, module) -> where the module is loaded in that process, less its file addresses.
     std::unordered_map<std::uint64_t, std::uint64_t> bases_;
     // Frames of this sample not placed when read: placed at its end, by what its other

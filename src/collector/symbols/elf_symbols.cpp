@@ -284,22 +284,21 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
     for (const auto& [name, ids] : by_perf_name) {
         if (ids.size() < 2)
             continue;
+        out.shared_.emplace(name);
         std::vector<std::string> signatures;
-        for (const auto i : ids)
+        std::unordered_map<std::string_view, std::size_t> files, signed_alike;
+        for (const auto i : ids) {
             signatures.push_back(signature_of(v[i].raw));
-        const auto once = [&](auto&& key, std::size_t k) {
-            std::size_t n = 0;
-            for (std::size_t j = 0; j < ids.size(); ++j)
-                n += key(j) == key(k);
-            return n == 1;
-        };
+            ++files[v[i].file];
+        }
+        for (const auto& sig : signatures)
+            ++signed_alike[sig];
         std::size_t own = 0;
         for (std::size_t k = 0; k < ids.size(); ++k) {
             const auto& l = v[ids[k]];
-            if (!l.file.empty() && once([&](std::size_t j) { return v[ids[j]].file; }, k))
+            if (!l.file.empty() && files[l.file] == 1)
                 renamed.emplace_back(ids[k], std::string(name) + " (" + std::string(l.file) + ")");
-            else if (signatures[k] != name &&
-                     once([&](std::size_t j) -> const std::string& { return signatures[j]; }, k))
+            else if (signatures[k] != name && signed_alike[signatures[k]] == 1)
                 renamed.emplace_back(ids[k], signatures[k]);
             else
                 continue;
@@ -316,6 +315,18 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
     for (auto& l : v)
         out.by_address_.push_back(std::move(l.e));
     return out;
+}
+
+std::optional<std::uint64_t> elf_symbols::alone(std::string_view perf_name) const {
+    const std::string name(perf_name);
+    const auto named = by_name_.find(name);
+    if (named == by_name_.end() || shared_.count(name))
+        return std::nullopt;
+    const auto it = std::lower_bound(by_address_.begin(), by_address_.end(), named->second,
+                                     [](const entry& e, std::uint64_t a) { return e.start < a; });
+    if (it == by_address_.end() || it->start != named->second || it->name != name || it->rank == 3)
+        return std::nullopt;
+    return it->start;
 }
 
 std::vector<elf_symbols::function> elf_symbols::same_named(std::string_view perf_name) const {

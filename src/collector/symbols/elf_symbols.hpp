@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace collector {
@@ -65,6 +66,9 @@ public:
 
     // Whether some functions here share perf's name and are told apart by names of their own.
     bool has_same_named() const noexcept { return !same_named_.empty(); }
+    // The start of the one function perf names `perf_name`: none when several share the name
+    // (told apart or not), for a PLT stub, or for a name only an alias has.
+    std::optional<std::uint64_t> alone(std::string_view perf_name) const;
     // The functions perf names `perf_name` when several do and they are told apart: each
     // one's start and its own name ("work (a.c)"). Empty for a name only one function has.
     std::vector<function> same_named(std::string_view perf_name) const;
@@ -78,7 +82,8 @@ private:
     std::unordered_map<std::string, std::uint64_t> by_name_;
     // perf's name -> the entries (by_address_ indices) that share it and have names of their own.
     std::unordered_map<std::string, std::vector<std::uint32_t>> same_named_;
-    std::vector<entry> by_address_; // by start; one entry per address
+    std::unordered_set<std::string> shared_; // perf's names several functions have
+    std::vector<entry> by_address_;          // by start; one entry per address
 };
 
 } // namespace collector

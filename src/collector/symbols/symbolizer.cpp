@@ -108,13 +108,18 @@ void symbolizer::use_debuginfod(debuginfod_lookup lookup) {
     debuginfod_ = std::move(lookup);
 }
 
+bool symbolizer::usable(const module_slot& slot, bool remote) {
+    // Local files are looked at first: one found without debuginfod is the one it would give.
+    return slot.value && (!remote || !slot.local_only || slot.value->symbols);
+}
+
 bool symbolizer::stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const {
     return slot.value && slot.value->source.pending &&
            (slot.generation != generation_ || now - slot.loaded_at > std::chrono::seconds(2));
 }
 
-std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::string& module,
-                                                                    const std::string& build_id) {
+std::shared_ptr<const symbolizer::module_symbols>
+symbolizer::table(const std::string& module, const std::string& build_id, bool remote) {
     std::shared_ptr<module_slot> slot;
     symbol_config c;
     debuginfod_lookup debuginfod;
@@ -142,7 +147,7 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
         // once when one arrived since (a lookup in flight then may have missed it).
         if (stale(*slot, now))
             slot->value.reset();
-        if (slot->value)
+        if (usable(*slot, remote))
             return slot->value;
         c = config_;
         debuginfod = debuginfod_;
@@ -151,13 +156,13 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
     std::lock_guard loading(slot->loading);
     {
         std::lock_guard lock(config_mutex_);
-        if (slot->value && !stale(*slot, now))
+        if (usable(*slot, remote) && !stale(*slot, now))
             return slot->value;
     }
     auto m = std::make_shared<module_symbols>();
     m->module = module;
     m->device_build_id = build_id;
-    m->source = locate_symbols(c, module, build_id, debuginfod);
+    m->source = locate_symbols(c, module, build_id, remote ? debuginfod : debuginfod_lookup());
     if (m->source.path.empty())
         m->error = "no symbols found for " + module;
     else
@@ -166,6 +171,7 @@ std::shared_ptr<const symbolizer::module_symbols> symbolizer::table(const std::s
     slot->value = m;
     slot->loaded_at = now;
     slot->generation = generation;
+    slot->local_only = !remote;
     return m;
 }
 
@@ -225,14 +231,14 @@ std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& 
 std::vector<symbolizer::function_start> symbolizer::starts_of(const std::string& module,
                                                               const std::string& build_id,
                                                               const std::string& symbol) {
-    const auto m = table(module, build_id);
+    const auto m = table(module, build_id, false);
     std::vector<function_start> out;
     if (!m->symbols || !m->symbols->has_same_named())
         return out;
     for (const auto& f : m->symbols->same_named(symbol))
         out.push_back({f.start, std::string(f.name)});
     if (out.empty())
-        if (const auto at = m->symbols->address_of(symbol))
+        if (const auto at = m->symbols->alone(symbol))
             out.push_back({*at, symbol});
     return out;
 }

@@ -106,8 +106,9 @@ public:
 
     // Where functions of `module` share perf's name `symbol` and are told apart
     // (elf_symbols::same_named): each one's start in the symbol file and its own name. When
-    // the module has such functions and `symbol` is one function's, that one's start (it
-    // places the module in a process). Empty otherwise.
+    // the module has such functions and `symbol` is one function's alone, that one's start (it
+    // places the module in a process). Empty otherwise. Asks every module perf named, so it
+    // reads only local symbol files (never debuginfod).
     struct function_start {
         std::uint64_t address = 0;
         std::string name;
@@ -173,14 +174,20 @@ private:
         std::uint64_t used = 0; // the symbolizer's use clock at the last lookup
         std::chrono::steady_clock::time_point loaded_at;
         std::uint64_t generation = 0; // the symbolizer's generation the value was looked up in
+        bool local_only = false;      // looked up without debuginfod
     };
     std::shared_ptr<const elf_symbols>
     file_symbols(const symbol_config& c, const symbol_source& source, std::string& error);
+    // `remote`: debuginfod may be asked (when nothing local has the module's symbols). A
+    // table looked up without it is looked up again when one with it is wanted and it has no
+    // symbols.
     std::shared_ptr<const module_symbols> table(const std::string& module,
-                                                const std::string& build_id);
+                                                const std::string& build_id, bool remote = true);
     // A debuginfod answer was pending when `slot` was filled, and it was filled before the
     // last answer arrived or long enough ago to ask again. Under config_mutex_.
     bool stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const;
+    // `slot` holds a table a lookup with (`remote`) or without debuginfod may use.
+    static bool usable(const module_slot& slot, bool remote);
     // Lines: an addr2line per symbol file, while it is in use. At most `max_addr2line` run at
     // once (the least recently used is closed for a new one) and one idle for `addr2line_idle`
     // is closed (close_idle); what they answered stays cached, and a closed one starts again
