@@ -374,7 +374,7 @@ TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline st
     temp_dir dir;
     collector_proc coll(dir.path);
     // An agent as slow as one probing an odd perf: it answers both commands 17 s after the
-    // second came, the start within its probing deadline, the stop after its 15 s.
+    // second came, the start within its probing deadline, a resume after its 15 s.
     auto agent = test_support::hello_agent(coll, "slow");
     const auto listed = wait_for(coll, "/api/targets", 10s,
                                  [](const json::value& v) { return v.as_array().size() == 1; });
@@ -410,22 +410,22 @@ TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline st
         start = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
                           R"({"cmd":"start","args":{"pid":4242}})");
     });
-    // The stop goes out once the start has (the agent reads them in that order).
+    // The resume goes out once the start has (the agent reads them in that order).
     while (!start_read && !slow_done)
         std::this_thread::sleep_for(20ms);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto stop = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
-                                R"({"cmd":"stop"})");
-    const auto stop_waited = std::chrono::steady_clock::now() - t0;
+    const auto late = http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                                R"({"cmd":"resume"})");
+    const auto late_waited = std::chrono::steady_clock::now() - t0;
     starting.join();
     slow.join();
-    REQUIRE(asked == std::vector<std::string>{"start", "stop"});
+    REQUIRE(asked == std::vector<std::string>{"start", "resume"});
     CHECK(start.status == 200);
     CHECK_THAT(start.body, Catch::Contains("profiling"));
-    CHECK(stop.status == 409);
-    CHECK_THAT(stop.body, Catch::Contains("no answer from the agent in time"));
-    CHECK(stop_waited < 17s); // it gave up at its own deadline, before the answers came
-    // The late answer to the stop still says what the agent is doing.
+    CHECK(late.status == 409);
+    CHECK_THAT(late.body, Catch::Contains("no answer from the agent in time"));
+    CHECK(late_waited < 17s); // it gave up at its own deadline, before the answers came
+    // The late answer still says what the agent is doing.
     const auto after = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
     });

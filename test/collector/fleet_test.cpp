@@ -1,3 +1,4 @@
+#include "collector/agents/agent_link.hpp"
 #include "collector/fleet/clickhouse.hpp"
 #include "collector/fleet/queries.hpp"
 #include "collector/fleet/rows.hpp"
@@ -406,7 +407,7 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
           "[collector][fleet][clickhouse][perf][integration]") {
     test_support::clickhouse_proc ch;
     test_support::temp_dir d1, d2;
-    auto demo = test_support::start_demo(60);
+    auto demo = test_support::start_demo(600);
     const auto collector = [&](const test_support::temp_dir& d, const std::string& name) {
         return test_support::collector_proc(
             d.path, {"--clickhouse", ch.url(), "--clickhouse-database", "fleet_two",
@@ -441,12 +442,14 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     REQUIRE(targets.size() == 1);
     CHECK(targets[0].at("continuous").as_bool());
     const std::string target(targets[0].at("id").as_string());
-    // A start may take as long as the collector gives it (agent_link::deadline_for: 90 s —
-    // the agent ends its continuous round and probes perf first), so the client waits as long.
+    // A start may take as long as the collector gives it (agent_link::takeover_deadline: the
+    // agent ends its continuous run — perf script names what is left of a whole system's
+    // samples — then probes perf and starts), so the client waits as long. The user's run
+    // lasts until the test stops it.
     const auto started = test_support::http_call(
         c2.http_port, "POST", "/api/targets/" + target + "/command",
-        R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":1}})", {},
-        std::chrono::seconds(95));
+        R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":60}})",
+        {}, std::chrono::duration_cast<std::chrono::seconds>(agent_link::takeover_deadline()) + 5s);
     INFO(started.body);
     REQUIRE(started.status == 200);
     const auto users = json::parse(started.body).at("session_id");

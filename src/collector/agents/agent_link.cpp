@@ -790,6 +790,10 @@ std::chrono::milliseconds agent_link::deadline_for(std::string_view cmd) noexcep
         return std::chrono::seconds(90);
     if (cmd == protocol::cmd::update_apply) // runs the new build's --version (≤ 30 s) first
         return std::chrono::seconds(60);
+    // An agent ends a run in at most 30 s (perf record flushes for 3 s, perf script names what
+    // is left, killed 30 s after the stop), then answers.
+    if (cmd == protocol::cmd::stop || cmd == protocol::cmd::pause)
+        return std::chrono::seconds(40);
     return std::chrono::seconds(15);
 }
 

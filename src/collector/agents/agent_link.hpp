@@ -68,8 +68,13 @@ public:
             std::optional<std::chrono::milliseconds> timeout = std::nullopt,
             bool continuous = false);
     // How long a command may take: those that may probe perf (the first start, reprobe,
-    // verify_perf) take tens of seconds on slow devices and odd perf builds; the rest 15 s.
+    // verify_perf) take tens of seconds on slow devices and odd perf builds, a stop or pause
+    // as long as the agent may take to end a run; the rest 15 s.
     static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
+    // How long a user's start may take when it first stops a continuous run: both in turn.
+    static std::chrono::milliseconds takeover_deadline() noexcept {
+        return deadline_for(protocol::cmd::stop) + deadline_for(protocol::cmd::start);
+    }
 
     // Pushes build `b` (its bytes, whose SHA-256 the caller computed off the I/O thread) to
     // the agent: the offer, the pieces, then the apply. The agent's answer to the apply (it

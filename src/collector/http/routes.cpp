@@ -24,6 +24,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -520,24 +521,37 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
     std::string name(cmd->as_string());
-    const auto stop_continuous = [](std::shared_ptr<agent_link> l) -> asio::awaitable<void> {
+    // A user's run takes the place of continuous profiling, which resumes when it ends: the
+    // agent ends the continuous run first (it answers once it has), and the start follows.
+    // All of it answers within agent_link::takeover_deadline().
+    const auto until = std::chrono::steady_clock::now() + agent_link::takeover_deadline();
+    const auto left = [until](std::string_view command) {
+        const auto now = std::chrono::steady_clock::now();
+        return std::chrono::milliseconds(std::clamp<std::chrono::milliseconds::rep>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count(), 1,
+            agent_link::deadline_for(command).count()));
+    };
+    const auto stop_continuous = [left](std::shared_ptr<agent_link> l) -> asio::awaitable<void> {
         std::string stop(protocol::cmd::stop); // (locals: GCC 12 and temporaries in co_await)
         json::object no_args;
-        (void)co_await l->command(std::move(stop), std::move(no_args));
+        const auto deadline = left(stop);
+        (void)co_await l->command(std::move(stop), std::move(no_args), deadline);
     };
-    // A user's run takes the place of continuous profiling, which resumes when it ends.
-    if (name == protocol::cmd::start && link->in_continuous_run()) {
+    const bool start = name == protocol::cmd::start;
+    if (start && link->in_continuous_run()) {
         auto stopping = stop_continuous(link);
         co_await std::move(stopping);
     }
     json::object kept_args = args;
     std::string asked = name;
-    auto r = co_await link->command(std::move(name), std::move(args));
-    if (!r.ok && asked == protocol::cmd::start && r.error == "already profiling" &&
-        link->in_continuous_run()) { // a continuous start was answered first: once more
+    const auto deadline = start ? std::optional(left(name)) : std::nullopt;
+    auto r = co_await link->command(std::move(name), std::move(args), deadline);
+    if (!r.ok && start && r.error == "already profiling" && link->in_continuous_run() &&
+        std::chrono::steady_clock::now() < until) { // a continuous start was answered first
         auto stopping = stop_continuous(link);
         co_await std::move(stopping);
-        r = co_await link->command(std::move(asked), std::move(kept_args));
+        const auto again = left(asked);
+        r = co_await link->command(std::move(asked), std::move(kept_args), again);
     }
     json::object out = r.fields;
     out["ok"] = r.ok;
