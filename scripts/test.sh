@@ -66,7 +66,7 @@ step "the daemons under ThreadSanitizer: stops at random moments, and ingestion 
 cmake -S . -B build-tsan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_TSAN=ON -DPERFWIRE_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-tsan -j "$jobs" --target perfwire-collector perfwire-agent
-TSAN_OPTIONS=halt_on_error=1 PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
+TSAN_OPTIONS="halt_on_error=1 suppressions=$root/test/sanitizers/tsan.supp" PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
     PERFWIRE_TEST_COLLECTOR="$root/build-tsan/src/collector/perfwire-collector" \
     PERFWIRE_TEST_AGENT="$root/build-tsan/src/agent/perfwire-agent" \
     build/test/perfwire_tests "[shutdown],[ingestion]"
