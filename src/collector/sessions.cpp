@@ -38,8 +38,7 @@ public:
         auto answer = symbols_.name_frame(m, id, address);
         if (!answer)
             return std::nullopt;
-        if (id.empty() || id == owner_recording)
-            model_.named_without_build_id.insert(m);
+        named_with(m, id);
         return name{std::move(answer->symbol), answer->offset};
     }
 
@@ -51,12 +50,19 @@ public:
         std::vector<start> out;
         for (auto& s : symbols_.starts_of(m, id, std::string(symbol)))
             out.push_back({s.address, std::move(s.name)});
-        if (!out.empty() && (id.empty() || id == owner_recording))
-            model_.named_without_build_id.insert(m);
+        if (!out.empty())
+            named_with(m, id);
         return out;
     }
 
 private:
+    // Frames of `module` were named with the symbols of build `id`: without one, named again
+    // when the device reports it (rename_frames).
+    void named_with(const std::string& module, const std::string& id) {
+        if (id.empty() || id == owner_recording)
+            model_.named_without_build_id.insert(module);
+    }
+
     symbolizer& symbols_;
     session_model& model_;
     std::set<std::string, std::less<>> all_;
