@@ -8,7 +8,10 @@
 //            found by the build-id the agent reported: cold (its symbol table read first)
 //            and warm (a second session, the table loaded). Frames named per second, the time
 //            as a ratio to the baseline's, and every name checked against the symbol table
-//            (the benchmark fails on a wrong one).
+//            (the benchmark fails on a wrong one). In place: the capture parsed before the
+//            binary is known, then named where it is (session_model::name_again), as a
+//            ratio to the warm parse a replay would make; it fails unless every function's
+//            figures equal that parse's.
 //   live     a collector process; a loopback agent streams the capture into a live session
 //            with the build-id in its metrics. Then a debug dir (objcopy --only-keep-debug, in
 //            the .build-id layout) is added over PUT /api/config: the time until
@@ -16,6 +19,7 @@
 //            meanwhile (asked every 20 ms), as a ratio to the named session's own answer time.
 //
 // Usage: stripped [samples, default 200000] [distinct addresses, default 100000]
+#include "collector/model/views.hpp"
 #include "collector/session_model.hpp"
 #include "collector/symbols/elf_symbols.hpp"
 #include "collector/symbols/subprocess.hpp"
@@ -116,6 +120,15 @@ int main(int argc, char** argv) {
         functions.push_back({start, bytes});
         names_at[start].insert(perf_symbol_name(name));
     }
+    // A name the collector gave, as perf would name that start: functions perf names alike
+    // are told apart by their file ("work (a.c)") or their parameters ("ns::f(int)").
+    const auto named_as = [](const std::set<std::string>& perf_names, const std::string& name) {
+        if (perf_names.count(name) || perf_names.count(strip_parameters(name)))
+            return true;
+        const auto file = name.rfind(" (");
+        return file != std::string::npos && name.ends_with(")") &&
+               perf_names.count(name.substr(0, file));
+    };
     // Distinct addresses inside them, as perf prints them: file offsets.
     std::mt19937_64 rng(42);
     std::vector<std::uint64_t> pool, vaddr_of;
@@ -188,7 +201,7 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < std::min<std::size_t>(pool.size(), 20000); ++i) {
         const auto got = symbols.name_frame(device, *build_id, pool[i]);
         const auto start = start_of[pool[i]];
-        if (!got || !names_at[start].count(got->symbol))
+        if (!got || !named_as(names_at[start], got->symbol))
             ++wrong;
     }
     std::printf("naming (one core, in process)\n");
@@ -204,12 +217,55 @@ int main(int argc, char** argv) {
                 pool.size(), warm_s > baseline_s ? pool.size() / (warm_s - baseline_s) / 1e3 : 0.0,
                 wrong, unnamed);
 
+    // In place: the capture parsed before the collector has the binary, then named where it
+    // is once it has (its symbol table read first, as the warm parse had it), against the new
+    // parse a replay from disk would make (warm, less the disk).
+    symbol_config none = config;
+    none.binaries.clear();
+    symbolizer later(none);
+    session_model late(&later);
+    // Parsed while the device's copy is away too: its .dynsym would name a few frames, and
+    // with the symbol table their names become others (then only a new parse is exact).
+    fs::rename(device, device + ".away");
+    (void)parse(late);
+    fs::rename(device + ".away", device);
+    const auto nameless_bytes = late.memory_bytes();
+    const auto nameless_sites = late.prof.site_count();
+    later.configure(config);
+    (void)later.name_frame(device, *build_id, pool.front());
+    const auto t_place = clock_type::now();
+    const auto placed = late.name_again();
+    const double place_s = seconds_since(t_place);
+    const auto table = [](const profile& of) {
+        std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> out;
+        for (const auto& r : collector::functions(of, {}).rows)
+            out[std::string(of.symbol(r.frame))] = {r.self, r.total};
+        return out;
+    };
+    const bool same = placed == script_parser::renaming::renamed &&
+                      table(late.prof) == table(warm_model.prof) &&
+                      late.prof.site_count() == warm_model.prof.site_count();
+    std::printf("  in place  %.2f s  (%.2fx a new parse's time with the symbols), named after the "
+                "parse: %s\n",
+                place_s, place_s / warm_s,
+                same ? "every function's figures as the new parse's"
+                     : "DIFFERENT from the new parse");
+    std::printf("  memory    %.1f MB, %zu call sites before (every nameless frame at its "
+                "address); %.1f MB, %zu sites named in place; %.1f MB the new parse\n",
+                nameless_bytes / 1e6, nameless_sites, late.memory_bytes() / 1e6,
+                late.prof.site_count(), warm_model.memory_bytes() / 1e6);
+    if (!same)
+        return 1;
+
     // Live: a collector process, the capture streamed by a loopback agent, then a debug dir.
     const std::string debug_dir = (work / "debug").string();
     fs::create_directories(work / "debug" / ".build-id" / build_id->substr(0, 2));
     const std::string debug_file =
         debug_dir + "/.build-id/" + build_id->substr(0, 2) + "/" + build_id->substr(2) + ".debug";
     run_capture({"objcopy", "--only-keep-debug", binary, debug_file});
+    // The device's copy is not on this machine (as when the device is another): nothing
+    // names the session's frames before the debug dir comes, and it is named in place then.
+    fs::rename(device, device + ".away");
     const auto started =
         bench::start_collector(PERFWIRE_COLLECTOR_BIN, work / "sessions",
                                {"--browse-root", "/", "--debug-dir", (work / "home").string()},
@@ -268,12 +324,14 @@ int main(int argc, char** argv) {
         (void)unnamed_pct(http, session, ms);
         named = std::max(named, ms);
     }
+    const bool in_place = coll.stderr_text().find("frames named in place") != std::string::npos;
     std::printf("live (collector process, %zu samples in the session)\n", samples);
     std::printf(
-        "  unnamed %.1f %% -> %.1f %% in %.2f s after the debug dir was added; slowest "
+        "  unnamed %.1f %% -> %.1f %% in %.2f s after the debug dir was added (%s); slowest "
         "/functions answer meanwhile %.0f ms, %.1fx the named session's own (the slowest of "
         "five after, %.0f ms)\n",
-        before, after, rename_s, slowest, slowest / std::max(named, 1.0), named);
+        before, after, rename_s, in_place ? "named in place" : "parsed again", slowest,
+        slowest / std::max(named, 1.0), named);
     peer.reset();
     std::error_code ec;
     fs::remove_all(work, ec);

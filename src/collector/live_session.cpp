@@ -244,6 +244,23 @@ void rename_frames(app_context& app) {
         app.on_pool(e->strand, [e, app = &app, generation] {
             if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
                 return;
+            // Names only added: named in place, no replay from disk. That holds the session's
+            // strand (about 0.4 µs a site, bench/stripped), so a large live session is parsed
+            // again off it instead, its views answered meanwhile; a saved one would otherwise
+            // be parsed again whole when next viewed.
+            constexpr std::size_t live_in_place_sites = std::size_t{512} << 10;
+            if (!e->rebuilding &&
+                (!e->writer || e->model->prof.site_count() <= live_in_place_sites)) {
+                const auto done = e->model->name_again();
+                if (done == script_parser::renaming::renamed) {
+                    log("session " + e->id + ": frames named in place with the new symbols");
+                    publish_counts(*e);
+                    ++e->version;
+                    asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
+                }
+                if (done != script_parser::renaming::reparse)
+                    return;
+            }
             if (e->writer) {
                 rebuild_live(e, *app);
                 return;

@@ -67,6 +67,12 @@ struct session_model {
     // After samples were added: the event names seen so far.
     void note_events();
 
+    // The collector's symbols are at a newer generation: frames nobody could name are named
+    // in place where that is all that changed (script_parser::name_again); `reparse` when
+    // only a new parse is exact (a name given would now be another, or the modules named
+    // whole changed), the model then as it was.
+    script_parser::renaming name_again();
+
     // The device's build-id of each binary the target mapped (module path -> hex), from the
     // agent's `binaries` metrics; other metrics are ignored here.
     std::map<std::string, std::string> device_build_ids;

@@ -25,6 +25,13 @@ public:
     bool names_all(std::string_view module) const override {
         return !all_.empty() && all_.count(module) != 0;
     }
+    // Whether the modules named whole are still those the collector is set to.
+    bool names_all_as_set() const {
+        const auto c = symbols_.config();
+        return std::set<std::string, std::less<>>(c.resymbolize.begin(), c.resymbolize.end()) ==
+               all_;
+    }
+    symbolizer& symbols() const noexcept { return symbols_; }
 
     std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
         if (module == "[kernel.kallsyms]") {
@@ -79,6 +86,22 @@ session_model::session_model(symbolizer* names) {
 }
 
 session_model::~session_model() = default;
+
+script_parser::renaming session_model::name_again() {
+    auto* namer = static_cast<session_namer*>(namer_.get());
+    if (!namer)
+        return script_parser::renaming::unchanged;
+    const auto generation = namer->symbols().generation();
+    if (!namer->names_all_as_set())
+        return script_parser::renaming::reparse;
+    const auto done = parser.name_again();
+    if (done == script_parser::renaming::reparse)
+        return done;
+    symbols_generation = generation;
+    if (done == script_parser::renaming::renamed)
+        fleet.reset(); // its stacks are by node id: made again with the next chunk
+    return done;
+}
 
 std::string session_model::build_id_of(const std::string& module) const {
     const auto it = device_build_ids.find(module);

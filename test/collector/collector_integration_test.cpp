@@ -733,6 +733,82 @@ TEST_CASE("two static work() of two files, imported from perf.data: go tool ppro
     }
 }
 
+TEST_CASE("a stripped program's recording imported before its binary is given: named in place, "
+          "go tool pprof -lines shows what an import with the binary shows",
+          "[collector][integration][perf][export][symbols]") {
+    temp_dir dir;
+    // The device's program, stripped (one build-id with the workload); perf records it with
+    // a HOME whose build-id cache holds nothing, so nothing names its frames.
+    const std::string bin = PERFWIRE_CALLSITES_BIN;
+    const std::string device = (dir.path / "perfwire-callsites").string();
+    {
+        spawned strip("/usr/bin/strip", {"--strip-all", "-o", device, bin});
+        REQUIRE(strip.wait(20s) == 0);
+    }
+    fs::create_directories(dir.path / "home");
+    const std::vector<std::string> env{"HOME=" + (dir.path / "home").string(), "DEBUGINFOD_URLS="};
+    const std::string data = (dir.path / "stripped.perf.data").string();
+    {
+        spawned perf(
+            "/usr/bin/perf",
+            {"record", "-q", "-e", "cpu-clock", "-F", "499", "-g", "-o", data, "--", device, "1.5"},
+            "/dev/null", env);
+        REQUIRE(perf.wait(20s) == 0);
+    }
+    const std::vector<std::string> common{
+        "--browse-root", "/", "--debug-dir", (dir.path / "home").string(), "--import", data};
+    // pprof -lines of a collector's session, written to `name`.
+    const auto lines_of = [&](test_support::collector_proc& c, const std::string& session,
+                              const std::string& name) {
+        const auto exported =
+            http_call(c.http_port, "GET", "/api/sessions/" + session + "/export?format=pprof");
+        REQUIRE(exported.status == 200);
+        const auto file = (dir.path / name).string();
+        std::ofstream(file, std::ios::binary) << exported.body;
+        return go_pprof_top(dir.path, file, {"-lines", "-noinlines"});
+    };
+
+    // The oracle: the recording imported by a collector that has the binary from the start.
+    std::map<std::string, pprof_row> expected;
+    {
+        auto args = common;
+        args.insert(args.end(), {"--binary", bin});
+        test_support::collector_proc c(dir.path / "sessions-named", args, env);
+        const auto session = c.proc->wait_for_stderr(" as session ", 20s);
+        REQUIRE(session);
+        expected = lines_of(c, *session, "named.pb.gz");
+    }
+    std::uint64_t costly_cum = 0;
+    for (const auto& [name, row] : expected)
+        if (name.starts_with("::work ") && name.find("callsites.cpp:") != std::string::npos)
+            costly_cum = std::max(costly_cum, row.cum);
+    REQUIRE(costly_cum > 0); // work()'s lines, each call line holding what it led to
+
+    // Imported with nothing to name it, then given the binary: named in place.
+    test_support::collector_proc c(dir.path / "sessions", common, env);
+    INFO(c.proc->stderr_text());
+    const auto session = c.proc->wait_for_stderr(" as session ", 20s);
+    REQUIRE(session);
+    const auto functions = "/api/sessions/" + *session + "/functions?limit=500";
+    CHECK_FALSE(names(c.get(functions), "(anonymous namespace)::work"));
+    const auto put =
+        http_call(c.http_port, "PUT", "/api/config", R"({"binaries": [")" + bin + R"("]})");
+    REQUIRE(put.status == 200);
+    CHECK(c.proc->wait_for_stderr("session " + *session + ": frames named in place", 20s)
+              .has_value());
+    test_support::poll_json(c.http_port, functions, 20s, [](const json::value& v) {
+        return names(v, "(anonymous namespace)::work");
+    });
+    const auto got = lines_of(c, *session, "in-place.pb.gz");
+    for (const auto& [name, row] : expected) {
+        INFO(name);
+        REQUIRE(got.count(name));
+        CHECK(got.at(name).flat == row.flat);
+        CHECK(got.at(name).cum == row.cum);
+    }
+    CHECK(got.size() == expected.size());
+}
+
 TEST_CASE("every header shape imports from the command line and by upload, and an upload cut "
           "short leaves nothing",
           "[collector][integration][import]") {

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 using namespace collector;
@@ -48,6 +49,14 @@ std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> function_map(cons
     for (const auto& r : functions(p, f).rows)
         m[std::string(p.symbol(r.frame))] = {r.self, r.total};
     return m;
+}
+
+// The offsets of a site's path, root first.
+std::vector<std::uint32_t> offsets_to(const profile& p, std::uint32_t site) {
+    std::vector<std::uint32_t> offsets;
+    for (auto s = site; s != 0; s = p.site_parent(s))
+        offsets.insert(offsets.begin(), p.site_offset(s));
+    return offsets;
 }
 
 } // namespace
@@ -227,18 +236,32 @@ TEST_CASE("perf script: callers keep their call sites, a recurring one at its ou
     REQUIRE(p.sample_count() == 3);
     // One stack of frames, so one node path; the sites say where each call was.
     CHECK(p.sample_node(0) == p.sample_node(1));
-    auto path = [&](std::size_t i) { // root first: offsets of the sample's sites
-        std::vector<std::uint32_t> offsets;
-        for (auto s = p.sample_site(i); s != 0; s = p.site_parent(s))
-            offsets.insert(offsets.begin(), p.site_offset(s));
-        return offsets;
-    };
+    auto path = [&](std::size_t i) { return offsets_to(p, p.sample_site(i)); };
     constexpr auto none = profile::no_offset;
     CHECK(path(0) == std::vector<std::uint32_t>{0x5, 0x30, none, 0x10});
     CHECK(path(1) == std::vector<std::uint32_t>{0x5, 0x20, none, 0x10});
     CHECK(path(2) == std::vector<std::uint32_t>{0x5, 0x20, none, 0x10});
     CHECK(p.sample_site(1) == p.sample_site(2)); // the inner calls do not multiply sites
     CHECK(r->stats.call_sites_dropped == 0);
+}
+
+TEST_CASE("perf script: nameless callers of one module keep their addresses, however many are on "
+          "the stack",
+          "[collector][parser]") {
+    // A stripped program: every frame is "[unknown]" of the one module, one frame to the
+    // model, so each would recur closer to the root; their addresses are what names them
+    // later, so every one keeps its own. A named one recurring still keeps none.
+    const auto r = parse("app 1/1 1.0: 1 cpu-clock:\n"
+                         "\t 1010 [unknown] (/bin/stripped)\n"
+                         "\t 1234 [unknown] (/bin/stripped)\n"
+                         "\t 2040 [unknown] (/bin/stripped)\n"
+                         "\t 3005 main+0x5 (/bin/app)\n"
+                         "\t 3020 fib+0x20 (/bin/app)\n"
+                         "\t 3010 main+0x10 (/bin/app)\n\n");
+    const auto& p = r->prof;
+    REQUIRE(p.sample_count() == 1);
+    CHECK(offsets_to(p, p.sample_site(0)) ==
+          std::vector<std::uint32_t>{0x10, 0x20, profile::no_offset, 0x2040, 0x1234, 0x1010});
 }
 
 TEST_CASE("perf script: a frame that was a caller in the thread's last sample and is the leaf now "
@@ -325,6 +348,26 @@ TEST_CASE("perf script: past its allowance of sites a profile keeps no more call
     CHECK(p.site_offset(p.site_parent(p.sample_site(samples - 1))) == profile::no_offset);
     CHECK(p.site_offset(p.sample_site(samples - 1)) == 0x10);
     CHECK(p.site_offset(p.site_parent(p.sample_site(0))) == 0);
+
+    // Callers nobody named keep every address (what names them later), and count in no
+    // allowance: the named callers of a later sample still keep theirs.
+    std::string stripped;
+    for (int k = 0; k < samples; ++k) {
+        char address[16];
+        std::snprintf(address, sizeof address, "%x", 0x10000 + k);
+        stripped += "app 1/1 2." + std::to_string(k) +
+                    ": 1 cpu-clock:\n\t 1010 [unknown] (/bin/stripped)\n\t " + address +
+                    " [unknown] (/bin/stripped)\n\t 2005 main+0x5 (/bin/app)\n\n";
+    }
+    stripped += "app 1/1 3.0: 1 cpu-clock:\n\t 1010 leaf+0x10 (/bin/app)\n"
+                "\t 1020 caller+0x7777 (/bin/app)\n\t 2005 main+0x5 (/bin/app)\n\n";
+    const auto s = parse(stripped);
+    const auto& q = s->prof;
+    REQUIRE(q.sample_count() == samples + 1);
+    CHECK(s->stats.call_sites_dropped == 0);
+    CHECK_FALSE(q.caller_sites_full());
+    CHECK(q.site_offset(q.site_parent(q.sample_site(samples - 1))) == 0x10000 + samples - 1);
+    CHECK(q.site_offset(q.site_parent(q.sample_site(samples))) == 0x7777);
 }
 
 TEST_CASE("perf script: a stack deeper than any perf makes is cut, and says so",
@@ -479,6 +522,143 @@ TEST_CASE("functions perf names alike are told apart by where they start: by the
     clashing.finish();
     CHECK(leaves(q) == std::vector<std::string>{"work", "work (a.c)", "work (b.c)", "work (b.c)",
                                                 "work", "work (a.c)"});
+}
+
+namespace {
+
+// The collector's symbols for a stripped /bin/stripped, learned as the test goes: function
+// name -> [start, end) in the module's file.
+class learning_namer final : public frame_namer {
+public:
+    std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
+        ++asked;
+        if (module != "/bin/stripped")
+            return std::nullopt;
+        for (const auto& [fn, range] : known)
+            if (address >= range.first && address < range.second)
+                return name{fn, static_cast<std::uint32_t>(address - range.first)};
+        return std::nullopt;
+    }
+    bool names_all(std::string_view) const override { return false; }
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> known;
+    int asked = 0;
+};
+
+// A stripped program's samples: alpha (0x1000), beta (0x2000, recursing), gamma (0x3000),
+// and an address no symbol covers (0x9000), called from a named main.
+const char* const stripped_text = "app 1/1 1.0: 1 cpu-clock:\n"
+                                  "\t 1010 [unknown] (/bin/stripped)\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n"
+                                  "app 1/1 1.1: 1 cpu-clock:\n"
+                                  "\t 1020 [unknown] (/bin/stripped)\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n"
+                                  "app 2/2 1.2: 3 cpu-clock:\n"
+                                  "\t 2050 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n"
+                                  "app 2/2 1.3: 1 cpu-clock:\n"
+                                  "\t 1010 [unknown] (/bin/stripped)\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 2060 [unknown] (/bin/stripped)\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 3030 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n"
+                                  "app 1/1 1.4: 1 cpu-clock:\n"
+                                  "\t 9000 [unknown] (/bin/stripped)\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n"
+                                  "app 1/1 1.5: 2 cpu-clock:\n"
+                                  "\t 2040 [unknown] (/bin/stripped)\n"
+                                  "\t 4005 main+0x5 (/bin/app)\n\n";
+
+// Each row's stack, root first, as "symbol+offset" ("symbol" without one), and its weight.
+std::multiset<std::string> stacks_of(const profile& p) {
+    std::multiset<std::string> out;
+    for (std::size_t r = 0; r < p.row_count(); ++r) {
+        const auto row = p.row(r);
+        std::string stack;
+        for (auto s = row.site; s != 0; s = p.site_parent(s)) {
+            std::ostringstream f;
+            f << p.symbol(p.site_frame(s));
+            if (p.site_offset(s) != profile::no_offset)
+                f << "+0x" << std::hex << p.site_offset(s);
+            stack = f.str() + (stack.empty() ? "" : ";") + stack;
+        }
+        out.insert(stack + " " + std::to_string(row.period) + "/" + std::to_string(row.count));
+    }
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("perf script: symbols learned after a parse name its nameless frames in place, as a new "
+          "parse with them would",
+          "[collector][parser]") {
+    learning_namer names;
+    profile p;
+    script_parser parser(p);
+    parser.name_frames_with(&names);
+    parser.feed(stripped_text);
+    parser.finish();
+    CHECK(function_map(p).count("[unknown]") == 1);
+    const auto nodes_before = p.node_count();
+
+    // Nothing learned: nothing to rename.
+    CHECK(parser.name_again() == script_parser::renaming::unchanged);
+
+    names.known = {
+        {"alpha", {0x1000, 0x1100}}, {"beta", {0x2000, 0x2100}}, {"gamma", {0x3000, 0x3100}}};
+    REQUIRE(parser.name_again() == script_parser::renaming::renamed);
+    // The oracle: a new parse of the same text with the symbols known.
+    learning_namer knowing;
+    knowing.known = names.known;
+    profile fresh;
+    script_parser again(fresh);
+    again.name_frames_with(&knowing);
+    again.feed(stripped_text);
+    again.finish();
+    CHECK(stacks_of(p) == stacks_of(fresh));
+    CHECK(function_map(p) == function_map(fresh));
+    CHECK(function_map(p, false) == function_map(fresh, false));
+    CHECK(p.node_count() == fresh.node_count());
+    CHECK(p.site_count() == fresh.site_count());
+    CHECK(p.node_count() > nodes_before); // one nameless frame became several functions
+    // beta's inner calls recur: they keep no offset now that they are one named function.
+    CHECK(stacks_of(p).count("main+0x5;gamma+0x30;beta+0x40;beta;beta;alpha+0x10 1/1") == 1);
+    CHECK(stacks_of(p).count("main+0x5;beta+0x40;[unknown]+0x9000 1/1") == 1);
+
+    // Samples that come after are named as a new parse names them, onto the same sites.
+    parser.feed(stripped_text);
+    parser.finish();
+    again.feed(stripped_text);
+    again.finish();
+    CHECK(stacks_of(p) == stacks_of(fresh));
+    CHECK(p.site_count() == fresh.site_count());
+
+    // Folded rows move with their sites too.
+    profile folded;
+    learning_namer late;
+    script_parser folding(folded);
+    folding.name_frames_with(&late);
+    for (int i = 0; i < 2000; ++i)
+        folding.feed(stripped_text);
+    folding.finish();
+    folded.compact(100, 1'000'000'000);
+    REQUIRE(folded.compacted_rows() > 0);
+    late.known = names.known;
+    REQUIRE(folding.name_again() == script_parser::renaming::renamed);
+    const auto fm = function_map(folded);
+    CHECK(fm.at("alpha").first == 2000 * 3);
+    CHECK(fm.at("beta").second == 2000 * 9);
+    CHECK(fm.at("[unknown]").first == 2000);
+
+    // A name given before that would now be another: only a new parse is exact, and the
+    // profile is left as it was.
+    const auto before = stacks_of(p);
+    names.known["alpha"] = {0x1008, 0x1100};
+    CHECK(parser.name_again() == script_parser::renaming::reparse);
+    CHECK(stacks_of(p) == before);
 }
 
 TEST_CASE("side-band records are recognised, lost ones counted, unreadable lines counted",

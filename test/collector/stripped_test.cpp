@@ -210,6 +210,10 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
             coll.http_port, functions(stripped_session), 15s,
             [&](const json::value& v) { return shares_of(v, device).unknown < 2; });
         const auto after = shares_of(named, device);
+        // Named where it is: its nameless frames kept their addresses (no replay from disk).
+        CHECK(coll.proc
+                  ->wait_for_stderr("session " + stripped_session + ": frames named in place", 5s)
+                  .has_value());
         const auto reference = shares_of(coll.get(functions(plain_session)), demo);
         INFO("named from the debug dir: [unknown] " << after.unknown << " %");
         CHECK(after.unknown < 2);

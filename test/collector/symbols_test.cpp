@@ -339,17 +339,28 @@ TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[coll
     CHECK_FALSE(sym.source_path("/elsewhere/nothing.cpp"));
 }
 
-TEST_CASE("call sites: a source line weighs what its call led to, as perf's own stacks say",
-          "[collector][symbols][perf]") {
-    // A real program profiled by real perf: work() calls cheap(), costly(), cheap().
-    test_support::temp_dir dir;
-    const std::string bin = PERFWIRE_CALLSITES_BIN, data = (dir.path / "perf.data").string();
-    REQUIRE(run_capture({"/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g",
-                         "-o", data, "--", bin, "1.5"})
+namespace {
+
+// The call-site test for one recording of `program` (the workload or its stripped copy).
+void check_call_sites(const fs::path& dir, const std::string& program, const std::string& bin,
+                      const std::string& id, const std::string& cached) {
+    INFO(program);
+    const std::string data = (dir / "perf.data").string();
+    // A HOME of its own for each recording: perf keeps what it records in $HOME/.debug, where
+    // the collector (like perf) would find the unstripped binary by its build-id.
+    const auto home = dir / (program == bin ? "home-unstripped" : "home-stripped");
+    fs::create_directories(home);
+    const std::string bare = "HOME=" + home.string();
+    REQUIRE(run_capture({"env", bare, "/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F",
+                         "999", "-g", "-o", data, "--", program, "1.5"})
                 .code == 0);
-    const auto script = run_capture({"/usr/bin/perf", "script", "-i", data, "-F",
+    const auto script = run_capture({"env", bare, "/usr/bin/perf", "script", "-i", data, "-F",
                                      "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
     REQUIRE(script.code == 0);
+    // The same samples with perf's names (for the stripped copy, from its cache).
+    const auto named = run_capture({"env", cached, "/usr/bin/perf", "script", "-i", data, "-F",
+                                    "comm,tid,pid,time,period,event,ip,sym,symoff,dso"});
+    REQUIRE(named.code == 0);
     // The oracle, from objdump and perf's text alone. objdump: the return address of each
     // call in work(), as an offset into it. perf: per return offset, the weight of the stacks
     // where work() was there — what that call led to, whatever perf's unwinding shows below
@@ -389,7 +400,7 @@ TEST_CASE("call sites: a source line weighs what its call led to, as perf's own 
     std::map<std::string, std::uint64_t> directly_below; // callee right below work -> weight
     std::uint64_t period = 0;
     std::string previous;
-    std::istringstream lines(script.out);
+    std::istringstream lines(named.out);
     for (std::string l; std::getline(lines, l);) {
         if (!l.empty() && l[0] != '\t' && l[0] != ' ') {
             const auto colon = l.find(" cpu-clock:");
@@ -416,13 +427,43 @@ TEST_CASE("call sites: a source line weighs what its call led to, as perf's own 
         (callee.ends_with("costly") ? via_costly : via_cheap) += below[offset];
     REQUIRE(via_costly > 0);
 
-    profile p;
-    script_parser parser(p);
-    parser.feed(script.out);
-    parser.finish();
-    symbolizer sym;
+    // The collector parses the recording before it has the program's symbols (a device's
+    // stripped binary: nameless frames, each with its address), then is given the unstripped
+    // binary and names them in place.
+    symbol_config c;
+    c.debug_dirs.clear();
+    c.build_id_cache = (home / ".debug").string();
+    symbolizer sym(c);
+    session_model m(&sym);
+    m.device_build_ids[program] = id;
+    REQUIRE(m.ingest(false, script.out));
+    const auto& p = m.prof;
+    c.binaries = {bin};
+    sym.configure(c);
+    const auto renamed = m.name_again();
+    CHECK(renamed ==
+          (program == bin ? script_parser::renaming::unchanged : script_parser::renaming::renamed));
+    // As a parse with the symbols makes it, function by function.
+    session_model fresh(&sym);
+    fresh.device_build_ids[program] = id;
+    REQUIRE(fresh.ingest(false, script.out));
+    const auto table = [](const profile& of) {
+        std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> out;
+        for (const auto& r : functions(of, {}).rows)
+            out[std::string(of.symbol(r.frame)) + " " + std::string(of.module(r.frame))] = {
+                r.self, r.total};
+        return out;
+    };
+    CHECK(table(p) == table(fresh.prof));
+    CHECK(p.site_count() == fresh.prof.site_count());
     view_filter f;
-    const auto answer = source_view(p, f, sym, {"", "(anonymous namespace)::work"}, {}, own);
+    const auto answer =
+        source_view(p, f, sym, {"", "(anonymous namespace)::work"}, m.device_build_ids);
+    CHECK(
+        boost::json::serialize(answer.body) ==
+        boost::json::serialize(source_view(fresh.prof, f, sym, {"", "(anonymous namespace)::work"},
+                                           fresh.device_build_ids)
+                                   .body));
     INFO(boost::json::serialize(answer.body).substr(0, 800));
     REQUIRE(answer.status == 200);
     const auto& body = answer.body.as_object();
@@ -456,7 +497,8 @@ TEST_CASE("call sites: a source line weighs what its call led to, as perf's own 
     // Opened on costly(): where it was called from is work()'s costly line first, with what
     // perf's stacks show right below it there. (A sample on costly's first instruction,
     // before its frame is made, shows it called from main: perf's unwinding, kept as it is.)
-    const auto callee = source_view(p, f, sym, {"", "(anonymous namespace)::costly"}, {}, own);
+    const auto callee =
+        source_view(p, f, sym, {"", "(anonymous namespace)::costly"}, m.device_build_ids);
     REQUIRE(callee.status == 200);
     const auto& from = callee.body.at("called_from").as_array();
     REQUIRE(from.size() >= 1);
@@ -467,18 +509,36 @@ TEST_CASE("call sites: a source line weighs what its call led to, as perf's own 
           directly_below["(anonymous namespace)::costly"]);
     // cheap() is called from two lines of work(); together they weigh what perf's stacks say.
     if (directly_below["(anonymous namespace)::cheap"] > 0) {
-        const auto cheap = source_view(p, f, sym, {"", "(anonymous namespace)::cheap"}, {}, own);
+        const auto cheap =
+            source_view(p, f, sym, {"", "(anonymous namespace)::cheap"}, m.device_build_ids);
         REQUIRE(cheap.status == 200);
         std::uint64_t sum = 0;
-        for (const auto& c : cheap.body.at("called_from").as_array()) {
-            if (c.at("function").as_string() != "(anonymous namespace)::work")
+        for (const auto& call : cheap.body.at("called_from").as_array()) {
+            if (call.at("function").as_string() != "(anonymous namespace)::work")
                 continue;
-            const auto line = c.at("line").to_number<std::uint32_t>();
+            const auto line = call.at("line").to_number<std::uint32_t>();
             CHECK((line == first_cheap || line == second_cheap));
-            sum += c.at("value").to_number<std::uint64_t>();
+            sum += call.at("value").to_number<std::uint64_t>();
         }
         CHECK(sum == directly_below["(anonymous namespace)::cheap"]);
     }
+}
+
+} // namespace
+
+TEST_CASE("call sites: a source line weighs what its call led to, as perf's own stacks say — "
+          "unstripped, and stripped with the symbols given to the collector after the parse",
+          "[collector][symbols][perf]") {
+    // A real program profiled by real perf: work() calls cheap(), costly(), cheap().
+    test_support::temp_dir dir;
+    const auto [bin, stripped, id, bare] = stripped_copy(dir.path, PERFWIRE_CALLSITES_BIN);
+    (void)bare; // each recording has a HOME of its own
+    // perf's text for the oracle is read with a HOME whose cache holds the unstripped binary.
+    fs::create_directories(dir.path / "cached");
+    const std::string cached = "HOME=" + (dir.path / "cached").string();
+    REQUIRE(run_capture({"env", cached, "/usr/bin/perf", "buildid-cache", "-a", bin}).code == 0);
+    for (const std::string& program : {bin, stripped})
+        check_call_sites(dir.path, program, bin, id, cached);
 }
 
 TEST_CASE("two static work() in two files are told apart by where each starts, as perf's own "

@@ -1,4 +1,4 @@
-// An append-only column stored in fixed blocks of 4 Ki entries: no reallocation copies as a
+// A column stored in fixed blocks of 4 Ki entries: no reallocation copies as a
 // session grows, and unused capacity is at most one block (a vector's doubling would leave
 // up to half of it empty). Whole blocks at the front can be given back (release_before): the
 // entries keep their indices, and those before the first block kept must not be read.
@@ -25,6 +25,7 @@ public:
     T operator[](std::size_t i) const noexcept {
         return blocks_[i >> block_bits][i & (block_size - 1)];
     }
+    void set(std::size_t i, T v) noexcept { blocks_[i >> block_bits][i & (block_size - 1)] = v; }
     std::size_t size() const noexcept { return size_; }
     bool empty() const noexcept { return size_ == 0; }
     std::size_t memory_bytes() const noexcept {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 namespace collector {
 namespace {
@@ -98,6 +99,7 @@ std::uint32_t profile::child_site(std::uint32_t parent_site, std::uint32_t frame
         return found.id;
     const auto node = child(site_node_[parent_site], frame);
     const auto s = static_cast<std::uint32_t>(site_node_.size());
+    nameless_sites_ += offset != no_offset && strings_[frame_symbol_[frame]] == "[unknown]";
     site_key_.push_back({parent_site, frame, offset});
     site_node_.push_back(node);
     site_index_.insert(found.slot, s, [this](std::uint32_t i) {
@@ -157,6 +159,72 @@ void profile::add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint
     if (last_thread_->samples == 0 || strings_[last_thread_->comm] != comm)
         last_thread_->comm = strings_.intern(comm);
     ++last_thread_->samples;
+}
+
+void profile::move_sites(const std::vector<renamed>& now) {
+    const std::size_t sites = site_node_.size();
+    // Which sites are a sample's (a leaf keeps its offset whatever the rules say) and which
+    // are a caller's; a site may be both, and become two.
+    std::vector<bool> leaf(sites, false), caller(sites, false);
+    for (std::size_t r = 0; r < compacted_.size(); ++r)
+        leaf[compacted_.site[r]] = true;
+    for (std::size_t i = raw_begin_; i < time_.size(); ++i)
+        leaf[site_[i]] = true;
+    for (std::size_t s = 1; s < sites; ++s)
+        caller[site_key_[s].parent] = true;
+
+    const auto old_keys = std::exchange(site_key_, {});
+    site_node_ = {};
+    node_parent_ = {};
+    node_frame_ = {};
+    site_index_ = dense_index{};
+    node_index_ = dense_index{4096};
+    nameless_sites_ = 0;
+    node_parent_.push_back(0);
+    node_frame_.push_back(no_frame);
+    site_key_.push_back({0, no_frame, no_offset});
+    site_node_.push_back(root);
+    last_node_ = no_frame;
+    last_offset_ = no_offset;
+    last_site_ = 0;
+
+    // Sites were made callers first, so a site's caller is moved before it. `changed`: a
+    // frame on its path, or its own, is named anew (elsewhere the rules decided as before).
+    std::vector<std::uint32_t> as_leaf(sites, 0), as_caller(sites, 0);
+    std::vector<bool> changed(sites, false);
+    for (std::size_t s = 1; s < sites; ++s) {
+        const auto& old = old_keys[s];
+        const auto [frame, offset] = now[s];
+        changed[s] = changed[old.parent] || frame != old.frame;
+        const auto parent = as_caller[old.parent];
+        if (leaf[s])
+            as_leaf[s] = child_site(parent, frame, offset);
+        if (!caller[s])
+            continue;
+        auto offset_here = offset;
+        if (changed[s] && offset != no_offset && strings_[frame_symbol_[frame]] != "[unknown]")
+            for (auto up = parent; up != 0; up = site_key_[up].parent)
+                if (site_key_[up].frame == frame) {
+                    offset_here = no_offset; // recurs: its outermost call holds its lines
+                    break;
+                }
+        as_caller[s] = child_site(parent, frame, offset_here);
+    }
+
+    for (std::size_t r = 0; r < compacted_.size(); ++r)
+        compacted_.site.set(r, as_leaf[compacted_.site[r]]);
+    for (std::size_t i = raw_begin_; i < time_.size(); ++i)
+        site_.set(i, as_leaf[site_[i]]);
+    for (std::size_t e = 0; e < events_.size(); ++e) {
+        self_samples_[e].assign(node_parent_.size(), 0);
+        self_period_[e].assign(node_parent_.size(), 0);
+    }
+    for (std::size_t r = 0, rows = row_count(); r < rows; ++r) {
+        const auto s = row(r);
+        const auto node = site_node_[s.site];
+        self_samples_[s.event][node] += s.count;
+        self_period_[s.event][node] += s.period;
+    }
 }
 
 std::uint64_t profile::sample_period(std::size_t i) const noexcept {

@@ -105,6 +105,28 @@ public:
     sample_row row(std::size_t r) const noexcept;
     std::uint32_t row_node(const sample_row& s) const noexcept { return site_node_[s.site]; }
 
+    // Names sites anew: `to(frame, offset)` is what a site of that frame and offset is now
+    // (the same for one that keeps its name; asked once per site). The parser's rules hold
+    // for the new names: a named caller recurring closer to the root keeps no offset. The
+    // tries are made again (node and site ids change), samples and folded rows move to their
+    // sites, per-node counts are counted again. Whether any site changed.
+    struct renamed {
+        std::uint32_t frame, offset;
+    };
+    template <class To>
+    bool rename(To&& to) {
+        std::vector<renamed> now(site_count());
+        bool any = false;
+        for (std::size_t s = 1; s < now.size(); ++s) {
+            now[s] = to(site_frame(static_cast<std::uint32_t>(s)), site_key_[s].offset);
+            any = any || now[s].frame != site_frame(static_cast<std::uint32_t>(s)) ||
+                  now[s].offset != site_key_[s].offset;
+        }
+        if (any)
+            move_sites(now);
+        return any;
+    }
+
     // Folds the samples kept whole, but for the newest `keep` (rounded up to a column block),
     // into compacted rows of `width_ns`-long intervals (at least the width already in use);
     // the samples folded. Their memory is given back.
@@ -135,8 +157,10 @@ public:
     std::size_t site_count() const noexcept { return site_node_.size(); }
     // Whether callers may no longer add sites of their own: the site trie holds four sites a
     // node and 16 Ki more (a caller's offset then goes unrecorded; its node still counts).
+    // Sites of frames nobody named, at their addresses, are not counted: each stands for the
+    // node it becomes once named (the parser keeps them all).
     bool caller_sites_full() const noexcept {
-        return site_node_.size() >= 4 * node_parent_.size() + 16384;
+        return site_node_.size() - nameless_sites_ >= 4 * node_parent_.size() + 16384;
     }
     std::uint32_t site_node(std::uint32_t s) const noexcept { return site_node_[s]; }
     std::uint32_t site_frame(std::uint32_t s) const noexcept { return node_frame_[site_node_[s]]; }
@@ -146,6 +170,8 @@ public:
     std::uint64_t last_time() const noexcept { return last_time_; }
 
 private:
+    void move_sites(const std::vector<renamed>& now);
+
     string_table strings_;
     std::vector<std::uint32_t> events_; // string ids
 
@@ -162,6 +188,7 @@ private:
     std::vector<site_key> site_key_;
     std::vector<std::uint32_t> site_node_;
     dense_index site_index_;
+    std::size_t nameless_sites_ = 0; // of "[unknown]" frames, with an offset (their address)
     // add_sample's last (node, leaf offset) and its site.
     std::uint32_t last_node_ = no_frame, last_offset_ = no_offset, last_site_ = 0;
     std::vector<std::uint32_t> path_; // add_sample's walk, leaf first

@@ -503,6 +503,75 @@ void script_parser::place_unplaced() {
     unplaced_.clear();
 }
 
+script_parser::renaming script_parser::name_again() {
+    if (!namer_)
+        return renaming::unchanged;
+    if (!named_all_)
+        return renaming::reparse; // answers it no longer knows may have changed
+    constexpr std::uint32_t unasked = 0xFFFFFFFFU, alone = 0xFFFFFFFEU;
+    // Functions told apart (or asked and alone) are told apart as before.
+    for (std::uint32_t f = 0; f < apart_.size(); ++f) {
+        if (apart_[f] == unasked)
+            continue;
+        auto starts = namer_->starts_of(profile_.module(f), profile_.symbol(f));
+        if (apart_[f] == alone) {
+            if (!starts.empty())
+                return renaming::reparse;
+            continue;
+        }
+        const auto& a = apart_by_[apart_[f]];
+        if (starts.size() != a.starts.size())
+            return renaming::reparse;
+        std::sort(starts.begin(), starts.end(),
+                  [](const auto& x, const auto& y) { return x.address < y.address; });
+        for (std::size_t k = 0; k < starts.size(); ++k)
+            if (starts[k].address != a.starts[k].address ||
+                (starts.size() > 1 && starts[k].name != profile_.symbol(a.starts[k].frame)))
+                return renaming::reparse;
+    }
+    // Every address asked before gets the same answer, or a name where it got none and its
+    // frame kept the address (a module's, within 32 bits). The answers are kept for the
+    // renaming below.
+    auto answers = named_;
+    for (auto& [module, addresses] : answers)
+        for (auto& [address, n] : addresses) {
+            const auto answer = namer_->name_frame(module, address);
+            if (n.frame == profile::no_frame) {
+                // (A frame of a module named whole kept perf's name, not its address.)
+                if (answer && (module.front() != '/' || address >= profile::no_offset ||
+                               namer_->names_all(module)))
+                    return renaming::reparse;
+                if (answer)
+                    n = {profile_.intern_frame(answer->symbol, module), answer->offset};
+                continue;
+            }
+            if (!answer || answer->offset != n.offset || answer->symbol != profile_.symbol(n.frame))
+                return renaming::reparse;
+        }
+    // What was learned of this text's stacks is forgotten (the next sample looks its frames
+    // up again).
+    for (auto& l : last_)
+        l = {};
+    named_ = std::move(answers);
+    apart_.clear();
+    apart_by_.clear();
+    apart_modules_.clear();
+    apart_module_bytes_ = 0;
+    bases_.clear();
+    const bool renamed =
+        profile_.rename([this](std::uint32_t frame, std::uint32_t offset) -> profile::renamed {
+            const auto module = profile_.module(frame);
+            if (offset == profile::no_offset || module.empty() || module.front() != '/' ||
+                profile_.symbol(frame) != "[unknown]")
+                return {frame, offset};
+            std::uint32_t named_offset = profile::no_offset;
+            const auto now = named_frame(module, offset, named_offset);
+            return now == profile::no_frame ? profile::renamed{frame, offset}
+                                            : profile::renamed{now, named_offset};
+        });
+    return renamed ? renaming::renamed : renaming::unchanged;
+}
+
 std::uint32_t script_parser::named_frame(std::string_view module, std::uint64_t address,
                                          std::uint32_t& offset) {
     auto by_module = named_.find(module);
@@ -522,6 +591,8 @@ std::uint32_t script_parser::named_frame(std::string_view module, std::uint64_t 
             by_module = named_.emplace(std::string(module), 0).first;
         by_module->second.emplace(address, n);
         ++named_count_;
+    } else {
+        named_all_ = false;
     }
     offset = n.offset;
     return n.frame;
@@ -562,8 +633,11 @@ void script_parser::commit() {
     // the stack trie: a caller already on the path closer to the root (recursion, direct or
     // through others) keeps no offset — its call lines are told apart at its outermost call
     // only, which holds all the rest — and past the profile's allowance of sites no caller
-    // keeps one (its samples stay, their call lines are counted as lost). Only the frames
-    // not shared are looked at: the shared ones' sites were made by the same rules.
+    // keeps one (its samples stay, their call lines are counted as lost). A frame nobody
+    // named is exempt from both: every such frame of a module is one frame, and its offset
+    // is its address, which is all that names it later (profile::rename); its sites stand
+    // for the nodes it becomes then, and count in no allowance. Only the frames not shared
+    // are looked at: the shared ones' sites were made by the same rules.
     const std::size_t fresh = n - same;
     const bool full = fresh > 1 && profile_.caller_sites_full();
     bool dropped = false;
@@ -593,7 +667,8 @@ void script_parser::commit() {
                 marks ? marked(frames_[i])
                       : offset != profile::no_offset && !full &&
                             std::find(above, frames_.end(), frames_[i]) != frames_.end();
-            if (offset != profile::no_offset && (full || recurs)) {
+            if (offset != profile::no_offset && (full || recurs) &&
+                profile_.symbol(frames_[i]) != "[unknown]") {
                 dropped = dropped || full;
                 offset = profile::no_offset;
             }

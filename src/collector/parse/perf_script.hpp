@@ -104,6 +104,14 @@ public:
     // (module, address) is asked once.
     void name_frames_with(frame_namer* namer) noexcept { namer_ = namer; }
 
+    // The namer's symbols changed. When all a parse of the same text would now do otherwise
+    // is name frames nobody could name before (such frames keep their module and address),
+    // they are named in place (profile::rename): `renamed`, or `unchanged` when none can be.
+    // When a name it gave or a function it told apart would now be another, only a new parse
+    // is exact: `reparse`, and nothing was changed.
+    enum class renaming { unchanged, renamed, reparse };
+    renaming name_again();
+
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
     void finish();
@@ -163,6 +171,7 @@ private:
     };
     std::map<std::string, std::unordered_map<std::uint64_t, named>, std::less<>> named_;
     std::size_t named_count_ = 0;
+    bool named_all_ = true; // every answer is in named_ (none was left out past its bounds)
 
     // Functions perf names alike, told apart by where they start (frame_namer::starts_of):
     // `frame` as perf named it, at runtime address `ip` and `offset` into it -> the frame of
