@@ -98,8 +98,10 @@ script_parser::renaming session_model::name_again() {
     if (done == script_parser::renaming::reparse)
         return done;
     symbols_generation = generation;
-    if (done == script_parser::renaming::renamed)
+    if (done == script_parser::renaming::renamed) {
         fleet.reset(); // its stacks are by node id: made again with the next chunk
+        fit();         // named, a profile has more nodes
+    }
     return done;
 }
 

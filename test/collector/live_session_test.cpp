@@ -51,6 +51,16 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
         return f.get();
     };
 
+    // Symbols that may name anything anew (here: another module named whole each time), so
+    // that the session is parsed again rather than named in place.
+    int renames = 0;
+    const auto name_anew = [&] {
+        auto changed = app.symbols.config();
+        changed.resymbolize = {"/opt/app-" + std::to_string(++renames)};
+        app.symbols.configure(changed);
+        rename_frames(app);
+    };
+
     ingest();
     REQUIRE(run_until([&] { return digested == 1; }));
     const auto per_chunk = e->samples.load();
@@ -59,8 +69,7 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     for (int round = 0; round < 5; ++round) {
         // Named again: the rebuild takes the chunks on disk now; the three sent right after it
         // reach the strand while it runs (before its result can), and must be taken as well.
-        app.symbols.configure(app.symbols.config());
-        rename_frames(app);
+        name_anew();
         for (int i = 0; i < 3; ++i, ++sent)
             ingest();
         REQUIRE(run_until([&] { return digested == sent && !rebuilding(); }));
@@ -82,8 +91,7 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
     // are queued, so the end comes right after the rebuild begins, before it can be done.)
     std::promise<void> open;
     asio::post(e->strand, [gate = open.get_future().share()] { gate.wait(); });
-    app.symbols.configure(app.symbols.config());
-    rename_frames(app);
+    name_anew();
     live.end(1.0);
     open.set_value();
     REQUIRE(run_until([&] { return !rebuilding(); }));

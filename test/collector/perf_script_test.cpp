@@ -204,9 +204,17 @@ TEST_CASE("perf script: a nameless frame in a named module keeps its address the
                          "\t        7f001234 [unknown] ([unknown])\n\n"
                          // A 32-bit kernel's address fits 8 digits: still not a module's.
                          "app 1/1 1.3: 1 cpu-clock:\n"
-                         "\t        c0123456 [unknown] ([kernel.kallsyms])\n\n");
+                         "\t        c0123456 [unknown] ([kernel.kallsyms])\n\n"
+                         // Leading zeros: the value counts, not the digits.
+                         "app 1/1 1.4: 1 cpu-clock:\n"
+                         "\t       000401136 [unknown] (/bin/app)\n\n"
+                         // The largest 32-bit values are not offsets (no_offset and the clamp).
+                         "app 1/1 1.5: 1 cpu-clock:\n"
+                         "\t        fffffffe [unknown] (/bin/app)\n\n");
     const auto& p = r->prof;
-    REQUIRE(p.sample_count() == 4);
+    REQUIRE(p.sample_count() == 6);
+    CHECK(p.site_offset(p.sample_site(4)) == 0x401136);
+    CHECK(p.site_offset(p.sample_site(5)) == profile::no_offset);
     CHECK(p.module(p.site_frame(p.sample_site(0))) == "/usr/lib/libstdc++.so.6");
     CHECK(p.site_offset(p.sample_site(0)) == 0xd44a3);
     CHECK(p.site_offset(p.sample_site(1)) == profile::no_offset); // beyond 32 bits: none
@@ -652,6 +660,37 @@ TEST_CASE("perf script: symbols learned after a parse name its nameless frames i
     CHECK(fm.at("alpha").first == 2000 * 3);
     CHECK(fm.at("beta").second == 2000 * 9);
     CHECK(fm.at("[unknown]").first == 2000);
+
+    // Functions told apart keep what was learned of where their module is loaded: pid 3's
+    // main placed it before the renaming, and places work() after it.
+    {
+        two_works apart;
+        struct both final : frame_namer {
+            learning_namer* names;
+            two_works* works;
+            std::optional<name> name_frame(std::string_view m, std::uint64_t a) override {
+                return names->name_frame(m, a);
+            }
+            bool names_all(std::string_view) const override { return false; }
+            std::vector<start> starts_of(std::string_view m, std::string_view s) override {
+                return works->starts_of(m, s);
+            }
+        } namer;
+        learning_namer learner;
+        apart.page_clash = true;
+        namer.names = &learner;
+        namer.works = &apart;
+        profile r;
+        script_parser placing(r);
+        placing.name_frames_with(&namer);
+        placing.feed(work_sample(3, 0x5000002150, 0x5000003000) + stripped_text);
+        placing.finish();
+        learner.known = names.known;
+        REQUIRE(placing.name_again() == script_parser::renaming::renamed);
+        placing.feed(work_sample(3, 0x5000001150));
+        placing.finish();
+        CHECK(r.symbol(r.site_frame(r.sample_site(r.sample_count() - 1))) == "work (a.c)");
+    }
 
     // A name given before that would now be another: only a new parse is exact, and the
     // profile is left as it was.

@@ -188,27 +188,47 @@ void profile::move_sites(const std::vector<renamed>& now) {
     last_offset_ = no_offset;
     last_site_ = 0;
 
-    // Sites were made callers first, so a site's caller is moved before it. `changed`: a
-    // frame on its path, or its own, is named anew (elsewhere the rules decided as before).
+    // Depth first over the old sites (children listed per site), a caller before its
+    // callees; `on_path[frame]`: the callers on the path above with that new frame, for the
+    // recursion rule in constant time.
+    std::vector<std::uint32_t> first(sites + 1, 0), children(sites > 0 ? sites - 1 : 0);
+    for (std::size_t s = 1; s < sites; ++s)
+        ++first[old_keys[s].parent + 1];
+    for (std::size_t s = 0; s < sites; ++s)
+        first[s + 1] += first[s];
+    {
+        auto next = first;
+        for (std::size_t s = 1; s < sites; ++s)
+            children[next[old_keys[s].parent]++] = static_cast<std::uint32_t>(s);
+    }
     std::vector<std::uint32_t> as_leaf(sites, 0), as_caller(sites, 0);
-    std::vector<bool> changed(sites, false);
-    for (std::size_t s = 1; s < sites; ++s) {
-        const auto& old = old_keys[s];
+    std::vector<std::uint32_t> on_path(frame_symbol_.size(), 0);
+    struct visit {
+        std::uint32_t site, next_child;
+    };
+    std::vector<visit> stack{{0, first[0]}};
+    while (!stack.empty()) {
+        auto& top = stack.back();
+        if (top.next_child == first[top.site + 1]) {
+            if (top.site != 0)
+                --on_path[now[top.site].frame];
+            stack.pop_back();
+            continue;
+        }
+        const auto s = children[top.next_child++];
         const auto [frame, offset] = now[s];
-        changed[s] = changed[old.parent] || frame != old.frame;
-        const auto parent = as_caller[old.parent];
+        const auto parent = as_caller[old_keys[s].parent];
         if (leaf[s])
             as_leaf[s] = child_site(parent, frame, offset);
         if (!caller[s])
             continue;
-        auto offset_here = offset;
-        if (changed[s] && offset != no_offset && strings_[frame_symbol_[frame]] != "[unknown]")
-            for (auto up = parent; up != 0; up = site_key_[up].parent)
-                if (site_key_[up].frame == frame) {
-                    offset_here = no_offset; // recurs: its outermost call holds its lines
-                    break;
-                }
-        as_caller[s] = child_site(parent, frame, offset_here);
+        // A named caller already on the path closer to the root keeps no offset: its
+        // outermost call holds its lines (as the parser has it).
+        const bool recurs = on_path[frame] > 0 && offset != no_offset &&
+                            strings_[frame_symbol_[frame]] != "[unknown]";
+        as_caller[s] = child_site(parent, frame, recurs ? no_offset : offset);
+        ++on_path[frame];
+        stack.push_back({s, first[s]});
     }
 
     for (std::size_t r = 0; r < compacted_.size(); ++r)

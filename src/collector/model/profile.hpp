@@ -158,9 +158,13 @@ public:
     // Whether callers may no longer add sites of their own: the site trie holds four sites a
     // node and 16 Ki more (a caller's offset then goes unrecorded; its node still counts).
     // Sites of frames nobody named, at their addresses, are not counted: each stands for the
-    // node it becomes once named (the parser keeps them all).
+    // node it becomes once named, and they have an allowance of their own, 1 Mi more (about
+    // 30 MB), past which a nameless caller's address goes unrecorded too.
     bool caller_sites_full() const noexcept {
         return site_node_.size() - nameless_sites_ >= 4 * node_parent_.size() + 16384;
+    }
+    bool nameless_sites_full() const noexcept {
+        return nameless_sites_ >= 4 * node_parent_.size() + (std::size_t{1} << 20);
     }
     std::uint32_t site_node(std::uint32_t s) const noexcept { return site_node_[s]; }
     std::uint32_t site_frame(std::uint32_t s) const noexcept { return node_frame_[site_node_[s]]; }

@@ -20,14 +20,6 @@ int hex_value(char c) noexcept {
     return (c | 0x20) - 'a' + 10;
 }
 
-// Up to 8 hex digits as a number below profile::no_offset (which means "none").
-std::uint32_t hex_u32(std::string_view digits) noexcept {
-    std::uint32_t v = 0;
-    for (const char c : digits)
-        v = v * 16 + static_cast<std::uint32_t>(hex_value(c));
-    return v == profile::no_offset ? profile::no_offset - 1 : v;
-}
-
 // Up to 16 hex digits.
 std::uint64_t hex_u64(std::string_view digits) noexcept {
     std::uint64_t v = 0;
@@ -411,10 +403,12 @@ bool script_parser::frame_text(std::string_view text) {
     // A frame nobody could name, in a module perf could: perf prints the address in that
     // module, which stands in for the offset (the function table lists them per module, and
     // the collector's symbols can name it later).
-    if (rest == "[unknown]")
-        offset = !module.empty() && module.front() != '[' && sp <= 8
-                     ? hex_u32(text.substr(0, sp))
+    if (rest == "[unknown]") {
+        const auto address = sp <= 16 ? hex_u64(text.substr(0, sp)) : profile::no_offset;
+        offset = !module.empty() && module.front() != '[' && address < profile::no_offset - 1
+                     ? static_cast<std::uint32_t>(address)
                      : profile::no_offset; // not "[unknown]", not the kernel's
+    }
     auto frame = profile_.intern_frame(rest, module);
     if (namer_ && rest != "[unknown]" && offset != profile::no_offset && !module.empty() &&
         module.front() == '/' && sp <= 16)
@@ -506,8 +500,10 @@ void script_parser::place_unplaced() {
 script_parser::renaming script_parser::name_again() {
     if (!namer_)
         return renaming::unchanged;
-    if (!named_all_)
-        return renaming::reparse; // answers it no longer knows may have changed
+    // Answers it no longer knows may have changed; callers that kept no address (past the
+    // allowance of call sites) could be named only by a new parse.
+    if (!named_all_ || stats_.call_sites_dropped > 0)
+        return renaming::reparse;
     constexpr std::uint32_t unasked = 0xFFFFFFFFU, alone = 0xFFFFFFFEU;
     // Functions told apart (or asked and alone) are told apart as before.
     for (std::uint32_t f = 0; f < apart_.size(); ++f) {
@@ -538,7 +534,7 @@ script_parser::renaming script_parser::name_again() {
             const auto answer = namer_->name_frame(module, address);
             if (n.frame == profile::no_frame) {
                 // (A frame of a module named whole kept perf's name, not its address.)
-                if (answer && (module.front() != '/' || address >= profile::no_offset ||
+                if (answer && (module.front() != '/' || address >= profile::no_offset - 1 ||
                                namer_->names_all(module)))
                     return renaming::reparse;
                 if (answer)
@@ -548,16 +544,12 @@ script_parser::renaming script_parser::name_again() {
             if (!answer || answer->offset != n.offset || answer->symbol != profile_.symbol(n.frame))
                 return renaming::reparse;
         }
-    // What was learned of this text's stacks is forgotten (the next sample looks its frames
-    // up again).
+    // Each thread's last stack is forgotten (its sites are moved: the next sample looks its
+    // frames up again). Frames keep their ids, so what was learned of functions told apart
+    // (checked above) and of where modules are loaded stays.
     for (auto& l : last_)
         l = {};
     named_ = std::move(answers);
-    apart_.clear();
-    apart_by_.clear();
-    apart_modules_.clear();
-    apart_module_bytes_ = 0;
-    bases_.clear();
     const bool renamed =
         profile_.rename([this](std::uint32_t frame, std::uint32_t offset) -> profile::renamed {
             const auto module = profile_.module(frame);
@@ -634,12 +626,13 @@ void script_parser::commit() {
     // through others) keeps no offset — its call lines are told apart at its outermost call
     // only, which holds all the rest — and past the profile's allowance of sites no caller
     // keeps one (its samples stay, their call lines are counted as lost). A frame nobody
-    // named is exempt from both: every such frame of a module is one frame, and its offset
-    // is its address, which is all that names it later (profile::rename); its sites stand
-    // for the nodes it becomes then, and count in no allowance. Only the frames not shared
-    // are looked at: the shared ones' sites were made by the same rules.
+    // named is exempt from the first, and has an allowance of its own: every such frame of a
+    // module is one frame, and its offset is its address, which is all that names it later
+    // (profile::rename); its sites stand for the nodes it becomes then. Only the frames not
+    // shared are looked at: the shared ones' sites were made by the same rules.
     const std::size_t fresh = n - same;
     const bool full = fresh > 1 && profile_.caller_sites_full();
+    const bool nameless_full = fresh > 1 && profile_.nameless_sites_full();
     bool dropped = false;
     // Whether frames_[i] recurs closer to the root: a scan for a few fresh frames, marks
     // for many.
@@ -667,9 +660,9 @@ void script_parser::commit() {
                 marks ? marked(frames_[i])
                       : offset != profile::no_offset && !full &&
                             std::find(above, frames_.end(), frames_[i]) != frames_.end();
-            if (offset != profile::no_offset && (full || recurs) &&
-                profile_.symbol(frames_[i]) != "[unknown]") {
-                dropped = dropped || full;
+            const bool nameless = profile_.symbol(frames_[i]) == "[unknown]";
+            if (offset != profile::no_offset && (nameless ? nameless_full : full || recurs)) {
+                dropped = dropped || full || nameless;
                 offset = profile::no_offset;
             }
         }

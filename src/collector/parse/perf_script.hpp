@@ -107,8 +107,11 @@ public:
     // The namer's symbols changed. When all a parse of the same text would now do otherwise
     // is name frames nobody could name before (such frames keep their module and address),
     // they are named in place (profile::rename): `renamed`, or `unchanged` when none can be.
-    // When a name it gave or a function it told apart would now be another, only a new parse
-    // is exact: `reparse`, and nothing was changed.
+    // When a name it gave or a function it told apart would now be another, or a caller kept
+    // no address (past the allowance of call sites), only a new parse is exact: `reparse`, no
+    // sample moved. Call it between texts (after finish()). Past the allowance of call sites
+    // (profile::caller_sites_full) a profile named in place keeps call sites that a new parse
+    // would have left out once full.
     enum class renaming { unchanged, renamed, reparse };
     renaming name_again();
 
