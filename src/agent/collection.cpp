@@ -105,7 +105,7 @@ asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt
     start_stat(ex);
     if (stop_requested_) {
         stop_requested_ = false;
-        request_stop();
+        request_stop(!discard_);
     }
 
     // Void operands first: Asio 1.26's tuple-and-void operator&& does not compile.
@@ -113,8 +113,9 @@ asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt
         co_await ((read_script(*script_) && cut_loop() && watchdog()) &&
                   read_all(record_->err(), 64 << 10) && read_all(script_->err(), 64 << 10));
     record_err_ = std::move(record_err);
-    // perf script has ended: the last chunk, an unfinished sample included.
-    auto last = co_await cut(true);
+    // perf script has ended: the last chunk, an unfinished sample included (not when it was
+    // killed mid-sample by a stop without draining).
+    auto last = co_await cut(!discard_);
     std::optional<std::string> held;
     if (prompt && script_bytes_ == 0)
         held = std::move(last); // perf stat's report alone: sent unless a retry follows
@@ -245,7 +246,7 @@ asio::awaitable<void> collection::run_rounds() {
         record_ = std::move(*rec);
         start_stat(ex);
         if (stop_requested_)
-            record_->signal(SIGINT);
+            record_->signal(discard_ ? SIGKILL : SIGINT);
         const auto started = std::chrono::steady_clock::now();
 
         // This round records while the previous one is turned into text.
@@ -285,8 +286,10 @@ asio::awaitable<void> collection::run_rounds() {
                 break;
         }
     }
-    if (previous_file)
+    if (previous_file && !discard_)
         co_await script_round(*previous_file, previous_stat);
+    else if (previous_file)
+        std::remove(previous_file->c_str());
     reading_done_ = true;
     if (chunks_ == 0 && !stop_requested_ && error_.empty())
         error_ = record_err_.substr(0, record_err_.find('\n', 200));
@@ -303,7 +306,7 @@ asio::awaitable<void> collection::script_round(std::string file, std::string sta
         co_await script_->wait();
     }
     next_flush_ = std::chrono::steady_clock::now() + settings_.flush_interval;
-    send(chunker_.cut(stat_text, true));
+    send(chunker_.cut(stat_text, !discard_));
     std::remove(file.c_str());
 }
 
@@ -313,14 +316,21 @@ void collection::request_cut() {
         cut_timer_->cancel();
 }
 
-void collection::request_stop() {
-    if (stop_requested_)
+void collection::request_stop(bool drain) {
+    if (stop_requested_ && (drain || discard_))
         return;
     stop_requested_ = true;
+    discard_ = discard_ || !drain;
     if (round_gap_)
         round_gap_->cancel();
     if (!record_)
         return; // run() has not started perf yet; it checks the flag
+    if (discard_) {
+        record_->signal(SIGKILL);
+        if (script_)
+            script_->signal(SIGKILL);
+        return;
+    }
     record_->signal(SIGINT);
     stop_timer_->expires_after(std::chrono::seconds(3)); // wakes the watchdog
 }

@@ -68,8 +68,12 @@ public:
     asio::awaitable<void> run();
 
     // SIGINT to perf record (it flushes and exits, the pipeline drains); perf record is killed
-    // if it has not exited 3 s later, perf script if it has not ended 30 s later.
-    void request_stop();
+    // if it has not exited 3 s later, perf script if it has not ended 30 s later. Without
+    // `drain`, both are killed at once and what perf script has not printed yet is dropped
+    // (the last chunk holds the whole samples read so far): a stop that must not wait, as
+    // when a user's run takes the place of continuous profiling. Either may follow a
+    // draining stop under way.
+    void request_stop(bool drain = true);
     // Ends the current chunk now.
     void request_cut();
 
@@ -123,6 +127,7 @@ private:
     std::unique_ptr<asio::steady_timer> cut_timer_;
     std::unique_ptr<asio::steady_timer> stop_timer_;
     bool reading_done_ = false;
+    bool discard_ = false; // stopped without draining: the unprinted rest is dropped
     bool cut_requested_ = false;
     bool stop_requested_ = false;
     std::uint64_t chunks_ = 0;

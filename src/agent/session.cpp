@@ -481,11 +481,16 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
     if (req.cmd == "start")
         co_return co_await cmd_start(req);
     if (req.cmd == "stop") {
+        // "drain": false ends the run at once, dropping what perf script has not printed yet.
+        const auto* drain_arg = req.args.if_contains("drain");
+        if (drain_arg && !drain_arg->is_bool())
+            co_return command_response::failure(id, "drain must be true or false");
+        const bool drain = !drain_arg || drain_arg->as_bool();
         if (state_ == state::idle)
             co_return command_response::failure(id, "not profiling");
-        co_await end_collection();
+        co_await end_collection(drain);
         state_ = state::idle;
-        log(peer_, "profiling stopped");
+        log(peer_, drain ? "profiling stopped" : "profiling stopped (not drained)");
         co_return command_response::success(id, state_fields("idle"));
     }
     if (req.cmd == "pause") {
@@ -998,10 +1003,10 @@ asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
     collection_done_.cancel();
 }
 
-asio::awaitable<void> session::end_collection() {
+asio::awaitable<void> session::end_collection(bool drain) {
     while (current_) {
         auto c = current_;
-        c->request_stop();
+        c->request_stop(drain);
         co_await collection_done_.async_wait(use_nothrow);
         collection_done_.expires_at(asio::steady_timer::time_point::max());
     }

@@ -99,7 +99,8 @@ private:
     asio::awaitable<void> auto_start();
     void begin_collection();
     asio::awaitable<void> collect(std::shared_ptr<collection> c);
-    asio::awaitable<void> end_collection(); // stop and wait until drained
+    // Stops and waits until drained (without `drain`: until perf is killed, the rest dropped).
+    asio::awaitable<void> end_collection(bool drain = true);
     void set_authenticated();
 
     void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false);

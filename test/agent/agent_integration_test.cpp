@@ -1047,3 +1047,34 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     CHECK_THAT(no_events->stderr_text(), Catch::Contains("cannot sample any event"));
     CHECK_FALSE(fs::exists(nothing));
 }
+
+TEST_CASE("a stop that does not drain ends a run at once: a perf script that would name what "
+          "is left for a long while is killed, not waited for",
+          "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    listener l;
+    auto demo = start_demo(60);
+    // perf script of the stream never ends by itself once its input has: a draining stop
+    // would wait the 30 s the agent gives it, far past this command's 10 s.
+    auto agent = start_odd_agent(flavour, "stuck-script",
+                                 {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
+                                  std::to_string(demo->pid()), "--duration", "1"});
+    auto peer = accept_agent(l);
+    (void)read_hello(peer);
+    // Three periods streamed: the fake perf takes its input for a stream.
+    const auto got = collect(peer, 30s, [](const received& r) { return r.stat_reports >= 3; });
+    INFO(agent->stderr_text());
+    REQUIRE(got.stat_reports >= 3);
+    CHECK_THAT(got.text, Catch::Contains("matrix_multiply"));
+    CHECK(error_of(peer.command("stop", R"({"drain":"no"})")) == "drain must be true or false");
+    const auto stopped = peer.command("stop", R"({"drain":false})");
+    REQUIRE(ok(stopped));
+    CHECK(stopped->fields.at("state").as_string() == "idle");
+    CHECK(no_perf_children(agent->pid(), 3s));
+    // A new run starts at once.
+    REQUIRE(ok(peer.command("start")));
+    CHECK(peer.command("status")->fields.at("state").as_string() == "profiling");
+    REQUIRE(ok(peer.command("stop", R"({"drain":false})")));
+    CHECK(no_perf_children(agent->pid(), 3s));
+}

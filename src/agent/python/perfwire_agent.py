@@ -1554,6 +1554,7 @@ class Collection(object):
         self.gap = threading.Event()  # set by a stop: ends the wait after a round cut short
         self.record_err = b""  # what perf record said on stderr (its start, bounded)
         self.script_bytes = 0  # perf script text received
+        self.discard = False  # stopped without draining: the unprinted rest is dropped
         self.done = threading.Event()
 
     @property
@@ -1563,12 +1564,16 @@ class Collection(object):
     def start(self):
         start_thread(self._main, "collection")
 
-    def request_stop(self):
+    def request_stop(self, drain=True):
         """SIGINT to perf record (it flushes, the pipeline drains); SIGKILL to perf record 3 s
-        later, to perf script 30 s later (_watchdog)."""
+        later, to perf script 30 s later (_watchdog). Without `drain`, both are killed at once
+        and what perf script has not printed yet is dropped (an unfinished sample too)."""
         with self.lock:
-            if not self.stop_requested:
+            if self.stop_requested and (drain or self.discard):
+                pass
+            else:
                 self.stop_requested = True
+                self.discard = self.discard or not drain
                 self._interrupt()
         self.gap.set()
 
@@ -1585,6 +1590,11 @@ class Collection(object):
                 self._interrupt()
 
     def _interrupt(self):
+        if self.discard:
+            for p in (self.record, self.script):
+                if p is not None:
+                    signal_child(p, signal.SIGKILL)
+            return
         if self.record is not None:
             signal_child(self.record, signal.SIGINT)
             self.kill_at = monotonic() + 3.0
@@ -1749,8 +1759,9 @@ class Collection(object):
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
               scr.stderr.fileno(): "serr"}, on_data, tick)
         # perf script has ended: the last chunk, unfinished sample included (held back when
-        # a --no-buffering attempt printed no sample: a retry may follow).
-        last = self.chunker.cut(self._finish_stat(False), True)
+        # a --no-buffering attempt printed no sample: a retry may follow; the unfinished
+        # sample dropped when a stop without draining killed perf script).
+        last = self.chunker.cut(self._finish_stat(False), not self.discard)
         held = None
         if prompt and self.script_bytes == 0:
             held = last
@@ -1808,7 +1819,7 @@ class Collection(object):
                     self.gap.wait(left)
                     if self.stop_requested:
                         break
-            if previous:
+            if previous and not self.discard:
                 self._script_round(previous, previous_stat)
             self._fail_if_empty(record_err.decode("utf-8", "replace"))
         finally:
@@ -1835,7 +1846,7 @@ class Collection(object):
             scr.stderr.close()
             self._wait_for(scr)
         self.last_cut = monotonic()
-        self._send(self.chunker.cut(stat_text, True))
+        self._send(self.chunker.cut(stat_text, not self.discard))
         try:
             os.remove(path)
         except OSError:
@@ -2732,15 +2743,20 @@ class Session(object):
                                         "realtime": time.time()}})
 
     def cmd_stop(self, rid, args):
-        return self._halt(rid, self.state != "idle", "idle", "stopped")
+        # "drain": false ends the run at once, dropping what perf script has not printed yet.
+        drain = args.get("drain", True)
+        if not isinstance(drain, bool):
+            return response(rid, error="drain must be true or false")
+        return self._halt(rid, self.state != "idle", "idle",
+                          "stopped" if drain else "stopped (not drained)", drain)
 
     def cmd_pause(self, rid, args):
         return self._halt(rid, self.state == "profiling", "paused", "paused")
 
-    def _halt(self, rid, allowed, state, what):
+    def _halt(self, rid, allowed, state, what, drain=True):
         if not allowed:
             return response(rid, error="not profiling")
-        self.end_collection()
+        self.end_collection(drain)
         self.state = state
         self.log("profiling " + what)
         return response(rid, {"state": state})
@@ -2934,13 +2950,13 @@ class Session(object):
         self.log(reason + "; idle")
         self.send_state(reason)
 
-    def end_collection(self):
+    def end_collection(self, drain=True):
         """Stops the collection and waits until its last chunk is queued."""
         while True:
             c = self.current
             if c is None:
                 return
-            c.request_stop()
+            c.request_stop(drain)
             c.done.wait()
 
 

@@ -523,7 +523,9 @@ asio::awaitable<http_response> command_target(request_context& c) {
     std::string name(cmd->as_string());
     // A user's run takes the place of continuous profiling, which resumes when it ends: the
     // agent ends the continuous run first (it answers once it has), and the start follows.
-    // All of it answers within agent_link::takeover_deadline().
+    // The continuous run is not drained (perf script naming what is left of a whole system's
+    // samples can take tens of seconds on a busy device): its last moments are dropped, the
+    // user's run starts at once. All of it answers within agent_link::takeover_deadline().
     const auto until = std::chrono::steady_clock::now() + agent_link::takeover_deadline();
     const auto left = [until](std::string_view command) {
         const auto now = std::chrono::steady_clock::now();
@@ -533,9 +535,9 @@ asio::awaitable<http_response> command_target(request_context& c) {
     };
     const auto stop_continuous = [left](std::shared_ptr<agent_link> l) -> asio::awaitable<void> {
         std::string stop(protocol::cmd::stop); // (locals: GCC 12 and temporaries in co_await)
-        json::object no_args;
+        json::object undrained{{"drain", false}};
         const auto deadline = left(stop);
-        (void)co_await l->command(std::move(stop), std::move(no_args), deadline);
+        (void)co_await l->command(std::move(stop), std::move(undrained), deadline);
     };
     const bool start = name == protocol::cmd::start;
     if (start && link->in_continuous_run()) {
