@@ -72,7 +72,7 @@ if ((fuzz_seconds > 0)); then
     trap 'rm -rf "$work"' EXIT
     mkdir -p build-fuzz/artifacts
     # target, seed corpus, share of the time: the protocol (frames, zstd, JSON, ELF notes)
-    # and the perf script parser (header shapes from fuzzed fields, raw text).
+    # and the perf script parser (header shapes from fuzzed fields, raw text, renaming in place).
     for spec in "protocol_fuzz corpus 2" "script_fuzz script_corpus 1"; do
         read -r target corpus share <<<"$spec"
         seconds=$((fuzz_seconds * share / 2))

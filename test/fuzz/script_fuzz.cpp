@@ -1,6 +1,9 @@
 // Fuzzes the perf script parser, the collector's reader of everything an agent or an import
-// sends. Two halves, chosen by the first byte:
+// sends. Three parts, chosen by the first byte:
 //  - raw text: never a crash, and feeding in pieces equals feeding whole;
+//  - raw text parsed while nothing names its nameless frames, then named in place once the
+//    namer knows them (script_parser::name_again): every sample's stack, frame by frame with
+//    its offset, is what a parse with the namer knowing them from the start makes;
 //  - a header built from fuzzed fields in every shape perf prints (comm of any characters a
 //    thread name may hold, pid or pid/tid, [cpu], misc, irq flags before or after the time,
 //    period or none, events with modifiers, PMUs and tracepoints, a flat frame): it must give
@@ -10,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,6 +64,54 @@ void raw(std::string_view text, std::size_t piece) {
     for (std::size_t i = 0; i < whole.sample_count(); ++i)
         check(whole.sample_tid(i) == split.sample_tid(i) &&
               whole.sample_node(i) == split.sample_node(i));
+}
+
+// Names a module's addresses as functions of 64 bytes (every fifth one a gap nothing names),
+// once it knows them.
+class learning_namer final : public frame_namer {
+public:
+    bool knows = false;
+    std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
+        if (!knows || module.empty() || module.front() != '/' || (address >> 6) % 5 == 4)
+            return std::nullopt;
+        return name{"f" + std::to_string(address >> 6), static_cast<std::uint32_t>(address & 63)};
+    }
+    bool names_all(std::string_view) const override { return false; }
+};
+
+// A sample's stack, root first: each frame's symbol, module and offset.
+std::string stack_of(const profile& p, std::uint32_t site) {
+    std::string out;
+    for (auto s = site; s != 0; s = p.site_parent(s)) {
+        const auto f = p.site_frame(s);
+        out = std::string(p.symbol(f)) + " (" + std::string(p.module(f)) + ")+" +
+              std::to_string(p.site_offset(s)) + ";" + out;
+    }
+    return out;
+}
+
+void renamed(std::string_view text) {
+    learning_namer late, knowing;
+    knowing.knows = true;
+    profile a, b;
+    script_parser in_place(a), fresh(b);
+    in_place.name_frames_with(&late);
+    fresh.name_frames_with(&knowing);
+    in_place.feed(text);
+    in_place.finish();
+    fresh.feed(text);
+    fresh.finish();
+    late.knows = true;
+    if (in_place.name_again() == script_parser::renaming::reparse)
+        return; // a caller kept no address: only a new parse names it
+    check(a.sample_count() == b.sample_count() && a.node_count() == b.node_count());
+    // (Past the allowance of call sites the two may keep different ones.)
+    if (a.caller_sites_full() || b.caller_sites_full())
+        return;
+    check(a.site_count() == b.site_count());
+    for (std::size_t i = 0; i < a.sample_count(); ++i)
+        check(stack_of(a, a.sample_site(i)) == stack_of(b, b.sample_site(i)) &&
+              a.sample_period(i) == b.sample_period(i));
 }
 
 void structured(source in) {
@@ -139,7 +191,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
     if (data[0] & 1)
         structured(source{bytes});
+    else if (data[0] & 2)
+        renamed(bytes);
     else
-        raw(bytes, 1 + data[0] / 2 % 61);
+        raw(bytes, 1 + data[0] / 4 % 61);
     return 0;
 }
