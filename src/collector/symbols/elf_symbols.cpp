@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace collector {
@@ -160,6 +161,44 @@ std::string perf_symbol_name(std::string_view raw) {
     bool cxx = false;
     auto name = demangled(raw, cxx);
     return cxx ? strip_return_type(strip_parameters(name)) : name;
+}
+
+void readelf_text::append(std::string_view block) {
+    for (std::size_t pos = 0; pos < block.size();) {
+        const auto nl = block.find('\n', pos);
+        if (nl == std::string_view::npos) {
+            partial_.append(block.substr(pos));
+            return;
+        }
+        if (partial_.empty()) {
+            line(block.substr(pos, nl - pos));
+        } else {
+            partial_.append(block.substr(pos, nl - pos));
+            const std::string whole = std::exchange(partial_, {});
+            line(whole);
+        }
+        pos = nl + 1;
+    }
+}
+
+void readelf_text::line(std::string_view l) {
+    if (l.starts_with("Relocation section "))
+        skipping_ = l.find("'.rela.plt'") == std::string_view::npos &&
+                    l.find("'.rel.plt'") == std::string_view::npos;
+    else if (skipping_ && l.empty())
+        skipping_ = false; // a relocation section ends at a blank line
+    if (skipping_)
+        return;
+    text_.append(l);
+    text_.push_back('\n');
+}
+
+std::string readelf_text::finish() {
+    if (!partial_.empty()) {
+        const std::string last = std::exchange(partial_, {});
+        line(last);
+    }
+    return std::exchange(text_, {});
 }
 
 elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t machine) {

@@ -40,6 +40,22 @@ std::string strip_return_type(std::string_view demangled);
 // The name perf script shows for a symbol table name (mangled or not, "@VERSION" dropped).
 std::string perf_symbol_name(std::string_view raw);
 
+// `readelf -SrsW` output as it streams in, in any pieces, keeping what parse_readelf reads:
+// every line but those of relocation sections other than the PLT's (a large PIE has millions
+// of relative relocations — hundreds of MB of text — and none names a function).
+class readelf_text {
+public:
+    void append(std::string_view block);
+    std::size_t size() const noexcept { return text_.size() + partial_.size(); }
+    // The text kept, a last line without '\n' included.
+    std::string finish();
+
+private:
+    void line(std::string_view l);
+    std::string text_, partial_;
+    bool skipping_ = false;
+};
+
 class elf_symbols {
 public:
     // `machine`: the file's e_machine. For ARM (40) function symbols have bit 0 set for

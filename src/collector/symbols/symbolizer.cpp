@@ -186,15 +186,15 @@ symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, st
             if (auto shared = it->second.lock())
                 return shared;
     }
-    std::string text;
+    readelf_text kept;
     bool too_big = false;
     const auto r = run_streaming({c.toolchain_prefix + "readelf", "-SrsW", source.path},
                                  [&](std::string_view block) {
-                                     too_big = text.size() + block.size() > max_symbol_text;
-                                     if (!too_big)
-                                         text.append(block);
+                                     kept.append(block);
+                                     too_big = kept.size() > max_symbol_text;
                                      return !too_big;
                                  });
+    const std::string text = kept.finish();
     if (too_big) {
         error = "the symbol table of " + source.path + " is larger than " +
                 std::to_string(max_symbol_text >> 20) + " MiB of text";
