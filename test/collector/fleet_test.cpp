@@ -461,11 +461,22 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     REQUIRE(test_support::http_call(c2.http_port, "POST", "/api/targets/" + target + "/command",
                                     R"({"cmd":"stop"})")
                 .status == 200);
-    test_support::wait_for(c2, "/api/targets", 20s, [&](const json::value& v) {
-        const auto& t = v.as_array()[0];
-        return t.at("continuous").as_bool() && t.at("session_id").is_string() &&
-               t.at("session_id").as_string() != users.as_string();
-    });
+    // Continuous profiling comes back, in sessions of their own, and takes samples again (a
+    // session that never held one is not kept: the agents are stopped only once one has).
+    const std::string users_id(users.as_string());
+    const auto resumed = [&](const json::value& v) {
+        for (const auto& s : v.as_array()) {
+            const auto* c = s.as_object().if_contains("continuous");
+            if (s.at("hostname").as_string() == "board-c" && c && c->as_bool() &&
+                std::string(s.at("id").as_string()) > users_id &&
+                s.at("samples").to_number<std::uint64_t>() > 0)
+                return true;
+        }
+        return false;
+    };
+    const auto back = test_support::wait_for(c2, "/api/sessions", 90s, resumed);
+    REQUIRE(back.is_array());
+    REQUIRE(resumed(back));
 
     for (auto& a : agents)
         a->signal(SIGTERM);
@@ -473,15 +484,20 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         REQUIRE(a->wait(20s));
     std::map<std::string, device_sessions> devices;
     for (auto* c : {&c1, &c2}) {
-        const auto list = test_support::wait_for(*c, "/api/sessions", 30s, none_live);
+        // Every session ended (its last chunks parsed: slow in a sanitizer build that parses a
+        // whole machine's samples), then all of its samples in the store.
+        const auto list = test_support::wait_for(*c, "/api/sessions", 120s, none_live);
+        REQUIRE(list.is_array());
+        REQUIRE(none_live(list));
         std::uint64_t samples = 0;
         for (auto& [name, d] : sessions_by_device(list)) {
             samples += d.samples;
             devices[name] = d;
         }
-        test_support::wait_for(*c, "/api/status", 60s, [&](const json::value& v) {
+        const auto written = [&](const json::value& v) {
             return v.at("fleet").at("written_samples").to_number<std::uint64_t>() == samples;
-        });
+        };
+        REQUIRE(written(test_support::wait_for(*c, "/api/status", 120s, written)));
     }
     REQUIRE(devices.size() == 3);
     CHECK(devices["board-c"].ids.size() >= 3); // continuous, the user's run, continuous again
