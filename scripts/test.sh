@@ -12,9 +12,20 @@ root=$PWD
 jobs=$(nproc)
 fuzz_seconds=${PERFWIRE_FUZZ_SECONDS:-60}
 
-scripts/setup.sh --test
+# Each step says how long the one before it took, and the whole run how long it took.
+step_name="" step_start=$SECONDS
+step() {
+    if [[ -n $step_name ]]; then
+        printf '== %s: %d s\n' "$step_name" $((SECONDS - step_start))
+        timings+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$step_name")")
+    fi
+    step_name=$* step_start=$SECONDS
+    printf '\n== %s\n' "$*"
+}
+timings=()
 
-step() { printf '\n== %s\n' "$*"; }
+step "install what is missing (scripts/setup.sh --test)"
+scripts/setup.sh --test
 
 step "format check (clang-format $(clang-format --version | grep -o '[0-9]*\.[0-9.]*' | head -1))"
 dirs=()
@@ -25,9 +36,10 @@ step "the UI's lint and format check, and its model, state and formatting (node 
 node test/ui/lint.mjs
 node --test test/ui/unit/*.test.mjs
 
-step "build and test (RelWithDebInfo, warnings are errors)"
+step "build (RelWithDebInfo, warnings are errors)"
 cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+step "the test suite (ctest)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 step "static agents for every architecture, the foreign ones tested under qemu-user"
@@ -44,10 +56,11 @@ node test/ui/ui_test.mjs build
 node test/ui/tabs_test.mjs build 20
 node test/ui/fleet_test.mjs build
 
-step "build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
+step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
+step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp \
     PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
@@ -95,3 +108,5 @@ if ((fuzz_seconds > 0)); then
 fi
 
 step "all tests passed"
+printf '%s\n' "${timings[@]}"
+printf '%5d s  in all\n' "$SECONDS"

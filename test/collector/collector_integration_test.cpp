@@ -1,4 +1,6 @@
 // The real collector with real agents profiling the real demo under real perf.
+#include "collector/symbols/elf_symbols.hpp"
+#include "collector/symbols/subprocess.hpp"
 #include "protocol/build_id.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/frame.hpp"
@@ -21,6 +23,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -367,6 +370,80 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
                                    [](const json::value& v) { return v.as_array().empty(); });
     CHECK(sessions.as_array().empty());
     CHECK(test_support::session_folders(dir.path) == 0);
+}
+
+TEST_CASE("a command's answer is read while the chunks before it wait for a parse held up by a "
+          "symbol table",
+          "[collector][integration][ingestion]") {
+    // The parse of the first chunk reads the demo's symbol table through a readelf that waits
+    // until the test lets it go: the chunks behind it wait, and so did the answer to a stop
+    // the agent sent after them (the reader paused on the backlog, the stop ran out its 40 s).
+    temp_dir dir, tools;
+    const auto held = tools.path / "held", release = tools.path / "release";
+    {
+        std::ofstream script(tools.path / "slow-readelf");
+        script << "#!/bin/sh\n: > '" << held.string() << "'\nwhile [ ! -e '" << release.string()
+               << "' ]; do sleep 0.05; done\nexec readelf \"$@\"\n";
+    }
+    fs::permissions(tools.path / "slow-readelf", fs::perms::owner_all);
+    fs::create_symlink("/usr/bin/addr2line", tools.path / "slow-addr2line");
+    fs::create_symlink("/usr/bin/objdump", tools.path / "slow-objdump");
+    struct let_go { // the readelf ends whatever the test's outcome
+        fs::path file;
+        ~let_go() { std::ofstream{file}; }
+    } releasing{release};
+    collector_proc coll(dir.path, {"--toolchain-prefix", (tools.path / "slow-").string(),
+                                   "--binary", PERFWIRE_DEMO_BIN});
+    auto agent = test_support::hello_agent(coll, "device");
+    // Nameless frames in the demo (perf's address: a file offset, its link-time address in
+    // this PIE), named from its symbol table by the collector.
+    const auto listed = collector::run_capture({"readelf", "-sW", PERFWIRE_DEMO_BIN});
+    REQUIRE(listed.code == 0);
+    const auto fib = collector::elf_symbols::parse_readelf(listed.out)
+                         .address_of("(anonymous namespace)::recursive_fib");
+    REQUIRE(fib);
+    std::ostringstream address;
+    address << std::hex << *fib + 4;
+    std::string chunk;
+    for (int i = 0; i < 50; ++i)
+        chunk += "perfwire-demo 100/100 " + std::to_string(1 + i) +
+                 ".000000: 1000000 cpu-clock:\n\t" + address.str() + " [unknown] (" +
+                 PERFWIRE_DEMO_BIN + ")\n\n";
+    agent->send(protocol::frame_flag::text, chunk);
+    for (int waited = 0; waited < 600 && !fs::exists(held); ++waited)
+        std::this_thread::sleep_for(50ms);
+    REQUIRE(fs::exists(held));
+    constexpr int behind = 6; // past the two chunks a connection may have waiting for a parse
+    for (int i = 0; i < behind; ++i)
+        agent->send(protocol::frame_flag::text, chunk);
+    const auto targets = coll.get("/api/targets");
+    REQUIRE(targets.as_array().size() == 1);
+    const std::string target(targets.as_array()[0].at("id").as_string());
+    auto stopping = std::async(std::launch::async, [&] {
+        return http_call(coll.http_port, "POST", "/api/targets/" + target + "/command",
+                         R"({"cmd":"stop"})", {}, 60s);
+    });
+    const auto asked = agent->next_of(protocol::frame_flag::command, 30s);
+    REQUIRE(asked);
+    const auto id = json::parse(asked->payload).at("id");
+    agent->send(protocol::frame_flag::response,
+                R"({"id":)" + json::serialize(id) + R"(,"ok":true,"state":"idle"})");
+    const auto stopped = stopping.get();
+    INFO(stopped.body);
+    CHECK(stopped.status == 200);
+    CHECK_FALSE(fs::exists(release)); // answered while the parse was still held
+    // Let go: every chunk is parsed into the session the stop ended, nothing lost.
+    std::ofstream{release};
+    const auto sessions = wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+        return v.as_array().size() == 1 && !v.at(0).at("live").as_bool();
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    CHECK(sessions.at(0).at("samples").to_number<std::uint64_t>() == 50 * (behind + 1));
+    const auto functions = coll.get(
+        "/api/sessions/" + std::string(sessions.at(0).at("id").as_string()) + "/functions?limit=5");
+    INFO(json::serialize(functions));
+    CHECK(functions.at("functions").as_array().at(0).at("name").as_string() ==
+          "(anonymous namespace)::recursive_fib");
 }
 
 TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline still counts",

@@ -68,6 +68,14 @@ double wall_seconds() {
 // delays the others' chunks on the shared pool).
 constexpr std::size_t max_undigested_bytes = std::size_t{16} << 20;
 constexpr std::size_t max_undigested_chunks = 2;
+// While this collector waits for an answer, reading goes on up to larger bounds: the answer
+// is behind whatever data the agent sent before it, and a command (a stop, a user's start
+// taking over continuous profiling) must not wait for those chunks to be parsed — a parse
+// held up by a large module's symbol table would make its answer late. An agent ends a run
+// at once when told not to drain it and keeps little data queued (it waits to flush a chunk
+// while 64 KiB are), so what lies before an answer is a few chunks in flight, well within.
+constexpr std::size_t max_read_ahead_bytes = std::size_t{64} << 20;
+constexpr std::size_t max_read_ahead_chunks = 64;
 // Commands past their deadline whose answers still count (one start and a few more).
 constexpr std::size_t max_late_answers = 8;
 // Bytes of an agent build per update_data command (base64 in JSON: ~512 KiB a frame).
@@ -408,6 +416,12 @@ asio::awaitable<void> agent_link::keep_profiling() {
     }
 }
 
+bool agent_link::reading_paused() const noexcept {
+    const bool answering = !pending_.empty();
+    return undigested_bytes_ > (answering ? max_read_ahead_bytes : max_undigested_bytes) ||
+           undigested_chunks_ >= (answering ? max_read_ahead_chunks : max_undigested_chunks);
+}
+
 void agent_link::say(const std::string& line) const {
     if (!probation_ || hello_) // on probation: closed without a word until it proves itself
         log(peer_, line);
@@ -475,9 +489,7 @@ asio::awaitable<void> agent_link::reader() {
     // A peer that says nothing is dropped after 10 s.
     asio::steady_timer hello_deadline(ex_, std::chrono::seconds(10));
     while (!closed_) {
-        while ((undigested_bytes_ > max_undigested_bytes ||
-                undigested_chunks_ >= max_undigested_chunks) &&
-               !closed_) {
+        while (reading_paused() && !closed_) {
             digested_.expires_at(asio::steady_timer::time_point::max());
             co_await digested_.async_wait(use_nothrow);
         }
@@ -809,6 +821,7 @@ agent_link::command(std::string cmd, json::object args,
         asked_pid = static_cast<int>(p->as_int64());
     asio::steady_timer timer(ex_, timeout ? *timeout : deadline_for(cmd));
     pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid, continuous};
+    digested_.cancel(); // a reader paused on the parse's backlog reads on to the answer
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
     co_await timer.async_wait(use_nothrow);
     auto asked = std::move(pending_[id]);

@@ -183,10 +183,12 @@ private:
                state_ == protocol::agent_state::authenticating;
     }
     // Bytes of data frames received but not yet stored and parsed: over the limit the reader
-    // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped).
+    // stops reading this socket (TCP backpressure reaches the agent; nothing is dropped). The
+    // limit is higher while a command waits for its answer (reading_paused()).
     std::size_t undigested_bytes_ = 0;
     std::size_t undigested_chunks_ = 0;
     asio::steady_timer digested_;
+    bool reading_paused() const noexcept;
 
     struct pending {
         std::optional<protocol::command_response> result;
