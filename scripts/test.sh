@@ -59,11 +59,14 @@ node test/ui/fleet_test.mjs build
 step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j "$jobs"
+# The suite and what it runs; the benchmarks are built (and warned about) by the first build.
+cmake --build build-asan -j "$jobs" --target perfwire_tests
 step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
+# Every test, the agents' with the C++ agent only (the Python agent is no sanitized program:
+# the first build ran it), and fewer random stops than the ThreadSanitizer stage makes.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp \
-    PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
+    PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-10} PERFWIRE_TEST_AGENTS=cpp \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 step "the daemons under ThreadSanitizer: stops at random moments, and ingestion end to end"

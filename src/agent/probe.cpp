@@ -349,8 +349,9 @@ std::string capabilities::why_not_event(const std::string& event) const {
     std::string why = "unknown event: " + event;
     if (const auto it = rejected_events.find(event); it != rejected_events.end())
         why = event + " cannot be used with this perf (" + it->second + ")";
-    if (record_events.empty())
-        return why + "; this perf samples no event";
+    if (record_events.empty()) // and why, as the probe found it
+        return why + "; this perf samples no event" +
+               (cannot.empty() ? std::string() : " (cannot " + join(cannot, "; cannot ") + ")");
     return why + " (this device samples " + join(record_events, ", ") + ")";
 }
 

@@ -475,6 +475,8 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         return false;
     };
     const auto back = test_support::wait_for(c2, "/api/sessions", 90s, resumed);
+    INFO(c2.proc->stderr_text());
+    INFO(json::serialize(back));
     REQUIRE(back.is_array());
     REQUIRE(resumed(back));
 

@@ -1051,8 +1051,9 @@ class Capabilities(object):
         why = "unknown event: " + event
         if event in self.rejected_events:
             why = "%s cannot be used with this perf (%s)" % (event, self.rejected_events[event])
-        if not self.record_events:
-            return why + "; this perf samples no event"
+        if not self.record_events:  # and why, as the probe found it
+            return why + "; this perf samples no event" + (
+                " (cannot %s)" % "; cannot ".join(self.cannot) if self.cannot else "")
         return why + " (this device samples %s)" % ", ".join(self.record_events)
 
     def why_not_callgraph(self, mode):
