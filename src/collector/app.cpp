@@ -138,13 +138,6 @@ int run(const config& c) {
     std::signal(SIGPIPE, SIG_IGN);
     asio::io_context io(1);
     app_context app(io, c);
-    // A large file's symbol table, read in the background, names the sessions again.
-    app.symbols.on_background_table([&io, &app] {
-        asio::post(io, [&app] {
-            app.symbols.refresh();
-            rename_frames(app);
-        });
-    });
     if (!app.limits.debuginfod_urls.empty()) {
         // One answer may take at most this long and this much, and a server may stay silent
         // this long (libdebuginfod's own limits, unless the owner set them; the fetcher cuts

@@ -378,10 +378,22 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
     // The parse of the first chunk reads the demo's symbol table through a readelf that waits
     // until the test lets it go: the chunks behind it wait, and so did the answer to a stop
     // the agent sent after them (the reader paused on the backlog, the stop ran out its 40 s).
-    temp_dir dir;
-    const test_support::held_readelf readelf;
-    collector_proc coll(dir.path,
-                        {"--toolchain-prefix", readelf.prefix(), "--binary", PERFWIRE_DEMO_BIN});
+    temp_dir dir, tools;
+    const auto held = tools.path / "held", release = tools.path / "release";
+    {
+        std::ofstream script(tools.path / "slow-readelf");
+        script << "#!/bin/sh\n: > '" << held.string() << "'\nwhile [ ! -e '" << release.string()
+               << "' ]; do sleep 0.05; done\nexec readelf \"$@\"\n";
+    }
+    fs::permissions(tools.path / "slow-readelf", fs::perms::owner_all);
+    fs::create_symlink("/usr/bin/addr2line", tools.path / "slow-addr2line");
+    fs::create_symlink("/usr/bin/objdump", tools.path / "slow-objdump");
+    struct let_go { // the readelf ends whatever the test's outcome
+        fs::path file;
+        ~let_go() { std::ofstream{file}; }
+    } releasing{release};
+    collector_proc coll(dir.path, {"--toolchain-prefix", (tools.path / "slow-").string(),
+                                   "--binary", PERFWIRE_DEMO_BIN});
     auto agent = test_support::hello_agent(coll, "device");
     // Nameless frames in the demo (perf's address: a file offset, its link-time address in
     // this PIE), named from its symbol table by the collector.
@@ -398,7 +410,9 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
                  ".000000: 1000000 cpu-clock:\n\t" + address.str() + " [unknown] (" +
                  PERFWIRE_DEMO_BIN + ")\n\n";
     agent->send(protocol::frame_flag::text, chunk);
-    REQUIRE(readelf.holding(30s));
+    for (int waited = 0; waited < 600 && !fs::exists(held); ++waited)
+        std::this_thread::sleep_for(50ms);
+    REQUIRE(fs::exists(held));
     constexpr int behind = 6; // past the two chunks a connection may have waiting for a parse
     for (int i = 0; i < behind; ++i)
         agent->send(protocol::frame_flag::text, chunk);
@@ -417,9 +431,9 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
     const auto stopped = stopping.get();
     INFO(stopped.body);
     CHECK(stopped.status == 200);
-    CHECK_FALSE(readelf.let_go_yet()); // answered while the parse was still held
+    CHECK_FALSE(fs::exists(release)); // answered while the parse was still held
     // Let go: every chunk is parsed into the session the stop ended, nothing lost.
-    readelf.let_go();
+    std::ofstream{release};
     const auto sessions = wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
         return v.as_array().size() == 1 && !v.at(0).at("live").as_bool();
     });

@@ -19,12 +19,10 @@
 
 #include <arpa/inet.h>
 #include <atomic>
-#include <condition_variable>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <set>
@@ -1483,76 +1481,6 @@ TEST_CASE("frames perf could not name are named at the collector — a module na
     // Without symbols for it: as perf printed them.
     symbolizer none;
     CHECK(names(none) == std::vector<std::string>{"exported_fn", "[unknown]"});
-}
-
-TEST_CASE("a large file's symbol table is read in the background: the parse goes on without it "
-          "and its frames are named once it is read",
-          "[collector][symbols][parser]") {
-    const auto symbols = elf_symbols::parse_readelf(run_capture({"readelf", "-sW", demo_bin}).out);
-    const auto fib = symbols.address_of("(anonymous namespace)::recursive_fib");
-    REQUIRE(fib);
-    std::ostringstream text; // perf's address, a file offset: the link-time one in this PIE
-    for (int i = 10; i < 30; ++i)
-        text << "demo 1/1 1." << std::dec << i << ": 1000 cpu-clock:\n\t" << std::hex << *fib + 4
-             << " [unknown] (" << demo_bin << ")\n\n";
-
-    const test_support::held_readelf readelf;
-    symbol_config c;
-    c.binaries = {demo_bin};
-    c.debug_dirs.clear();
-    c.toolchain_prefix = readelf.prefix();
-    c.background_table_bytes = 0; // every file is a large one here
-    symbolizer sym(c);
-    std::mutex m;
-    std::condition_variable cv;
-    int tables_read = 0;
-    sym.on_background_table([&] {
-        std::lock_guard lock(m);
-        ++tables_read;
-        cv.notify_all();
-    });
-    const auto top = [](const session_model& model) {
-        const auto rows = functions(model.prof, {}).rows;
-        return rows.empty() ? std::string() : std::string(model.prof.symbol(rows.front().frame));
-    };
-    // The parse does not wait for the table: it ends while readelf is still held (a parse that
-    // waited would end only when the guard lets readelf go, after a minute).
-    std::atomic<bool> parsed{false};
-    std::thread guard([&] {
-        for (int i = 0; i < 600 && !parsed; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        readelf.let_go();
-    });
-    session_model model(&sym);
-    REQUIRE(model.ingest(false, text.str()));
-    const bool held = !readelf.let_go_yet();
-    parsed = true;
-    guard.join();
-    REQUIRE(held);
-    CHECK(readelf.holding(std::chrono::seconds(30))); // asked for, in the background
-    CHECK(model.prof.sample_count() == 20);
-    CHECK(top(model) == "[unknown]");
-    bool listed = false;
-    for (const auto& b : sym.binaries())
-        if (b.module == demo_bin) {
-            listed = b.pending && b.error.find("in the background") != std::string::npos;
-            INFO(b.error);
-        }
-    CHECK(listed);
-
-    // Read: the owner (the collector's app) refreshes and names the sessions again, in place.
-    {
-        std::unique_lock lock(m);
-        REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return tables_read == 1; }));
-    }
-    sym.refresh();
-    CHECK(model.name_again() == script_parser::renaming::renamed);
-    CHECK(top(model) == "(anonymous namespace)::recursive_fib");
-    // A later parse names them at once; a view's lines read the table without waiting again.
-    session_model later(&sym);
-    REQUIRE(later.ingest(false, text.str()));
-    CHECK(top(later) == "(anonymous namespace)::recursive_fib");
-    CHECK(tables_read == 1);
 }
 
 TEST_CASE("debuginfod: a server that never answers holds the queue for the stall limit only, and "

@@ -77,21 +77,6 @@ symbolizer::symbolizer(symbol_config c)
     : config_(c)
     , lines_config_(std::move(c)) {}
 
-symbolizer::~symbolizer() {
-    {
-        std::lock_guard lock(config_mutex_);
-        stopping_ = true;
-    }
-    read_wake_.notify_all();
-    if (reader_.joinable())
-        reader_.join();
-}
-
-void symbolizer::on_background_table(std::function<void()> done) {
-    std::lock_guard lock(config_mutex_);
-    on_read_ = std::move(done);
-}
-
 symbol_config symbolizer::config() const {
     std::lock_guard lock(config_mutex_);
     return config_;
@@ -113,10 +98,9 @@ void symbolizer::configure(symbol_config c) {
 void symbolizer::refresh() {
     std::lock_guard lock(config_mutex_);
     ++generation_;
-    for (auto it = tables_.begin(); it != tables_.end();) {
-        const auto& v = it->second->value;
-        it = v && (v->source.pending || v->table_pending) ? tables_.erase(it) : std::next(it);
-    }
+    for (auto it = tables_.begin(); it != tables_.end();)
+        it = it->second->value && it->second->value->source.pending ? tables_.erase(it)
+                                                                    : std::next(it);
 }
 
 void symbolizer::use_debuginfod(debuginfod_lookup lookup) {
@@ -130,12 +114,12 @@ bool symbolizer::usable(const module_slot& slot, bool remote) {
 }
 
 bool symbolizer::stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const {
-    return slot.value && (slot.value->source.pending || slot.value->table_pending) &&
+    return slot.value && slot.value->source.pending &&
            (slot.generation != generation_ || now - slot.loaded_at > std::chrono::seconds(2));
 }
 
 std::shared_ptr<const symbolizer::module_symbols>
-symbolizer::table(const std::string& module, const std::string& build_id, bool remote, bool wait) {
+symbolizer::table(const std::string& module, const std::string& build_id, bool remote) {
     std::shared_ptr<module_slot> slot;
     symbol_config c;
     debuginfod_lookup debuginfod;
@@ -161,7 +145,7 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
         slot->used = ++use_clock_;
         // An answer still on its way (debuginfod): looked for again now and then, and at
         // once when one arrived since (a lookup in flight then may have missed it).
-        if (stale(*slot, now) || (wait && slot->value && slot->value->table_pending))
+        if (stale(*slot, now))
             slot->value.reset();
         if (usable(*slot, remote))
             return slot->value;
@@ -182,7 +166,7 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
     if (m->source.path.empty())
         m->error = "no symbols found for " + module;
     else
-        m->symbols = file_symbols(c, m->source, m->error, wait, m->table_pending);
+        m->symbols = file_symbols(c, m->source, m->error);
     std::lock_guard lock(config_mutex_);
     slot->value = m;
     slot->loaded_at = now;
@@ -191,25 +175,25 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
     return m;
 }
 
-namespace {
-
-// `source`'s symbol table through readelf; nullptr with `error` when there is none. Given up
-// (nullptr) once `stop` is set.
-std::shared_ptr<const elf_symbols> read_symbols(const std::string& prefix,
-                                                const symbol_source& source, std::string& error,
-                                                const std::atomic<bool>& stop) {
+std::shared_ptr<const elf_symbols>
+symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, std::string& error) {
+    // One table per file, whichever modules and builds it serves.
+    const bool thumb = source.facts.machine == 40; // EM_ARM: its symbols read differently
+    const std::string key = source.path + (thumb ? "\0thumb" : "");
+    {
+        std::lock_guard lock(config_mutex_);
+        if (const auto it = files_.find(key); it != files_.end())
+            if (auto shared = it->second.lock())
+                return shared;
+    }
     readelf_text kept;
     bool too_big = false;
-    const auto r =
-        run_streaming({prefix + "readelf", "-SrsW", source.path}, [&](std::string_view block) {
-            kept.append(block);
-            too_big = kept.size() > max_symbol_text;
-            return !too_big && !stop;
-        });
-    if (stop) {
-        error = "the collector is stopping";
-        return nullptr;
-    }
+    const auto r = run_streaming({c.toolchain_prefix + "readelf", "-SrsW", source.path},
+                                 [&](std::string_view block) {
+                                     kept.append(block);
+                                     too_big = kept.size() > max_symbol_text;
+                                     return !too_big;
+                                 });
     const std::string text = kept.finish();
     if (too_big) {
         error = "the symbol table of " + source.path + " is larger than " +
@@ -220,90 +204,19 @@ std::shared_ptr<const elf_symbols> read_symbols(const std::string& prefix,
         error = "readelf failed on " + source.path + ": " + r.err.substr(0, 200);
         return nullptr;
     }
-    return std::make_shared<const elf_symbols>(
-        elf_symbols::parse_readelf(text, source.facts.machine));
-}
-
-} // namespace
-
-std::shared_ptr<const elf_symbols> symbolizer::file_symbols(const symbol_config& c,
-                                                            const symbol_source& source,
-                                                            std::string& error, bool wait,
-                                                            bool& pending) {
-    // One table per file, whichever modules and builds it serves.
-    const bool thumb = source.facts.machine == 40; // EM_ARM: its symbols read differently
-    const std::string key = source.path + (thumb ? "\0thumb" : "");
-    const auto keep = [&](std::shared_ptr<const elf_symbols> table) { // under config_mutex_
-        if (!table)
-            return table;
-        for (auto it = files_.begin(); it != files_.end();) // the forgotten ones
-            it = it->second.expired() ? files_.erase(it) : std::next(it);
-        files_[key] = table;
-        return table;
-    };
-    {
-        std::unique_lock lock(config_mutex_);
-        if (const auto it = files_.find(key); it != files_.end())
-            if (auto shared = it->second.lock())
-                return shared;
-        if (wait) // a view: the background read, if one is under way, is waited for
-            read_done_.wait(lock, [&] { return stopping_ || !reading_.contains(key); });
-        if (const auto done = read_.find(key); done != read_.end()) {
-            auto [table, why] = std::move(done->second);
-            read_.erase(done);
-            error = std::move(why);
-            return keep(std::move(table));
-        }
-        std::error_code ec;
-        const auto size = std::filesystem::file_size(source.path, ec);
-        if (!wait && (reading_.contains(key) || (!ec && size >= c.background_table_bytes))) {
-            if (!reading_.contains(key) && !stopping_) {
-                reading_.insert(key);
-                to_read_.push_back({key, c.toolchain_prefix, source});
-                if (!reader_.joinable())
-                    reader_ = std::thread([this] { read_in_background(); });
-                read_wake_.notify_one();
-            }
-            pending = true;
-            error = "reading the symbol table of " + source.path + " (" +
-                    std::to_string((ec ? 0 : size) >> 20) + " MB) in the background";
-            return nullptr;
-        }
-    }
-    auto table = read_symbols(c.toolchain_prefix, source, error, stopping_);
+    auto table =
+        std::make_shared<const elf_symbols>(elf_symbols::parse_readelf(text, source.facts.machine));
     std::lock_guard lock(config_mutex_);
-    return keep(std::move(table));
-}
-
-void symbolizer::read_in_background() {
-    std::unique_lock lock(config_mutex_);
-    for (;;) {
-        read_wake_.wait(lock, [&] { return stopping_ || !to_read_.empty(); });
-        if (stopping_)
-            break;
-        auto job = std::move(to_read_.front());
-        to_read_.pop_front();
-        lock.unlock();
-        background_result r;
-        r.table = read_symbols(job.prefix, job.source, r.error, stopping_);
-        lock.lock();
-        reading_.erase(job.key);
-        read_[job.key] = std::move(r);
-        read_done_.notify_all();
-        if (auto done = on_read_) {
-            lock.unlock();
-            done();
-            lock.lock();
-        }
-    }
-    reading_.clear();
-    read_done_.notify_all();
+    for (auto it = files_.begin(); it != files_.end();) // the forgotten ones
+        it = it->second.expired() ? files_.erase(it) : std::next(it);
+    files_[key] = table;
+    return table;
 }
 
 std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& module,
                                                              const std::string& build_id,
                                                              std::uint64_t address) {
-    const auto m = table(module, build_id, true, false);
+    const auto m = table(module, build_id);
     if (!m->symbols)
         return std::nullopt;
     const auto vaddr = protocol::file_offset_to_vaddr(m->source.facts.loads, address);
@@ -318,7 +231,7 @@ std::optional<symbolizer::frame_name> symbolizer::name_frame(const std::string& 
 std::vector<symbolizer::function_start> symbolizer::starts_of(const std::string& module,
                                                               const std::string& build_id,
                                                               const std::string& symbol) {
-    const auto m = table(module, build_id, false, false);
+    const auto m = table(module, build_id, false);
     std::vector<function_start> out;
     if (!m->symbols || !m->symbols->has_same_named())
         return out;
@@ -576,7 +489,7 @@ std::vector<symbolizer::binary_status> symbolizer::binaries() const {
                         m->symbols ? m->symbols->size() : 0,
                         m->source.build_id,
                         m->device_build_id,
-                        m->source.pending || m->table_pending};
+                        m->source.pending};
         if (const auto b = binaries_.find(m->source.path);
             s.error.empty() && b != binaries_.end() && !b->second.error.empty())
             s.error = b->second.error;

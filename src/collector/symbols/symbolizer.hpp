@@ -9,10 +9,7 @@
 // a sentinel address so a variable number of inline lines is delimited. Answers are cached
 // per file. Source lines run on the thread pool (they block); one mutex serializes them
 // across sessions. Naming frames does not wait for them: it reads the symbol tables, loaded
-// once per module under their own lock. A large file's table (a sanitizer build, a browser:
-// readelf takes seconds to minutes) is read on a thread of its own and naming goes on without
-// it meanwhile, so a parse never holds a pool thread for it; once it is read, the sessions
-// are named again (on_background_table).
+// once per module under their own lock.
 //
 // Source paths from the debug info go through --path-map FROM=TO and are then looked for
 // under each --source-dir.
@@ -23,19 +20,13 @@
 #include "collector/symbols/locate.hpp"
 #include "collector/symbols/subprocess.hpp"
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -54,8 +45,6 @@ struct symbol_config {
     // (the device's symbols are poor: perf gave exported names to static functions).
     std::vector<std::string> resymbolize;
     bool inline_frames = true;
-    // A symbol file at least this large is read off the parse path (symbolizer, above).
-    std::uint64_t background_table_bytes = std::uint64_t{64} << 20;
 };
 
 struct source_location {
@@ -79,9 +68,6 @@ inline constexpr std::size_t max_symbol_text = std::size_t{1} << 30;
 class symbolizer {
 public:
     explicit symbolizer(symbol_config c = {});
-    ~symbolizer(); // a table being read in the background is given up
-    symbolizer(const symbolizer&) = delete;
-    symbolizer& operator=(const symbolizer&) = delete;
 
     // Neither waits for a symbolization in progress (so the I/O thread may call them); a new
     // configuration takes effect at once for naming and at the next resolve for lines, and
@@ -94,12 +80,9 @@ public:
 
     // Debug files by build-id from a debuginfod server.
     void use_debuginfod(debuginfod_lookup lookup);
-    // Forgets the modules still waiting for a debuginfod answer or a table read in the
-    // background (the next use looks again) and moves the generation on; what a debuginfod
-    // answer calls, and the owner of `done` below.
+    // Forgets the modules still waiting for a debuginfod answer (the next use looks again)
+    // and moves the generation on; what a debuginfod answer calls.
     void refresh();
-    // `done` runs on the background thread each time a large file's table has been read.
-    void on_background_table(std::function<void()> done);
 
     // Devices' kernel symbol tables, each distinct one held once.
     kernel_tables& kernels() noexcept { return kernels_; }
@@ -170,7 +153,7 @@ public:
         std::size_t symbols = 0;
         std::string build_id;        // of the file used; empty when it has none
         std::string device_build_id; // what the agent reported; empty when it did not
-        bool pending = false;        // a debuginfod answer or a table is on its way
+        bool pending = false;        // a debuginfod answer is on its way
     };
     std::vector<binary_status> binaries() const;
 
@@ -184,7 +167,6 @@ private:
         symbol_source source;
         std::shared_ptr<const elf_symbols> symbols; // nullptr: none (error says why)
         std::string error;
-        bool table_pending = false; // its file's table is being read in the background
     };
     struct module_slot {
         std::mutex loading;
@@ -194,28 +176,13 @@ private:
         std::uint64_t generation = 0; // the symbolizer's generation the value was looked up in
         bool local_only = false;      // looked up without debuginfod
     };
-    // The table of `source`'s file. Without `wait`, a large file's is read in the background
-    // (nullptr, `pending` set) unless it has been already.
-    std::shared_ptr<const elf_symbols> file_symbols(const symbol_config& c,
-                                                    const symbol_source& source, std::string& error,
-                                                    bool wait, bool& pending);
+    std::shared_ptr<const elf_symbols>
+    file_symbols(const symbol_config& c, const symbol_source& source, std::string& error);
     // `remote`: debuginfod may be asked (when nothing local has the module's symbols). A
     // table looked up without it is looked up again when one with it is wanted and it has no
-    // symbols. `wait`: a large file's table is read now, not in the background (the views'
-    // lines and disassembly; naming frames does not wait).
+    // symbols.
     std::shared_ptr<const module_symbols> table(const std::string& module,
-                                                const std::string& build_id, bool remote = true,
-                                                bool wait = true);
-    // The background reader of large files' tables: one at a time, in the order asked.
-    void read_in_background();
-    struct background_read {
-        std::string key, prefix;
-        symbol_source source;
-    };
-    struct background_result {
-        std::shared_ptr<const elf_symbols> table;
-        std::string error;
-    };
+                                                const std::string& build_id, bool remote = true);
     // A debuginfod answer was pending when `slot` was filled, and it was filled before the
     // last answer arrived or long enough ago to ask again. Under config_mutex_.
     bool stale(const module_slot& slot, std::chrono::steady_clock::time_point now) const;
@@ -249,15 +216,6 @@ private:
     std::uint64_t use_clock_ = 0;
     std::map<std::string, std::weak_ptr<const elf_symbols>> files_; // by file path
     debuginfod_lookup debuginfod_;
-    // Large files' tables (under config_mutex_): asked, being read, read and not yet taken.
-    std::deque<background_read> to_read_;
-    std::set<std::string> reading_;
-    std::map<std::string, background_result> read_;
-    std::condition_variable read_done_;
-    std::condition_variable read_wake_;
-    std::atomic<bool> stopping_{false};
-    std::function<void()> on_read_;
-    std::thread reader_;
 
     kernel_tables kernels_;
 
