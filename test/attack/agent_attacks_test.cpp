@@ -112,8 +112,12 @@ TEST_CASE("agent --listen before pairing: one connection at a time, few answers,
           "pid must be an integer from 1 to 4194304");
     CHECK(error_of(next->command("start", R"({"pid":1,"events":"cpu-clock"})")) ==
           "events must be an array of event names");
-    CHECK_THAT(error_of(next->command("start", R"({"pid":1,"events":["no-such-event"]})", 20s)),
-               Catch::StartsWith("unknown event: no-such-event (this device samples "));
+    // Refused, saying what the device samples instead — or, when its probe found nothing to
+    // sample (every perf run past its 8 s on a machine this loaded), why.
+    CHECK_THAT(error_of(next->command("start", R"({"pid":1,"events":["no-such-event"]})", 60s)),
+               Catch::StartsWith("unknown event: no-such-event (this device samples ") ||
+                   Catch::StartsWith("unknown event: no-such-event; this perf samples no event "
+                                     "(cannot sample any event ("));
     CHECK(next->command("status")->fields.at("state").as_string() == "idle");
 }
 

@@ -480,10 +480,13 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     REQUIRE(back.is_array());
     REQUIRE(resumed(back));
 
+    // Each agent ends its run as on a stop, drained (perf script names what is left of a whole
+    // machine's samples: on a loaded machine, up to the 30 s after which an agent kills it),
+    // then leaves: as long as the collector gives a stop.
     for (auto& a : agents)
         a->signal(SIGTERM);
     for (auto& a : agents)
-        REQUIRE(a->wait(20s));
+        REQUIRE(a->wait(agent_link::deadline_for(protocol::cmd::stop)));
     std::map<std::string, device_sessions> devices;
     for (auto* c : {&c1, &c2}) {
         // Every session ended (its last chunks parsed: slow in a sanitizer build that parses a
