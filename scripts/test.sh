@@ -59,8 +59,8 @@ node test/ui/fleet_test.mjs build
 step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Debug >/dev/null
-# The suite and what it runs; the benchmarks are built (and warned about) by the first build.
-cmake --build build-asan -j "$jobs" --target perfwire_tests
+# What ctest runs; the other benchmarks are built (and warned about) by the first build.
+cmake --build build-asan -j "$jobs" --target test_programs
 step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
 # Every test, the agents' with the C++ agent only (the Python agent is no sanitized program:
 # the first build ran it), and fewer random stops than the ThreadSanitizer stage makes. Not the

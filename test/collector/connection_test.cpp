@@ -1,7 +1,9 @@
 // One browser connection driven byte for byte: over beast::test::stream for exact bytes, and
 // over loopback TCP for a browser that stops reading.
+#include "collector/http/byte_stream.hpp"
 #include "collector/http/connection.hpp"
 #include "collector/http/events.hpp"
+#include "collector/http/sse.hpp"
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
@@ -49,13 +51,14 @@ struct test_app {
 
 // The browser's end of a connected test stream pair; the server end runs serve_connection.
 struct test_browser {
-    beast::test::stream server, browser;
+    stream_of<beast::test::stream> server;
+    beast::test::stream browser;
     std::future<void> done;
 
     test_browser(test_app& t, connection_limits limits = {})
         : server(t.io)
         , browser(t.io) {
-        server.connect(browser);
+        server.next().connect(browser);
         done = asio::co_spawn(t.io, serve_connection(*t.app, server, limits), asio::use_future);
     }
     void send(std::string_view bytes) { asio::write(browser, asio::buffer(bytes)); }
@@ -293,7 +296,7 @@ TEST_CASE("SSE over loopback TCP: a browser that stops reading is dropped, the o
         asio::co_spawn(
             t.io,
             [](app_context& app, tcp::socket s) -> asio::awaitable<void> {
-                beast::tcp_stream stream(std::move(s));
+                stream_of<beast::tcp_stream> stream(std::move(s));
                 co_await serve_connection(app, stream);
             }(*t.app, std::move(socket)),
             asio::use_future);
