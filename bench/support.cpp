@@ -32,9 +32,11 @@ std::optional<collector> start_collector(const std::string& exe,
 }
 
 double cpu_seconds(int pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::istringstream rest(text.substr(text.rfind(')') + 2));
+    const std::string text = test_support::proc_file(pid, "stat");
+    const auto close = text.rfind(')');
+    if (close == std::string::npos || close + 2 > text.size())
+        return 0; // gone
+    std::istringstream rest(text.substr(close + 2));
     std::string field;
     unsigned long long utime = 0, stime = 0;
     for (int i = 3; i <= 15 && rest >> field; ++i) {

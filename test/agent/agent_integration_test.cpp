@@ -220,8 +220,7 @@ TEST_CASE("agent --server streams the demo's stacks and obeys the lifecycle comm
         const auto deadline = std::chrono::steady_clock::now() + 10s;
         do {
             for (const int pid : test_support::children_of(agent->pid(), "perf")) {
-                std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-                std::string args((std::istreambuf_iterator<char>(in)), {});
+                std::string args = test_support::proc_file(pid, "cmdline");
                 std::replace(args.begin(), args.end(), '\0', ' ');
                 if (args.find(" record ") != std::string::npos)
                     return args;

@@ -119,6 +119,30 @@ std::optional<std::string> spawned::wait_for_stderr(const std::string& needle,
     return std::nullopt;
 }
 
+std::string proc_file(int pid, const std::string& name) {
+    // Not an ifstream: its buffer throws when read() fails, as it does with ESRCH for a
+    // process that exited after its file was opened.
+    const auto path = "/proc/" + std::to_string(pid) + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return {};
+    std::string text;
+    char buf[1024];
+    for (;;) {
+        const auto n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n < 0)
+                text.clear(); // gone meanwhile
+            break;
+        }
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return text;
+}
+
 std::vector<int> children_of(int parent, const std::string& prefix) {
     std::vector<int> out;
     DIR* d = ::opendir("/proc");
@@ -128,8 +152,7 @@ std::vector<int> children_of(int parent, const std::string& prefix) {
         const int pid = std::atoi(e->d_name);
         if (pid <= 0)
             continue;
-        std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-        std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        const std::string text = proc_file(pid, "stat");
         const auto open = text.find('(');
         const auto close = text.rfind(')');
         if (open == std::string::npos || close == std::string::npos)
@@ -150,8 +173,7 @@ bool process_exists(int pid) {
     if (::kill(pid, 0) != 0 && errno == ESRCH)
         return false;
     // A zombie still "exists" for kill(); treat it as gone.
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string text = proc_file(pid, "stat");
     const auto close = text.rfind(')');
     return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
 }

@@ -36,5 +36,8 @@ private:
 // Child pids of `parent` whose comm starts with `prefix` (from /proc/*/stat).
 std::vector<int> children_of(int parent, const std::string& prefix);
 bool process_exists(int pid);
+// /proc/PID/NAME ("stat", "cmdline") as the kernel gives it; "" when the process is gone,
+// however late it went (a process may exit between a listing of /proc and the read).
+std::string proc_file(int pid, const std::string& name);
 
 } // namespace test_support
