@@ -335,6 +335,7 @@ int run(const config& c) {
     }
     watch.done();
     app.pool.join();
+    app.symbol_loads.join();
     if (app.fleet_queries)
         app.fleet_queries->join();
     if (app.backlog)

@@ -48,6 +48,10 @@ struct app_context {
     std::string agent_listen_address; // "host:port" once bound
     connection_budget connections;    // every connection accepted holds a slot
     symbolizer symbols{cfg.symbols};
+    // Where live sessions' symbol tables are read before their chunks are parsed: a large
+    // binary's takes seconds (minutes under a sanitizer), and the pool's two threads parse
+    // every session's chunks meanwhile (live_session.cpp).
+    asio::thread_pool symbol_loads{1};
     // The fleet store (--clickhouse): every sample live sessions take, also written there.
     std::unique_ptr<fleet_store> fleet;
     // What the fleet store may lack, written there from the session folders (after `fleet`:

@@ -5,6 +5,7 @@
 #include "collector/fleet/store.hpp"
 #include "collector/log.hpp"
 #include "collector/model/views.hpp"
+#include "protocol/compression.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -50,8 +51,10 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
 // On the strand: disk first, so a crash after it loses nothing that arrived. A chunk that
 // cannot be written is still parsed and shown, kept, and written once there is room; the
 // session says what the recording on disk lacks meanwhile.
+// `text`: the payload decompressed already, or empty.
 void take_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
-                const std::string& payload, const fleet_encoder::origin* fleet) {
+                const std::string& payload, std::string_view text,
+                const fleet_encoder::origin* fleet) {
     const auto unsaved_before = e.unsaved_chunks();
     const bool stored = store_chunk(e, compressed, payload);
     if (e.rebuilding) // a new model is being built from the chunks stored before this one
@@ -72,7 +75,10 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
             app.fleet->add(m.fleet->encode(m.prof, from, to, chunk, m.device_build_ids));
         };
     // (folding the oldest samples past the allowance)
-    if (!e.model->ingest(compressed, payload, to_fleet))
+    const bool parsed = compressed && !text.empty()
+                            ? e.model->ingest(false, text, to_fleet)
+                            : e.model->ingest(compressed, payload, to_fleet);
+    if (!parsed)
         log(who, "unreadable data chunk skipped");
     if (!stored)
         chunk_samples(e, e.model->prof.sample_count() - samples_before);
@@ -138,6 +144,75 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
     });
 }
 
+// On the strand: the files whose symbol tables the parse of `chunk` would read and the
+// symbolizer does not hold yet, with the build-ids it looks them up by. `text`: the chunk
+// decompressed (when it was compressed and could be).
+std::vector<std::pair<std::string, std::string>> tables_missing(const session_entry& e,
+                                                                app_context& app,
+                                                                const session_entry::queued& chunk,
+                                                                std::string& text) {
+    std::vector<std::pair<std::string, std::string>> missing;
+    if (!e.model)
+        return missing;
+    std::string_view view = *chunk.chunk;
+    if (chunk.compressed) {
+        auto out = protocol::decompress(view, protocol::max_chunk_text);
+        if (!out)
+            return missing; // the parse says so
+        text = std::move(*out);
+        view = text;
+    }
+    for (auto& module : script_parser::modules_in(view)) {
+        auto id = e.model->build_id_of(module);
+        if (!app.symbols.has_table(module, id))
+            missing.emplace_back(std::move(module), std::move(id));
+    }
+    return missing;
+}
+
+// On the strand: the session's work, in the order it came, until a chunk needs symbol tables
+// the symbolizer does not hold. Those are read on the loader thread (each chunk asks once:
+// one whose tables were forgotten meanwhile reads them as it is parsed), and the work goes on
+// when they are; the link reads on meanwhile within its bounds (agent_link's digested count).
+// The look costs an eighth of a parse (bench/ingest); the text it decompressed is parsed.
+void run_in_order(const std::shared_ptr<session_entry>& e, app_context& app) {
+    while (!e->loading_tables && !e->work.empty()) {
+        auto& next = e->work.front();
+        std::string text;
+        if (next.chunk && !std::exchange(next.asked, true)) {
+            auto missing = tables_missing(*e, app, next, text);
+            if (!missing.empty()) {
+                e->loading_tables = true;
+                app.on_pool(app.symbol_loads.get_executor(),
+                            [e, app = &app, missing = std::move(missing)] {
+                                for (const auto& [module, build_id] : missing)
+                                    if (!app->stops.stopping())
+                                        app->symbols.load_table(module, build_id);
+                                app->on_pool(e->strand, [e, app] {
+                                    e->loading_tables = false;
+                                    run_in_order(e, *app);
+                                });
+                            });
+                return;
+            }
+        }
+        auto run = std::move(next.run);
+        e->work.pop_front();
+        run(text);
+    }
+}
+
+// Hands `run` to the session's strand, behind the work already waiting there.
+void in_order(const std::shared_ptr<session_entry>& e, app_context& app,
+              std::function<void(std::string_view)> run,
+              std::shared_ptr<const std::string> chunk = nullptr, bool compressed = false) {
+    app.on_pool(e->strand, [e, app = &app, run = std::move(run), chunk = std::move(chunk),
+                            compressed]() mutable {
+        e->work.push_back({std::move(chunk), compressed, false, std::move(run)});
+        run_in_order(e, *app);
+    });
+}
+
 } // namespace
 
 boost::system::result<std::unique_ptr<live_session>> live_session::open(app_context& app,
@@ -183,22 +258,25 @@ bool live_session::wants_kernel_symbols() const noexcept {
 }
 
 void live_session::chunk(bool compressed, std::string payload, std::function<void()> digested) {
-    app_.on_pool(entry_->strand,
-                 [e = entry_, app = &app_, who = who_, compressed, payload = std::move(payload),
-                  digested = std::move(digested), fleet = fleet_] {
-                     take_chunk(*e, *app, who, compressed, payload, fleet.get());
-                     if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
-                         e->wants_kernel_symbols = true;
-                     asio::post(app->io, [app, id = e->id, digested] {
-                         digested();
-                         app->changed(change::data, id);
-                     });
-                 });
+    auto data = std::make_shared<const std::string>(std::move(payload));
+    in_order(
+        entry_, app_,
+        [e = entry_, app = &app_, who = who_, compressed, data, digested = std::move(digested),
+         fleet = fleet_](std::string_view text) {
+            take_chunk(*e, *app, who, compressed, *data, text, fleet.get());
+            if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
+                e->wants_kernel_symbols = true;
+            asio::post(app->io, [app, id = e->id, digested] {
+                digested();
+                app->changed(change::data, id);
+            });
+        },
+        data, compressed);
 }
 
 void live_session::metrics(std::string record) {
     app_.browsers->metrics(entry_->id, record);
-    app_.on_pool(entry_->strand, [e = entry_, app = &app_, record = std::move(record)] {
+    in_order(entry_, app_, [e = entry_, app = &app_, record = std::move(record)](std::string_view) {
         if (e->writer)
             (void)e->writer->append_metrics(record);
         if (!e->model)
@@ -216,24 +294,25 @@ void live_session::metrics(std::string record) {
 }
 
 void live_session::kernel(std::shared_ptr<const kernel_symbols> table, std::string why) {
-    app_.on_pool(
-        entry_->strand, [e = entry_, app = &app_, table = std::move(table), why = std::move(why)] {
-            if (!e->model)
-                return;
-            if (!why.empty() || !table) {
-                e->model->kernel_note = why.empty() ? "the agent sent no kernel symbols" : why;
-                return;
-            }
-            if (!table->size()) {
-                e->model->kernel_note = "the agent sent no kernel symbols";
-                return;
-            }
-            if (e->writer)
-                (void)e->writer->write_kernel_symbols(table->text());
-            e->model->kernel = table;
-            e->wants_kernel_symbols = false;
-            rebuild_live(e, *app);
-        });
+    in_order(entry_, app_,
+             [e = entry_, app = &app_, table = std::move(table),
+              why = std::move(why)](std::string_view) {
+                 if (!e->model)
+                     return;
+                 if (!why.empty() || !table) {
+                     e->model->kernel_note = why.empty() ? "the agent sent no kernel symbols" : why;
+                     return;
+                 }
+                 if (!table->size()) {
+                     e->model->kernel_note = "the agent sent no kernel symbols";
+                     return;
+                 }
+                 if (e->writer)
+                     (void)e->writer->write_kernel_symbols(table->text());
+                 e->model->kernel = table;
+                 e->wants_kernel_symbols = false;
+                 rebuild_live(e, *app);
+             });
 }
 
 void rename_frames(app_context& app) {
@@ -280,7 +359,7 @@ void live_session::end(double ended_at, std::optional<int> pid) {
         return;
     // Listed as live until its last chunks are parsed and its metadata is final: a session
     // listed as ended holds all it will hold (its samples, its counts).
-    app_.on_pool(entry_->strand, [e = entry_, app = &app_, ended_at, pid] {
+    in_order(entry_, app_, [e = entry_, app = &app_, ended_at, pid](std::string_view) {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
         // not kept.

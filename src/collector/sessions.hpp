@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,20 @@ struct session_entry {
         bool again = false; // asked for again meanwhile: one more follows
     };
     std::shared_ptr<rebuild> rebuilding;
+    // A live session's work in arrival order (chunks, metrics records, the kernel's symbols,
+    // the end), held up behind a chunk whose parse needs symbol tables not in memory yet:
+    // they are read on the collector's loader thread, not on the pool, and the work goes on
+    // here once they are (live_session.cpp).
+    struct queued {
+        std::shared_ptr<const std::string> chunk; // a chunk's payload; null for other work
+        bool compressed = false;
+        bool asked = false; // looked through (once: then it is parsed regardless)
+        // Run with the chunk's text when it was decompressed to be looked through and is
+        // parsed right after (else empty: a chunk that waits is not held decompressed).
+        std::function<void(std::string_view text)> run;
+    };
+    std::deque<queued> work;
+    bool loading_tables = false;
     std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
     std::uint64_t unsaved_samples() const;
 

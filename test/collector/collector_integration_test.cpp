@@ -372,31 +372,37 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
     CHECK(test_support::session_folders(dir.path) == 0);
 }
 
-TEST_CASE("a command's answer is read while the chunks before it wait for a parse held up by a "
-          "symbol table",
-          "[collector][integration][ingestion]") {
-    // The parse of the first chunk reads the demo's symbol table through a readelf that waits
-    // until the test lets it go: the chunks behind it wait, and so did the answer to a stop
-    // the agent sent after them (the reader paused on the backlog, the stop ran out its 40 s).
-    temp_dir dir, tools;
-    const auto held = tools.path / "held", release = tools.path / "release";
-    {
-        std::ofstream script(tools.path / "slow-readelf");
-        script << "#!/bin/sh\n: > '" << held.string() << "'\nwhile [ ! -e '" << release.string()
-               << "' ]; do sleep 0.05; done\nexec readelf \"$@\"\n";
+namespace {
+
+// A readelf that waits until the test lets it go (`held` appears when one is waiting), behind
+// --toolchain-prefix: the collector's read of a symbol table, held as long as a large binary's
+// takes. Let go whatever the test's outcome.
+struct held_readelf {
+    temp_dir tools;
+    fs::path held = tools.path / "held", release = tools.path / "release";
+    held_readelf() {
+        {
+            std::ofstream script(tools.path / "slow-readelf");
+            script << "#!/bin/sh\n: > '" << held.string() << "'\nwhile [ ! -e '" << release.string()
+                   << "' ]; do sleep 0.05; done\nexec readelf \"$@\"\n";
+        }
+        fs::permissions(tools.path / "slow-readelf", fs::perms::owner_all);
+        fs::create_symlink("/usr/bin/addr2line", tools.path / "slow-addr2line");
+        fs::create_symlink("/usr/bin/objdump", tools.path / "slow-objdump");
     }
-    fs::permissions(tools.path / "slow-readelf", fs::perms::owner_all);
-    fs::create_symlink("/usr/bin/addr2line", tools.path / "slow-addr2line");
-    fs::create_symlink("/usr/bin/objdump", tools.path / "slow-objdump");
-    struct let_go { // the readelf ends whatever the test's outcome
-        fs::path file;
-        ~let_go() { std::ofstream{file}; }
-    } releasing{release};
-    collector_proc coll(dir.path, {"--toolchain-prefix", (tools.path / "slow-").string(),
-                                   "--binary", PERFWIRE_DEMO_BIN});
-    auto agent = test_support::hello_agent(coll, "device");
-    // Nameless frames in the demo (perf's address: a file offset, its link-time address in
-    // this PIE), named from its symbol table by the collector.
+    ~held_readelf() { let_go(); }
+    std::string prefix() const { return (tools.path / "slow-").string(); }
+    bool wait_held() const {
+        for (int waited = 0; waited < 600 && !fs::exists(held); ++waited)
+            std::this_thread::sleep_for(50ms);
+        return fs::exists(held);
+    }
+    void let_go() const { std::ofstream{release}; }
+};
+
+// 50 samples of nameless frames in the demo (perf's address: a file offset, its link-time
+// address in this PIE), which the collector names from the demo's symbol table.
+std::string nameless_demo_chunk() {
     const auto listed = collector::run_capture({"readelf", "-sW", PERFWIRE_DEMO_BIN});
     REQUIRE(listed.code == 0);
     const auto fib = collector::elf_symbols::parse_readelf(listed.out)
@@ -409,10 +415,26 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
         chunk += "perfwire-demo 100/100 " + std::to_string(1 + i) +
                  ".000000: 1000000 cpu-clock:\n\t" + address.str() + " [unknown] (" +
                  PERFWIRE_DEMO_BIN + ")\n\n";
+    return chunk;
+}
+
+} // namespace
+
+TEST_CASE("a command's answer is read while the chunks before it wait for a parse held up by a "
+          "symbol table",
+          "[collector][integration][ingestion]") {
+    // The parse of the first chunk needs the demo's symbol table, read through a readelf that
+    // waits until the test lets it go: the chunks behind it wait, and so did the answer to a
+    // stop the agent sent after them (the reader paused on the backlog, the stop ran out its
+    // 40 s).
+    temp_dir dir;
+    held_readelf readelf;
+    collector_proc coll(dir.path,
+                        {"--toolchain-prefix", readelf.prefix(), "--binary", PERFWIRE_DEMO_BIN});
+    auto agent = test_support::hello_agent(coll, "device");
+    const std::string chunk = nameless_demo_chunk();
     agent->send(protocol::frame_flag::text, chunk);
-    for (int waited = 0; waited < 600 && !fs::exists(held); ++waited)
-        std::this_thread::sleep_for(50ms);
-    REQUIRE(fs::exists(held));
+    REQUIRE(readelf.wait_held());
     constexpr int behind = 6; // past the two chunks a connection may have waiting for a parse
     for (int i = 0; i < behind; ++i)
         agent->send(protocol::frame_flag::text, chunk);
@@ -437,7 +459,7 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
     CHECK(meanwhile.at(0).at("samples").to_number<std::uint64_t>() == 0);
     CHECK(meanwhile.at(0).at("live").as_bool());
     // Let go: every chunk is parsed into the session the stop ended, nothing lost.
-    std::ofstream{release};
+    readelf.let_go();
     const auto sessions = wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
         return v.as_array().size() == 1 && !v.at(0).at("live").as_bool();
     });
@@ -448,6 +470,72 @@ TEST_CASE("a command's answer is read while the chunks before it wait for a pars
     INFO(json::serialize(functions));
     CHECK(functions.at("functions").as_array().at(0).at("name").as_string() ==
           "(anonymous namespace)::recursive_fib");
+}
+
+TEST_CASE("a symbol table being read holds neither the pool nor the session's views: the other "
+          "sessions are parsed meanwhile, and the waiting one's names are final",
+          "[collector][integration][ingestion]") {
+    // Two devices' frames are in the demo, whose symbol table the collector reads through a
+    // readelf held until the test lets it go; a third device's frames name no file. Read on
+    // the pool, the two tables held both its threads, and the third session waited for them.
+    temp_dir dir;
+    held_readelf readelf;
+    collector_proc coll(dir.path,
+                        {"--toolchain-prefix", readelf.prefix(), "--binary", PERFWIRE_DEMO_BIN});
+    const std::string chunk = nameless_demo_chunk();
+    auto first = test_support::hello_agent(coll, "first");
+    auto second = test_support::hello_agent(coll, "second");
+    auto third = test_support::hello_agent(coll, "third");
+    first->send(protocol::frame_flag::text, chunk);
+    REQUIRE(readelf.wait_held());
+    second->send(protocol::frame_flag::text, chunk);
+    std::string plain;
+    for (int i = 0; i < 40; ++i)
+        plain += "worker 7/7 " + std::to_string(1 + i) +
+                 ".000000: 1000000 cpu-clock:\n\tffffffff81000000 [unknown] ([unknown])\n\n";
+    third->send(protocol::frame_flag::text, plain);
+    // Each device's session, by its host name.
+    const auto session_of = [&](const std::string& host) {
+        const auto targets = coll.get("/api/targets");
+        for (const auto& t : targets.as_array())
+            if (const auto* h = t.as_object().if_contains("hostname");
+                h && h->is_string() && h->as_string() == host && t.at("session_id").is_string())
+                return std::string(t.at("session_id").as_string());
+        return std::string();
+    };
+    const auto sessions = wait_for(coll, "/api/sessions", 20s, [](const json::value& v) {
+        std::size_t parsed = 0;
+        for (const auto& s : v.as_array())
+            parsed += s.at("samples").to_number<std::uint64_t>() == 40;
+        return v.as_array().size() == 3 && parsed == 1;
+    });
+    INFO(json::serialize(sessions));
+    REQUIRE(sessions.as_array().size() == 3);
+    const std::string a = session_of("first"), b = session_of("second"), c = session_of("third");
+    REQUIRE_FALSE(a.empty());
+    REQUIRE_FALSE(b.empty());
+    CHECK(coll.get("/api/sessions/" + c).at("samples").to_number<std::uint64_t>() == 40);
+    // The waiting sessions hold nothing yet, and their views are answered meanwhile (from
+    // their strands, which no read of a table holds).
+    for (const auto& waiting : {a, b}) {
+        CHECK(coll.get("/api/sessions/" + waiting).at("samples").to_number<std::uint64_t>() == 0);
+        const auto view = http_call(coll.http_port, "GET",
+                                    "/api/sessions/" + waiting + "/functions?limit=5", "", {}, 5s);
+        INFO(view.body);
+        CHECK(view.status == 404);
+        CHECK_THAT(view.body, Catch::Contains("\"no_data\""));
+    }
+    // Let go: both are parsed whole, with the names of the demo's symbol table.
+    readelf.let_go();
+    for (const auto& waiting : {a, b}) {
+        wait_for(coll, "/api/sessions/" + waiting, 30s, [](const json::value& v) {
+            return v.at("samples").to_number<std::uint64_t>() == 50;
+        });
+        const auto functions = coll.get("/api/sessions/" + waiting + "/functions?limit=5");
+        INFO(json::serialize(functions));
+        CHECK(functions.at("functions").as_array().at(0).at("name").as_string() ==
+              "(anonymous namespace)::recursive_fib");
+    }
 }
 
 TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline still counts",

@@ -903,3 +903,68 @@ TEST_CASE("folding the oldest samples into per-interval rows keeps every count a
     same(w);
     same({});
 }
+
+namespace {
+
+// Notes every file the parse asks about.
+class asked_files final : public frame_namer {
+public:
+    std::optional<name> name_frame(std::string_view module, std::uint64_t) override {
+        note(module);
+        return std::nullopt;
+    }
+    bool names_all(std::string_view) const override { return false; }
+    std::vector<start> starts_of(std::string_view module, std::string_view) override {
+        note(module);
+        return {};
+    }
+    std::set<std::string> files;
+
+private:
+    void note(std::string_view module) {
+        if (!module.empty() && module.front() == '/')
+            files.emplace(module);
+    }
+};
+
+} // namespace
+
+TEST_CASE("the files a chunk's frames name, looked up before its parse, are every file the "
+          "parse asks about",
+          "[collector][parser]") {
+    std::size_t asked = 0;
+    for (const char* name : {"callchain_fields.txt", "default_format.txt", "system_wide_cpu.txt",
+                             "no_period.txt", "flat.txt"}) {
+        INFO(name);
+        const std::string text = fixture(std::string("collector/fixtures/") + name);
+        profile prof;
+        script_parser parser(prof);
+        asked_files namer;
+        parser.name_frames_with(&namer);
+        parser.feed(text);
+        parser.finish();
+        const auto found = script_parser::modules_in(text);
+        const std::set<std::string> looked(found.begin(), found.end());
+        CHECK(looked.size() == found.size()); // each once
+        asked += namer.files.size();
+        for (const auto& f : namer.files) {
+            INFO(f);
+            CHECK(looked.count(f) == 1);
+        }
+    }
+    CHECK(asked >= 3);
+    // Frame lines as perf writes them, and what is no frame's file.
+    const std::string text = "app 1/1 1.0: 1 cpu-clock: (/not/a/frame)\n"
+                             "\t    7f01 work+0x10 (/bin/app)\r\n"
+                             "\n"
+                             "\t    7f02 foo(int)+0x4 (/usr/lib/libfoo.so (deleted))\n"
+                             "\t    7f03 [unknown] ([unknown])\n"
+                             "\t    ffffffff81 do_syscall_64+0x1 ([kernel.kallsyms])\n"
+                             "\t    7f04 main+0x8 (/bin/app)  \n"
+                             "\t    7f05 bar+0x1 (no/slash)\n"
+                             "\t    7f06 baz+0x1(/glued/to/the/name)\n"
+                             "\t    7f07 (/usr/lib/libc.so.6)";
+    CHECK(
+        script_parser::modules_in(text) ==
+        std::vector<std::string>{"/bin/app", "/usr/lib/libfoo.so (deleted)", "/usr/lib/libc.so.6"});
+}

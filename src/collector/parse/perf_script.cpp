@@ -1,6 +1,7 @@
 #include "collector/parse/perf_script.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include <cstring>
 
@@ -108,6 +109,27 @@ bool is_tracepoint(std::string_view event) noexcept {
         if (std::string_view("ukhIGHpPSDWebRrx").find(c) == std::string_view::npos)
             return true;
     return colon + 1 == event.size();
+}
+
+// A frame's text after its address, "symbol+0x10 (module)": the module taken off `rest` into
+// `module` when there is one. The module is the last balanced group: "(/bin/app (deleted))"
+// is one.
+void split_module(std::string_view& rest, std::string_view& module) noexcept {
+    if (rest.empty() || rest.back() != ')')
+        return;
+    std::size_t depth = 0, open = std::string_view::npos;
+    for (std::size_t i = rest.size(); i-- > 0;) {
+        if (rest[i] == ')')
+            ++depth;
+        else if (rest[i] == '(' && --depth == 0) {
+            open = i;
+            break;
+        }
+    }
+    if (open != std::string_view::npos && (open == 0 || rest[open - 1] == ' ')) {
+        module = rest.substr(open + 1, rest.size() - open - 2);
+        rest = trim(rest.substr(0, open));
+    }
 }
 
 } // namespace
@@ -329,6 +351,47 @@ bool script_parser::header(std::string_view l) {
     return true;
 }
 
+std::vector<std::string> script_parser::modules_in(std::string_view text) {
+    // A frame line ends in its module: "\t    7f01 symbol+0x10 (/usr/lib/libc.so.6)". Only the
+    // end of each indented line is looked at, found with memchr and memrchr; the module is
+    // taken apart as the parse does only when it holds a ')' of its own ("(deleted)").
+    std::vector<std::string> out;
+    std::unordered_set<std::string_view> seen;
+    std::string_view last;
+    const char* p = text.data();
+    const char* const end = p + text.size();
+    while (p < end) {
+        const auto* nl =
+            static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+        const char* const eol = nl ? nl : end;
+        std::string_view rest(p, static_cast<std::size_t>(eol - p));
+        p = eol + 1;
+        if (rest.empty() || (rest.front() != ' ' && rest.front() != '\t'))
+            continue;
+        while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t' || rest.back() == '\r'))
+            rest.remove_suffix(1);
+        if (rest.size() < 3 || rest.back() != ')')
+            continue;
+        const auto* open = static_cast<const char*>(::memrchr(rest.data(), '(', rest.size() - 1));
+        if (!open)
+            continue;
+        const auto at = static_cast<std::size_t>(open - rest.data());
+        std::string_view module = rest.substr(at + 1, rest.size() - at - 2);
+        if (module.find(')') != std::string_view::npos) { // nested: the parse's own rule
+            module = {};
+            split_module(rest, module);
+        } else if (at == 0 || rest[at - 1] != ' ') {
+            continue;
+        }
+        if (module == last)
+            continue;
+        last = module;
+        if (!module.empty() && module.front() == '/' && seen.insert(module).second)
+            out.emplace_back(module);
+    }
+    return out;
+}
+
 bool script_parser::frame_text(std::string_view text) {
     if (frames_.size() >= max_stack_frames) {
         ++stats_.deep_frames;
@@ -349,22 +412,7 @@ bool script_parser::frame_text(std::string_view text) {
             return false;
     std::string_view rest = trim(text.substr(sp + 1));
     std::string_view module = "[unknown]";
-    if (!rest.empty() && rest.back() == ')') {
-        // The dso is the last balanced group: "(/bin/app (deleted))" is one.
-        std::size_t depth = 0, open = std::string_view::npos;
-        for (std::size_t i = rest.size(); i-- > 0;) {
-            if (rest[i] == ')')
-                ++depth;
-            else if (rest[i] == '(' && --depth == 0) {
-                open = i;
-                break;
-            }
-        }
-        if (open != std::string_view::npos && (open == 0 || rest[open - 1] == ' ')) {
-            module = rest.substr(open + 1, rest.size() - open - 2);
-            rest = trim(rest.substr(0, open));
-        }
-    }
+    split_module(rest, module);
     // "+0x<hex>" is the instruction (a caller's: the return address of its call): the
     // function is the frame, and the offset is kept for source and call-site lines.
     std::uint32_t offset = profile::no_offset;

@@ -175,6 +175,17 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
     return m;
 }
 
+bool symbolizer::has_table(const std::string& module, const std::string& build_id) {
+    std::lock_guard lock(config_mutex_);
+    const auto it = tables_.find(module + '\0' + build_id);
+    return it != tables_.end() && usable(*it->second, false) &&
+           !stale(*it->second, std::chrono::steady_clock::now());
+}
+
+void symbolizer::load_table(const std::string& module, const std::string& build_id) {
+    (void)table(module, build_id, false);
+}
+
 std::shared_ptr<const elf_symbols>
 symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, std::string& error) {
     // One table per file, whichever modules and builds it serves.

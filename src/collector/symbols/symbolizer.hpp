@@ -115,6 +115,11 @@ public:
     };
     std::vector<function_start> starts_of(const std::string& module, const std::string& build_id,
                                           const std::string& symbol);
+    // Whether the table starts_of reads for `module` (build `build_id`) is in memory: reads
+    // nothing, waits for no load. And the load itself (readelf: seconds for a large binary),
+    // for a thread that may wait, before a parse that needs it (live_session.cpp).
+    bool has_table(const std::string& module, const std::string& build_id);
+    void load_table(const std::string& module, const std::string& build_id);
 
     struct site {
         std::string module, symbol;
