@@ -1,12 +1,14 @@
 // What must end when the collector stops: each long-lived thing on the I/O thread (a browser
 // connection, an agent being dialled, an import reading its body) registers how to end it for
-// as long as it runs, and stop() ends them all. Standard library only; I/O thread only.
+// as long as it runs, and stop() ends them all. Standard library only; I/O thread only, but
+// for stopping(), which the pool's and the symbol loader's jobs ask too.
 //
 // The order of a shutdown is in docs/architecture.md ("Stopping"): stop accepting, end every
 // connection and cancel the work (this registry), let the I/O loop drain, join the threads,
 // then destroy.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -73,13 +75,13 @@ public:
         }
     }
 
-    bool stopping() const noexcept { return stopping_; }
+    bool stopping() const noexcept { return stopping_.load(); }
     std::size_t size() const noexcept { return ends_.size(); }
 
 private:
     std::map<std::uint64_t, std::function<void()>> ends_;
     std::uint64_t next_ = 1;
-    bool stopping_ = false;
+    std::atomic<bool> stopping_{false};
 };
 
 } // namespace collector
