@@ -995,8 +995,7 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     INFO(no_pipe->stderr_text());
     REQUIRE(code == 0);
     const auto rounds_in = [](const std::string& file) {
-        std::ifstream in(file);
-        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::string text = test_support::file_bytes(file);
         CHECK_THAT(text, Catch::Contains("matrix_multiply"));
         std::size_t n = 0; // each round ends with its perf stat report
         for (auto at = text.find("### PERF_STAT ###"); at != std::string::npos;

@@ -270,11 +270,6 @@ private:
     std::thread thread_;
 };
 
-std::string file_text(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 } // namespace
 
 TEST_CASE("a man in the middle who knows the pairing code gets nothing run on the device",
@@ -293,7 +288,7 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     // The agent as installed on the device (a copy: nothing may replace the build's own).
     const fs::path exe = dir.path / (python ? "perfwire_agent.py" : "perfwire-agent");
     fs::copy_file(python ? PERFWIRE_PYTHON_AGENT : test_support::agent_bin(), exe);
-    const std::string installed = file_text(exe);
+    const std::string installed = test_support::file_bytes(exe);
     // What the man in the middle wants run: it leaves a marker when it runs.
     const fs::path marker = dir.path / "the relay build ran";
     std::string marking = python ? "open('" + marker.string() + "', 'w').write('ran')\n"
@@ -381,7 +376,7 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     CHECK_THAT(pushed.body, Catch::Contains("checksum mismatch"));
 
     CHECK_FALSE(fs::exists(marker));
-    CHECK(file_text(exe) == installed);
+    CHECK(test_support::file_bytes(exe) == installed);
     CHECK_FALSE(agent->wait(0ms)); // the agent runs on, as it was
     CHECK(ok(mitm.command("ping", "{}")));
     CHECK_THAT(agent->stderr_text(), !Catch::Contains("updated to"));
@@ -400,6 +395,6 @@ TEST_CASE("a man in the middle who knows the pairing code gets nothing run on th
     CHECK_THAT(error_of(second.command("update_apply", "{}")),
                Catch::Contains("no update offered"));
     CHECK_FALSE(fs::exists(marker));
-    CHECK(file_text(exe) == installed);
+    CHECK(test_support::file_bytes(exe) == installed);
     CHECK_FALSE(keyless->wait(0ms));
 }

@@ -308,8 +308,7 @@ TEST_CASE("agents enroll before anything is stored — several tokens rotate",
     CHECK(coll.proc->stderr_text().find(new_token) == std::string::npos);
     for (const auto& e : fs::recursive_directory_iterator(dir.path))
         if (e.is_regular_file()) {
-            std::ifstream in(e.path(), std::ios::binary);
-            const std::string text((std::istreambuf_iterator<char>(in)), {});
+            const std::string text = test_support::file_bytes(e.path());
             CHECK(text.find(new_token) == std::string::npos);
         }
 }

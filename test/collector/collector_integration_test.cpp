@@ -649,8 +649,7 @@ TEST_CASE("the wizard dials a listening agent with its pairing code",
     CHECK(coll.proc->stderr_text().find("00112233445566778899aabbccddeeff") == std::string::npos);
     for (const auto& e : fs::recursive_directory_iterator(dir.path))
         if (e.is_regular_file() && e.path().filename() == "meta.json") {
-            std::ifstream in(e.path());
-            std::string text((std::istreambuf_iterator<char>(in)), {});
+            std::string text = test_support::file_bytes(e.path());
             CHECK(text.find("00112233445566778899aabbccddeeff") == std::string::npos);
         }
 }
@@ -670,8 +669,7 @@ TEST_CASE("a real perf.data imports from the command line and by upload",
     CHECK(fns.status == 200);
     CHECK_THAT(fns.body, Catch::Contains(matrix));
 
-    std::ifstream in(data, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const std::string bytes = test_support::file_bytes(data);
     const auto up = http_call(http_port, "POST", "/api/sessions/import", bytes);
     INFO(up.body);
     REQUIRE(up.status == 200);
@@ -714,8 +712,7 @@ std::string go_pprof(const fs::path& dir, const std::vector<std::string>& args) 
     spawned go("/usr/bin/go", argv, out,
                {"HOME=" + dir.string(), "GOFLAGS=", "GOPATH=" + dir.string()});
     REQUIRE(go.wait(60s) == 0);
-    std::ifstream in(out);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
+    return test_support::file_bytes(out);
 }
 
 std::map<std::string, pprof_row> go_pprof_top(const fs::path& dir, const std::string& file,
@@ -1066,14 +1063,12 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     fs::create_directories(bin);
     const fs::path offered = dist / "perfwire-agent-linux-x86_64";
     fs::copy_file(PERFWIRE_AGENT_NEXT_BIN, offered);
-    std::ifstream next_in(offered, std::ios::binary);
-    const std::string next((std::istreambuf_iterator<char>(next_in)), {});
+    const std::string next = test_support::file_bytes(offered);
     std::ofstream(offered.string() + ".sha256")
         << protocol::sha256_hex(next) << "  perfwire-agent-linux-x86_64\n";
     std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";
     // The Python agent's later build: its script with a later version.
-    std::ifstream script_in(PERFWIRE_PYTHON_AGENT, std::ios::binary);
-    std::string script((std::istreambuf_iterator<char>(script_in)), {});
+    std::string script = test_support::file_bytes(PERFWIRE_PYTHON_AGENT);
     const std::string version_line = "VERSION = \"" PERFWIRE_VERSION "\"";
     REQUIRE(script.find(version_line) != std::string::npos);
     script.replace(script.find(version_line), version_line.size(),
@@ -1224,8 +1219,7 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
                                       "{}", {}, push_bound);
     INFO(py_updated.body << "\n" << py.stderr_text());
     REQUIRE(py_updated.status == 200);
-    std::ifstream now_in(py_exe, std::ios::binary);
-    CHECK(std::string((std::istreambuf_iterator<char>(now_in)), {}) == script);
+    CHECK(test_support::file_bytes(py_exe) == script);
     auto on_new_version = [](const json::value& v) {
         int n = 0;
         for (const auto& t : v.as_array())

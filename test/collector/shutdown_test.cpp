@@ -209,11 +209,6 @@ void renamer(std::uint16_t port, const fs::path& dir, std::atomic<bool>& stop) {
     }
 }
 
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 } // namespace
 
 TEST_CASE("the collector stops cleanly at any moment: agents, browsers, imports, renames and "
@@ -244,7 +239,7 @@ TEST_CASE("the collector stops cleanly at any moment: agents, browsers, imports,
                    {"record", "-q", "-e", "cpu-clock", "-F", "499", "-g", "-p",
                     std::to_string(demo->pid()), "-o", data.string(), "--", "sleep", "1"});
     REQUIRE(record.wait(30s) == 0);
-    const std::string perf_data = read_file(data);
+    const std::string perf_data = test_support::file_bytes(data);
     const std::string text = test_support::fixture("collector/fixtures/callchain_fields.txt");
     REQUIRE(perf_data.size() > 1000);
 
@@ -315,7 +310,7 @@ TEST_CASE("the collector stops cleanly at any moment: agents, browsers, imports,
             if (!e.is_directory() || name[0] == '.')
                 continue;
             INFO("session " << name);
-            const json::value parsed = json::parse(read_file(e.path() / "meta.json"));
+            const json::value parsed = json::parse(test_support::file_bytes(e.path() / "meta.json"));
             const auto& meta = parsed.as_object();
             CHECK(meta.at("live") == false);
             CHECK(meta.contains("ended_at"));

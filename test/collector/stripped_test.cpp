@@ -143,8 +143,7 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
     REQUIRE(protocol::read_build_id(debug_file) == id);
     const std::string wrong_file = build_id_path(dir.path / "wrong");
     {
-        std::ifstream in(debug_file, std::ios::binary);
-        std::string image((std::istreambuf_iterator<char>(in)), {});
+        std::string image = test_support::file_bytes(debug_file);
         std::string raw;
         for (std::size_t i = 0; i < id->size(); i += 2)
             raw.push_back(static_cast<char>(std::stoi(id->substr(i, 2), nullptr, 16)));
@@ -307,8 +306,8 @@ TEST_CASE("two static work() in two files, profiled live: each its own function 
                                        "--pid", std::to_string(pid), "--duration", "1"},
                                       {"HOME=" + home.string()}));
     }
-    std::ifstream in(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
-    const std::string source((std::istreambuf_iterator<char>(in)), {});
+    const std::string source =
+        test_support::file_bytes(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
     std::uint32_t cheap_loop = 0, n = 0;
     std::istringstream lines(source);
     for (std::string l; std::getline(lines, l) && !cheap_loop;)

@@ -55,8 +55,7 @@ std::uint32_t line_of(const std::string& source, std::string_view marker) {
 
 // The line of demo.cpp holding `marker`.
 std::uint32_t demo_line(const std::string& marker) {
-    std::ifstream in(demo_source);
-    return line_of(std::string((std::istreambuf_iterator<char>(in)), {}), marker);
+    return line_of(test_support::file_bytes(demo_source), marker);
 }
 
 // A workload built for a test and its stripped copy (one build-id) in `dir`, and the HOME its
@@ -469,8 +468,8 @@ void check_call_sites(const fs::path& dir, const std::string& program, const std
     const auto& body = answer.body.as_object();
     const std::string file(body.at("file").as_string());
     CHECK(file.ends_with("callsites.cpp"));
-    std::ifstream in(std::string(PERFWIRE_TEST_DIR) + "/workloads/callsites.cpp");
-    const std::string source((std::istreambuf_iterator<char>(in)), {});
+    const std::string source =
+        test_support::file_bytes(std::string(PERFWIRE_TEST_DIR) + "/workloads/callsites.cpp");
     const auto costly_line = line_of(source, "// the costly call"),
                first_cheap = line_of(source, "// the first cheap call"),
                second_cheap = line_of(source, "// the second cheap call");
@@ -551,8 +550,8 @@ TEST_CASE("two static work() in two files are told apart by where each starts, a
     fs::create_directories(dir.path / "cached");
     const std::string cached = "HOME=" + (dir.path / "cached").string();
     REQUIRE(run_capture({"env", cached, "/usr/bin/perf", "buildid-cache", "-a", bin}).code == 0);
-    std::ifstream in_b(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
-    const std::string source_b((std::istreambuf_iterator<char>(in_b)), {});
+    const std::string source_b =
+        test_support::file_bytes(std::string(PERFWIRE_TEST_DIR) + "/workloads/statics_b.cpp");
     const auto cheap_loop = line_of(source_b, "// statics_b: the cheap loop");
     REQUIRE(cheap_loop > 0);
 

@@ -5,6 +5,7 @@
 // Hidden from the default run ([.cross]); the test command runs it after building the agents:
 //   PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
 #include "protocol/digest.hpp"
+#include "support/fixtures.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
 #include "support/spawn.hpp"
@@ -194,8 +195,7 @@ TEST_CASE("a cross-built aarch64 agent under qemu takes an update from the colle
     const fs::path offered = work / "dist" / "perfwire-agent-linux-aarch64";
     fs::copy_file(next, offered);
     {
-        std::ifstream in(offered, std::ios::binary);
-        const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        const std::string bytes = test_support::file_bytes(offered);
         std::ofstream(offered.string() + ".sha256") << protocol::sha256_hex(bytes) << "\n";
     }
     std::ofstream(offered.string() + ".version") << PERFWIRE_VERSION ".1\n";

@@ -56,6 +56,14 @@ TEST_CASE("base64 round-trips and refuses what is not canonical", "[protocol][di
     for (int i = 0; i < 256; ++i)
         all.push_back(static_cast<char>(i));
     CHECK(base64_decode(base64_encode(all)) == all);
+    // An agent build's size, over the encoder's blocks: one text, no padding between them.
+    std::string build((7 << 20) + 1, '\0');
+    for (std::size_t i = 0; i < build.size(); ++i)
+        build[i] = static_cast<char>((i * 2654435761u) >> 13);
+    const std::string coded = base64_encode(build);
+    CHECK(coded.size() == (build.size() + 2) / 3 * 4);
+    CHECK(coded.find('=') == coded.size() - 1);
+    CHECK(base64_decode(coded) == build);
     for (const char* bad : {"Zm9", "Zm9v!A==", "Zg=a", "Zh==", "Z===", "Zm=v", "Zg==Zg=="})
         CHECK_FALSE(base64_decode(bad));
 }

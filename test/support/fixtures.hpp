@@ -19,6 +19,17 @@ inline std::string fixture(const std::string& relative) {
     return ss.str();
 }
 
+// A file's bytes ("" when it cannot be opened), a block at a time: byte by byte
+// (istreambuf_iterator) a sanitized Debug build takes most of a minute over an agent's executable.
+inline std::string file_bytes(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string out;
+    std::string block(1 << 20, '\0');
+    while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0)
+        out.append(block.data(), static_cast<std::size_t>(in.gcount()));
+    return out;
+}
+
 // A private folder under the system temp directory, removed with everything in it.
 struct temp_dir {
     std::filesystem::path path;
