@@ -36,7 +36,31 @@ struct test_app {
         app = std::make_unique<app_context>(io, c);
         app->agent_listen_address = "0.0.0.0:9999";
     }
-    ~test_app() { app->pool.join(); }
+    ~test_app() {
+        // A test that failed midway leaves a connection under way: it ends, as on the
+        // collector's stop, while the context it uses is still there.
+        // In the collector's order (app.cpp): the loop runs until nothing is left, every job
+        // handed to the pool done and its answer handled; then the pools are joined.
+        app->stops.stop();
+        app->browsers->stop();
+        io.restart();
+        io.run_for(std::chrono::minutes(1));
+        app->pool.join();
+        app->symbol_loads.join();
+    }
+
+    // Runs the loop until `done()` holds: handlers as they become ready, among them the
+    // answers of thread-pool work, however long that work takes on a loaded machine (at most a
+    // minute, so that a test that would hang fails instead).
+    template <class Done>
+    void run_until(Done done) {
+        const auto bound = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+        while (!done() && std::chrono::steady_clock::now() < bound) {
+            io.restart();
+            if (io.run_one_for(std::chrono::milliseconds(10)) == 0)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
 
     // Runs until nothing is ready, then gives any thread-pool work a moment to come back.
     void settle() {
@@ -51,15 +75,23 @@ struct test_app {
 
 // The browser's end of a connected test stream pair; the server end runs serve_connection.
 struct test_browser {
-    stream_of<beast::test::stream> server;
     beast::test::stream browser;
     std::future<void> done;
 
     test_browser(test_app& t, connection_limits limits = {})
-        : server(t.io)
-        , browser(t.io) {
-        server.next().connect(browser);
-        done = asio::co_spawn(t.io, serve_connection(*t.app, server, limits), asio::use_future);
+        : browser(t.io) {
+        using server_stream = stream_of<beast::test::stream>;
+        auto server = std::make_shared<server_stream>(t.io);
+        server->next().connect(browser);
+        // The connection holds its stream, as the server's do: it may outlive this browser
+        // (a test that failed midway), and ends when the test's collector stops.
+        done = asio::co_spawn(
+            t.io,
+            [](app_context& app, std::shared_ptr<server_stream> s,
+               connection_limits l) -> asio::awaitable<void> {
+                co_await serve_connection(app, *s, l);
+            }(*t.app, std::move(server), limits),
+            asio::use_future);
     }
     void send(std::string_view bytes) { asio::write(browser, asio::buffer(bytes)); }
     // Everything the server wrote since the last call.
@@ -127,7 +159,7 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     // Two requests on one connection, answered in order.
     b.send("GET /api/status HTTP/1.1\r\nHost: localhost:8080\r\n\r\n"
            "GET /no/such/file HTTP/1.1\r\nHost: localhost:8080\r\n\r\n");
-    t.settle();
+    t.run_until([&] { return b.browser.str().find("HTTP/1.1 404") != std::string_view::npos; });
     auto out = b.received();
     const auto second = out.find("HTTP/1.1 404 Not Found\r\n");
     REQUIRE(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
@@ -152,8 +184,7 @@ TEST_CASE("Connection over a test stream: keep-alive, refused Host, oversized bo
     REQUIRE(recording.size() > limits.request_body);
     b.send("POST /api/sessions/import HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: " +
            std::to_string(recording.size()) + "\r\n\r\n" + recording);
-    for (int i = 0; i < 200 && b.browser.str().find("session_id") == std::string_view::npos; ++i)
-        t.settle();
+    t.run_until([&] { return b.browser.str().find("session_id") != std::string_view::npos; });
     out = b.received();
     CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
     CHECK(out.find("\"session_id\":\"") != std::string::npos);
@@ -182,9 +213,8 @@ TEST_CASE("Connection over a test stream: an upload streams in blocks — its an
     b.send("POST /api/sessions/import?name=x HTTP/1.1\r\nHost: localhost:8080\r\n"
            "Connection: close\r\nContent-Length: " +
            std::to_string(recording.size()) + "\r\n\r\n" + recording);
-    for (int i = 0;
-         i < 400 && b.done.wait_for(std::chrono::seconds(0)) != std::future_status::ready; ++i)
-        t.settle();
+    t.run_until(
+        [&] { return b.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
     const auto out = b.received();
     CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
     CHECK(out.find("Connection: close\r\n") != std::string::npos);
@@ -207,8 +237,7 @@ TEST_CASE("Connection over a test stream: a chunked upload goes through the pars
     b.send("POST /api/sessions/import HTTP/1.1\r\nHost: localhost:8080\r\n"
            "Transfer-Encoding: chunked\r\n\r\n" +
            body + "0\r\n\r\n");
-    for (int i = 0; i < 200 && b.browser.str().find("session_id") == std::string_view::npos; ++i)
-        t.settle();
+    t.run_until([&] { return b.browser.str().find("session_id") != std::string_view::npos; });
     const auto out = b.received();
     CHECK(out.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
     CHECK(out.find("\"samples\":96,") != std::string::npos);
