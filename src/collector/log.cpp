@@ -25,7 +25,7 @@ void write(std::string_view shape_of, std::string line) {
         out = "perfwire-collector: " + std::to_string(lost) +
               " log lines not shown (more than the log takes a second)\n";
     out += "perfwire-collector: ";
-    out += line;
+    out += printable(line);
     out += note;
     out += '\n';
     std::cerr << out; // one write: lines from the pool's threads do not interleave
@@ -74,6 +74,23 @@ bool log_limiter::admit(std::string_view what, clock::time_point now, std::strin
         note = " [" + std::to_string(std::exchange(b.hidden, 0)) + " more like this not shown]";
     lost = std::exchange(all_.hidden, 0);
     return true;
+}
+
+std::string printable(std::string_view line) {
+    std::string out;
+    out.reserve(line.size());
+    for (const char c : line) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u != 0x7f) {
+            out += c;
+            continue;
+        }
+        static constexpr char hex[] = "0123456789abcdef";
+        out += "\\x";
+        out += hex[u >> 4];
+        out += hex[u & 15];
+    }
+    return out;
 }
 
 void log(std::string_view what) {

@@ -18,6 +18,11 @@ namespace collector {
 void log(std::string_view what);
 void log(std::string_view who, std::string_view what);
 
+// `line` as the log writes it: peers choose names, paths and messages, so a control character
+// (a newline, a terminal's escape sequence) is shown as \xNN and no peer writes a line of its
+// own or moves the terminal's cursor.
+std::string printable(std::string_view line);
+
 class log_limiter {
 public:
     struct rates {

@@ -133,6 +133,18 @@ TEST_CASE("connection budget: a connection the gate admitted takes the oldest st
     CHECK(closed == std::vector<int>{1, 4});
 }
 
+TEST_CASE("log: a peer's control characters are shown, not obeyed — no line of its own, no "
+          "terminal escape",
+          "[collector][log]") {
+    CHECK(printable("hello from perfwire 0.1.0 on board-c") ==
+          "hello from perfwire 0.1.0 on board-c");
+    CHECK(printable("on board\nperfwire-collector: [127.0.0.1] forged") ==
+          "on board\\x0aperfwire-collector: [127.0.0.1] forged");
+    CHECK(printable("\x1b[2J\r\t\x7f") == "\\x1b[2J\\x0d\\x09\\x7f");
+    // UTF-8 names stay as they are.
+    CHECK(printable("Gerät-Küche") == "Gerät-Küche");
+}
+
 TEST_CASE("log limiter: lines of one shape past their bucket are counted and told with the next "
           "one written, all lines share a bucket too",
           "[collector][log]") {
