@@ -10,6 +10,8 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <utility>
 
 namespace collector {
@@ -170,6 +172,40 @@ std::vector<std::pair<std::string, std::string>> tables_missing(const session_en
     return missing;
 }
 
+// On the loader thread: the tables `missing` names, for the chunk of `e` that asked for them
+// at `asked`. Said in the log when that held the session's work up for a while: one reader
+// serves every session, and a large file takes seconds (minutes under a sanitizer).
+void read_tables(const session_entry& e, app_context& app,
+                 const std::vector<std::pair<std::string, std::string>>& missing,
+                 std::chrono::steady_clock::time_point asked) {
+    using seconds = std::chrono::duration<double>;
+    const auto began = std::chrono::steady_clock::now();
+    std::string longest;
+    seconds longest_took{0};
+    for (const auto& [module, build_id] : missing) {
+        if (app.stops.stopping())
+            break;
+        const auto at = std::chrono::steady_clock::now();
+        app.symbols.load_table(module, build_id);
+        if (const seconds took = std::chrono::steady_clock::now() - at; took > longest_took) {
+            longest_took = took;
+            longest = module;
+        }
+    }
+    const seconds held = std::chrono::steady_clock::now() - asked;
+    if (held < std::chrono::seconds(5))
+        return;
+    const auto in_s = [](seconds d) {
+        char out[32];
+        std::snprintf(out, sizeof out, "%.1f s", d.count());
+        return std::string(out);
+    };
+    log("session " + e.id, "a chunk waited " + in_s(held) + " for symbol tables (" +
+                               in_s(began - asked) + " for the reader, then " +
+                               std::to_string(missing.size()) + " files; the longest: " + longest +
+                               ", " + in_s(longest_took) + ")");
+}
+
 // On the strand: the session's work, in the order it came, until a chunk needs symbol tables
 // the symbolizer does not hold. Those are read on the loader thread (each chunk asks once:
 // one whose tables were forgotten meanwhile reads them as it is parsed), and the work goes on
@@ -184,10 +220,9 @@ void run_in_order(const std::shared_ptr<session_entry>& e, app_context& app) {
             if (!missing.empty()) {
                 e->loading_tables = true;
                 app.on_pool(app.symbol_loads.get_executor(),
-                            [e, app = &app, missing = std::move(missing)] {
-                                for (const auto& [module, build_id] : missing)
-                                    if (!app->stops.stopping())
-                                        app->symbols.load_table(module, build_id);
+                            [e, app = &app, missing = std::move(missing),
+                             asked = std::chrono::steady_clock::now()] {
+                                read_tables(*e, *app, missing, asked);
                                 app->on_pool(e->strand, [e, app] {
                                     e->loading_tables = false;
                                     run_in_order(e, *app);

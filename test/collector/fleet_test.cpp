@@ -492,6 +492,8 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         // Every session ended (its last chunks parsed: slow in a sanitizer build that parses a
         // whole machine's samples), then all of its samples in the store.
         const auto list = test_support::wait_for(*c, "/api/sessions", 120s, none_live);
+        INFO(c->proc->stderr_text());
+        INFO(json::serialize(c->get("/api/status")));
         REQUIRE(list.is_array());
         REQUIRE(none_live(list));
         std::uint64_t samples = 0;
@@ -502,7 +504,32 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         const auto written = [&](const json::value& v) {
             return v.at("fleet").at("written_samples").to_number<std::uint64_t>() == samples;
         };
-        REQUIRE(written(test_support::wait_for(*c, "/api/status", 120s, written)));
+        const auto status = test_support::wait_for(*c, "/api/status", 120s, written);
+        if (!written(status)) {
+            // Which sessions the store and the models disagree on, and what the store said.
+            std::ostringstream why;
+            why << "the sessions hold " << samples << " samples; the store's status "
+                << json::serialize(status.at("fleet")) << "\nsession, samples listed, samples "
+                << "in ClickHouse:\n";
+            std::map<std::string, std::string> stored;
+            for (const auto& row :
+                 query(client_for(ch, "fleet_two"),
+                       "SELECT session, count() FROM samples WHERE collector = '" +
+                           std::string(c == &c1 ? "c1" : "c2") + "' GROUP BY session"))
+                stored[row.at(0)] = row.at(1);
+            for (const auto& s : list.as_array()) {
+                const std::string id(s.at("id").as_string());
+                why << id << " " << s.at("samples") << " "
+                    << (stored.count(id) ? stored[id] : "none") << "\n";
+                stored.erase(id);
+            }
+            for (const auto& [id, n] : stored)
+                why << id << " (not listed) " << n << "\n";
+            why << c->get("/api/sessions");
+            INFO(why.str());
+            INFO(c->proc->stderr_text());
+            FAIL("the fleet store does not hold what the sessions count");
+        }
     }
     REQUIRE(devices.size() == 3);
     CHECK(devices["board-c"].ids.size() >= 3); // continuous, the user's run, continuous again
