@@ -8,6 +8,7 @@
 #include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
 #include "protocol/tls.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -32,7 +33,7 @@
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
 using asio::ip::tcp;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 

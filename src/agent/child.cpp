@@ -1,6 +1,7 @@
 #include "agent/child.hpp"
 
 #include "protocol/descriptors.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -26,7 +27,7 @@ extern char** environ;
 
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 

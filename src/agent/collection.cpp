@@ -1,6 +1,7 @@
 #include "agent/collection.hpp"
 
 #include "agent/procfs.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -18,7 +19,7 @@
 
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 collection::collection(std::string perf, collection_settings settings, chunk_handler on_chunk,
                        flush_gate may_flush)

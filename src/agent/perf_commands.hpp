@@ -25,6 +25,11 @@ inline const std::vector<std::string> callgraph_modes = {"fp", "dwarf", "lbr"};
 inline constexpr std::string_view script_fields =
     "comm,tid,pid,time,period,event,ip,sym,symoff,dso";
 
+// `perf --version`'s arguments (a function: a braced list in a coroutine trips GCC 12).
+inline std::vector<std::string> perf_version_args() {
+    return {"--version"};
+}
+
 struct record_settings {
     std::vector<std::string> events;
     int frequency = 99;

@@ -2,6 +2,7 @@
 
 #include "agent/perf_commands.hpp"
 #include "agent/procfs.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,7 +25,7 @@
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
 namespace json = boost::json;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 
@@ -45,9 +46,6 @@ std::string shell_words(const std::vector<std::string>& args) {
 // a coroutine ("array used as initializer").
 std::vector<std::string> sleep_for_probe() {
     return {sleep_program(), "0.25"};
-}
-std::vector<std::string> version_args() {
-    return {"--version"};
 }
 std::vector<std::string> all_candidates() {
     std::vector<std::string> asked = candidate_events;
@@ -392,7 +390,7 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
     const auto clock_runs = runs_of(clock, "fp dwarf");
     // (Void operands first: Asio 1.26's operator&& takes them so.)
     auto version = co_await ((p.count(asked, counted, 0) && p.ensure(clock_runs, true)) &&
-                             run_command(perf, version_args(), run_timeout));
+                             run_command(perf, perf_version_args(), run_timeout));
     caps.perf_version = perf_version_line(version.out);
     if (mentions_bad_field(p.get(clock, "fp", true).script_err)) {
         caps.script_fields = false; // an old perf script without -F: again in its own format

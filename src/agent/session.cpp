@@ -1,4 +1,5 @@
 #include "agent/session.hpp"
+#include "agent/perf_commands.hpp"
 
 #include "agent/build_arch.hpp"
 #include "agent/version.hpp"
@@ -8,6 +9,7 @@
 #include "protocol/frame_reader.hpp"
 #include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -27,7 +29,7 @@ using namespace asio::experimental::awaitable_operators;
 namespace json = boost::json;
 using protocol::command_response;
 using protocol::frame_flag;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 
@@ -119,9 +121,6 @@ json::object clock_fields() {
 std::vector<std::string> perf_check_args() {
     return {"stat", "-e", "task-clock", "--", "true"};
 }
-std::vector<std::string> version_args() {
-    return {"--version"};
-}
 
 void log(const std::string& peer, const std::string& what) {
     std::cerr << "perfwire-agent: [" << peer << "] " << what << "\n";
@@ -193,7 +192,7 @@ asio::awaitable<void> session::run() {
                                // under qemu-user
     p.perf_event_paranoid = read_perf_event_paranoid();
     const auto version =
-        co_await run_command(cfg_.perf_path, version_args(), std::chrono::milliseconds(3000));
+        co_await run_command(cfg_.perf_path, perf_version_args(), std::chrono::milliseconds(3000));
     if (const auto line = perf_version_line(version.out); !line.empty())
         p.perf_version = line;
     h.platform = p;
@@ -705,7 +704,7 @@ asio::awaitable<command_response> session::cmd_verify_perf(const std::string& id
         co_return command_response::success(id, std::move(f));
     }
     const auto to = std::chrono::milliseconds(5000);
-    auto [version, check] = co_await (run_command(path, version_args(), to) &&
+    auto [version, check] = co_await (run_command(path, perf_version_args(), to) &&
                                       run_command(path, perf_check_args(), to));
     f["version"] = perf_version_line(version.out);
     f["functional"] = check.exit_code == 0;

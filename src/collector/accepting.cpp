@@ -1,6 +1,7 @@
 #include "collector/accepting.hpp"
 
 #include "collector/log.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -20,7 +21,7 @@ budgeted_acceptor::budgeted_acceptor(tcp::acceptor& acceptor, connection_budget&
 
 asio::awaitable<std::optional<std::pair<tcp::socket, connection_budget::slot>>>
 budgeted_acceptor::next(const screen& look) {
-    constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+    using protocol::use_nothrow;
     for (;;) {
         auto [ec, socket] = co_await acceptor_.async_accept(use_nothrow);
         if (ec) {

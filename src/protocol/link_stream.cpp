@@ -1,4 +1,5 @@
 #include "protocol/link_stream.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -13,7 +14,7 @@ namespace protocol {
 namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
 using namespace asio::experimental::awaitable_operators;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 

@@ -458,9 +458,15 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
         c2, "/api/sessions/" + std::string(users.as_string()), 20s,
         [](const json::value& v) { return v.at("samples").to_number<std::uint64_t>() > 0; });
     CHECK_FALSE(c2.get("/api/targets").as_array()[0].at("continuous").as_bool());
-    REQUIRE(test_support::http_call(c2.http_port, "POST", "/api/targets/" + target + "/command",
-                                    R"({"cmd":"stop"})")
-                .status == 200);
+    // A stop, drained: as long as the collector gives one (perf script names what is left).
+    const auto stopped = test_support::http_call(
+        c2.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"stop"})", {},
+        std::chrono::duration_cast<std::chrono::seconds>(
+            agent_link::deadline_for(protocol::cmd::stop)) +
+            5s);
+    INFO(stopped.body);
+    INFO(agents[2]->stderr_text());
+    REQUIRE(stopped.status == 200);
     // Continuous profiling comes back, in sessions of their own, and takes samples again (a
     // session that never held one is not kept: the agents are stopped only once one has).
     const std::string users_id(users.as_string());

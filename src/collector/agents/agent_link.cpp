@@ -13,6 +13,7 @@
 #include "protocol/pairing.hpp"
 #include "protocol/tls.hpp"
 #include "protocol/update.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -33,7 +34,7 @@ using protocol::agent_state;
 using protocol::command_response;
 using protocol::frame_flag;
 namespace json = boost::json;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 

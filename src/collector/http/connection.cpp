@@ -8,6 +8,7 @@
 #include "collector/http/upload.hpp"
 #include "collector/http/ws_events.hpp"
 #include "protocol/pairing.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -97,7 +98,7 @@ void add_security_headers(http_response& res) {
                 "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
 }
 
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 // Writes queued events until the browser falls too far behind or the stream fails.
 asio::awaitable<void> write_events(byte_stream& stream, sse_client& client,

@@ -5,6 +5,7 @@
 #include "collector/http/connection.hpp"
 #include "collector/log.hpp"
 #include "protocol/error.hpp"
+#include "protocol/use_nothrow.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -15,7 +16,7 @@
 namespace collector {
 namespace beast = boost::beast;
 using asio::ip::tcp;
-constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using protocol::use_nothrow;
 
 namespace {
 
