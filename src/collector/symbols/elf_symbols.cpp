@@ -165,6 +165,30 @@ std::string perf_symbol_name(std::string_view raw) {
 
 void readelf_text::append(std::string_view block) {
     for (std::size_t pos = 0; pos < block.size();) {
+        if (skipping_ && partial_.empty()) {
+            // A relocation section that names no function (a large PIE's relative ones are
+            // millions of lines): passed over at memchr's pace, up to the blank line that
+            // ends it, instead of line by line.
+            if (in_skipped_line_) {
+                const auto nl = block.find('\n', pos);
+                if (nl == std::string_view::npos)
+                    return;
+                in_skipped_line_ = false;
+                pos = nl + 1;
+                continue;
+            }
+            if (block[pos] == '\n') {
+                line({}); // the blank line: the section ends
+                ++pos;
+                continue;
+            }
+            if (const auto end = block.find("\n\n", pos); end != std::string_view::npos) {
+                pos = end + 1;
+                continue;
+            }
+            in_skipped_line_ = block.back() != '\n';
+            return;
+        }
         const auto nl = block.find('\n', pos);
         if (nl == std::string_view::npos) {
             partial_.append(block.substr(pos));

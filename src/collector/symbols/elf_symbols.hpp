@@ -54,6 +54,7 @@ private:
     void line(std::string_view l);
     std::string text_, partial_;
     bool skipping_ = false;
+    bool in_skipped_line_ = false; // a skipped line goes on in the next block
 };
 
 class elf_symbols {
