@@ -221,6 +221,7 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
     e->live = true;
     entries_[e->id] = e;
     live_.insert(e->id);
+    gone_.erase(e->id); // (an id made again, in the second of one removed)
     return e;
 }
 
@@ -234,6 +235,7 @@ std::shared_ptr<session_entry> session_registry::adopt(std::string id,
     e->loaded = true;
     e->last_used = ++clock_;
     entries_[e->id] = e;
+    gone_.erase(e->id);
     evict_over_budget(e.get());
     return e;
 }
@@ -379,6 +381,17 @@ void session_registry::forget(std::string_view id) {
         entries_.erase(it);
     if (const auto it = live_.find(id); it != live_.end())
         live_.erase(it);
+    if (gone_.emplace(id).second) {
+        gone_order_.emplace_back(id);
+        if (gone_order_.size() > max_gone) {
+            gone_.erase(gone_order_.front());
+            gone_order_.pop_front();
+        }
+    }
+}
+
+bool session_registry::gone(std::string_view id) const {
+    return gone_.find(id) != gone_.end();
 }
 
 bool session_registry::is_live(std::string_view id) const {

@@ -155,7 +155,11 @@ public:
     // A session already known, without counting a use or touching the cache: what a notice
     // about a new chunk needs (its cost must not grow with the number of sessions).
     std::shared_ptr<session_entry> known(std::string_view id) const;
+    // Removed (deleted, or ended without a sample): a listing read from disk meanwhile leaves
+    // it out (gone).
     void forget(std::string_view id);
+    bool gone(std::string_view id) const;
+    static constexpr std::size_t max_gone = 4096; // ids remembered as gone
     bool is_live(std::string_view id) const;
     void set_live(std::string_view id, bool live);
     // Every session known now, live or saved (I/O thread).
@@ -188,6 +192,9 @@ private:
     asio::thread_pool& pool_;
     std::map<std::string, std::shared_ptr<session_entry>, std::less<>> entries_;
     std::set<std::string, std::less<>> live_;
+    // The ids forgotten lately, oldest first (at most max_gone).
+    std::set<std::string, std::less<>> gone_;
+    std::deque<std::string> gone_order_;
     std::size_t budget_;
     std::size_t total_budget_ = SIZE_MAX, live_cap_ = SIZE_MAX;
     memory_use memory_;

@@ -177,3 +177,30 @@ TEST_CASE("saved sessions over the memory budget are unloaded least recently use
     CHECK(open_on_strand(again, store) == samples);
     pool.join();
 }
+
+TEST_CASE("a session removed is gone from the registry: a session list read from disk before "
+          "the removal leaves it out, and an id made again is no longer gone",
+          "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    asio::thread_pool pool(1);
+    session_registry reg(store, pool);
+    auto live = reg.create_live("board", {});
+    REQUIRE(live);
+    const std::string id = (*live)->id;
+    CHECK_FALSE(reg.gone(id));
+    CHECK(reg.is_live(id));
+    // Ended without a sample: removed from disk, then forgotten (live_session::end).
+    REQUIRE_FALSE(store.remove(id));
+    reg.forget(id);
+    CHECK(reg.gone(id));
+    CHECK_FALSE(reg.is_live(id));
+    CHECK_FALSE(reg.known(id));
+    CHECK_FALSE(reg.gone((*live)->id + "x"));
+    // At most max_gone remembered, the oldest forgotten first.
+    for (std::size_t i = 0; i < session_registry::max_gone; ++i)
+        reg.forget("20260101_000000_n" + std::to_string(i));
+    CHECK_FALSE(reg.gone(id));
+    CHECK(reg.gone("20260101_000000_n" + std::to_string(session_registry::max_gone - 1)));
+    pool.join();
+}

@@ -207,6 +207,10 @@ std::size_t select_page(std::vector<json::object>& metas, const page_params& p,
 // On the I/O thread, which owns the registry: live sessions get their current counts, process
 // and events (before a search, which finds them by those too).
 void add_live_facts(app_context& app, std::vector<json::object>& metas) {
+    // Removed while the list was read (an agent that came and went without a sample).
+    std::erase_if(metas, [&](const json::object& meta) {
+        return app.sessions.gone(meta.at("id").as_string());
+    });
     for (auto& meta : metas) {
         const std::string id(meta.at("id").as_string());
         const bool live = app.sessions.is_live(id);
