@@ -310,7 +310,8 @@ TEST_CASE("the collector stops cleanly at any moment: agents, browsers, imports,
             if (!e.is_directory() || name[0] == '.')
                 continue;
             INFO("session " << name);
-            const json::value parsed = json::parse(test_support::file_bytes(e.path() / "meta.json"));
+            const json::value parsed =
+                json::parse(test_support::file_bytes(e.path() / "meta.json"));
             const auto& meta = parsed.as_object();
             CHECK(meta.at("live") == false);
             CHECK(meta.contains("ended_at"));
