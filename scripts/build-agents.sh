@@ -103,7 +103,7 @@ for a in "${archs[@]}"; do
     # A unity build (a few sources per compiler run, Asio and Boost.JSON parsed once each): a
     # quarter of the time of one compiler run per source, for five builds.
     args=(-DPERFWIRE_STATIC_AGENT=ON -DPERFWIRE_TESTS=OFF -DCMAKE_BUILD_TYPE=MinSizeRel
-        -DCMAKE_UNITY_BUILD=ON
+        -DPERFWIRE_UNITY=ON
         "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections"
         "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--gc-sections")
     if [[ $a != x86_64 ]]; then

@@ -6,7 +6,7 @@
 namespace collector {
 namespace {
 
-constexpr double width = 1200, row = 16, margin = 10, min_px = 0.3;
+constexpr double width = 1200, row_height = 16, margin = 10, min_px = 0.3;
 constexpr int max_rows = 512;
 
 void xml_escape(std::string& out, std::string_view s) {
@@ -124,7 +124,7 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
         }
     }
 
-    const double height = (depth_max + 1) * row + 3 * row + margin;
+    const double height = (depth_max + 1) * row_height + 3 * row_height + margin;
     std::string out;
     out.reserve(boxes.size() * 200 + 1024);
     char buf[256];
@@ -146,7 +146,7 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
         const auto frame = root ? 0 : p.node_frame(b.node);
         const std::string_view name = root ? std::string_view("all") : p.symbol(frame);
         const std::string_view module = root ? std::string_view() : p.module(frame);
-        const double y = height - margin - (b.depth + 1) * row;
+        const double y = height - margin - (b.depth + 1) * row_height;
         const double share = total ? 100.0 * static_cast<double>(incl[b.node]) / total : 0.0;
         std::snprintf(buf, sizeof buf,
                       "<g class=\"f\" style=\"cursor:pointer\" data-x=\"%.2f\" data-w=\"%.2f\" "
@@ -167,12 +167,13 @@ std::string flame_svg(const profile& p, const view_filter& f, const std::string&
         std::snprintf(buf, sizeof buf,
                       "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
                       "rx=\"1\"/>",
-                      b.x, y, std::max(b.w - 0.5, 0.1), row - 1,
+                      b.x, y, std::max(b.w - 0.5, 0.1), row_height - 1,
                       root ? "hsl(0,0%,80%)" : colour(module).c_str());
         out += buf;
         const auto fits = static_cast<std::size_t>((b.w - 6) / 6.6);
         if (fits >= 3) {
-            std::snprintf(buf, sizeof buf, "<text x=\"%.2f\" y=\"%.1f\">", b.x + 3, y + row - 4);
+            std::snprintf(buf, sizeof buf, "<text x=\"%.2f\" y=\"%.1f\">", b.x + 3,
+                          y + row_height - 4);
             out += buf;
             if (name.size() <= fits) {
                 xml_escape(out, name);

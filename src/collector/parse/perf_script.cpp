@@ -1,4 +1,5 @@
 #include "collector/parse/perf_script.hpp"
+#include "collector/parse/blanks.hpp"
 
 #include <algorithm>
 #include <unordered_set>
@@ -29,15 +30,6 @@ std::uint64_t hex_u64(std::string_view digits) noexcept {
     return v;
 }
 
-std::string_view trim(std::string_view s) noexcept {
-    std::size_t b = 0, e = s.size();
-    while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
-        ++b;
-    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\r'))
-        --e;
-    return s.substr(b, e - b);
-}
-
 bool all_digits(std::string_view s) noexcept {
     if (s.empty())
         return false;
@@ -59,7 +51,7 @@ std::pair<std::string_view, std::string_view> pop_token(std::string_view s) noex
     const auto sp = s.find_last_of(" \t");
     if (sp == std::string_view::npos)
         return {s, {}};
-    return {s.substr(sp + 1), trim(s.substr(0, sp))};
+    return {s.substr(sp + 1), trim_blanks(s.substr(0, sp))};
 }
 
 // "1234.567890" -> nanoseconds.
@@ -128,7 +120,7 @@ void split_module(std::string_view& rest, std::string_view& module) noexcept {
     }
     if (open != std::string_view::npos && (open == 0 || rest[open - 1] == ' ')) {
         module = rest.substr(open + 1, rest.size() - open - 2);
-        rest = trim(rest.substr(0, open));
+        rest = trim_blanks(rest.substr(0, open));
     }
 }
 
@@ -215,8 +207,8 @@ void script_parser::line(std::string_view l) {
     if (l.front() == '#') {
         // perf script --header's block and "# Total Lost Samples: N" from perf report.
         constexpr std::string_view total_lost = "# Total Lost Samples: ";
-        if (l.rfind(total_lost, 0) == 0 && all_digits(trim(l.substr(total_lost.size()))))
-            stats_.lost_events += to_u64(trim(l.substr(total_lost.size())));
+        if (l.rfind(total_lost, 0) == 0 && all_digits(trim_blanks(l.substr(total_lost.size()))))
+            stats_.lost_events += to_u64(trim_blanks(l.substr(total_lost.size())));
         ++stats_.comments;
         return;
     }
@@ -229,11 +221,11 @@ namespace {
 // it ("comm pid/tid [cpu] [misc] [flags]"); false when either side is not what perf prints.
 bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colon,
                     header_fields& out) noexcept {
-    std::string_view right = trim(l.substr(colon + 1));
+    std::string_view right = trim_blanks(l.substr(colon + 1));
     auto take = [&right]() {
         const auto sp = right.find_first_of(" \t");
         const auto t = right.substr(0, sp);
-        right = sp == std::string_view::npos ? std::string_view() : trim(right.substr(sp));
+        right = sp == std::string_view::npos ? std::string_view() : trim_blanks(right.substr(sp));
         return t;
     };
     auto first = take();
@@ -265,7 +257,7 @@ bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colo
     if (first.size() < 2 || first.back() != ':')
         return false;
 
-    auto [tok, rest] = pop_token(trim(l.substr(0, time_begin)));
+    auto [tok, rest] = pop_token(trim_blanks(l.substr(0, time_begin)));
     if (is_flags(tok))
         std::tie(tok, rest) = pop_token(rest);
     if (is_misc(tok))
@@ -397,7 +389,7 @@ bool script_parser::frame_text(std::string_view text) {
         ++stats_.deep_frames;
         return true; // a frame line, but the stack is as deep as it may be
     }
-    text = trim(text);
+    text = trim_blanks(text);
     const auto sp = text.find(' ');
     if (sp == 0 || sp == std::string_view::npos) {
         // An ip with nothing after it: a frame perf could not name.
@@ -410,7 +402,7 @@ bool script_parser::frame_text(std::string_view text) {
     for (std::size_t i = 0; i < sp; ++i)
         if (!is_hex(text[i]))
             return false;
-    std::string_view rest = trim(text.substr(sp + 1));
+    std::string_view rest = trim_blanks(text.substr(sp + 1));
     std::string_view module = "[unknown]";
     split_module(rest, module);
     // "+0x<hex>" is the instruction (a caller's: the return address of its call): the

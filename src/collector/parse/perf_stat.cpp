@@ -1,21 +1,15 @@
 #include "collector/parse/perf_stat.hpp"
 
 #include "collector/model/views.hpp"
+#include "collector/parse/blanks.hpp"
 
 #include <charconv>
 
 namespace collector {
 namespace {
 
-std::string_view trim(std::string_view s) noexcept {
-    const auto b = s.find_first_not_of(" \t\r");
-    if (b == std::string_view::npos)
-        return {};
-    return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
 std::string_view next_token(std::string_view& s) noexcept {
-    s = trim(s);
+    s = trim_blanks(s);
     const auto sp = s.find_first_of(" \t");
     const auto t = s.substr(0, sp);
     s = sp == std::string_view::npos ? std::string_view() : s.substr(sp);
@@ -71,7 +65,7 @@ stat_report parse_perf_stat(std::string_view text) {
     stat_report r;
     while (!text.empty()) {
         const auto nl = text.find('\n');
-        std::string_view line = trim(text.substr(0, nl));
+        std::string_view line = trim_blanks(text.substr(0, nl));
         text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
         if (line.empty() || line.starts_with("Performance counter stats"))
             continue;
@@ -82,12 +76,12 @@ stat_report parse_perf_stat(std::string_view text) {
             const auto open = line.rfind('(');
             if (open != std::string_view::npos) {
                 c.running_pct = to_number(line.substr(open + 1, line.size() - open - 3));
-                line = trim(line.substr(0, open));
+                line = trim_blanks(line.substr(0, open));
             }
         }
         if (const auto hash = line.find('#'); hash != std::string_view::npos) {
-            c.note = std::string(trim(line.substr(hash + 1)));
-            line = trim(line.substr(0, hash));
+            c.note = std::string(trim_blanks(line.substr(hash + 1)));
+            line = trim_blanks(line.substr(0, hash));
         }
         std::string_view rest = line;
         if (line.starts_with("<not supported>") || line.starts_with("<not counted>")) {
@@ -106,7 +100,7 @@ stat_report parse_perf_stat(std::string_view text) {
         }
         if (event == "seconds") {
             // "1.98 seconds time elapsed" / "... seconds user" / "... seconds sys"
-            if (trim(rest) == "time elapsed")
+            if (trim_blanks(rest) == "time elapsed")
                 r.elapsed_seconds = c.value;
             continue;
         }
