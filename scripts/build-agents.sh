@@ -100,8 +100,8 @@ for a in "${archs[@]}"; do
     dir=build-cross/$a
     # Built for size (-Os, unused sections dropped at link): OpenSSL's libcrypto is most of
     # an agent, and the budget is 8 MB. zstd and OpenSSL come prebuilt, at their own -O2.
-    # A unity build (a few sources per compiler run, Asio and Boost.JSON parsed once each): a
-    # quarter of the time of one compiler run per source, for five builds.
+    # A unity build (a few sources per compiler run, Asio and Boost.JSON parsed once a batch):
+    # the x86_64 agent from scratch on two cores in 59 s instead of 87 s.
     args=(-DPERFWIRE_STATIC_AGENT=ON -DPERFWIRE_TESTS=OFF -DCMAKE_BUILD_TYPE=MinSizeRel
         -DPERFWIRE_UNITY=ON
         "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections"

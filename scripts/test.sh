@@ -58,8 +58,8 @@ node test/ui/fleet_test.mjs build
 
 step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
 # The libraries and daemons as unity builds here and in the ThreadSanitizer stage (a few
-# sources per compiler run: a third of the time); the first build is the one developers make,
-# a compiler run per source, so a missing include is still found.
+# sources per compiler run); the first build is the one developers make, a compiler run per
+# source, so a missing include is still found.
 cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
     -DPERFWIRE_UNITY=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 # What ctest runs; the other benchmarks are built (and warned about) by the first build.
