@@ -547,6 +547,12 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     // Profiling the whole system, the agents name the build of what ran most: the demo's.
     const auto demo_build = protocol::read_build_id(PERFWIRE_DEMO_BIN);
     REQUIRE(demo_build);
+    std::string agents_said; // (how each agent's runs went, should a device lack that build)
+    for (const auto& a : agents)
+        agents_said += a->stderr_text() + "\n";
+    INFO(agents_said);
+    INFO("c1: " << c1.proc->stderr_text()
+                << "\nc1's sessions: " << json::serialize(c1.get("/api/sessions")));
     for (const auto& d : listed.at("devices").as_array()) {
         CHECK(d.at("samples").to_number<std::uint64_t>() ==
               devices[std::string(d.at("device").as_string())].samples);
