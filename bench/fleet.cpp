@@ -15,7 +15,8 @@
 // offered and counted samples (every sample sent must be counted), disk per agent-minute
 // (the session folders' size), view p50/p99, the delay from an agent's first chunk to each
 // browser's first data_version for its session (p50/max over every browser and session),
-// browsers dropped, and sessions whose browsers heard nothing in the last 5 s.
+// browsers dropped, and (browser, session) pairs whose browser was never told the session's
+// final count once the agents stopped (a live view that stopped updating).
 //
 // Usage: fleet [--agents N] [--seconds S] [--readers R] [--rate SAMPLES] [--check]
 //              [--sweep] [-- COLLECTOR ARGS...]
@@ -41,6 +42,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -52,6 +54,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -125,8 +128,9 @@ std::vector<chunk> make_chunks(int variants, std::uint64_t rate) {
 }
 
 struct shared_state {
-    std::atomic<bool> stop{false};
-    std::atomic<int> connected{0}, failed{0};
+    std::atomic<bool> agents_stop{false}; // the agents stop sending (the run's end)
+    std::atomic<bool> stop{false};        // the browsers stop reading
+    std::atomic<int> connected{0}, failed{0}, ended{0};
     std::atomic<std::uint64_t> offered{0}; // samples in chunks written
     // agent hostname -> when its first chunk was written (I/O thread only)
     std::map<std::string, clock_type::time_point> first_chunk;
@@ -137,12 +141,16 @@ struct reader_state {
     bool opened = false;
     std::map<std::string, std::string> host_of;                  // session id -> hostname
     std::map<std::string, clock_type::time_point> first_version; // session id -> when
-    std::map<std::string, clock_type::time_point> last_version;  // session id -> when
+    std::map<std::string, std::uint64_t> told;                   // session id -> samples said
     std::uint64_t bytes = 0;
 };
 
 asio::awaitable<void> agent(tcp::endpoint ep, const std::vector<chunk>& chunks, int index,
                             std::string token, clock_type::duration delay, shared_state& s) {
+    struct ending {
+        shared_state& s;
+        ~ending() { ++s.ended; }
+    } counted_as_ended{s};
     auto ex = co_await asio::this_coro::executor;
     asio::steady_timer t(ex, delay);
     co_await t.async_wait(use_nothrow);
@@ -173,7 +181,7 @@ asio::awaitable<void> agent(tcp::endpoint ep, const std::vector<chunk>& chunks, 
             }
         },
         asio::detached);
-    for (std::size_t k = 0; !s.stop; ++k) {
+    for (std::size_t k = 0; !s.agents_stop; ++k) {
         const auto& c = chunks[(static_cast<std::size_t>(index) + k) % chunks.size()];
         auto [wec, n] = co_await asio::async_write(*sock, asio::buffer(c.frame), use_nothrow);
         if (wec) {
@@ -203,7 +211,7 @@ void on_event(reader_state& r, std::string_view kind, std::string_view data) {
         const std::string id(v.at("session_id").as_string());
         const auto now = clock_type::now();
         r.first_version.try_emplace(id, now);
-        r.last_version[id] = now;
+        r.told[id] = v.at("samples").to_number<std::uint64_t>();
     }
 }
 
@@ -272,7 +280,9 @@ struct run_result {
     double first_p50 = 0, first_max = 0;
     std::size_t first_missing = 0; // (browser, session) pairs never told
     int dropped = 0;
-    std::size_t stale = 0; // sessions not told in the last 5 s by some browser
+    // (browser, session) pairs whose browser was never told the session's final count (once
+    // the agents stopped, within a minute of the collector counting every sample)
+    std::size_t stale = 0;
     int failed = 0;
     std::uint64_t budget = 0, peak_sessions = 0, folded = 0; // as /api/status said each second
 };
@@ -287,6 +297,31 @@ std::vector<std::string> live_sessions(std::uint16_t http) {
         if (s.at("live").as_bool())
             ids.emplace_back(s.at("id").as_string());
     return ids;
+}
+
+// Each session's samples as the collector counts them.
+std::map<std::string, std::uint64_t> session_samples(std::uint16_t http) {
+    std::map<std::string, std::uint64_t> out;
+    const auto r = test_support::http_call(http, "GET", "/api/sessions?limit=1000");
+    if (r.status != 200)
+        return out;
+    const auto list = json::parse(r.body);
+    for (const auto& s : list.as_array())
+        if (const auto* v = s.as_object().if_contains("samples"))
+            out[std::string(s.at("id").as_string())] = v->to_number<std::uint64_t>();
+    return out;
+}
+
+// The (browser, session) pairs, of sessions a browser heard of, whose final count it was not
+// told (on the I/O thread, where the browsers' state lives).
+std::size_t untold(const std::vector<reader_state>& rs,
+                   const std::map<std::string, std::uint64_t>& final_samples) {
+    std::size_t n = 0;
+    for (const auto& r : rs)
+        for (const auto& [sid, heard] : r.told)
+            if (const auto it = final_samples.find(sid); it != final_samples.end())
+                n += heard < it->second;
+    return n;
 }
 
 std::uint64_t counted_samples(std::uint16_t http) {
@@ -350,7 +385,7 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
         std::vector<std::string> ids;
         std::size_t next = 0;
         auto refreshed = clock_type::time_point{};
-        while (!s.stop) {
+        while (!s.agents_stop) {
             if (clock_type::now() - refreshed > 5s) {
                 ids = live_sessions(coll->http_port);
                 refreshed = clock_type::now();
@@ -414,18 +449,36 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
     out.cpu_pct = 100 * (bench::cpu_seconds(pid) - cpu_start) / (ms_between(t_start, t_end) / 1000);
     out.rss_kb = test_support::status_kb(pid, "VmRSS:");
     out.hwm_kb = test_support::status_kb(pid, "VmHWM:");
-    s.stop = true;
+    s.agents_stop = true;
     viewer.join();
-    loop.join();
+    // The agents end after the chunk they are writing (the waits below are bounds for a
+    // collector that fails; each ends at the event it waits for).
+    for (int i = 0; i < 600 && s.ended < agents; ++i)
+        std::this_thread::sleep_for(100ms);
     out.offered = s.offered.load();
     out.offered_per_s = static_cast<double>(out.offered) / (ms_between(started, t_end) / 1000);
     // Every sample sent is counted once the collector has read what is on its sockets.
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 600; ++i) {
         out.counted = counted_samples(coll->http_port);
         if (out.counted >= out.offered)
             break;
         std::this_thread::sleep_for(100ms);
     }
+    // Then every browser is told each session's final count, as live views are: however long
+    // the collector took to parse (a sanitizer build on a loaded machine lags by seconds), a
+    // view that stopped updating before the end never is.
+    const auto final_samples = session_samples(coll->http_port);
+    for (int i = 0; i < 600; ++i) {
+        std::promise<std::size_t> asked;
+        auto answer = asked.get_future();
+        asio::post(io, [&] { asked.set_value(untold(rs, final_samples)); });
+        out.stale = answer.get();
+        if (out.stale == 0)
+            break;
+        std::this_thread::sleep_for(100ms);
+    }
+    s.stop = true;
+    loop.join();
     out.failed = s.failed.load();
     const double minutes = ms_between(started, t_end) / 60000;
     out.disk_per_agent_minute =
@@ -444,8 +497,6 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
                 continue;
             ++told;
             first.push_back(ms_between(sent->second, heard->second));
-            const auto last = r.last_version.at(sid);
-            out.stale += ms_between(last, t_end) > 5000;
         }
         out.first_missing += s.first_chunk.size() - std::min(told, s.first_chunk.size());
     }
