@@ -62,7 +62,7 @@ elsewhere() {
     local names
     names=$(build-asan/test/perfwire_tests --list-test-names-only "[odd],[python]" |
         sed -e '/^$/d' -e 's/[][().*+?^$|\\]/\\&/g' | paste -sd '|')
-    printf '^(%s|fleet store: two collectors profiling their agents continuously.*)$' "$names"
+    printf '^(%s)$' "$names"
 }
 
 step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -78,11 +78,7 @@ step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)
 # stops than the ThreadSanitizer stage makes. Not the Python agent's own tests ([python]: no
 # sanitized program in them) nor those of how the agents read odd perf builds ([odd]: a fake
 # perf in Python plays each, and they are minutes of waiting on perf); the first build ran
-# them, and the probe's coroutines run here in every other agent test. Not the
-# two-collector continuous fleet test yet (issue 43, still open; the first build runs it):
-# beside the rest of this stage it failed on the test's own 30 s client for a drained stop, on
-# 45 s reads of sanitized binaries' relocations and on a session list racing a removal, each
-# fixed; 13 runs in a row passed before the last, and the 20 in a row are still to be shown.
+# them, and the probe's coroutines run here in every other agent test.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp \
     PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-10} PERFWIRE_TEST_AGENTS=cpp \
