@@ -299,6 +299,14 @@ std::vector<std::string> live_sessions(std::uint16_t http) {
     return ids;
 }
 
+// Asks `done` every 100 ms until it says yes or a minute has passed (a bound for a collector
+// that fails, never the expected wait).
+template <class Done>
+void within_a_minute(Done done) {
+    for (int i = 0; i < 600 && !done(); ++i)
+        std::this_thread::sleep_for(100ms);
+}
+
 // Each session's samples as the collector counts them.
 std::map<std::string, std::uint64_t> session_samples(std::uint16_t http) {
     std::map<std::string, std::uint64_t> out;
@@ -326,13 +334,8 @@ std::size_t untold(const std::vector<reader_state>& rs,
 
 std::uint64_t counted_samples(std::uint16_t http) {
     std::uint64_t n = 0;
-    const auto r = test_support::http_call(http, "GET", "/api/sessions?limit=1000");
-    if (r.status != 200)
-        return 0;
-    const auto list = json::parse(r.body);
-    for (const auto& s : list.as_array())
-        if (const auto* v = s.as_object().if_contains("samples"))
-            n += v->to_number<std::uint64_t>();
+    for (const auto& [id, samples] : session_samples(http))
+        n += samples;
     return n;
 }
 
@@ -453,30 +456,22 @@ std::optional<run_result> run(int agents, int seconds, int readers, std::uint64_
     viewer.join();
     // The agents end after the chunk they are writing (the waits below are bounds for a
     // collector that fails; each ends at the event it waits for).
-    for (int i = 0; i < 600 && s.ended < agents; ++i)
-        std::this_thread::sleep_for(100ms);
+    within_a_minute([&] { return s.ended >= agents; });
     out.offered = s.offered.load();
     out.offered_per_s = static_cast<double>(out.offered) / (ms_between(started, t_end) / 1000);
     // Every sample sent is counted once the collector has read what is on its sockets.
-    for (int i = 0; i < 600; ++i) {
-        out.counted = counted_samples(coll->http_port);
-        if (out.counted >= out.offered)
-            break;
-        std::this_thread::sleep_for(100ms);
-    }
+    within_a_minute(
+        [&] { return (out.counted = counted_samples(coll->http_port)) >= out.offered; });
     // Then every browser is told each session's final count, as live views are: however long
     // the collector took to parse (a sanitizer build on a loaded machine lags by seconds), a
     // view that stopped updating before the end never is.
     const auto final_samples = session_samples(coll->http_port);
-    for (int i = 0; i < 600; ++i) {
+    within_a_minute([&] {
         std::promise<std::size_t> asked;
         auto answer = asked.get_future();
         asio::post(io, [&] { asked.set_value(untold(rs, final_samples)); });
-        out.stale = answer.get();
-        if (out.stale == 0)
-            break;
-        std::this_thread::sleep_for(100ms);
-    }
+        return (out.stale = answer.get()) == 0;
+    });
     s.stop = true;
     loop.join();
     out.failed = s.failed.load();

@@ -381,10 +381,12 @@ void session_registry::forget(std::string_view id) {
         entries_.erase(it);
     if (const auto it = live_.find(id); it != live_.end())
         live_.erase(it);
-    if (gone_.emplace(id).second) {
-        gone_order_.emplace_back(id);
+    if (gone_.emplace(id, ++gone_count_).second) {
+        gone_order_.emplace_back(std::string(id), gone_count_);
         if (gone_order_.size() > max_gone) {
-            gone_.erase(gone_order_.front());
+            const auto& [oldest, stamp] = gone_order_.front();
+            if (const auto it = gone_.find(oldest); it != gone_.end() && it->second == stamp)
+                gone_.erase(it);
             gone_order_.pop_front();
         }
     }

@@ -192,9 +192,11 @@ private:
     asio::thread_pool& pool_;
     std::map<std::string, std::shared_ptr<session_entry>, std::less<>> entries_;
     std::set<std::string, std::less<>> live_;
-    // The ids forgotten lately, oldest first (at most max_gone).
-    std::set<std::string, std::less<>> gone_;
-    std::deque<std::string> gone_order_;
+    // The ids forgotten lately (at most max_gone), each with when it was forgotten; the order,
+    // oldest first, may still hold an id made again since (its stamp then no longer matches).
+    std::map<std::string, std::uint64_t, std::less<>> gone_;
+    std::deque<std::pair<std::string, std::uint64_t>> gone_order_;
+    std::uint64_t gone_count_ = 0;
     std::size_t budget_;
     std::size_t total_budget_ = SIZE_MAX, live_cap_ = SIZE_MAX;
     memory_use memory_;

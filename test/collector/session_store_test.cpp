@@ -197,9 +197,18 @@ TEST_CASE("a session removed is gone from the registry: a session list read from
     CHECK_FALSE(reg.is_live(id));
     CHECK_FALSE(reg.known(id));
     CHECK_FALSE(reg.gone((*live)->id + "x"));
-    // At most max_gone remembered, the oldest forgotten first.
-    for (std::size_t i = 0; i < session_registry::max_gone; ++i)
+    // The id made again (an import stored under it): known, and no longer gone.
+    reg.adopt(id, std::make_unique<session_model>());
+    CHECK_FALSE(reg.gone(id));
+    CHECK(reg.known(id));
+    reg.forget(id);
+    CHECK(reg.gone(id));
+    // At most max_gone remembered, the oldest forgotten first: the id's first removal, passed
+    // over since it was made again, does not take its second with it.
+    for (std::size_t i = 0; i + 1 < session_registry::max_gone; ++i)
         reg.forget("20260101_000000_n" + std::to_string(i));
+    CHECK(reg.gone(id));
+    reg.forget("20260101_000000_n" + std::to_string(session_registry::max_gone - 1));
     CHECK_FALSE(reg.gone(id));
     CHECK(reg.gone("20260101_000000_n" + std::to_string(session_registry::max_gone - 1)));
     pool.join();
