@@ -524,7 +524,7 @@ TEST_CASE("the demo takes seconds or --help, and refuses anything else", "[agent
 }
 
 TEST_CASE("rounds mode overlaps recording and leaves nothing behind",
-          "[agent][integration][perf]") {
+          "[agent][integration][perf][long]") {
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
@@ -694,7 +694,7 @@ std::string cannot_text(const boost::json::object& caps) {
 
 TEST_CASE("live: what perf script prints reaches the collector every third of a second, whatever "
           "--duration — perf stat's report once a period",
-          "[agent][integration][perf]") {
+          "[agent][integration][perf][long]") {
     const auto flavour = each_agent();
     // The real perf, and one from before --no-buffering: the agent then streams without it.
     const std::string perf_kind = GENERATE(as<std::string>{}, "", "no-buffering-unknown");
@@ -726,7 +726,7 @@ TEST_CASE("live: what perf script prints reaches the collector every third of a 
 
 TEST_CASE("odd perf builds: the probe finds what works by what perf did, and start refuses the "
           "rest with the reason",
-          "[agent][integration][perf][odd]") {
+          "[agent][integration][perf][odd][longest]") {
     const auto flavour = each_agent();
     const std::string behaviour = GENERATE(as<std::string>{}, "", "old-events", "no-pipe",
                                            "no-callgraph", "dies", "slow-dwarf");
@@ -851,7 +851,7 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
 
 TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds go on, and only "
           "the target's exit is called one",
-          "[agent][integration][perf][odd]") {
+          "[agent][integration][perf][odd][long]") {
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
@@ -912,7 +912,7 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
 }
 
 TEST_CASE("an agent told --pid says hello and answers while it probes perf, then starts",
-          "[agent][integration][perf][concurrency]") {
+          "[agent][integration][perf][concurrency][long]") {
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
@@ -948,7 +948,7 @@ TEST_CASE("an agent told --pid says hello and answers while it probes perf, then
 
 TEST_CASE("a probe run whose perf script answers late still proves the pipe: perf record wrote "
           "into it, so the agent streams",
-          "[agent][integration][perf][odd]") {
+          "[agent][integration][perf][odd][longest]") {
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
@@ -984,7 +984,7 @@ TEST_CASE("a probe run whose perf script answers late still proves the pipe: per
 
 TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails without a file "
           "when perf samples nothing",
-          "[agent][integration][perf][odd]") {
+          "[agent][integration][perf][odd][longest]") {
     const auto flavour = each_agent();
     INFO(flavour);
     auto demo = start_demo(300); // outlives every run below, however slow the machine

@@ -409,7 +409,7 @@ TEST_CASE("a flood of agents that say hello and leave stores nothing, and is rat
 }
 
 TEST_CASE("an agent that sends faster than the collector digests is slowed by TCP, not buffered",
-          "[collector][integration][attack]") {
+          "[collector][integration][attack][long]") {
     temp_dir dir;
     collector_proc coll(dir.path);
     auto agent = test_support::hello_agent(coll, "firehose");
@@ -451,7 +451,7 @@ TEST_CASE("a sessions folder that cannot be written is an error at start",
 
 TEST_CASE("a live session past its memory allowance keeps updating: its oldest samples are "
           "folded, every count and view stays whole",
-          "[collector][integration][attack][memory]") {
+          "[collector][integration][attack][memory][long]") {
     temp_dir dir;
     collector_proc coll(dir.path, {"--live-mb", "16"});
     auto agent = test_support::hello_agent(coll, "big");

@@ -80,7 +80,7 @@ const std::string matrix = "(anonymous namespace)::matrix_multiply";
 
 TEST_CASE("collector end to end: the C++ and the Python agent live, a hostile peer, restart after "
           "SIGKILL",
-          "[collector][integration][perf][ingestion]") {
+          "[collector][integration][perf][ingestion][long]") {
     temp_dir dir;
     auto demo = start_demo(120);
     auto coll = std::make_unique<collector_proc>(dir.path);

@@ -404,7 +404,7 @@ bool none_live(const json::value& list) {
 
 TEST_CASE("fleet store: two collectors profiling their agents continuously write one store whose "
           "devices and functions are what the collectors' models count",
-          "[collector][fleet][clickhouse][perf][integration]") {
+          "[collector][fleet][clickhouse][perf][integration][longest]") {
     test_support::clickhouse_proc ch;
     test_support::temp_dir d1, d2;
     auto demo = test_support::start_demo(600);

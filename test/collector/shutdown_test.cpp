@@ -213,7 +213,7 @@ void renamer(std::uint16_t port, const fs::path& dir, std::atomic<bool>& stop) {
 
 TEST_CASE("the collector stops cleanly at any moment: agents, browsers, imports, renames and "
           "debuginfod in flight",
-          "[collector][integration][perf][shutdown]") {
+          "[collector][integration][perf][shutdown][longest]") {
     temp_dir dir;
     fs::create_directories(dir.path / "debug0");
     fs::create_directories(dir.path / "debug1");

@@ -123,7 +123,7 @@ void put_config(collector_proc& c, const std::string& body) {
 
 TEST_CASE("stripped on the device, named at the collector: the unstripped binary, a build-id "
           "debug dir, debuginfod after a restart — another build refused",
-          "[collector][integration][perf][symbols]") {
+          "[collector][integration][perf][symbols][long]") {
     temp_dir dir;
     const std::string demo = PERFWIRE_DEMO_BIN;
     const auto id = protocol::read_build_id(demo);
@@ -283,7 +283,7 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
 
 TEST_CASE("two static work() in two files, profiled live: each its own function and source "
           "file, on the device's unstripped binary and on a stripped copy",
-          "[collector][integration][perf][symbols]") {
+          "[collector][integration][perf][symbols][long]") {
     temp_dir dir;
     const std::string bin = PERFWIRE_STATICS_BIN;
     fs::create_directories(dir.path / "device");
@@ -344,7 +344,7 @@ TEST_CASE("two static work() in two files, profiled live: each its own function 
 }
 
 TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device's perf-PID.map",
-          "[collector][integration][perf][symbols]") {
+          "[collector][integration][perf][symbols][long]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);
     temp_dir dir;
