@@ -18,6 +18,14 @@
 #include <unistd.h>
 
 namespace agent {
+
+namespace {
+
+// How long past the end of its workload a perf record may run before it is stopped as a stop
+// would stop it: generous, since a perf on a slow or busy device takes seconds to start.
+constexpr std::chrono::seconds overrun_grace{10};
+
+} // namespace
 using namespace asio::experimental::awaitable_operators;
 using protocol::use_nothrow;
 
@@ -163,16 +171,28 @@ asio::awaitable<void> collection::read_script(child& script) {
 asio::awaitable<void> collection::cut_loop() {
     using clock = std::chrono::steady_clock;
     auto period_end = clock::now() + settings_.chunk_duration;
+    // Periods asked for: perf record's workload ends the run; a perf that outlives it (one that
+    // ignores `-- sleep`) is stopped, drained, once it is overdue.
+    const auto overdue =
+        settings_.periods
+            ? clock::now() + settings_.chunk_duration * settings_.periods + overrun_grace
+            : clock::time_point::max();
     while (!reading_done_) {
         if (!cut_requested_) {
             auto wake = period_end;
             if (settings_.flush_interval.count() > 0)
                 wake = std::min(wake, next_flush_);
+            if (!stop_requested_)
+                wake = std::min(wake, overdue);
             cut_timer_->expires_at(wake);
             co_await cut_timer_->async_wait(use_nothrow);
         }
         if (reading_done_)
             break;
+        if (!stop_requested_ && clock::now() >= overdue) {
+            request_stop(true);
+            continue;
+        }
         const bool sized = std::exchange(cut_requested_, false);
         if (clock::now() >= period_end) {
             // A period is over: its perf stat report goes with what was printed since the
@@ -231,6 +251,7 @@ asio::awaitable<void> collection::run_rounds() {
     cut_timer_ = std::make_unique<asio::steady_timer>(ex);
     stop_timer_ = std::make_unique<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
     round_gap_ = std::make_unique<asio::steady_timer>(ex);
+    overrun_timer_ = std::make_unique<asio::steady_timer>(ex);
     const auto round_seconds = std::chrono::duration<double>(settings_.chunk_duration).count();
     const std::vector<std::string> bound = {sleep_program(), std::to_string(round_seconds)};
 
@@ -250,18 +271,25 @@ asio::awaitable<void> collection::run_rounds() {
             record_->signal(discard_ ? SIGKILL : SIGINT);
         const auto started = std::chrono::steady_clock::now();
 
-        // This round records while the previous one is turned into text.
-        auto recording = [this](child& r) -> asio::awaitable<std::string> {
+        // This round records while the previous one is turned into text; a perf that outlives
+        // the round's workload is ended.
+        bool round_over = false;
+        auto recording = [this, &round_over](child& r) -> asio::awaitable<std::string> {
             auto [err, code] = co_await (read_all(r.err(), 64 << 10) && r.wait());
+            round_over = true;
+            overrun_timer_->cancel();
             note_record_end(code);
             co_return err;
         };
+        auto guard =
+            end_overrun(*record_, started + settings_.chunk_duration + overrun_grace, round_over);
         std::string record_err;
         if (previous_file) {
             record_err =
-                co_await (script_round(*previous_file, previous_stat) && recording(*record_));
+                co_await ((std::move(guard) && script_round(*previous_file, previous_stat)) &&
+                          recording(*record_));
         } else {
-            record_err = co_await recording(*record_);
+            record_err = co_await (std::move(guard) && recording(*record_));
         }
         record_err_ = record_err;
         previous_stat.clear();
@@ -334,6 +362,19 @@ void collection::request_stop(bool drain) {
     }
     record_->signal(SIGINT);
     stop_timer_->expires_after(std::chrono::seconds(3)); // wakes the watchdog
+}
+
+asio::awaitable<void>
+collection::end_overrun(child& record, std::chrono::steady_clock::time_point at, const bool& over) {
+    overrun_timer_->expires_at(at);
+    co_await overrun_timer_->async_wait(use_nothrow);
+    if (over)
+        co_return;
+    record.signal(SIGINT);
+    overrun_timer_->expires_after(std::chrono::seconds(3));
+    co_await overrun_timer_->async_wait(use_nothrow);
+    if (!over)
+        record.signal(SIGKILL);
 }
 
 asio::awaitable<void> collection::watchdog() {

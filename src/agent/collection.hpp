@@ -111,6 +111,10 @@ private:
     bool flush_due() const;
     void start_stat(asio::any_io_executor ex);
     asio::awaitable<void> watchdog();
+    // Ends a perf record that outlives its workload (one that ignores `-- sleep`): SIGINT at
+    // `at`, SIGKILL 3 s later, unless `over` by then.
+    asio::awaitable<void> end_overrun(child& record, std::chrono::steady_clock::time_point at,
+                                      const bool& over);
 
     std::string perf_;
     collection_settings settings_;
@@ -137,7 +141,8 @@ private:
     std::optional<procfs::process_identity> target_; // as it was when the run began
     bool target_exited_ = false;
     void note_record_end(int status); // perf record ended with `status`: was it the target?
-    std::unique_ptr<asio::steady_timer> round_gap_; // rounds: waits out a round perf cut short
+    std::unique_ptr<asio::steady_timer> round_gap_;     // rounds: waits out a round perf cut short
+    std::unique_ptr<asio::steady_timer> overrun_timer_; // rounds: end_overrun
     std::string error_;
     std::string record_err_;
 };

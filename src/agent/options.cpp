@@ -178,6 +178,10 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
                 return usage("cannot read --" + std::string(name) + " " + text);
             text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
         }
+        if (protocol::tls::weak_public_key(text))
+            return usage("--" + std::string(name) +
+                         " is a weak key (a point of small order): any signature would verify "
+                         "under it. Give the collector's update key as it prints it");
         c.update_pubkey = protocol::tls::parse_public_key(text);
         if (!c.update_pubkey)
             return usage("--" + std::string(name) +

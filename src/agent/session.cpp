@@ -19,6 +19,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/value_from.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <sys/utsname.h>
@@ -558,10 +559,10 @@ command_response session::cmd_update(const protocol::command_request& req) {
         return v && v->is_string() ? std::string(v->get_string()) : std::string();
     };
     update_offer offer{text("version"), text("arch"), text("sha256"), text("signature"), 0};
-    const auto* size = req.args.if_contains("size");
-    if (!size || !size->is_int64() || size->get_int64() <= 0)
-        return command_response::failure(req.id, "size must be a positive integer");
-    offer.size = static_cast<std::uint64_t>(size->get_int64());
+    // (A size that is not one reads as 0, which begin() refuses after its policy: an agent
+    // that takes no update says so before it judges the offer.)
+    if (const auto* size = req.args.if_contains("size"); size && size->is_int64())
+        offer.size = static_cast<std::uint64_t>(std::max<std::int64_t>(size->get_int64(), 0));
     auto made =
         update_receiver::begin(offer, cfg_.self_path, cfg_.update_pubkey, pinned_link(), version());
     if (auto* why = std::get_if<std::string>(&made)) {
@@ -579,22 +580,24 @@ command_response session::cmd_update(const protocol::command_request& req) {
 command_response session::cmd_update_data(const protocol::command_request& req) {
     if (!update_)
         return command_response::failure(req.id, "no update offered");
-    const auto* offset = req.args.if_contains("offset");
-    const auto* data = req.args.if_contains("data");
-    if (!offset || !offset->is_int64() || offset->get_int64() < 0 || !data || !data->is_string())
-        return command_response::failure(req.id, "update_data needs offset and data (base64)");
-    if (data->get_string().size() > (max_update_piece + 2) / 3 * 4)
-        return command_response::failure(req.id, "a piece is at most " +
-                                                     std::to_string(max_update_piece) + " bytes");
-    const auto bytes = protocol::base64_decode(data->get_string());
-    if (!bytes)
-        return command_response::failure(req.id, "data is not base64");
-    if (auto why = update_->write(static_cast<std::uint64_t>(offset->get_int64()), *bytes);
-        !why.empty()) {
+    // Any bad piece ends the offer, and its file goes with it.
+    const auto abandon = [&](const std::string& why) {
         update_.reset();
         log(peer_, "update abandoned: " + why);
         return command_response::failure(req.id, why);
-    }
+    };
+    const auto* offset = req.args.if_contains("offset");
+    const auto* data = req.args.if_contains("data");
+    if (!offset || !offset->is_int64() || offset->get_int64() < 0 || !data || !data->is_string())
+        return abandon("update_data needs offset and data (base64)");
+    if (data->get_string().size() > (max_update_piece + 2) / 3 * 4)
+        return abandon("a piece is at most " + std::to_string(max_update_piece) + " bytes");
+    const auto bytes = protocol::base64_decode(data->get_string());
+    if (!bytes)
+        return abandon("data is not base64");
+    if (auto why = update_->write(static_cast<std::uint64_t>(offset->get_int64()), *bytes);
+        !why.empty())
+        return abandon(why);
     json::object f;
     f["received"] = update_->received();
     return command_response::success(req.id, std::move(f));

@@ -10,6 +10,8 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -286,7 +288,10 @@ std::variant<signing_key, std::string> load_signing_key(const std::filesystem::p
                                                         reinterpret_cast<const char*>(raw), n))};
 }
 
-std::optional<std::string> parse_public_key(std::string_view text) {
+namespace {
+
+// The 32 bytes after "ed25519:", the text trimmed; nothing when they are not.
+std::optional<std::string> public_key_bytes(std::string_view& text) {
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
         text.remove_suffix(1);
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
@@ -294,10 +299,49 @@ std::optional<std::string> parse_public_key(std::string_view text) {
     constexpr std::string_view scheme = "ed25519:";
     if (!text.starts_with(scheme))
         return std::nullopt;
-    const auto raw = base64_decode(text.substr(scheme.size()));
+    auto raw = base64_decode(text.substr(scheme.size()));
     if (!raw || raw->size() != 32)
         return std::nullopt;
+    return raw;
+}
+
+// A point's y (little-endian, the sign of x in the top bit): those of small order are y = 0
+// (order 4), 1 (the identity), p - 1 (order 2), the two of order 8, and p and p + 1 (0 and 1
+// written without reduction), p = 2^255 - 19. Compared with the sign bit cleared.
+bool small_order(const std::string& raw) {
+    static constexpr unsigned char order_8[2][32] = {
+        {0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4,
+         0x89, 0xf2, 0xef, 0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6,
+         0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05},
+        {0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b,
+         0x76, 0x0d, 0x10, 0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39,
+         0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a}};
+    std::array<unsigned char, 32> y{};
+    std::memcpy(y.data(), raw.data(), 32);
+    y[31] &= 0x7f;
+    for (const auto& point : order_8)
+        if (std::memcmp(y.data(), point, 32) == 0)
+            return true;
+    // 0, 1: the first byte, then zeros.
+    if (y[0] <= 1 && std::all_of(y.begin() + 1, y.end(), [](unsigned char b) { return b == 0; }))
+        return true;
+    // p - 1, p, p + 1: 0xec, 0xed, 0xee, then 0xff up to a last 0x7f.
+    return y[0] >= 0xec && y[0] <= 0xee && y[31] == 0x7f &&
+           std::all_of(y.begin() + 1, y.end() - 1, [](unsigned char b) { return b == 0xff; });
+}
+
+} // namespace
+
+std::optional<std::string> parse_public_key(std::string_view text) {
+    const auto raw = public_key_bytes(text);
+    if (!raw || small_order(*raw))
+        return std::nullopt;
     return std::string(text);
+}
+
+bool weak_public_key(std::string_view text) {
+    const auto raw = public_key_bytes(text);
+    return raw && small_order(*raw);
 }
 
 std::string sign(const signing_key& key, std::string_view message) {

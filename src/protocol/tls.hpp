@@ -46,8 +46,12 @@ struct signing_key {
 std::variant<signing_key, std::string> load_signing_key(const std::filesystem::path& file,
                                                         bool make);
 // "ed25519:<base64>" as the user gave it (the text of a file, or the value itself); nothing
-// when it is not 32 bytes of canonical base64 after "ed25519:".
+// when it is not 32 bytes of canonical base64 after "ed25519:", or is a weak key.
 std::optional<std::string> parse_public_key(std::string_view text);
+// Whether `text` is "ed25519:" and 32 bytes that encode a point of small order (the identity
+// and the points of order 2, 4 and 8, in any of their encodings): a signature made without
+// any private key verifies under such a key, so it is never taken as one.
+bool weak_public_key(std::string_view text);
 // The signature of `message` under `key` (base64 of 64 bytes).
 std::string sign(const signing_key& key, std::string_view message);
 // Whether `signature` (base64) is `public_key`'s over `message`.

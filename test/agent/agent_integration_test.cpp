@@ -1040,6 +1040,24 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     REQUIRE(late_code == 0);
     CHECK(rounds_in(late_path) == 2);
 
+    // A perf that ignores the `-- sleep` bounding its run records until stopped: the run
+    // still ends, in rounds and in one stream, a little past its time (both at once).
+    std::vector<std::pair<std::string, std::unique_ptr<test_support::spawned>>> endless;
+    for (const std::string perf_kind : {"ignores-workload", "no-pipe,ignores-workload"}) {
+        const auto out = (dir.path / (perf_kind.substr(0, 7) + ".txt")).string();
+        endless.emplace_back(out,
+                             start_odd_agent(flavour, perf_kind,
+                                             {"--output", out, "--pid", std::to_string(demo->pid()),
+                                              "--rounds", "1", "--duration", "1"}));
+    }
+    for (auto& [out, agent] : endless) {
+        INFO(out);
+        const auto ended = agent->wait(60s);
+        INFO(agent->stderr_text());
+        REQUIRE(ended == 0);
+        CHECK(rounds_in(out) == 1);
+    }
+
     const auto nothing = (dir.path / "nothing.txt").string();
     auto no_events = start_odd_agent(flavour, "no-events",
                                      {"--output", nothing, "--pid", std::to_string(demo->pid())});

@@ -91,8 +91,11 @@ TEST_CASE("agent flags: TLS and update keys are checked as given, never loosened
         parse({"--listen", "--tls", "--tls-key", "/k.pem"}, "cafe-babe-dead-beef-f00d"));
     CHECK(l.listen_tls);
     CHECK(l.tls_key_file == "/k.pem");
-    // An update key is an Ed25519 public key; an HMAC secret of old is refused, not taken.
-    const std::string pub = "ed25519:" + std::string(43, 'A') + "=";
+    // An update key is an Ed25519 public key; an HMAC secret of old is refused, not taken,
+    // and so is a weak key (all zeros: a point of order 4).
+    const std::string pub = "ed25519:WGZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY="; // the base
+    const std::string weak = "ed25519:" + std::string(43, 'A') + "=";
+    CHECK(exit_code(parse({"--server", "h", "--update-pubkey", weak.c_str()})) == 2);
     CHECK(std::get<agent::config>(parse({"--server", "h", "--update-pubkey", pub.c_str()}))
               .update_pubkey == pub);
     CHECK(exit_code(parse({"--server", "h", "--update-pubkey", "ed25519:AAAA"})) == 2);

@@ -173,6 +173,9 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
             CHECK_THAT(error_of(peer.command("update",
                                              offer(arch, marking_sum, marking.size(), signed_by))),
                        Catch::Contains("--update-pubkey"));
+        // Refused by its policy before anything in the offer is judged.
+        for (const auto* bad : {R"({"size":"x"})", R"({"size":-1,"arch":"vax"})", "{}"})
+            CHECK_THAT(error_of(peer.command("update", bad)), Catch::Contains("--update-pubkey"));
         CHECK_THAT(error_of(peer.command("update_data", R"({"offset":0,"data":"AAAA"})")),
                    Catch::Contains("no update offered"));
         CHECK_THAT(error_of(peer.command("update_apply", "{}")),
@@ -268,6 +271,13 @@ TEST_CASE("update over the link: every refusal keeps the old agent and never run
     REQUIRE(ok(peer.command("update", offer(arch, sum, next.size(), key))));
     CHECK_THAT(error_of(peer.command("update_data", R"({"offset":0,"data":"not base64!"})")),
                Catch::Contains("base64"));
+    CHECK(partial_files() == 0); // a bad piece ends its offer, file and all
+    REQUIRE(ok(peer.command("update", offer(arch, sum, next.size(), key))));
+    CHECK_THAT(error_of(peer.command("update_data", R"({"data":"AAAA"})")),
+               Catch::Contains("needs offset"));
+    CHECK(partial_files() == 0);
+    CHECK_THAT(error_of(peer.command("update_data", R"({"offset":0,"data":"AAAA"})")),
+               Catch::Contains("no update offered"));
     REQUIRE(ok(peer.command("update", offer(arch, sum, 3, key))));
     CHECK_THAT(error_of(peer.command("update_data", R"({"offset":0,"data":"AAAAAA=="})")),
                Catch::Contains("more bytes"));

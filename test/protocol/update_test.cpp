@@ -47,6 +47,28 @@ const std::vector<const char*> versions = {
 
 } // namespace
 
+namespace {
+
+// Ed25519 keys of small order (y = 0, 1, the two points of order 8, p - 1, p, p + 1), each
+// also with the sign bit set; and the base point, which is not one.
+const std::vector<std::string> weak_keys = {"ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+                                            "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAIA=",
+                                            "ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+                                            "ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAIA=",
+                                            "ed25519:JuiVj8KyJ7BFw/SJ8u+Y8NXfrAXTxjM5sTgCiG1T/AU=",
+                                            "ed25519:JuiVj8KyJ7BFw/SJ8u+Y8NXfrAXTxjM5sTgCiG1T/IU=",
+                                            "ed25519:xxdqcD1N2E+6PAt2DRBnDyogU/osOczGTsf9d5KsA3o=",
+                                            "ed25519:xxdqcD1N2E+6PAt2DRBnDyogU/osOczGTsf9d5KsA/o=",
+                                            "ed25519:7P///////////////////////////////////////38=",
+                                            "ed25519:7P////////////////////////////////////////8=",
+                                            "ed25519:7f///////////////////////////////////////38=",
+                                            "ed25519:7f////////////////////////////////////////8=",
+                                            "ed25519:7v///////////////////////////////////////38=",
+                                            "ed25519:7v////////////////////////////////////////8="};
+const std::string base_point = "ed25519:WGZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY=";
+
+} // namespace
+
 TEST_CASE("update versions: later by dotted numbers, offered only as dotted numbers",
           "[protocol][update]") {
     using protocol::later_version;
@@ -94,6 +116,18 @@ TEST_CASE("the signed text names every field of an offer, one to a line — its 
     CHECK_FALSE(
         protocol::tls::parse_public_key("ed25519:" + std::string(42, 'A') + "==")); // 31 bytes
     CHECK_FALSE(protocol::tls::parse_public_key(key.public_key.substr(8)));
+    // Keys of small order, in every encoding (the sign bit set or not): any signature would
+    // verify under them — R the identity and S = 0 for any message under the identity key.
+    for (const auto& weak : weak_keys) {
+        INFO(weak);
+        CHECK(protocol::tls::weak_public_key(weak));
+        CHECK_FALSE(protocol::tls::parse_public_key(weak));
+    }
+    CHECK_FALSE(protocol::tls::weak_public_key(key.public_key));
+    CHECK_FALSE(protocol::tls::weak_public_key(base_point));
+    CHECK(protocol::tls::parse_public_key(base_point));
+    const std::string forged = "AQ" + std::string(84, 'A') + "=="; // R = (0, 1), S = 0
+    CHECK_FALSE(protocol::tls::verify(weak_keys[2], protocol::update_signed_text(o), forged));
     // Not an Ed25519 key: refused with a reason.
     std::ofstream(dir.path / "not-a-key") << "hello\n";
     CHECK(std::holds_alternative<std::string>(
@@ -123,6 +157,11 @@ TEST_CASE("the Python agent judges update versions and signs offers as the C++ c
     script << "print(a.update_signed_text({'arch': 'aarch64', 'version': '0.1.0.1', 'size': 1234, "
               "'sha256': '"
            << std::string(64, 'a') << "'}).encode().hex())\n";
+    for (const auto& weak : weak_keys)
+        script << "print(a.weak_public_key('" << weak << "') and a.parse_public_key('" << weak
+               << "') is None)\n";
+    script << "print(a.parse_public_key('" << base_point << "') is not None and not "
+           << "a.weak_public_key('" << base_point << "'))\n";
     const auto ran = collector::run_capture({PERFWIRE_PYTHON, "-c", script.str()});
     INFO(ran.err);
     REQUIRE(ran.code == 0);
@@ -147,4 +186,11 @@ TEST_CASE("the Python agent judges update versions and signs offers as the C++ c
         hex += digits[c & 15];
     }
     CHECK(line == hex);
+    for (const auto& weak : weak_keys) {
+        INFO("a weak key refused: " << weak);
+        REQUIRE(std::getline(lines, line));
+        CHECK(line == "True");
+    }
+    REQUIRE(std::getline(lines, line));
+    CHECK(line == "True"); // the base point is a key
 }

@@ -64,6 +64,9 @@ PROTOCOL_VERSION = 1
 SELF = os.path.realpath(__file__)
 MAX_UPDATE_SIZE = 64 << 20
 MAX_UPDATE_PIECE = 384 << 10  # decoded bytes per update_data (base64 in a 1 MiB frame)
+# How long past the end of its workload a perf record may run before it is stopped as a stop
+# would stop it (one that ignores `-- sleep`): generous, perf on a busy device starts slowly.
+OVERRUN_GRACE = 10.0
 RESTART_EXIT_CODE = 75  # a new build is in place; a supervisor restarts into it
 monotonic = time.monotonic
 _log_lock = threading.RLock()  # reentrant: the signal handler logs too
@@ -1724,8 +1727,11 @@ class Collection(object):
         self._adopt_record(rec)
         self._start_stat()
         bufs, keep = bounded_buffers({"rerr": 64 << 10, "serr": 64 << 10})
+        # Periods asked for: a perf record that outlives its workload is stopped, drained.
+        overdue = monotonic() + float(self.s.duration) * self.s.periods + OVERRUN_GRACE \
+            if self.s.periods else None
         state = {"next_cut": monotonic() + self.s.duration, "cut_now": False, "open": True,
-                 "periods": 0}
+                 "periods": 0, "overdue": overdue}
 
         def on_data(name, data):
             if name != "out":
@@ -1740,6 +1746,9 @@ class Collection(object):
 
         def tick():
             self._watchdog()
+            if state["overdue"] is not None and monotonic() >= state["overdue"]:
+                state["overdue"] = None
+                self.request_stop(True)
             if not state["open"]:
                 return
             now = monotonic()
@@ -1794,6 +1803,12 @@ class Collection(object):
                 self._adopt_record(rec)
                 self._start_stat()
                 started = monotonic()
+                # A perf that outlives the round's workload (one that ignores `-- sleep`):
+                # SIGINT once overdue, SIGKILL 3 s later.
+                overrun = threading.Timer(float(self.s.duration) + OVERRUN_GRACE, stop_child,
+                                          (rec, 3.0))
+                overrun.daemon = True
+                overrun.start()
                 err_box = []
                 drain = threading.Thread(target=lambda: err_box.append(rec.stderr.read()))
                 drain.start()
@@ -1802,6 +1817,7 @@ class Collection(object):
                 drain.join()
                 rec.stderr.close()
                 self._wait_for(rec)
+                overrun.cancel()
                 record_err = (err_box[0] if err_box else b"")[:64 << 10]
                 self._record_ended(rec.returncode)
                 self.record_err = record_err
@@ -2000,7 +2016,17 @@ def ed25519_verify(public, message, signature):
             (left[1] * right[2] - right[1] * left[2]) % ED_P == 0)
 
 
-def parse_public_key(text):
+# The y of the Ed25519 points of small order (little-endian, the sign bit cleared): 0, 1,
+# the two of order 8, p - 1, and p and p + 1 (0 and 1 unreduced). A signature made without
+# any private key verifies under such a key (protocol/tls.cpp, small_order).
+SMALL_ORDER_Y = [binascii.unhexlify(h) for h in (
+    "00" * 32, "01" + "00" * 31,
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "ec" + "ff" * 30 + "7f", "ed" + "ff" * 30 + "7f", "ee" + "ff" * 30 + "7f")]
+
+
+def public_key_bytes(text):
     """The 32 bytes of "ed25519:<base64>" as the collector prints it; None otherwise."""
     text = text.strip()
     if not text.startswith("ed25519:"):
@@ -2012,6 +2038,20 @@ def parse_public_key(text):
     if len(raw) != 32 or binascii.b2a_base64(raw).strip().decode("ascii") != text[8:]:
         return None
     return raw
+
+
+def weak_public_key(text):
+    """Whether `text` is an Ed25519 key of small order, in any encoding."""
+    raw = public_key_bytes(text)
+    return raw is not None and raw[:31] + bytes([raw[31] & 0x7f]) in SMALL_ORDER_Y
+
+
+def parse_public_key(text):
+    """The 32 bytes of an update key as the collector prints it; None otherwise, and for a
+    weak key."""
+    if weak_public_key(text):
+        return None
+    return public_key_bytes(text)
 
 
 def later_version(candidate, current):
@@ -2551,9 +2591,11 @@ class Session(object):
         self._drop_update()  # an earlier offer's file goes
         if not self.cfg.allow_update:
             return response(rid, error="refused: this agent was started with --no-update")
+        # A size that is not one reads as 0, which check_offer refuses after its policy: an
+        # agent that takes no update says so before it judges the offer.
         size = args.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            return response(rid, error="size must be a positive integer")
+            size = 0
         offer = dict((k, args.get(k) if isinstance(args.get(k), str) else "")
                      for k in ("version", "arch", "sha256", "signature"))
         offer["size"] = size
@@ -2581,20 +2623,25 @@ class Session(object):
         if self.update is None:
             return response(rid, error="no update offered")
         offset, data = args.get("offset"), args.get("data")
+        why, raw = None, None
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or \
                 not isinstance(data, str):
-            return response(rid, error="update_data needs offset and data (base64)")
-        if len(data) > (MAX_UPDATE_PIECE + 2) // 3 * 4:
-            return response(rid, error="a piece is at most %d bytes" % MAX_UPDATE_PIECE)
-        raw = strict_base64(data)
-        if raw is None:
-            return response(rid, error="data is not base64")
-        with self.update_lock:
-            if self.update is None:
-                return response(rid, error="no update offered")
-            why = self.update.write(offset, raw)
-            received = self.update.received
+            why = "update_data needs offset and data (base64)"
+        elif len(data) > (MAX_UPDATE_PIECE + 2) // 3 * 4:
+            why = "a piece is at most %d bytes" % MAX_UPDATE_PIECE
+        else:
+            raw = strict_base64(data)
+            if raw is None:
+                why = "data is not base64"
+        received = 0
+        if why is None:
+            with self.update_lock:
+                if self.update is None:
+                    return response(rid, error="no update offered")
+                why = self.update.write(offset, raw)
+                received = self.update.received
         if why:
+            # Any bad piece ends the offer, and its file goes with it.
             self._drop_update()
             self.log("update abandoned: " + why)
             return response(rid, error=why)
@@ -3538,6 +3585,10 @@ def parse_command_line(argv, env_token, env_enroll=None):
                     text = f.read(4096)
             except (IOError, OSError, UnicodeError):
                 raise usage("cannot read --%s %s" % (name, values[name]))
+        if weak_public_key(text):
+            raise usage("--%s is a weak key (a point of small order): any signature would "
+                        "verify under it. Give the collector's update key as it prints it"
+                        % name)
         c.update_pubkey = parse_public_key(text)
         if c.update_pubkey is None:
             raise usage("--%s takes the collector's update key as it prints it (ed25519: and "
