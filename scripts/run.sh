@@ -19,7 +19,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 sessions=${PERFWIRE_SESSIONS_DIR:-$HOME/.local/share/perfwire/sessions}
-"$bin/collector/perfwire-collector" --sessions-dir "$sessions" &
+# --sysroot /: the agent runs on this machine, so the demo's binary and sources are here.
+"$bin/collector/perfwire-collector" --sessions-dir "$sessions" --sysroot / &
 pids+=($!)
 sleep 1
 kill -0 "${pids[0]}" 2>/dev/null || { echo "run: the collector did not start" >&2; exit 1; }

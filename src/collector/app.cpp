@@ -145,13 +145,16 @@ int run(const config& c) {
         ::setenv("DEBUGINFOD_MAXTIME", "120", 0);
         ::setenv("DEBUGINFOD_MAXSIZE", "1073741824", 0);
         ::setenv("DEBUGINFOD_TIMEOUT", "15", 0);
-        // An answer that brings symbols names the sessions again, from the I/O thread.
-        app.debuginfod = std::make_unique<debuginfod_fetcher>(app.limits.debuginfod_urls, [&app] {
-            asio::post(app.io, [&app] {
-                app.symbols.refresh();
-                rename_frames(app);
+        // Answers are looked up again, from the I/O thread: a failure says why instead of
+        // "waiting"; one that brings symbols names the sessions again.
+        app.debuginfod =
+            std::make_unique<debuginfod_fetcher>(app.limits.debuginfod_urls, [&app](bool found) {
+                asio::post(app.io, [&app, found] {
+                    app.symbols.refresh();
+                    if (found)
+                        rename_frames(app);
+                });
             });
-        });
         app.symbols.use_debuginfod(
             [f = app.debuginfod.get()](const std::string& id, std::string& why, bool& pending) {
                 return f->lookup(id, why, pending);

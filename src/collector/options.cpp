@@ -59,7 +59,9 @@ po::options_description describe_options() {
         ("toolchain-prefix", po::value<std::string>(), "prefix of addr2line and readelf for "
                                                        "cross targets (e.g. aarch64-linux-gnu-)")
         ("sysroot", po::value<std::string>(), "prepended to the device's binary paths (like "
-                                              "perf --symfs)")
+                                              "perf --symfs; / when the agents run on this "
+                                              "machine: an agent's paths are looked up nowhere "
+                                              "else)")
         ("inline", "report the line of inlined code a sample is in (the default)")
         ("no-inline", "report the line of the function a sample is in, not of the inlined "
                       "code (default: inlined code)")
@@ -233,6 +235,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.symbols.toolchain_prefix = vm["toolchain-prefix"].as<std::string>();
     if (vm.count("sysroot"))
         c.symbols.sysroot = vm["sysroot"].as<std::string>();
+    c.symbols.peer_data_dirs = {c.sessions_dir};
     c.symbols.inline_frames = !vm.count("no-inline");
     if (vm["cache-mb"].as<int>() < 1)
         return usage("--cache-mb must be at least 1");

@@ -2,6 +2,7 @@
 // them, against the real collector on loopback: each test reproduces one attack and asserts
 // the bound that now holds (docs/security.md lists them).
 #include "collector/symbols/subprocess.hpp"
+#include "protocol/build_id.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "support/agents.hpp"
@@ -21,6 +22,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <poll.h>
 #include <sstream>
 #include <thread>
@@ -629,4 +632,99 @@ TEST_CASE("an agent cannot make its session an owner recording: not with a build
     for (const auto& s : listed.as_array())
         CHECK(s.at("imported") == (s.at("id").as_string() == imported));
     CHECK(fs::exists(dir.path / "sessions" / imported / "owner-import"));
+}
+
+TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent as a chunk and "
+          "then names as a module is not read, even with --sysroot / — the same samples in the "
+          "real file are named",
+          "[collector][attack][symbols]") {
+    // The hostile agent's plan: send an ELF (the demo, symbols and all) as a raw chunk, which
+    // the collector stores byte for byte in the sessions folder; name that file as a module,
+    // with the ELF's build-id; send samples in it. The owner said the devices are this machine
+    // (--sysroot /), the most the collector ever looks up on an agent's word.
+    const auto build_id = protocol::read_build_id(PERFWIRE_DEMO_BIN);
+    REQUIRE(build_id);
+    const auto nm = collector::run_capture({"nm", "--defined-only", PERFWIRE_DEMO_BIN});
+    std::string address;
+    std::istringstream lines(nm.out);
+    for (std::string line; std::getline(lines, line);)
+        if (line.find("matrix_multiply") != std::string::npos)
+            address = line.substr(0, line.find(' '));
+    REQUIRE_FALSE(address.empty());
+    const auto at = std::stoull(address, nullptr, 16) + 0x10;
+    const auto samples_in = [&](const std::string& module) {
+        std::ostringstream chunk;
+        for (int i = 0; i < 50; ++i)
+            chunk << "demo 42/42 " << 1000 + i << ".000000: 1000000 cpu-clock:\n\t" << std::hex
+                  << at << std::dec << " [unknown] (" << module << ")\n\n";
+        return chunk.str();
+    };
+    std::ifstream elf_file(PERFWIRE_DEMO_BIN, std::ios::binary);
+    const std::string elf((std::istreambuf_iterator<char>(elf_file)), {});
+    REQUIRE(elf.size() > 1000);
+
+    temp_dir dir;
+    // A HOME of its own and no default debug dir: perf's build-id cache of this machine holds
+    // the demo, and would name the planted module's frames from the real file (rightly).
+    fs::create_directories(dir.path / "home");
+    collector_proc coll(dir.path / "sessions",
+                        {"--sysroot", "/", "--debug-dir", (dir.path / "home").string()},
+                        {"HOME=" + (dir.path / "home").string(), "DEBUGINFOD_URLS="});
+    auto agent = test_support::hello_agent(coll, "planter");
+    agent->send(protocol::frame_flag::text, elf);
+    // The stored chunk: the ELF, byte for byte, in the sessions folder.
+    std::string planted;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (planted.empty() && std::chrono::steady_clock::now() < until) {
+        std::error_code ec;
+        for (const auto& e : fs::recursive_directory_iterator(dir.path / "sessions", ec))
+            if (e.is_regular_file() && e.file_size() == elf.size())
+                planted = e.path().string();
+        if (planted.empty())
+            std::this_thread::sleep_for(50ms);
+    }
+    INFO("planted: " << planted);
+    REQUIRE_FALSE(planted.empty());
+    REQUIRE(protocol::read_build_id(planted) == build_id);
+    const auto binaries = [&](const std::string& path) {
+        return R"({"type":"binaries","ts":1,"pid":42,"binaries":[{"path":")" + path +
+               R"(","build_id":")" + *build_id + R"("}]})";
+    };
+    agent->send(protocol::frame_flag::metrics, binaries(planted));
+    agent->send(protocol::frame_flag::text, samples_in(planted));
+    // The control: the same samples in the demo itself, from another agent.
+    auto honest = test_support::hello_agent(coll, "honest");
+    honest->send(protocol::frame_flag::metrics, binaries(PERFWIRE_DEMO_BIN));
+    honest->send(protocol::frame_flag::text, samples_in(PERFWIRE_DEMO_BIN));
+
+    const auto sessions = wait_for(coll, "/api/sessions", 10s, [](const json::value& v) {
+        int n = 0;
+        for (const auto& s : v.as_array())
+            n += s.at("samples").to_number<int>() >= 50;
+        return n == 2;
+    });
+    std::map<std::string, std::string> by_host;
+    for (const auto& s : sessions.as_array())
+        by_host[std::string(s.at("hostname").as_string())] = std::string(s.at("id").as_string());
+    REQUIRE(by_host.count("planter"));
+    REQUIRE(by_host.count("honest"));
+    const auto top = [&](const std::string& id) {
+        const auto f = coll.get("/api/sessions/" + id + "/functions");
+        return std::string(f.at("functions").as_array().at(0).at("name").as_string());
+    };
+    CHECK_THAT(top(by_host["honest"]), Catch::Contains("matrix_multiply"));
+    CHECK(top(by_host["planter"]) == "[unknown]");
+    // What the collector says it tried for the planted module: refused, nothing read from it.
+    const auto source = coll.get("/api/sessions/" + by_host["planter"] + "/source");
+    INFO(json::serialize(source));
+    bool listed = false;
+    for (const auto& b : source.at("binaries").as_array()) {
+        if (b.at("module").as_string() != planted)
+            continue;
+        listed = true;
+        CHECK(b.at("path").as_string() == "");
+        CHECK_THAT(json::serialize(b.at("tried")),
+                   Catch::Contains("written by the collector from what peers sent"));
+    }
+    CHECK(listed);
 }

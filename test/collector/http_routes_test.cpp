@@ -433,10 +433,11 @@ TEST_CASE("the live stream over a WebSocket opens only from the collector's own 
     fixture_app f;
     const std::string token = "the-token-0123456789abcdef";
     f.app->api_token = token;
-    auto upgrade = [&](const std::string& origin, const std::string& cookie) {
+    auto upgrade = [&](const std::string& origin, const std::string& cookie,
+                       const std::string& protocols = "websocket") {
         http_request req{http::verb::get, "/api/ws", 11};
         req.set(http::field::host, "127.0.0.1:8080");
-        req.set(http::field::upgrade, "websocket");
+        req.set(http::field::upgrade, protocols);
         req.set(http::field::connection, "Upgrade");
         req.set(http::field::sec_websocket_version, "13");
         req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
@@ -453,6 +454,14 @@ TEST_CASE("the live stream over a WebSocket opens only from the collector's own 
     CHECK(hijack->result() == http::status::forbidden);
     CHECK_THAT(hijack->body(), Catch::Contains("bad_origin"));
     CHECK(upgrade("http://127.0.0.1:8081", cookie)); // another port is another origin
+    // The handshake names other protocols beside it, in any case: still a WebSocket, still
+    // checked (the server takes any list that holds "websocket").
+    for (const auto* protocols : {"websocket, foo", "foo, WebSocket", "h2c,websocket"}) {
+        INFO(protocols);
+        const auto listed = upgrade("http://evil.example", cookie, protocols);
+        REQUIRE(listed);
+        CHECK(listed->result() == http::status::forbidden);
+    }
     // Without the token: 401, as for every API request.
     const auto anonymous = upgrade("http://127.0.0.1:8080", "");
     REQUIRE(anonymous);

@@ -17,6 +17,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_from.hpp>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <atomic>
 #include <fcntl.h>
@@ -336,6 +337,14 @@ TEST_CASE("symbolizer: --binary, --sysroot, --path-map and --source-dir", "[coll
     CHECK(sym.source_path("/elsewhere/build/src/demo/demo.cpp") ==
           (dir.path / "src/demo/demo.cpp").string());
     CHECK_FALSE(sym.source_path("/elsewhere/nothing.cpp"));
+    // Never the kernel's files (the collector's environment, its command line) nor what
+    // peers sent, whatever debug info names them.
+    CHECK_FALSE(sym.source_path("/proc/self/environ"));
+    CHECK_FALSE(sym.source_path("/proc/self/cmdline"));
+    c.peer_data_dirs = {(dir.path / "src").string()};
+    sym.configure(c);
+    CHECK_FALSE(sym.source_path("/elsewhere/build/src/demo/demo.cpp"));
+    CHECK_FALSE(sym.source_path((dir.path / "src/demo/demo.cpp").string()));
 }
 
 namespace {
@@ -785,7 +794,13 @@ TEST_CASE("source view: lines of a real capture, files only from the debug info"
     parser.finish();
     REQUIRE(p.sample_count() == 41);
 
-    symbolizer sym;
+    // The device is this machine (--sysroot /); perf's build-id cache here is left out, so
+    // what is found does not depend on what ran before.
+    test_support::temp_dir dir;
+    symbol_config here;
+    here.sysroot = "/";
+    here.build_id_cache = (dir.path / "no-cache").string();
+    symbolizer sym(here);
     view_filter f;
     const auto files = source_view(p, f, sym, {}, {}, own);
     REQUIRE(files.status == 200);
@@ -1328,16 +1343,48 @@ TEST_CASE("locating symbols: build-id first, another build refused, debug link, 
     REQUIRE_FALSE(found.tried.empty());
     CHECK(found.tried[0].find("another build") != std::string::npos);
     CHECK(found.fix.find("--debug-dir") != std::string::npos);
-    // What an agent names is read only as the owner allows: this machine's file at the
-    // device's path only when it is the build the agent reported (an imported recording may
-    // use it as it is); no "..", no build-id that is not one, nothing outside the sysroot.
+    // What an agent names is read only where the owner said the device's files are: this
+    // machine's file at the device's path only with --sysroot / (and then only the build the
+    // agent reported); an imported recording uses it as it is. No "..", no build-id that is
+    // not one, nothing outside the sysroot.
     symbol_config none;
     none.debug_dirs.clear();
     none.build_id_cache = c.build_id_cache;
     CHECK(locate_symbols(none, demo_bin, "").path.empty());
-    CHECK(locate_symbols(none, demo_bin, *id).origin == "the device's path");
+    const auto unsaid = locate_symbols(none, demo_bin, *id);
+    CHECK(unsaid.path.empty());
+    CHECK_THAT(unsaid.fix, Catch::Contains("--sysroot / when the device is this machine"));
     CHECK(locate_symbols(none, demo_bin, std::string(owner_recording)).origin ==
           "the device's path");
+    {
+        symbol_config here = none;
+        here.sysroot = "/";
+        CHECK(locate_symbols(here, demo_bin, *id).origin == "--sysroot");
+        CHECK(locate_symbols(here, demo_bin, std::string(40, 'a')).path.empty());
+        // Never a file the collector wrote from a peer's data: a copy of the very build in
+        // the sessions folder is refused wherever it is found, --binary included.
+        const auto sessions = dir.path / "sessions";
+        std::filesystem::create_directories(sessions / "s1/chunks");
+        const auto planted = (sessions / "s1/chunks/000001.txt").string();
+        std::filesystem::copy_file(demo_bin, planted);
+        here.peer_data_dirs = {sessions.string()};
+        here.binaries = {planted};
+        const auto refused = locate_symbols(here, planted, *id);
+        CHECK(refused.path.empty());
+        INFO(boost::json::serialize(boost::json::value_from(refused.tried)));
+        CHECK(std::count_if(refused.tried.begin(), refused.tried.end(), [](const auto& t) {
+                  return t.find("written by the collector from what peers sent") !=
+                         std::string::npos;
+              }) == 3); // as --binary (by build-id, by name) and under --sysroot /
+        // Through a link from outside it too.
+        std::filesystem::create_symlink(planted, dir.path / "innocent");
+        std::string real;
+        CHECK_THAT(refuse_to_open((dir.path / "innocent").string(), here.peer_data_dirs, real),
+                   Catch::Contains("written by the collector"));
+        CHECK(refuse_to_open(demo_bin, here.peer_data_dirs, real).empty());
+        CHECK(real == std::filesystem::canonical(demo_bin).string());
+        CHECK_THAT(refuse_to_open("/proc/self/environ", {}, real), Catch::Contains("kernel"));
+    }
     CHECK(locate_symbols(none, "/usr/../" + demo_bin.substr(1), *id).path.empty());
     CHECK(locate_symbols(none, demo_bin, "zz").path.empty());
     {
@@ -1525,9 +1572,14 @@ TEST_CASE("debuginfod: a server that never answers holds the queue for the stall
     debuginfod_limits limits;
     limits.stall = std::chrono::seconds(1);
     limits.per_hour = 2;
-    std::atomic<int> arrivals{0};
+    std::atomic<int> arrivals{0}, found{0};
     debuginfod_fetcher f(
-        url, [&] { ++arrivals; }, limits);
+        url,
+        [&](bool with_file) {
+            ++arrivals;
+            found += with_file;
+        },
+        limits);
     const std::string a(40, 'a'), b(40, 'b'), c(40, 'c');
     std::string why;
     bool pending = false;
@@ -1550,10 +1602,14 @@ TEST_CASE("debuginfod: a server that never answers holds the queue for the stall
         CHECK_FALSE(pending);
         CHECK_THAT(why, Catch::Contains("the server sent nothing for 1 s"));
     }
+    // Answered, if with nothing: the symbols are told to look again (and then say why).
+    for (int i = 0; i < 100 && arrivals == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     f.stop();
     ::close(silent);
     ::unsetenv("DEBUGINFOD_URLS");
-    CHECK(arrivals == 0);
+    CHECK(arrivals >= 1);
+    CHECK(found == 0);
 }
 
 TEST_CASE("kernel tables: one per distinct kernel, shared by its sessions, freed with the last, "

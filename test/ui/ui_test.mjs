@@ -78,7 +78,7 @@ try {
   const agentsDir = new URL('../../dist', import.meta.url).pathname;
   const collector = start(bin('collector/perfwire-collector'),
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir,
-     '--browse-root', work]);
+     '--browse-root', work, '--sysroot', '/']); // (the agent runs on this machine)
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   httpPort = new URL(http).port;
   askDirectly = async (url) => { // the collector asked outside the browser, 5 s at most

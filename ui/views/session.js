@@ -77,7 +77,7 @@ export async function render(s, r) {
   if ($('#session-title').dataset.name !== name) {
     $('#session-title').innerHTML = `${esc(name)} <span class="muted session-id">${esc(s.session)}</span>`;
     $('#session-title').dataset.name = name;
-    document.title = `${name} — perfwire`;
+    document.title = `${visible(name)} — perfwire`; // controls shown, never obeyed
   }
   $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
     events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');

@@ -255,8 +255,9 @@ std::optional<http_response> check_access(const app_context& app, const http_req
     const bool changes = method == http::verb::post || method == http::verb::put ||
                          method == http::verb::patch || method == http::verb::delete_;
     // A WebSocket handshake is sent cross-site with the page's cookies: only the collector's
-    // own page may open one (cross-site WebSocket hijacking).
-    const bool upgrade = boost::beast::iequals(req[http::field::upgrade], "websocket");
+    // own page may open one (cross-site WebSocket hijacking). Any request to switch protocols
+    // is checked so ("Upgrade: websocket, foo" is a WebSocket handshake to the server too).
+    const bool upgrade = !req[http::field::upgrade].empty();
     if (changes || upgrade) {
         const auto origin = req[http::field::origin];
         const std::string scheme = app.http_tls ? "https://" : "http://";

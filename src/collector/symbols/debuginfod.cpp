@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 
 #ifdef PERFWIRE_DEBUGINFOD
 #include <elfutils/debuginfod.h>
@@ -35,7 +36,7 @@ struct answer {
 
 struct debuginfod_fetcher::state {
     std::string urls;
-    std::function<void()> arrived;
+    std::function<void(bool found)> arrived;
     debuginfod_limits limits;
     // The downloads begun in the last hour, and the bytes fetched since start.
     std::deque<std::chrono::steady_clock::time_point> begun;
@@ -66,7 +67,7 @@ bool debuginfod_fetcher::available() noexcept {
 #endif
 }
 
-debuginfod_fetcher::debuginfod_fetcher(std::string urls, std::function<void()> arrived,
+debuginfod_fetcher::debuginfod_fetcher(std::string urls, std::function<void(bool found)> arrived,
                                        debuginfod_limits limits)
     : state_(std::make_shared<state>()) {
     state_->urls = std::move(urls);
@@ -163,17 +164,19 @@ std::optional<std::string> debuginfod_fetcher::lookup(const std::string& build_i
 }
 
 void debuginfod_fetcher::state::run() {
-    bool found_any = false;
+    bool answered_any = false, found_any = false;
     for (;;) {
         std::string id;
         {
             std::unique_lock lock(mutex);
-            if (queue.empty() && found_any) {
-                // Everything asked is answered: the symbols are looked up again once.
-                found_any = false;
+            if (queue.empty() && answered_any) {
+                // Everything asked is answered: the symbols are looked up again once (with
+                // nothing found, so that the lookups say why rather than wait).
+                const bool found = std::exchange(found_any, false);
+                answered_any = false;
                 lock.unlock();
                 if (arrived)
-                    arrived();
+                    arrived(found);
                 lock.lock();
             }
             wake.wait(lock, [&] { return stopping || !queue.empty(); });
@@ -187,6 +190,7 @@ void debuginfod_fetcher::state::run() {
         std::error_code ec;
         const auto size = a.path.empty() ? 0 : std::filesystem::file_size(a.path, ec);
         std::lock_guard lock(mutex);
+        answered_any = true;
         found_any = found_any || !a.path.empty();
         if (!a.path.empty()) {
             fetched_bytes += ec ? 0 : size;

@@ -1,7 +1,8 @@
 // Debug files by build-id from the debuginfod servers in DEBUGINFOD_URLS (libdebuginfod, with
 // its own cache), fetched on one thread of their own: naming a frame never waits for the
-// network. The first ask for a build-id queues it and answers "pending"; when a fetch found
-// something, `arrived` is called (on that thread) so the symbols can be looked up again.
+// network. The first ask for a build-id queues it and answers "pending"; once the queue is
+// answered, `arrived(found)` is called (on that thread) so the symbols are looked up again —
+// `found` when a debug file came, else only so that no lookup stays "pending" for ever.
 //
 // The build-ids come from agents: only well-formed ones are asked for, the queue and the
 // answers kept are bounded, and a fetch in progress is cut short when the collector stops.
@@ -31,7 +32,7 @@ class debuginfod_fetcher {
 public:
     // `urls`: DEBUGINFOD_URLS as the collector was started with (libdebuginfod reads the
     // environment itself); empty: nothing is ever fetched.
-    debuginfod_fetcher(std::string urls, std::function<void()> arrived,
+    debuginfod_fetcher(std::string urls, std::function<void(bool found)> arrived,
                        debuginfod_limits limits = {});
     ~debuginfod_fetcher();
     debuginfod_fetcher(const debuginfod_fetcher&) = delete;

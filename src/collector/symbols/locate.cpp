@@ -10,20 +10,33 @@ namespace collector {
 namespace fs = std::filesystem;
 namespace {
 
-// Why `path` may not be read as a binary, or nothing: only a regular ELF file is, never a
-// device, FIFO or kernel file a hostile agent names as a module. `real` gets the resolved
-// path, which is what is read later (no link followed after this check).
-std::string unreadable(const std::string& path, std::string& real_path) {
+bool is_under(const fs::path& real, const fs::path& root) {
+    const auto rel = real.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != "..";
+}
+
+} // namespace
+
+std::string refuse_to_open(const std::string& path, const std::vector<std::string>& peer_data_dirs,
+                           std::string& real_path) {
     std::error_code ec;
     const fs::path real = fs::canonical(path, ec);
     if (ec || !fs::is_regular_file(real, ec))
         return "not found";
     for (const char* kernel : {"/proc", "/sys", "/dev"})
-        if (real == kernel || real.native().rfind(std::string(kernel) + "/", 0) == 0)
-            return "not a binary";
+        if (is_under(real, kernel))
+            return "the kernel's, never read";
+    for (const auto& dir : peer_data_dirs) {
+        const fs::path root = fs::weakly_canonical(dir, ec);
+        if (!dir.empty() && !ec && is_under(real, root))
+            return "written by the collector from what peers sent, never read as a program, "
+                   "debug or source file";
+    }
     real_path = real.string();
     return {};
 }
+
+namespace {
 
 std::string without_deleted(std::string m) {
     if (const auto del = m.find(" (deleted)"); del != std::string::npos)
@@ -33,8 +46,10 @@ std::string without_deleted(std::string m) {
 
 class search {
 public:
-    search(const std::string& device_build_id, symbol_source& out)
+    search(const std::string& device_build_id, const std::vector<std::string>& peer_data_dirs,
+           symbol_source& out)
         : device_(device_build_id)
+        , peer_data_dirs_(peer_data_dirs)
         , out_(out) {}
 
     // Looks at one candidate; true once one with a symbol table is taken.
@@ -43,7 +58,7 @@ public:
             return false;
         const std::string where = origin + " " + path;
         std::string real;
-        if (auto why = unreadable(path, real); !why.empty()) {
+        if (auto why = refuse_to_open(path, peer_data_dirs_, real); !why.empty()) {
             out_.tried.push_back(where + ": " + why);
             return false;
         }
@@ -88,6 +103,7 @@ public:
 
 private:
     const std::string& device_;
+    const std::vector<std::string>& peer_data_dirs_;
     symbol_source& out_;
     std::optional<symbol_source> local_;
 };
@@ -131,7 +147,7 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
     }
     const std::string id = own ? std::string() : device_build_id;
     const fs::path name = fs::path(module).filename();
-    search s(id, out);
+    search s(id, c.peer_data_dirs, out);
 
     // --binary: the device's build first, then by file name (which the build-id check may
     // still refuse).
@@ -155,9 +171,10 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
                 done = s.consider(under.string(), "--sysroot");
             else
                 out.tried.push_back("--sysroot " + c.sysroot + module + ": leads outside it");
-        } else if (!id.empty() || own) {
-            // This machine's file at the device's path, when it is the very build (the device
-            // is this machine, or a copy of it): never a file the agent merely names.
+        } else if (own) {
+            // The owner's own recording: the module's path on this machine. An agent's word
+            // is looked up only where the owner said the device's files are (--sysroot /
+            // when the agent runs on this machine).
             done = s.consider(module, "the device's path");
         }
     }
@@ -222,7 +239,8 @@ symbol_source locate_symbols(const symbol_config& c, const std::string& module_p
                              : "give the unstripped build with --binary, its debug files with "
                                "--debug-dir DIR (DIR/.build-id/" +
                                    hex_head + "/" + hex_tail +
-                                   ".debug), install its -dbgsym package, or set DEBUGINFOD_URLS";
+                                   ".debug), install its -dbgsym package, set DEBUGINFOD_URLS, "
+                                   "or --sysroot / when the device is this machine";
     return out;
 }
 

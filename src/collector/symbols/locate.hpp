@@ -2,7 +2,8 @@
 // stripped build, the developer's machine has the unstripped one or its debug files. In order:
 //
 //   --binary        a local copy with the device's build-id, else with the module's file name
-//   --sysroot       the device's path under it (or, without one, the device's path here)
+//   --sysroot       the device's path under it (--sysroot / : the device is this machine;
+//                   without one, an imported recording's path here, never an agent's)
 //   debug dirs      DIR/.build-id/ab/cdef….debug (--debug-dir, repeatable; /usr/lib/debug)
 //   .gnu_debuglink  of the local copy: next to it, in its .debug/, under each debug dir
 //   build-id cache  perf's ~/.debug/.build-id/ab/cdef…
@@ -49,6 +50,13 @@ inline constexpr std::string_view owner_recording = "owner-recording";
 // Whether `id` looks like a build-id (lowercase hex, 2 to 128 digits): an agent's word is
 // only made into a path when it does.
 bool plausible_build_id(const std::string& id);
+
+// Why the collector may not open `path` as a program, debug or source file on the word of a
+// device or of debug info, or nothing: only a regular file, never the kernel's (/proc, /sys,
+// /dev) nor one under `peer_data_dirs` (the sessions folder: what peers sent, stored). `real`
+// gets the resolved path, which is what is read (no link followed after the check).
+std::string refuse_to_open(const std::string& path, const std::vector<std::string>& peer_data_dirs,
+                           std::string& real);
 
 // `device_build_id` may be empty (the agent did not report one): then nothing is refused for
 // its build, and the build-id places are not looked at.

@@ -45,11 +45,6 @@ std::optional<std::pair<std::string, std::uint32_t>> parse_location(std::string_
     return std::pair{std::string(file), line};
 }
 
-bool is_regular_file(const std::string& path) {
-    std::error_code ec;
-    return !path.empty() && fs::is_regular_file(path, ec);
-}
-
 } // namespace
 
 std::vector<source_chain> parse_addr2line(const std::vector<std::string>& lines) {
@@ -511,14 +506,22 @@ std::vector<symbolizer::binary_status> symbolizer::binaries() const {
 
 std::optional<std::string> symbolizer::source_path(const std::string& file) const {
     const auto c = config();
+    // A file the debug info names, as the kernel's files and the sessions folder never are.
+    const auto readable = [&](const std::string& path) -> std::optional<std::string> {
+        std::string real;
+        if (refuse_to_open(path, c.peer_data_dirs, real).empty())
+            return real;
+        return std::nullopt;
+    };
     std::string mapped = file;
     for (const auto& [from, to] : c.path_map)
         if (!from.empty() && mapped.rfind(from, 0) == 0) {
             mapped = to + mapped.substr(from.size());
             break;
         }
-    if (is_regular_file(mapped) && fs::path(mapped).is_absolute())
-        return mapped;
+    if (fs::path(mapped).is_absolute())
+        if (auto real = readable(mapped))
+            return real;
     // Under a source dir: the whole path, then ever shorter tails of it.
     const fs::path p = fs::path(mapped).relative_path();
     std::vector<fs::path> parts(p.begin(), p.end());
@@ -527,8 +530,8 @@ std::optional<std::string> symbolizer::source_path(const std::string& file) cons
             fs::path candidate = dir;
             for (std::size_t i = skip; i < parts.size(); ++i)
                 candidate /= parts[i];
-            if (is_regular_file(candidate.string()))
-                return candidate.string();
+            if (auto real = readable(candidate.string()))
+                return real;
         }
     return std::nullopt;
 }

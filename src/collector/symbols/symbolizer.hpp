@@ -45,6 +45,10 @@ struct symbol_config {
     // (the device's symbols are poor: perf gave exported names to static functions).
     std::vector<std::string> resymbolize;
     bool inline_frames = true;
+    // Where the collector keeps what peers sent (the sessions folder): nothing under them is
+    // ever opened as a program, debug or source file (locate.hpp, refuse_to_open). Set from
+    // --sessions-dir, not from the UI.
+    std::vector<std::string> peer_data_dirs;
 };
 
 struct source_location {

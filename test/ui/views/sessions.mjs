@@ -83,7 +83,8 @@ export async function importShapes(t) {
     // Code perf could not name, in a library it could: two addresses, one twice.
     ['15bc9', '15c00', '15bc9'].map((a) => `app 7 1.000000: 1 cycles:\n\t ${a} [unknown] (/usr/lib/liblzma.so.5)\n\t 4005d6 main+0x4 (/bin/app)\n\n`).join('') +
     'not perf output\n';
-  await wz.setInputFiles('#import-file', { name: 'shapes.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
+  // Its file name holds a bidi override too: the tab's title shows it, never obeys it.
+  await wz.setInputFiles('#import-file', { name: 'shapes\u202e.txt', mimeType: 'text/plain', buffer: Buffer.from(shapes) });
   await wz.waitForFunction(() => /_import/.test(new URLSearchParams(location.hash.slice(1)).get('session') || ''), null, { timeout: 20000 });
   const shapesSession = new URLSearchParams(new URL(wz.url()).hash.slice(1)).get('session');
   await tableShows(wz, { session: shapesSession });
@@ -99,6 +100,8 @@ export async function importShapes(t) {
   const shownNames = (await wz.locator('#functions tbody td.name').allTextContents()).map((n) => n.replace(/^⇅ /, ''));
   check(shownNames.includes('⟨U+202E⟩evil') && !shownNames.some((n) => n.includes('\u202e')),
     'a bidi override in a name is shown, not obeyed (⟨U+202E⟩evil)');
+  const title = await wz.title();
+  check(title.includes('shapes⟨U+202E⟩.txt') && !title.includes('\u202e'), `the tab's title shows a bidi override, never obeys it (${JSON.stringify(title)})`);
   // The nameless code of a library opens into the addresses its samples fell on.
   await wz.locator('#functions tbody tr[data-function="[unknown]"] button[data-expand]').click();
   await wz.locator('#functions tbody tr.sub').first().waitFor({ timeout: 10000 });

@@ -58,7 +58,7 @@ export async function openSource(t) {
 export async function anotherBuild(t) {
   const { build, bin, work, demo, collector, http, fetch, session, again, under, wz } = t;
   // A local binary that is not the build the agent reported: refused, and the Source tab says
-  // what it looked at (the demo's own path on this machine is the right build, and used).
+  // what it looked at (the demo's own path under --sysroot / is the right build, and used).
   t.doing = "a local binary of another build";
   // Back to the first session's tab, in front as a user's would be (a tab behind others has
   // its timers throttled and draws nothing); the wizard's tab is done with.
@@ -74,7 +74,7 @@ export async function anotherBuild(t) {
   const demoRow = again.locator(`#symbol-files tr[data-module="${bin('demo/perfwire-demo')}"]`);
   await demoRow.locator('li', { hasText: 'another build' }).first().waitFor({ state: 'attached', timeout: 15000 });
   const refusedText = await demoRow.locator('li', { hasText: 'another build' }).first().textContent();
-  check(refusedText.includes(wrong) && await demoRow.locator('td[data-origin="the device\'s path"]').count() === 1,
+  check(refusedText.includes(wrong) && await demoRow.locator('td[data-origin="--sysroot"]').count() === 1,
     `a local binary of another build is refused and said so ("${refusedText.slice(0, 100)}…")`);
   await put({ binaries: [] });
   Object.assign(t, { put });
