@@ -546,12 +546,11 @@ TEST_CASE("three large uploads at once: two import side by side, the third is to
 #endif
 }
 
-TEST_CASE("an agent cannot make its session an owner recording: not with a build-id word, not by "
-          "calling itself an import",
-          "[collector][attack][symbols]") {
-    // Frames in a binary on this machine, unnamed by the "device", at matrix_multiply's
-    // address. Only a recording the owner imports may be named from the file its path names
-    // without a build-id to check; an agent's session never.
+namespace {
+
+// 50 samples perf on the "device" could not name, at an address inside the demo's
+// matrix_multiply, in `module`: what only a symbol file of the demo can name.
+std::string unnamed_samples_in(const std::string& module) {
     const auto nm = collector::run_capture({"nm", "--defined-only", PERFWIRE_DEMO_BIN});
     std::string address;
     std::istringstream lines(nm.out);
@@ -563,7 +562,19 @@ TEST_CASE("an agent cannot make its session an owner recording: not with a build
     std::ostringstream chunk;
     for (int i = 0; i < 50; ++i)
         chunk << "demo 42/42 " << 1000 + i << ".000000: 1000000 cpu-clock:\n\t" << std::hex << at
-              << std::dec << " [unknown] (" << PERFWIRE_DEMO_BIN << ")\n\n";
+              << std::dec << " [unknown] (" << module << ")\n\n";
+    return chunk.str();
+}
+
+} // namespace
+
+TEST_CASE("an agent cannot make its session an owner recording: not with a build-id word, not by "
+          "calling itself an import",
+          "[collector][attack][symbols]") {
+    // Frames in a binary on this machine, unnamed by the "device", at matrix_multiply's
+    // address. Only a recording the owner imports may be named from the file its path names
+    // without a build-id to check; an agent's session never.
+    const std::string chunk = unnamed_samples_in(PERFWIRE_DEMO_BIN);
 
     temp_dir dir;
     auto coll = std::make_unique<collector_proc>(dir.path / "sessions");
@@ -576,12 +587,12 @@ TEST_CASE("an agent cannot make its session an owner recording: not with a build
     word->send(protocol::frame_flag::metrics,
                R"({"type":"binaries","ts":1,"pid":42,"binaries":[{"path":")" +
                    std::string(PERFWIRE_DEMO_BIN) + R"(","build_id":"owner-recording"}]})");
-    word->send(protocol::frame_flag::text, chunk.str());
+    word->send(protocol::frame_flag::text, chunk);
     auto posing = test_support::framing_peer::connect(coll->agent_port);
     REQUIRE(posing);
     posing->send(protocol::frame_flag::response,
                  R"({"type":"hello","version":1,"agent":"import","hostname":"posing"})");
-    posing->send(protocol::frame_flag::text, chunk.str());
+    posing->send(protocol::frame_flag::text, chunk);
     auto sessions = wait_for(*coll, "/api/sessions", 10s, [](const json::value& v) {
         int n = 0;
         for (const auto& s : v.as_array())
@@ -623,7 +634,7 @@ TEST_CASE("an agent cannot make its session an owner recording: not with a build
 
     // The same text imported by the owner is named from that file (so the two above could
     // have been).
-    const auto up = http_call(coll->http_port, "POST", "/api/sessions/import", chunk.str());
+    const auto up = http_call(coll->http_port, "POST", "/api/sessions/import", chunk);
     INFO(up.body);
     REQUIRE(up.status == 200);
     const std::string imported(json::parse(up.body).at("session_id").as_string());
@@ -644,21 +655,6 @@ TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent
     // (--sysroot /), the most the collector ever looks up on an agent's word.
     const auto build_id = protocol::read_build_id(PERFWIRE_DEMO_BIN);
     REQUIRE(build_id);
-    const auto nm = collector::run_capture({"nm", "--defined-only", PERFWIRE_DEMO_BIN});
-    std::string address;
-    std::istringstream lines(nm.out);
-    for (std::string line; std::getline(lines, line);)
-        if (line.find("matrix_multiply") != std::string::npos)
-            address = line.substr(0, line.find(' '));
-    REQUIRE_FALSE(address.empty());
-    const auto at = std::stoull(address, nullptr, 16) + 0x10;
-    const auto samples_in = [&](const std::string& module) {
-        std::ostringstream chunk;
-        for (int i = 0; i < 50; ++i)
-            chunk << "demo 42/42 " << 1000 + i << ".000000: 1000000 cpu-clock:\n\t" << std::hex
-                  << at << std::dec << " [unknown] (" << module << ")\n\n";
-        return chunk.str();
-    };
     std::ifstream elf_file(PERFWIRE_DEMO_BIN, std::ios::binary);
     const std::string elf((std::istreambuf_iterator<char>(elf_file)), {});
     REQUIRE(elf.size() > 1000);
@@ -691,11 +687,11 @@ TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent
                R"(","build_id":")" + *build_id + R"("}]})";
     };
     agent->send(protocol::frame_flag::metrics, binaries(planted));
-    agent->send(protocol::frame_flag::text, samples_in(planted));
+    agent->send(protocol::frame_flag::text, unnamed_samples_in(planted));
     // The control: the same samples in the demo itself, from another agent.
     auto honest = test_support::hello_agent(coll, "honest");
     honest->send(protocol::frame_flag::metrics, binaries(PERFWIRE_DEMO_BIN));
-    honest->send(protocol::frame_flag::text, samples_in(PERFWIRE_DEMO_BIN));
+    honest->send(protocol::frame_flag::text, unnamed_samples_in(PERFWIRE_DEMO_BIN));
 
     const auto sessions = wait_for(coll, "/api/sessions", 10s, [](const json::value& v) {
         int n = 0;
