@@ -444,7 +444,7 @@ TEST_CASE("agent --output writes the rounds asked for, and the collector imports
           "[agent][integration][perf]") {
     const auto flavour = each_agent();
     INFO(flavour);
-    auto demo = start_demo(30);
+    auto demo = start_demo(30, test_support::demo_priority::full); // (each round has samples)
     test_support::temp_dir dir;
     const auto path = (dir.path / "out.txt").string();
     auto agent = start_agent(flavour, {"--output", path, "--pid", std::to_string(demo->pid()),
@@ -987,7 +987,8 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
           "[agent][integration][perf][odd][longest]") {
     const auto flavour = each_agent();
     INFO(flavour);
-    auto demo = start_demo(300); // outlives every run below, however slow the machine
+    // Outlives every run below, however slow the machine; each 1-s round has its samples.
+    auto demo = start_demo(300, test_support::demo_priority::full);
     test_support::temp_dir dir;
     const auto path = (dir.path / "out.txt").string();
     auto no_pipe = start_odd_agent(flavour, "no-pipe",

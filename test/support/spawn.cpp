@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string_view>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -19,7 +20,8 @@
 namespace test_support {
 
 spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
-                 const std::string& stdout_path, const std::vector<std::string>& env) {
+                 const std::string& stdout_path, const std::vector<std::string>& env,
+                 int niceness) {
     char tmpl[] = "/tmp/perfwire-test-stderr-XXXXXX";
     const int err_fd = ::mkstemp(tmpl);
     if (err_fd < 0)
@@ -53,6 +55,8 @@ spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
     pid_ = ::fork();
     if (pid_ == 0) {
         if (from_main && (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent))
+            std::_Exit(127);
+        if (niceness != 0 && ::setpriority(PRIO_PROCESS, 0, niceness) != 0)
             std::_Exit(127);
         const int out_fd = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(out_fd, 1);

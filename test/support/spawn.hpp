@@ -11,9 +11,11 @@ namespace test_support {
 
 class spawned {
 public:
-    // `env` entries ("NAME=value") replace or add to the test's own environment.
+    // `env` entries ("NAME=value") replace or add to the test's own environment; `niceness`
+    // is the child's nice value (all its threads inherit it).
     spawned(const std::string& exe, const std::vector<std::string>& args,
-            const std::string& stdout_path = "/dev/null", const std::vector<std::string>& env = {});
+            const std::string& stdout_path = "/dev/null", const std::vector<std::string>& env = {},
+            int niceness = 0);
     ~spawned();
     spawned(const spawned&) = delete;
     spawned& operator=(const spawned&) = delete;
