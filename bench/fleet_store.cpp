@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
              from += chunk, ++n) {
             const auto e0 = clock_type::now();
             auto batch = enc.encode(p, from, std::min({p.sample_count(), per_device, from + chunk}),
-                                    n, builds);
+                                    n, builds, UINT64_MAX); // (a replay: no arrival bound)
             encode_s += seconds_since(e0);
             queued += batch.samples;
             store.add(std::move(batch));

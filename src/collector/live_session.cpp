@@ -74,7 +74,11 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
             auto& m = *e.model;
             if (!m.fleet)
                 m.fleet = std::make_unique<fleet_encoder>(*fleet);
-            app.fleet->add(m.fleet->encode(m.prof, from, to, chunk, m.device_build_ids));
+            const auto now = std::chrono::system_clock::now().time_since_epoch();
+            app.fleet->add(m.fleet->encode(
+                m.prof, from, to, chunk, m.device_build_ids,
+                static_cast<std::uint64_t>(
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())));
         };
     // (folding the oldest samples past the allowance)
     const bool parsed = compressed && !text.empty()

@@ -110,6 +110,10 @@ po::options_description describe_options() {
          "and are written from there when their sessions end")
         ("clickhouse-retention-days", po::value<int>()->default_value(0),
          "drop the fleet store's samples of days older than this (0: keep them all)")
+        ("clickhouse-query-seconds", po::value<int>()->default_value(10),
+         "how long one Fleet question may run on ClickHouse before it stops it")
+        ("clickhouse-query-mb", po::value<int>()->default_value(1024),
+         "how much of ClickHouse's memory one Fleet question may use")
         ("collector-name", po::value<std::string>(), "this collector's name in the fleet store "
                                                      "(default: the host name)")
         ("continuous", po::value<int>()->implicit_value(19),
@@ -288,6 +292,17 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         if (days < 0 || days > 36500)
             return usage("--clickhouse-retention-days takes 0 (keep all) to 36500");
         c.clickhouse_retention_days = static_cast<unsigned>(days);
+        const int seconds = vm["clickhouse-query-seconds"].as<int>();
+        if (seconds < 1 || seconds > 3600)
+            return usage("--clickhouse-query-seconds takes 1 to 3600");
+        c.clickhouse.query_seconds = static_cast<unsigned>(seconds);
+        // (The collector waits for ClickHouse's own answer that the question ran too long.)
+        c.clickhouse.timeout = std::max<std::chrono::milliseconds>(
+            c.clickhouse.timeout, std::chrono::seconds(seconds + 20));
+        const int mb = vm["clickhouse-query-mb"].as<int>();
+        if (mb < 16 || mb > 1048576)
+            return usage("--clickhouse-query-mb takes 16 to 1048576");
+        c.clickhouse.query_bytes = static_cast<std::uint64_t>(mb) << 20;
     }
     if (vm.count("collector-name"))
         c.collector_name = vm["collector-name"].as<std::string>();

@@ -1,11 +1,13 @@
 // Attacks on the collector as a hostile device, a hostile local user and a full disk make
 // them, against the real collector on loopback: each test reproduces one attack and asserts
 // the bound that now holds (docs/security.md lists them).
+#include "collector/fleet/clickhouse.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/build_id.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 #include "support/agents.hpp"
+#include "support/clickhouse_proc.hpp"
 #include "support/collector_proc.hpp"
 #include "support/event_stream.hpp"
 #include "support/fixtures.hpp"
@@ -723,4 +725,43 @@ TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent
                    Catch::Contains("written by the collector from what peers sent"));
     }
     CHECK(listed);
+}
+
+TEST_CASE("one chunk whose samples claim days apart lands in one day of the fleet store: put at "
+          "its arrival, and counted",
+          "[collector][attack][fleet][clickhouse]") {
+    test_support::clickhouse_proc ch;
+    temp_dir dir;
+    collector_proc coll(dir.path / "sessions",
+                        {"--clickhouse", ch.url(), "--clickhouse-database", "spray"});
+    auto peer = test_support::framing_peer::connect(coll.agent_port);
+    REQUIRE(peer);
+    peer->send(protocol::frame_flag::response,
+               R"({"type":"hello","version":1,"agent":"perfwire","hostname":"spray"})");
+    // 2,000 samples a day apart by the device's clock (5.5 years), in one chunk.
+    std::ostringstream chunk;
+    for (int i = 0; i < 2000; ++i)
+        chunk << "demo 42/42 " << 1000 + i * 86'400
+              << ".000000: 1000000 cpu-clock:\n\tffff work+0x1 (/bin/demo)\n\n";
+    peer->send(protocol::frame_flag::text, chunk.str());
+    const auto status = wait_for(coll, "/api/status", 30s, [](const json::value& v) {
+        return v.at("fleet").at("written_samples").to_number<int>() == 2000;
+    });
+    INFO(json::serialize(status));
+    CHECK(status.at("fleet").at("clamped_samples").to_number<int>() == 1999);
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("clamped_samples"));
+    collector::clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = "spray";
+    const auto client = collector::clickhouse_client::make(cfg);
+    REQUIRE(client.has_value());
+    const auto days = client->run("SELECT uniqExact(partition) FROM system.parts WHERE database = "
+                                  "'spray' AND table = 'samples' AND active");
+    REQUIRE(days.has_value());
+    CHECK(std::stoi(*days) >= 1);
+    CHECK(std::stoi(*days) <= 2); // (2: the chunk came just after midnight)
+    // The session itself keeps every sample the device sent.
+    const auto sessions = coll.get("/api/sessions");
+    REQUIRE(sessions.as_array().size() == 1);
+    CHECK(sessions.as_array()[0].at("samples").to_number<int>() == 2000);
 }

@@ -96,8 +96,9 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
     fleet_encoder one({"c1", "board-1", "s1", day * ns_per_day - 1});
     fleet_encoder other({"c2", "board-2", "s2", 5 * ns_per_day});
     const std::map<std::string, std::string> builds;
-    const auto a = one.encode(p, 0, p.sample_count(), 0, builds);
-    const auto b = other.encode(p, 0, p.sample_count(), 7, builds);
+    const std::uint64_t late = 30'000 * ns_per_day; // every chunk came long after its samples
+    const auto a = one.encode(p, 0, p.sample_count(), 0, builds, late);
+    const auto b = other.encode(p, 0, p.sample_count(), 7, builds, late);
     CHECK(a.samples == p.sample_count());
     CHECK(std::set(a.stack_ids.begin(), a.stack_ids.end()) ==
           std::set(b.stack_ids.begin(), b.stack_ids.end()));
@@ -112,7 +113,7 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
     CHECK(split == a.samples);
     CHECK(fleet_date(static_cast<std::uint16_t>(day)) == "2024-10-04");
     // A later chunk names only the stacks it has not named before.
-    const auto again = one.encode(p, 0, p.sample_count(), 1, builds);
+    const auto again = one.encode(p, 0, p.sample_count(), 1, builds, late);
     CHECK(again.stack_ids.empty());
     CHECK(again.frame_ids.empty());
     CHECK(again.samples == a.samples);
@@ -125,18 +126,53 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
             module = p.module(f);
     REQUIRE_FALSE(module.empty());
     const std::map<std::string, std::string> later{{module, "00112233aabbccdd"}};
-    const auto named = one.encode(p, 0, p.sample_count(), 2, later);
+    const auto named = one.encode(p, 0, p.sample_count(), 2, later, late);
     CHECK_FALSE(named.frame_ids.empty());
     CHECK_FALSE(named.stack_ids.empty());
     std::string rows;
     for (const auto& [d, r] : named.days)
         rows += r.rows;
     CHECK(rows.find("00112233aabbccdd") != std::string::npos);
-    CHECK(one.encode(p, 0, p.sample_count(), 3, later).frame_ids.empty()); // once
+    CHECK(one.encode(p, 0, p.sample_count(), 3, later, late).frame_ids.empty()); // once
     // Another build of a module is another frame.
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
           fleet_encoder::frame_id("f", "/bin/x", ""));
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "") == fleet_encoder::frame_id("f", "/bin/x", ""));
+}
+
+TEST_CASE("fleet rows: a sample's time is never after its chunk came, whatever the device's clock "
+          "says",
+          "[collector][fleet]") {
+    // Samples a day apart by the device's perf clock, in one chunk that came 2 s after the
+    // session started: a partition per day if believed.
+    std::string text;
+    for (int i = 0; i < 40; ++i)
+        text += "demo 100/100 " + std::to_string(1000 + i * 86'400) +
+                ".000000: 1000 cpu-clock:\n\t    aaaa work+0x1 (/bin/demo)\n\n";
+    profile p;
+    script_parser parser(p);
+    parser.feed(text);
+    parser.finish();
+    REQUIRE(p.sample_count() == 40);
+    const std::uint64_t start = 20'000 * ns_per_day + ns_per_day / 2;
+    fleet_encoder enc({"c1", "board-1", "s1", start});
+    const auto b = enc.encode(p, 0, p.sample_count(), 0, {}, start + 2'000'000'000);
+    CHECK(b.samples == 40);
+    CHECK(b.clamped == 39); // all but the first claimed to be days later
+    REQUIRE(b.days.size() == 1);
+    CHECK(b.days.begin()->first == 20'000);
+    // An honest clock: nothing is moved, and the samples fall in the days they were taken.
+    fleet_encoder honest({"c1", "board-1", "s2", start});
+    const auto h = honest.encode(p, 0, p.sample_count(), 0, {}, start + 41 * ns_per_day);
+    CHECK(h.clamped == 0);
+    CHECK(h.days.size() == 40);
+    // A chunk that came before the session's start (the collector's clock stepped back): every
+    // sample at the start, none earlier.
+    fleet_encoder stepped({"c1", "board-1", "s3", start});
+    const auto st = stepped.encode(p, 0, p.sample_count(), 0, {}, start - ns_per_day);
+    CHECK(st.clamped == 39);
+    REQUIRE(st.days.size() == 1);
+    CHECK(st.days.begin()->first == 20'000);
 }
 
 TEST_CASE("fleet flame graph: stacks and frame names make the tree, a baseline its deltas, a bad "
@@ -668,6 +704,56 @@ TEST_CASE("fleet backlog: samples the store could not keep, an import made while
     // An imported recording is a device of its own in the Fleet view.
     const auto devices = coll.get("/api/fleet/devices");
     CHECK(devices.at("devices").as_array().size() == 2);
+}
+
+TEST_CASE("fleet questions run read-only within limits ClickHouse enforces: one past a limit is "
+          "stopped and answered with the limit it passed",
+          "[collector][fleet][clickhouse][integration]") {
+    test_support::clickhouse_proc ch;
+    clickhouse_config cfg;
+    cfg.url = ch.url();
+    cfg.database = "system";
+    cfg.query_seconds = 1;
+    cfg.query_bytes = std::uint64_t{64} << 20;
+    cfg.query_groups = 1000;
+    auto made = clickhouse_client::make(cfg);
+    REQUIRE(made.has_value());
+    const auto& c = *made;
+    const auto limited = [&](const std::string& sql, const std::string& which,
+                             std::size_t max_answer = std::size_t{64} << 20) {
+        INFO(sql);
+        const auto r = c.ask(sql, max_answer);
+        REQUIRE_FALSE(r.has_value());
+        CHECK(r.error().code == "fleet_query_limit");
+        CHECK(r.error().status == 422);
+        CHECK_THAT(r.error().message, Catch::Contains(which));
+    };
+    // Time: stopped by ClickHouse after a second, not after the collector's 30 s.
+    const auto t0 = std::chrono::steady_clock::now();
+    limited("SELECT count() FROM (SELECT number FROM system.numbers LIMIT 100000000000) WHERE "
+            "NOT ignore(sipHash64(number))",
+            "1 s");
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+    limited("SELECT length(groupArray(number)) FROM (SELECT number FROM system.numbers LIMIT "
+            "50000000)",
+            "64 MiB of the server's memory");
+    limited("SELECT number % 100000 AS k, count() FROM (SELECT number FROM system.numbers LIMIT "
+            "1000000) GROUP BY k",
+            "1000 groups");
+    limited("SELECT number FROM system.numbers LIMIT 1000000 FORMAT TabSeparated", "MiB answer",
+            std::size_t{1} << 20);
+    // Within the limits: answered. A write: refused (read-only), not called a limit.
+    const auto fine = c.ask("SELECT count() FROM (SELECT number FROM system.numbers LIMIT 1000) "
+                            "FORMAT TabSeparated");
+    REQUIRE(fine.has_value());
+    CHECK(*fine == "1000\n");
+    const auto write = c.ask("CREATE DATABASE should_not_exist");
+    REQUIRE_FALSE(write.has_value());
+    CHECK(write.error().code == "clickhouse_error");
+    const auto listed = c.run("SELECT count() FROM system.databases WHERE name = "
+                              "'should_not_exist' FORMAT TabSeparated");
+    REQUIRE(listed.has_value());
+    CHECK(*listed == "0\n");
 }
 
 TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are dropped, the "

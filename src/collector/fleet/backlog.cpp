@@ -5,6 +5,8 @@
 #include "collector/sessions.hpp"
 #include "collector/store/session_store.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -161,6 +163,13 @@ bool fleet_backlog::settle(const std::string& id) {
     const auto* started = meta->if_contains("started_at");
     o.wall_start_ns = static_cast<std::uint64_t>(
         std::max(started && started->is_number() ? started->to_number<double>() : 0.0, 0.0) * 1e9);
+    // No sample came after the session ended (or, for one whose collector stopped mid-session,
+    // after now): its rows span at most its real time, whatever the device's clock said.
+    const auto* ended = meta->if_contains("ended_at");
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto received_ns = static_cast<std::uint64_t>(
+        std::clamp(ended && ended->is_number() ? ended->to_number<double>() : now, 0.0, now) * 1e9);
     const auto fail = [&](const std::string& why) {
         std::lock_guard lock(m_);
         writing_.clear();
@@ -205,7 +214,8 @@ bool fleet_backlog::settle(const std::string& id) {
                     stopped = true;
                     return;
                 }
-            fleet_.add(encoder.encode(m.prof, from, to, chunk, m.device_build_ids), true);
+            fleet_.add(encoder.encode(m.prof, from, to, chunk, m.device_build_ids, received_ns),
+                       true);
             wrote[chunk] = to - from;
             queued += to - from;
         });

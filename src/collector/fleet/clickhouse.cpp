@@ -94,7 +94,49 @@ result<clickhouse_client> clickhouse_client::make(clickhouse_config c) {
 
 result<std::string> clickhouse_client::run(std::string_view sql, std::string_view data,
                                            std::size_t max_answer, bool in_database) const {
+    return exchange(sql, data, max_answer, in_database, {});
+}
+
+result<std::string> clickhouse_client::ask(std::string_view sql, std::size_t max_answer) const {
+    // (Settings ClickHouse 18.16 knows; readonly=2 forbids writes, not settings.) The result's
+    // own bound is the answer's: ClickHouse stops making rows it could not send.
+    const std::string settings =
+        "&readonly=2&max_execution_time=" + std::to_string(cfg_.query_seconds) +
+        "&timeout_overflow_mode=throw&max_memory_usage=" + std::to_string(cfg_.query_bytes) +
+        "&max_rows_to_group_by=" + std::to_string(cfg_.query_groups) +
+        "&group_by_overflow_mode=throw&max_result_bytes=" + std::to_string(max_answer) +
+        "&result_overflow_mode=throw";
+    auto r = exchange(sql, {}, max_answer, true, settings);
+    if (r)
+        return r;
+    // ClickHouse's error codes for a limit: 158 TOO_MANY_ROWS, 159 TIMEOUT_EXCEEDED,
+    // 241 MEMORY_LIMIT_EXCEEDED, 396 TOO_MANY_ROWS_OR_BYTES; or an answer past max_answer.
+    const auto& m = r.error().message;
+    const auto code = m.find("Code: ");
+    const auto number = code == std::string::npos ? std::string() : m.substr(code + 6, 3);
+    std::string which;
+    if (number == "159")
+        which = std::to_string(cfg_.query_seconds) + " s";
+    else if (number == "241")
+        which = std::to_string(cfg_.query_bytes >> 20) + " MiB of the server's memory";
+    else if (number == "158" || number == "396")
+        which = std::to_string(cfg_.query_groups) + " groups or a " +
+                std::to_string(max_answer >> 20) + " MiB answer";
+    else if (r.error().code == "clickhouse_answer_too_large")
+        which = "a " + std::to_string(max_answer >> 20) + " MiB answer";
+    if (which.empty())
+        return r;
+    return failure("fleet_query_limit",
+                   "this question needs more than one Fleet query may take (" + which +
+                       "): ask about fewer devices, a shorter time or one event",
+                   422);
+}
+
+result<std::string> clickhouse_client::exchange(std::string_view sql, std::string_view data,
+                                                std::size_t max_answer, bool in_database,
+                                                std::string_view settings) const {
     std::string target = "/?query=" + url_encode(sql);
+    target += settings;
     // An INSERT into a Distributed table (a sharded store, docs/fleet.md) answers once every
     // shard holds its rows: the store's "written" and the backlog's check mean what they say.
     if (!data.empty())
@@ -112,7 +154,7 @@ result<std::string> clickhouse_client::run(std::string_view sql, std::string_vie
 
     asio::io_context io;
     std::optional<result<std::string>> answer;
-    auto exchange = [&]() -> asio::awaitable<result<std::string>> {
+    auto talk = [&]() -> asio::awaitable<result<std::string>> {
         beast::tcp_stream stream(io);
         stream.expires_after(cfg_.timeout);
         tcp::resolver resolver(io);
@@ -152,7 +194,7 @@ result<std::string> clickhouse_client::run(std::string_view sql, std::string_vie
                               "ClickHouse at " + where() + ": " + first_line(res.body()), 502);
         co_return std::move(res.body());
     };
-    asio::co_spawn(io, exchange(), [&](std::exception_ptr e, result<std::string> r) {
+    asio::co_spawn(io, talk(), [&](std::exception_ptr e, result<std::string> r) {
         if (e)
             answer.emplace(failure("clickhouse_unreachable",
                                    "ClickHouse at " + where() + ": the exchange failed", 502));

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,10 @@ struct clickhouse_config {
     std::string user = "default";
     std::string password;
     std::chrono::milliseconds timeout{30000}; // one statement, from connecting to the last byte
+    // What one question (ask()) may take of the server: ClickHouse stops it past any of these.
+    unsigned query_seconds = 10;
+    std::uint64_t query_bytes = std::uint64_t{1} << 30; // memory
+    std::uint64_t query_groups = 5'000'000;             // distinct keys of one GROUP BY
 };
 
 class clickhouse_client {
@@ -39,8 +44,16 @@ public:
     result<std::string> run(std::string_view sql, std::string_view data = {},
                             std::size_t max_answer = std::size_t{64} << 20,
                             bool in_database = true) const;
+    // A question (the Fleet API's SELECTs): run read-only within the configured limits and an
+    // answer of at most `max_answer` bytes. One past a limit fails with "fleet_query_limit"
+    // (422) saying which, and ClickHouse stops it rather than run on after the collector gave up.
+    result<std::string> ask(std::string_view sql,
+                            std::size_t max_answer = std::size_t{64} << 20) const;
 
 private:
+    result<std::string> exchange(std::string_view sql, std::string_view data,
+                                 std::size_t max_answer, bool in_database,
+                                 std::string_view settings) const;
     clickhouse_client() = default;
     clickhouse_config cfg_;
     std::string host_, port_;

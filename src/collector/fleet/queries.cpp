@@ -80,6 +80,13 @@ std::uint64_t number(const json::value& v) {
     return v.is_double() ? static_cast<std::uint64_t>(v.as_double()) : 0;
 }
 
+// The stacks the chosen samples use: the stacks and frames tables are read for those only
+// (they hold every device's, for every day; a device that sent millions of frames never seen
+// again slows no question about the others).
+std::string used_stacks(const std::string& db, const std::string& filtered) {
+    return " WHERE stack GLOBAL IN (SELECT stack FROM " + db + ".samples" + filtered + ")";
+}
+
 } // namespace
 
 result<fleet_filter> parse_fleet_filter(const std::map<std::string, std::string>& query) {
@@ -171,14 +178,14 @@ result<json::object> fleet_devices_json(std::string_view answer) {
 
 std::string fleet_functions_sql(std::string_view database, const fleet_filter& f,
                                 std::size_t limit) {
-    const std::string db(database), filtered = where(db, f);
+    const std::string db(database), filtered = where(db, f), used = used_stacks(db, filtered);
     // One JOIN a SELECT (ClickHouse 18.16): samples by stack, then the stacks' frames, one row
     // a frame with its depth, then the frames' names; a function counted once a stack.
     const std::string by_stack = "SELECT stack, count() AS n, sum(period) AS p FROM " + db +
                                  ".samples" + filtered + " GROUP BY stack";
     const std::string with_frames = "SELECT stack, n, p, frames FROM (" + by_stack +
                                     ") ANY LEFT JOIN (SELECT stack, any(frames) AS frames FROM " +
-                                    db + ".stacks GROUP BY stack) USING stack";
+                                    db + ".stacks" + used + " GROUP BY stack) USING stack";
     const std::string per_frame = "SELECT stack, n, p, frame, depth FROM (" + with_frames +
                                   ") ARRAY JOIN frames AS frame, arrayEnumerate(frames) AS depth";
     const std::string named =
@@ -186,7 +193,8 @@ std::string fleet_functions_sql(std::string_view database, const fleet_filter& f
         per_frame +
         ") ANY LEFT JOIN (SELECT frame, any(symbol) AS symbol, any(module) AS module "
         "FROM " +
-        db + ".frames GROUP BY frame) USING frame GROUP BY stack, symbol, module";
+        db + ".frames WHERE frame GLOBAL IN (SELECT arrayJoin(frames) FROM " + db + ".stacks" +
+        used + ") GROUP BY frame) USING frame GROUP BY stack, symbol, module";
     return "SELECT symbol, module, sum(n * leaf) AS self, sum(n) AS total, sum(p * leaf), "
            "sum(p), (SELECT count() FROM " +
            db + ".samples" + filtered + "), (SELECT sum(period) FROM " + db + ".samples" +
@@ -342,20 +350,19 @@ void fleet_compare_functions(json::object& body, const json::object& baseline) {
 
 std::string fleet_stacks_sql(std::string_view database, const fleet_filter& f,
                              std::size_t max_stacks) {
-    const std::string db(database);
+    const std::string db(database), filtered = where(db, f);
     return "SELECT frames, n, p FROM (SELECT stack, count() AS n, sum(period) AS p FROM " + db +
-           ".samples" + where(db, f) + " GROUP BY stack ORDER BY n DESC LIMIT " +
+           ".samples" + filtered + " GROUP BY stack ORDER BY n DESC LIMIT " +
            std::to_string(max_stacks) +
-           ") ANY LEFT JOIN (SELECT stack, any(frames) AS frames FROM " + db +
-           ".stacks GROUP BY stack) USING stack FORMAT JSONCompact";
+           ") ANY LEFT JOIN (SELECT stack, any(frames) AS frames FROM " + db + ".stacks" +
+           used_stacks(db, filtered) + " GROUP BY stack) USING stack FORMAT JSONCompact";
 }
 
 std::string fleet_frames_sql(std::string_view database, const fleet_filter& f) {
     const std::string db(database);
     return "SELECT frame, any(symbol), any(module) FROM " + db +
-           ".frames WHERE frame GLOBAL IN (SELECT arrayJoin(frames) FROM " + db +
-           ".stacks WHERE stack GLOBAL IN (SELECT stack FROM " + db + ".samples" + where(db, f) +
-           ")) GROUP BY frame FORMAT JSONCompact";
+           ".frames WHERE frame GLOBAL IN (SELECT arrayJoin(frames) FROM " + db + ".stacks" +
+           used_stacks(db, where(db, f)) + ") GROUP BY frame FORMAT JSONCompact";
 }
 
 result<json::object> fleet_flame_json(const fleet_answers& now, const fleet_answers* baseline,

@@ -129,6 +129,7 @@ void fleet_batch::merge(fleet_batch&& o) {
         mine.count += r.count;
     }
     samples += o.samples;
+    clamped += o.clamped;
     accounted += o.accounted;
     batches += o.batches;
     for (const auto& [id, n] : o.sessions)
@@ -190,7 +191,8 @@ std::uint64_t fleet_encoder::node_id(const profile& p, std::uint32_t node, fleet
 
 fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_t to,
                                   std::uint32_t chunk,
-                                  const std::map<std::string, std::string>& build_ids) {
+                                  const std::map<std::string, std::string>& build_ids,
+                                  std::uint64_t received_ns) {
     fleet_batch b;
     b.sessions[origin_.session] = 1;
     // A build-id that came after frames of its module were written without one (the device's
@@ -213,10 +215,16 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
         from = p.raw_begin(); // (folded already: the caller encodes before the model folds)
     std::uint32_t last_tid = UINT32_MAX, pid = 0;
     std::string_view comm;
+    const std::uint64_t span =
+        received_ns > origin_.wall_start_ns ? received_ns - origin_.wall_start_ns : 0;
     for (std::size_t i = from; i < to; ++i) {
         const auto t = p.sample_time(i);
-        const std::uint64_t wall =
-            origin_.wall_start_ns + (t >= p.first_time() ? t - p.first_time() : 0);
+        std::uint64_t offset = t >= p.first_time() ? t - p.first_time() : 0;
+        if (offset > span) {
+            offset = span;
+            ++b.clamped;
+        }
+        const std::uint64_t wall = origin_.wall_start_ns + offset;
         const auto day = static_cast<std::uint16_t>(wall / ns_per_day);
         const auto node = p.sample_node(i);
         const auto stack = node_id(p, node, b, build_ids);

@@ -44,6 +44,8 @@ struct fleet_batch {
     std::string stacks, frames;             // RowBinary rows not sent before by this session
     std::vector<std::uint64_t> stack_ids, frame_ids; // of those rows, in order
     std::uint64_t samples = 0;
+    // Of them, samples whose perf time claimed a moment after the chunk came: put at its arrival.
+    std::uint64_t clamped = 0;
     std::size_t bytes() const noexcept;
     std::size_t accounted = 0; // bytes() when queued (the store's count of what waits)
     std::uint64_t batches = 1; // chunks merged into it (the store writes several at once)
@@ -65,18 +67,23 @@ public:
         std::string collector; // which collector wrote it (several may share the store)
         std::string device;    // the agent's hostname
         std::string session;
-        // Wall-clock time of the session's first sample, in ns since the epoch: a sample's
-        // time in the store is this plus its distance from that sample (the profile's
-        // first_time(), the same in a model made again).
+        // Wall-clock time, by the collector's clock, of the session's start, in ns since the
+        // epoch: a sample's time in the store is this plus its distance from the session's
+        // first sample (the profile's first_time(), the same in a model made again).
         std::uint64_t wall_start_ns = 0;
     };
     explicit fleet_encoder(origin o)
         : origin_(std::move(o)) {}
 
     // The samples [from, to) of `p` (kept whole: call before the model folds them), with the
-    // device's build-ids by module, as chunk `chunk`'s rows.
+    // device's build-ids by module, as chunk `chunk`'s rows. `received_ns`: when the chunk
+    // came, by the collector's clock. The device's perf clock only spaces the samples: one
+    // that claims a time after the chunk came (a broken or hostile clock: samples a day apart
+    // in one chunk would make a partition per day) is put at the chunk's arrival and counted
+    // (fleet_batch::clamped), so a chunk's rows span at most the session's real time.
     fleet_batch encode(const profile& p, std::size_t from, std::size_t to, std::uint32_t chunk,
-                       const std::map<std::string, std::string>& build_ids);
+                       const std::map<std::string, std::string>& build_ids,
+                       std::uint64_t received_ns);
 
     static std::uint64_t frame_id(std::string_view symbol, std::string_view module,
                                   std::string_view build_id);

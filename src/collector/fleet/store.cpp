@@ -36,6 +36,11 @@ void fleet_store::add(fleet_batch b, bool paced) {
         return;
     {
         std::lock_guard lock(m_);
+        if (b.clamped && !clamped_)
+            log("fleet store", "samples whose device clock put them after their chunk came are "
+                               "stored at its arrival (a clock that jumped, or a peer that "
+                               "lies): counted in clamped_samples");
+        clamped_ += b.clamped;
         auto bytes = b.bytes();
         if (!paced && queued_bytes_ + bytes > max_backlog_) {
             if (not_kept_ == 0)
@@ -94,6 +99,7 @@ boost::json::object fleet_store::status() const {
             {"waiting_bytes", queued_bytes_},
             {"max_waiting_bytes", max_backlog_},
             {"not_kept_samples", not_kept_},
+            {"clamped_samples", clamped_},
             {"retries", retries_},
             {"last_error", last_error_},
             {"retention_days", retention_days_},

@@ -48,7 +48,8 @@ public:
     // Whether batches of this session wait to be written.
     bool writing(std::string_view session) const;
     // {"clickhouse", "database", "schema", "written_samples", "waiting_samples",
-    //  "waiting_bytes", "max_waiting_bytes", "not_kept_samples", "retries", "last_error",
+    //  "waiting_bytes", "max_waiting_bytes", "not_kept_samples", "clamped_samples", "retries",
+    //  "last_error",
     //  "retention_days", "dropped_days"}
     boost::json::object status() const;
     const clickhouse_client& client() const noexcept { return client_; }
@@ -75,7 +76,7 @@ private:
     std::condition_variable wake_, drained_;
     std::deque<fleet_batch> queue_;
     std::size_t queued_bytes_ = 0;
-    std::uint64_t queued_samples_ = 0, written_ = 0, not_kept_ = 0, retries_ = 0;
+    std::uint64_t queued_samples_ = 0, written_ = 0, not_kept_ = 0, retries_ = 0, clamped_ = 0;
     std::uint64_t added_ = 0, done_ = 0;                            // batches
     std::map<std::string, std::uint64_t, std::less<>> outstanding_; // batches a session has queued
     std::string last_error_;

@@ -734,7 +734,7 @@ asio::awaitable<http_response> get_fleet_devices(request_context& c) {
     if (!q)
         co_return make_error(c.req, q.error());
     fleet_work work = [f = q->now](const clickhouse_client& ch) -> result<json::object> {
-        auto answer = ch.run(fleet_devices_sql(ch.config().database, f));
+        auto answer = ch.ask(fleet_devices_sql(ch.config().database, f));
         if (!answer)
             return answer.error();
         return fleet_devices_json(*answer);
@@ -755,7 +755,7 @@ asio::awaitable<http_response> get_fleet_functions(request_context& c) {
     fleet_work work = [q = std::move(*q), n](const clickhouse_client& ch) -> result<json::object> {
         const auto functions = [&](const fleet_filter& f,
                                    std::size_t rows) -> result<json::object> {
-            auto answer = ch.run(fleet_functions_sql(ch.config().database, f, rows));
+            auto answer = ch.ask(fleet_functions_sql(ch.config().database, f, rows));
             if (!answer)
                 return answer.error();
             return fleet_functions_json(*answer);
@@ -791,10 +791,10 @@ asio::awaitable<http_response> get_fleet_flamegraph(request_context& c) {
         constexpr std::size_t max_stacks = 200'000; // the busiest; the rest are counted
         const auto& db = ch.config().database;
         const auto answers = [&](const fleet_filter& f) -> result<fleet_answers> {
-            auto stacks = ch.run(fleet_stacks_sql(db, f, max_stacks));
+            auto stacks = ch.ask(fleet_stacks_sql(db, f, max_stacks));
             if (!stacks)
                 return stacks.error();
-            auto frames = ch.run(fleet_frames_sql(db, f));
+            auto frames = ch.ask(fleet_frames_sql(db, f));
             if (!frames)
                 return frames.error();
             return fleet_answers{std::move(*stacks), std::move(*frames)};
