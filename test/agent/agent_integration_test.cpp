@@ -732,7 +732,8 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
                                            "no-callgraph", "dies", "slow-dwarf");
     INFO(flavour << ", perf: " << (behaviour.empty() ? "real" : behaviour));
     listener l;
-    auto demo = start_demo(60);
+    // (A perf that dies does so after so much perf.data: the demo at full speed.)
+    auto demo = start_demo(60, test_support::demo_priority::full);
     auto agent =
         start_odd_agent(flavour, behaviour,
                         {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
@@ -855,7 +856,7 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(120);
+    auto demo = start_demo(120, test_support::demo_priority::full); // (odd perfs: at full speed)
     // An agent with this perf, started on the demo in `mode` (rounds of `seconds`).
     const auto started_with = [&](const std::string& behaviour, const std::string& seconds,
                                   const std::string& mode) {
@@ -952,7 +953,7 @@ TEST_CASE("a probe run whose perf script answers late still proves the pipe: per
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(120);
+    auto demo = start_demo(120, test_support::demo_priority::full); // (odd perfs: at full speed)
     // perf script of a short pipe answers after the probe stopped waiting (a busy device); a
     // timeout alone must not be taken for "no pipe", which would mean rounds of files.
     auto agent =
