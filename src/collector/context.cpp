@@ -51,6 +51,7 @@ app_context::app_context(asio::io_context& io_context, config c)
              std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : ""}
     , browsers(std::make_unique<events::feed>(*this)) {
     sessions.set_memory_budget(memory_budget(cfg), cfg.live_mb << 20);
+    store.set_disk_limits(cfg.disk);
     collector_name = cfg.collector_name;
     if (collector_name.empty()) {
         char host[256] = {};

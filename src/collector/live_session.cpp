@@ -29,6 +29,8 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
     meta["samples"] = m.prof.sample_count() - std::min(m.prof.sample_count(), e.unsaved_samples());
     meta["unsaved_chunks"] = e.unsaved_chunks();
     meta["unsaved_samples"] = e.unsaved_samples();
+    meta["refused_chunks"] = e.refused_chunks;
+    meta["refused_bytes"] = e.refused_bytes;
     meta["chunks"] = m.chunks;
     meta["lost_samples"] = m.parser.stats().lost_events;
     json::array events;
@@ -52,19 +54,29 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
 
 // On the strand: disk first, so a crash after it loses nothing that arrived. A chunk that
 // cannot be written is still parsed and shown, kept, and written once there is room; the
-// session says what the recording on disk lacks meanwhile.
+// session says what the recording on disk lacks meanwhile. Past session_entry::max_junk_bytes
+// of chunks that brought nothing (no sample, no perf stat report), a chunk is parsed first and
+// stored only if it brings something: an agent streaming junk fills no disk.
 // `text`: the payload decompressed already, or empty.
 void take_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
                 const std::string& payload, std::string_view text,
                 const fleet_encoder::origin* fleet) {
     const auto unsaved_before = e.unsaved_chunks();
-    const bool stored = store_chunk(e, compressed, payload);
-    if (e.rebuilding) // a new model is being built from the chunks stored before this one
-        e.rebuilding->chunks.emplace_back(compressed, payload);
-    if (!stored)
-        log(who,
-            "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
+    const bool suspect = e.junk_bytes >= session_entry::max_junk_bytes;
+    bool stored = true;
+    const auto store = [&] {
+        stored = store_chunk(e, compressed, payload);
+        if (e.rebuilding) // a new model is being built from the chunks stored before this one
+            e.rebuilding->chunks.emplace_back(compressed, payload);
+        if (!stored)
+            log(who, "cannot store chunk (kept in memory, written when there is room): " +
+                         e.store_error);
+    };
+    if (!suspect)
+        store();
     const auto samples_before = e.model->prof.sample_count();
+    const auto stats_before = e.model->stat_intervals;
+    const auto past_room_before = e.model->prof.past_room_samples();
     e.model->allowance = e.allowance.load();
     // The fleet store gets the chunk's samples as this model named them, before any is folded.
     std::function<void(std::size_t, std::size_t)> to_fleet;
@@ -86,6 +98,24 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
                             : e.model->ingest(compressed, payload, to_fleet);
     if (!parsed)
         log(who, "unreadable data chunk skipped");
+    const bool brought =
+        e.model->prof.sample_count() > samples_before || e.model->stat_intervals > stats_before;
+    if (brought && suspect) {
+        store();
+    } else if (!brought && !suspect) {
+        e.junk_bytes += payload.size();
+    } else if (!brought) {
+        if (!e.refused_chunks++)
+            log(who, "its chunks brought no sample past " +
+                         std::to_string(session_entry::max_junk_bytes >> 20) +
+                         " MB: those that bring none are no longer stored (refused_chunks)");
+        e.refused_bytes += payload.size();
+    }
+    if (past_room_before == 0 && e.model->prof.past_room_samples() > 0)
+        log(who, "its frames, call paths and threads fill its share of the memory budget (" +
+                     std::to_string(e.model->allowance >> 20) +
+                     " MB): samples that need new ones are counted as \"" +
+                     std::string(profile::past_room_symbol) + "\" (past_room_samples)");
     if (!stored)
         chunk_samples(e, e.model->prof.sample_count() - samples_before);
     if (e.unsaved_chunks() != unsaved_before) {

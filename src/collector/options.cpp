@@ -91,6 +91,13 @@ po::options_description describe_options() {
         ("memory-budget", po::value<int>(), "memory in MB for every session's profile, live and "
                                             "saved, together (default: a quarter of RAM); past "
                                             "it saved ones are unloaded and live ones folded")
+        ("disk-budget", po::value<int>(), "disk in MB the sessions folder may hold in all "
+                                          "(default: no bound); past it, and past the free space "
+                                          "kept, chunks stay in memory and the session says why")
+        ("disk-floor-mb", po::value<int>(), "free space in MB kept on the sessions folder's disk "
+                                            "(default: the smaller of 1024 and 5 % of it)")
+        ("session-disk-mb", po::value<int>(), "disk in MB one session's chunks may take "
+                                              "(default: no bound)")
         ("max-http-connections", po::value<int>(), "HTTP connections held at once (default: a "
                                                    "quarter of the open-file limit)")
         ("max-agent-connections", po::value<int>(), "agent connections held at once (default: "
@@ -252,6 +259,14 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
             return usage("--memory-budget must be at least 16 (MB)");
         c.memory_budget_mb = static_cast<std::size_t>(vm["memory-budget"].as<int>());
     }
+    for (const auto& [name, field] :
+         {std::pair{"disk-budget", &c.disk.budget}, std::pair{"disk-floor-mb", &c.disk.floor},
+          std::pair{"session-disk-mb", &c.disk.per_session}})
+        if (vm.count(name)) {
+            if (vm[name].as<int>() < 0)
+                return usage(std::string("--") + name + " takes a number of MB (0: none)");
+            *field = static_cast<std::uint64_t>(vm[name].as<int>()) << 20;
+        }
     for (const auto& [name, field] : {std::pair{"max-http-connections", &c.max_http_connections},
                                       std::pair{"max-agent-connections", &c.max_agent_connections}})
         if (vm.count(name)) {

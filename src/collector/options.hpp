@@ -2,6 +2,7 @@
 #pragma once
 
 #include "collector/fleet/clickhouse.hpp"
+#include "collector/store/disk_limits.hpp"
 #include "collector/symbols/symbolizer.hpp"
 
 #include <cstdint>
@@ -32,6 +33,10 @@ struct config {
     std::size_t live_mb = 1024;        // one live session's model; past it the oldest are folded
     // Every session's model together (sessions.hpp, memory budget); 0: a quarter of RAM.
     std::size_t memory_budget_mb = 0;
+    // What the sessions folder may take of its disk (store/session_store.hpp disk_limits): in
+    // all (0: no bound), free space kept (UINT64_MAX: the smaller of 1 GiB and 5 %), one
+    // session (0: no bound).
+    disk_limits disk{0, UINT64_MAX, 0};
     // Connections held at once (connections.hpp); 0: a share of the open-file limit.
     std::size_t max_http_connections = 0;
     std::size_t max_agent_connections = 0;

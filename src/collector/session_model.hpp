@@ -103,6 +103,11 @@ struct session_model {
     // Called after samples were added (ingest does): brings the model within its allowance
     // as far as folding can. The samples folded.
     std::size_t fit();
+    // The call tree's shape (frames, nodes, sites, threads, names: what folding cannot
+    // shrink) may take half the allowance (by capacity: the growth that crosses it may take it
+    // to the whole); past it a sample that needs a new one is counted at
+    // profile::past_room_symbol (ingest and fit keep the bound).
+    void bound_shape() noexcept;
 
 private:
     std::unique_ptr<frame_namer> namer_;

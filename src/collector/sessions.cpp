@@ -140,6 +140,7 @@ bool session_model::ingest(bool compressed, std::string_view payload,
     }
     const auto [script, stat] = split_perf_stat(payload);
     const auto before = prof.sample_count();
+    bound_shape();
     parser.feed(script);
     parser.finish(); // chunks end on sample boundaries
     note_stat(stat);
@@ -151,7 +152,12 @@ bool session_model::ingest(bool compressed, std::string_view payload,
     return true;
 }
 
+void session_model::bound_shape() noexcept {
+    prof.set_shape_room(allowance == SIZE_MAX ? SIZE_MAX : allowance / 2);
+}
+
 std::size_t session_model::fit() {
+    bound_shape();
     const std::size_t held = memory_bytes();
     if (held <= allowance)
         return 0;

@@ -54,6 +54,10 @@ struct session_entry {
     std::size_t unsaved_bytes = 0;
     std::uint64_t dropped_chunks = 0, dropped_samples = 0;
     std::string store_error;
+    // Chunks that brought nothing (no sample, no perf stat report): past max_junk_bytes of
+    // them, such chunks are no longer stored, only counted (refused_*).
+    static constexpr std::uint64_t max_junk_bytes = std::uint64_t{4} << 20;
+    std::uint64_t junk_bytes = 0, refused_chunks = 0, refused_bytes = 0;
     // Rebuilds because a build-id came after its module was named without one.
     int stale_rebuilds = 0;
     // A live session named again (new symbols, a build-id, the kernel's symbols): its model is

@@ -2,6 +2,7 @@
 // them, against the real collector on loopback: each test reproduces one attack and asserts
 // the bound that now holds (docs/security.md lists them).
 #include "collector/fleet/clickhouse.hpp"
+#include "collector/model/profile.hpp"
 #include "collector/symbols/subprocess.hpp"
 #include "protocol/build_id.hpp"
 #include "protocol/compression.hpp"
@@ -445,6 +446,65 @@ TEST_CASE("an agent that sends faster than the collector digests is slowed by TC
 #endif
 }
 
+TEST_CASE("an agent streaming junk or more than the disk budget fills no disk: what is not "
+          "stored is counted, and the session says why",
+          "[collector][integration][store][attack]") {
+    const auto folder_bytes = [](const fs::path& dir) {
+        std::uintmax_t n = 0;
+        for (const auto& e : fs::recursive_directory_iterator(dir))
+            if (e.is_regular_file())
+                n += e.file_size();
+        return n;
+    };
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--disk-budget", "6"});
+    // Lines perf never printed, 1 MB a chunk: past 4 MB of them, no longer stored.
+    auto junk = test_support::hello_agent(coll, "junk");
+    std::string garbage;
+    while (garbage.size() < (1 << 20))
+        garbage += "lines perf never printed, sent at link speed\n";
+    for (int i = 0; i < 12; ++i)
+        junk->send(protocol::frame_flag::text, garbage);
+    const auto listed = wait_for(coll, "/api/sessions", 30s,
+                                 [](const json::value& v) { return v.as_array().size() == 1; });
+    const std::string junk_id(listed.at(0).at("id").as_string());
+    const auto detail = wait_for(coll, "/api/sessions/" + junk_id, 30s, [](const json::value& v) {
+        return v.at("chunks").to_number<int>() == 12;
+    });
+    INFO(json::serialize(detail));
+    CHECK(detail.at("refused_chunks").to_number<int>() == 8);
+    CHECK(detail.at("refused_bytes").to_number<std::uint64_t>() >= 8u << 20);
+    CHECK(folder_bytes(dir.path / junk_id / "chunks") <= (std::uintmax_t{4} << 20) + (64 << 10));
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("brought no sample past 4 MB"));
+
+    // Samples, 1 MB a chunk, past the 6 MB the folder may hold: kept in memory, the reason said.
+    auto big = test_support::hello_agent(coll, "big");
+    std::string samples;
+    std::uint64_t per_chunk = 0;
+    for (; samples.size() < 1'000'000; ++per_chunk) // (two fit in what is left)
+        samples += "app 7/7 1." + std::to_string(100000 + per_chunk) +
+                   ": 1000 cpu-clock:\n\t 1 f+0x1 (/x)\n\t 1 main+0x2 (/x)\n\n";
+    for (int i = 0; i < 5; ++i)
+        big->send(protocol::frame_flag::text, samples);
+    const auto sessions = wait_for(coll, "/api/sessions", 30s,
+                                   [](const json::value& v) { return v.as_array().size() == 2; });
+    std::string big_id;
+    for (const auto& s : sessions.as_array())
+        if (s.at("id").as_string() != junk_id)
+            big_id = s.at("id").as_string();
+    const auto full = wait_for(coll, "/api/sessions/" + big_id, 30s, [](const json::value& v) {
+        return v.at("chunks").to_number<int>() == 5;
+    });
+    INFO(json::serialize(full));
+    CHECK(full.at("unsaved_chunks").to_number<int>() == 3); // 2 MB were left of the 6
+    CHECK(full.at("samples").to_number<std::uint64_t>() == 5 * per_chunk);
+    CHECK_THAT(std::string(full.at("store_error").as_string()), Catch::Contains("--disk-budget"));
+    const auto status = coll.get("/api/status");
+    CHECK(status.at("disk").at("budget").to_number<std::uint64_t>() == 6u << 20);
+    CHECK(status.at("disk").at("used").to_number<std::uint64_t>() <= 6u << 20);
+    CHECK(folder_bytes(dir.path) <= (std::uintmax_t{6} << 20) + (256 << 10));
+}
+
 TEST_CASE("a sessions folder that cannot be written is an error at start",
           "[collector][integration][store][attack]") {
     spawned bad(PERFWIRE_COLLECTOR_BIN, {"--sessions-dir", "/proc/forbidden", "--agent-port", "0",
@@ -506,6 +566,53 @@ TEST_CASE("a live session past its memory allowance keeps updating: its oldest s
     CHECK(coll.get("/api/sessions/" + id + "/functions?weight=samples")
               .at("total")
               .to_number<std::uint64_t>() == all);
+}
+
+TEST_CASE("a million frames never seen again stay within the session's memory share: the samples "
+          "that need new ones are counted at one frame that says so",
+          "[collector][integration][attack][memory][long]") {
+    temp_dir dir;
+    collector_proc coll(dir.path, {"--live-mb", "16"});
+    auto agent = test_support::hello_agent(coll, "frames");
+    // 25 chunks of 20,000 samples, each with a function, a caller and a thread of its own:
+    // 1,000,000 frames and 500,000 threads, about 200 MB of model if all were kept.
+    auto chunk = [](int n) {
+        std::ostringstream text;
+        for (int i = 0; i < 20000; ++i) {
+            const auto k = std::to_string(n * 20000 + i);
+            text << "w" << k << " " << k << "/" << k << " " << n << "." << 100000 + i
+                 << ": 1000 cpu-clock:\n\t 1 f" << k << "+0x1 (/x)\n\t 1 caller" << k
+                 << "+0x2 (/x)\n\t 1 main+0x3 (/x)\n\n";
+        }
+        return text.str();
+    };
+    constexpr int chunks = 25;
+    for (int n = 1; n <= chunks; ++n)
+        agent->send(protocol::frame_flag::zstd, protocol::compress(chunk(n)));
+    const auto sessions = wait_for(coll, "/api/sessions", 90s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == chunks;
+    });
+    const std::string id(sessions.at(0).at("id").as_string());
+    const auto live = coll.get("/api/sessions/" + id);
+    INFO(json::serialize(live));
+    constexpr std::uint64_t all = chunks * 20000ULL;
+    CHECK(live.at("samples").to_number<std::uint64_t>() == all);
+    const auto past = live.at("past_room_samples").to_number<std::uint64_t>();
+    CHECK(past > all / 2);
+    const auto status = coll.get("/api/status");
+    INFO(json::serialize(status.at("memory")));
+    CHECK(status.at("memory").at("live").to_number<std::uint64_t>() < (std::uint64_t{20} << 20));
+    // Every sample is in the views, those past the share at the one frame that says so.
+    const auto fns = coll.get("/api/sessions/" + id + "/functions?weight=samples");
+    CHECK(fns.at("total").to_number<std::uint64_t>() == all);
+    bool said = false;
+    for (const auto& f : fns.at("functions").as_array())
+        if (f.at("name").as_string() == collector::profile::past_room_symbol) {
+            said = true;
+            CHECK(f.at("self").to_number<std::uint64_t>() == past);
+        }
+    CHECK(said);
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("fill its share of the memory budget"));
 }
 
 TEST_CASE("three large uploads at once: two import side by side, the third is told to wait, and "

@@ -134,6 +134,11 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
         rows += r.rows;
     CHECK(rows.find("00112233aabbccdd") != std::string::npos);
     CHECK(one.encode(p, 0, p.sample_count(), 3, later, late).frame_ids.empty()); // once
+    // …a day: a day later every stack and frame used is written again (retention drops only
+    // those not written for two days that no sample uses).
+    const auto next_day = one.encode(p, 0, p.sample_count(), 4, later, late + ns_per_day);
+    CHECK(next_day.stack_ids.size() == a.stack_ids.size());
+    CHECK_FALSE(next_day.frame_ids.empty());
     // Another build of a module is another frame.
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
           fleet_encoder::frame_id("f", "/bin/x", ""));
@@ -757,14 +762,17 @@ TEST_CASE("fleet questions run read-only within limits ClickHouse enforces: one 
 }
 
 TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are dropped, the "
-          "others kept",
+          "others kept, then the old stacks and frames no sample uses",
           "[collector][fleet][clickhouse][integration]") {
     test_support::clickhouse_proc ch;
     test_support::temp_dir dir;
     const auto client = client_for(ch, "fleet_retention");
-    for (const auto& sql : fleet_schema("fleet_retention"))
-        REQUIRE(client.run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE")).has_value());
-    // A sample today, one 10 days ago and one 40 days ago.
+    for (const auto& sql : fleet_schema("fleet_retention")) {
+        const auto made = client.run(sql, {}, 1 << 20, !sql.starts_with("CREATE DATABASE"));
+        INFO(sql << ": " << (made ? std::string("ok") : made.error().message));
+        REQUIRE(made.has_value());
+    }
+    // A sample today, one 10 days ago (stack 7) and one 40 days ago (stack 8).
     const auto today =
         static_cast<std::uint16_t>(std::chrono::duration_cast<std::chrono::hours>(
                                        std::chrono::system_clock::now().time_since_epoch())
@@ -774,9 +782,24 @@ TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are 
     for (const int ago : {0, 10, 40})
         values += "('" + fleet_date(static_cast<std::uint16_t>(today - ago)) + "', '" +
                   fleet_date(static_cast<std::uint16_t>(today - ago)) +
-                  " 12:00:00', 'c', 'board', 's', 0, 1, 1, 'w', 'cpu-clock', 1, 7, ''),";
+                  " 12:00:00', 'c', 'board', 's', 0, 1, 1, 'w', 'cpu-clock', 1, " +
+                  (ago == 40 ? "8" : "7") + ", ''),";
     values.pop_back();
     REQUIRE(client.run("INSERT INTO samples VALUES " + values).has_value());
+    // Stacks and frames written 10 days ago: 7 (used), 8 (used by the day that goes), 9 (used
+    // by none); and a stack and a frame no sample uses yet, written now (their samples may be
+    // on their way).
+    REQUIRE(client
+                .run("INSERT INTO stacks (stack, frames, seen) VALUES (7, [100, 101], now() - "
+                     "864000), (8, [101, 102], now() - 864000), (9, [103], now() - 864000), "
+                     "(10, [104], now())")
+                .has_value());
+    REQUIRE(client
+                .run("INSERT INTO frames (frame, symbol, module, build_id, seen) VALUES (100, "
+                     "'a', 'm', '', now() - 864000), (101, 'b', 'm', '', now() - 864000), (102, "
+                     "'c', 'm', '', now() - 864000), (103, 'd', 'm', '', now() - 864000), (104, "
+                     "'e', 'm', '', now() - 864000), (105, 'f', 'm', '', now())")
+                .has_value());
     test_support::collector_proc coll(dir.path,
                                       {"--clickhouse", ch.url(), "--clickhouse-database",
                                        "fleet_retention", "--clickhouse-retention-days", "30"});
@@ -787,6 +810,24 @@ TEST_CASE("fleet retention: the days older than --clickhouse-retention-days are 
     REQUIRE(left.size() == 2);
     CHECK(left[0][0] == fleet_date(static_cast<std::uint16_t>(today - 10)));
     CHECK(left[1][0] == fleet_date(today));
+    // ClickHouse deletes in the background: the old stacks no sample uses, and the old frames
+    // no stack left uses, go; the rest stay.
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    std::vector<std::vector<std::string>> stacks, frames;
+    do {
+        std::this_thread::sleep_for(100ms);
+        stacks = query(client, "SELECT stack FROM stacks ORDER BY stack");
+        frames = query(client, "SELECT frame FROM frames ORDER BY frame");
+    } while ((stacks.size() != 2 || frames.size() != 4) &&
+             std::chrono::steady_clock::now() < deadline);
+    const auto ids = [](const std::vector<std::vector<std::string>>& rows) {
+        std::string out;
+        for (const auto& r : rows)
+            out += r.at(0) + " ";
+        return out;
+    };
+    CHECK(ids(stacks) == "7 10 ");
+    CHECK(ids(frames) == "100 101 104 105 ");
 }
 
 TEST_CASE("fleet store sharded: a Distributed table over two clickhouse-server shards takes the "

@@ -968,3 +968,53 @@ TEST_CASE("the files a chunk's frames name, looked up before its parse, are ever
         script_parser::modules_in(text) ==
         std::vector<std::string>{"/bin/app", "/usr/lib/libfoo.so (deleted)", "/usr/lib/libc.so.6"});
 }
+
+TEST_CASE("a profile whose frames, call paths and threads fill their room makes no new ones: "
+          "every sample is counted, those that needed one at one frame that says so",
+          "[collector][parse][budget]") {
+    // 20,000 samples, each with a function, a caller and a thread never seen before (what a
+    // hostile agent sends to grow a session past its memory share).
+    std::ostringstream text;
+    for (int i = 0; i < 20000; ++i)
+        text << "w" << i << " " << 1000 + i << "/" << 1000 + i << " " << 100 + i
+             << ".000001: 1 cpu-clock:\n\t1 f" << i << "+0x1 (/bin/m" << i % 7 << ")\n\t2 caller"
+             << i << "+0x2 (/bin/m)\n\t3 main+0x3 (/bin/m)\n\n";
+    profile whole;
+    script_parser all(whole);
+    all.feed(text.str());
+    all.finish();
+    REQUIRE(whole.frame_count() > 40000);
+    const std::size_t room = whole.shape_bytes() / 8;
+
+    profile p;
+    p.set_shape_room(room);
+    script_parser parser(p);
+    parser.feed(text.str());
+    parser.finish();
+    CHECK(p.sample_count() == 20000);
+    // (Checked by capacity: the growth that crossed the room is the last.)
+    CHECK(p.shape_bytes() <= 2 * room + (std::size_t{64} << 10));
+    CHECK(p.frame_count() < whole.frame_count() / 2);
+    CHECK(p.threads().size() < whole.threads().size() / 2);
+    const auto past = p.past_room_samples();
+    CHECK(past > 10000);
+    CHECK(past < 20000);
+    const auto fm = function_map(p, false);
+    REQUIRE(fm.count(std::string(profile::past_room_symbol)));
+    CHECK(fm.at(std::string(profile::past_room_symbol)).first == past);
+    std::uint64_t self = 0;
+    for (const auto& [name, counts] : fm)
+        self += counts.first;
+    CHECK(self == 20000);          // every sample counted once
+    CHECK(fm.at("f0").first == 1); // the first ones are whole
+    CHECK(fm.at("main").second == 20000 - past);
+    const auto past_thread = p.threads().find(profile::past_room_tid);
+    REQUIRE(past_thread != p.threads().end());
+    CHECK(p.strings()[past_thread->second.comm] == profile::past_room_symbol);
+
+    // More room later (another session ended): new ones are made again.
+    p.set_shape_room(SIZE_MAX);
+    parser.feed("late 9/9 99999.000001: 1 cpu-clock:\n\t1 newcomer+0x1 (/bin/m)\n\n");
+    parser.finish();
+    CHECK(function_map(p, false).at("newcomer").first == 1);
+}

@@ -83,6 +83,47 @@ TEST_CASE("sessions are written as received and replay in order", "[collector][s
     CHECK(reopened.list().size() == 1);
 }
 
+TEST_CASE("a kernel's symbols are kept once however many sessions name them, and go with the "
+          "last",
+          "[collector][store]") {
+    temp_dir tmp;
+    session_store store(tmp.path);
+    const std::string kallsyms = "ffffffff81000000 T _stext\nffffffff81000100 T do_work\n";
+    std::vector<std::string> ids;
+    for (int i = 0; i < 3; ++i) {
+        auto w = store.create("board", {{"agent", "perfwire"}});
+        REQUIRE(w.has_value());
+        REQUIRE_FALSE(w->write_kernel_symbols(i < 2 ? kallsyms : kallsyms + "x\n"));
+        REQUIRE_FALSE(w->write_meta({{"agent", "perfwire"}}));
+        ids.push_back(w->id());
+    }
+    std::size_t kept = 0;
+    for (const auto& e : fs::directory_iterator(tmp.path / ".kernels")) {
+        CHECK(e.path().extension() == ".txt");
+        ++kept;
+    }
+    CHECK(kept == 2); // two kernels, three sessions
+    CHECK(store.kernel_symbols(ids[0]) == kallsyms);
+    CHECK(store.kernel_symbols(ids[1]) == kallsyms);
+    CHECK(store.kernel_symbols(ids[2]) == kallsyms + "x\n");
+    CHECK(store.list().size() == 3); // (.kernels is no session)
+    // A session folder of an earlier collector keeps its own copy.
+    const auto legacy = tmp.path / ids[2] / "kallsyms.txt";
+    fs::remove(tmp.path / ids[2] / "kallsyms.ref");
+    std::ofstream(legacy) << "old\n";
+    CHECK(store.kernel_symbols(ids[2]) == "old\n");
+    // A reference that is not a digest names nothing.
+    std::ofstream(tmp.path / ids[2] / "kallsyms.ref") << "../../etc/passwd";
+    CHECK(store.kernel_symbols(ids[2]) == "old\n");
+    REQUIRE_FALSE(store.remove(ids[0]));
+    CHECK(store.kernel_symbols(ids[1]) == kallsyms); // still named by the second
+    REQUIRE_FALSE(store.remove(ids[1]));
+    std::size_t left = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(tmp.path / ".kernels"))
+        ++left;
+    CHECK(left == 1); // (the third kernel: its session no longer names it, changed by hand above)
+}
+
 TEST_CASE("session ids cannot leave the root", "[collector][store]") {
     temp_dir tmp;
     session_store store(tmp.path / "sessions");

@@ -62,11 +62,14 @@ std::vector<std::string> fleet_schema(std::string_view database) {
     const std::string db(database);
     return {
         "CREATE DATABASE IF NOT EXISTS " + db,
+        // `seen`: when the row was written (retention drops the stacks and frames no sample
+        // uses once they are old: a row written now may belong to samples still on their way).
         "CREATE TABLE IF NOT EXISTS " + db +
-            ".frames (frame UInt64, symbol String, module String, build_id String) "
+            ".frames (frame UInt64, symbol String, module String, build_id String, "
+            "seen DateTime DEFAULT now()) "
             "ENGINE = ReplacingMergeTree() ORDER BY frame",
         "CREATE TABLE IF NOT EXISTS " + db +
-            ".stacks (stack UInt64, frames Array(UInt64)) "
+            ".stacks (stack UInt64, frames Array(UInt64), seen DateTime DEFAULT now()) "
             "ENGINE = ReplacingMergeTree() ORDER BY stack",
         "CREATE TABLE IF NOT EXISTS " + db +
             ".samples (day Date, time DateTime, collector String, device String, session String, "
@@ -195,6 +198,14 @@ fleet_batch fleet_encoder::encode(const profile& p, std::size_t from, std::size_
                                   std::uint64_t received_ns) {
     fleet_batch b;
     b.sessions[origin_.session] = 1;
+    // Once a day every stack and frame is written again when next used: retention drops those
+    // no sample uses that were not written for two days, so one a session keeps using is
+    // never dropped from under it.
+    if (received_ns >= sent_since_ns_ && received_ns - sent_since_ns_ >= ns_per_day) {
+        sent_since_ns_ = received_ns;
+        std::fill(frame_ids_.begin(), frame_ids_.end(), 0);
+        std::fill(node_ids_.begin(), node_ids_.end(), 0);
+    }
     // A build-id that came after frames of its module were written without one (the device's
     // binaries metrics trail its first samples): those frames are written again with it, and
     // the stacks made of them too, so that the samples from now on carry their build.

@@ -98,6 +98,7 @@ private:
     std::vector<std::uint64_t> node_ids_, frame_ids_; // 0: not made yet
     std::vector<std::string> frame_builds_;           // the build-id each frame was named with
     std::size_t builds_known_ = 0;                    // build_ids.size() at the last encode
+    std::uint64_t sent_since_ns_ = 0; // when the ids above were last forgotten (once a day)
 };
 
 } // namespace collector

@@ -121,6 +121,22 @@ bool fleet_store::ensure_schema() {
             return false;
         }
     }
+    // A store made before `seen` gets it (ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS);
+    // its rows count as written when first merged.
+    const auto& db = client_.config().database;
+    for (const char* table : {"frames", "stacks"}) {
+        auto has = client_.run(
+            "SELECT count() FROM system.columns WHERE database = " + clickhouse_quote(db) +
+            " AND table = '" + table + "' AND name = 'seen' FORMAT TabSeparated");
+        if (has && *has == "0\n")
+            has = client_.run("ALTER TABLE " + db + "." + table +
+                              " ADD COLUMN seen DateTime DEFAULT now()");
+        if (!has) {
+            std::lock_guard lock(m_);
+            last_error_ = has.error().message;
+            return false;
+        }
+    }
     std::lock_guard lock(m_);
     schema_ = true;
     return true;
@@ -143,6 +159,7 @@ bool fleet_store::expire() {
     }
     std::istringstream in(*parts);
     std::string day;
+    bool dropped = false;
     while (std::getline(in, day)) {
         // ("YYYY-MM-DD": older days sort first)
         if (day.size() != 10 || day >= cutoff)
@@ -155,9 +172,29 @@ bool fleet_store::expire() {
         }
         log("fleet store", "dropped the samples of " + day + " (older than " +
                                std::to_string(retention_days_) + " days)");
+        dropped = true;
         std::lock_guard lock(m_);
         ++dropped_days_;
     }
+    if (!dropped)
+        return true;
+    // Then the stacks no sample uses, and the frames no stack left uses, written more than two
+    // days ago (a newer row may belong to samples on their way; one in use is written again
+    // daily). ClickHouse deletes them in the background; on a sharded store (Distributed
+    // tables) this is refused, and done on the shards (docs/fleet.md).
+    const std::string unused_stack =
+        "seen < now() - 172800 AND stack NOT IN (SELECT stack FROM " + db + ".samples)";
+    for (const auto& sql : {"ALTER TABLE " + db +
+                                ".frames DELETE WHERE seen < now() - 172800 AND frame NOT IN "
+                                "(SELECT arrayJoin(frames) FROM " +
+                                db + ".stacks WHERE NOT (" + unused_stack + "))",
+                            "ALTER TABLE " + db + ".stacks DELETE WHERE " + unused_stack})
+        if (auto r = client_.run(sql); !r) {
+            log("fleet store",
+                "the stacks and frames no sample uses were not dropped: " + r.error().message);
+            return false;
+        }
+    log("fleet store", "asked ClickHouse to drop the stacks and frames no sample uses");
     return true;
 }
 
@@ -173,12 +210,17 @@ bool fleet_store::write(fleet_batch& b) {
         return false;
     };
     if (!b.frames.empty()) {
-        if (auto r = client_.run("INSERT INTO " + db + ".frames FORMAT RowBinary", b.frames); !r)
+        if (auto r = client_.run("INSERT INTO " + db +
+                                     ".frames (frame, symbol, module, build_id) FORMAT RowBinary",
+                                 b.frames);
+            !r)
             return fail(r.error());
         b.frames.clear();
     }
     if (!b.stacks.empty()) {
-        if (auto r = client_.run("INSERT INTO " + db + ".stacks FORMAT RowBinary", b.stacks); !r)
+        if (auto r = client_.run("INSERT INTO " + db + ".stacks (stack, frames) FORMAT RowBinary",
+                                 b.stacks);
+            !r)
             return fail(r.error());
         b.stacks.clear();
     }

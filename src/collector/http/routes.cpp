@@ -349,6 +349,16 @@ json::value fleet_status(const app_context& app) {
     return o;
 }
 
+// What the sessions folder holds against its disk limits (0: no bound; `used` is counted only
+// with a budget).
+json::object disk_json(const session_store& store) {
+    const auto& l = store.limits();
+    return {{"used", store.disk_used()},
+            {"budget", l.budget},
+            {"floor", l.floor},
+            {"per_session", l.per_session}};
+}
+
 asio::awaitable<http_response> get_status(request_context& c) {
     auto& app = c.app;
     const auto uptime =
@@ -370,6 +380,7 @@ asio::awaitable<http_response> get_status(request_context& c) {
                                                       : json::value(nullptr)},
                      {"connections", connections_json(app.connections)},
                      {"memory", memory_json(app.sessions.memory())},
+                     {"disk", disk_json(app.store)},
                      {"fleet", fleet_status(app)}});
 }
 

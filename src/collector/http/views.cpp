@@ -265,10 +265,15 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         o["chunks"] = m.chunks;
         o["folded_samples"] = m.prof.sample_count() - m.prof.raw_samples();
         o["fold_interval_sec"] = static_cast<double>(m.prof.compact_width()) / 1e9;
+        // Samples whose new frames, call paths or threads found the session's share of the
+        // memory budget full (counted at profile::past_room_symbol).
+        o["past_room_samples"] = m.prof.past_room_samples();
         if (e->live) {
             o["unsaved_chunks"] = e->unsaved_chunks();
             o["unsaved_samples"] = e->unsaved_samples();
             o["store_error"] = e->store_error;
+            o["refused_chunks"] = e->refused_chunks;
+            o["refused_bytes"] = e->refused_bytes;
         } else if (!o.contains("unsaved_chunks")) {
             o["unsaved_chunks"] = 0;
         }

@@ -53,6 +53,8 @@ std::uint32_t profile::intern_frame(std::string_view symbol, std::string_view mo
     });
     if (found.id != dense_index::none)
         return found.id;
+    if (shape_full())
+        return site_frame(past_room_site());
     const auto f = static_cast<std::uint32_t>(frame_symbol_.size());
     frame_symbol_.push_back(strings_.intern(symbol));
     frame_module_.push_back(strings_.intern(module));
@@ -79,6 +81,8 @@ std::uint32_t profile::child(std::uint32_t parent, std::uint32_t frame) {
     });
     if (found.id != dense_index::none)
         return found.id;
+    if (shape_full())
+        return site_node_[past_room_site()];
     const auto n = static_cast<std::uint32_t>(node_parent_.size());
     node_parent_.push_back(parent);
     node_frame_.push_back(frame);
@@ -97,6 +101,8 @@ std::uint32_t profile::child_site(std::uint32_t parent_site, std::uint32_t frame
         });
     if (found.id != dense_index::none)
         return found.id;
+    if (shape_full())
+        return past_room_site();
     const auto node = child(site_node_[parent_site], frame);
     const auto s = static_cast<std::uint32_t>(site_node_.size());
     nameless_sites_ += offset != no_offset && strings_[frame_symbol_[frame]] == "[unknown]";
@@ -107,6 +113,16 @@ std::uint32_t profile::child_site(std::uint32_t parent_site, std::uint32_t frame
         return site_hash(k.parent, k.frame, k.offset);
     });
     return s;
+}
+
+std::uint32_t profile::past_room_site() {
+    if (past_site_ != 0)
+        return past_site_;
+    const auto room = std::exchange(shape_room_, SIZE_MAX); // (the one frame, node and site)
+    past_site_ = child_site(0, intern_frame(past_room_symbol, "[perfwire]"), no_offset);
+    shape_room_ = room;
+    past_node_ = site_node_[past_site_];
+    return past_site_;
 }
 
 void profile::add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid,
@@ -135,6 +151,20 @@ void profile::add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint
         last_time_ = time_ns;
     const std::size_t index = time_.size();
     const std::uint32_t node = site_node_[site];
+    past_room_samples_ += node == past_node_;
+    if (tid != last_tid_ || !last_thread_) {
+        auto it = threads_.find(tid);
+        if (it == threads_.end()) {
+            const auto as = shape_full() ? past_room_tid : tid; // (a thread past the room)
+            it = threads_.try_emplace(as).first;
+            if (it->second.samples == 0)
+                it->second.pid = pid;
+        }
+        last_thread_ = &it->second;
+        last_tid_ = tid;
+        last_tid_kept_ = it->first;
+    }
+    tid = last_tid_kept_;
     time_.push_back(time_ns);
     site_.push_back(site);
     tid_.push_back(tid);
@@ -148,20 +178,24 @@ void profile::add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint
 
     count(self_samples_[event], self_period_[event], node, node_parent_.size(), period);
 
-    if (tid != last_tid_ || !last_thread_) {
-        auto [it, fresh] = threads_.try_emplace(tid);
-        if (fresh)
-            it->second.pid = pid;
-        last_thread_ = &it->second;
-        last_tid_ = tid;
-    }
-    // The comm of a thread can change (exec, prctl); keep the latest.
-    if (last_thread_->samples == 0 || strings_[last_thread_->comm] != comm)
+    // The comm of a thread can change (exec, prctl); keep the latest (a new name only within
+    // the room).
+    if (last_tid_kept_ == past_room_tid) {
+        if (last_thread_->samples == 0)
+            last_thread_->comm = strings_.intern(past_room_symbol);
+    } else if (last_thread_->samples == 0 ||
+               (strings_[last_thread_->comm] != comm && !shape_full())) {
         last_thread_->comm = strings_.intern(comm);
+    }
     ++last_thread_->samples;
 }
 
 void profile::move_sites(const std::vector<renamed>& now) {
+    moving_ = true;
+    struct done_moving {
+        bool& flag;
+        ~done_moving() { flag = false; }
+    } done{moving_};
     const std::size_t sites = site_node_.size();
     // Which sites are a sample's (a leaf keeps its offset whatever the rules say) and which
     // are a caller's; a site may be both, and become two.
@@ -361,6 +395,10 @@ std::size_t profile::sample_bytes() const noexcept {
     return time_.memory_bytes() + site_.memory_bytes() + tid_.memory_bytes() +
            event_.memory_bytes() + period_.memory_bytes() + big_periods_.size() * 32 +
            compacted_.memory_bytes();
+}
+
+std::size_t profile::shape_bytes() const noexcept {
+    return memory_bytes() - sample_bytes();
 }
 
 std::size_t profile::memory_bytes() const noexcept {

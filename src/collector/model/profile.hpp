@@ -76,6 +76,18 @@ public:
                     std::string_view comm, std::uint8_t event, std::uint64_t period,
                     std::uint32_t leaf_offset = no_offset);
 
+    // What the call tree's shape may hold: frames, nodes, sites, threads and their names, in
+    // bytes (shape_bytes()). Past it nothing new is made: a sample that needs a new frame,
+    // node or site is counted at the one node `past_room_symbol` under the root, one of a new
+    // thread under `past_room_tid`, a new comm not kept — every count stays exact, and what
+    // was not kept is said (past_room_samples()). SIZE_MAX (the default): no bound. A session
+    // keeps it at its share of the memory budget (session_model::fit).
+    static constexpr std::string_view past_room_symbol = "[past this session's memory share]";
+    static constexpr std::uint32_t past_room_tid = 0xFFFFFFFEU;
+    void set_shape_room(std::size_t bytes) noexcept { shape_room_ = bytes; }
+    std::size_t shape_bytes() const noexcept;
+    std::uint64_t past_room_samples() const noexcept { return past_room_samples_; }
+
     // Sizes. sample_count() counts every sample ever added, compacted or not.
     std::size_t sample_count() const noexcept { return time_.size(); }
     std::size_t node_count() const noexcept { return node_parent_.size(); }
@@ -175,6 +187,14 @@ public:
 
 private:
     void move_sites(const std::vector<renamed>& now);
+    bool shape_full() const noexcept {
+        return shape_room_ != SIZE_MAX && !moving_ && shape_bytes() > shape_room_;
+    }
+    std::uint32_t past_room_site(); // made when first needed, whatever the room
+    std::size_t shape_room_ = SIZE_MAX;
+    std::uint32_t past_node_ = no_frame, past_site_ = 0;
+    std::uint64_t past_room_samples_ = 0;
+    bool moving_ = false; // (renaming moves what is there: never bounded)
 
     string_table strings_;
     std::vector<std::uint32_t> events_; // string ids
@@ -219,7 +239,7 @@ private:
 
     std::vector<std::vector<std::uint64_t>> self_samples_, self_period_;
     std::unordered_map<std::uint32_t, thread_info> threads_;
-    std::uint32_t last_tid_ = 0xFFFFFFFFU;
+    std::uint32_t last_tid_ = 0xFFFFFFFFU, last_tid_kept_ = 0; // (the tid it was kept as)
     thread_info* last_thread_ = nullptr;
     std::uint64_t first_time_ = 0, last_time_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "collector/store/session_store.hpp"
 
 #include "collector/symbols/kernel_symbols.hpp"
+#include "protocol/digest.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace collector {
@@ -95,12 +97,67 @@ std::vector<fs::path> chunk_files(const fs::path& dir) {
 
 } // namespace
 
-session_writer::session_writer(fs::path dir, std::string id, std::uint64_t chunks)
+namespace {
+
+class disk_category_impl final : public boost::system::error_category {
+public:
+    const char* name() const noexcept override { return "perfwire disk budget"; }
+    std::string message(int ev) const override {
+        switch (ev) {
+        case 1:
+            return "the sessions folder holds its --disk-budget: delete sessions to make room";
+        case 2:
+            return "the disk of the sessions folder is down to the free space it keeps "
+                   "(--disk-floor-mb)";
+        case 3:
+            return "this session holds what one session may (--session-disk-mb)";
+        default:
+            return "disk budget";
+        }
+    }
+};
+
+std::uint64_t folder_bytes(const fs::path& dir) {
+    std::uint64_t n = 0;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        if (it->is_regular_file(ec))
+            n += it->file_size(ec);
+    return n;
+}
+
+} // namespace
+
+const boost::system::error_category& disk_category() noexcept {
+    static const disk_category_impl category;
+    return category;
+}
+
+error_code disk_account::admit(std::uint64_t bytes, std::uint64_t session_bytes) const {
+    if (limits.per_session && session_bytes + bytes > limits.per_session)
+        return {3, disk_category()};
+    if (limits.budget && used.load() + bytes > limits.budget)
+        return {1, disk_category()};
+    if (limits.floor) {
+        struct statvfs fs_info {};
+        if (::statvfs(root.c_str(), &fs_info) == 0 &&
+            static_cast<std::uint64_t>(fs_info.f_bavail) * fs_info.f_frsize < limits.floor + bytes)
+            return {2, disk_category()};
+    }
+    return {};
+}
+
+session_writer::session_writer(fs::path dir, std::string id, std::uint64_t chunks,
+                               std::shared_ptr<disk_account> disk)
     : dir_(std::move(dir))
     , id_(std::move(id))
-    , chunks_(chunks) {}
+    , chunks_(chunks)
+    , disk_(std::move(disk)) {}
 
 error_code session_writer::write_chunk(bool compressed, std::string_view payload) {
+    if (disk_)
+        if (auto refused = disk_->admit(payload.size(), chunk_bytes_))
+            return refused;
     char name[32];
     std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(chunks_ + 1),
                   compressed ? "zst" : "txt");
@@ -116,6 +173,9 @@ error_code session_writer::write_chunk(bool compressed, std::string_view payload
     if (ec)
         return {ec.value(), boost::system::system_category()};
     ++chunks_;
+    chunk_bytes_ += payload.size();
+    if (disk_)
+        disk_->used += payload.size();
     return {};
 }
 
@@ -125,12 +185,27 @@ error_code session_writer::append_metrics(std::string_view json_line) {
     return write_file_synced(dir_ / "metrics.jsonl", line, true);
 }
 
+// A kernel's symbols are kept once, however many sessions of its devices there are: in
+// ROOT/.kernels/SHA256.txt (named by the text's digest, never by a peer's word), the session
+// naming it in kallsyms.ref. A session folder of an earlier collector keeps its kallsyms.txt.
 error_code session_writer::write_kernel_symbols(std::string_view text) {
-    const fs::path tmp = dir_ / "kallsyms.txt.tmp";
-    if (auto ec = write_file_synced(tmp, text))
-        return ec;
+    const auto digest = protocol::sha256_hex(text);
+    const fs::path kernels = dir_.parent_path() / ".kernels";
+    const fs::path shared = kernels / (digest + ".txt");
     std::error_code ec;
-    fs::rename(tmp, dir_ / "kallsyms.txt", ec);
+    if (!fs::exists(shared, ec)) {
+        fs::create_directories(kernels, ec);
+        const fs::path tmp = kernels / (digest + ".tmp." + dir_.filename().string());
+        if (auto werr = write_file_synced(tmp, text))
+            return werr;
+        fs::rename(tmp, shared, ec);
+        if (ec)
+            return error_code(ec.value(), boost::system::system_category());
+    }
+    const fs::path tmp = dir_ / "kallsyms.ref.tmp";
+    if (auto werr = write_file_synced(tmp, digest))
+        return werr;
+    fs::rename(tmp, dir_ / "kallsyms.ref", ec);
     return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
 }
 
@@ -141,6 +216,20 @@ error_code session_writer::write_meta(const json::object& meta) {
     std::error_code ec;
     fs::rename(tmp, dir_ / "meta.json", ec);
     return ec ? error_code(ec.value(), boost::system::system_category()) : error_code();
+}
+
+void session_store::set_disk_limits(disk_limits limits) {
+    if (limits.floor == UINT64_MAX) {
+        struct statvfs fs_info {};
+        const std::uint64_t size =
+            ::statvfs(root_.c_str(), &fs_info) == 0
+                ? static_cast<std::uint64_t>(fs_info.f_blocks) * fs_info.f_frsize
+                : 0;
+        limits.floor = std::min<std::uint64_t>(std::uint64_t{1} << 30, size / 20);
+    }
+    disk_->limits = limits;
+    disk_->root = root_;
+    disk_->used = limits.budget ? folder_bytes(root_) : 0;
 }
 
 session_store::session_store(fs::path root)
@@ -200,7 +289,7 @@ boost::system::result<session_writer> session_store::create(std::string_view age
     fs::create_directory(root_ / *id / "chunks", ec);
     if (ec)
         return error_code(ec.value(), boost::system::system_category());
-    session_writer w(root_ / *id, *id);
+    session_writer w(root_ / *id, *id, 0, disk_);
     json::object m = meta;
     m["id"] = *id;
     if (auto werr = w.write_meta(m))
@@ -216,7 +305,7 @@ boost::system::result<session_writer> session_store::create_staged() {
     fs::create_directory(fs::path(dir) / "chunks", ec);
     if (ec)
         return error_code(ec.value(), boost::system::system_category());
-    return session_writer(dir, {});
+    return session_writer(dir, {}, 0, disk_);
 }
 
 error_code session_store::publish(session_writer& w, std::string_view agent_name,
@@ -250,7 +339,7 @@ error_code session_store::publish(session_writer& w, std::string_view agent_name
     });
     if (!id)
         return id.error();
-    w = session_writer(root_ / *id, *id, w.chunks_written());
+    w = session_writer(root_ / *id, *id, w.chunks_written(), disk_);
     json::object m = meta;
     m["id"] = *id;
     return w.write_meta(m);
@@ -343,6 +432,15 @@ std::vector<std::string> session_store::fleet_pending() const {
     return out;
 }
 
+std::optional<std::string> session_store::kernel_ref(std::string_view id) const {
+    std::ifstream in(root_ / std::string(id) / "kallsyms.ref");
+    std::string digest;
+    if (!(in >> digest) || digest.size() != 64 ||
+        digest.find_first_not_of("0123456789abcdef") != std::string::npos)
+        return std::nullopt;
+    return digest;
+}
+
 error_code session_store::remove(std::string_view id) {
     if (!valid_id(id))
         return {EINVAL, boost::system::system_category()};
@@ -350,6 +448,20 @@ error_code session_store::remove(std::string_view id) {
     std::error_code ec;
     if (!fs::exists(dir / "meta.json", ec))
         return {ENOENT, boost::system::system_category()};
+    // Its kernel's symbols go with the last session that names them.
+    if (const auto digest = kernel_ref(id)) {
+        bool named = false;
+        for (const auto& e : fs::directory_iterator(root_, ec)) {
+            const auto other = e.path().filename().string();
+            named = named || (other != id && valid_id(other) && kernel_ref(other) == digest);
+        }
+        if (!named)
+            fs::remove(root_ / ".kernels" / (*digest + ".txt"), ec);
+    }
+    if (disk_->limits.budget) {
+        const auto bytes = folder_bytes(dir);
+        disk_->used -= std::min(bytes, disk_->used.load());
+    }
     // One rename takes the session out of sight at once; a listing never sees it half gone
     // (remove_all alone deletes meta.json before the folder).
     std::string hidden = (root_ / ".removed-XXXXXX").string();
@@ -402,7 +514,9 @@ std::vector<std::string> session_store::metrics(std::string_view id) const {
 std::optional<std::string> session_store::kernel_symbols(std::string_view id) const {
     if (!valid_id(id))
         return std::nullopt;
-    const fs::path path = root_ / std::string(id) / "kallsyms.txt";
+    fs::path path = root_ / std::string(id) / "kallsyms.txt";
+    if (const auto digest = kernel_ref(id))
+        path = root_ / ".kernels" / (*digest + ".txt");
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec || size > max_kernel_symbols_text)

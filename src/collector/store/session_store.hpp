@@ -14,12 +14,16 @@
 // is built from them, so no id can reach outside the root.
 #pragma once
 
+#include "collector/store/disk_limits.hpp"
+
 #include <boost/json/object.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,9 +31,23 @@
 
 namespace collector {
 
+// The refusals' error codes: 1 the budget is used, 2 the disk is down to its floor, 3 the
+// session holds its share.
+const boost::system::error_category& disk_category() noexcept;
+
+// The folder's limits and what it holds now, shared by the store and its writers.
+struct disk_account {
+    disk_limits limits;
+    std::filesystem::path root;
+    std::atomic<std::uint64_t> used{0}; // counted only with a budget
+    // Whether `bytes` more may be written by a session that wrote `session_bytes` already.
+    boost::system::error_code admit(std::uint64_t bytes, std::uint64_t session_bytes) const;
+};
+
 class session_writer {
 public:
-    session_writer(std::filesystem::path dir, std::string id, std::uint64_t chunks = 0);
+    session_writer(std::filesystem::path dir, std::string id, std::uint64_t chunks = 0,
+                   std::shared_ptr<disk_account> disk = nullptr);
 
     const std::string& id() const noexcept { return id_; }
     const std::filesystem::path& dir() const noexcept { return dir_; }
@@ -46,6 +64,8 @@ private:
     std::filesystem::path dir_;
     std::string id_;
     std::uint64_t chunks_ = 0;
+    std::uint64_t chunk_bytes_ = 0; // written by this writer (the per-session bound)
+    std::shared_ptr<disk_account> disk_;
 };
 
 class session_store {
@@ -53,6 +73,11 @@ public:
     explicit session_store(std::filesystem::path root);
 
     const std::filesystem::path& root() const noexcept { return root_; }
+    // Bounds what the folder may take from now on (counting what it holds when there is a
+    // budget); a floor of UINT64_MAX: the smaller of 1 GiB and 5 % of the filesystem.
+    void set_disk_limits(disk_limits limits);
+    const disk_limits& limits() const noexcept { return disk_->limits; }
+    std::uint64_t disk_used() const noexcept { return disk_->used.load(); }
 
     // A new session folder named after the start time and the agent (made filename-safe).
     boost::system::result<session_writer> create(std::string_view agent_name,
@@ -97,8 +122,11 @@ public:
     std::vector<std::string> metrics(std::string_view id) const;
     // What write_kernel_symbols kept, if anything (at most max_kernel_symbols_text bytes).
     std::optional<std::string> kernel_symbols(std::string_view id) const;
+    // The digest of the kernel symbols (ROOT/.kernels/DIGEST.txt) a session names, if any.
+    std::optional<std::string> kernel_ref(std::string_view id) const;
 
 private:
+    std::shared_ptr<disk_account> disk_ = std::make_shared<disk_account>();
     std::filesystem::path root_;
 };
 
