@@ -700,7 +700,7 @@ TEST_CASE("live: what perf script prints reaches the collector every third of a 
     const std::string perf_kind = GENERATE(as<std::string>{}, "", "no-buffering-unknown");
     INFO(flavour << ", perf: " << (perf_kind.empty() ? "real" : perf_kind));
     listener l;
-    auto demo = start_demo(60);
+    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
     auto agent = start_odd_agent(flavour, perf_kind,
                                  {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
                                   std::to_string(demo->pid()), "--duration", "30"});
@@ -917,7 +917,7 @@ TEST_CASE("an agent told --pid says hello and answers while it probes perf, then
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(60);
+    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
     // The probe's dwarf check takes 10 s here: hello and answers must not wait for it.
     auto agent = start_odd_agent(flavour, "slow-dwarf",
                                  {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
@@ -1074,7 +1074,7 @@ TEST_CASE("a stop that does not drain ends a run at once: a perf script that wou
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(60);
+    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
     // perf script of the stream never ends by itself once its input has: a draining stop
     // would wait the 30 s the agent gives it, far past this command's 10 s.
     auto agent = start_odd_agent(flavour, "stuck-script",

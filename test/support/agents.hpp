@@ -45,7 +45,8 @@ inline std::unique_ptr<spawned> start_agent(agent_flavour f, std::vector<std::st
 // The demo's priority. It keeps three threads on the CPU: at nice 19 it takes what the programs
 // under test (agents, perf, collectors) leave, so two tests at once do not slow each other's
 // (the suite in two thirds of the time). A test that must find given functions in every
-// one-second round, or whose fake perf acts on how much it recorded, runs it at full priority.
+// one-second round, or that runs a fake perf (start_odd_agent: they act on how much was
+// recorded, or buffer as perf does), runs it at full priority.
 enum class demo_priority : int { background = 19, full = 0 };
 
 // The demo workload, running for `seconds`.
