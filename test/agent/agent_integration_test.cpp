@@ -444,7 +444,7 @@ TEST_CASE("agent --output writes the rounds asked for, and the collector imports
           "[agent][integration][perf]") {
     const auto flavour = each_agent();
     INFO(flavour);
-    auto demo = start_demo(30, test_support::demo_priority::full); // (each round has samples)
+    auto demo = start_demo(30);
     test_support::temp_dir dir;
     const auto path = (dir.path / "out.txt").string();
     auto agent = start_agent(flavour, {"--output", path, "--pid", std::to_string(demo->pid()),
@@ -700,7 +700,7 @@ TEST_CASE("live: what perf script prints reaches the collector every third of a 
     const std::string perf_kind = GENERATE(as<std::string>{}, "", "no-buffering-unknown");
     INFO(flavour << ", perf: " << (perf_kind.empty() ? "real" : perf_kind));
     listener l;
-    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
+    auto demo = start_demo(60);
     auto agent = start_odd_agent(flavour, perf_kind,
                                  {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
                                   std::to_string(demo->pid()), "--duration", "30"});
@@ -732,8 +732,7 @@ TEST_CASE("odd perf builds: the probe finds what works by what perf did, and sta
                                            "no-callgraph", "dies", "slow-dwarf");
     INFO(flavour << ", perf: " << (behaviour.empty() ? "real" : behaviour));
     listener l;
-    // (A perf that dies does so after so much perf.data: the demo at full speed.)
-    auto demo = start_demo(60, test_support::demo_priority::full);
+    auto demo = start_demo(60);
     auto agent =
         start_odd_agent(flavour, behaviour,
                         {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration", "1"});
@@ -856,7 +855,7 @@ TEST_CASE("a perf that ends by itself is not taken for the target's exit: rounds
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(120, test_support::demo_priority::full); // (odd perfs: at full speed)
+    auto demo = start_demo(120);
     // An agent with this perf, started on the demo in `mode` (rounds of `seconds`).
     const auto started_with = [&](const std::string& behaviour, const std::string& seconds,
                                   const std::string& mode) {
@@ -917,7 +916,7 @@ TEST_CASE("an agent told --pid says hello and answers while it probes perf, then
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
+    auto demo = start_demo(60);
     // The probe's dwarf check takes 10 s here: hello and answers must not wait for it.
     auto agent = start_odd_agent(flavour, "slow-dwarf",
                                  {"--server", "127.0.0.1:" + std::to_string(l.port()), "--pid",
@@ -953,7 +952,7 @@ TEST_CASE("a probe run whose perf script answers late still proves the pipe: per
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(120, test_support::demo_priority::full); // (odd perfs: at full speed)
+    auto demo = start_demo(120);
     // perf script of a short pipe answers after the probe stopped waiting (a busy device); a
     // timeout alone must not be taken for "no pipe", which would mean rounds of files.
     auto agent =
@@ -988,8 +987,7 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
           "[agent][integration][perf][odd][longest]") {
     const auto flavour = each_agent();
     INFO(flavour);
-    // Outlives every run below, however slow the machine; each 1-s round has its samples.
-    auto demo = start_demo(300, test_support::demo_priority::full);
+    auto demo = start_demo(300); // outlives every run below, however slow the machine
     test_support::temp_dir dir;
     const auto path = (dir.path / "out.txt").string();
     auto no_pipe = start_odd_agent(flavour, "no-pipe",
@@ -1074,7 +1072,7 @@ TEST_CASE("a stop that does not drain ends a run at once: a perf script that wou
     const auto flavour = each_agent();
     INFO(flavour);
     listener l;
-    auto demo = start_demo(60, test_support::demo_priority::full); // (odd perfs: at full speed)
+    auto demo = start_demo(60);
     // perf script of the stream never ends by itself once its input has: a draining stop
     // would wait the 30 s the agent gives it, far past this command's 10 s.
     auto agent = start_odd_agent(flavour, "stuck-script",

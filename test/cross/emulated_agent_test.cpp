@@ -5,7 +5,6 @@
 // Hidden from the default run ([.cross]); the test command runs it after building the agents:
 //   PERFWIRE_AGENTS_DIR=dist build/test/perfwire_tests "[cross]"
 #include "protocol/digest.hpp"
-#include "support/agents.hpp"
 #include "support/fixtures.hpp"
 #include "support/http_client.hpp"
 #include "support/poll_json.hpp"
@@ -73,7 +72,7 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
         }
     } remove_work{work};
 
-    auto demo = test_support::start_demo(60);
+    spawned demo(PERFWIRE_DEMO_BIN, {"60"});
     const std::string token = "cross-" + arch + "-0123456789abcdef";
     spawned coll(PERFWIRE_COLLECTOR_BIN,
                  {"--sessions-dir", (work / "sessions").string(), "--agent-port", "0",
@@ -90,7 +89,7 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
         spawned wrong(emulator, {agent, "--server", server, "--token", "not-the-code"});
         CHECK(coll.wait_for_stderr("agent refused the pairing code", 30s));
     }
-    spawned live(emulator, {agent, "--server", server, "--pid", std::to_string(demo->pid()),
+    spawned live(emulator, {agent, "--server", server, "--pid", std::to_string(demo.pid()),
                             "--duration", "1", "--token", token});
     const auto targets = poll_json(http, "/api/targets", 60s, [&](const json::value& v) {
         for (const auto& t : v.as_array())
@@ -105,7 +104,7 @@ TEST_CASE("a cross-built agent under qemu: hello, auth, probe, live samples, met
     CHECK(target.at("agent").as_string() == "perfwire");
     CHECK(target.at("platform").at("arch").as_string() == arch);
     CHECK_FALSE(target.at("platform").at("machine").as_string().empty());
-    CHECK(target.at("pid").to_number<int>() == demo->pid());
+    CHECK(target.at("pid").to_number<int>() == demo.pid());
     const std::string target_id(target.at("id").as_string());
     const std::string session(target.at("session_id").as_string());
 

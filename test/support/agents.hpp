@@ -42,19 +42,10 @@ inline std::unique_ptr<spawned> start_agent(agent_flavour f, std::vector<std::st
     return std::make_unique<spawned>(PERFWIRE_PYTHON, args, "/dev/null", env);
 }
 
-// The demo's priority. It keeps three threads on the CPU: at nice 19 it takes what the programs
-// under test (agents, perf, collectors) leave, so two tests at once do not slow each other's
-// (the suite in two thirds of the time). A test that must find given functions in every
-// one-second round, or that runs a fake perf (start_odd_agent: they act on how much was
-// recorded, or buffer as perf does), runs it at full priority.
-enum class demo_priority : int { background = 19, full = 0 };
-
 // The demo workload, running for `seconds`.
-inline std::unique_ptr<spawned> start_demo(double seconds,
-                                           demo_priority priority = demo_priority::background) {
-    auto demo = std::make_unique<spawned>(
-        PERFWIRE_DEMO_BIN, std::vector<std::string>{std::to_string(seconds)}, "/dev/null",
-        std::vector<std::string>{}, static_cast<int>(priority));
+inline std::unique_ptr<spawned> start_demo(double seconds) {
+    auto demo = std::make_unique<spawned>(PERFWIRE_DEMO_BIN,
+                                          std::vector<std::string>{std::to_string(seconds)});
     std::this_thread::sleep_for(std::chrono::milliseconds(200)); // let its threads start
     return demo;
 }

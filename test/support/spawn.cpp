@@ -12,7 +12,6 @@
 #include <stdexcept>
 #include <string_view>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -20,8 +19,7 @@
 namespace test_support {
 
 spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
-                 const std::string& stdout_path, const std::vector<std::string>& env,
-                 int niceness) {
+                 const std::string& stdout_path, const std::vector<std::string>& env) {
     char tmpl[] = "/tmp/perfwire-test-stderr-XXXXXX";
     const int err_fd = ::mkstemp(tmpl);
     if (err_fd < 0)
@@ -55,8 +53,6 @@ spawned::spawned(const std::string& exe, const std::vector<std::string>& args,
     pid_ = ::fork();
     if (pid_ == 0) {
         if (from_main && (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent))
-            std::_Exit(127);
-        if (niceness != 0 && ::setpriority(PRIO_PROCESS, 0, niceness) != 0)
             std::_Exit(127);
         const int out_fd = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(out_fd, 1);

@@ -11,11 +11,9 @@ namespace test_support {
 
 class spawned {
 public:
-    // `env` entries ("NAME=value") replace or add to the test's own environment; `niceness`
-    // is the child's nice value (all its threads inherit it).
+    // `env` entries ("NAME=value") replace or add to the test's own environment.
     spawned(const std::string& exe, const std::vector<std::string>& args,
-            const std::string& stdout_path = "/dev/null", const std::vector<std::string>& env = {},
-            int niceness = 0);
+            const std::string& stdout_path = "/dev/null", const std::vector<std::string>& env = {});
     ~spawned();
     spawned(const spawned&) = delete;
     spawned& operator=(const spawned&) = delete;
