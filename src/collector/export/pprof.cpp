@@ -267,14 +267,19 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
             loc.bytes(4, l.str());
         };
         if (offset != profile::no_offset && !here.chain.empty()) {
-            // Innermost first, as pprof wants; the last line is in the function perf named.
+            // Innermost first, as pprof wants; the last line is in the function perf named. A
+            // line is always in its own file, as the Source tab places it: an instruction whose
+            // line is in a header though no inlined call covers it (the debug info has such
+            // gaps) is at that header's line, not at that number in the function's file.
             const auto& chain = here.chain;
             for (std::size_t k = 0; k + 1 < chain.size(); ++k)
                 line(function(strip_return_type(strip_parameters(chain[k].function)), chain[k].file,
                               0),
                      chain[k].line);
-            line(function(p.symbol(frame), file.empty() ? chain.back().file : file, first_line),
-                 chain.back().line);
+            const auto& outer = chain.back();
+            line(outer.file == file ? function(p.symbol(frame), file, first_line)
+                                    : function(p.symbol(frame), outer.file, 0),
+                 outer.line);
             m.lines = true;
             m.inlined = m.inlined || chain.size() > 1;
         } else {
