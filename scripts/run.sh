@@ -16,11 +16,12 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+log=$(mktemp)
+trap 'cleanup; rm -f "$log"' EXIT INT TERM
 
 sessions=${PERFWIRE_SESSIONS_DIR:-$HOME/.local/share/perfwire/sessions}
 # --sysroot /: the agent runs on this machine, so the demo's binary and sources are here.
-"$bin/collector/perfwire-collector" --sessions-dir "$sessions" --sysroot / &
+"$bin/collector/perfwire-collector" --sessions-dir "$sessions" --sysroot / 2> >(tee "$log" >&2) &
 pids+=($!)
 sleep 1
 kill -0 "${pids[0]}" 2>/dev/null || { echo "run: the collector did not start" >&2; exit 1; }
@@ -35,6 +36,8 @@ PERFWIRE_ENROLL_TOKEN=$(cat "$sessions/.agent-token") \
     "$bin/agent/perfwire-agent" --server 127.0.0.1:9999 --pid "$demo" --duration 2 &
 pids+=($!)
 
-# The collector keeps the UI's access token beside the sessions; the link signs a browser in.
-echo "perfwire: profiling perfwire-demo (pid $demo); open http://127.0.0.1:8080/?token=$(cat "$sessions/.http-token")"
+# The collector's sign-in link signs one browser in (each use prints the next); the token it
+# keeps beside the sessions is for scripts, or to paste into the UI.
+link=$(grep -o 'http://[^ ]*?code=[^ ]*' "$log" | tail -1 || true)
+echo "perfwire: profiling perfwire-demo (pid $demo); open ${link:-http://127.0.0.1:8080/ and paste the token in $sessions/.http-token}"
 wait -n "${pids[@]}"

@@ -29,13 +29,18 @@ async function signedIn() {
   const where = (await r.json().catch(() => ({})))?.error?.token_file || '';
   $('#conn').textContent = 'signed out';
   $('#main').innerHTML = `<section id="sign-in"><h2>Sign in</h2>
-    <p>This collector asks for its access token. Open the link <code>perfwire-collector</code> printed when it started
-    (<code>UI and API on http://…/?token=…</code>), or paste the token here:</p>
-    <form><input id="sign-in-token" size="40" autocomplete="off" aria-label="access token"> <button>sign in</button></form>
+    <p>This collector asks for its access token. Open the newest sign-in link <code>perfwire-collector</code> printed
+    (<code>UI and API on http://…/?code=…</code>; each link signs one browser in), or paste the token here:</p>
+    <form><input id="sign-in-token" type="password" size="40" autocomplete="off" aria-label="access token"> <button>sign in</button>
+    <span id="sign-in-error" class="warn" role="alert"></span></form>
     ${where ? `<p class="muted">The token is kept in <code>${esc(where)}</code> on the collector's machine.</p>` : ''}</section>`;
-  $('#sign-in form').addEventListener('submit', (e) => {
+  $('#sign-in form').addEventListener('submit', async (e) => {
     e.preventDefault();
-    location.href = '/?token=' + encodeURIComponent($('#sign-in-token').value.trim());
+    // In the body, never in an address: nothing of it reaches the history.
+    const r = await fetch('/api/sign-in', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ token: $('#sign-in-token').value.trim() }) });
+    if (r.ok) { location.reload(); return; }
+    $('#sign-in-error').textContent = (await r.json().catch(() => ({})))?.error?.message || `sign-in failed (${r.status})`;
   });
   return false;
 }

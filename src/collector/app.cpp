@@ -229,7 +229,7 @@ int run(const config& c) {
             const auto token = token_in(".agent-token", "the agents' enrollment token");
             if (!token)
                 return 1;
-            app.enrollment.push_back(*token);
+            app.enrollment.emplace_back(*token, "");
             app.enrollment_file = (std::filesystem::path(c.sessions_dir) / ".agent-token").string();
         }
         log("agents enroll before anything is stored: start them with PERFWIRE_ENROLL_TOKEN "
@@ -285,6 +285,7 @@ int run(const config& c) {
     const std::string url = (app.http_tls ? "https://" : "http://") +
                             (c.http_bind == "0.0.0.0" ? std::string("127.0.0.1") : c.http_bind) +
                             ":" + std::to_string(web.local_endpoint().port()) + "/";
+    app.ui_url = url;
     const bool loopback_http =
         c.http_bind == "localhost" || c.http_bind == "::1" || c.http_bind.rfind("127.", 0) == 0;
     if (!loopback_http && !app.http_tls)
@@ -296,11 +297,11 @@ int run(const config& c) {
         log("warning: --http-auth none: whoever reaches " + url +
             " can read every profile and steer every agent");
     } else {
-        // The link signs a browser in (a cookie), like a notebook server's.
-        log("UI and API on " + url + "?token=" + app.api_token);
-        log("open that link to sign in; API clients send Authorization: Bearer with the token "
-            "in " +
-            app.api_token_file);
+        // The link signs one browser in (a cookie) and is then spent: the next is printed.
+        log("UI and API on " + url + "?code=" + app.sign_in.current());
+        log("open that link to sign in (once: each use prints the next), or paste the token "
+            "kept in " +
+            app.api_token_file + " into the UI; API clients send Authorization: Bearer with it");
     }
 
     asio::co_spawn(io, accept_agents(app, agents), report);

@@ -5,6 +5,7 @@
 #include "collector/agent_binaries.hpp"
 #include "collector/browsers.hpp"
 #include "collector/connections.hpp"
+#include "collector/http/access.hpp"
 #include "collector/options.hpp"
 #include "collector/sessions.hpp"
 #include "collector/stopping.hpp"
@@ -62,10 +63,14 @@ struct app_context {
     std::unique_ptr<debuginfod_fetcher> debuginfod; // set by run() when DEBUGINFOD_URLS is
     std::vector<agent_binary> agent_binaries;       // found at start, never changed
     config_limits limits;                           // what PUT /api/config may set; fixed at start
-    std::vector<std::string> enrollment; // tokens agents dialling in present; empty: none asked
-    std::string enrollment_file;         // where the owner finds one (named in /api/status)
-    std::string api_token;               // what every API request presents; empty: --http-auth none
-    std::string api_token_file; // where it is kept, named in a 401 (or "the collector's config")
+    // Tokens agents dialling in present, each with its label (--agent-token TOKEN:LABEL; may
+    // be empty); none: none asked.
+    std::vector<std::pair<std::string, std::string>> enrollment;
+    std::string enrollment_file; // where the owner finds one (named in /api/status)
+    std::string api_token;       // what every API request presents; empty: --http-auth none
+    sign_in_codes sign_in;       // the one-time sign-in link's code
+    std::string ui_url;          // where the UI is served ("http://127.0.0.1:8080/")
+    std::string api_token_file;  // where it is kept, named in a 401 (or "the collector's config")
     // TLS on the agent port (--tls): the context agents' handshakes meet, the pin they give
     // (--tls-pin), and whether plain agents are refused. Null: plain TCP only.
     std::shared_ptr<asio::ssl::context> agent_tls;

@@ -295,10 +295,7 @@ boost::system::result<std::unique_ptr<live_session>> live_session::open(app_cont
     if (app.fleet) {
         fleet_encoder::origin o;
         o.collector = app.collector_name;
-        const auto* host = meta.if_contains("hostname");
-        o.device = host && host->is_string() && !host->as_string().empty()
-                       ? std::string(host->as_string())
-                       : std::string(agent_name);
+        o.device = fleet_device(meta, agent_name);
         o.session = (*created)->id;
         const auto* started = meta.if_contains("started_at");
         const double at = started && started->is_number() ? started->to_number<double>() : 0.0;

@@ -5,6 +5,8 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -32,8 +34,10 @@ po::options_description describe_options() {
          "none: any agent may; auto: token unless --agent-bind is a loopback address")
         ("agent-token", po::value<std::vector<std::string>>()->composing(),
          "an enrollment token agents may present (repeatable, to rotate; best in a --config "
-         "file); default: a random one kept in SESSIONS-DIR/.agent-token")
-        ("agent-tokens", po::value<std::string>(), "a file of enrollment tokens, one per line")
+         "file), as TOKEN or TOKEN:LABEL (the fleet store names the devices it admits "
+         "LABEL/hostname); default: a random one kept in SESSIONS-DIR/.agent-token")
+        ("agent-tokens", po::value<std::string>(),
+         "a file of enrollment tokens (TOKEN or TOKEN:LABEL), one per line")
         ("http-auth", po::value<std::string>()->default_value("token"),
          "token: every API request presents the collector's access token (the link printed at "
          "start signs a browser in); none: no token, for a trusted single-user machine")
@@ -141,6 +145,15 @@ bool valid_port(int p) {
     return p >= 0 && p < 65536;
 }
 
+// An enrollment token's label: a device name's prefix in the fleet store.
+bool valid_label(std::string_view label) {
+    return !label.empty() && label.size() <= 64 &&
+           std::all_of(label.begin(), label.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ||
+                      c == '_' || c == '~';
+           });
+}
+
 } // namespace
 
 std::variant<config, exit_now> parse_command_line(int argc, const char* const argv[],
@@ -196,8 +209,11 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.agent_auth = vm["agent-auth"].as<std::string>();
     if (c.agent_auth != "auto" && c.agent_auth != "token" && c.agent_auth != "none")
         return usage("--agent-auth takes auto, token or none, not " + c.agent_auth);
+    // TOKEN or TOKEN:LABEL (split at the last ':'): the label names, in the fleet store, the
+    // devices that token admits.
+    std::vector<std::string> tokens;
     if (vm.count("agent-token"))
-        c.agent_tokens = vm["agent-token"].as<std::vector<std::string>>();
+        tokens = vm["agent-token"].as<std::vector<std::string>>();
     if (vm.count("agent-tokens")) {
         const auto path = vm["agent-tokens"].as<std::string>();
         std::ifstream file(path);
@@ -207,13 +223,22 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
             const auto from = line.find_first_not_of(" \t\r");
             if (from == std::string::npos || line[from] == '#')
                 continue;
-            c.agent_tokens.push_back(line.substr(from, line.find_last_not_of(" \t\r") + 1 - from));
+            tokens.push_back(line.substr(from, line.find_last_not_of(" \t\r") + 1 - from));
         }
     }
-    for (const auto& t : c.agent_tokens)
-        if (!valid_token(t))
+    for (const auto& t : tokens) {
+        const auto colon = t.rfind(':');
+        std::string token = t.substr(0, colon),
+                    label = colon == std::string::npos ? "" : t.substr(colon + 1);
+        if (!valid_token(token))
             return usage("an enrollment token must be 16 to 256 letters, digits or -._~ "
-                         "characters");
+                         "characters (then :LABEL if it has one)");
+        if (colon != std::string::npos && !valid_label(label))
+            return usage("an enrollment token's label (after ':') must be 1 to 64 letters, "
+                         "digits or -._~ characters, not \"" +
+                         label + "\"");
+        c.agent_tokens.emplace_back(std::move(token), std::move(label));
+    }
     const auto auth = vm["http-auth"].as<std::string>();
     if (auth != "token" && auth != "none")
         return usage("--http-auth takes token or none, not " + auth);

@@ -21,7 +21,7 @@ struct config {
     std::string sessions_dir; // default: ~/.local/share/perfwire/sessions
     std::optional<std::string> token;
     // Enrollment: tokens agents that dial in must present (--agent-token, --agent-tokens FILE).
-    std::vector<std::string> agent_tokens;
+    std::vector<std::pair<std::string, std::string>> agent_tokens; // token, label (may be "")
     std::string agent_auth = "auto"; // auto: enrollment unless the agent port is loopback-only
     bool http_auth = true;           // --http-auth token (default) | none
     std::optional<std::string> http_token; // --http-token; default: kept in the sessions dir

@@ -296,8 +296,10 @@ void session_registry::evict_over_budget(const session_entry* keep) {
 void session_registry::set_memory_budget(std::size_t total, std::size_t live_cap) {
     total_budget_ = total;
     live_cap_ = live_cap;
-    if (names_) // devices' kernel tables: a quarter of it at most
+    if (names_) { // devices' kernel tables, and modules' symbol tables: a quarter each at most
         names_->kernels().set_limit(total / 4);
+        names_->set_table_limit(total == SIZE_MAX ? SIZE_MAX : total / 4);
+    }
     memory_.budget = total;
     memory_.allowance = live_cap;
 }
@@ -307,6 +309,7 @@ memory_use session_registry::memory() const {
     m.budget = memory_.budget;
     m.allowance = memory_.allowance;
     m.kernel = names_ ? names_->kernels().memory_bytes() : 0;
+    m.symbols = names_ ? names_->table_bytes() : 0;
     for (const auto& [id, e] : entries_) {
         if (is_live(id)) {
             m.live += e->memory_bytes.load();
@@ -330,7 +333,8 @@ memory_use session_registry::enforce() {
     evict_saved_over(saved_share(), recent);
     memory_use m = memory();
     const std::size_t share = total_budget_ / 4 * 3;
-    const std::size_t models = share > m.kernel ? share - m.kernel : 0;
+    const std::size_t tables = m.kernel + m.symbols;
+    const std::size_t models = share > tables ? share - tables : 0;
     std::vector<std::shared_ptr<session_entry>> live;
     for (const auto& id : live_)
         if (const auto it = entries_.find(id); it != entries_.end())

@@ -130,6 +130,7 @@ struct memory_use {
     std::size_t live = 0;      // held by live sessions' models
     std::size_t saved = 0;     // by saved sessions loaded in memory
     std::size_t kernel = 0;    // by devices' kernel symbol tables (each distinct one once)
+    std::size_t symbols = 0;   // by modules' symbol tables (each file's once)
     std::size_t allowance = 0; // what each live session may hold now
     std::size_t live_sessions = 0, saved_loaded = 0;
     std::uint64_t folded = 0; // samples of live sessions folded into per-interval rows

@@ -1,6 +1,7 @@
 // Attacks on the collector as a hostile device, a hostile local user and a full disk make
 // them, against the real collector on loopback: each test reproduces one attack and asserts
 // the bound that now holds (docs/security.md lists them).
+#include "collector/fleet/backlog.hpp"
 #include "collector/fleet/clickhouse.hpp"
 #include "collector/model/profile.hpp"
 #include "collector/symbols/subprocess.hpp"
@@ -42,6 +43,24 @@ using test_support::spawned;
 using test_support::start_demo;
 using test_support::temp_dir;
 using test_support::wait_for;
+
+namespace {
+
+// Sends chunk(1) … chunk(chunks) from `agent` and waits until its session holds them all:
+// that session's id.
+template <class Chunk>
+std::string stream_chunks(collector_proc& coll, test_support::framing_peer& agent, int chunks,
+                          Chunk chunk, std::chrono::seconds within) {
+    for (int n = 1; n <= chunks; ++n)
+        agent.send(protocol::frame_flag::zstd, protocol::compress(chunk(n)));
+    const auto sessions = wait_for(coll, "/api/sessions", within, [&](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == chunks;
+    });
+    REQUIRE(sessions.as_array().size() == 1);
+    return std::string(sessions.at(0).at("id").as_string());
+}
+
+} // namespace
 
 TEST_CASE("hostile agents: an oversized frame before the hello, a zstd bomb, forged metrics",
           "[collector][integration][attack]") {
@@ -235,23 +254,64 @@ TEST_CASE("the API asks for the collector's access token — the printed link si
         CHECK(shell.status == 200);
         CHECK_THAT(shell.body, Catch::Contains("<title>perfwire</title>"));
 
-        // The printed link: a cookie for the browser, then the UI without the token in the
-        // address. Never a redirect elsewhere; a wrong token gets nothing.
-        const auto link = http_call(coll.http_port, "GET", "/?token=" + token, {}, none);
+        // The printed link signs one browser in: a cookie, then the UI at "/". The link is
+        // then spent, and the next one printed (the suite's own sign-in spent the first), so
+        // one left in a browser's history signs nobody in. Never a redirect elsewhere; a wrong
+        // code, or the token itself in the address, gets nothing.
+        const auto newest_code = [&](std::size_t uses) {
+            const std::string next =
+                "the next one: http://127.0.0.1:" + std::to_string(coll.http_port) + "/?code=";
+            std::string log;
+            for (int i = 0; i < 50; ++i) {
+                log = coll.proc->stderr_text();
+                std::size_t seen = 0;
+                for (auto at = log.find(next); at != std::string::npos; at = log.find(next, at + 1))
+                    ++seen;
+                if (seen >= uses)
+                    break;
+                std::this_thread::sleep_for(100ms);
+            }
+            const auto at = log.rfind(next);
+            REQUIRE(at != std::string::npos);
+            return log.substr(at + next.size(), log.find('\n', at) - at - next.size());
+        };
+        const auto code = newest_code(1);
+        const auto link = http_call(coll.http_port, "GET", "/?code=" + code, {}, none);
         CHECK(link.status == 303);
         CHECK_THAT(link.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token +
                                                  "; Path=/; HttpOnly; SameSite=Strict"));
         CHECK_THAT(link.headers,
                    Catch::Contains("Location: /\r") || Catch::EndsWith("Location: /"));
+        const auto again = http_call(coll.http_port, "GET", "/?code=" + code, {}, none);
+        CHECK(again.status == 401);
+        CHECK_THAT(again.headers, !Catch::Contains("Set-Cookie"));
+        const auto next = newest_code(2);
+        CHECK(next != code);
         const auto elsewhere =
-            http_call(coll.http_port, "GET", "//evil.example/?token=" + token, {}, none);
+            http_call(coll.http_port, "GET", "//evil.example/?code=" + next, {}, none);
         CHECK_THAT(elsewhere.headers, !Catch::Contains("evil.example"));
-        const auto wrong = http_call(coll.http_port, "GET", "/?token=nope", {}, none);
-        CHECK(wrong.status == 401);
-        CHECK_THAT(wrong.headers, !Catch::Contains("Set-Cookie"));
+        for (const std::string& bad : {std::string("/?code=nope"), "/?token=" + token}) {
+            const auto wrong = http_call(coll.http_port, "GET", bad, {}, none);
+            CHECK_THAT(wrong.headers, !Catch::Contains("Set-Cookie"));
+        }
+        // The UI's sign-in form: the token in a POST body, never in an address.
+        const auto form = http_call(coll.http_port, "POST", "/api/sign-in",
+                                    R"({"token":")" + token + R"("})", none);
+        CHECK(form.status == 204);
+        CHECK_THAT(form.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token + ";"));
+        const auto guess = http_call(coll.http_port, "POST", "/api/sign-in",
+                                     R"({"token":"ffffffffffffffffffffffff"})", none);
+        CHECK(guess.status == 401);
+        CHECK_THAT(guess.headers, !Catch::Contains("Set-Cookie"));
+        const auto cross_site =
+            http_call(coll.http_port, "POST", "/api/sign-in", R"({"token":")" + token + R"("})",
+                      {"Cookie: unrelated=1", "Origin: http://evil.example"});
+        CHECK(cross_site.status == 403);
+        CHECK_THAT(cross_site.headers, !Catch::Contains("Set-Cookie"));
+        CHECK(coll.proc->stderr_text().find(token) == std::string::npos); // never printed
     }
     {
-        collector_proc again(sessions); // the same token after a restart: links keep working
+        collector_proc again(sessions); // the same token after a restart: cookies keep working
         CHECK(test_support::api_token(again.http_port) == token);
     }
     {
@@ -275,14 +335,16 @@ TEST_CASE("the API asks for the collector's access token — the printed link si
     CHECK_THAT(exposed.stderr_text(), Catch::Contains("readable by others"));
 }
 
-TEST_CASE("agents enroll before anything is stored — several tokens rotate",
+TEST_CASE("agents enroll before anything is stored — several tokens rotate, a token's label "
+          "names its devices",
           "[collector][integration][perf][attack]") {
     const auto flavour = test_support::each_agent();
     INFO(flavour);
     temp_dir dir;
     const std::string old_token = "old-token-0123456789abcdef",
                       new_token = "new-token-fedcba9876543210";
-    collector_proc coll(dir.path, {"--agent-token", old_token, "--agent-token", new_token});
+    collector_proc coll(dir.path,
+                        {"--agent-token", old_token, "--agent-token", new_token + ":lab-a"});
     CHECK(coll.proc->wait_for_stderr("agents enroll before anything is stored", 5s));
     auto demo = start_demo(120);
     auto agent_with = [&](const std::string& enroll) {
@@ -309,6 +371,13 @@ TEST_CASE("agents enroll before anything is stored — several tokens rotate",
                v.as_array()[0].at("samples").to_number<std::uint64_t>() > 20;
     });
     REQUIRE(sessions.as_array().size() == 1);
+    // The label of the token it presented is kept with the session (the fleet store's device
+    // is "lab-a/HOSTNAME").
+    const auto id = std::string(sessions.as_array()[0].at("id").as_string());
+    const auto meta = json::parse(test_support::file_bytes(dir.path / id / "meta.json"));
+    CHECK(meta.at("enrolled_as") == "lab-a");
+    CHECK(collector::fleet_device(meta.as_object(), "perfwire") ==
+          "lab-a/" + std::string(meta.at("hostname").as_string()));
     enrolled.reset(); // SIGKILL: the session stays, as received
     // The token is never logged or written.
     CHECK(coll.proc->stderr_text().find(new_token) == std::string::npos);
@@ -531,13 +600,7 @@ TEST_CASE("a live session past its memory allowance keeps updating: its oldest s
         return text;
     };
     constexpr int chunks = 40;
-    for (int n = 1; n <= chunks; ++n)
-        agent->send(protocol::frame_flag::zstd, protocol::compress(chunk(n)));
-    const auto sessions = wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == chunks;
-    });
-    REQUIRE(sessions.as_array().size() == 1);
-    const std::string id(sessions.at(0).at("id").as_string());
+    const auto id = stream_chunks(coll, *agent, chunks, chunk, 60s);
     const auto live = coll.get("/api/sessions/" + id);
     INFO(json::serialize(live));
     constexpr std::uint64_t all = chunks * 40000ULL;
@@ -587,12 +650,7 @@ TEST_CASE("a million frames never seen again stay within the session's memory sh
         return text.str();
     };
     constexpr int chunks = 25;
-    for (int n = 1; n <= chunks; ++n)
-        agent->send(protocol::frame_flag::zstd, protocol::compress(chunk(n)));
-    const auto sessions = wait_for(coll, "/api/sessions", 90s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == chunks;
-    });
-    const std::string id(sessions.at(0).at("id").as_string());
+    const auto id = stream_chunks(coll, *agent, chunks, chunk, 90s);
     const auto live = coll.get("/api/sessions/" + id);
     INFO(json::serialize(live));
     constexpr std::uint64_t all = chunks * 20000ULL;

@@ -500,10 +500,20 @@ TEST_CASE("access token: kept in a private file, presented by header or cookie",
     CHECK_FALSE(load_or_create_token(file));
     CHECK_FALSE(load_or_create_token(dir.path / "no/such/dir/.http-token"));
 
-    CHECK(token_in_query("/?token=abc") == "abc");
-    CHECK(token_in_query("/index.html?x=1&token=abc&y=2") == "abc");
-    CHECK_FALSE(token_in_query("/?tokens=abc"));
-    CHECK_FALSE(token_in_query("/"));
+    CHECK(query_parameter("/?code=abc", "code") == "abc");
+    CHECK(query_parameter("/index.html?x=1&code=abc&y=2#z", "code") == "abc");
+    CHECK_FALSE(query_parameter("/?codes=abc", "code"));
+    CHECK_FALSE(query_parameter("/?token=abc", "code"));
+    CHECK_FALSE(query_parameter("/", "code"));
+    // A sign-in code signs in once; the next one is another.
+    sign_in_codes codes;
+    const auto first = codes.current();
+    CHECK(first.size() >= 16);
+    CHECK_FALSE(codes.redeem("nope"));
+    CHECK(codes.current() == first);
+    CHECK(codes.redeem(first));
+    CHECK_FALSE(codes.redeem(first));
+    CHECK(codes.current() != first);
     CHECK(sign_in_cookie("abc") == "perfwire_token=abc; Path=/; HttpOnly; SameSite=Strict");
     CHECK_FALSE(valid_token("0123456789abcde"));                      // 15: too short
     CHECK_FALSE(valid_token("0123456789abcdef;Domain=evil.example")); // no cookie attributes

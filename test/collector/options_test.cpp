@@ -72,3 +72,16 @@ TEST_CASE("collector flags: --clickhouse-buffer-mb, 0 to keep nothing waiting in
               parse({"--clickhouse", "http://127.0.0.1:8123", "--clickhouse-buffer-mb", "-1"}))
               .code == 2);
 }
+
+TEST_CASE("collector flags: --agent-token TOKEN:LABEL, the label checked", "[collector][options]") {
+    const auto c = std::get<collector::config>(
+        parse({"--agent-token", "plain-token-0123456789", "--agent-token",
+               "lab-token-0123456789abc:lab-a", "--agent-token", "odd:token-0123456789:board.7"}));
+    using pair = std::pair<std::string, std::string>;
+    CHECK(c.agent_tokens == std::vector<pair>{{"plain-token-0123456789", ""},
+                                              {"lab-token-0123456789abc", "lab-a"},
+                                              {"odd:token-0123456789", "board.7"}});
+    for (const char* bad : {"lab-token-0123456789abc:", "lab-token-0123456789abc:a/b",
+                            "lab-token-0123456789abc:<b>", "short:lab"})
+        CHECK(std::get<collector::exit_now>(parse({"--agent-token", bad})).code == 2);
+}

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <set>
@@ -163,6 +164,62 @@ TEST_CASE("readelf symbols of a real PIE binary", "[collector][symbols]") {
     CHECK(syms.address_of("main"));
     CHECK_FALSE(syms.address_of("printf")); // undefined here: it lives in libc
     CHECK(run_capture({"/nonexistent/readelf"}).code == 127);
+}
+
+TEST_CASE("symbol tables stay within their share of the memory budget: the ones used longest "
+          "ago are forgotten and read again when asked, a listing past half the share is not read",
+          "[collector][symbols]") {
+    const std::string collector_bin = PERFWIRE_COLLECTOR_BIN;
+    symbolizer sym;
+    CHECK(sym.table_bytes() == 0);
+    sym.load_table(demo_bin, own);
+    const auto demo_bytes = sym.table_bytes();
+    sym.load_table(collector_bin, own);
+    const auto both = sym.table_bytes();
+    REQUIRE(demo_bytes > 0);
+    REQUIRE(both > 2 * demo_bytes); // the collector has many more functions
+    std::size_t collector_symbols = 0;
+    for (const auto& b : sym.binaries())
+        if (b.module == collector_bin)
+            collector_symbols = b.symbols;
+    REQUIRE(collector_symbols > 1000);
+    // What a table says it holds is what the heap holds for it (where malloc says: not under
+    // AddressSanitizer, whose allocator mallinfo2 does not see).
+    const auto listing = run_capture({"readelf", "-SrsW", collector_bin});
+    REQUIRE(listing.code == 0);
+    const auto heap_before = ::mallinfo2().uordblks;
+    const auto table = elf_symbols::parse_readelf(listing.out);
+    const auto heap_after = ::mallinfo2().uordblks;
+    INFO(table.memory_bytes() << " bytes said, " << heap_after - heap_before << " taken");
+    CHECK(table.memory_bytes() > 40 * table.size());
+    if (heap_after > heap_before) {
+        CHECK(table.memory_bytes() * 10 >= (heap_after - heap_before) * 7);
+        CHECK(table.memory_bytes() * 10 <= (heap_after - heap_before) * 13);
+    }
+
+    // A limit both do not fit in: the one used longest ago (the demo's) is forgotten.
+    sym.set_table_limit(both - 1);
+    CHECK_FALSE(sym.has_table(demo_bin, own));
+    CHECK(sym.has_table(collector_bin, own));
+    CHECK(sym.table_bytes() <= both - 1);
+    // Asked for again, it is read again, and now the collector's is the older one.
+    CHECK(sym.starts_of(demo_bin, own, "main").empty()); // (reads the table; no shared names)
+    CHECK(sym.has_table(demo_bin, own));
+    CHECK_FALSE(sym.has_table(collector_bin, own));
+    CHECK(sym.table_bytes() == demo_bytes);
+
+    // A share whose half the collector's listing exceeds: not read, and said.
+    sym.set_table_limit(64 << 10);
+    CHECK_FALSE(sym.name_frame(collector_bin, own, 0x1000));
+    bool said = false;
+    for (const auto& b : sym.binaries())
+        if (b.module == collector_bin) {
+            INFO(b.error);
+            said = b.error.find("half of what the collector keeps for symbol tables") !=
+                   std::string::npos;
+        }
+    CHECK(said);
+    CHECK(sym.table_bytes() <= std::size_t{64} << 10);
 }
 
 TEST_CASE("addr2line output with inline chains, discriminators and unknowns",

@@ -20,12 +20,21 @@ std::map<std::uint16_t, std::string> tokens;
 
 std::uint16_t api_port(const std::string& log_rest) {
     const auto port = static_cast<std::uint16_t>(std::stoi(log_rest));
-    const auto at = log_rest.find("?token=");
-    std::lock_guard lock(tokens_mutex);
-    if (at == std::string::npos)
+    {
+        std::lock_guard lock(tokens_mutex);
         tokens.erase(port);
-    else
-        tokens[port] = log_rest.substr(at + 7);
+    }
+    const auto at = log_rest.find("?code=");
+    if (at == std::string::npos)
+        return port;
+    // Signed in as a browser opening the printed link is: the cookie it gets holds the token.
+    const auto link = http_call(port, "GET", "/?code=" + log_rest.substr(at + 6));
+    const std::string cookie = "Set-Cookie: perfwire_token=";
+    if (const auto c = link.headers.find(cookie); c != std::string::npos) {
+        const auto from = c + cookie.size();
+        std::lock_guard lock(tokens_mutex);
+        tokens[port] = link.headers.substr(from, link.headers.find(';', from) - from);
+    }
     return port;
 }
 

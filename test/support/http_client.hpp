@@ -22,8 +22,9 @@ http_reply http_call(std::uint16_t port, const std::string& method, const std::s
                      const std::vector<std::string>& extra_headers = {},
                      std::chrono::milliseconds silence = std::chrono::seconds(30));
 
-// What follows "UI and API on http://127.0.0.1:" in a collector's log ("PORT/?token=T"): the
-// port, with T remembered for later calls to it.
+// What follows "UI and API on http://127.0.0.1:" in a collector's log ("PORT/?code=C"): the
+// port. The sign-in link is opened as a browser would (spending C), and the access token its
+// cookie carries remembered for later calls to the port.
 std::uint16_t api_port(const std::string& log_rest);
 
 // The access token remembered for `port` ("" if none).

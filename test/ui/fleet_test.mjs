@@ -51,9 +51,9 @@ try {
   const collector = start(join(build, 'src/collector/perfwire-collector'),
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1',
       '--clickhouse', `http://127.0.0.1:${chPort}`, '--continuous', '49', '--continuous-session', '4']);
-  const signIn = await until('the collector', async () => collector.log.match(/UI and API on (http:\S+\?token=\S+)/)?.[1]);
+  const signIn = await until('the collector', async () => collector.log.match(/UI and API on (http:\S+\?code=\S+)/)?.[1]);
   const http = new URL(signIn).origin;
-  const headers = { Authorization: `Bearer ${new URL(signIn).searchParams.get('token')}` };
+  const headers = { Authorization: `Bearer ${readFileSync(join(work, 'sessions', '.http-token'), 'utf8').trim()}` };
   const get = async (path) => { const r = await fetch(`${http}${path}`, { headers }); if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`); return r.json(); };
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   const agents = ['board-a', 'board-b'].map((name) => start(join(build, 'src/agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--name', name]));

@@ -81,6 +81,6 @@ export function unfinishedRequests(path, at) {
   }
   for (const r of requests.values())
     if (!r.ended && r.url.startsWith('http'))
-      out.push(`unfinished for ${((at - r.begun) / 1000).toFixed(1)} s: ${r.url.replace(/token=[^&]*/, 'token=…')} (last: ${r.steps.slice(-4).join(', ')})`);
+      out.push(`unfinished for ${((at - r.begun) / 1000).toFixed(1)} s: ${r.url.replace(/(token|code)=[^&]*/, '$1=…')} (last: ${r.steps.slice(-4).join(', ')})`);
   return out;
 }

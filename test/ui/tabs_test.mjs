@@ -4,7 +4,7 @@
 // live session's function table, and follow its sample count as it grows.
 //
 //   node test/ui/tabs_test.mjs BUILD_DIR [tabs, default 20]
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -19,9 +19,9 @@ try {
   const demo = start(join(build, 'src/demo/perfwire-demo'), ['300']);
   const collector = start(join(build, 'src/collector/perfwire-collector'),
     ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1']);
-  const signIn = await until('the collector', async () => collector.log.match(/UI and API on (http:\S+\?token=\S+)/)?.[1]);
+  const signIn = await until('the collector', async () => collector.log.match(/UI and API on (http:\S+\?code=\S+)/)?.[1]);
   const http = new URL(signIn).origin;
-  const token = new URL(signIn).searchParams.get('token');
+  const token = readFileSync(join(work, 'sessions', '.http-token'), 'utf8').trim();
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   start(join(build, 'src/agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid)]);
   const session = await until('a live session with samples', async () => {

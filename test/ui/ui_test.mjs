@@ -9,7 +9,7 @@
 // earlier ones left (the pages, the sessions they opened). A failure names the step, the
 // requests still under way and what each open page showed. Every wait is bounded.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -88,9 +88,10 @@ try {
     const timer = setTimeout(() => ac.abort(), 5000);
     try { const r = await fetch(url, { signal: ac.signal }); return `${r.status} in ${Date.now() - t0} ms`; } catch (e) { return `no answer in ${Date.now() - t0} ms`; } finally { clearTimeout(timer); ac.abort(); }
   };
-  // The link the collector prints signs a browser in; scripts send the token as a header.
-  const signIn = collector.log.match(/UI and API on (http:\S+\?token=\S+)/)[1];
-  const token = new URL(signIn).searchParams.get('token');
+  // The link the collector prints signs one browser in; scripts send the token, kept beside
+  // the sessions, as a header.
+  const signIn = collector.log.match(/UI and API on (http:\S+\?code=\S+)/)[1];
+  const token = readFileSync(join(work, 'sessions', '.http-token'), 'utf8').trim();
   const fetch = (url, opts = {}) => globalThis.fetch(url, { ...opts, headers: { ...opts.headers, Authorization: `Bearer ${token}` } });
   const agentPort = collector.log.match(/agents on [^:]+:(\d+)/)[1];
   start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--duration', '1']);
@@ -112,8 +113,17 @@ try {
     'without the access token the UI asks for it and the API answers 401');
   await stranger.fill('#sign-in-token', 'not-the-token-0123456789');
   await stranger.click('#sign-in button');
-  await stranger.waitForLoadState('domcontentloaded');
-  check((await stranger.context().cookies()).length === 0, 'a wrong token sets no cookie');
+  await stranger.locator('#sign-in-error:not(:empty)').waitFor({ timeout: 10000 });
+  check((await stranger.context().cookies()).length === 0 &&
+    /not this collector's access token/.test(await stranger.locator('#sign-in-error').textContent()),
+    'a wrong token sets no cookie, and the form says why');
+  // The right one signs in from the form: the token in a POST body, never in the address.
+  await stranger.fill('#sign-in-token', token);
+  await Promise.all([stranger.waitForEvent('load'), stranger.click('#sign-in button')]);
+  await stranger.waitForFunction(() => ['live', 'signed out'].includes(document.querySelector('#conn')?.textContent), null, { timeout: 10000 });
+  check((await stranger.context().cookies()).some((c) => c.name === 'perfwire_token' && c.httpOnly) &&
+    !stranger.url().includes(token) && (await stranger.locator('#conn').textContent()) === 'live',
+    `the sign-in form signs the browser in, the token never in an address (${stranger.url()})`);
   await stranger.close();
   // One browser context, signed in once by the printed link, for every page below.
   const context = await browser.newContext();
@@ -160,7 +170,7 @@ try {
     console.log(`  open page ${i} (${seen}): ${shot}`);
   }
   const now = Date.now();
-  for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/token=[^&]*/, 'token=…')}${askDirectly && r.method() === 'GET' ? ` (asked directly: ${await askDirectly(r.url())})` : ''}`);
+  for (const [r, t] of inflight) console.log(`  still pending after ${((now - t) / 1000).toFixed(1)} s: ${r.method()} ${r.url().replace(/(token|code)=[^&]*/, '$1=…')}${askDirectly && r.method() === 'GET' ? ` (asked directly: ${await askDirectly(r.url())})` : ''}`);
   // Open connections to the collector (Chrome keeps at most 6 per host), when ss is there.
   const ss = httpPort ? spawnSync('ss', ['-tnpH', 'state', 'established', `( dport = :${httpPort} )`], { encoding: 'utf8' }) : null;
   if (ss && ss.status === 0) {

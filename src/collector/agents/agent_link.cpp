@@ -530,11 +530,16 @@ void agent_link::on_hello(protocol::frame&& f) {
     }
     // Enrollment: an agent that dialled in proves it may store sessions here. The token is
     // compared in constant time and never kept, logged or written.
+    // The label of the token it presented names its devices in the fleet store.
     const auto presented = std::exchange(h->enrollment, std::nullopt);
+    std::string label;
     if (!dialled_ && !app_.enrollment.empty()) {
         bool enrolled = false;
-        for (const auto& t : app_.enrollment)
-            enrolled |= presented && protocol::constant_time_equal(t, *presented);
+        for (const auto& [token, token_label] : app_.enrollment)
+            if (presented && protocol::constant_time_equal(token, *presented)) {
+                enrolled = true;
+                label = token_label;
+            }
         if (!enrolled) {
             say(presented ? "wrong enrollment token; closing"
                           : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
@@ -548,6 +553,8 @@ void agent_link::on_hello(protocol::frame&& f) {
     session_meta_["agent"] = hello_->agent;
     session_meta_["agent_version"] = hello_->agent_version.value_or("");
     session_meta_["hostname"] = hello_->hostname.value_or("");
+    if (!label.empty())
+        session_meta_["enrolled_as"] = label;
     session_meta_["peer"] = peer_;
     session_meta_["started_at"] = connected_at_;
     session_meta_["live"] = true;

@@ -12,6 +12,18 @@
 #include <vector>
 
 namespace collector {
+
+std::string fleet_device(const boost::json::object& meta, std::string_view agent) {
+    const auto text = [&](const char* key) {
+        const auto* v = meta.if_contains(key);
+        return v && v->is_string() ? std::string(v->as_string()) : std::string();
+    };
+    auto name = text("hostname");
+    if (name.empty())
+        name = agent;
+    const auto label = text("enrolled_as");
+    return label.empty() ? name : label + "/" + name;
+}
 namespace json = boost::json;
 
 namespace {
@@ -158,7 +170,7 @@ bool fleet_backlog::settle(const std::string& id) {
     // Named as the live session named its rows (live_session::open).
     fleet_encoder::origin o;
     o.collector = collector_;
-    o.device = !text("hostname").empty() ? text("hostname") : text("agent");
+    o.device = fleet_device(*meta, text("agent"));
     o.session = id;
     const auto* started = meta->if_contains("started_at");
     o.wall_start_ns = static_cast<std::uint64_t>(

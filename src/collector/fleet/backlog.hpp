@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace collector {
@@ -29,6 +30,12 @@ namespace collector {
 class fleet_store;
 class session_store;
 class symbolizer;
+
+// The device a session's rows name in the fleet store: the agent's host name (its own word;
+// its agent's name when it gave none), under the label of the enrollment token that admitted
+// it ("LABEL/hostname", --agent-token TOKEN:LABEL): only that token's holders write into the
+// histories of that label's devices.
+std::string fleet_device(const boost::json::object& meta, std::string_view agent);
 
 class fleet_backlog {
 public:

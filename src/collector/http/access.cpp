@@ -103,7 +103,7 @@ bool presents_token(std::string_view authorization, std::string_view cookie,
     return false;
 }
 
-std::optional<std::string> token_in_query(std::string_view target) {
+std::optional<std::string> query_parameter(std::string_view target, std::string_view name) {
     const auto q = target.find('?');
     if (q == std::string_view::npos)
         return std::nullopt;
@@ -113,10 +113,27 @@ std::optional<std::string> token_in_query(std::string_view target) {
         const auto amp = query.find('&');
         const auto pair = query.substr(0, amp);
         query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-        if (pair.substr(0, 6) == "token=")
-            return std::string(pair.substr(6));
+        if (pair.size() > name.size() && pair.substr(0, name.size()) == name &&
+            pair[name.size()] == '=')
+            return std::string(pair.substr(name.size() + 1));
     }
     return std::nullopt;
+}
+
+sign_in_codes::sign_in_codes()
+    : code_(protocol::generate_pairing_code()) {}
+
+std::string sign_in_codes::current() const {
+    std::lock_guard lock(mutex_);
+    return code_;
+}
+
+bool sign_in_codes::redeem(std::string_view code) {
+    std::lock_guard lock(mutex_);
+    if (!protocol::constant_time_equal(code_, code))
+        return false;
+    code_ = protocol::generate_pairing_code();
+    return true;
 }
 
 std::string sign_in_cookie(std::string_view token, bool secure) {

@@ -7,6 +7,7 @@
 #include "collector/result.hpp"
 
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,8 +25,25 @@ result<std::string> load_or_create_token(const std::filesystem::path& file);
 bool presents_token(std::string_view authorization, std::string_view cookie,
                     std::string_view token);
 
-// The `token` query parameter of a request target, if any ("/?token=abc" -> "abc").
-std::optional<std::string> token_in_query(std::string_view target);
+// A query parameter of a request target, if any ("/?code=abc", "code" -> "abc").
+std::optional<std::string> query_parameter(std::string_view target, std::string_view name);
+
+// One-time sign-in links ("/?code=…"). The collector prints a link with the code it holds;
+// opening it signs that browser in (the token's cookie) and spends the code, and the next one
+// is held (and printed). A link left in a browser's history is then worth nothing, where one
+// carrying the access token would sign anyone in for good. Any thread.
+class sign_in_codes {
+public:
+    sign_in_codes();
+    std::string current() const;
+    // Whether `code` is the one held (compared in constant time); if so it is spent and the
+    // next one is made.
+    bool redeem(std::string_view code);
+
+private:
+    mutable std::mutex mutex_;
+    std::string code_;
+};
 
 // The Set-Cookie value that signs a browser in: HttpOnly (no script reads it) and
 // SameSite=Strict (no other site's page sends it).

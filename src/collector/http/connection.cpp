@@ -7,6 +7,7 @@
 #include "collector/http/ui_assets.hpp"
 #include "collector/http/upload.hpp"
 #include "collector/http/ws_events.hpp"
+#include "collector/log.hpp"
 #include "protocol/pairing.hpp"
 #include "protocol/use_nothrow.hpp"
 
@@ -41,22 +42,26 @@ http_response ui_response(app_context& app, const http_request& req) {
     http_response res{http::status::not_found, req.version()};
     res.keep_alive(req.keep_alive());
     const std::string_view target(req.target().data(), req.target().size());
-    const auto presented = app.api_token.empty() ? std::nullopt : token_in_query(target);
+    const auto presented = app.api_token.empty() ? std::nullopt : query_parameter(target, "code");
     auto file = find_ui_file(req.target(), app.cfg.ui_dir);
     if (presented) {
-        // The sign-in link: the right token gets the cookie and the UI at "/", so the token
-        // leaves the address bar and the history; a wrong one is refused.
+        // The one-time sign-in link: its code gets the cookie and the UI at "/", and is spent
+        // (the next link is printed); a spent or wrong one is refused.
         res.set(http::field::cache_control, "no-store");
-        if (protocol::constant_time_equal(app.api_token, *presented)) {
+        if (app.sign_in.redeem(*presented)) {
             res.result(http::status::see_other);
             res.set(http::field::set_cookie,
                     sign_in_cookie(app.api_token, app.http_tls != nullptr));
             res.set(http::field::location, "/");
+            log("a browser signed in with the sign-in link; the next one: " + app.ui_url +
+                "?code=" + app.sign_in.current());
         } else {
             res.result(http::status::unauthorized);
             res.set(http::field::content_type, "text/plain; charset=utf-8");
-            res.body() = "This link's access token is not this collector's. Open the link "
-                         "perfwire-collector printed at start (UI and API on http://…/?token=…).\n";
+            res.body() = "This sign-in link was used already, or is not this collector's. Open "
+                         "the newest link perfwire-collector printed (UI and API on "
+                         "http://…/?code=…; each use prints the next), or open the UI and paste "
+                         "the access token.\n";
         }
     } else if (!file) {
         res.set(http::field::content_type, "application/json");

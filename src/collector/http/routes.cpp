@@ -11,6 +11,7 @@
 #include "collector/http/views.hpp"
 #include "collector/live_session.hpp"
 #include "protocol/digest.hpp"
+#include "protocol/pairing.hpp"
 #include "protocol/tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -273,15 +274,17 @@ std::optional<http_response> check_access(const app_context& app, const http_req
     const bool get = method == http::verb::get || method == http::verb::head;
     const bool ui_file = get && ((target.rfind("/api/", 0) != 0 && target != "/api") ||
                                  target.rfind("/api/agent-binaries", 0) == 0);
-    if (!app.api_token.empty() && !ui_file &&
+    // (Signing in presents the token in the body; a state change, so the Origin was checked.)
+    const bool sign_in = method == http::verb::post && target == "/api/sign-in";
+    if (!app.api_token.empty() && !ui_file && !sign_in &&
         !presents_token(req[http::field::authorization], req[http::field::cookie], app.api_token)) {
         auto res = make_json(
             req, http::status::unauthorized,
             json::object{
                 {"error", json::object{{"code", "unauthorized"},
                                        {"message", "this collector asks for its access token: "
-                                                   "open the link it printed at start (UI and "
-                                                   "API on http://…/?token=…), or send "
+                                                   "open the sign-in link it printed (UI and "
+                                                   "API on http://…/?code=…), or send "
                                                    "Authorization: Bearer with the token kept in " +
                                                        app.api_token_file},
                                        {"token_file", app.api_token_file}}}});
@@ -328,10 +331,11 @@ json::object memory_json(const memory_use& m) {
         std::fclose(f);
     }
     return {{"budget", m.budget},
-            {"sessions", m.live + m.saved + m.kernel},
+            {"sessions", m.live + m.saved + m.kernel + m.symbols},
             {"live", m.live},
             {"saved", m.saved},
             {"kernel_symbols", m.kernel},
+            {"symbol_tables", m.symbols},
             {"live_sessions", m.live_sessions},
             {"saved_loaded", m.saved_loaded},
             {"allowance", m.allowance},
@@ -357,6 +361,24 @@ json::object disk_json(const session_store& store) {
             {"budget", l.budget},
             {"floor", l.floor},
             {"per_session", l.per_session}};
+}
+
+// POST /api/sign-in {"token": "…"}: the browser's cookie for the right access token (the UI's
+// sign-in form: the token never enters an address or the history); 401 for a wrong one.
+asio::awaitable<http_response> sign_in(request_context& c) {
+    const auto body = json_body(c.req);
+    const auto* token = body ? body->if_contains("token") : nullptr;
+    if (c.app.api_token.empty() || !token || !token->is_string() ||
+        !protocol::constant_time_equal(c.app.api_token, token->as_string()))
+        co_return make_error(c.req, http::status::unauthorized, "wrong_token",
+                             c.app.api_token.empty()
+                                 ? "this collector asks for no token (--http-auth none)"
+                                 : "that is not this collector's access token (kept in " +
+                                       c.app.api_token_file + ")");
+    auto res = no_content(c.req);
+    res.set(http::field::set_cookie, sign_in_cookie(c.app.api_token, c.app.http_tls != nullptr));
+    res.set(http::field::cache_control, "no-store");
+    co_return res;
 }
 
 asio::awaitable<http_response> get_status(request_context& c) {
@@ -836,6 +858,7 @@ struct route {
 
 // A path's routes are listed together, literal patterns before those with parameters.
 constexpr route routes[] = {
+    {http::verb::post, "/api/sign-in", sign_in},
     {http::verb::get, "/api/status", get_status},
     {http::verb::get, "/api/config", get_config},
     {http::verb::put, "/api/config", put_config},

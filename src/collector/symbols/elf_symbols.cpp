@@ -377,6 +377,23 @@ elf_symbols elf_symbols::parse_readelf(std::string_view text, std::uint16_t mach
     out.by_address_.reserve(v.size());
     for (auto& l : v)
         out.by_address_.push_back(std::move(l.e));
+    // The heap behind each container: strings past the small-string buffer, hash nodes (a
+    // next pointer and the cached hash) and bucket arrays.
+    const auto heap = [](const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };
+    constexpr std::size_t node = 2 * sizeof(void*);
+    std::size_t bytes = out.by_address_.capacity() * sizeof(entry);
+    for (const auto& e : out.by_address_)
+        bytes += heap(e.name);
+    bytes += out.by_name_.bucket_count() * sizeof(void*);
+    for (const auto& [name, address] : out.by_name_)
+        bytes += node + sizeof(std::string) + sizeof address + heap(name);
+    bytes += out.same_named_.bucket_count() * sizeof(void*);
+    for (const auto& [name, ids] : out.same_named_)
+        bytes += node + sizeof(std::string) + sizeof ids + heap(name) + ids.capacity() * 4;
+    bytes += out.shared_.bucket_count() * sizeof(void*);
+    for (const auto& name : out.shared_)
+        bytes += node + sizeof(std::string) + heap(name);
+    out.bytes_ = bytes;
     return out;
 }
 

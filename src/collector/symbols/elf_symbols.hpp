@@ -71,6 +71,8 @@ public:
     // symbol when it has none; 0 when no symbol starts there.
     std::uint64_t extent_at(std::uint64_t start) const;
     std::size_t size() const noexcept { return by_address_.size(); }
+    // About what the table holds in memory, in bytes (counted once, as it is made).
+    std::size_t memory_bytes() const noexcept { return bytes_; }
 
     // The function holding `address` (its name as perf shows it, and its start): the one
     // whose [start, start + size) holds it, or one of no size starting at most a page below
@@ -101,6 +103,7 @@ private:
     std::unordered_map<std::string, std::vector<std::uint32_t>> same_named_;
     std::unordered_set<std::string> shared_; // perf's names several functions have
     std::vector<entry> by_address_;          // by start; one entry per address
+    std::size_t bytes_ = 0;
 };
 
 } // namespace collector

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 namespace collector {
@@ -138,6 +139,7 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
         }
         slot = it->second;
         slot->used = ++use_clock_;
+        slot->last_use = now;
         // An answer still on its way (debuginfod): looked for again now and then, and at
         // once when one arrived since (a lookup in flight then may have missed it).
         if (stale(*slot, now))
@@ -167,7 +169,43 @@ symbolizer::table(const std::string& module, const std::string& build_id, bool r
     slot->loaded_at = now;
     slot->generation = generation;
     slot->local_only = !remote;
+    fit_tables_locked(slot.get());
     return m;
+}
+
+void symbolizer::set_table_limit(std::size_t bytes) {
+    std::lock_guard lock(config_mutex_);
+    table_limit_ = bytes;
+    fit_tables_locked(nullptr);
+}
+
+std::size_t symbolizer::table_bytes() const {
+    std::lock_guard lock(config_mutex_);
+    return table_bytes_locked();
+}
+
+std::size_t symbolizer::table_bytes_locked() const {
+    std::set<const elf_symbols*> held; // (modules may share a file's table)
+    std::size_t bytes = 0;
+    for (const auto& [key, slot] : tables_)
+        if (slot->value && slot->value->symbols && held.insert(slot->value->symbols.get()).second)
+            bytes += slot->value->symbols->memory_bytes();
+    return bytes;
+}
+
+void symbolizer::fit_tables_locked(const module_slot* keep) {
+    if (table_limit_ == SIZE_MAX)
+        return;
+    while (table_bytes_locked() > table_limit_) {
+        auto oldest = tables_.end();
+        for (auto t = tables_.begin(); t != tables_.end(); ++t)
+            if (t->second.get() != keep && t->second->value && t->second->value->symbols &&
+                (oldest == tables_.end() || t->second->used < oldest->second->used))
+                oldest = t;
+        if (oldest == tables_.end())
+            return;
+        tables_.erase(oldest);
+    }
 }
 
 bool symbolizer::has_table(const std::string& module, const std::string& build_id) {
@@ -186,24 +224,32 @@ symbolizer::file_symbols(const symbol_config& c, const symbol_source& source, st
     // One table per file, whichever modules and builds it serves.
     const bool thumb = source.facts.machine == 40; // EM_ARM: its symbols read differently
     const std::string key = source.path + (thumb ? "\0thumb" : "");
+    std::size_t text_limit = max_symbol_text;
     {
         std::lock_guard lock(config_mutex_);
         if (const auto it = files_.find(key); it != files_.end())
             if (auto shared = it->second.lock())
                 return shared;
+        text_limit = std::min(text_limit, table_limit_ / 2);
     }
+    // The listing is read up to half of what all tables may hold: the table made from it
+    // takes about as much again.
     readelf_text kept;
     bool too_big = false;
     const auto r = run_streaming({c.toolchain_prefix + "readelf", "-SrsW", source.path},
                                  [&](std::string_view block) {
                                      kept.append(block);
-                                     too_big = kept.size() > max_symbol_text;
+                                     too_big = kept.size() > text_limit;
                                      return !too_big;
                                  });
     const std::string text = kept.finish();
     if (too_big) {
         error = "the symbol table of " + source.path + " is larger than " +
-                std::to_string(max_symbol_text >> 20) + " MiB of text";
+                std::to_string(text_limit >> 20) + " MiB of text" +
+                (text_limit < max_symbol_text
+                     ? ", half of what the collector keeps for symbol tables (a quarter of "
+                       "--memory-budget)"
+                     : "");
         return nullptr;
     }
     if (r.code != 0) {
@@ -462,10 +508,17 @@ symbolizer::disassembly symbolizer::disassemble(const std::string& module,
 }
 
 std::size_t symbolizer::close_idle(std::chrono::steady_clock::duration idle) {
+    const auto now = std::chrono::steady_clock::now();
+    {
+        std::lock_guard tables(config_mutex_);
+        std::erase_if(tables_, [&](const auto& kv) {
+            return kv.second->value && kv.second->value->symbols &&
+                   now - kv.second->last_use >= table_idle;
+        });
+    }
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock)
         return 0;
-    const auto now = std::chrono::steady_clock::now();
     std::size_t running = 0;
     for (auto& [path, b] : binaries_) {
         if (b.addr2line && now - b.used >= idle)

@@ -95,8 +95,18 @@ public:
     static constexpr std::size_t max_addr2line = 16;
     static constexpr std::chrono::seconds addr2line_idle{60};
     // Closes the addr2line processes idle for `idle`; skipped when a lookup holds them now
-    // (never waits). Any thread. The processes left running.
+    // (never waits). Any thread. The processes left running. Also forgets the symbol tables
+    // no lookup used for `table_idle` (the sessions that needed them are gone or saved).
     std::size_t close_idle(std::chrono::steady_clock::duration idle = addr2line_idle);
+    static constexpr std::chrono::minutes table_idle{10};
+
+    // What the modules' symbol tables may hold together (the sessions set a quarter of the
+    // memory budget): past it the ones used longest ago are forgotten (read again when next
+    // needed), and a file whose symbol listing alone would take half of it is not read (the
+    // module's error says so). SIZE_MAX, the default: no bound.
+    void set_table_limit(std::size_t bytes);
+    // The bytes the symbol tables in memory hold, each file's once.
+    std::size_t table_bytes() const;
 
     // A frame perf printed as "ADDR [unknown] (module)": the function holding it, from the
     // symbol file found for the module (build-id: the device's, may be empty). `address` is
@@ -181,6 +191,7 @@ private:
         std::mutex loading;
         std::shared_ptr<const module_symbols> value;
         std::uint64_t used = 0; // the symbolizer's use clock at the last lookup
+        std::chrono::steady_clock::time_point last_use;
         std::chrono::steady_clock::time_point loaded_at;
         std::uint64_t generation = 0; // the symbolizer's generation the value was looked up in
         bool local_only = false;      // looked up without debuginfod
@@ -222,6 +233,11 @@ private:
     symbol_config config_;
     std::uint64_t generation_ = 0;
     std::map<std::string, std::shared_ptr<module_slot>, std::less<>> tables_; // module \0 id
+    std::size_t table_limit_ = SIZE_MAX;
+    // Under config_mutex_: the tables' bytes, and the ones used longest ago (never `keep`)
+    // forgotten until they are within table_limit_.
+    std::size_t table_bytes_locked() const;
+    void fit_tables_locked(const module_slot* keep);
     std::uint64_t use_clock_ = 0;
     std::map<std::string, std::weak_ptr<const elf_symbols>> files_; // by file path
     debuginfod_lookup debuginfod_;

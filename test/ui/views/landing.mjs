@@ -101,7 +101,7 @@ export async function updateAgent(t) {
   const updContext = await browser.newContext({ ignoreHTTPSErrors: true });
   const updPage = await updContext.newPage();
   updPage.on('pageerror', (e) => errors.push(e.message));
-  await updPage.goto(updColl.log.match(/UI and API on (https:\S+\?token=\S+)/)[1]);
+  await updPage.goto(updColl.log.match(/UI and API on (https:\S+\?code=\S+)/)[1]);
   const cookies = await updContext.cookies();
   check(updPage.url().startsWith('https://') && cookies.some((c) => c.name === 'perfwire_token' && c.secure && c.httpOnly),
     `the UI over HTTPS signs in with a Secure, HttpOnly cookie (${updPage.url()})`);
