@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the clang-format check, the UI's lint and unit tests
-# (node), the test suite, a browser test of the UI in headless Chromium, the static agents for x86_64,
-# aarch64, armv7 and s390x (the foreign ones run under qemu-user against a real collector),
-# the suite under AddressSanitizer + UndefinedBehaviorSanitizer, the daemons under
-# ThreadSanitizer, the Debian package (contents, lintian), and short libFuzzer runs.
+# (node), the programs' own build, the test suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer, the static agents for x86_64, aarch64, armv7 and s390x (the
+# foreign ones run under qemu-user against a real collector), the Debian package (contents,
+# lintian), browser tests of the UI in headless Chromium, the daemons under ThreadSanitizer,
+# and short libFuzzer runs.
 #   PERFWIRE_FUZZ_SECONDS   length of the protocol fuzz run; the parser gets half (default 60;
 #                           0 skips both)
 set -euo pipefail
@@ -36,16 +37,36 @@ step "the UI's lint and format check, and its model, state and formatting (node 
 node test/ui/lint.mjs
 node --test test/ui/unit/*.test.mjs
 
-step "build (RelWithDebInfo, warnings are errors)"
-cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON >/dev/null
+step "build (RelWithDebInfo, warnings are errors): the programs and the benchmarks"
+# The programs as developers and the package build them; the suite is built once, under the
+# sanitizers below, and every test runs there (each test once, in the strictest build that
+# runs it).
+cmake -S . -B build -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_TESTS=OFF >/dev/null
 cmake --build build -j "$jobs"
-step "the test suite (ctest)"
-ctest --test-dir build --output-on-failure -j "$jobs"
+
+step "build under AddressSanitizer + UndefinedBehaviorSanitizer: the programs and the test suite"
+# The libraries and daemons as unity builds here and in the ThreadSanitizer stage (a few
+# sources per compiler run); the first build is the one developers make, a compiler run per
+# source, so a missing include is still found.
+cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
+    -DPERFWIRE_UNITY=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+# What ctest runs; the benchmarks are built (and warned about) by the first build.
+cmake --build build-asan -j "$jobs" --target test_programs
+# The suite's driver and every program it starts run sanitized from here on.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp
+suite=build-asan/test/perfwire_tests
+
+step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
+# Both agents (the Python one unsanitized, against the sanitized collector), the odd perf
+# builds, fewer random stops than the ThreadSanitizer stage makes.
+PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-10} \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 step "static agents for every architecture, the foreign ones tested under qemu-user"
 scripts/build-agents.sh
 PERFWIRE_AGENTS_DIR=dist PERFWIRE_NEXT_AGENT_AARCH64=build-cross/perfwire-agent-next-aarch64 \
-    build/test/perfwire_tests "[cross]"
+    "$suite" "[cross]"
 
 step "Debian package: cpack, its contents, lintian"
 scripts/package.sh
@@ -56,44 +77,16 @@ node test/ui/ui_test.mjs build
 node test/ui/tabs_test.mjs build 20
 node test/ui/fleet_test.mjs build
 
-# A ctest regular expression for the tests the sanitizer stage leaves to the first build: the
-# names Catch lists for those tags, each matched whole.
-elsewhere() {
-    local names
-    names=$(build-asan/test/perfwire_tests --list-test-names-only "[odd],[python]" |
-        sed -e '/^$/d' -e 's/[][().*+?^$|\\]/\\&/g' | paste -sd '|')
-    printf '^(%s)$' "$names"
-}
-
-step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
-# The libraries and daemons as unity builds here and in the ThreadSanitizer stage (a few
-# sources per compiler run); the first build is the one developers make, a compiler run per
-# source, so a missing include is still found.
-cmake -S . -B build-asan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_SANITIZE=ON \
-    -DPERFWIRE_UNITY=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-# What ctest runs; the other benchmarks are built (and warned about) by the first build.
-cmake --build build-asan -j "$jobs" --target test_programs
-step "the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
-# The tests of the sanitized programs: the agents' with the C++ agent only, and fewer random
-# stops than the ThreadSanitizer stage makes. Not the Python agent's own tests ([python]: no
-# sanitized program in them) nor those of how the agents read odd perf builds ([odd]: a fake
-# perf in Python plays each, and they are minutes of waiting on perf); the first build ran
-# them, and the probe's coroutines run here in every other agent test.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    LSAN_OPTIONS=suppressions=$root/test/sanitizers/lsan.supp \
-    PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-10} PERFWIRE_TEST_AGENTS=cpp \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "$(elsewhere)"
-
 step "the daemons under ThreadSanitizer: stops at random moments, and ingestion end to end"
 # Only the collector, the agent and the demo are built with ThreadSanitizer; the suite's
-# driver from the first build runs them (PERFWIRE_TEST_COLLECTOR, PERFWIRE_TEST_AGENT).
+# sanitized driver runs them (PERFWIRE_TEST_COLLECTOR, PERFWIRE_TEST_AGENT).
 cmake -S . -B build-tsan -G Ninja -DPERFWIRE_WERROR=ON -DPERFWIRE_TSAN=ON -DPERFWIRE_TESTS=OFF \
     -DPERFWIRE_UNITY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-tsan -j "$jobs" --target perfwire-collector perfwire-agent
 TSAN_OPTIONS="halt_on_error=1 suppressions=$root/test/sanitizers/tsan.supp" PERFWIRE_SHUTDOWN_CYCLES=${PERFWIRE_SHUTDOWN_CYCLES:-25} \
     PERFWIRE_TEST_COLLECTOR="$root/build-tsan/src/collector/perfwire-collector" \
     PERFWIRE_TEST_AGENT="$root/build-tsan/src/agent/perfwire-agent" \
-    build/test/perfwire_tests "[shutdown],[ingestion]"
+    "$suite" "[shutdown],[ingestion]"
 
 if ((fuzz_seconds > 0)); then
     CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPERFWIRE_FUZZ=ON -DPERFWIRE_TESTS=OFF \

@@ -989,13 +989,38 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
     INFO(flavour);
     auto demo = start_demo(300); // outlives every run below, however slow the machine
     test_support::temp_dir dir;
-    const auto path = (dir.path / "out.txt").string();
-    auto no_pipe = start_odd_agent(flavour, "no-pipe",
-                                   {"--output", path, "--pid", std::to_string(demo->pid()),
-                                    "--rounds", "2", "--duration", "1"});
-    const auto code = no_pipe->wait(60s);
-    INFO(no_pipe->stderr_text());
-    REQUIRE(code == 0);
+    // Every run at once (each an agent of its own, writing its own file: most of their time is
+    // the fakes' waiting), then each one's outcome.
+    struct run {
+        std::string what, out;
+        std::unique_ptr<spawned> agent;
+    };
+    std::vector<run> runs;
+    const auto start = [&](const std::string& what, const std::string& perf_kind,
+                           const std::string& rounds, const std::string& duration) {
+        const auto out = (dir.path / (std::to_string(runs.size()) + ".txt")).string();
+        std::vector<std::string> args{"--output", out, "--pid", std::to_string(demo->pid())};
+        if (!rounds.empty())
+            args.insert(args.end(), {"--rounds", rounds, "--duration", duration});
+        runs.push_back({what, out, start_odd_agent(flavour, perf_kind, args)});
+    };
+    // Two rounds without a pipe, each a file.
+    start("no pipe", "no-pipe", "2", "1");
+    // A perf whose every round ends early, cleanly, while the target runs: all three rounds.
+    start("short rounds", "no-pipe,short-rounds", "3", "2");
+    // A perf script slow to name what was recorded (5 s after its input ended): the stop waits
+    // for it rather than killing it with the whole recording inside.
+    start("slow script", "slow-script", "1", "1");
+    // A perf slow to start (2.5 s, longer than the whole run asked for): the recording still
+    // lasts both periods, counted from when perf got going, not cut short by the clock.
+    start("slow start", "slow-start", "2", "1");
+    // A perf that ignores the `-- sleep` bounding its run records until stopped: the run
+    // still ends, in rounds and in one stream, a little past its time.
+    start("endless stream", "ignores-workload", "1", "1");
+    start("endless rounds", "no-pipe,ignores-workload", "1", "1");
+    // A perf that can sample nothing: an error, and no file.
+    start("no events", "no-events", "", "");
+
     const auto rounds_in = [](const std::string& file) {
         const std::string text = test_support::file_bytes(file);
         CHECK_THAT(text, Catch::Contains("matrix_multiply"));
@@ -1005,65 +1030,22 @@ TEST_CASE("odd perf builds: --output records in rounds without a pipe, and fails
             ++n;
         return n;
     };
-    CHECK(rounds_in(path) == 2);
-
-    // A perf whose every round ends early, cleanly, while the target runs: all three rounds.
-    const auto short_path = (dir.path / "short.txt").string();
-    auto short_rounds =
-        start_odd_agent(flavour, "no-pipe,short-rounds",
-                        {"--output", short_path, "--pid", std::to_string(demo->pid()), "--rounds",
-                         "3", "--duration", "2"});
-    const auto short_code = short_rounds->wait(60s);
-    INFO(short_rounds->stderr_text());
-    REQUIRE(short_code == 0);
-    CHECK(rounds_in(short_path) == 3);
-
-    // A perf script slow to name what was recorded (5 s after its input ended): the stop waits
-    // for it rather than killing it with the whole recording inside.
-    const auto slow_path = (dir.path / "slow.txt").string();
-    auto slow = start_odd_agent(flavour, "slow-script",
-                                {"--output", slow_path, "--pid", std::to_string(demo->pid()),
-                                 "--rounds", "1", "--duration", "1"});
-    const auto slow_code = slow->wait(60s);
-    INFO(slow->stderr_text());
-    REQUIRE(slow_code == 0);
-    CHECK(rounds_in(slow_path) == 1);
-
-    // A perf slow to start (2.5 s, longer than the whole run asked for): the recording still
-    // lasts both periods, counted from when perf got going, not cut short by the clock.
-    const auto late_path = (dir.path / "late.txt").string();
-    auto late = start_odd_agent(flavour, "slow-start",
-                                {"--output", late_path, "--pid", std::to_string(demo->pid()),
-                                 "--rounds", "2", "--duration", "1"});
-    const auto late_code = late->wait(60s);
-    INFO(late->stderr_text());
-    REQUIRE(late_code == 0);
-    CHECK(rounds_in(late_path) == 2);
-
-    // A perf that ignores the `-- sleep` bounding its run records until stopped: the run
-    // still ends, in rounds and in one stream, a little past its time (both at once).
-    std::vector<std::pair<std::string, std::unique_ptr<test_support::spawned>>> endless;
-    for (const std::string perf_kind : {"ignores-workload", "no-pipe,ignores-workload"}) {
-        const auto out = (dir.path / (perf_kind.substr(0, 7) + ".txt")).string();
-        endless.emplace_back(out,
-                             start_odd_agent(flavour, perf_kind,
-                                             {"--output", out, "--pid", std::to_string(demo->pid()),
-                                              "--rounds", "1", "--duration", "1"}));
+    const std::map<std::string, std::size_t> rounds{{"no pipe", 2},        {"short rounds", 3},
+                                                    {"slow script", 1},    {"slow start", 2},
+                                                    {"endless stream", 1}, {"endless rounds", 1}};
+    for (auto& r : runs) {
+        INFO(r.what);
+        const auto code = r.agent->wait(90s);
+        INFO(r.agent->stderr_text());
+        if (r.what == "no events") {
+            CHECK(code == 1);
+            CHECK_THAT(r.agent->stderr_text(), Catch::Contains("cannot sample any event"));
+            CHECK_FALSE(fs::exists(r.out));
+            continue;
+        }
+        REQUIRE(code == 0);
+        CHECK(rounds_in(r.out) == rounds.at(r.what));
     }
-    for (auto& [out, agent] : endless) {
-        INFO(out);
-        const auto ended = agent->wait(60s);
-        INFO(agent->stderr_text());
-        REQUIRE(ended == 0);
-        CHECK(rounds_in(out) == 1);
-    }
-
-    const auto nothing = (dir.path / "nothing.txt").string();
-    auto no_events = start_odd_agent(flavour, "no-events",
-                                     {"--output", nothing, "--pid", std::to_string(demo->pid())});
-    CHECK(no_events->wait(60s) == 1);
-    CHECK_THAT(no_events->stderr_text(), Catch::Contains("cannot sample any event"));
-    CHECK_FALSE(fs::exists(nothing));
 }
 
 TEST_CASE("a stop that does not drain ends a run at once: a perf script that would name what "
