@@ -89,6 +89,7 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$root/test/sanitizers/tsan.supp" PERF
     "$suite" "[shutdown],[ingestion]"
 
 if ((fuzz_seconds > 0)); then
+    step "build the libFuzzer targets (clang)"
     CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPERFWIRE_FUZZ=ON -DPERFWIRE_TESTS=OFF \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build build-fuzz -j "$jobs" --target protocol_fuzz script_fuzz
