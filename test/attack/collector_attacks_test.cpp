@@ -378,6 +378,10 @@ TEST_CASE("agents enroll before anything is stored — several tokens rotate, a 
     CHECK(meta.at("enrolled_as") == "lab-a");
     CHECK(collector::fleet_device(meta.as_object(), "perfwire") ==
           "lab-a/" + std::string(meta.at("hostname").as_string()));
+    // An agent of an unlabelled token cannot name itself into lab-a's devices.
+    CHECK(collector::fleet_device({{"hostname", "lab-a/board-17"}}, "perfwire") ==
+          "lab-a_board-17");
+    CHECK(collector::fleet_device({{"hostname", ""}}, "perfwire") == "perfwire");
     enrolled.reset(); // SIGKILL: the session stays, as received
     // The token is never logged or written.
     CHECK(coll.proc->stderr_text().find(new_token) == std::string::npos);

@@ -21,6 +21,8 @@ std::string fleet_device(const boost::json::object& meta, std::string_view agent
     auto name = text("hostname");
     if (name.empty())
         name = agent;
+    // '/' is the label's alone: no agent names itself into a labelled token's devices.
+    std::replace(name.begin(), name.end(), '/', '_');
     const auto label = text("enrolled_as");
     return label.empty() ? name : label + "/" + name;
 }

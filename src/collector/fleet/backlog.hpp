@@ -34,7 +34,7 @@ class symbolizer;
 // The device a session's rows name in the fleet store: the agent's host name (its own word;
 // its agent's name when it gave none), under the label of the enrollment token that admitted
 // it ("LABEL/hostname", --agent-token TOKEN:LABEL): only that token's holders write into the
-// histories of that label's devices.
+// histories of that label's devices (a '/' in the agent's own name becomes '_').
 std::string fleet_device(const boost::json::object& meta, std::string_view agent);
 
 class fleet_backlog {
