@@ -243,26 +243,33 @@ int main(int argc, char** argv) {
                              "bench.frames WHERE build_id = 'ab12'))")));
 
     if (hostile_millions > 0) {
-        // A device whose every sample has a function and a caller of its own, in chunks of
-        // 20,000 samples as the attack test sends them.
+        // A device whose every sample has a function and a caller of its own, sent in chunks
+        // of 20,000 samples as the attack test sends them. (One session's profile, as the
+        // collector keeps it: the encoder knows its frames by their place in it.)
         const auto frames = static_cast<std::uint64_t>(hostile_millions * 1e6);
-        fleet_encoder enc({"bench", "hostile", "session-hostile", 1'790'000'000'000'000'000ULL});
-        const auto h0 = clock_type::now();
-        std::uint32_t n = 0;
-        for (std::uint64_t from = 0; from < frames; from += 20'000, ++n) {
-            profile hp;
-            script_parser hparser(hp);
+        profile hp;
+        script_parser hparser(hp);
+        for (std::uint64_t from = 0; from < frames; from += 20'000) {
             std::string text;
             for (std::uint64_t k = from; k < std::min(frames, from + 20'000); ++k) {
                 const auto id = std::to_string(k);
-                text += "w 7/7 1." + std::to_string(100000 + k - from) +
-                        ": 1000 cpu-clock:\n\t 1 f" + id + "+0x1 (/x)\n\t 1 caller" + id +
-                        "+0x2 (/x)\n\t 1 main+0x3 (/x)\n\n";
+                char time[32]; // a microsecond apart
+                std::snprintf(time, sizeof time, "%llu.%06llu",
+                              static_cast<unsigned long long>(1 + k / 1'000'000),
+                              static_cast<unsigned long long>(k % 1'000'000));
+                text += std::string("w 7/7 ") + time + ": 1000 cpu-clock:\n\t 1 f" + id +
+                        "+0x1 (/x)\n\t 1 caller" + id + "+0x2 (/x)\n\t 1 main+0x3 (/x)\n\n";
             }
             hparser.feed(text);
-            hparser.finish();
-            store.add(enc.encode(hp, 0, hp.sample_count(), n, {}, UINT64_MAX));
         }
+        hparser.finish();
+        fleet_encoder enc({"bench", "hostile", "session-hostile", 1'790'000'000'000'000'000ULL});
+        const auto h0 = clock_type::now();
+        std::uint32_t n = 0;
+        for (std::uint64_t from = 0; from < hp.sample_count(); from += 20'000, ++n)
+            store.add(enc.encode(hp, from,
+                                 std::min<std::uint64_t>(hp.sample_count(), from + 20'000), n, {},
+                                 UINT64_MAX));
         if (!store.flush(std::chrono::minutes(30))) {
             std::fprintf(stderr, "fleet_store: the hostile device was not all written\n");
             return 1;
