@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
         const auto bytes = std::strtoul(size.c_str(), nullptr, 10);
         const auto perf_name = perf_symbol_name(name);
         for (std::uint32_t off = 0; off < bytes && sites.size() < max_sites; off += 16)
-            sites.push_back({binary, perf_name, off});
+            sites.push_back(
+                {binary, perf_name, off, std::string(owner_recording)}); // the owner's own binary
     }
 
     symbolizer sym;

@@ -196,7 +196,8 @@ std::size_t symbolizer::table_bytes_locked() const {
 void symbolizer::fit_tables_locked(const module_slot* keep) {
     if (table_limit_ == SIZE_MAX)
         return;
-    while (table_bytes_locked() > table_limit_) {
+    // Counted once; a forgotten table's bytes taken off unless another module still holds it.
+    for (std::size_t held = table_bytes_locked(); held > table_limit_;) {
         auto oldest = tables_.end();
         for (auto t = tables_.begin(); t != tables_.end(); ++t)
             if (t->second.get() != keep && t->second->value && t->second->value->symbols &&
@@ -204,7 +205,12 @@ void symbolizer::fit_tables_locked(const module_slot* keep) {
                 oldest = t;
         if (oldest == tables_.end())
             return;
+        const auto table = oldest->second->value->symbols;
         tables_.erase(oldest);
+        if (std::none_of(tables_.begin(), tables_.end(), [&](const auto& t) {
+                return t.second->value && t.second->value->symbols == table;
+            }))
+            held -= std::min(held, table->memory_bytes());
     }
 }
 
