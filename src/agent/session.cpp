@@ -397,7 +397,7 @@ asio::awaitable<void> session::metrics_loop() {
 
 asio::awaitable<command_response> session::handle(const protocol::command_request& req) {
     const auto& id = req.id;
-    if (req.cmd == "auth") {
+    if (req.cmd == protocol::cmd::auth) {
         if (!token_)
             co_return command_response::success(id);
         const auto* t = req.args.if_contains("token");
@@ -442,101 +442,121 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         co_return command_response::failure(id, "unauthenticated");
     }
 
-    if (req.cmd == "ping")
-        co_return command_response::success(id);
-    if (req.cmd == "kallsyms")
-        co_return cmd_kallsyms(id);
-    if (req.cmd == "status")
-        co_return cmd_status(id);
-    if (req.cmd == "list_processes")
-        co_return co_await cmd_list_processes(id);
-    if (req.cmd == "verify_pid") {
-        const auto arg = int_arg(req.args, "pid", 1, max_pid);
-        if (!arg.error.empty())
-            co_return command_response::failure(id, arg.error);
-        if (!arg.value)
-            co_return command_response::failure(id, "pid required");
-        const int* pid = &*arg.value;
-        json::object f;
-        f["pid"] = *pid;
-        const auto stat = procfs::read_file("/proc/" + std::to_string(*pid) + "/stat");
-        const auto parsed = stat ? procfs::parse_pid_stat(*stat) : std::nullopt;
-        f["exists"] = parsed.has_value();
-        if (parsed)
-            f["info"] = process_info(parsed->comm, read_cmdline(*pid));
-        co_return command_response::success(id, std::move(f));
-    }
-    if (req.cmd == "verify_perf")
-        co_return co_await cmd_verify_perf(id);
-    if (req.cmd == "reprobe") {
-        const auto arg = int_arg(req.args, "pid", 1, max_pid);
-        if (!arg.error.empty())
-            co_return command_response::failure(id, arg.error);
-        auto pid = arg.value;
-        if (!pid)
-            pid = settings_.record.pid;
-        co_await ensure_probed(pid, true);
-        co_return command_response::success(id, caps_->to_json());
-    }
-    if (req.cmd == "start")
-        co_return co_await cmd_start(req);
-    if (req.cmd == "stop") {
-        // "drain": false ends the run at once, dropping what perf script has not printed yet.
-        const auto* drain_arg = req.args.if_contains("drain");
-        if (drain_arg && !drain_arg->is_bool())
-            co_return command_response::failure(id, "drain must be true or false");
-        const bool drain = !drain_arg || drain_arg->as_bool();
-        if (state_ == state::idle)
-            co_return command_response::failure(id, "not profiling");
-        co_await end_collection(drain);
-        state_ = state::idle;
-        log(peer_, drain ? "profiling stopped" : "profiling stopped (not drained)");
-        co_return command_response::success(id, state_fields("idle"));
-    }
-    if (req.cmd == "pause") {
-        if (state_ != state::profiling)
-            co_return command_response::failure(id, "not profiling");
-        co_await end_collection();
-        state_ = state::paused;
-        log(peer_, "profiling paused");
-        co_return command_response::success(id, state_fields("paused"));
-    }
-    if (req.cmd == "resume") {
-        if (state_ != state::paused)
-            co_return command_response::failure(id, "not paused");
-        begin_collection();
-        log(peer_, "profiling resumed");
-        co_return command_response::success(id, state_fields("profiling"));
-    }
-    if (req.cmd == "configure") {
-        const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
-        const auto dur_arg = int_arg(req.args, "duration", 1, 3600);
-        if (!freq_arg.error.empty() || !dur_arg.error.empty())
-            co_return command_response::failure(id, freq_arg.error.empty() ? dur_arg.error
-                                                                           : freq_arg.error);
-        const auto freq = freq_arg.value;
-        const auto dur = dur_arg.value;
-        if (freq)
-            settings_.record.frequency = *freq;
-        if (dur)
-            settings_.chunk_duration = std::chrono::seconds(*dur);
-        if (state_ == state::profiling) {
-            // Takes effect now: restart the pipeline with the new settings.
-            co_await end_collection();
-            begin_collection();
-        }
-        co_return command_response::success(
-            id, timing_fields(settings_.record.frequency, settings_.chunk_duration));
-    }
-    if (req.cmd == "configure_metrics")
-        co_return cmd_configure_metrics(req);
-    if (req.cmd == "update")
-        co_return cmd_update(req);
-    if (req.cmd == "update_data")
-        co_return cmd_update_data(req);
-    if (req.cmd == "update_apply")
-        co_return co_await cmd_update_apply(id);
+    // The commands an authenticated collector may ask, by their protocol names.
+    using handler =
+        asio::awaitable<command_response> (session::*)(const protocol::command_request&);
+    static constexpr std::pair<std::string_view, handler> commands[] = {
+        {protocol::cmd::ping, &session::cmd_ping},
+        {protocol::cmd::kallsyms, &session::cmd_kallsyms},
+        {protocol::cmd::status, &session::cmd_status},
+        {protocol::cmd::list_processes, &session::cmd_list_processes},
+        {protocol::cmd::verify_pid, &session::cmd_verify_pid},
+        {protocol::cmd::verify_perf, &session::cmd_verify_perf},
+        {protocol::cmd::reprobe, &session::cmd_reprobe},
+        {protocol::cmd::start, &session::cmd_start},
+        {protocol::cmd::stop, &session::cmd_stop},
+        {protocol::cmd::pause, &session::cmd_pause},
+        {protocol::cmd::resume, &session::cmd_resume},
+        {protocol::cmd::configure, &session::cmd_configure},
+        {protocol::cmd::configure_metrics, &session::cmd_configure_metrics},
+        {protocol::cmd::update, &session::cmd_update},
+        {protocol::cmd::update_data, &session::cmd_update_data},
+        {protocol::cmd::update_apply, &session::cmd_update_apply},
+    };
+    for (const auto& [name, run] : commands)
+        if (req.cmd == name)
+            co_return co_await (this->*run)(req);
     co_return command_response::failure(id, "unknown command: " + req.cmd);
+}
+
+asio::awaitable<command_response> session::cmd_ping(const protocol::command_request& req) {
+    co_return command_response::success(req.id);
+}
+
+asio::awaitable<command_response> session::cmd_verify_pid(const protocol::command_request& req) {
+    const auto& id = req.id;
+    const auto arg = int_arg(req.args, "pid", 1, max_pid);
+    if (!arg.error.empty())
+        co_return command_response::failure(id, arg.error);
+    if (!arg.value)
+        co_return command_response::failure(id, "pid required");
+    const int* pid = &*arg.value;
+    json::object f;
+    f["pid"] = *pid;
+    const auto stat = procfs::read_file("/proc/" + std::to_string(*pid) + "/stat");
+    const auto parsed = stat ? procfs::parse_pid_stat(*stat) : std::nullopt;
+    f["exists"] = parsed.has_value();
+    if (parsed)
+        f["info"] = process_info(parsed->comm, read_cmdline(*pid));
+    co_return command_response::success(id, std::move(f));
+}
+
+asio::awaitable<command_response> session::cmd_reprobe(const protocol::command_request& req) {
+    const auto& id = req.id;
+    const auto arg = int_arg(req.args, "pid", 1, max_pid);
+    if (!arg.error.empty())
+        co_return command_response::failure(id, arg.error);
+    auto pid = arg.value;
+    if (!pid)
+        pid = settings_.record.pid;
+    co_await ensure_probed(pid, true);
+    co_return command_response::success(id, caps_->to_json());
+}
+
+asio::awaitable<command_response> session::cmd_stop(const protocol::command_request& req) {
+    const auto& id = req.id;
+    // "drain": false ends the run at once, dropping what perf script has not printed yet.
+    const auto* drain_arg = req.args.if_contains("drain");
+    if (drain_arg && !drain_arg->is_bool())
+        co_return command_response::failure(id, "drain must be true or false");
+    const bool drain = !drain_arg || drain_arg->as_bool();
+    if (state_ == state::idle)
+        co_return command_response::failure(id, "not profiling");
+    co_await end_collection(drain);
+    state_ = state::idle;
+    log(peer_, drain ? "profiling stopped" : "profiling stopped (not drained)");
+    co_return command_response::success(id, state_fields("idle"));
+}
+
+asio::awaitable<command_response> session::cmd_pause(const protocol::command_request& req) {
+    const auto& id = req.id;
+    if (state_ != state::profiling)
+        co_return command_response::failure(id, "not profiling");
+    co_await end_collection();
+    state_ = state::paused;
+    log(peer_, "profiling paused");
+    co_return command_response::success(id, state_fields("paused"));
+}
+
+asio::awaitable<command_response> session::cmd_resume(const protocol::command_request& req) {
+    const auto& id = req.id;
+    if (state_ != state::paused)
+        co_return command_response::failure(id, "not paused");
+    begin_collection();
+    log(peer_, "profiling resumed");
+    co_return command_response::success(id, state_fields("profiling"));
+}
+
+asio::awaitable<command_response> session::cmd_configure(const protocol::command_request& req) {
+    const auto& id = req.id;
+    const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
+    const auto dur_arg = int_arg(req.args, "duration", 1, 3600);
+    if (!freq_arg.error.empty() || !dur_arg.error.empty())
+        co_return command_response::failure(id, freq_arg.error.empty() ? dur_arg.error
+                                                                       : freq_arg.error);
+    const auto freq = freq_arg.value;
+    const auto dur = dur_arg.value;
+    if (freq)
+        settings_.record.frequency = *freq;
+    if (dur)
+        settings_.chunk_duration = std::chrono::seconds(*dur);
+    if (state_ == state::profiling) {
+        // Takes effect now: restart the pipeline with the new settings.
+        co_await end_collection();
+        begin_collection();
+    }
+    co_return command_response::success(
+        id, timing_fields(settings_.record.frequency, settings_.chunk_duration));
 }
 
 std::string_view session::update_policy() const {
@@ -549,11 +569,11 @@ std::string_view session::update_policy() const {
     return protocol::updates::needs_key;
 }
 
-command_response session::cmd_update(const protocol::command_request& req) {
+asio::awaitable<command_response> session::cmd_update(const protocol::command_request& req) {
     update_.reset(); // an earlier offer's file goes
     if (!cfg_.allow_update)
-        return command_response::failure(req.id, "refused: this agent was started with "
-                                                 "--no-update");
+        co_return command_response::failure(req.id, "refused: this agent was started with "
+                                                    "--no-update");
     auto text = [&](const char* key) -> std::string {
         const auto* v = req.args.if_contains(key);
         return v && v->is_string() ? std::string(v->get_string()) : std::string();
@@ -567,19 +587,19 @@ command_response session::cmd_update(const protocol::command_request& req) {
         update_receiver::begin(offer, cfg_.self_path, cfg_.update_pubkey, pinned_link(), version());
     if (auto* why = std::get_if<std::string>(&made)) {
         log(peer_, "update refused: " + *why);
-        return command_response::failure(req.id, *why);
+        co_return command_response::failure(req.id, *why);
     }
     update_ = std::move(std::get<0>(made));
     log(peer_, "receiving agent " + offer.version + " (" + std::to_string(offer.size) +
                    " bytes) into " + update_->file().string());
     json::object f;
     f["piece"] = max_update_piece;
-    return command_response::success(req.id, std::move(f));
+    co_return command_response::success(req.id, std::move(f));
 }
 
-command_response session::cmd_update_data(const protocol::command_request& req) {
+asio::awaitable<command_response> session::cmd_update_data(const protocol::command_request& req) {
     if (!update_)
-        return command_response::failure(req.id, "no update offered");
+        co_return command_response::failure(req.id, "no update offered");
     // Any bad piece ends the offer, and its file goes with it.
     const auto abandon = [&](const std::string& why) {
         update_.reset();
@@ -589,21 +609,22 @@ command_response session::cmd_update_data(const protocol::command_request& req) 
     const auto* offset = req.args.if_contains("offset");
     const auto* data = req.args.if_contains("data");
     if (!offset || !offset->is_int64() || offset->get_int64() < 0 || !data || !data->is_string())
-        return abandon("update_data needs offset and data (base64)");
+        co_return abandon("update_data needs offset and data (base64)");
     if (data->get_string().size() > (max_update_piece + 2) / 3 * 4)
-        return abandon("a piece is at most " + std::to_string(max_update_piece) + " bytes");
+        co_return abandon("a piece is at most " + std::to_string(max_update_piece) + " bytes");
     const auto bytes = protocol::base64_decode(data->get_string());
     if (!bytes)
-        return abandon("data is not base64");
+        co_return abandon("data is not base64");
     if (auto why = update_->write(static_cast<std::uint64_t>(offset->get_int64()), *bytes);
         !why.empty())
-        return abandon(why);
+        co_return abandon(why);
     json::object f;
     f["received"] = update_->received();
-    return command_response::success(req.id, std::move(f));
+    co_return command_response::success(req.id, std::move(f));
 }
 
-asio::awaitable<command_response> session::cmd_update_apply(const std::string& id) {
+asio::awaitable<command_response> session::cmd_update_apply(const protocol::command_request& req) {
+    const auto& id = req.id;
     if (!update_)
         co_return command_response::failure(id, "no update offered");
     auto receiver = std::move(update_); // whatever happens, this offer is over
@@ -645,24 +666,26 @@ asio::awaitable<command_response> session::cmd_update_apply(const std::string& i
     co_return command_response::success(id, std::move(f));
 }
 
-command_response session::cmd_kallsyms(const std::string& id) {
+asio::awaitable<command_response> session::cmd_kallsyms(const protocol::command_request& req) {
+    const auto& id = req.id;
     if (!cfg_.allow_kallsyms)
-        return command_response::failure(id, "not permitted: the agent was started without "
-                                             "--allow-kallsyms");
+        co_return command_response::failure(id, "not permitted: the agent was started without "
+                                                "--allow-kallsyms");
     const auto text = procfs::read_file("/proc/kallsyms");
     if (!text)
-        return command_response::failure(id, "cannot read /proc/kallsyms");
+        co_return command_response::failure(id, "cannot read /proc/kallsyms");
     auto symbols = procfs::parse_kallsyms(*text);
     if (symbols.empty())
-        return command_response::failure(
+        co_return command_response::failure(
             id, "the kernel hides its symbol addresses (kernel.kptr_restrict)");
     json::object f;
     f["count"] = std::count(symbols.begin(), symbols.end(), '\n');
     f["symbols"] = std::move(symbols);
-    return command_response::success(id, std::move(f));
+    co_return command_response::success(id, std::move(f));
 }
 
-command_response session::cmd_status(const std::string& id) {
+asio::awaitable<command_response> session::cmd_status(const protocol::command_request& req) {
+    const auto& id = req.id;
     json::object f;
     f["state"] = state_ == state::idle ? "idle" : state_ == state::paused ? "paused" : "profiling";
     f["pid"] = settings_.record.pid ? json::value(*settings_.record.pid) : json::value(nullptr);
@@ -684,10 +707,12 @@ command_response session::cmd_status(const std::string& id) {
     f["lost_samples"] = lost_samples_;
     f["dropped_chunks"] = dropped_chunks_;
     f["chunks"] = current_ ? current_->chunks() : 0;
-    return command_response::success(id, std::move(f));
+    co_return command_response::success(id, std::move(f));
 }
 
-asio::awaitable<command_response> session::cmd_list_processes(const std::string& id) {
+asio::awaitable<command_response>
+session::cmd_list_processes(const protocol::command_request& req) {
+    const auto& id = req.id;
     const auto before = snapshot_processes();
     asio::steady_timer t(ex_, std::chrono::milliseconds(500));
     co_await t.async_wait(use_nothrow);
@@ -695,7 +720,8 @@ asio::awaitable<command_response> session::cmd_list_processes(const std::string&
     co_return command_response::success(id, process_list(rows));
 }
 
-asio::awaitable<command_response> session::cmd_verify_perf(const std::string& id) {
+asio::awaitable<command_response> session::cmd_verify_perf(const protocol::command_request& req) {
+    const auto& id = req.id;
     json::object f;
     f["perf_event_paranoid"] = read_perf_event_paranoid();
     const auto path = find_program(cfg_.perf_path);
@@ -716,7 +742,8 @@ asio::awaitable<command_response> session::cmd_verify_perf(const std::string& id
     co_return command_response::success(id, std::move(f));
 }
 
-command_response session::cmd_configure_metrics(const protocol::command_request& req) {
+asio::awaitable<command_response>
+session::cmd_configure_metrics(const protocol::command_request& req) {
     auto flag = [&](std::string_view key, bool& slot) {
         if (const auto* v = req.args.if_contains(key); v && v->is_bool())
             slot = v->as_bool();
@@ -727,14 +754,14 @@ command_response session::cmd_configure_metrics(const protocol::command_request&
     flag("threads", metrics_threads_);
     const auto [interval, bad] = int_arg(req.args, "interval", 1, 60000);
     if (!bad.empty())
-        return command_response::failure(req.id, bad);
+        co_return command_response::failure(req.id, bad);
     if (interval) {
         // seconds, or milliseconds when large
         const int ms = *interval <= 60 ? *interval * 1000 : *interval;
         metrics_interval_ = std::chrono::milliseconds(std::clamp(ms, 250, 60000));
     }
     metrics_timer_.cancel();
-    return command_response::success(
+    co_return command_response::success(
         req.id, {{"enabled", metrics_enabled_},
                  {"interval", static_cast<double>(metrics_interval_.count()) / 1000.0},
                  {"network", metrics_network_},

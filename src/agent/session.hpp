@@ -80,15 +80,29 @@ private:
     asio::awaitable<void> auth_deadline();
 
     asio::awaitable<protocol::command_response> handle(const protocol::command_request& req);
+    // One per command, as handle() dispatches them.
+    asio::awaitable<protocol::command_response> cmd_ping(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_kallsyms(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_status(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_list_processes(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_verify_pid(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_verify_perf(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_reprobe(const protocol::command_request& req);
     asio::awaitable<protocol::command_response> cmd_start(const protocol::command_request& req);
-    asio::awaitable<protocol::command_response> cmd_list_processes(const std::string& id);
-    asio::awaitable<protocol::command_response> cmd_verify_perf(const std::string& id);
-    protocol::command_response cmd_status(const std::string& id);
-    protocol::command_response cmd_kallsyms(const std::string& id);
-    protocol::command_response cmd_configure_metrics(const protocol::command_request& req);
-    protocol::command_response cmd_update(const protocol::command_request& req);
-    protocol::command_response cmd_update_data(const protocol::command_request& req);
-    asio::awaitable<protocol::command_response> cmd_update_apply(const std::string& id);
+    asio::awaitable<protocol::command_response> cmd_stop(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_pause(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_resume(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_configure(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_configure_metrics(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_update(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_update_data(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response>
+    cmd_update_apply(const protocol::command_request& req);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller

@@ -1,6 +1,6 @@
 #include "collector/app.hpp"
 
-#include "collector/agents/agent_link.hpp"
+#include "collector/agents/admission.hpp"
 #include "collector/context.hpp"
 #include "collector/fleet/backlog.hpp"
 #include "collector/fleet/store.hpp"
@@ -54,6 +54,7 @@ asio::awaitable<void> keep_within_bounds(app_context& app) {
             co_return;
         app.symbols.close_idle();
         const auto m = app.sessions.enforce();
+        app.changed(change::status, {}); // told to the browsers when it changed
         const bool now = m.live + m.saved > m.budget / 4 * 3 &&
                          m.allowance <= memory_use::least_allowance; // folded as far as it goes
         if (now != over)
@@ -304,7 +305,7 @@ int run(const config& c) {
             app.api_token_file + " into the UI; API clients send Authorization: Bearer with it");
     }
 
-    asio::co_spawn(io, accept_agents(app, agents), report);
+    asio::co_spawn(io, agents::accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);
     asio::co_spawn(io, keep_within_bounds(app), report);
 

@@ -16,6 +16,7 @@ enum class change {
     targets,  // an agent came, went, or changed state
     data,     // a live session took a chunk
     sessions, // a session was created, ended, imported or removed
+    status,   // the collector's status may have changed (its memory, connections, fleet store)
 };
 
 class browser_feed {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "collector/agent_binaries.hpp"
+#include "collector/agents/registry.hpp"
 #include "collector/browsers.hpp"
 #include "collector/connections.hpp"
 #include "collector/http/access.hpp"
@@ -29,10 +30,8 @@ struct signing_key;
 
 namespace collector {
 
-class agent_link;
 class fleet_store;
 class fleet_backlog;
-struct turn_queue;
 
 struct app_context {
     app_context(asio::io_context& io_context, config c);
@@ -43,8 +42,6 @@ struct app_context {
     asio::thread_pool pool{2};
     session_store store;
     session_registry sessions;
-    std::map<std::string, std::weak_ptr<agent_link>, std::less<>> targets;
-    std::uint64_t next_target = 1;
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::string agent_listen_address; // "host:port" once bound
     connection_budget connections;    // every connection accepted holds a slot
@@ -80,9 +77,8 @@ struct app_context {
     // --agent-update-key: the key offers are signed with (its public half in /api/status).
     std::shared_ptr<const protocol::tls::signing_key> update_key;
 
-    // Devices' kernel symbols (up to 96 MiB of text an answer, held a few times over while it
-    // is read and parsed) are asked of one agent at a time (agents/agent_link.cpp).
-    std::shared_ptr<turn_queue> kernel_symbol_turns;
+    // The agents connected now, by target id (agents/registry.hpp).
+    agents::registry agents;
 
     // What ends when the collector stops (stopping.hpp); stops.stopping() once it does.
     stop_registry stops;

@@ -52,33 +52,14 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
     return meta;
 }
 
-// On the strand: disk first, so a crash after it loses nothing that arrived. A chunk that
-// cannot be written is still parsed and shown, kept, and written once there is room; the
-// session says what the recording on disk lacks meanwhile. Past session_entry::max_junk_bytes
-// of chunks that brought nothing (no sample, no perf stat report), a chunk is parsed first and
-// stored only if it brings something: an agent streaming junk fills no disk.
-// `text`: the payload decompressed already, or empty.
-void take_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
-                const std::string& payload, std::string_view text,
-                const fleet_encoder::origin* fleet) {
-    const auto unsaved_before = e.unsaved_chunks();
-    const bool suspect = e.junk_bytes >= session_entry::max_junk_bytes;
-    bool stored = true;
-    const auto store = [&] {
-        stored = store_chunk(e, compressed, payload);
-        if (e.rebuilding) // a new model is being built from the chunks stored before this one
-            e.rebuilding->chunks.emplace_back(compressed, payload);
-        if (!stored)
-            log(who, "cannot store chunk (kept in memory, written when there is room): " +
-                         e.store_error);
-    };
-    if (!suspect)
-        store();
-    const auto samples_before = e.model->prof.sample_count();
-    const auto stats_before = e.model->stat_intervals;
+// On the strand: the chunk taken into the session (sessions.hpp, take_chunk), its samples
+// also written to the fleet store as this model named them, before any is folded; what
+// happened said in the log. `text`: the payload decompressed already, or empty.
+void ingest_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
+                  const std::string& payload, std::string_view text,
+                  const fleet_encoder::origin* fleet) {
     const auto past_room_before = e.model->prof.past_room_samples();
     e.model->allowance = e.allowance.load();
-    // The fleet store gets the chunk's samples as this model named them, before any is folded.
     std::function<void(std::size_t, std::size_t)> to_fleet;
     if (fleet && app.fleet)
         to_fleet = [&, chunk = static_cast<std::uint32_t>(e.model->chunks)](std::size_t from,
@@ -92,39 +73,27 @@ void take_chunk(session_entry& e, const app_context& app, const std::string& who
                 static_cast<std::uint64_t>(
                     std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())));
         };
-    // (folding the oldest samples past the allowance)
-    const bool parsed = compressed && !text.empty()
-                            ? e.model->ingest(false, text, to_fleet)
-                            : e.model->ingest(compressed, payload, to_fleet);
-    if (!parsed)
+    const auto taken = take_chunk(e, app.store, compressed, payload, [&] {
+        // (folding the oldest samples past the allowance)
+        return compressed && !text.empty() ? e.model->ingest(false, text, to_fleet)
+                                           : e.model->ingest(compressed, payload, to_fleet);
+    });
+    if (!taken.stored)
+        log(who,
+            "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
+    if (!taken.parsed)
         log(who, "unreadable data chunk skipped");
-    const bool brought =
-        e.model->prof.sample_count() > samples_before || e.model->stat_intervals > stats_before;
-    if (brought && suspect) {
-        store();
-    } else if (!brought && !suspect) {
-        e.junk_bytes += payload.size();
-    } else if (!brought) {
-        if (!e.refused_chunks++)
-            log(who, "its chunks brought no sample past " +
-                         std::to_string(session_entry::max_junk_bytes >> 20) +
-                         " MB: those that bring none are no longer stored (refused_chunks)");
-        e.refused_bytes += payload.size();
-    }
+    if (taken.first_refused)
+        log(who, "its chunks brought no sample past " +
+                     std::to_string(session_entry::max_junk_bytes >> 20) +
+                     " MB: those that bring none are no longer stored (refused_chunks)");
     if (past_room_before == 0 && e.model->prof.past_room_samples() > 0)
         log(who, "its frames, call paths and threads fill its share of the memory budget (" +
                      std::to_string(e.model->allowance >> 20) +
                      " MB): samples that need new ones are counted as \"" +
                      std::string(profile::past_room_symbol) + "\" (past_room_samples)");
-    if (!stored)
-        chunk_samples(e, e.model->prof.sample_count() - samples_before);
-    if (e.unsaved_chunks() != unsaved_before) {
-        if (stored)
-            log(who, "the chunks kept in memory are on disk now");
-        note_unsaved(e, app.store);
-    }
-    publish_counts(e);
-    ++e.version;
+    if (taken.saved_again)
+        log(who, "the chunks kept in memory are on disk now");
 }
 
 // On the strand of a live session: named again with the symbols as they are now, within its
@@ -284,10 +253,9 @@ void in_order(const std::shared_ptr<session_entry>& e, app_context& app,
 
 } // namespace
 
-boost::system::result<std::unique_ptr<live_session>> live_session::open(app_context& app,
-                                                                        std::string who,
-                                                                        std::string_view agent_name,
-                                                                        const json::object& meta) {
+boost::system::result<std::unique_ptr<live_session>>
+live_session::open(app_context& app, std::string who, std::string_view agent_name,
+                   const json::object& meta, std::function<void()> kernel_wanted) {
     auto created = app.sessions.create_live(agent_name, meta);
     if (!created)
         return created.error();
@@ -304,16 +272,18 @@ boost::system::result<std::unique_ptr<live_session>> live_session::open(app_cont
         if (app.backlog)
             app.backlog->opened((*created)->id);
     }
-    return std::unique_ptr<live_session>(
-        new live_session(app, std::move(*created), std::move(who), std::move(fleet)));
+    return std::unique_ptr<live_session>(new live_session(
+        app, std::move(*created), std::move(who), std::move(fleet), std::move(kernel_wanted)));
 }
 
 live_session::live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
-                           std::shared_ptr<const fleet_encoder::origin> fleet)
+                           std::shared_ptr<const fleet_encoder::origin> fleet,
+                           std::function<void()> kernel_wanted)
     : app_(app)
     , entry_(std::move(entry))
     , who_(std::move(who))
-    , fleet_(std::move(fleet)) {}
+    , fleet_(std::move(fleet))
+    , kernel_wanted_(std::move(kernel_wanted)) {}
 
 const std::string& live_session::id() const noexcept {
     return entry_->id;
@@ -328,13 +298,16 @@ void live_session::chunk(bool compressed, std::string payload, std::function<voi
     in_order(
         entry_, app_,
         [e = entry_, app = &app_, who = who_, compressed, data, digested = std::move(digested),
-         fleet = fleet_](std::string_view text) {
-            take_chunk(*e, *app, who, compressed, *data, text, fleet.get());
+         fleet = fleet_, kernel_wanted = kernel_wanted_](std::string_view text) {
+            ingest_chunk(*e, *app, who, compressed, *data, text, fleet.get());
             if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
                 e->wants_kernel_symbols = true;
-            asio::post(app->io, [app, id = e->id, digested] {
+            const bool unnamed_kernel = e->wants_kernel_symbols && kernel_wanted;
+            asio::post(app->io, [app, id = e->id, digested, unnamed_kernel, kernel_wanted] {
                 digested();
                 app->changed(change::data, id);
+                if (unnamed_kernel)
+                    kernel_wanted();
             });
         },
         data, compressed);

@@ -26,9 +26,11 @@ class live_session {
 public:
     // A new live session for the agent `who` names in the log: its folder is made (named
     // after `agent_name`) with `meta`. An error when the folder cannot be made.
+    // `kernel_wanted`: called on the I/O thread after a chunk whose kernel frames stayed
+    // unnamed, while the session has no kernel symbols (the link asks its agent for them).
     static boost::system::result<std::unique_ptr<live_session>>
     open(app_context& app, std::string who, std::string_view agent_name,
-         const boost::json::object& meta);
+         const boost::json::object& meta, std::function<void()> kernel_wanted = nullptr);
     live_session(const live_session&) = delete;
     live_session& operator=(const live_session&) = delete;
 
@@ -37,7 +39,7 @@ public:
     bool wants_kernel_symbols() const noexcept;
 
     // A data chunk as it arrived. `digested` runs on the I/O thread once the chunk is stored
-    // and parsed: the link counts what is still in flight by it.
+    // and parsed: the link's credit for what is still in flight, nothing more.
     void chunk(bool compressed, std::string payload, std::function<void()> digested);
     // One metrics record, already parsed and re-serialised (protocol::serialize): appended to
     // the session, kept in its model, sent to the browsers.
@@ -53,13 +55,15 @@ public:
 
 private:
     live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
-                 std::shared_ptr<const fleet_encoder::origin> fleet);
+                 std::shared_ptr<const fleet_encoder::origin> fleet,
+                 std::function<void()> kernel_wanted);
 
     app_context& app_;
     std::shared_ptr<session_entry> entry_;
     std::string who_;
     // What its samples are called in the fleet store; null when the collector writes to none.
     std::shared_ptr<const fleet_encoder::origin> fleet_;
+    std::function<void()> kernel_wanted_;
     bool ended_ = false;
 };
 

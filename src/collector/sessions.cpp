@@ -429,6 +429,10 @@ std::uint64_t session_entry::unsaved_samples() const {
     return n;
 }
 
+namespace {
+
+// Stores a chunk after any kept from before (in order); false when it could not be written
+// now: it is then kept, and `e.store_error` says why.
 bool store_chunk(session_entry& e, bool compressed, std::string_view payload) {
     if (!e.writer)
         return true;
@@ -459,11 +463,13 @@ bool store_chunk(session_entry& e, bool compressed, std::string_view payload) {
     return false;
 }
 
+// How many samples the chunk just stored brought: counted as unsaved while it waits.
 void chunk_samples(session_entry& e, std::uint64_t samples) {
     if (!e.unsaved.empty() && e.unsaved.back().samples == 0)
         e.unsaved.back().samples = samples;
 }
 
+// The metadata with `unsaved_chunks` / `unsaved_samples` as they are now.
 void note_unsaved(session_entry& e, const session_store& store) {
     if (!e.writer)
         return;
@@ -472,6 +478,45 @@ void note_unsaved(session_entry& e, const session_store& store) {
     meta["unsaved_samples"] = e.unsaved_samples();
     meta["store_error"] = e.store_error;
     (void)e.writer->write_meta(meta); // best effort: the disk may still be full
+}
+
+} // namespace
+
+chunk_taken take_chunk(session_entry& e, const session_store& store, bool compressed,
+                       std::string_view payload, const std::function<bool()>& parse) {
+    chunk_taken out;
+    const auto unsaved_before = e.unsaved_chunks();
+    const bool suspect = e.junk_bytes >= session_entry::max_junk_bytes;
+    const auto keep = [&] {
+        out.stored = store_chunk(e, compressed, payload);
+        if (e.rebuilding) // a new model is being built from the chunks stored before this one
+            e.rebuilding->chunks.emplace_back(compressed, std::string(payload));
+    };
+    if (!suspect)
+        keep();
+    const auto samples_before = e.model->prof.sample_count();
+    const auto stats_before = e.model->stat_intervals;
+    out.parsed = parse();
+    const bool brought =
+        e.model->prof.sample_count() > samples_before || e.model->stat_intervals > stats_before;
+    if (brought && suspect) {
+        keep();
+    } else if (!brought && !suspect) {
+        e.junk_bytes += payload.size();
+    } else if (!brought) {
+        out.first_refused = !e.refused_chunks++;
+        e.refused_bytes += payload.size();
+    }
+    if (!out.stored)
+        chunk_samples(e, e.model->prof.sample_count() - samples_before);
+    if (e.unsaved_chunks() != unsaved_before) {
+        out.saved_again = out.stored;
+        out.unsaved_noted = true;
+        note_unsaved(e, store);
+    }
+    publish_counts(e);
+    ++e.version;
+    return out;
 }
 
 model_seed seed_of(const session_entry& e) {

@@ -241,14 +241,22 @@ void ensure_loaded(session_entry& e, const session_store& store, symbolizer* nam
 inline constexpr std::size_t max_unsaved_bytes = std::size_t{64} << 20;
 inline constexpr int max_stale_rebuilds = 4;
 
-// On the strand of a live session: stores a chunk as it arrived, after any kept from before
-// (in order). False when it could not be written now: it is then kept (see unsaved) and
-// `e.store_error` says why. Call chunk_samples() once the chunk is parsed.
-bool store_chunk(session_entry& e, bool compressed, std::string_view payload);
-// How many samples the chunk just stored brought: counted as unsaved while it waits.
-void chunk_samples(session_entry& e, std::uint64_t samples);
-// Writes the session's metadata with `unsaved_chunks` / `unsaved_samples` as they are now:
-// after a restart the list and the view still say what never reached the disk.
-void note_unsaved(session_entry& e, const session_store& store);
+// What became of a chunk a live session took, for its log.
+struct chunk_taken {
+    bool parsed = true;         // false: unreadable, skipped
+    bool stored = true;         // false: kept in memory; `store_error` says why
+    bool saved_again = false;   // the chunks kept in memory reached the disk with this one
+    bool unsaved_noted = false; // what the recording lacks changed, and the metadata says so
+    bool first_refused = false; // the first chunk refused for bringing nothing
+};
+// On the strand of a live session, one chunk as it arrived: stored, disk first, so a crash
+// after it loses nothing that arrived (a chunk the disk refuses is kept in memory, at most
+// max_unsaved_bytes, written first once there is room, and the metadata says meanwhile what the
+// recording lacks, so a restart still does); parsed by `parse` (false: unreadable); its counts
+// published. Past session_entry::max_junk_bytes of chunks that brought nothing (no sample, no
+// perf stat report), a chunk is parsed first and stored only if it brings something: an agent
+// streaming junk fills no disk. A rebuild under way (rebuilding) gets the chunk too.
+chunk_taken take_chunk(session_entry& e, const session_store& store, bool compressed,
+                       std::string_view payload, const std::function<bool()>& parse);
 
 } // namespace collector

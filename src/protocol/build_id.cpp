@@ -260,11 +260,6 @@ std::optional<std::string> read_build_id(const std::string& path) {
     return build_id(r);
 }
 
-std::optional<elf_facts> parse_elf_facts(std::string_view image) {
-    memory_reader r(image);
-    return facts(r);
-}
-
 std::optional<elf_facts> read_elf_facts(const std::string& path) {
     file_reader r(path);
     if (!r)

@@ -34,7 +34,6 @@ struct elf_facts {
 // nullopt when the file cannot be read or is not ELF. Headers and the few sections read are
 // bounded, like read_build_id.
 std::optional<elf_facts> read_elf_facts(const std::string& path);
-std::optional<elf_facts> parse_elf_facts(std::string_view image);
 
 // perf script prints an address in a module as a file offset (the mapping's page offset plus
 // the distance into it); symbol tables and DWARF use virtual addresses. nullopt when no

@@ -31,7 +31,7 @@ inline constexpr std::string_view auth = "auth", ping = "ping", status = "status
                                   stop = "stop", pause = "pause", resume = "resume",
                                   configure = "configure", configure_metrics = "configure_metrics",
                                   update = "update", update_data = "update_data",
-                                  update_apply = "update_apply";
+                                  update_apply = "update_apply", kallsyms = "kallsyms";
 } // namespace cmd
 
 // What an agent is doing. The agent reports idle, profiling or paused (state notices, and the

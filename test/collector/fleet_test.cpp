@@ -1,4 +1,4 @@
-#include "collector/agents/agent_link.hpp"
+#include "collector/agents/command_link.hpp"
 #include "collector/fleet/clickhouse.hpp"
 #include "collector/fleet/queries.hpp"
 #include "collector/fleet/rows.hpp"
@@ -142,7 +142,14 @@ TEST_CASE("fleet rows: a stack and a frame have one id whichever collector write
     // Another build of a module is another frame.
     CHECK(fleet_encoder::frame_id("f", "/bin/x", "ab") !=
           fleet_encoder::frame_id("f", "/bin/x", ""));
-    CHECK(fleet_encoder::frame_id("f", "/bin/x", "") == fleet_encoder::frame_id("f", "/bin/x", ""));
+    // The ids are the store's keys across collectors and releases: fixed values, so a change
+    // of the hash or of what it covers (which would split every device's history in two) fails
+    // here.
+    CHECK(fleet_encoder::frame_id("f", "/bin/x", "") == 0x1dea75f71db23f42u);
+    CHECK(fleet_encoder::frame_id("matrix_multiply", "/usr/bin/perfwire-demo",
+                                  "5f0c2b8e8a3d4e1f9a7b6c5d4e3f2a1b0c9d8e7f") ==
+          0x71946d5a911d1dc0u);
+    CHECK(*std::min_element(a.stack_ids.begin(), a.stack_ids.end()) == 0x14e3640ea595352u);
 }
 
 TEST_CASE("fleet rows: a sample's time is never after its chunk came, whatever the device's clock "
@@ -483,14 +490,14 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     REQUIRE(targets.size() == 1);
     CHECK(targets[0].at("continuous").as_bool());
     const std::string target(targets[0].at("id").as_string());
-    // A start may take as long as the collector gives it (agent_link::takeover_deadline: the
+    // A start may take as long as the collector gives it (agents::takeover_deadline: the
     // agent ends its continuous run — perf script names what is left of a whole system's
     // samples — then probes perf and starts), so the client waits as long. The user's run
     // lasts until the test stops it.
     const auto started = test_support::http_call(
         c2.http_port, "POST", "/api/targets/" + target + "/command",
         R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + R"(,"duration":60}})",
-        {}, std::chrono::duration_cast<std::chrono::seconds>(agent_link::takeover_deadline()) + 5s);
+        {}, std::chrono::duration_cast<std::chrono::seconds>(agents::takeover_deadline()) + 5s);
     INFO(started.body);
     REQUIRE(started.status == 200);
     const auto users = json::parse(started.body).at("session_id");
@@ -503,7 +510,7 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     const auto stopped = test_support::http_call(
         c2.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"stop"})", {},
         std::chrono::duration_cast<std::chrono::seconds>(
-            agent_link::deadline_for(protocol::cmd::stop)) +
+            agents::deadline_for(protocol::cmd::stop)) +
             5s);
     INFO(stopped.body);
     INFO(agents[2]->stderr_text());
@@ -533,7 +540,7 @@ TEST_CASE("fleet store: two collectors profiling their agents continuously write
     for (auto& a : agents)
         a->signal(SIGTERM);
     for (auto& a : agents)
-        REQUIRE(a->wait(agent_link::deadline_for(protocol::cmd::stop)));
+        REQUIRE(a->wait(agents::deadline_for(protocol::cmd::stop)));
     std::map<std::string, device_sessions> devices;
     for (auto* c : {&c1, &c2}) {
         // Every session ended (its last chunks parsed: slow in a sanitizer build that parses a

@@ -1,35 +1,29 @@
 #include "collector/agents/agent_link.hpp"
 
-#include "collector/accepting.hpp"
-
+#include "collector/agents/admission.hpp"
+#include "collector/agents/continuous.hpp"
+#include "collector/agents/kernel_turns.hpp"
+#include "collector/agents/registry.hpp"
+#include "collector/agents/target_view.hpp"
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
 
-#include "protocol/digest.hpp"
 #include "protocol/error.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/frame_reader.hpp"
 #include "protocol/link_stream.hpp"
-#include "protocol/pairing.hpp"
-#include "protocol/tls.hpp"
-#include "protocol/update.hpp"
 #include "protocol/use_nothrow.hpp"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
 #include <optional>
-#include <unordered_map>
 
 namespace collector {
 using namespace asio::experimental::awaitable_operators;
-using asio::ip::tcp;
 using protocol::agent_state;
 using protocol::command_response;
 using protocol::frame_flag;
@@ -79,73 +73,8 @@ constexpr std::size_t max_read_ahead_bytes = std::size_t{64} << 20;
 constexpr std::size_t max_read_ahead_chunks = 64;
 // Commands past their deadline whose answers still count (one start and a few more).
 constexpr std::size_t max_late_answers = 8;
-// Bytes of an agent build per update_data command (base64 in JSON: ~512 KiB a frame).
-constexpr std::size_t update_piece = std::size_t{384} << 10;
-
-// Connections per source address: a bucket of `burst` that refills at `per_second`. A flood of
-// connect-hello-close from one address is refused at accept, before a byte is read (where agents
-// enroll, past a second, larger bucket); the buckets stay bounded however many addresses there
-// are.
-class admission {
-public:
-    enum class verdict { admit, refuse, refuse_first };
-
-    admission(double burst_size, double rate)
-        : burst(burst_size)
-        , per_second(rate) {}
-
-    verdict check(const std::string& address, std::chrono::steady_clock::time_point now) {
-        if (buckets_.size() >= max_addresses)
-            std::erase_if(buckets_, [&](const auto& kv) { return level(kv.second, now) >= burst; });
-        if (buckets_.size() >= max_addresses)
-            buckets_.clear(); // a spread-out flood: start over rather than grow
-        auto [it, fresh] = buckets_.try_emplace(address, bucket{burst, now, false});
-        bucket& b = it->second;
-        b.tokens = level(b, now);
-        b.at = now;
-        if (b.tokens >= 1) {
-            b.tokens -= 1;
-            b.refusing = false;
-            return verdict::admit;
-        }
-        return std::exchange(b.refusing, true) ? verdict::refuse : verdict::refuse_first;
-    }
-
-private:
-    struct bucket {
-        double tokens;
-        std::chrono::steady_clock::time_point at;
-        bool refusing;
-    };
-    const double burst, per_second;
-    static constexpr std::size_t max_addresses = 4096;
-
-    double level(const bucket& b, std::chrono::steady_clock::time_point now) const {
-        return std::min(burst,
-                        b.tokens + per_second * std::chrono::duration<double>(now - b.at).count());
-    }
-
-    std::unordered_map<std::string, bucket> buckets_;
-};
 
 } // namespace
-
-// Whose turn it is to answer something large: one at a time, the others wait in order.
-struct turn_queue {
-    bool busy = false;
-    std::deque<std::weak_ptr<asio::steady_timer>> waiting;
-    void release() {
-        busy = false;
-        while (!waiting.empty()) {
-            auto next = waiting.front().lock();
-            waiting.pop_front();
-            if (next) {
-                next->cancel();
-                return;
-            }
-        }
-    }
-};
 
 agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_context& app,
                        std::string target_id, std::optional<std::string> token, bool dialled)
@@ -155,7 +84,8 @@ agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_contex
     , id_(std::move(target_id))
     , token_(std::move(token))
     , dialled_(dialled)
-    , continuous_wake_(ex_, asio::steady_timer::time_point::max())
+    , idle_wake_(ex_, asio::steady_timer::time_point::max())
+    , closed_wake_(ex_, asio::steady_timer::time_point::max())
     , wake_writer_(ex_, asio::steady_timer::time_point::max())
     , settled_(ex_, asio::steady_timer::time_point::max())
     , digested_(ex_, asio::steady_timer::time_point::max()) {
@@ -168,162 +98,26 @@ agent_link::agent_link(std::unique_ptr<protocol::link_stream> stream, app_contex
 
 agent_link::~agent_link() = default;
 
+agent_link::security agent_link::link_security() const {
+    security out;
+    out.encrypted = stream_->encrypted();
+    if (out.encrypted)
+        out.tls = stream_->tls_version();
+    out.pinned = dialled_ ? stream_->peer_pin() : std::string();
+    if (!dialled_ && out.encrypted && hello_ && hello_->tls_check)
+        out.pinned = *hello_->tls_check;
+    return out;
+}
+
+void agent_link::set_updating(std::optional<update_progress> u) {
+    updating_ = std::move(u);
+    app_.changed(change::targets, id_);
+}
+
 std::optional<std::string> agent_link::dial_pin() const {
     if (!dialled_ || !stream_->encrypted())
         return std::nullopt;
     return stream_->peer_pin();
-}
-
-json::object agent_link::describe() const {
-    json::object o;
-    o["id"] = id_;
-    o["session_id"] = session_id_.empty() ? json::value(nullptr) : json::value(session_id_);
-    o["last_session_id"] =
-        last_session_id_.empty() ? json::value(nullptr) : json::value(last_session_id_);
-    o["agent"] = hello_ ? json::value(hello_->agent) : json::value(nullptr);
-    o["agent_version"] = hello_ && hello_->agent_version ? json::value(*hello_->agent_version)
-                                                         : json::value(nullptr);
-    o["hostname"] =
-        hello_ && hello_->hostname ? json::value(*hello_->hostname) : json::value(nullptr);
-    o["peer"] = peer_;
-    json::object platform;
-    if (hello_ && hello_->platform) {
-        const auto& p = *hello_->platform;
-        if (p.arch)
-            platform["arch"] = *p.arch;
-        if (p.machine)
-            platform["machine"] = *p.machine;
-        if (p.kernel)
-            platform["kernel"] = *p.kernel;
-        if (p.perf_version)
-            platform["perf_version"] = *p.perf_version;
-        if (p.perf_event_paranoid)
-            platform["perf_event_paranoid"] = *p.perf_event_paranoid;
-    }
-    o["platform"] = std::move(platform);
-    o["state"] = protocol::to_string(state_);
-    o["pid"] = pid_ ? json::value(*pid_) : json::value(nullptr);
-    o["continuous"] = continuous_run_;
-    o["connected_at"] = connected_at_;
-    // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
-    // agent's), else the one the agent says it checked the collector's against.
-    json::object link;
-    link["encrypted"] = stream_->encrypted();
-    link["tls"] = stream_->encrypted() ? json::value(stream_->tls_version()) : json::value(nullptr);
-    std::string pinned = dialled_ ? stream_->peer_pin() : std::string();
-    if (!dialled_ && stream_->encrypted() && hello_ && hello_->tls_check)
-        pinned = *hello_->tls_check;
-    link["pinned"] = pinned.empty() ? json::value(nullptr) : json::value(pinned);
-    o["link"] = std::move(link);
-    const auto* offer = offered_update();
-    o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
-    o["updates"] = hello_ && hello_->updates ? json::value(*hello_->updates) : json::value(nullptr);
-    const auto blocked = offer ? update_blocked() : std::string();
-    o["update_blocked"] = blocked.empty() ? json::value(nullptr) : json::value(blocked);
-    if (updating_) {
-        json::object u;
-        u["version"] = updating_->version;
-        u["size"] = updating_->size;
-        u["sent"] = updating_->sent;
-        u["applying"] = updating_->applying;
-        o["updating"] = std::move(u);
-    } else {
-        o["updating"] = nullptr;
-    }
-    return o;
-}
-
-const agent_binary* agent_link::offered_update() const {
-    if (!hello_)
-        return nullptr;
-    std::string arch = hello_->update_arch.value_or("");
-    if (arch.empty() && hello_->platform && hello_->platform->arch)
-        arch = *hello_->platform->arch;
-    for (const auto& b : app_.agent_binaries)
-        if (!arch.empty() && b.arch == arch && !b.sha256.empty() &&
-            protocol::later_version(b.version, hello_->agent_version.value_or("")))
-            return &b;
-    return nullptr;
-}
-
-std::string agent_link::update_blocked() const {
-    const std::string policy = hello_ ? hello_->updates.value_or("") : "";
-    if (policy == protocol::updates::needs_key)
-        return "the agent takes updates only signed for its --update-pubkey (the key this "
-               "collector's --agent-update-key prints), or over TLS to a collector it pinned "
-               "(--tls-pin)";
-    if (policy == protocol::updates::cannot_verify)
-        return "the agent cannot check update signatures (its Python has no Ed25519): it takes "
-               "updates only over TLS to a collector it pinned (--tls-pin)";
-    if (policy == protocol::updates::disabled)
-        return "the agent was started with --no-update";
-    if (policy == protocol::updates::needs_pairing)
-        return "the agent (an older build) takes updates only from a collector it paired with";
-    if (policy == protocol::updates::signed_only && !app_.update_key)
-        return "the agent takes only signed updates, and this collector signs them only with "
-               "--agent-update-key";
-    if (policy != protocol::updates::signed_only && policy != protocol::updates::pinned)
-        return "the agent did not say how it takes updates";
-    return {};
-}
-
-asio::awaitable<command_response> agent_link::push_update(agent_binary b, std::string bytes,
-                                                          std::string sum) {
-    auto self = shared_from_this();
-    if (updating_)
-        co_return command_response::failure("", "an update to " + updating_->version +
-                                                    " is already under way");
-    if (sum != b.sha256)
-        co_return command_response::failure("", b.file + " does not match its .sha256 (" + sum +
-                                                    "): not sent");
-    if (const auto why = update_blocked(); !why.empty())
-        co_return command_response::failure("", why + ": not sent");
-    protocol::update_offer signed_offer{b.version, b.arch, sum, {}, bytes.size()};
-    json::object offer;
-    offer["version"] = b.version;
-    offer["arch"] = b.arch;
-    offer["size"] = static_cast<std::int64_t>(bytes.size());
-    offer["sha256"] = sum;
-    // Signed whenever this collector has a key: a pinned agent takes it either way.
-    offer["signature"] =
-        app_.update_key
-            ? protocol::tls::sign(*app_.update_key, protocol::update_signed_text(signed_offer))
-            : std::string();
-    log(peer_, "offering agent " + b.version + " (" + b.arch + ", " + std::to_string(bytes.size()) +
-                   " bytes)");
-    updating_ = update_progress{b.version, bytes.size(), 0, false};
-    app_.changed(change::targets, id_);
-    auto answer = co_await push_pieces(std::move(offer), bytes);
-    updating_.reset();
-    app_.changed(change::targets, id_);
-    log(peer_, answer.ok ? "agent updated to " + b.version + "; it restarts"
-                         : "agent update refused: " + answer.error);
-    co_return answer;
-}
-
-asio::awaitable<command_response> agent_link::push_pieces(json::object offer,
-                                                          const std::string& bytes) {
-    auto self = shared_from_this();
-    auto answer = co_await command(std::string(protocol::cmd::update), std::move(offer));
-    if (!answer.ok)
-        co_return answer;
-    std::size_t piece = update_piece;
-    if (const auto* p = answer.fields.if_contains("piece");
-        p && p->is_int64() && p->as_int64() >= 4096)
-        piece = std::min(piece, static_cast<std::size_t>(p->as_int64()));
-    for (std::size_t at = 0; at < bytes.size(); at += piece) {
-        json::object data;
-        data["offset"] = static_cast<std::int64_t>(at);
-        data["data"] = protocol::base64_encode(std::string_view(bytes).substr(at, piece));
-        answer = co_await command(std::string(protocol::cmd::update_data), std::move(data));
-        if (!answer.ok)
-            co_return answer;
-        updating_->sent = std::min<std::uint64_t>(at + piece, bytes.size());
-        app_.changed(change::targets, id_);
-    }
-    updating_->applying = true;
-    app_.changed(change::targets, id_);
-    co_return co_await command(std::string(protocol::cmd::update_apply), json::object());
 }
 
 void agent_link::send(const std::string& payload) {
@@ -349,7 +143,8 @@ void agent_link::close() {
     wake_writer_.cancel();
     digested_.cancel();
     settled_.cancel();
-    continuous_wake_.cancel();
+    idle_wake_.cancel();
+    closed_wake_.cancel();
     for (auto& [id, p] : pending_)
         p.timer->cancel();
 }
@@ -368,53 +163,13 @@ asio::awaitable<void> agent_link::run() {
     }
     say("agent connected (" + id_ +
         (stream_->encrypted() ? ", " + stream_->tls_version() : ", plain TCP") + ")");
-    co_await (reader() && writer() && keep_profiling());
+    agents::keeper_settings keeping;
+    keeping.hz = app_.cfg.continuous_hz;
+    keeping.chunk_s = std::min(5u, app_.cfg.continuous_session_s);
+    co_await (reader() && writer() && agents::keep_profiling(self, keeping));
     close();
     finish_session();
     say("agent disconnected (" + id_ + ")");
-}
-
-asio::awaitable<void> agent_link::keep_profiling() {
-    const unsigned hz = app_.cfg.continuous_hz;
-    if (!hz)
-        co_return;
-    while (!co_await ready(std::chrono::seconds(60))) // (a slow pairing: as long as it takes)
-        if (closed_)
-            co_return;
-    auto self = shared_from_this();
-    const auto refused_pause = std::chrono::seconds(60), resume_pause = std::chrono::seconds(2);
-    std::string refused; // the last refusal, logged once
-    while (!closed_) {
-        if (state_ == agent_state::idle) {
-            // The whole system, at a low rate, in chunks of a few seconds; the agent's own
-            // events and call-graph mode (what its probe found works).
-            json::object args;
-            args["pid"] = nullptr;
-            args["frequency"] = hz;
-            args["duration"] = std::min(5u, app_.cfg.continuous_session_s);
-            std::string start(protocol::cmd::start); // (a local: GCC 12 and co_await)
-            const auto r = co_await command(std::move(start), std::move(args), std::nullopt, true);
-            if (!r.ok && !closed_ && r.error != "already profiling" && r.error != refused) {
-                refused = r.error;
-                log(peer_, "continuous profiling: the agent refused to start (" + r.error +
-                               "); asking again every minute");
-            } else if (r.ok) {
-                refused.clear();
-            }
-        }
-        // (closed while it waited for the answer: close() found no wait to cancel)
-        if (closed_)
-            break;
-        // Until the agent goes idle (then a moment, so that a user's run that ended may be
-        // followed by theirs), or a minute after a refusal.
-        continuous_wake_.expires_after(state_ == agent_state::idle ? refused_pause
-                                                                   : std::chrono::hours(24));
-        co_await continuous_wake_.async_wait(use_nothrow);
-        if (closed_)
-            break;
-        continuous_wake_.expires_after(resume_pause);
-        co_await continuous_wake_.async_wait(use_nothrow);
-    }
 }
 
 bool agent_link::reading_paused() const noexcept {
@@ -528,18 +283,12 @@ void agent_link::on_hello(protocol::frame&& f) {
         close();
         return;
     }
-    // Enrollment: an agent that dialled in proves it may store sessions here. The token is
-    // compared in constant time and never kept, logged or written.
-    // The label of the token it presented names its devices in the fleet store.
+    // Enrollment: an agent that dialled in proves it may store sessions here (the token is
+    // never kept, logged or written); its label names its devices in the fleet store.
     const auto presented = std::exchange(h->enrollment, std::nullopt);
     std::string label;
     if (!dialled_ && !app_.enrollment.empty()) {
-        bool enrolled = false;
-        for (const auto& [token, token_label] : app_.enrollment)
-            if (presented && protocol::constant_time_equal(token, *presented)) {
-                enrolled = true;
-                label = token_label;
-            }
+        auto enrolled = agents::enrolled_as(app_.enrollment, presented);
         if (!enrolled) {
             say(presented ? "wrong enrollment token; closing"
                           : "agent not enrolled: start it with PERFWIRE_ENROLL_TOKEN set "
@@ -547,6 +296,7 @@ void agent_link::on_hello(protocol::frame&& f) {
             close();
             return;
         }
+        label = std::move(*enrolled);
     }
     hello_ = std::move(*h);
     slot_.prove(); // counts against the unproven agents' cap no more
@@ -558,7 +308,7 @@ void agent_link::on_hello(protocol::frame&& f) {
     session_meta_["peer"] = peer_;
     session_meta_["started_at"] = connected_at_;
     session_meta_["live"] = true;
-    session_meta_["platform"] = describe().at("platform");
+    session_meta_["platform"] = agents::platform_json(*hello_);
     state_ = agent_state::idle;
     log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") + " on " +
                    hello_->hostname.value_or("?"));
@@ -573,7 +323,8 @@ void agent_link::on_hello(protocol::frame&& f) {
             [self]() -> asio::awaitable<void> {
                 json::object args;
                 args["token"] = *self->token_;
-                const auto r = co_await self->command("auth", std::move(args));
+                const auto r =
+                    co_await self->command(std::string(protocol::cmd::auth), std::move(args));
                 if (!r.ok) {
                     log(self->peer_, "agent refused the pairing code: " + r.error);
                     self->close();
@@ -609,54 +360,12 @@ void agent_link::give_kernel_symbols() {
     asio::co_spawn(
         ex_,
         [self]() -> asio::awaitable<void> {
-            // One agent's answer at a time, collector-wide.
-            auto& turns_slot = self->app_.kernel_symbol_turns;
-            if (!turns_slot)
-                turns_slot = std::make_shared<turn_queue>();
-            const auto turns = turns_slot;
-            while (turns->busy && !self->closed_ && !self->app_.stops.stopping()) {
-                auto wait =
-                    std::make_shared<asio::steady_timer>(self->ex_, std::chrono::seconds(30));
-                turns->waiting.push_back(wait);
-                const auto stopping = self->app_.stops.on_stop([wait] { wait->cancel(); });
-                co_await wait->async_wait(use_nothrow);
-            }
-            if (self->closed_ || self->app_.stops.stopping()) {
-                if (!turns->busy)
-                    turns->release(); // woken for a turn it will not take: the next one's
-                co_return;
-            }
-            turns->busy = true;
-            struct release_turn {
-                std::shared_ptr<turn_queue> t;
-                ~release_turn() { t->release(); }
-            } releasing{turns};
-            std::string text;
-            {
-                const auto r = co_await self->command("kallsyms", {});
-                const auto* symbols = r.ok ? r.fields.if_contains("symbols") : nullptr;
-                if (!r.ok)
-                    self->kernel_.why = "the agent did not send them: " + r.error;
-                else if (!symbols || !symbols->is_string() ||
-                         symbols->as_string().size() > max_kernel_symbols_text)
-                    self->kernel_.why = "the agent's answer held no symbols";
-                else
-                    text = std::string(symbols->as_string());
-            }
-            // Parsed on the pool, once for every device that runs this kernel; the text is
-            // not kept.
-            if (!text.empty()) {
-                auto* tables = &self->app_.symbols.kernels();
-                auto parse = [tables, t = std::move(text)]()
-                    -> asio::awaitable<std::shared_ptr<const kernel_symbols>> {
-                    co_return tables->get(t);
-                };
-                self->kernel_.table =
-                    co_await asio::co_spawn(self->app_.pool, std::move(parse), asio::use_awaitable);
-                if (!self->kernel_.table)
-                    self->kernel_.why = kernel_tables::full;
-            }
+            auto answer = co_await agents::ask_kernel_symbols(self->app_, self);
+            if (!answer)
+                co_return; // closed before its turn
             auto& k = self->kernel_;
+            k.table = std::move(answer->table);
+            k.why = std::move(answer->why);
             k.answered = true;
             if (self->session_) {
                 k.given_to = self->session_->id();
@@ -681,7 +390,14 @@ bool agent_link::open_session() {
     if (continuous_run_)
         meta["continuous"] = true;
     session_opened_ = std::chrono::steady_clock::now();
-    auto created = live_session::open(app_, peer_, hello_->hostname.value_or(hello_->agent), meta);
+    // Kernel frames its device could not name: its kallsyms, asked once per connection.
+    auto kernel_wanted = [weak = weak_from_this()] {
+        if (auto self = weak.lock();
+            self && self->session_ && self->session_->wants_kernel_symbols())
+            self->give_kernel_symbols();
+    };
+    auto created = live_session::open(app_, peer_, hello_->hostname.value_or(hello_->agent), meta,
+                                      kernel_wanted);
     if (!created) {
         log(peer_, "cannot create a session on disk: " + created.error().message() + "; closing");
         close();
@@ -689,7 +405,7 @@ bool agent_link::open_session() {
     }
     session_ = std::move(*created);
     session_id_ = session_->id();
-    for (const auto& [type, record] : last_metrics_)
+    for (const auto& [type, record] : kept_metrics_.records())
         session_->metrics(record);
     log(peer_, "session " + session_id_);
     app_.changed(change::targets, id_);
@@ -726,8 +442,6 @@ void agent_link::on_frame(protocol::frame&& f) {
                             self->undigested_bytes_ -= n;
                             --self->undigested_chunks_;
                             self->digested_.cancel();
-                            if (self->session_ && self->session_->wants_kernel_symbols())
-                                self->give_kernel_symbols();
                         });
         break;
     }
@@ -749,16 +463,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             break;
         }
         auto record = protocol::serialize(*parsed);
-        // The binaries of each process (a whole-system run reports the busiest few), the last
-        // record of any other type; at most max_kept_metrics records.
-        std::string key(protocol::metrics_type(*parsed));
-        if (const auto* b = std::get_if<protocol::binaries_metrics>(&*parsed))
-            key += ":" + std::to_string(b->pid);
-        if (!last_metrics_.count(key) && last_metrics_.size() >= max_kept_metrics)
-            if (const auto old = last_metrics_.lower_bound("binaries:");
-                old != last_metrics_.end() && old->first.starts_with("binaries:"))
-                last_metrics_.erase(old);
-        last_metrics_[key] = record;
+        kept_metrics_.keep(*parsed, record);
         if (session_)
             session_->metrics(std::move(record));
         break;
@@ -804,19 +509,6 @@ void agent_link::on_frame(protocol::frame&& f) {
     }
 }
 
-std::chrono::milliseconds agent_link::deadline_for(std::string_view cmd) noexcept {
-    if (cmd == protocol::cmd::start || cmd == protocol::cmd::reprobe ||
-        cmd == protocol::cmd::verify_perf)
-        return std::chrono::seconds(90);
-    if (cmd == protocol::cmd::update_apply) // runs the new build's --version (≤ 30 s) first
-        return std::chrono::seconds(60);
-    // An agent ends a run in at most 30 s (perf record flushes for 3 s, perf script names what
-    // is left, killed 30 s after the stop), then answers.
-    if (cmd == protocol::cmd::stop || cmd == protocol::cmd::pause)
-        return std::chrono::seconds(40);
-    return std::chrono::seconds(15);
-}
-
 asio::awaitable<command_response>
 agent_link::command(std::string cmd, json::object args,
                     std::optional<std::chrono::milliseconds> timeout, bool continuous) {
@@ -827,7 +519,7 @@ agent_link::command(std::string cmd, json::object args,
     std::optional<int> asked_pid; // a start names the process it profiles
     if (const auto* p = args.if_contains("pid"); p && p->is_int64())
         asked_pid = static_cast<int>(p->as_int64());
-    asio::steady_timer timer(ex_, timeout ? *timeout : deadline_for(cmd));
+    asio::steady_timer timer(ex_, timeout ? *timeout : agents::deadline_for(cmd));
     pending_[id] = pending{std::nullopt, &timer, cmd, asked_pid, continuous};
     digested_.cancel(); // a reader paused on the parse's backlog reads on to the answer
     send(protocol::serialize(protocol::command_request{id, cmd, std::move(args)}));
@@ -882,7 +574,7 @@ void agent_link::set_state(agent_state now) {
     if (running && now == agent_state::idle) {
         end_session(); // everything of the run arrived before the answer or notice that says so
         continuous_run_ = false;
-        continuous_wake_.cancel(); // --continuous starts it again
+        idle_wake_.cancel(); // --continuous starts it again
     } else if (!running && now == agent_state::profiling && hello_)
         (void)open_session(); // a run began (a start, or --pid on the agent's command line)
     app_.changed(change::targets, id_);
@@ -897,10 +589,27 @@ void agent_link::end_session() {
 }
 
 void agent_link::finish_session() {
-    app_.targets.erase(id_);
+    app_.agents.remove(id_);
     if (hello_) // a connection that never said hello was never listed
         app_.changed(change::targets, id_);
     end_session();
+}
+
+asio::awaitable<void> agent_link::went_idle(std::chrono::milliseconds timeout) {
+    auto self = shared_from_this();
+    if (closed_)
+        co_return;
+    idle_wake_.expires_after(timeout);
+    co_await idle_wake_.async_wait(use_nothrow);
+}
+
+asio::awaitable<bool> agent_link::wait_closed(std::chrono::steady_clock::duration timeout) {
+    auto self = shared_from_this();
+    if (!closed_) {
+        closed_wake_.expires_after(timeout);
+        co_await closed_wake_.async_wait(use_nothrow);
+    }
+    co_return closed_;
 }
 
 asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration timeout) {
@@ -912,129 +621,6 @@ asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration time
             break;
     }
     co_return !closed_ && !pending_ready();
-}
-
-std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& app) {
-    std::vector<std::shared_ptr<agent_link>> out;
-    for (const auto& [id, weak] : app.targets)
-        if (auto link = weak.lock(); link && link->introduced())
-            out.push_back(std::move(link));
-    return out;
-}
-
-asio::awaitable<void> accept_agents(app_context& app, tcp::acceptor& acceptor) {
-    // 20 connections from an address at once, then 2 a second; where agents enroll, up to 256
-    // more at once, then 20 a second, on probation.
-    admission gate(20, 2), probation_gate(256, 20);
-    budgeted_acceptor accepting(acceptor, app.connections, connection_budget::kind::agent, "agent");
-    // Past its address's limit, a connection is closed at once, unless this collector enrolls
-    // agents: then it may come in on probation (within a second, larger limit) if an unproven
-    // slot is free, and must prove itself with a valid enrollment token (a lab behind one NAT
-    // reconnecting after a restart is admitted at once). Only a connection within its
-    // address's first limit may take the oldest stranger's slot.
-    bool probation = false;
-    const auto screen =
-        [&](const tcp::socket& socket) -> std::optional<connection_budget::when_full> {
-        boost::system::error_code aec;
-        const auto address = socket.remote_endpoint(aec).address().to_string();
-        const auto v = gate.check(address_key(address), std::chrono::steady_clock::now());
-        probation = v != admission::verdict::admit;
-        if (!probation)
-            return connection_budget::when_full::evict_oldest;
-        if (v == admission::verdict::refuse_first)
-            log(address, app.enrollment.empty()
-                             ? "too many connections from this address; refusing them for a while"
-                             : "too many connections from this address; for a while only agents "
-                               "with a valid enrollment token are admitted from it");
-        if (app.enrollment.empty())
-            return std::nullopt;
-        const auto p = probation_gate.check(address_key(address), std::chrono::steady_clock::now());
-        if (p == admission::verdict::refuse_first)
-            log(address, "too many connections from this address even for enrolled agents; "
-                         "refusing them for a while");
-        if (p != admission::verdict::admit)
-            return std::nullopt;
-        return connection_budget::when_full::refuse;
-    };
-    for (;;) {
-        auto accepted = co_await accepting.next(screen);
-        if (!accepted)
-            co_return;
-        auto& [socket, slot] = *accepted;
-        const std::string id = "t" + std::to_string(app.next_target++);
-        auto link = std::make_shared<agent_link>(
-            std::make_unique<protocol::link_stream>(std::move(socket)), app, id, app.cfg.token);
-        link->hold(std::move(slot));
-        if (probation)
-            link->on_probation();
-        app.targets[id] = link;
-        asio::co_spawn(acceptor.get_executor(), link->run(), [](std::exception_ptr e) {
-            if (e)
-                log("listener", "agent connection failed: " + protocol::describe(e));
-        });
-    }
-}
-
-asio::awaitable<std::pair<std::string, std::string>> dial_agent(app_context& app, std::string host,
-                                                                std::string port,
-                                                                std::optional<std::string> token,
-                                                                std::optional<std::string> pin) {
-    if (app.stops.stopping())
-        co_return std::make_pair(std::string(), std::string("the collector is stopping"));
-    auto ex = co_await asio::this_coro::executor;
-    tcp::resolver resolver(ex);
-    auto resolving = app.stops.on_stop([&resolver] { resolver.cancel(); });
-    auto [rec, endpoints] = co_await resolver.async_resolve(host, port, use_nothrow);
-    resolving = {};
-    if (rec)
-        co_return std::make_pair(std::string(), "cannot resolve " + host + ": " + rec.message());
-    tcp::socket socket(ex);
-    asio::steady_timer deadline(ex, std::chrono::seconds(10));
-    auto end = app.stops.on_stop([&] {
-        boost::system::error_code ignored;
-        socket.close(ignored);
-        deadline.cancel();
-    });
-    auto r = co_await (asio::async_connect(socket, endpoints, use_nothrow) ||
-                       deadline.async_wait(use_nothrow));
-    end = {};
-    if (app.stops.stopping())
-        co_return std::make_pair(std::string(), std::string("the collector is stopping"));
-    if (r.index() == 1)
-        co_return std::make_pair(std::string(), "timed out connecting to " + host + ":" + port);
-    if (auto ec = std::get<0>(std::get<0>(r)))
-        co_return std::make_pair(std::string(),
-                                 "cannot connect to " + host + ":" + port + ": " + ec.message());
-    auto stream = std::make_unique<protocol::link_stream>(std::move(socket));
-    if (pin) {
-        // The agent's key must be the one its owner read off the device: a man in the middle
-        // presents another and is refused before the pairing code is sent.
-        const protocol::peer_check check{pin, std::nullopt, host};
-        auto ctx = protocol::client_context(check);
-        auto closing = app.stops.on_stop([&stream] { stream->close(); });
-        const auto context = std::get<std::shared_ptr<asio::ssl::context>>(std::move(ctx));
-        const auto limit = std::chrono::seconds(10);
-        const auto why = co_await stream->connect_tls(context, check, limit);
-        if (!why.empty()) {
-            stream->close();
-            co_return std::make_pair(std::string(), host + ":" + port + ": " + why);
-        }
-    }
-    const std::string id = "t" + std::to_string(app.next_target++);
-    auto link = std::make_shared<agent_link>(std::move(stream), app, id,
-                                             token ? token : app.cfg.token, true);
-    link->set_dial_address(host, port);
-    app.targets[id] = link;
-    asio::co_spawn(ex, link->run(), [](std::exception_ptr e) {
-        if (e)
-            log("wizard", "agent connection failed: " + protocol::describe(e));
-    });
-    // (20 s: a --listen agent serves one unpaired connection at a time, for up to 10 s each.)
-    if (co_await link->ready(std::chrono::seconds(20)))
-        co_return std::make_pair(id, std::string());
-    link->close();
-    co_return std::make_pair(std::string(), std::string("the agent did not accept the connection "
-                                                        "(wrong pairing code?)"));
 }
 
 } // namespace collector

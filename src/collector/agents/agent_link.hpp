@@ -1,15 +1,22 @@
-// One agent connection on the collector's side.
+// One agent connection on the collector's side: its transport, its hello, the commands asked
+// of it and their answers, what it is doing, and the live session of its run. The workflows
+// around it have their own files: who is admitted (admission.hpp), dialling (dial.hpp),
+// continuous profiling and a user's start (continuous.hpp), updates (agent_update.hpp), the
+// kernel symbols' turn (kernel_turns.hpp), the target's JSON (target_view.hpp).
 //
-//   socket ─▶ reader ─┬─ hello (first frame, within 10 s) ─▶ live session created
-//                     ├─ data (flag 0/1) ─▶ session strand: write to disk, then parse
-//                     ├─ metrics (flag 4) ─▶ session strand: append to metrics.jsonl
-//                     └─ responses / state notices (flag 3) ─▶ waiting commands, target state
-//   commands (auth, relayed from HTTP) ─▶ queue ─▶ writer ─▶ socket
+//   socket ─▶ reader ─┬─ hello (first frame, within 10 s) ─▶ enrolled? state idle
+//                     ├─ data (flag 0/1) ─▶ live_session::chunk (opens the session first)
+//                     ├─ metrics (flag 4) ─▶ kept, and live_session::metrics
+//                     └─ responses / state notices (flag 3) ─▶ waiting commands, state
+//   command() ─▶ queue ─▶ writer ─▶ socket
 //
-// A protocol error or oversized frame closes this connection only, with a logged reason.
+// The reader stops reading while the session still digests more than its bounds (TCP
+// backpressure reaches the agent; nothing is dropped). A protocol error or oversized frame
+// closes this connection only, with a logged reason.
 #pragma once
 
-#include "collector/agent_binaries.hpp"
+#include "collector/agents/command_link.hpp"
+#include "collector/agents/kept_metrics.hpp"
 #include "collector/context.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
@@ -32,7 +39,15 @@ namespace collector {
 
 class live_session;
 
-class agent_link : public std::enable_shared_from_this<agent_link> {
+// How far an update's push got, shown on the target.
+struct update_progress {
+    std::string version;
+    std::uint64_t size = 0, sent = 0;
+    bool applying = false; // every byte sent: the agent checks and installs the build
+};
+
+class agent_link final : public agents::command_link,
+                         public std::enable_shared_from_this<agent_link> {
 public:
     // `dialled`: the collector's owner chose this agent (the wizard), so it needs no
     // enrollment. A session is one run: it opens when the (enrolled) agent says it is
@@ -43,7 +58,7 @@ public:
     // or, dialled, one whose TLS (if any) is already up.
     agent_link(std::unique_ptr<protocol::link_stream> stream, app_context& app,
                std::string target_id, std::optional<std::string> token, bool dialled = false);
-    ~agent_link();
+    ~agent_link() override;
 
     // Serves the connection until it closes; the live session then becomes a saved one.
     asio::awaitable<void> run();
@@ -56,39 +71,26 @@ public:
     void on_probation() { probation_ = true; }
     // A line about this connection in the log, unless it is on probation and has not said a
     // valid hello: a flood past its address's limit logs nothing.
-    void say(const std::string& line) const;
+    void say(const std::string& line) const override;
     void close();
 
-    // Sends a command and waits for its response; an error string on timeout or close. An
-    // answer that comes after the deadline still updates the target's state.
-    // `continuous`: a start of continuous profiling (--continuous), whose runs are cut into
-    // sessions of --continuous-session seconds and give way to a user's start.
+    // agents::command_link: commands and their answers, the agent's state.
     asio::awaitable<protocol::command_response>
     command(std::string cmd, boost::json::object args,
             std::optional<std::chrono::milliseconds> timeout = std::nullopt,
-            bool continuous = false);
-    // How long a command may take: those that may probe perf (the first start, reprobe,
-    // verify_perf) take tens of seconds on slow devices and odd perf builds, a stop or pause
-    // as long as the agent may take to end a run; the rest 15 s.
-    static std::chrono::milliseconds deadline_for(std::string_view cmd) noexcept;
-    // How long a user's start may take when it first stops a continuous run: both in turn.
-    static std::chrono::milliseconds takeover_deadline() noexcept {
-        return deadline_for(protocol::cmd::stop) + deadline_for(protocol::cmd::start);
-    }
+            bool continuous = false) override;
+    protocol::agent_state state() const noexcept override { return state_; }
+    bool closed() const noexcept override { return closed_; }
+    bool in_continuous_run() const noexcept override { return continuous_run_; }
+    asio::awaitable<void> went_idle(std::chrono::milliseconds timeout) override;
+    asio::awaitable<bool> ready(std::chrono::steady_clock::duration timeout) override;
+    // Waits until the link closes or `timeout` passes: whether it closed. (One waiter at a
+    // time: the update's redial.)
+    asio::awaitable<bool> wait_closed(std::chrono::steady_clock::duration timeout);
 
-    // Pushes build `b` (its bytes, whose SHA-256 the caller computed off the I/O thread) to
-    // the agent: the offer, the pieces, then the apply. The agent's answer to the apply (it
-    // then restarts into the new build), or the first refusal (the old agent keeps running).
-    // Signed with the collector's --agent-update-key when it has one (an agent pinned over TLS
-    // takes it unsigned too). Meanwhile the target's description says how far it got.
-    asio::awaitable<protocol::command_response> push_update(agent_binary b, std::string bytes,
-                                                            std::string sha256);
-    // The build this collector has for the agent's architecture when it is later than the
-    // agent's version.
-    const agent_binary* offered_update() const;
-    // Why an update cannot be pushed to this agent, as the user should read it ("" when it
-    // can, or when its agent did not say how it takes them).
-    std::string update_blocked() const;
+    // An update being pushed (agents/agent_update.hpp), shown on the target; nullopt when done.
+    void set_updating(std::optional<update_progress> u);
+    const std::optional<update_progress>& updating() const noexcept { return updating_; }
 
     // For a dialled agent: where it listens, and the code it was given (to dial it again).
     void set_dial_address(std::string host, std::string port) {
@@ -100,18 +102,25 @@ public:
     const std::optional<std::string>& token() const noexcept { return token_; }
     // The agent's key this collector pinned when it dialled over TLS (nothing: plain).
     std::optional<std::string> dial_pin() const;
-    bool closed() const noexcept { return closed_; }
-    // Profiling because of --continuous (a user's start stops that run first).
-    bool in_continuous_run() const noexcept { return continuous_run_; }
 
     const std::string& id() const noexcept { return id_; }
     const std::string& session_id() const noexcept { return session_id_; }
+    // The run before, ended: "start again" continues from it.
+    const std::string& last_session_id() const noexcept { return last_session_id_; }
     // An agent once it has said hello; before that, just a connection.
     bool introduced() const noexcept { return hello_.has_value() && !closed_; }
-    // Waits (at most `timeout`) until the agent has said hello and, when a pairing code is
-    // sent, accepted it: true then; false when it closed, refused or took too long.
-    asio::awaitable<bool> ready(std::chrono::steady_clock::duration timeout);
-    boost::json::object describe() const;
+    const std::optional<protocol::hello>& hello() const noexcept { return hello_; }
+    const std::string& peer() const noexcept { return peer_; }
+    double connected_at() const noexcept { return connected_at_; }
+    std::optional<int> pid() const noexcept { return pid_; }
+    // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
+    // agent's), else the one the agent says it checked the collector's against ("": none).
+    struct security {
+        bool encrypted = false;
+        std::string tls; // the TLS version
+        std::string pinned;
+    };
+    security link_security() const;
 
 private:
     asio::awaitable<void> reader();
@@ -126,9 +135,6 @@ private:
     void give_kernel_symbols(); // asks the agent once; each run's session gets the answer
 
     asio::awaitable<bool> open_link(); // an accepted connection: TLS or plain, as policy allows
-    // --continuous: starts the agent whenever it is idle (a user's run ended, or it just
-    // connected), until the link closes.
-    asio::awaitable<void> keep_profiling();
     std::unique_ptr<protocol::link_stream> stream_;
     asio::any_io_executor ex_;
     app_context& app_;
@@ -137,14 +143,7 @@ private:
     bool dialled_ = false;
     bool probation_ = false;
     std::string dial_host_, dial_port_;
-    struct update_progress {
-        std::string version;
-        std::uint64_t size = 0, sent = 0;
-        bool applying = false; // every byte sent: the agent checks and installs the build
-    };
     std::optional<update_progress> updating_; // a push under way
-    asio::awaitable<protocol::command_response> push_pieces(boost::json::object offer,
-                                                            const std::string& bytes);
     std::string peer_;
     std::optional<protocol::hello> hello_;
     std::unique_ptr<live_session> session_;
@@ -156,7 +155,8 @@ private:
     std::string callgraph_;       // of the run, as the start's answer said ("": not said)
     bool continuous_run_ = false; // the run is --continuous's
     std::chrono::steady_clock::time_point session_opened_;
-    asio::steady_timer continuous_wake_; // cancelled when the agent goes idle or the link closes
+    asio::steady_timer idle_wake_;   // cancelled when the agent goes idle or the link closes
+    asio::steady_timer closed_wake_; // cancelled when the link closes
     double connected_at_ = 0;
     bool closed_ = false;
     bool metrics_refusal_logged_ = false; // one log line per connection, not per frame
@@ -168,12 +168,7 @@ private:
         std::string why;
         std::string given_to; // the session that has them
     } kernel_;
-    // The last metrics record of each type on this connection, and of binaries one a process
-    // (at most max_kept_metrics, each ≤ 256 KiB): every new session starts with them (agents
-    // send the binaries' build-ids only when they change, so a second run on the same process,
-    // or the next session of a continuous run, would otherwise have none).
-    std::map<std::string, std::string> last_metrics_;
-    static constexpr std::size_t max_kept_metrics = 16;
+    agents::kept_metrics kept_metrics_; // every new session starts with them
 
     std::deque<std::string> out_;
     asio::steady_timer wake_writer_;
@@ -206,18 +201,5 @@ private:
     std::deque<std::pair<std::string, pending>> late_;
     std::uint64_t next_command_ = 1;
 };
-
-// The connected agents that said hello, in the order of their ids (as strings: "t10" < "t9").
-std::vector<std::shared_ptr<agent_link>> introduced_agents(const app_context& app);
-
-// Accepts agents until the acceptor closes.
-asio::awaitable<void> accept_agents(app_context& app, asio::ip::tcp::acceptor& acceptor);
-
-// Dials a listening agent and serves it like an inbound one (the Live Debug wizard); with a
-// `pin` over TLS, refusing any agent whose certificate is not that one. Returns
-// the target id once the connection is up and authenticated, or an error message.
-asio::awaitable<std::pair<std::string, std::string>>
-dial_agent(app_context& app, std::string host, std::string port, std::optional<std::string> token,
-           std::optional<std::string> pin = std::nullopt);
 
 } // namespace collector

@@ -1,5 +1,6 @@
 #include "collector/http/access.hpp"
 
+#include "collector/http/routes.hpp"
 #include "protocol/pairing.hpp"
 
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 namespace collector {
+namespace json = boost::json;
 namespace {
 
 std::string_view trim(std::string_view s) {
@@ -139,6 +141,89 @@ bool sign_in_codes::redeem(std::string_view code) {
 std::string sign_in_cookie(std::string_view token, bool secure) {
     return std::string(token_cookie) + "=" + std::string(token) +
            "; Path=/; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "");
+}
+
+namespace {
+
+// The name in a Host header, lowercased ("LocalHost:8080" -> "localhost", "[::1]:80" ->
+// "[::1]"); empty when anything but ":" and a port of digits follows the name, so
+// "localhost:8080@evil.example" names nothing.
+std::string host_only(std::string_view host) {
+    std::string_view name = host, rest;
+    if (!host.empty() && host.front() == '[') {
+        const auto close = host.find(']');
+        if (close == std::string_view::npos)
+            return {};
+        name = host.substr(0, close + 1);
+        rest = host.substr(close + 1);
+    } else if (const auto colon = host.find(':'); colon != std::string_view::npos) {
+        name = host.substr(0, colon);
+        rest = host.substr(colon);
+    }
+    if (!rest.empty() &&
+        (rest.size() < 2 || rest.size() > 6 || rest[0] != ':' ||
+         !std::all_of(rest.begin() + 1, rest.end(), [](char c) { return c >= '0' && c <= '9'; })))
+        return {};
+    std::string out(name);
+    for (char& c : out)
+        if (c >= 'A' && c <= 'Z')
+            c = static_cast<char>(c - 'A' + 'a');
+    return out;
+}
+
+bool allowed_host(const app_context& app, std::string_view host) {
+    const auto h = host_only(host);
+    return !h.empty() && (h == "localhost" || h == "127.0.0.1" || h == "[::1]" ||
+                          (h == app.cfg.http_bind && app.cfg.http_bind != "0.0.0.0"));
+}
+
+} // namespace
+
+std::optional<http_response> check_access(const app_context& app, const http_request& req) {
+    const auto host = req[http::field::host];
+    if (!allowed_host(app, host))
+        return make_error(req, http::status::forbidden, "bad_host",
+                          "the Host header must name this collector");
+    const auto method = req.method();
+    const bool changes = method == http::verb::post || method == http::verb::put ||
+                         method == http::verb::patch || method == http::verb::delete_;
+    // A WebSocket handshake is sent cross-site with the page's cookies: only the collector's
+    // own page may open one (cross-site WebSocket hijacking). Any request to switch protocols
+    // is checked so ("Upgrade: websocket, foo" is a WebSocket handshake to the server too).
+    const bool upgrade = !req[http::field::upgrade].empty();
+    if (changes || upgrade) {
+        const auto origin = req[http::field::origin];
+        const std::string scheme = app.http_tls ? "https://" : "http://";
+        if (!origin.empty() && origin != scheme + std::string(host))
+            return make_error(req, http::status::forbidden, "bad_origin",
+                              upgrade ? "a live stream must be opened by the collector's own page"
+                                      : "requests that change state must come from the "
+                                        "collector's own page");
+    }
+    const std::string_view target(req.target().data(), req.target().size());
+    // The UI's own files, and the agent executables (public builds, checked by their sha256,
+    // fetched from the device itself), need no token.
+    const bool get = method == http::verb::get || method == http::verb::head;
+    const bool ui_file = get && ((target.rfind("/api/", 0) != 0 && target != "/api") ||
+                                 target.rfind("/api/agent-binaries", 0) == 0);
+    // (Signing in presents the token in the body; a state change, so the Origin was checked.)
+    const bool sign_in = method == http::verb::post && target == "/api/sign-in";
+    if (!app.api_token.empty() && !ui_file && !sign_in &&
+        !presents_token(req[http::field::authorization], req[http::field::cookie], app.api_token)) {
+        auto res = make_json(
+            req, http::status::unauthorized,
+            json::object{
+                {"error", json::object{{"code", "unauthorized"},
+                                       {"message", "this collector asks for its access token: "
+                                                   "open the sign-in link it printed (UI and "
+                                                   "API on http://…/?code=…), or send "
+                                                   "Authorization: Bearer with the token kept in " +
+                                                       app.api_token_file},
+                                       {"token_file", app.api_token_file}}}});
+        res.set(http::field::www_authenticate, "Bearer realm=\"perfwire\"");
+        return res;
+    }
+    return std::nullopt;
 }
 
 } // namespace collector

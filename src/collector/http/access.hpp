@@ -1,7 +1,8 @@
 // The HTTP API's secret. Every request but the UI's static files must present it, as an
 // `Authorization: Bearer` header or the `perfwire_token` cookie that signing in sets; so a
 // local process or a page from elsewhere that reaches the port can neither read a profile nor
-// steer an agent. Pure functions: no Beast, no sockets.
+// steer an agent. Pure functions: no Beast, no sockets (check_access in http/routes.hpp applies
+// them to a request).
 #pragma once
 
 #include "collector/result.hpp"

@@ -1,8 +1,10 @@
 #include "collector/http/events.hpp"
 
 #include "collector/agents/agent_link.hpp"
+#include "collector/agents/target_view.hpp"
 #include "collector/context.hpp"
 #include "collector/http/sse.hpp"
+#include "collector/http/status.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
@@ -16,8 +18,8 @@ namespace {
 
 json::array target_list(const app_context& app) {
     json::array list;
-    for (const auto& link : introduced_agents(app))
-        list.push_back(link->describe());
+    for (const auto& link : app.agents.introduced())
+        list.push_back(agents::target_json(*link, app));
     return list;
 }
 
@@ -35,11 +37,8 @@ std::string data_version(const session_entry& e) {
 } // namespace
 
 std::vector<std::string> first_picture(app_context& app) {
-    std::vector<std::string> out{
-        sse_hub::format(
-            "status", json::serialize(json::object{{"version", PERFWIRE_VERSION},
-                                                   {"agent_listener", app.agent_listen_address}})),
-        sse_hub::format("targets", json::serialize(target_list(app)))};
+    std::vector<std::string> out{sse_hub::format("status", json::serialize(status_json(app))),
+                                 sse_hub::format("targets", json::serialize(target_list(app)))};
     // The counts of every live session, as a later change would say them.
     for (const auto& e : app.sessions.entries())
         if (e->live)
@@ -62,10 +61,9 @@ struct feed::impl {
         if (!t.empty()) {
             json::array changed, gone;
             for (const auto& id : t) {
-                const auto it = app.targets.find(id);
-                auto link = it == app.targets.end() ? nullptr : it->second.lock();
+                auto link = app.agents.find(id);
                 if (link && link->introduced())
-                    changed.push_back(link->describe());
+                    changed.push_back(agents::target_json(*link, app));
                 else
                     gone.push_back(json::string(id));
             }
@@ -85,6 +83,24 @@ struct feed::impl {
         }
     }
 
+    // The status as it is now, when it changed (its uptime aside) and was last told at least
+    // status_interval ago: the browsers show it without asking (one source of it).
+    void tell_status() {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - status_told < status_interval)
+            return;
+        auto st = status_json(app);
+        auto text = json::serialize(st);
+        st.erase("uptime_sec");
+        auto key = json::serialize(st);
+        if (key == status_key)
+            return;
+        status_key = std::move(key);
+        status_told = now;
+        hub.broadcast("status", text);
+    }
+    static constexpr std::chrono::seconds status_interval{5};
+
     app_context& app;
     sse_hub hub;
     asio::steady_timer tick;
@@ -92,6 +108,8 @@ struct feed::impl {
     bool stopped = false;
     std::chrono::steady_clock::time_point last{};
     std::set<std::string> targets, data, sessions;
+    std::string status_key;
+    std::chrono::steady_clock::time_point status_told{};
 };
 
 feed::feed(app_context& app)
@@ -112,6 +130,11 @@ void feed::changed(change what, const std::string& id) {
     auto& p = *impl_;
     if (p.stopped)
         return;
+    if (what == change::status) { // its own pace (tell_status), outside the changes' coalescing
+        if (p.hub.clients())
+            p.tell_status();
+        return;
+    }
     (what == change::targets ? p.targets : what == change::data ? p.data : p.sessions).insert(id);
     if (p.armed)
         return; // told at the tick

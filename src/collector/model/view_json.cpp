@@ -1,5 +1,7 @@
 #include "collector/model/view_json.hpp"
 
+#include "collector/model/stack_shaper.hpp"
+
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
@@ -9,8 +11,6 @@
 
 namespace collector {
 
-namespace {
-
 json::object view_header(const profile& p, const view_filter& f, std::uint64_t total,
                          json::storage_ptr sp) {
     return json::object({{"event", p.event_name(f.event)},
@@ -19,6 +19,8 @@ json::object view_header(const profile& p, const view_filter& f, std::uint64_t t
                          {"samples", p.sample_count()}},
                         std::move(sp));
 }
+
+namespace {
 
 std::string function_key(std::string_view name, std::string_view module) {
     std::string k(name);
@@ -42,95 +44,6 @@ std::string collapsed_module_name(std::string_view module) {
 }
 
 namespace {
-
-// A tree_shape resolved against one profile: what each frame becomes — itself, nothing when
-// hidden, or its module's one frame when the module is collapsed (such frames are numbered
-// from the profile's frame count on) — and which of those are the focus.
-class stack_shaper {
-public:
-    static constexpr std::uint32_t dropped = 0xFFFFFFFFU;
-
-    stack_shaper(const profile& p, const tree_shape& s)
-        : p_(p)
-        , recursion_(s.collapse_recursion)
-        , focused_(!s.focus.empty()) {
-        const auto n = static_cast<std::uint32_t>(p.frame_count());
-        image_.resize(n);
-        std::vector<std::uint32_t> made(s.collapse.size(), dropped); // module -> its frame
-        for (std::uint32_t fr = 0; fr < n; ++fr) {
-            image_[fr] = fr;
-            if (s.collapse.empty())
-                continue;
-            const auto it = std::find(s.collapse.begin(), s.collapse.end(), p.module(fr));
-            if (it == s.collapse.end())
-                continue;
-            auto& id = made[static_cast<std::size_t>(it - s.collapse.begin())];
-            if (id == dropped) {
-                id = n + static_cast<std::uint32_t>(synthetic_.size());
-                synthetic_.push_back({collapsed_module_name(*it), *it});
-            }
-            image_[fr] = id;
-        }
-        if (!s.hide.empty())
-            for (auto& im : image_)
-                if (std::find(s.hide.begin(), s.hide.end(), name(im)) != s.hide.end())
-                    im = dropped;
-        plain_ = !recursion_ && !focused_ && synthetic_.empty();
-        for (std::uint32_t fr = 0; fr < n; ++fr)
-            plain_ = plain_ && image_[fr] == fr;
-        if (focused_) {
-            focus_.assign(frame_count(), false);
-            for (const auto im : image_)
-                if (im != dropped && name(im) == s.focus)
-                    any_focus_ = focus_[im] = true;
-        }
-    }
-
-    // Nothing changes a stack.
-    bool plain() const noexcept { return plain_; }
-    // A focus was asked for that no frame in any stack has.
-    bool focus_missing() const noexcept { return focused_ && !any_focus_; }
-    bool focused() const noexcept { return focused_; }
-    bool is_focus(std::uint32_t frame) const { return focused_ && focus_[frame]; }
-    std::uint32_t image(std::uint32_t frame) const { return image_[frame]; }
-    // A frame right below another of itself is one frame with it.
-    bool merges(std::uint32_t frame) const noexcept {
-        return recursion_ || frame >= p_.frame_count();
-    }
-    std::size_t frame_count() const noexcept { return p_.frame_count() + synthetic_.size(); }
-    std::string_view name(std::uint32_t frame) const {
-        return frame < p_.frame_count() ? p_.symbol(frame)
-                                        : synthetic_[frame - p_.frame_count()].first;
-    }
-    std::string_view module(std::uint32_t frame) const {
-        return frame < p_.frame_count() ? p_.module(frame)
-                                        : synthetic_[frame - p_.frame_count()].second;
-    }
-
-    // Node `node`'s stack as the shape keeps it, leaf first, into `out`; returns how many of
-    // its frames are kept up to its outermost focus frame (0: the stack is not through the
-    // focus), or all of them without a focus.
-    std::size_t walk(std::uint32_t node, std::vector<std::uint32_t>& out) const {
-        out.clear();
-        std::size_t cut = 0;
-        for (auto m = node; m != profile::root; m = p_.node_parent(m)) {
-            const auto fr = image_[p_.node_frame(m)];
-            if (fr == dropped || (!out.empty() && out.back() == fr && merges(fr)))
-                continue;
-            out.push_back(fr);
-            if (is_focus(fr))
-                cut = out.size();
-        }
-        return focused_ ? cut : out.size();
-    }
-
-private:
-    const profile& p_;
-    bool recursion_, focused_, any_focus_ = false, plain_ = true;
-    std::vector<std::uint32_t> image_;
-    std::vector<bool> focus_;
-    std::vector<std::pair<std::string, std::string>> synthetic_; // name, module
-};
 
 // A call tree to shape as JSON: each node's frame, weight (inclusive), self weight and
 // inclusive sample count, and its children; node 0 is the root.
@@ -156,7 +69,8 @@ function_table shaped_functions(const profile& p, const view_filter& f, const st
     return table;
 }
 
-// What a shape did, said in an answer.
+} // namespace
+
 void say_shape(json::object& o, const tree_shape& shape) {
     if (shape.collapse_recursion)
         o["collapse_recursion"] = true;
@@ -173,8 +87,6 @@ void say_shape(json::object& o, const tree_shape& shape) {
     names("hide", shape.hide);
     names("collapse", shape.collapse);
 }
-
-} // namespace
 
 std::optional<json::value> functions_json(const profile& p, const view_filter& f, std::size_t limit,
                                           const json::storage_ptr& sp, const tree_shape& shape) {
@@ -600,314 +512,6 @@ std::optional<json::value> addresses_json(const profile& p, const view_filter& f
     return json::value(std::move(o));
 }
 
-namespace {
-
-std::string fixed(double v, int decimals) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    return buf;
-}
-
-} // namespace
-
-json::value quality_json(const session_model& m, const view_filter& f,
-                         const json::storage_ptr& sp) {
-    const profile& p = m.prof;
-    const auto q = quality(p, f);
-    json::array checks(sp);
-    auto check = [&](std::string_view id, std::string_view title, std::string_view status,
-                     std::string value, std::optional<double> share, std::string fix,
-                     const std::vector<std::pair<std::string, std::uint64_t>>& detail = {}) {
-        json::object c({{"id", id}, {"title", title}, {"status", status}, {"value", value}}, sp);
-        if (share)
-            c["pct"] = *share;
-        c["fix"] = fix;
-        json::array d(sp);
-        for (const auto& [what, weight] : detail)
-            d.push_back(json::object({{"name", what}, {"pct", pct(weight, q.total)}}, sp));
-        c["detail"] = std::move(d);
-        checks.push_back(std::move(c));
-    };
-    auto grade = [](double v, double warn, double bad) {
-        return v >= bad ? "bad" : v >= warn ? "warn" : "ok";
-    };
-
-    // How far a share can be trusted: the 95 % interval of a function at 5 % of the samples.
-    const std::uint64_t n = view_samples(p, f);
-    const double spread = n ? 196.0 * std::sqrt(0.05 * 0.95 / static_cast<double>(n)) : 100.0;
-    check("samples", "samples",
-          n < 200    ? "bad"
-          : n < 2000 ? "warn"
-                     : "ok",
-          std::to_string(n) + " samples: a function at 5 % is known to ±" + fixed(spread, 1) +
-              " points",
-          std::nullopt,
-          n < 2000 ? "profile longer, or at a higher frequency, before trusting differences "
-                     "smaller than that"
-                   : "");
-
-    const double unknown = pct(q.unknown_leaf, q.total);
-    check("unknown", "samples in code with no name", grade(unknown, 5, 25),
-          fixed(unknown, 1) + " % of the weight", unknown,
-          unknown >= 5
-              ? "name them at the collector: give it the unstripped builds (--binary, "
-                "--sysroot), their debug files (--debug-dir, or the -dbgsym packages "
-                "in /usr/lib/debug) or a debuginfod server (DEBUGINFOD_URLS); the "
-                "Source tab says, per module, where it looked" +
-                    std::string(m.parser.stats().unnamed_kernel && !m.kernel
-                                    ? "; kernel frames: start the agent with "
-                                      "--allow-kallsyms" +
-                                          (m.kernel_note.empty() ? std::string()
-                                                                 : " (" + m.kernel_note + ")")
-                                    : "")
-              : "",
-          q.unknown_modules);
-
-    // Graded by the stacks cut inside the program's own frames: one that stops only below
-    // them (a nameless frame in the C library where the thread began) loses nothing of it,
-    // and DWARF's cost would buy nothing.
-    const double inside = pct(q.truncated_inside, q.total);
-    const double below = pct(q.truncated - q.truncated_inside, q.total);
-    check("truncated", "stacks cut short inside the program", grade(inside, 10, 40),
-          fixed(inside, 1) + " % of the weight" +
-              (q.truncated > q.truncated_inside
-                   ? "; " + fixed(below, 1) +
-                         " % stop only below the program's frames (in the C library, the C++ "
-                         "runtime or the kernel: every frame of the program is there)"
-                   : std::string()),
-          inside,
-          inside >= 10 ? "the unwinder lost its way where frame pointers are missing (below): "
-                         "record with --call-graph dwarf, or build that code with "
-                         "-fno-omit-frame-pointer"
-                       : "",
-          q.stops);
-    checks.back().as_object()["below_pct"] = below;
-
-    const auto lost = m.parser.stats().lost_events;
-    const double lost_share =
-        lost ? 100.0 * static_cast<double>(lost) / static_cast<double>(lost + n) : 0.0;
-    check("lost", "samples perf lost", grade(lost_share, 0.1, 2),
-          std::to_string(lost) + " lost (" + fixed(lost_share, 2) + " %)", lost_share,
-          lost_share >= 0.1 ? "perf could not keep up: lower the frequency, or give it a larger "
-                              "buffer (perf record -m)"
-                            : "");
-
-    if (m.last_stat) {
-        std::vector<std::pair<std::string, std::uint64_t>> scaled;
-        double least = 100;
-        for (const auto& c : m.last_stat->counters)
-            if (c.running_pct && *c.running_pct < 99.5) {
-                least = std::min(least, *c.running_pct);
-                scaled.emplace_back(c.event + " counted " + fixed(*c.running_pct, 0) +
-                                        " % of "
-                                        "the time",
-                                    0);
-            }
-        check("multiplexing", "counters shared between events", scaled.empty() ? "ok" : "warn",
-              scaled.empty() ? std::string("every counter ran all the time")
-                             : std::to_string(scaled.size()) + " scaled, the least counted " +
-                                   fixed(least, 0) + " % of the time",
-              std::nullopt,
-              scaled.empty() ? ""
-                             : "perf stat counted more events than the hardware has "
-                               "counters: count fewer events at once for exact figures",
-              scaled);
-    }
-    json::object o = view_header(p, f, q.total, sp);
-    o["checks"] = std::move(checks);
-    return o;
-}
-
-json::value timeline_json(const profile& p, const view_filter& f, std::size_t width,
-                          std::optional<std::uint32_t> chart_tid, const json::storage_ptr& sp,
-                          const tree_shape& shape) {
-    width = std::clamp<std::size_t>(width, 10, 4000);
-    const std::uint64_t t0 = f.start_ns.value_or(p.first_time());
-    const std::uint64_t t1 = std::max(f.end_ns.value_or(p.last_time()), t0 + 1);
-    const double per_bucket = static_cast<double>(t1 - t0) / static_cast<double>(width);
-    auto bucket = [&](std::uint64_t t) {
-        const auto b =
-            static_cast<std::size_t>(static_cast<double>(t - std::min(t, t0)) / per_bucket);
-        return std::min(b, width - 1);
-    };
-    struct lane {
-        std::uint64_t weight = 0;
-        std::vector<std::uint64_t> activity; // only for the lanes shown
-    };
-    std::unordered_map<std::uint32_t, lane> lanes;
-    // The lanes show every thread; the chart, the chosen one.
-    view_filter all_threads;
-    all_threads.event = f.event;
-    all_threads.by_period = f.by_period;
-    all_threads.start_ns = f.start_ns;
-    all_threads.end_ns = f.end_ns;
-    // Two passes: every thread's weight, then activity for the busiest (memory stays
-    // lanes_shown × width, however many threads the session saw).
-    constexpr std::size_t lanes_shown = 64;
-    std::uint64_t total = 0;
-    for_each_sample(p, all_threads, [&](const sample_row& s) {
-        const std::uint64_t w = s.weight(f.by_period);
-        lanes[s.tid].weight += w;
-        total += w;
-    });
-    std::vector<std::pair<std::uint32_t, lane*>> order;
-    for (auto& [tid, l] : lanes)
-        order.emplace_back(tid, &l);
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-        return a.second->weight != b.second->weight ? a.second->weight > b.second->weight
-                                                    : a.first < b.first;
-    });
-    const std::size_t hidden = order.size() > lanes_shown ? order.size() - lanes_shown : 0;
-    order.resize(order.size() - hidden);
-    for (auto& [tid, l] : order)
-        l->activity.assign(width, 0);
-    for_each_sample(p, all_threads, [&](const sample_row& s) {
-        auto& l = lanes[s.tid];
-        if (!l.activity.empty())
-            l.activity[bucket(s.time)] += s.weight(f.by_period);
-    });
-    json::array threads(sp);
-    for (const auto& [tid, l] : order) {
-        json::array activity(sp);
-        activity.reserve(width);
-        for (const auto v : l->activity)
-            activity.push_back(v);
-        const auto t = p.threads().find(tid);
-        json::object row(
-            {{"tid", tid},
-             {"comm", t == p.threads().end() ? std::string_view() : p.strings()[t->second.comm]},
-             {"weight", l->weight}},
-            sp);
-        row["activity"] = std::move(activity);
-        threads.push_back(std::move(row));
-    }
-    json::object o = view_header(p, f, total, sp);
-    o["start_s"] = static_cast<double>(t0 - p.first_time()) / 1e9;
-    o["end_s"] = static_cast<double>(t1 - p.first_time()) / 1e9;
-    o["duration_s"] = static_cast<double>(p.last_time() - p.first_time()) / 1e9; // the whole
-    o["buckets"] = width;
-    o["threads"] = std::move(threads);
-    o["threads_not_shown"] = hidden;
-    if (!chart_tid)
-        return o;
-
-    // The chosen thread's samples in time order; a frame at a depth is one box for as long as
-    // consecutive samples keep it there.
-    struct open_box {
-        std::uint32_t frame;
-        std::size_t first, last;
-    };
-    const stack_shaper shaper(p, shape);
-    std::vector<open_box> open;
-    std::vector<std::uint32_t> stack;
-    std::unordered_map<std::uint32_t, std::uint32_t> frame_index;
-    json::array frames(sp), boxes(sp);
-    // A box narrower than a bucket next to one of the same frame is drawn as one; past the
-    // cap the chart says it stops early.
-    constexpr std::size_t max_boxes = 200000;
-    bool cut = false;
-    auto close_from = [&](std::size_t depth) {
-        while (open.size() > depth) {
-            const auto& b = open.back();
-            if (boxes.size() >= max_boxes) {
-                cut = true;
-                open.pop_back();
-                continue;
-            }
-            auto [it, fresh] = frame_index.try_emplace(b.frame, frames.size());
-            if (fresh)
-                frames.push_back(json::object(
-                    {{"name", shaper.name(b.frame)}, {"module", shaper.module(b.frame)}}, sp));
-            boxes.push_back(json::array({open.size() - 1, b.first, b.last, it->second}, sp));
-            open.pop_back();
-        }
-    };
-    view_filter one = f;
-    one.tid = *chart_tid;
-    for_each_sample(p, one, [&](const sample_row& s) {
-        stack.resize(shaper.walk(p.row_node(s), stack)); // outside a focus: nothing
-        std::reverse(stack.begin(), stack.end());        // root first
-        const auto b = bucket(s.time);
-        std::size_t same = 0;
-        while (same < open.size() && same < stack.size() && open[same].frame == stack[same])
-            ++same;
-        close_from(same);
-        for (std::size_t d = 0; d < same; ++d)
-            open[d].last = b;
-        for (std::size_t d = same; d < stack.size(); ++d)
-            open.push_back({stack[d], b, b});
-    });
-    close_from(0);
-    json::object chart({{"tid", *chart_tid}, {"truncated", cut}}, sp);
-    chart["frames"] = std::move(frames);
-    chart["boxes"] = std::move(boxes);
-    o["chart"] = std::move(chart);
-    say_shape(o, shape);
-    return o;
-}
-
-json::value threads_json(const profile& p, const view_filter& f, const json::storage_ptr& sp) {
-    const auto rows = threads(p, f);
-    std::uint64_t total = 0;
-    for (const auto& r : rows)
-        total += r.weight;
-    json::array out(sp);
-    for (const auto& r : rows) {
-        json::array top(sp);
-        for (const auto& fn : r.top_functions)
-            top.push_back(json::object({{"name", p.symbol(fn.frame)},
-                                        {"module", p.module(fn.frame)},
-                                        {"self", fn.self},
-                                        {"self_pct", pct(fn.self, r.weight)}},
-                                       sp));
-        json::object row({{"tid", r.tid},
-                          {"pid", r.pid},
-                          {"comm", r.comm},
-                          {"samples", r.samples},
-                          {"weight", r.weight},
-                          {"pct", pct(r.weight, total)}},
-                         sp);
-        row["top_functions"] = std::move(top);
-        out.push_back(std::move(row));
-    }
-    return out;
-}
-
-json::object stat_json(const session_model& m) {
-    json::object o;
-    if (!m.last_stat)
-        return o;
-    json::array counters;
-    for (const auto& c : m.last_stat->counters) {
-        json::object jc{{"event", c.event},
-                        {"value", c.value ? json::value(*c.value) : json::value(nullptr)},
-                        {"unit", c.unit},
-                        {"supported", c.supported},
-                        {"counted", c.counted},
-                        {"note", c.note}};
-        jc["running_pct"] = c.running_pct ? json::value(*c.running_pct) : json::value(nullptr);
-        counters.push_back(std::move(jc));
-    }
-    o["counters"] = std::move(counters);
-    auto opt = [](const std::optional<double>& v) {
-        return v ? json::value(*v) : json::value(nullptr);
-    };
-    o["ipc"] = opt(m.last_stat->ipc);
-    o["cache_miss_pct"] = opt(m.last_stat->cache_miss_pct);
-    o["branch_miss_pct"] = opt(m.last_stat->branch_miss_pct);
-    o["elapsed_seconds"] = opt(m.last_stat->elapsed_seconds);
-    o["scaled"] = m.last_stat->scaled();
-    // The whole session: what the reports counted together, over their seconds.
-    json::array totals;
-    for (const auto& [event, t] : m.stat_totals)
-        totals.push_back(json::object{
-            {"event", event}, {"value", t.value}, {"unit", t.unit}, {"intervals", t.intervals}});
-    o["totals"] = std::move(totals);
-    o["intervals"] = m.stat_intervals;
-    o["total_seconds"] = m.stat_seconds;
-    return o;
-}
-
 baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape) {
     baseline_shares b;
     const stack_shaper shaper(p, shape);
@@ -997,26 +601,6 @@ void apply_baseline(json::value& body, const baseline_shares& b, const std::stri
                     {&c.as_object(), path + ";" + std::string(c.at("name").as_string())});
         }
     }
-}
-
-json::array metrics_history(const std::vector<std::string>& lines, double t0, std::string_view type,
-                            std::optional<double> start_s, std::optional<double> end_s) {
-    json::array out;
-    for (const auto& line : lines) {
-        boost::system::error_code ec;
-        auto sample = json::parse(line, ec);
-        if (ec || !sample.is_object())
-            continue;
-        const auto* t = sample.as_object().if_contains("type");
-        const auto* ts = sample.as_object().if_contains("ts");
-        if (!type.empty() && (!t || !t->is_string() || t->as_string() != type))
-            continue;
-        const double rel = ts && ts->is_number() ? ts->to_number<double>() - t0 : 0.0;
-        if ((start_s && rel < *start_s) || (end_s && rel > *end_s))
-            continue;
-        out.push_back(std::move(sample));
-    }
-    return out;
 }
 
 } // namespace collector

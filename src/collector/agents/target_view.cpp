@@ -1,0 +1,77 @@
+#include "collector/agents/target_view.hpp"
+
+#include "collector/agents/agent_link.hpp"
+#include "collector/agents/agent_update.hpp"
+
+namespace collector::agents {
+namespace json = boost::json;
+
+namespace {
+
+json::value or_null(const std::optional<std::string>& v) {
+    return v ? json::value(*v) : json::value(nullptr);
+}
+
+json::value or_null(const std::string& v) {
+    return v.empty() ? json::value(nullptr) : json::value(v);
+}
+
+} // namespace
+
+json::object platform_json(const protocol::hello& hello) {
+    json::object platform;
+    if (!hello.platform)
+        return platform;
+    const auto& p = *hello.platform;
+    if (p.arch)
+        platform["arch"] = *p.arch;
+    if (p.machine)
+        platform["machine"] = *p.machine;
+    if (p.kernel)
+        platform["kernel"] = *p.kernel;
+    if (p.perf_version)
+        platform["perf_version"] = *p.perf_version;
+    if (p.perf_event_paranoid)
+        platform["perf_event_paranoid"] = *p.perf_event_paranoid;
+    return platform;
+}
+
+json::object target_json(const agent_link& link, const app_context& app) {
+    const auto& hello = link.hello();
+    json::object o;
+    o["id"] = link.id();
+    o["session_id"] = or_null(link.session_id());
+    o["last_session_id"] = or_null(link.last_session_id());
+    o["agent"] = hello ? json::value(hello->agent) : json::value(nullptr);
+    o["agent_version"] = hello ? or_null(hello->agent_version) : json::value(nullptr);
+    o["hostname"] = hello ? or_null(hello->hostname) : json::value(nullptr);
+    o["peer"] = link.peer();
+    o["platform"] = hello ? platform_json(*hello) : json::object();
+    o["state"] = protocol::to_string(link.state());
+    o["pid"] = link.pid() ? json::value(*link.pid()) : json::value(nullptr);
+    o["continuous"] = link.in_continuous_run();
+    o["connected_at"] = link.connected_at();
+    const auto security = link.link_security();
+    json::object l;
+    l["encrypted"] = security.encrypted;
+    l["tls"] = security.encrypted ? json::value(security.tls) : json::value(nullptr);
+    l["pinned"] = or_null(security.pinned);
+    o["link"] = std::move(l);
+    const auto* offer = offered_update(link, app);
+    o["update"] = offer ? json::value(offer->version) : json::value(nullptr);
+    o["updates"] = hello ? or_null(hello->updates) : json::value(nullptr);
+    o["update_blocked"] = offer ? or_null(update_blocked(link, app)) : json::value(nullptr);
+    if (const auto& u = link.updating()) {
+        json::object progress;
+        progress["version"] = u->version;
+        progress["size"] = u->size;
+        progress["sent"] = u->sent;
+        progress["applying"] = u->applying;
+        o["updating"] = std::move(progress);
+    } else {
+        o["updating"] = nullptr;
+    }
+    return o;
+}
+
+} // namespace collector::agents
