@@ -6,7 +6,7 @@ import { read as hashState } from './state.js';
 import { store } from './store.js';
 import { openLiveStream } from './stream.js';
 import { init as initViews, live, liveRender, rerender } from './render.js';
-import { $, api, esc } from './util.js';
+import { $, esc } from './util.js';
 
 // Theme: auto (the system's), light or dark; remembered by this browser.
 const themes = ['auto', 'light', 'dark'];
@@ -75,13 +75,17 @@ function follow(stream) {
     const d = JSON.parse(e.data), s = hashState();
     if (store.dataChanged(d) && (!s.session || d.session_id === s.session)) liveRender();
   });
+  // The collector's status: when the stream opens, then when it changes (the one source of it).
+  stream.addEventListener('status', (e) => {
+    store.setStatus(JSON.parse(e.data));
+    $('#fleet-link').hidden = !store.status().fleet;
+    if (hashState().fleet) rerender(); else live('status');
+  });
   for (const kind of ['import', 'metrics']) stream.addEventListener(kind, (e) => live(kind, JSON.parse(e.data)));
 }
 
 initViews();
 if (await signedIn()) {
-  // The Fleet view, when this collector writes to a fleet store.
-  api('/api/status').then((st) => { $('#fleet-link').hidden = !st.fleet; }).catch(() => {});
   window.addEventListener('hashchange', rerender);
   follow(openLiveStream());
   rerender();

@@ -10,6 +10,7 @@
 // ctx: {q, meta, stillWanted, pickedEvent}: q the query every view of the session shares,
 // meta the session's (from the header).
 import { read } from './state.js';
+import { store } from './store.js';
 import { $, visible } from './util.js';
 import * as calltree from './views/calltree.js';
 import * as fleet from './views/fleet.js';
@@ -127,8 +128,23 @@ export function live(kind, data) {
   for (const v of VIEWS) v.live?.(kind, data);
 }
 
+// What the views' shared markup asks for, wherever it is on the page: data-sandwich="NAME" the
+// callers and callees of a function, data-source-of="NAME" its source, data-baseline="ID" a
+// comparison with that session ("" stops comparing). Each becomes an action in the store
+// (store.act), taken by the view that subscribed to it.
+const SHARED_MARKUP = [['sandwich', 'callers'], ['source-of', 'source'], ['baseline', 'baseline']];
+
 export function init() {
   const app = { rerender, showError: (message) => (message ? showError(message) : dismissError()) };
   for (const v of VIEWS) v.init?.(app);
+  document.addEventListener('click', (e) => {
+    for (const [attribute, action] of SHARED_MARKUP) {
+      const el = e.target.closest(`[data-${attribute}]`);
+      if (!el) continue;
+      e.preventDefault();
+      store.act(action, el.getAttribute(`data-${attribute}`));
+      return;
+    }
+  });
   $('#view-error-close').addEventListener('click', dismissError);
 }

@@ -3,8 +3,9 @@
 // another session never carries the last one's function, zoom or window over. Pure functions
 // of strings, plus read() and update() for the page's own location.
 
-// kind: 'text' (the default), 'bool' ('1' or absent); default: what an absent key reads as;
-// session: true for keys that describe something inside one session.
+// kind: 'text' (the default), 'bool' ('1' or absent), 'flag' (present with no value, as
+// "#fleet&…"); default: what an absent key reads as; session: true for keys that describe
+// something inside one session.
 export const KEYS = Object.freeze({
   session: {},
   tab: { default: 'functions' },
@@ -25,6 +26,13 @@ export const KEYS = Object.freeze({
   collapse: { session: true }, // modules shown as one frame each, ';' between
   sort: { session: true }, // the function table's column (self % when absent)
   order: { session: true }, // 'asc' or 'desc' against the column's natural order
+  // The Fleet view ("#fleet&devices=a,b&range=3600&…"; it shares event and fn).
+  fleet: { kind: 'flag' },
+  devices: {}, // ',' between
+  range: { default: '3600' }, // seconds back from now; '0': everything kept
+  build: {},
+  compare: {}, // 'before' (the period before) or 'build' (base_build)
+  base_build: {},
 });
 
 // The state a hash ("#session=…&tab=…", with or without the '#') reads as: every key of the
@@ -35,6 +43,7 @@ export function parse(hash) {
   for (const [key, spec] of Object.entries(KEYS)) {
     const v = p.get(key);
     if (spec.kind === 'bool') out[key] = v === '1';
+    else if (spec.kind === 'flag') out[key] = p.has(key);
     else out[key] = v === null || v === '' ? (spec.default ?? null) : v;
   }
   return out;
@@ -50,9 +59,13 @@ export function apply(hash, changes) {
     for (const [key, spec] of Object.entries(KEYS)) if (spec.session && !(key in changes)) p.delete(key);
   for (const [key, v] of Object.entries(changes)) {
     if (v === null || v === undefined || v === '' || v === false) p.delete(key);
+    else if (KEYS[key]?.kind === 'flag') p.set(key, '');
     else p.set(key, v === true ? '1' : String(v));
   }
-  return p.toString();
+  let out = p.toString();
+  for (const [key, spec] of Object.entries(KEYS))
+    if (spec.kind === 'flag') out = out.replace(new RegExp(`(^|&)${key}=(?=&|$)`), `$1${key}`);
+  return out;
 }
 
 // The page's own state, and a change to it (a new history entry, as a click is).

@@ -1,4 +1,5 @@
-// The page's model of the collector, fed by the live stream (GET /api/stream):
+// The page's model of the collector, fed by the live stream (GET /api/stream), and the page's
+// actions between views (act, subscribe):
 //   - the targets: the whole list from the `targets` event a stream opens with, then the
 //     targets that changed or left from each `targets_changed` (the page never asks again);
 //   - per session, what `data_version` carries: its data version and the counts a page shows
@@ -12,10 +13,15 @@
 // No DOM: `fetchJson(path)` does the asking, so the model is tested under node
 // (test/ui/unit/store.test.mjs). Answers handed out are shared: a view must not change them.
 
-import { api } from './util.js';
+import { api } from './api.js';
+
+// The scope of the Fleet view's answers: the fleet store is written by other collectors too, so
+// an answer is good for `lag` ms, whatever this collector's stream said.
+export const FLEET = '*fleet';
 
 export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = {}) {
   let targets = null; // null until the stream has said
+  let status = null; // the collector's, as the stream last said it
   const sessions = new Map(); // id → {version, chunks, samples, lost_samples, threads, duration_sec}
   const answers = new Map(); // `${session}\n${path}` → {version, promise}; insertion order is use order
   const listeners = new Set();
@@ -47,6 +53,14 @@ export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = 
       return true;
     },
 
+    // The collector's status (GET /api/status's shape), as the stream's `status` events say it
+    // (when a stream opens, then whenever it changes); null before the first.
+    status: () => status,
+    setStatus(s) {
+      status = s && typeof s === 'object' ? s : {};
+      emit('status');
+    },
+
     // What the stream said of a session's data; null if it has said nothing yet.
     counts: (id) => sessions.get(id) ?? null,
     version: (id) => sessions.get(id)?.version ?? 0,
@@ -68,13 +82,14 @@ export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = 
       return true;
     },
 
-    // The answer to `path` (a view of `session`) for its data as the stream last told it, or,
-    // with `lag`, for an earlier version asked less than `lag` ms ago.
+    // The answer to `path` (a view of `session`, or of FLEET) for its data as the stream last
+    // told it, or, with `lag`, for an earlier version asked less than `lag` ms ago.
     view(session, path, { lag = 0 } = {}) {
       const key = `${session}\n${path}`;
       const version = sessions.get(session)?.version ?? 0;
       const hit = answers.get(key);
-      if (hit && (hit.version === version || now() - hit.at < lag)) {
+      const young = hit && now() - hit.at < lag;
+      if (hit && (session === FLEET ? young : hit.version === version || young)) {
         answers.delete(key); // most recently used last
         answers.set(key, hit);
         return hit.promise;
@@ -97,6 +112,7 @@ export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = 
     // what it said before is forgotten, and its next `targets` and `data_version` count as news.
     reset() {
       sessions.clear();
+      status = null;
       answers.clear();
     },
 
@@ -111,7 +127,15 @@ export function createStore({ fetchJson, limit = 24, now = () => Date.now() } = 
       for (const key of [...answers.keys()]) if (key.startsWith(`${session}\n`)) answers.delete(key);
     },
 
-    // fn(what, sessionId?) after each change ('targets', 'data'); returns the unsubscribe.
+    // A page-wide action with its detail, for the view that takes it: 'callers' (a function's
+    // name), 'source' (a function's name), 'baseline' (a session id, '' to stop comparing).
+    // render.js turns the page's shared markup into actions; no view reads another's markup.
+    act(what, detail) {
+      emit(what, detail);
+    },
+
+    // fn(what, detail) after each change ('targets', 'status'; 'data' with the session id)
+    // and each action; returns the unsubscribe.
     subscribe(fn) {
       listeners.add(fn);
       return () => listeners.delete(fn);

@@ -1,4 +1,4 @@
-// What the UI's modules share: DOM and text helpers and the one way to call the API.
+// What the UI's modules share: DOM and text helpers (the API's calls are api.js's).
 export const $ = (s) => document.querySelector(s);
 // Formatting is format.js's; re-exported for the modules that take it from here.
 export { amount, attr, esc, mib, pct, unitOf, visible } from './format.js';
@@ -8,38 +8,6 @@ export { amount, attr, esc, mib, pct, unitOf, visible } from './format.js';
 export function filterRegex(text) {
   if (!text) return { re: null };
   try { return { re: new RegExp(text, 'i') }; } catch (e) { return { re: null, error: e.message.replace(/^Invalid regular expression: /, '') }; }
-}
-
-// fetch, with a collector that cannot be reached said as such (not "Failed to fetch").
-async function reach(path, init) {
-  try { return await fetch(path, init); } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw new Error(`cannot reach the collector (${e.message}); is it running?`);
-  }
-}
-
-// A page of sessions, newest first: {sessions, total} (total: how many match `q`).
-export async function sessionPage({ q = '', limit = 100, offset = 0 } = {}) {
-  const r = await reach(`/api/sessions?limit=${limit}&offset=${offset}${q ? '&q=' + encodeURIComponent(q) : ''}`, { headers: { Accept: 'application/json' } });
-  if (!r.ok) throw new Error((await r.json().catch(() => ({})))?.error?.message || r.statusText);
-  return { sessions: await r.json(), total: Number(r.headers.get('X-Total-Count') || 0) };
-}
-
-// A call to the collector's API. `body`: an object (sent as JSON), a File or Blob (sent as
-// is), or nothing. A failed call throws with the collector's message, or the agent's for a
-// relayed command ({"ok":false,"error":"not profiling"}).
-// `signal`: an AbortSignal that cancels the call.
-export async function api(path, { method = 'GET', body, signal } = {}) {
-  const json = body !== undefined && !(body instanceof Blob);
-  const r = await reach(path, {
-    method,
-    headers: json ? { 'Content-Type': 'application/json', Accept: 'application/json' } : { Accept: 'application/json' },
-    body: json ? JSON.stringify(body) : body,
-    signal,
-  });
-  const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(data?.error?.message || (typeof data?.error === 'string' ? data.error : '') || r.statusText);
-  return data;
 }
 
 // The same elements with the same attributes, in the same places; text may differ.
@@ -114,9 +82,6 @@ export function hoverTip(canvas, tip, boxes, rowH, describe) {
 export function blankCanvas(canvas) {
   canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
 }
-
-// Calls the collector's agent relay: a command for target `target` ({cmd, args}).
-export const agentCommand = (target, body) => api(`/api/targets/${encodeURIComponent(target)}/command`, { method: 'POST', body });
 
 // A ';'-joined list of the URL (hide=, collapse=) with `item` added last, or taken out (null
 // when nothing is left).

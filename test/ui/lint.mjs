@@ -1,7 +1,7 @@
 // The JavaScript lint and format check (scripts/test.sh), over the UI (ui/) and its tests and
 // benchmarks (test/ui/, bench/*.mjs): every module parses, imports only names its source
 // exports and uses every name it imports or takes from a browser test's shared state; a view
-// imports only the shared modules (state, store, format, util, flame_canvas), never another view; and the
+// imports only the shared modules (api, state, store, format, util, flame_canvas), never another view; and the
 // text is LF, no tabs, no trailing spaces, one final newline. Prints each finding; exits 1 if
 // any.
 import { spawnSync } from 'node:child_process';
@@ -14,7 +14,7 @@ const ui = join(root, 'ui');
 const files = (dir) => readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.name === 'node_modules' ? []
   : d.isDirectory() ? files(join(dir, d.name)) : /\.m?js$/.test(d.name) ? [join(dir, d.name)] : []));
 const all = [...files(ui), ...files(join(root, 'test/ui')), ...files(join(root, 'bench'))];
-const SHARED = new Set(['state.js', 'store.js', 'format.js', 'util.js', 'flame_canvas.js'].map((f) => join(ui, f)));
+const SHARED = new Set(['api.js', 'state.js', 'store.js', 'format.js', 'util.js', 'flame_canvas.js'].map((f) => join(ui, f)));
 const found = [];
 const say = (file, line, what) => found.push(`${relative(root, file)}${line ? `:${line}` : ''}: ${what}`);
 
@@ -50,7 +50,7 @@ for (const file of all) {
     });
     if (!m[3].startsWith('.')) continue; // a package: node's own, or playwright-core
     if (dirname(file) === join(ui, 'views') && !SHARED.has(target))
-      say(file, line, `a view imports only state, store, format, util and flame_canvas, not ${m[3]}`);
+      say(file, line, `a view imports only api, state, store, format, util and flame_canvas, not ${m[3]}`);
     let source;
     try { source = readFileSync(target, 'utf8'); } catch { say(file, line, `imports ${m[3]}, which does not exist`); continue; }
     const exported = exportsOf(source);

@@ -6,6 +6,7 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
+import { sessionUrl } from '../api.js';
 import { $, shapeQuery } from '../util.js';
 
 const MIN_PCT = 0.01; // rows under this share of the total are not asked for
@@ -18,7 +19,7 @@ const pathKey = (path) => path.join('\u001f');
 export async function render(s, r) {
   $('#tree-inverted').checked = s.inverted;
   const shape = shapeQuery(s);
-  const tree = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${r.q}&${shape}&min_pct=${MIN_PCT}`);
+  const tree = await store.view(s.session, sessionUrl(s.session, 'flamegraph', r.q, shape, { min_pct: MIN_PCT }));
   r.stillWanted();
   r.pickedEvent(tree.event);
   // Another session or direction: the rows opened before mean nothing here; the heaviest

@@ -6,6 +6,7 @@ import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
 import { boxAt as boxAtPointer, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
+import { sessionUrl } from '../api.js';
 import { $, addTo, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../util.js';
 
 // flame: the answer drawn; key: what it answers; base: the same without the zoom; wanted: the
@@ -36,7 +37,7 @@ export async function render(s, r) {
   // The threshold follows the zoomed frame's share of the whole (from the graph already shown
   // when it is the same one, else from a first answer).
   const base = `${s.session}?${r.q}&${shape}`;
-  const path = (share) => `/api/sessions/${encodeURIComponent(s.session)}/flamegraph?${r.q}&${shape}&min_pct=${minPctFor(share)}`;
+  const path = (share) => sessionUrl(s.session, 'flamegraph', r.q, shape, { min_pct: minPctFor(share) });
   let share = v.base === base ? zoomShare(v.flame, s.zoom) : 1;
   let flame = await store.view(s.session, path(share));
   const actual = zoomShare(flame, s.zoom);
@@ -55,7 +56,7 @@ export async function render(s, r) {
   if (s.baseline && flame.baseline) {
     const q = new URLSearchParams({ weight: s.weight, min_pct: String(minPctFor(1)) });
     if (s.event) q.set('event', s.event);
-    v.baseFlame = await store.view(s.baseline, `/api/sessions/${encodeURIComponent(s.baseline)}/flamegraph?${q}`).catch(() => null);
+    v.baseFlame = await store.view(s.baseline, sessionUrl(s.baseline, 'flamegraph', q)).catch(() => null);
     r.stillWanted();
   }
   v.baseId = s.baseline;

@@ -3,41 +3,39 @@
 // samples, the functions and the flame graph ClickHouse computes, and compare with the period
 // before or with another build (the diff colours of the session flame graph). A function
 // chosen (a row or a frame) narrows every part to the stacks through it and shows its share on
-// each device. The whole choice lives in the URL: "#fleet&devices=a,b&range=3600&…".
+// each device. The whole choice lives in the URL ("#fleet&devices=a,b&range=3600&…", keys in
+// state.js); the answers in the store, asked again at most every REFRESH_MS while samples come.
+import { parse, read, update } from '../state.js';
+import { FLEET, store } from '../store.js';
 import { amount, attr, count, esc, pct, visible } from '../format.js';
 import { boxAt, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
-import { $, api, hoverTip, setHtml, syncRows } from '../util.js';
+import { fleetUrl } from '../api.js';
+import { $, hoverTip, setHtml, syncRows } from '../util.js';
 
 // Time ranges offered, in seconds back from now (0: everything kept).
 const RANGES = [[900, 'last 15 minutes'], [3600, 'last hour'], [21600, 'last 6 hours'], [86400, 'last 24 hours'], [604800, 'last 7 days'], [2592000, 'last 30 days'], [0, 'everything']];
 
 let flame = null, boxes = [];
-// The store is asked again for the same choice at most every REFRESH_MS (the live stream
+// The fleet store is asked again for the same choice at most every REFRESH_MS (the live stream
 // tells of new samples twice a second; ClickHouse's answers are not that cheap).
 const REFRESH_MS = 10000;
-let shown = { hash: null, at: 0 };
+const ask = (path) => store.view(FLEET, path, { lag: REFRESH_MS });
 
 // The view's state, from the URL.
 export function stateOf(hash = location.hash) {
-  const p = new URLSearchParams(String(hash).replace(/^#/, ''));
+  const s = parse(hash);
   return {
-    devices: (p.get('devices') || '').split(',').filter(Boolean),
-    range: Number(p.get('range') ?? 3600) || 0,
-    event: p.get('event') || '',
-    build: p.get('build') || '',
-    fn: p.get('fn') || '',
-    compare: p.get('compare') || '', // '' | 'before' | 'build'
-    baseBuild: p.get('base_build') || '',
+    devices: (s.devices || '').split(',').filter(Boolean),
+    range: Number(s.range) || 0,
+    event: s.event || '',
+    build: s.build || '',
+    fn: s.fn || '',
+    compare: s.compare || '', // '' | 'before' | 'build'
+    baseBuild: s.base_build || '',
   };
 }
-function go(changes) {
-  const p = new URLSearchParams(location.hash.replace(/^#/, ''));
-  for (const [k, v] of Object.entries(changes)) if (v === null || v === '' || v === undefined) p.delete(k); else p.set(k, v);
-  p.delete('fleet');
-  const rest = p.toString();
-  location.hash = 'fleet' + (rest ? '&' + rest : '');
-}
-export const isFleet = (hash = location.hash) => /^#fleet(&|$)/.test(hash);
+const go = (changes) => update({ fleet: true, ...changes });
+export const isFleet = () => read().fleet;
 
 // The API query of a state: the filter, and the baseline when comparing; `withDevices` false
 // for the device table, which lists every device the other choices leave.
@@ -54,6 +52,12 @@ export function queryOf(s, now = Date.now() / 1000, { withDevices = true, withFu
   return q;
 }
 const comparing = (q) => [...q.keys()].some((k) => k.startsWith('base_'));
+// The question of the functions and the flame graph: the filter and the baseline, when complete.
+function fleetQuery(s, now) {
+  const q = queryOf(s, now);
+  if (s.compare === 'build' && !s.baseBuild) q.delete('base_build');
+  return q;
+}
 
 function options(select, list, chosen) {
   const html = list.map(([value, label]) => `<option value="${attr(value)}"${String(value) === String(chosen) ? ' selected' : ''}>${esc(label)}</option>`).join('');
@@ -61,28 +65,30 @@ function options(select, list, chosen) {
   select.value = String(chosen);
 }
 
-export async function render() {
-  if (shown.hash === location.hash && Date.now() - shown.at < REFRESH_MS) return;
-  shown = { hash: location.hash, at: Date.now() };
-  try { await show(); } catch (e) { shown = { hash: null, at: 0 }; throw e; }
-}
+// The time a range counts back from: now, to REFRESH_MS, so that the questions asked stay the
+// same (and are answered from the store) within it.
+const nowTick = () => Math.floor(Date.now() / REFRESH_MS) * REFRESH_MS / 1000;
+let drawn = []; // the answers on screen, drawn again only when one is another
 
-async function show() {
-  const s = stateOf(), now = Date.now() / 1000;
-  const status = await api('/api/status');
-  const store = status.fleet;
-  const backlog = store?.backlog?.sessions ? `, ${count(store.backlog.sessions)} ${store.backlog.sessions === 1 ? 'session' : 'sessions'} to write from the session folders` : '';
-  $('#fleet-store').textContent = store ? `ClickHouse at ${store.clickhouse}, database ${store.database} · ${count(store.written_samples)} samples written by this collector${store.waiting_samples ? `, ${count(store.waiting_samples)} waiting` : ''}${backlog}` : '';
-  $('#fleet-none').hidden = !!store;
-  $('#fleet-body').hidden = !store;
-  if (!store) return;
-  $('#fleet-waiting').hidden = !store.last_error;
-  $('#fleet-waiting').textContent = store.last_error ? `ClickHouse does not answer (${store.last_error}): ${count(store.waiting_samples)} samples wait in this collector and are written when it is back.` : '';
+export async function render() {
+  const s = stateOf(), now = nowTick();
+  const fleetStore = store.status()?.fleet;
+  const backlog = fleetStore?.backlog?.sessions ? `, ${count(fleetStore.backlog.sessions)} ${fleetStore.backlog.sessions === 1 ? 'session' : 'sessions'} to write from the session folders` : '';
+  $('#fleet-store').textContent = fleetStore ? `ClickHouse at ${fleetStore.clickhouse}, database ${fleetStore.database} · ${count(fleetStore.written_samples)} samples written by this collector${fleetStore.waiting_samples ? `, ${count(fleetStore.waiting_samples)} waiting` : ''}${backlog}` : '';
+  $('#fleet-none').hidden = !!fleetStore || !store.status();
+  $('#fleet-body').hidden = !fleetStore;
+  if (!fleetStore) return;
+  $('#fleet-waiting').hidden = !fleetStore.last_error;
+  $('#fleet-waiting').textContent = fleetStore.last_error ? `ClickHouse does not answer (${fleetStore.last_error}): ${count(fleetStore.waiting_samples)} samples wait in this collector and are written when it is back.` : '';
 
   // Every device the time, event and build leave, to choose from; the function's share on each.
   const all = queryOf({ ...s, compare: '' }, now, { withDevices: false, withFunction: false });
   const through = queryOf({ ...s, compare: '' }, now, { withDevices: false });
-  const [listed, withFn] = await Promise.all([api(`/api/fleet/devices?${all}`), s.fn ? api(`/api/fleet/devices?${through}`) : null]);
+  const [listed, withFn] = await Promise.all([ask(fleetUrl('devices', all)), s.fn ? ask(fleetUrl('devices', through)) : null]);
+  const [functions, graph] = await Promise.all([ask(fleetUrl('functions', fleetQuery(s, now), { limit: 50 })), ask(fleetUrl('flamegraph', fleetQuery(s, now), { min_pct: 0.05 }))]);
+  const answers = [location.hash, fleetStore, listed, withFn, functions, graph];
+  if (answers.every((a, i) => a === drawn[i])) return;
+  drawn = answers;
   const devices = listed.devices;
   const events = [...new Set(devices.flatMap((d) => d.events))].sort();
   const builds = [...new Set(devices.flatMap((d) => d.builds))].sort();
@@ -105,13 +111,7 @@ async function show() {
   $('#fleet-shown').textContent = `${s.devices.length ? `${s.devices.length} of ${devices.length} devices` : `all ${devices.length} devices`}${s.fn ? ` · stacks through ${visible(s.fn)}` : ''}`;
   setHtml($('#fleet-chips'), s.fn ? `<span class="chip">through <b>${esc(s.fn)}</b> <button data-fleet-unfn title="every stack">✕</button></span>` : '');
 
-  const q = queryOf(s, now);
-  if (s.compare === 'build' && !s.baseBuild) q.delete('base_build');
-  const [functions, graph] = await Promise.all([
-    api(`/api/fleet/functions?${q}&limit=50`),
-    api(`/api/fleet/flamegraph?${q}&min_pct=0.05`),
-  ]);
-  const compared = comparing(q);
+  const compared = comparing(fleetQuery(s, now));
   $('#fleet-delta-head').textContent = compared ? 'Δ total (points)' : '';
   syncRows($('#fleet-functions tbody'), functions.functions.map((f) => [`${f.name}\u0000${f.module}`, `<tr data-fn="${attr(f.name)}" title="${attr(visible(f.module))}">
     <td class="name">${esc(f.name)}</td><td class="name muted">${esc(f.module.split('/').pop())}</td>
@@ -137,7 +137,7 @@ function draw() {
 }
 
 export function clear() {
-  flame = null; boxes = []; shown = { hash: null, at: 0 };
+  flame = null; boxes = []; drawn = [];
 }
 
 export function init() {

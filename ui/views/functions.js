@@ -5,7 +5,8 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, diffColour, esc, pct, unitOf, visible } from '../format.js';
-import { $, api, filterRegex, setHtml, syncRows, transformQuery } from '../util.js';
+import { api, sessionUrl } from '../api.js';
+import { $, filterRegex, setHtml, syncRows, transformQuery } from '../util.js';
 
 const ROW_H = 24;
 const PAGE = 200; // rows per request: a screen is ~40
@@ -18,7 +19,7 @@ let v = { key: null, drawn: 0, table: null, pages: new Map(), asking: new Set(),
 // the samples fell on ("libx.so.1+0x15bc9", as perf report lists them).
 const groupKey = (r) => `${encodeURIComponent(r.name)} ${encodeURIComponent(r.module)}`;
 async function loadAddresses(session, q, r) {
-  const d = await api(`/api/sessions/${encodeURIComponent(session)}/addresses?${q}&function=${encodeURIComponent(r.name)}&module=${encodeURIComponent(r.module)}`);
+  const d = await api(sessionUrl(session, 'addresses', q, { function: r.name, module: r.module }));
   const rows = d.addresses.map((a) => ({ child: true, name: a.label, module: a.module, self: a.self, self_pct: a.self_pct }));
   if (d.addresses_total > rows.length) rows.push({ child: true, more: d.addresses_total - rows.length, name: '', module: r.module, self_pct: 0 });
   return rows;
@@ -44,7 +45,7 @@ function tableOf(session, query) {
   const path = (page) => {
     const p = new URLSearchParams(q);
     if (!re) { p.set('offset', String(page * PAGE)); p.set('limit', String(PAGE)); }
-    return `/api/sessions/${encodeURIComponent(session)}/functions?${p}`;
+    return sessionUrl(session, 'functions', p);
   };
   return { match, re, path };
 }
@@ -214,6 +215,10 @@ function drawRows() {
 export function init(context) {
   app = context;
   $('#functions').addEventListener('click', (e) => {
+    // A row opens its function's source; its own buttons (callers and callees, the addresses
+    // of a module) are not the row.
+    const row = e.target.closest('tr[data-function]');
+    if (row && !e.target.closest('[data-sandwich], [data-expand]')) { store.act('source', row.dataset.function); return; }
     const expand = e.target.closest('[data-expand]');
     if (expand) {
       const key = expand.dataset.expand;

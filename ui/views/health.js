@@ -3,7 +3,8 @@
 // (history from /api/sessions/{id}/metrics, then live over SSE). Dragging across a
 // sparkline selects a time window for the profile views (start/end in the URL hash).
 import { update as setHash } from '../state.js';
-import { $, api } from '../util.js';
+import { api, sessionUrl } from '../api.js';
+import { $ } from '../util.js';
 
 const keep = 600; // points per series, ~20 minutes at the agent's 2 s
 
@@ -72,7 +73,7 @@ export async function render(s, { meta }) {
 async function showSession(id, startedAt, window) {
   if (h.session !== id) {
     Object.assign(h, { session: id, started: startedAt || 0, system: [], process: [], network: [] });
-    const history = await api(`/api/sessions/${encodeURIComponent(id)}/metrics`).catch(() => []);
+    const history = await api(sessionUrl(id, 'metrics')).catch(() => []);
     if (h.session !== id) return; // another session was opened meanwhile
     // The history first, then what the stream brought meanwhile that it does not hold.
     const meanwhile = { system: h.system, process: h.process, network: h.network };

@@ -5,7 +5,8 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, count, duration, esc, processOf, eventsOf, started } from '../format.js';
-import { $, api, sessionPage, syncRows } from '../util.js';
+import { api, sessionPage, targetUrl } from '../api.js';
+import { $, syncRows } from '../util.js';
 
 // uname -m -> the agent built for it (dist/perfwire-agent-linux-<arch>).
 export function agentArch(machine) {
@@ -18,13 +19,14 @@ export function agentArch(machine) {
 }
 
 let binaries = [];
-let status = {};
+let shownCommands = ''; // the add-target commands drawn, redrawn only when they change
 
 const loopback = (h) => h === 'localhost' || h === '::1' || h === '[::1]' || /^127\./.test(h);
 
 function commands(arch) {
   const file = `perfwire-agent-linux-${arch}`;
   const b = binaries.find((x) => x.arch === arch);
+  const status = store.status() ?? {}; // the stream's
   const agentPort = (status.agent_listener || ':9999').split(':').pop();
   const collector = loopback(location.hostname) ? 'COLLECTOR' : location.hostname;
   const fetchCmd = loopback(location.hostname)
@@ -51,11 +53,12 @@ function show() {
   const built = arch && binaries.some((b) => b.arch === arch);
   $('#at-file').textContent = !machine ? '' : built ? `→ perfwire-agent-linux-${arch}` : `not built for ${machine}${arch ? ` (${arch}): run scripts/build-agents.sh ${arch}` : ''}; agents here: ${binaries.map((b) => b.arch).join(', ') || 'none'}. A device with python3 can run the Python agent instead: ${binaries.some((b) => b.arch === 'python') ? `curl -fo perfwire_agent.py ${location.origin}/api/agent-binaries/python` : 'copy src/agent/python/perfwire_agent.py'} and start it with the same flags`;
   $('#at-file').className = !machine || built ? 'muted' : 'warn';
-  $('#at-commands').innerHTML = built ? commands(arch) : '';
+  const html = built ? commands(arch) : '';
+  if (html !== shownCommands) $('#at-commands').innerHTML = shownCommands = html; // ("copied" stays)
 }
 
 async function renderAgentHelp() {
-  [binaries, status] = await Promise.all([api('/api/agent-binaries').then((r) => r.binaries), api('/api/status')]);
+  binaries = (await api('/api/agent-binaries')).binaries;
   $('#agent-binaries tbody').innerHTML = binaries.map((b) => `<tr><td>${esc(b.arch)}</td>
     <td><a href="${esc(b.download)}" download>${esc(b.file)}</a></td><td>${(b.size / 1048576).toFixed(1)} MiB</td><td class="muted sha">${esc(b.sha256)}</td></tr>`).join('');
   $('#no-agent-binaries').hidden = binaries.length > 0;
@@ -119,16 +122,24 @@ function renderTargets(targets) {
 }
 
 // Targets changed (the stream): their table alone is drawn again, the sessions are not asked.
+// The collector's status (the stream): the memory line and the commands that name its port and
+// keys.
 export function live(kind) {
-  if (kind === 'targets' && !$('#landing').hidden && store.targets()) renderTargets(store.targets());
+  if ($('#landing').hidden) return;
+  if (kind === 'targets' && store.targets()) renderTargets(store.targets());
+  if (kind === 'status') { showMemory(); show(); }
+}
+
+function showMemory() {
+  const m = store.status()?.memory;
+  $('#memory-use').textContent = m ? `· sessions hold ${mib(m.sessions)} of the ${mib(m.budget)} memory budget${m.folded_samples ? ` (${count(m.folded_samples)} older samples folded into per-interval rows)` : ''}` : '';
 }
 
 export async function render() {
   const q = $('#sessions-q').value.trim();
-  const [targets, { sessions, total }, status] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown }), api('/api/status')]);
+  const [targets, { sessions, total }] = await Promise.all([store.targets() ?? api('/api/targets'), sessionPage({ q, limit: sessionsShown })]);
   renderTargets(targets);
-  const m = status.memory;
-  $('#memory-use').textContent = m ? `· sessions hold ${mib(m.sessions)} of the ${mib(m.budget)} memory budget${m.folded_samples ? ` (${count(m.folded_samples)} older samples folded into per-interval rows)` : ''}` : '';
+  showMemory();
   if (!helped) { helped = true; renderAgentHelp().catch(() => { helped = false; }); }
   syncRows($('#sessions tbody'), sessions.map((s) => [s.id, `<tr class="link" data-session="${attr(s.id)}" title="${attr(s.id)}">
     <td>${started(s)}</td><td class="name">${processOf(s)}</td><td>${esc(s.hostname ?? '')}</td><td>${esc(eventsOf(s))}</td>
@@ -153,7 +164,7 @@ async function updateAgent(b) {
   const said = $('#targets-result');
   said.textContent = '';
   try {
-    const r = await api(`/api/targets/${encodeURIComponent(target)}/update`, { method: 'POST', body: {} });
+    const r = await api(targetUrl(target, 'update'), { method: 'POST', body: {} });
     said.textContent = `${target}: agent updated from ${r.from || '?'} to ${r.version}${r.error ? ` (${r.error})` : '; it restarts and reconnects'}`;
   } catch (err) {
     said.textContent = `${target}: update refused: ${err.message} (the agent keeps running its version)`;
@@ -164,8 +175,8 @@ async function updateAgent(b) {
 
 export function init(context) {
   app = context;
-  // A target's or a session's row opens its session (rows elsewhere name theirs the same way).
-  document.addEventListener('click', (e) => {
+  // A target's or a session's row opens its session.
+  $('#landing').addEventListener('click', (e) => {
     const upd = e.target.closest('[data-update-target]');
     if (upd) { updateAgent(upd); return; }
     const row = e.target.closest('tr[data-session]');

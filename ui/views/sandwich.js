@@ -1,24 +1,24 @@
 // Callers and callees of one function (fn= in the URL), as speedscope's sandwich shows them:
 // two flame graphs with the function on top — below it, in one, who called it down to where
 // the stacks begin; in the other, what it called — and the next level of each as tables. The
-// same filters as the other tabs. Anything marked data-sandwich="NAME" anywhere on the page
-// opens it; a click on a frame opens that frame's.
+// same filters as the other tabs. Opened by the store's 'callers' action (data-sandwich="NAME"
+// anywhere on the page); a click on a frame opens that frame's.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
 import { boxAt, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
+import { sessionUrl } from '../api.js';
 import { $, blankCanvas, hoverTip, transformQuery } from '../util.js';
 
 const MIN_PCT = 0.05; // frames under this share of the total are not asked for
 
 export async function render(s, r) {
   if (!s.fn) { clear(); return; }
-  const id = encodeURIComponent(s.session), fn = encodeURIComponent(s.fn);
   const shape = transformQuery(s, { focus: false }); // its own focus: the function
   const [d, up, down] = await Promise.all([
-    store.view(s.session, `/api/sessions/${id}/sandwich?${r.q}&function=${fn}`),
-    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&${shape}&focus=${fn}&callers=1&min_pct=${MIN_PCT}`),
-    store.view(s.session, `/api/sessions/${id}/flamegraph?${r.q}&${shape}&focus=${fn}&min_pct=${MIN_PCT}`),
+    store.view(s.session, sessionUrl(s.session, 'sandwich', r.q, { function: s.fn })),
+    store.view(s.session, sessionUrl(s.session, 'flamegraph', r.q, shape, { focus: s.fn, callers: 1, min_pct: MIN_PCT })),
+    store.view(s.session, sessionUrl(s.session, 'flamegraph', r.q, shape, { focus: s.fn, min_pct: MIN_PCT })),
   ]).catch((e) => {
     clear();
     throw e; // nothing of the last answer stays under the error
@@ -66,8 +66,5 @@ export function clear() {
 }
 
 export function init() {
-  document.addEventListener('click', (e) => {
-    const to = e.target.closest('[data-sandwich]');
-    if (to) { e.preventDefault(); setHash({ tab: 'sandwich', fn: to.dataset.sandwich }); }
-  });
+  store.subscribe((what, fn) => { if (what === 'callers') setHash({ tab: 'sandwich', fn }); });
 }

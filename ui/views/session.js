@@ -6,7 +6,8 @@
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, count, counterTotal, duration, esc, eventName, pct, sessionName, visible } from '../format.js';
-import { $, agentCommand, api, filterRegex, setHtml, takeFrom } from '../util.js';
+import { agentCommand, api, exportUrl, sessionUrl } from '../api.js';
+import { $, filterRegex, setHtml, takeFrom } from '../util.js';
 
 const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
 
@@ -22,8 +23,6 @@ let shownQuery = { session: null, q: '' }; // what the export choice exports
 // it; until they choose, a failing health check opens it once per session.
 const SUMMARY_KEY = 'perfwire-summary';
 let openingSummary = false;
-
-const metaPath = (id) => `/api/sessions/${encodeURIComponent(id)}`;
 
 // The tab asked for shows at once, before anything it shows is fetched: a render under way
 // never undoes a later click.
@@ -58,7 +57,7 @@ export function showPicked(session, event) {
 export async function render(s, r) {
   // Until samples arrive, the meta is asked with every update: its events come with them.
   const lag = known.session === s.session && known.samples ? LAG : 0;
-  const meta = await store.view(s.session, metaPath(s.session), { lag });
+  const meta = await store.view(s.session, sessionUrl(s.session), { lag });
   known = { session: s.session, samples: meta.samples };
   r.stillWanted();
   shownQuery = { session: s.session, q: String(r.q) };
@@ -121,7 +120,7 @@ function statCards(meta) {
 
 // How far this profile can be trusted, each check with its measured value and the fix.
 async function renderQuality(s, r, live) {
-  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/quality?${r.q}`, { lag: LAG });
+  const d = await store.view(s.session, sessionUrl(s.session, 'quality', r.q), { lag: LAG });
   r.stillWanted();
   const mark = { ok: '✓', warn: '!', bad: '✗' };
   const html = d.checks.map((c) => `<li class="q-${attr(c.status)}" data-check="${attr(c.id)}">
@@ -163,7 +162,7 @@ async function renderThreadChoice(s, r) {
   const q = new URLSearchParams({ weight: 'samples' });
   if (s.event) q.set('event', s.event);
   let answered = true;
-  const threads = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/threads?${q}`, { lag: LAG })
+  const threads = await store.view(s.session, sessionUrl(s.session, 'threads', q), { lag: LAG })
     .catch(() => { answered = false; return []; }); // none yet: 404
   r.stillWanted(); // a choice made meanwhile stays
   // Updated in place: options rebuilt with each live update would close the list a user has
@@ -252,7 +251,7 @@ export function init(context) {
     const format = e.target.value;
     e.target.value = '';
     if (!format || !shownQuery.session) return;
-    location.href = `/api/sessions/${encodeURIComponent(shownQuery.session)}/export?format=${format}&${shownQuery.q}`;
+    location.href = exportUrl(shownQuery.session, format, shownQuery.q);
   });
   $('#tabs').addEventListener('click', (e) => {
     const tab = e.target.closest('#tabs button[data-tab]');

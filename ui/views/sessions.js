@@ -1,12 +1,13 @@
 // Every session, from a session's Sessions tab: open one, compare against it (the baseline),
 // delete it, export it in five formats; and import a recording (perf.data or perf script
 // text), which streams through the collector as it uploads, its progress from the live
-// stream's `import` events. Anything marked data-baseline="ID" compares against that session
-// ("" stops comparing).
+// stream's `import` events. The store's 'baseline' action (data-baseline="ID" anywhere)
+// compares against that session ("" stops comparing).
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, count, duration, esc, mib, processOf, started } from '../format.js';
-import { $, api, sessionPage, syncRows } from '../util.js';
+import { api, exportUrl, importUrl, sessionPage, sessionUrl } from '../api.js';
+import { $, syncRows } from '../util.js';
 
 let app; // {rerender, showError}
 let importing = null; // { file, abort } while an upload runs
@@ -25,7 +26,7 @@ export async function render(s, r) {
     <td><a href="#session=${encodeURIComponent(x.id)}">${started(x) || esc(x.id)}</a>${x.id === s.session ? ' (this one)' : ''}</td><td class="name">${processOf(x)}</td><td>${esc(x.hostname ?? '')}</td>
     <td class="num">${duration(x.duration_sec)}</td><td class="num">${count(x.samples)}</td><td>${x.live ? '<b>live</b>' : x.imported ? 'imported' : 'saved'}</td>
     <td>${x.id !== s.session ? `<button data-baseline="${attr(x.id)}">baseline</button>` : ''} ${x.live ? '' : `<button data-delete="${attr(x.id)}">delete</button>`}</td>
-    <td>${formats.map((f) => `<a href="/api/sessions/${encodeURIComponent(x.id)}/export?format=${f}" download>${f}</a>`).join(' ')}</td></tr>`]));
+    <td>${formats.map((f) => `<a href="${attr(exportUrl(x.id, f))}" download>${f}</a>`).join(' ')}</td></tr>`]));
 }
 
 export function clear() {
@@ -46,7 +47,7 @@ async function importRecording(file) {
   importing = { file, abort: new AbortController() };
   $('#import-state').innerHTML = `importing ${esc(file.name)}… <button id="import-cancel">cancel</button>`;
   let body;
-  try { body = await api(`/api/sessions/import?name=${encodeURIComponent(file.name)}`, { method: 'POST', body: file, signal: importing.abort.signal }); }
+  try { body = await api(importUrl(file.name), { method: 'POST', body: file, signal: importing.abort.signal }); }
   catch (e) { $('#import-state').textContent = importing.abort.signal.aborted ? `import of ${file.name} cancelled` : e.message; importing = null; return; }
   importing = null;
   $('#import-state').textContent = '';
@@ -60,13 +61,10 @@ export function init(context) {
   $('#all-sessions').addEventListener('click', async (e) => {
     const del = e.target.closest('button[data-delete]');
     if (del && confirm(`Delete session ${del.dataset.delete} and its recording?`)) {
-      try { await api(`/api/sessions/${encodeURIComponent(del.dataset.delete)}`, { method: 'DELETE' }); store.forget(del.dataset.delete); }
+      try { await api(sessionUrl(del.dataset.delete), { method: 'DELETE' }); store.forget(del.dataset.delete); }
       catch (err) { $('#import-state').textContent = err.message; }
       if (del.dataset.delete === hashState().session) location.hash = ''; else app.rerender();
     }
   });
-  document.addEventListener('click', (e) => {
-    const b = e.target.closest('button[data-baseline]');
-    if (b) setHash({ baseline: b.dataset.baseline || null, tab: b.dataset.baseline ? 'functions' : 'sessions' });
-  });
+  store.subscribe((what, id) => { if (what === 'baseline') setHash({ baseline: id || null, tab: id ? 'functions' : 'sessions' }); });
 }

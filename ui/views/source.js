@@ -1,19 +1,19 @@
 // Source lines, heat-coloured by their share of the file, the hottest line (or the function's
 // own) scrolled to; and where the symbols and sources come from, with the settings that
-// change it (PUT /api/config, within the collector's --browse-root). Anything marked
-// data-source-of="NAME", and any function table row, opens the source of that function.
+// change it (PUT /api/config, within the collector's --browse-root). The store's 'source'
+// action (data-source-of="NAME" anywhere, a function table row) opens a function's source.
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, esc, pct, visible } from '../format.js';
-import { $, api, syncRows } from '../util.js';
+import { api, sessionUrl } from '../api.js';
+import { $, syncRows } from '../util.js';
 
 let app; // {rerender, showError}
 // The function opened, the file it is in, and the line to show (else its hottest).
 let focus = { fn: null, file: null, line: null };
 
 export async function render(s, r) {
-  const base = `/api/sessions/${encodeURIComponent(s.session)}/source`;
-  const list = await store.view(s.session, `${base}?${r.q}`);
+  const list = await store.view(s.session, sessionUrl(s.session, 'source', r.q));
   r.stillWanted();
   const files = list.files || [];
   const file = s.file || files[0]?.file;
@@ -26,8 +26,8 @@ export async function render(s, r) {
     $('#source tbody').innerHTML = '';
     return;
   }
-  const fn = focus.fn && focus.file === file ? `&function=${encodeURIComponent(focus.fn)}` : '';
-  const src = await store.view(s.session, `${base}?${r.q}&file=${encodeURIComponent(file)}${fn}`);
+  const fn = focus.fn && focus.file === file ? focus.fn : null;
+  const src = await store.view(s.session, sessionUrl(s.session, 'source', r.q, { file, function: fn }));
   r.stillWanted();
   const scope = s.tid || s.start || s.end ? ' · <span data-scope>this thread and time window only</span>' : '';
   if (!src.path) $('#source-settings').open = true; // say where the file is, right here
@@ -69,7 +69,7 @@ async function renderCode(s, r, name) {
   $('#disasm-box').hidden = !name;
   $('#source-panes').classList.toggle('with-code', !!name);
   if (!name) { $('#disasm tbody').innerHTML = ''; return; }
-  const d = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/disassembly?${r.q}&function=${encodeURIComponent(name)}`)
+  const d = await store.view(s.session, sessionUrl(s.session, 'disassembly', r.q, { function: name }))
     .catch((e) => ({ error: e.message, instructions: [] }));
   r.stillWanted();
   $('#disasm-title').textContent = `machine code of ${visible(name)}`;
@@ -116,7 +116,7 @@ export function clear() {
 async function openFunctionSource(name) {
   const s = hashState();
   try {
-    const src = await api(`/api/sessions/${encodeURIComponent(s.session)}/source?function=${encodeURIComponent(name)}`);
+    const src = await api(sessionUrl(s.session, 'source', { function: name }));
     focus = { fn: name, file: src.file, line: null }; // scroll to this function's hottest line
     setHash({ tab: 'source', file: src.file });
   } catch (e) { app.showError(e.message); }
@@ -135,18 +135,13 @@ async function addSourceSetting(change) {
 
 export function init(context) {
   app = context;
-  document.addEventListener('click', (e) => {
-    // A row's own buttons (callers and callees, the addresses of a module) are not the row.
-    if (e.target.closest('[data-sandwich], [data-expand]')) return;
+  store.subscribe((what, name) => { if (what === 'source') openFunctionSource(name); });
+  $('#tab-source').addEventListener('click', (e) => {
     const call = e.target.closest('[data-call-site]');
-    if (call) {
-      e.preventDefault();
-      focus = { fn: call.dataset.fn, file: call.dataset.file, line: Number(call.dataset.line) };
-      if (hashState().file === call.dataset.file) app.rerender(); else setHash({ tab: 'source', file: call.dataset.file });
-      return;
-    }
-    const of = e.target.closest('[data-source-of]') ?? e.target.closest('tr[data-function]');
-    if (of) openFunctionSource(of.dataset.sourceOf ?? of.dataset.function);
+    if (!call) return;
+    e.preventDefault();
+    focus = { fn: call.dataset.fn, file: call.dataset.file, line: Number(call.dataset.line) };
+    if (hashState().file === call.dataset.file) app.rerender(); else setHash({ tab: 'source', file: call.dataset.file });
   });
   $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));
   const submit = (form, change) => $(form).addEventListener('submit', (e) => {

@@ -6,6 +6,7 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { esc, moduleHues, nameShade, pct, tickStep, visible, zoomWindow } from '../format.js';
+import { sessionUrl } from '../api.js';
 import { $, blankCanvas, setHtml, transformQuery } from '../util.js';
 
 let timeline = null; // the answer drawn
@@ -17,7 +18,7 @@ export async function render(s, r) {
   const width = Math.max(200, Math.floor($('#lanes').clientWidth || 900) - 160);
   const q = new URLSearchParams([...r.q, ...transformQuery(s)]); // the chart's stacks reshaped
   if (s.lane) q.set('tid', s.lane); // the chart's thread; the lanes are every thread
-  const t = await store.view(s.session, `/api/sessions/${encodeURIComponent(s.session)}/timeline?${q}&width=${width}`).catch((e) => {
+  const t = await store.view(s.session, sessionUrl(s.session, 'timeline', q, { width })).catch((e) => {
     clear();
     throw e;
   });

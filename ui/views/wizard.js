@@ -1,11 +1,12 @@
 // Live Debug wizard: dial an agent started with `perfwire-agent --listen`, pick a process,
 // check perf and choose events, say where binaries and sources are, set the rate, start.
 // Every step talks to the collector's API; agent commands go through the relay.
-import { $, api, attr, esc, visible } from '../util.js';
+import { agentCommand, api, query } from '../api.js';
+import { $, attr, esc, visible } from '../util.js';
 
 const state = { target: null, pid: null, comm: '', events: [], probe: null };
 
-const command = (cmd, args = {}) => api(`/api/targets/${encodeURIComponent(state.target)}/command`, { method: 'POST', body: { cmd, args } });
+const command = (cmd, args = {}) => agentCommand(state.target, { cmd, args });
 
 function step(name) {
   for (const s of document.querySelectorAll('#wizard .step')) s.hidden = s.dataset.step !== name;
@@ -104,7 +105,7 @@ async function saveSymbols() {
 
 // The file browser: fills the input it was opened for.
 async function browse(path, input) {
-  const r = await api('/api/browse' + (path ? '?path=' + encodeURIComponent(path) : ''));
+  const r = await api(`/api/browse${query({ path })}`);
   const box = $('#wz-browser');
   box.hidden = false;
   box.dataset.input = input;

@@ -56,3 +56,15 @@ test('the weight is kept across sessions and reads as period when absent', () =>
   assert.equal(parse('weight=samples').weight, 'samples');
   assert.equal(parse(apply('session=a&weight=samples&tid=3', { session: 'b' })).weight, 'samples');
 });
+
+test('the Fleet view\'s state: a flag key that reads as present, its choices beside it', () => {
+  const s = parse('#fleet&devices=a,b&range=0&compare=before');
+  assert.equal(s.fleet, true);
+  assert.equal(s.devices, 'a,b');
+  assert.equal(s.range, '0');
+  assert.equal(parse('#fleet').range, '3600');
+  assert.equal(parse('session=x').fleet, false);
+  assert.equal(apply('fleet&devices=a', { compare: 'build', base_build: 'ab12' }), 'fleet&devices=a&compare=build&base_build=ab12');
+  assert.equal(apply('', { fleet: true, fn: 'main' }), 'fleet&fn=main');
+  assert.equal(apply('fleet&devices=a', { fleet: false, devices: null }), '');
+});

@@ -1,7 +1,7 @@
 // store.js: the page's model, fed by stream events, and its cache of view answers.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createStore } from '../../../ui/store.js';
+import { createStore, FLEET } from '../../../ui/store.js';
 
 // A collector stand-in: counts what it is asked, answers with the path and a serial number.
 function collector() {
@@ -138,4 +138,44 @@ test('refresh drops the answers about one session, and keeps its counts and the 
   assert.equal(s.counts('s1').samples, 10);
   assert.equal((await s.view('s1', '/api/sessions/s1')).serial, 3, 'asked again');
   assert.equal((await s.view('s2', '/api/sessions/s2')).serial, 2, 'another session: kept');
+});
+
+test('actions reach the views that subscribed, until they unsubscribe', () => {
+  const s = createStore({ fetchJson: async () => ({}) });
+  const callers = [], sources = [];
+  const off = s.subscribe((what, detail) => { if (what === 'callers') callers.push(detail); });
+  s.subscribe((what, detail) => { if (what === 'source') sources.push(detail); });
+  s.act('callers', 'hash_strings');
+  s.act('source', 'main');
+  off();
+  s.act('callers', 'never');
+  assert.deepEqual(callers, ['hash_strings']);
+  assert.deepEqual(sources, ['main']);
+});
+
+test('the status is the stream\'s: null until it says, told to subscribers, forgotten on reset', () => {
+  const s = createStore({ fetchJson: async () => ({}) });
+  const told = [];
+  s.subscribe((what) => told.push(what));
+  assert.equal(s.status(), null);
+  s.setStatus({ version: '1', fleet: null, memory: { budget: 5 } });
+  assert.equal(s.status().memory.budget, 5);
+  assert.deepEqual(told, ['status']);
+  s.reset();
+  assert.equal(s.status(), null);
+});
+
+test('the fleet\'s answers are good for the lag, whatever the stream says', async () => {
+  const c = collector();
+  let clock = 0;
+  const s = createStore({ fetchJson: c.fetchJson, now: () => clock });
+  const path = '/api/fleet/devices?from=60';
+  assert.equal((await s.view(FLEET, path, { lag: 10000 })).serial, 1);
+  s.dataChanged({ session_id: 'any', version: 1 });
+  clock += 9999;
+  assert.equal((await s.view(FLEET, path, { lag: 10000 })).serial, 1, 'younger than the lag: kept');
+  clock += 1;
+  assert.equal((await s.view(FLEET, path, { lag: 10000 })).serial, 2, 'as old as the lag: asked again');
+  clock += 60000; // no news from this collector: other collectors may have written
+  assert.equal((await s.view(FLEET, path, { lag: 10000 })).serial, 3);
 });
