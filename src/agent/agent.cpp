@@ -2,9 +2,11 @@
 
 #include "agent/backoff.hpp"
 #include "agent/collection.hpp"
+#include "agent/metrics.hpp"
 #include "agent/session.hpp"
 #include "protocol/descriptors.hpp"
 #include "protocol/error.hpp"
+#include "protocol/frame.hpp"
 #include "protocol/link_stream.hpp"
 #include "protocol/pairing.hpp"
 #include "protocol/tls.hpp"
@@ -216,10 +218,19 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     s.rounds = !caps.pipe_mode;
     int written = 0;
     bool write_failed = false, done = false;
+    // Each round starts with the target's binaries and their build-ids when they changed, as
+    // the live link sends them (a comment perf's readers skip: protocol::metrics_note), so the
+    // recording imported later names its frames as a live session would.
+    metrics_sampler sampler;
     std::shared_ptr<collection> coll;
     coll = std::make_shared<collection>(c.perf_path, s, [&](std::string text) {
         if (write_failed)
             return;
+        const double now =
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
+        if (const auto b = sampler.binaries(*c.pid, now))
+            text.insert(0, std::string(protocol::metrics_note) + protocol::serialize(*b) + "\n");
         if (std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fflush(out) != 0) {
             write_failed = true;
             done = true;

@@ -78,6 +78,7 @@ private:
 } // namespace
 
 session_model::session_model(symbolizer* names) {
+    parser.on_metrics_note([this](std::string_view record) { note_metrics(record); });
     if (!names)
         return;
     symbols_generation = names->generation();

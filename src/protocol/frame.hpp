@@ -37,6 +37,11 @@ enum class frame_flag : std::uint8_t {
 // A data chunk (flag 0 or 1) is perf script text, then this line and the perf stat report of
 // the same span.
 inline constexpr std::string_view perf_stat_marker = "\n### PERF_STAT ###\n";
+// A metrics record (protocol::serialize's JSON, one line) inside perf script text, as a comment
+// perf's own readers skip: a recording written by an agent (--output) keeps what the live link
+// would have sent beside it — its binaries' build-ids — so an import names frames as the live
+// session would.
+inline constexpr std::string_view metrics_note = "# perfwire-metrics ";
 
 inline constexpr std::size_t header_size = 5;
 

@@ -7,7 +7,10 @@
 #include "collector/model/views.hpp"
 #include "collector/store/import.hpp"
 #include "collector/symbols/subprocess.hpp"
+#include "collector/symbols/symbolizer.hpp"
 #include "protocol/build_id.hpp"
+#include "protocol/frame.hpp"
+#include "protocol/messages.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
@@ -119,6 +122,36 @@ void put_config(collector_proc& c, const std::string& body) {
     REQUIRE(r.status == 200);
 }
 
+// The demo as a device runs it, stripped (ROOT/device/perfwire-demo), and its debug file as a
+// distribution ships it, in the build-id layout under ROOT/debug (ROOT/home: a HOME for perf's
+// build-id cache, empty).
+struct stripped_demo {
+    std::string device, build_id, debug_file;
+    fs::path debug_dir;
+    // Where a debug file of this build sits under `root` (its folder made).
+    std::string debug_path(const fs::path& root) const {
+        fs::create_directories(root / ".build-id" / build_id.substr(0, 2));
+        return (root / ".build-id" / build_id.substr(0, 2) / (build_id.substr(2) + ".debug"))
+            .string();
+    }
+};
+
+stripped_demo strip_demo(const fs::path& root) {
+    const std::string demo = PERFWIRE_DEMO_BIN;
+    stripped_demo d;
+    d.build_id = protocol::read_build_id(demo).value_or("");
+    REQUIRE(d.build_id.size() >= 8);
+    fs::create_directories(root / "device");
+    fs::create_directories(root / "home");
+    d.device = (root / "device" / "perfwire-demo").string();
+    REQUIRE(collector::run_capture({"strip", "--strip-all", "-o", d.device, demo}).code == 0);
+    d.debug_dir = root / "debug";
+    d.debug_file = d.debug_path(d.debug_dir);
+    REQUIRE(collector::run_capture({"objcopy", "--only-keep-debug", demo, d.debug_file}).code == 0);
+    REQUIRE(protocol::read_build_id(d.debug_file) == d.build_id);
+    return d;
+}
+
 } // namespace
 
 TEST_CASE("stripped on the device, named at the collector: the unstripped binary, a build-id "
@@ -126,22 +159,13 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
           "[collector][integration][perf][symbols][long]") {
     temp_dir dir;
     const std::string demo = PERFWIRE_DEMO_BIN;
-    const auto id = protocol::read_build_id(demo);
-    REQUIRE(id);
     // The device's binary, stripped; the debug files as a distribution ships them, in the
     // build-id layout; and a debug file of another build (its build-id changed) in its place.
-    fs::create_directories(dir.path / "device");
-    fs::create_directories(dir.path / "home");
-    const std::string device = (dir.path / "device" / "perfwire-demo").string();
-    REQUIRE(collector::run_capture({"strip", "--strip-all", "-o", device, demo}).code == 0);
-    const auto build_id_path = [&](const fs::path& root) {
-        fs::create_directories(root / ".build-id" / id->substr(0, 2));
-        return (root / ".build-id" / id->substr(0, 2) / (id->substr(2) + ".debug")).string();
-    };
-    const std::string debug_file = build_id_path(dir.path / "debug");
-    REQUIRE(collector::run_capture({"objcopy", "--only-keep-debug", demo, debug_file}).code == 0);
-    REQUIRE(protocol::read_build_id(debug_file) == id);
-    const std::string wrong_file = build_id_path(dir.path / "wrong");
+    const auto stripped_build = strip_demo(dir.path);
+    const auto id = std::optional<std::string>(stripped_build.build_id);
+    const std::string& device = stripped_build.device;
+    const std::string& debug_file = stripped_build.debug_file;
+    const std::string wrong_file = stripped_build.debug_path(dir.path / "wrong");
     {
         std::string image = test_support::file_bytes(debug_file);
         std::string raw;
@@ -279,6 +303,85 @@ TEST_CASE("stripped on the device, named at the collector: the unstripped binary
     const auto source = coll.get("/api/sessions/" + stripped_session + "/source");
     CHECK(json::serialize(source.at("binaries")).find("\"origin\":\"debuginfod\"") !=
           std::string::npos);
+}
+
+TEST_CASE("a stripped program recorded headless carries its build-ids: the import names it from "
+          "the debug file as the live session would",
+          "[collector][integration][perf][symbols]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    temp_dir dir;
+    const auto stripped_build = strip_demo(dir.path);
+    const std::string& device = stripped_build.device;
+    const auto id = std::optional<std::string>(stripped_build.build_id);
+    const auto& debug_dir = stripped_build.debug_dir;
+
+    // perf keeps binaries by build-id in ~/.debug: the agent gets a HOME of its own.
+    spawned program(device, {"30"});
+    const auto out = (dir.path / "out.txt").string();
+    auto agent = test_support::start_agent(flavour,
+                                           {"--output", out, "--pid", std::to_string(program.pid()),
+                                            "--rounds", "1", "--duration", "2"},
+                                           {"HOME=" + (dir.path / "home").string()});
+    const auto code = agent->wait(60s);
+    INFO(agent->stderr_text());
+    REQUIRE(code == 0);
+    const std::string text = test_support::file_bytes(out);
+    // The program's files and their build-ids, as the live link's binaries metrics say them.
+    const auto note = text.find(protocol::metrics_note);
+    REQUIRE(note == 0);
+    const auto record = text.substr(note + protocol::metrics_note.size(),
+                                    text.find('\n') - protocol::metrics_note.size());
+    const auto metrics = protocol::parse_metrics(record);
+    REQUIRE(metrics.has_value());
+    const auto* binaries = std::get_if<protocol::binaries_metrics>(&*metrics);
+    REQUIRE(binaries);
+    bool listed = false;
+    for (const auto& b : binaries->binaries)
+        listed = listed || (b.path == device && b.build_id == *id);
+    CHECK(listed);
+
+    const auto imported_shares = [&](const std::string& path) {
+        collector::symbol_config cfg;
+        cfg.debug_dirs = {debug_dir.string()};
+        cfg.build_id_cache = "/nonexistent";
+        collector::symbolizer names(cfg);
+        collector::session_store store(dir.path /
+                                       ("sessions-" + fs::path(path).filename().string()));
+        auto imported = collector::import_file(store, path, "out.txt", "perf", {}, &names);
+        REQUIRE(imported.has_value());
+        const auto& p = imported->model->prof;
+        const auto f = collector::functions(p, {});
+        shares found;
+        std::uint64_t total = 0;
+        for (const auto& row : f.rows)
+            if (p.module(row.frame) == device) {
+                total += row.self;
+                if (p.symbol(row.frame) == "[unknown]")
+                    found.unknown += static_cast<double>(row.self);
+                else
+                    found.self[std::string(p.symbol(row.frame))] += static_cast<double>(row.self);
+            }
+        REQUIRE(total > 20); // the program's own samples
+        found.unknown = 100 * found.unknown / static_cast<double>(total);
+        return found;
+    };
+    // Named from the debug file the build-id finds, as the live session is.
+    const auto named = imported_shares(out);
+    INFO("unknown with the build-ids: " << named.unknown << " %");
+    CHECK(named.unknown < 10);
+    CHECK(named.of("hash_strings") + named.of("(anonymous namespace)::hash_strings") > 0);
+    // The same text without them: nothing finds the debug file.
+    std::string bare;
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);)
+        if (l.rfind(protocol::metrics_note, 0) != 0)
+            bare += l + "\n";
+    const auto bare_file = (dir.path / "bare.txt").string();
+    std::ofstream(bare_file, std::ios::binary) << bare;
+    const auto unnamed = imported_shares(bare_file);
+    INFO("unknown without them: " << unnamed.unknown << " %");
+    CHECK(unnamed.unknown > 50);
 }
 
 TEST_CASE("two static work() in two files, profiled live: each its own function and source "

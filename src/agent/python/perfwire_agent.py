@@ -907,6 +907,9 @@ SOFTWARE_CLOCKS = ["cpu-clock", "task-clock"]
 SAMPLING_PREFERENCE = ["cycles", "cpu-clock"]
 SCRIPT_FIELDS = "comm,tid,pid,time,period,event,ip,sym,symoff,dso"
 PERF_STAT_MARKER = b"\n### PERF_STAT ###\n"
+# A metrics record inside perf script text, as a comment perf's readers skip (--output keeps
+# the binaries' build-ids the live link would send beside the samples).
+METRICS_NOTE = b"# perfwire-metrics "
 
 
 class Settings(object):
@@ -3378,10 +3381,16 @@ def output_mode(cfg, stop):
     written = {"n": 0, "failed": False}
 
     s.periods = cfg.rounds  # the last round ends with the drain: no partial round after it
+    # Each round starts with the target's binaries and their build-ids when they changed, as
+    # the live link sends them, so the recording imported later is named as a live session.
+    sampler = MetricsSampler()
 
     def on_chunk(text):
         if written["failed"]:
             return
+        binaries = sampler.binaries(cfg.pid, time.time())
+        if binaries is not None:
+            text = METRICS_NOTE + to_json(binaries) + b"\n" + text
         try:
             out.write(text)
             out.flush()

@@ -188,6 +188,8 @@ void script_parser::line(std::string_view l) {
         constexpr std::string_view total_lost = "# Total Lost Samples: ";
         if (l.rfind(total_lost, 0) == 0 && all_digits(trim_blanks(l.substr(total_lost.size()))))
             stats_.lost_events += to_u64(trim_blanks(l.substr(total_lost.size())));
+        else if (l.rfind(protocol::metrics_note, 0) == 0 && notes_)
+            notes_(l.substr(protocol::metrics_note.size()));
         ++stats_.comments;
         return;
     }

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -103,6 +104,9 @@ public:
     // all of) are named by `namer` where it can; the others stay as perf printed them. Each
     // (module, address) is asked once.
     void name_frames_with(frame_namer* namer) noexcept { namer_ = namer; }
+    // Each metrics record the text carries (a protocol::metrics_note line), in the order of
+    // the text: the samples after it are named with what it says.
+    void on_metrics_note(std::function<void(std::string_view)> take) { notes_ = std::move(take); }
 
     // The namer's symbols changed. When all a parse of the same text would now do otherwise
     // is name frames nobody could name before (such frames keep their module and address),
@@ -172,6 +176,7 @@ private:
     // Frames named here: per module, address -> (frame, offset), or no_frame when unnamed.
     std::uint32_t named_frame(std::string_view module, std::uint64_t address,
                               std::uint32_t& offset);
+    std::function<void(std::string_view)> notes_;
     frame_namer* namer_ = nullptr;
     struct named {
         std::uint32_t frame = profile::no_frame, offset = profile::no_offset;
