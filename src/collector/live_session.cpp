@@ -126,7 +126,7 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
             // What the model in place learned meanwhile (a build-id, the kernel's symbols or
             // why they are missing), then the records and chunks that came.
             for (const auto& [module, build] : e->model->device_build_ids)
-                fresh->device_build_ids.try_emplace(module, build);
+                fresh->keep_build_id(module, build);
             if (!fresh->kernel)
                 fresh->kernel = e->model->kernel;
             if (fresh->kernel_note.empty())

@@ -74,9 +74,16 @@ struct session_model {
     script_parser::renaming name_again();
 
     // The device's build-id of each binary the target mapped (module path -> hex), from the
-    // agent's `binaries` metrics; other metrics are ignored here.
+    // agent's `binaries` metrics (frames of flag 4, or metrics_note lines in the text); other
+    // metrics are ignored here. At most max_device_binaries paths of at most max_binary_path
+    // bytes: an agent naming ever new files grows it no further (counted in memory_bytes).
     std::map<std::string, std::string> device_build_ids;
+    std::size_t device_build_id_bytes = 0;
+    static constexpr std::size_t max_device_binaries = 4096, max_binary_path = 4096;
     void note_metrics(std::string_view payload);
+    // A build-id learned elsewhere (the model this one replaces), kept unless one is known for
+    // the path already; within the same bounds.
+    void keep_build_id(const std::string& path, const std::string& build_id);
     // Frames of these modules were named before their build-id was known: the names may be
     // of another build. note_metrics sets `names_stale` when one becomes known (the session
     // is then named again, see rename_frames).
@@ -88,7 +95,8 @@ struct session_model {
     std::string kernel_note;
 
     std::size_t memory_bytes() const noexcept {
-        return prof.memory_bytes() + parser.memory_bytes() + last_stat_text.size();
+        return prof.memory_bytes() + parser.memory_bytes() + last_stat_text.size() +
+               device_build_id_bytes;
     }
 
     // What this model may hold (the collector's memory budget shares it out, sessions.hpp).

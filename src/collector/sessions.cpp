@@ -113,6 +113,13 @@ std::string session_model::build_id_of(const std::string& module) const {
     return owner_recording ? std::string(collector::owner_recording) : std::string();
 }
 
+void session_model::keep_build_id(const std::string& path, const std::string& build_id) {
+    if (path.size() > max_binary_path || device_build_ids.size() >= max_device_binaries)
+        return;
+    if (device_build_ids.try_emplace(path, build_id).second)
+        device_build_id_bytes += path.size() + 128 + 64; // (the id at most, the node)
+}
+
 void session_model::note_metrics(std::string_view payload) {
     if (payload.find("\"binaries\"") == std::string_view::npos)
         return; // not worth a parse
@@ -121,6 +128,11 @@ void session_model::note_metrics(std::string_view payload) {
         return;
     if (const auto* b = std::get_if<protocol::binaries_metrics>(&*m))
         for (const auto& bin : b->binaries) {
+            if (bin.path.size() > max_binary_path ||
+                (!device_build_ids.count(bin.path) &&
+                 device_build_ids.size() >= max_device_binaries))
+                continue;
+            keep_build_id(bin.path, "");
             device_build_ids[bin.path] = bin.build_id;
             names_stale = names_stale ||
                           (!bin.build_id.empty() && named_without_build_id.count(bin.path) != 0);
@@ -550,7 +562,7 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
                             ? names->kernels().get(*kept)
                             : std::make_shared<const kernel_symbols>(kernel_symbols::parse(*kept));
     for (const auto& [module, build] : seed.device_build_ids)
-        fresh->device_build_ids.try_emplace(module, build);
+        fresh->keep_build_id(module, build);
     if (!fresh->kernel)
         fresh->kernel = seed.kernel;
     fresh->kernel_note = seed.kernel_note;

@@ -9,6 +9,8 @@
 #include "collector/symbols/subprocess.hpp"
 #include "collector/symbols/symbolizer.hpp"
 #include "protocol/build_id.hpp"
+#include "protocol/frame.hpp"
+#include "protocol/messages.hpp"
 #include "support/fixtures.hpp"
 #include "support/pprof_reader.hpp"
 
@@ -1790,4 +1792,34 @@ TEST_CASE("kernel tables: one per distinct kernel, shared by its sessions, freed
     CHECK_FALSE(tables.get(text + "ffffffff90000000 another_kernel\n"));
     first.reset();
     CHECK(tables.get(text + "ffffffff90000000 another_kernel\n"));
+}
+
+TEST_CASE("the device's build-ids: from metrics frames and from notes in the text, bounded in "
+          "count and counted in the model's memory",
+          "[symbols]") {
+    session_model m;
+    const auto before = m.memory_bytes();
+    // A note in the text names the build of a module before its samples.
+    const std::string note =
+        std::string(protocol::metrics_note) +
+        R"({"type":"binaries","ts":1,"pid":7,"binaries":[{"path":"/usr/bin/app","build_id":"00aa11bb"}]})";
+    REQUIRE(m.ingest(
+        false, note + "\napp 7/7 1.000: 1000 cpu-clock:\n\t1139 main+0x10 (/usr/bin/app)\n\n"));
+    CHECK(m.device_build_ids.at("/usr/bin/app") == "00aa11bb");
+    CHECK(m.prof.sample_count() == 1);
+    CHECK(m.parser.stats().comments == 1);
+    // An agent naming ever new files: the table stops growing, and the model counts it.
+    for (int batch = 0; batch < 50; ++batch) {
+        protocol::binaries_metrics b;
+        for (int i = 0; i < 100; ++i)
+            b.binaries.push_back(
+                {"/lib/x" + std::to_string(batch * 100 + i) + std::string(200, 'y'), "ab"});
+        m.note_metrics(protocol::serialize(protocol::health_metrics{b}));
+    }
+    CHECK(m.device_build_ids.size() == session_model::max_device_binaries);
+    CHECK(m.memory_bytes() >= before + session_model::max_device_binaries * 200);
+    // A known path still takes a new build-id.
+    m.note_metrics(
+        R"({"type":"binaries","ts":2,"pid":7,"binaries":[{"path":"/usr/bin/app","build_id":"ccdd"}]})");
+    CHECK(m.device_build_ids.at("/usr/bin/app") == "ccdd");
 }
