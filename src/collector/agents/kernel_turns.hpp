@@ -46,7 +46,6 @@ public:
     boost::asio::awaitable<std::optional<turn>>
     take(boost::asio::any_io_executor ex, std::function<bool()> give_up, stop_registry& stops);
     bool busy() const noexcept { return busy_; }
-    std::size_t waiting() const noexcept { return waiting_.size(); }
 
 private:
     void release();
