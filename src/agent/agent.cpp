@@ -51,6 +51,8 @@ struct registry {
     std::function<void()> stop; // as on SIGTERM
     // What perf was found able to do, for every connection of this run.
     std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>();
+    // The run: the agent's, whichever connection sends it (run.hpp).
+    std::shared_ptr<run_state> run;
 };
 
 // A session that installs an update stops the agent, which then starts the new build.
@@ -107,7 +109,7 @@ asio::awaitable<void> server_mode(const config& c, registry& reg, asio::steady_t
                                                    (c.tls_pin ? "pinned)" : "checked by CA)")
                                              : " (plain TCP)"));
                     auto s =
-                        std::make_shared<session>(std::move(stream), c, c.token,
+                        std::make_shared<session>(std::move(stream), c, reg.run, c.token,
                                                   std::make_shared<pairing_guard>(), reg.probed);
                     restart_on_update(reg, *s);
                     co_await run_session(reg, s);
@@ -163,7 +165,7 @@ asio::awaitable<void> listen_mode(const config& c, registry& reg, tcp::acceptor&
         }
         auto s =
             std::make_shared<session>(std::make_unique<protocol::link_stream>(std::move(socket)), c,
-                                      token, guard, reg.probed, tls);
+                                      reg.run, token, guard, reg.probed, tls);
         restart_on_update(reg, *s);
         unsettled = s;
         s->on_settled = [turn] { turn->cancel(); };
@@ -308,6 +310,28 @@ int run(const config& c) {
     std::signal(SIGPIPE, SIG_IGN);
     asio::io_context io(1);
     registry reg;
+    // The run's chunks the collector lacks: in memory, then (--spool-dir) on disk, where an
+    // earlier start may have left some.
+    std::optional<spool_dir> spool;
+    if (!c.spool_dir.empty() && c.run_mode != mode::output) {
+        auto opened = spool_dir::open(c.spool_dir);
+        if (auto* why = std::get_if<std::string>(&opened)) {
+            log(*why + "; chunks past --buffer-mb are dropped instead");
+        } else {
+            spool = std::move(std::get<spool_dir>(opened));
+        }
+    }
+    outbox box(static_cast<std::size_t>(c.buffer_mb) << 20, std::move(spool),
+               static_cast<std::uint64_t>(c.spool_mb) << 20);
+    box.recover();
+    if (box.count() || box.broken_files())
+        log("the spool holds " + std::to_string(box.count()) + " chunks (" +
+            std::to_string(box.spooled_bytes() >> 10) + " KiB) of an earlier start, sent first" +
+            (box.broken_files() ? "; " + std::to_string(box.broken_files()) +
+                                      " files not whole (a power loss) were removed"
+                                : std::string()));
+    reg.run = std::make_shared<run_state>(io.get_executor(), std::move(box),
+                                          std::chrono::seconds(c.offline_max_sec));
     int exit_code = 0;
 
     asio::signal_set signals(io, SIGINT, SIGTERM);

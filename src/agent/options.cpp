@@ -40,6 +40,14 @@ po::options_description describe_options() {
         ("frequency", po::value<int>()->default_value(99), "sampling frequency, Hz")
         ("duration", po::value<int>()->default_value(8), "seconds per chunk or round")
         ("events", po::value<std::string>(), "comma-separated perf events")
+        ("offline-max", po::value<int>()->default_value(6 * 3600),
+         "seconds a run goes on without a link to the collector (its chunks kept for it)")
+        ("buffer-mb", po::value<int>()->default_value(16),
+         "memory for the chunks the collector has not stored yet (the oldest go first past it)")
+        ("spool-dir", po::value<std::string>(),
+         "keep the chunks past --buffer-mb in this directory (fsynced; read back after a restart)")
+        ("spool-mb", po::value<int>()->default_value(64),
+         "the most --spool-dir holds (the oldest go first past it; a tenth of its disk stays free)")
         ("name", po::value<std::string>(), "this device's name at the collector (default: the "
                                            "host name)")
         ("token", po::value<std::string>(), "pairing code (or env PERFWIRE_TOKEN)")
@@ -141,6 +149,11 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.rounds = vm["rounds"].as<int>();
     c.frequency = vm["frequency"].as<int>();
     c.duration_sec = vm["duration"].as<int>();
+    c.offline_max_sec = vm["offline-max"].as<int>();
+    c.buffer_mb = vm["buffer-mb"].as<int>();
+    if (vm.count("spool-dir"))
+        c.spool_dir = vm["spool-dir"].as<std::string>();
+    c.spool_mb = vm["spool-mb"].as<int>();
     if (vm.count("pid"))
         c.pid = vm["pid"].as<int>();
     if (vm.count("events"))
@@ -213,6 +226,12 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         return usage("--frequency must be 1-100000");
     if (c.duration_sec < 1 || c.duration_sec > 3600)
         return usage("--duration must be 1-3600 seconds");
+    if (c.offline_max_sec < 0 || c.offline_max_sec > 30 * 86400)
+        return usage("--offline-max must be 0-2592000 seconds (0: a lost link ends the run)");
+    if (c.buffer_mb < (c.spool_dir.empty() ? 1 : 0) || c.buffer_mb > 4096)
+        return usage("--buffer-mb must be 1-4096 (0 with --spool-dir: every chunk goes to disk)");
+    if (c.spool_mb < 1 || c.spool_mb > 1 << 20)
+        return usage("--spool-mb must be 1-1048576");
     if (c.rounds < 1)
         return usage("--rounds must be at least 1");
     if (c.pid && *c.pid <= 0)

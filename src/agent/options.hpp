@@ -22,6 +22,13 @@ struct config {
     std::optional<int> pid;
     int frequency = 99;
     int duration_sec = 8;
+    // A run outlives its link this long (--offline-max), its chunks kept meanwhile in this much
+    // memory (--buffer-mb; 0 with a spool: all but the chunk being sent on disk).
+    int offline_max_sec = 6 * 3600;
+    int buffer_mb = 16;
+    // Past it, on disk (--spool-dir; "": none), up to --spool-mb.
+    std::string spool_dir;
+    int spool_mb = 64;
     std::vector<std::string> events;
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)

@@ -13,6 +13,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -130,8 +131,8 @@ void log(const std::string& peer, const std::string& what) {
 } // namespace
 
 session::session(std::unique_ptr<protocol::link_stream> stream, const config& cfg,
-                 std::optional<std::string> token, std::shared_ptr<pairing_guard> guard,
-                 std::shared_ptr<probe_memory> probed,
+                 std::shared_ptr<run_state> run, std::optional<std::string> token,
+                 std::shared_ptr<pairing_guard> guard, std::shared_ptr<probe_memory> probed,
                  std::shared_ptr<asio::ssl::context> accept_tls)
     : stream_(std::move(stream))
     , ex_(stream_->get_executor())
@@ -143,17 +144,22 @@ session::session(std::unique_ptr<protocol::link_stream> stream, const config& cf
     , drained_(ex_, asio::steady_timer::time_point::max())
     , wake_auth_(ex_, asio::steady_timer::time_point::max())
     , metrics_timer_(ex_)
+    , run_(std::move(run))
+    , legacy_wait_(ex_)
     , probed_(std::move(probed))
-    , probe_done_(ex_, asio::steady_timer::time_point::max())
-    , collection_done_(ex_, asio::steady_timer::time_point::max()) {
+    , probe_done_(ex_, asio::steady_timer::time_point::max()) {
     boost::system::error_code ec;
     const auto ep = stream_->socket().remote_endpoint(ec);
     peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
     stream_->socket().set_option(asio::socket_base::keep_alive(true), ec);
     stream_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
-    settings_.record.frequency = cfg.frequency;
-    settings_.record.pid = cfg.pid;
-    settings_.chunk_duration = std::chrono::seconds(cfg.duration_sec);
+    if (run_->now == run_state::state::idle && !run_->current) {
+        // A new connection starts from the command line's settings; a run that went on
+        // without a link keeps its own.
+        run_->settings.record.frequency = cfg.frequency;
+        run_->settings.record.pid = cfg.pid;
+        run_->settings.chunk_duration = std::chrono::seconds(cfg.duration_sec);
+    }
     authenticated_ = !token_;
     ever_authenticated_ = authenticated_;
 }
@@ -202,16 +208,47 @@ asio::awaitable<void> session::run() {
         h.enrollment = cfg_.enroll; // only to the collector this agent was told to dial
     if (cfg_.run_mode == mode::server && stream_->encrypted())
         h.tls_check = cfg_.tls_pin ? *cfg_.tls_pin : std::string("ca");
+    // The run whose chunks the collector may lack: the oldest held, else the one under way.
+    h.resumable = true;
+    if (!owns_run() && run_->attached) {
+        // Another connection sends the run (a --listen agent's newcomer before it paired).
+    } else if (const auto* oldest = run_->kept.front())
+        h.run = protocol::run_info{
+            oldest->run, run_->kept.last_run() == oldest->run ? run_->kept.last_seq() : oldest->seq,
+            static_cast<double>(run_->offline_max.count())};
+    else if (!run_->id.empty() && run_->now != run_state::state::idle)
+        h.run = protocol::run_info{run_->id, run_->kept.last_seq(),
+                                   static_cast<double>(run_->offline_max.count())};
+    // A run to resume: its chunks wait for the collector to say which it has. Otherwise they
+    // go as flag 1 until it asks for `sequence` (an older collector never does).
+    if (h.run)
+        data_mode_ = data_mode::held;
+    sent_pos_ = run_->kept.front() ? run_->kept.front()->pos - 1 : run_->kept.last_pos();
     send(frame_flag::response, protocol::serialize(h));
     log(peer_, std::string("connected") + (token_ ? ", waiting for the pairing code" : ""));
 
-    if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server)
+    if (authenticated_)
+        attach_run();
+    if (authenticated_ && cfg_.pid && cfg_.run_mode == mode::server &&
+        run_->now == run_state::state::idle)
         start_from_command_line();
     else if (authenticated_)
         probe_in_background();
-    co_await (reader() && writer() && metrics_loop() && auth_deadline());
-    co_await end_collection();
-    log(peer_, "disconnected");
+    co_await (reader() && writer() && metrics_loop() && auth_deadline() && legacy_deadline());
+    const bool owner = owns_run();
+    const bool goes_on = run_->now != run_state::state::idle && data_mode_ != data_mode::legacy &&
+                         cfg_.run_mode != mode::output;
+    if (!owner) {
+        log(peer_, "disconnected");
+    } else if (goes_on) {
+        detach_run();
+        log(peer_, "disconnected; the run goes on, its chunks kept for the collector (" +
+                       std::to_string(run_->kept.count()) + " held)");
+    } else {
+        co_await end_collection(); // (its own: ended before it is let go)
+        detach_run();
+        log(peer_, "disconnected");
+    }
 }
 
 void session::close() {
@@ -223,8 +260,7 @@ void session::close() {
     wake_auth_.cancel();
     metrics_timer_.cancel();
     drained_.cancel();
-    if (current_)
-        current_->request_stop();
+    legacy_wait_.cancel();
     update_.reset(); // an update under way goes with its connection
     settle();
 }
@@ -235,16 +271,24 @@ void session::settle() {
 }
 
 asio::awaitable<void> session::shutdown() {
-    co_await end_collection(); // the final chunk is queued before this returns
+    const bool running = owns_run() && run_->now != run_state::state::idle;
+    co_await end_collection(); // the final chunk is made before this returns
+    if (running) {             // the run ends with the agent: said after its last chunk
+        run_->now = run_state::state::idle;
+        send_state("the agent stopped");
+    }
     asio::steady_timer t(ex_);
-    for (int i = 0; i < 20 && !queue_.empty() && !closed_; ++i) {
+    const auto unsent = [&] {
+        return !queue_.empty() || (data_flows() && run_->kept.after(sent_pos_));
+    };
+    for (int i = 0; i < 20 && unsent() && !closed_; ++i) {
         t.expires_after(std::chrono::milliseconds(100));
         co_await t.async_wait(use_nothrow);
     }
     close();
 }
 
-void session::send(frame_flag flag, std::string_view payload, bool droppable) {
+void session::send(frame_flag flag, std::string_view payload, bool droppable, bool ordered) {
     if (closed_)
         return;
     if (droppable && queued_bytes_ + payload.size() > max_queued_bytes) {
@@ -253,7 +297,8 @@ void session::send(frame_flag flag, std::string_view payload, bool droppable) {
         return;
     }
     const bool reply = flag == frame_flag::response;
-    queue_.push_back({protocol::encode_frame(flag, payload), reply});
+    queue_.push_back(
+        {protocol::encode_frame(flag, payload), reply, ordered ? run_->kept.last_pos() : 0});
     queued_bytes_ += queue_.back().bytes.size();
     if (reply)
         reply_bytes_ += queue_.back().bytes.size();
@@ -262,33 +307,68 @@ void session::send(frame_flag flag, std::string_view payload, bool droppable) {
 
 void session::send_state(std::string reason) {
     protocol::state_notice n;
-    n.state = state_ == state::idle ? "idle" : state_ == state::paused ? "paused" : "profiling";
+    n.state = run_->now == run_state::state::idle     ? "idle"
+              : run_->now == run_state::state::paused ? "paused"
+                                                      : "profiling";
     n.reason = std::move(reason);
-    n.pid = settings_.record.pid;
-    n.lost_samples = lost_samples_;
-    if (state_ != state::idle)
-        n.callgraph = settings_.record.callgraph.empty() ? "none" : settings_.record.callgraph;
-    send(frame_flag::response, protocol::serialize(n));
+    n.pid = run_->settings.record.pid;
+    n.lost_samples = run_->lost_samples;
+    if (run_->now != run_state::state::idle) {
+        n.callgraph =
+            run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
+        n.run = run_->id;
+    }
+    send(frame_flag::response, protocol::serialize(n), false, true);
 }
 
 asio::awaitable<void> session::writer() {
+    // Answers and notices in the order queued; the run's chunks in theirs, from the outbox; a
+    // notice or answer that changes the run only once the chunks made before it are sent.
+    std::string chunk_frame;
     while (!closed_) {
-        if (queue_.empty()) {
+        const auto* next = data_flows() ? run_->kept.after(sent_pos_) : nullptr;
+        const bool front_due = !queue_.empty() && (queue_.front().after <= sent_pos_ || !next);
+        if (!front_due && !next) {
             co_await wake_writer_.async_wait(use_nothrow);
             continue;
         }
-        auto [ec, n] =
-            co_await asio::async_write(*stream_, asio::buffer(queue_.front().bytes), use_nothrow);
+        if (front_due) {
+            auto [ec, n] = co_await asio::async_write(*stream_, asio::buffer(queue_.front().bytes),
+                                                      use_nothrow);
+            if (ec) {
+                close();
+                break;
+            }
+            queued_bytes_ -= queue_.front().bytes.size();
+            if (queue_.front().reply)
+                reply_bytes_ -= queue_.front().bytes.size();
+            queue_.pop_front();
+            if (reply_bytes_ <= max_backlog_for_reading)
+                drained_.cancel();
+            continue;
+        }
+        const auto pos = next->pos;
+        const auto run = next->run;
+        const auto seq = next->seq;
+        const auto payload = run_->kept.payload(*next);
+        if (!payload) { // dropped (the buffers' caps), or lost from the spool: counted
+            sent_pos_ = std::max(sent_pos_, pos);
+            continue;
+        }
+        chunk_frame = data_mode_ == data_mode::sequenced
+                          ? protocol::encode_sequenced(run, seq, *payload)
+                          : protocol::encode_frame(frame_flag::zstd, *payload);
+        auto [ec, n] = co_await asio::async_write(*stream_, asio::buffer(chunk_frame), use_nothrow);
         if (ec) {
             close();
             break;
         }
-        queued_bytes_ -= queue_.front().bytes.size();
-        if (queue_.front().reply)
-            reply_bytes_ -= queue_.front().bytes.size();
-        queue_.pop_front();
-        if (reply_bytes_ <= max_backlog_for_reading)
-            drained_.cancel();
+        sent_pos_ = std::max(sent_pos_, pos);
+        if (data_mode_ == data_mode::legacy) { // nobody will ask for it again
+            run_->kept.stored(run, seq);
+            legacy_run_ = run;
+            legacy_seq_ = seq;
+        }
     }
 }
 
@@ -329,7 +409,12 @@ asio::awaitable<void> session::reader() {
             continue;
         }
         auto resp = co_await handle(*req);
-        send(frame_flag::response, protocol::serialize(resp));
+        // An answer that changes the run goes after the chunks made before it.
+        const bool ordered = req->cmd == protocol::cmd::start || req->cmd == protocol::cmd::stop ||
+                             req->cmd == protocol::cmd::pause ||
+                             req->cmd == protocol::cmd::resume ||
+                             req->cmd == protocol::cmd::configure;
+        send(frame_flag::response, protocol::serialize(resp), false, ordered);
         if (restart_after_answer_) {
             restart_after_answer_ = false;
             if (on_update_installed)
@@ -357,6 +442,7 @@ asio::awaitable<void> session::auth_deadline() {
 
 void session::set_authenticated() {
     authenticated_ = ever_authenticated_ = true;
+    attach_run();
     wake_auth_.cancel();
     settle();
     metrics_timer_.cancel(); // first metrics right away
@@ -369,7 +455,7 @@ asio::awaitable<void> session::metrics_loop() {
         if (authenticated_ && metrics_enabled_) {
             const double ts = wall_seconds();
             send(frame_flag::metrics, protocol::serialize(sampler_.system(ts)), true);
-            const auto pid = settings_.record.pid;
+            const auto pid = run_->settings.record.pid;
             if (pid) {
                 if (auto m = sampler_.process(*pid, ts))
                     send(frame_flag::metrics, protocol::serialize(*m), true);
@@ -378,7 +464,7 @@ asio::awaitable<void> session::metrics_loop() {
                         send(frame_flag::metrics, protocol::serialize(*t), true);
                 if (auto b = sampler_.binaries(*pid, ts)) // sent once per change: never dropped
                     send(frame_flag::metrics, protocol::serialize(*b), false);
-            } else if (state_ != state::idle) {
+            } else if (run_->now != run_state::state::idle) {
                 // The whole system: the build-ids of what runs most, for the collector to
                 // name their frames and the fleet store to tell builds apart.
                 for (const auto& b : sampler_.busiest_binaries(ts))
@@ -418,7 +504,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
             guard_->failures = 0;
             log(peer_, "authenticated");
             set_authenticated();
-            if (cfg_.pid && cfg_.run_mode == mode::server && state_ == state::idle)
+            if (cfg_.pid && cfg_.run_mode == mode::server && run_->now == run_state::state::idle)
                 start_from_command_line();
             else
                 probe_in_background();
@@ -462,6 +548,8 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         {protocol::cmd::update, &session::cmd_update},
         {protocol::cmd::update_data, &session::cmd_update_data},
         {protocol::cmd::update_apply, &session::cmd_update_apply},
+        {protocol::cmd::sequence, &session::cmd_sequence},
+        {protocol::cmd::ack, &session::cmd_ack},
     };
     for (const auto& [name, run] : commands)
         if (req.cmd == name)
@@ -498,7 +586,7 @@ asio::awaitable<command_response> session::cmd_reprobe(const protocol::command_r
         co_return command_response::failure(id, arg.error);
     auto pid = arg.value;
     if (!pid)
-        pid = settings_.record.pid;
+        pid = run_->settings.record.pid;
     co_await ensure_probed(pid, true);
     co_return command_response::success(id, caps_->to_json());
 }
@@ -510,27 +598,27 @@ asio::awaitable<command_response> session::cmd_stop(const protocol::command_requ
     if (drain_arg && !drain_arg->is_bool())
         co_return command_response::failure(id, "drain must be true or false");
     const bool drain = !drain_arg || drain_arg->as_bool();
-    if (state_ == state::idle)
+    if (run_->now == run_state::state::idle)
         co_return command_response::failure(id, "not profiling");
     co_await end_collection(drain);
-    state_ = state::idle;
+    run_->now = run_state::state::idle;
     log(peer_, drain ? "profiling stopped" : "profiling stopped (not drained)");
     co_return command_response::success(id, state_fields("idle"));
 }
 
 asio::awaitable<command_response> session::cmd_pause(const protocol::command_request& req) {
     const auto& id = req.id;
-    if (state_ != state::profiling)
+    if (run_->now != run_state::state::profiling)
         co_return command_response::failure(id, "not profiling");
     co_await end_collection();
-    state_ = state::paused;
+    run_->now = run_state::state::paused;
     log(peer_, "profiling paused");
     co_return command_response::success(id, state_fields("paused"));
 }
 
 asio::awaitable<command_response> session::cmd_resume(const protocol::command_request& req) {
     const auto& id = req.id;
-    if (state_ != state::paused)
+    if (run_->now != run_state::state::paused)
         co_return command_response::failure(id, "not paused");
     begin_collection();
     log(peer_, "profiling resumed");
@@ -547,16 +635,16 @@ asio::awaitable<command_response> session::cmd_configure(const protocol::command
     const auto freq = freq_arg.value;
     const auto dur = dur_arg.value;
     if (freq)
-        settings_.record.frequency = *freq;
+        run_->settings.record.frequency = *freq;
     if (dur)
-        settings_.chunk_duration = std::chrono::seconds(*dur);
-    if (state_ == state::profiling) {
+        run_->settings.chunk_duration = std::chrono::seconds(*dur);
+    if (run_->now == run_state::state::profiling) {
         // Takes effect now: restart the pipeline with the new settings.
         co_await end_collection();
         begin_collection();
     }
     co_return command_response::success(
-        id, timing_fields(settings_.record.frequency, settings_.chunk_duration));
+        id, timing_fields(run_->settings.record.frequency, run_->settings.chunk_duration));
 }
 
 std::string_view session::update_policy() const {
@@ -687,11 +775,14 @@ asio::awaitable<command_response> session::cmd_kallsyms(const protocol::command_
 asio::awaitable<command_response> session::cmd_status(const protocol::command_request& req) {
     const auto& id = req.id;
     json::object f;
-    f["state"] = state_ == state::idle ? "idle" : state_ == state::paused ? "paused" : "profiling";
-    f["pid"] = settings_.record.pid ? json::value(*settings_.record.pid) : json::value(nullptr);
-    f["frequency"] = settings_.record.frequency;
+    f["state"] = run_->now == run_state::state::idle     ? "idle"
+                 : run_->now == run_state::state::paused ? "paused"
+                                                         : "profiling";
+    f["pid"] =
+        run_->settings.record.pid ? json::value(*run_->settings.record.pid) : json::value(nullptr);
+    f["frequency"] = run_->settings.record.frequency;
     f["duration"] =
-        std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
+        std::chrono::duration_cast<std::chrono::seconds>(run_->settings.chunk_duration).count();
     f["agent_version"] = std::string(version());
     // How this agent takes updates over the link: signed for its --update-pubkey, unsigned
     // over this pinned TLS link, or not at all (update_policy says why).
@@ -701,12 +792,20 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
                                                            : "refused";
     f["update_policy"] = std::string(update_policy());
     f["platform"] = json::value_from(platform_);
-    f["events"] = json::value_from(settings_.record.events);
+    f["events"] = json::value_from(run_->settings.record.events);
     f["capabilities"] = caps_ ? json::value(caps_->to_json()) : json::value(nullptr);
     f["probing"] = probing_;
-    f["lost_samples"] = lost_samples_;
+    f["lost_samples"] = run_->lost_samples;
     f["dropped_chunks"] = dropped_chunks_;
-    f["chunks"] = current_ ? current_->chunks() : 0;
+    f["chunks"] = run_->current ? run_->current->chunks() : 0;
+    // The run's chunks not yet stored by the collector, and those its outbox let go.
+    f["run"] = run_->id.empty() ? json::value(nullptr) : json::value(run_->id);
+    f["held_chunks"] = run_->kept.count();
+    f["held_bytes"] = run_->kept.bytes();
+    f["outbox_dropped_chunks"] = run_->kept.dropped_chunks();
+    f["spooled_bytes"] = run_->kept.spooled_bytes();
+    if (!run_->kept.spool_error().empty())
+        f["spool_error"] = run_->kept.spool_error();
     co_return command_response::success(id, std::move(f));
 }
 
@@ -778,9 +877,9 @@ asio::awaitable<void> session::auto_start() {
         co_return;
     }
     co_await ensure_probed(cfg_.pid);
-    if (closed_ || state_ != state::idle)
+    if (closed_ || run_->now != run_state::state::idle)
         co_return; // the collector left, or a start command came first
-    if (settings_.record.events.empty()) {
+    if (run_->settings.record.events.empty()) {
         const std::string why =
             "this perf cannot " +
             (caps_->cannot.empty() ? std::string("sample any event") : caps_->cannot.front());
@@ -788,8 +887,8 @@ asio::awaitable<void> session::auto_start() {
         send_state(why);
         co_return;
     }
-    settings_.record.pid = cfg_.pid;
-    settings_.rounds = !caps_->pipe_mode;
+    run_->settings.record.pid = cfg_.pid;
+    run_->settings.rounds = !caps_->pipe_mode;
     begin_collection();
     send_state("started from the command line");
 }
@@ -807,13 +906,13 @@ void session::start_from_command_line() {
 }
 
 void session::probe_in_background() {
-    if (caps_ || probing_ || closed_ || recall_probe(settings_.record.pid))
+    if (caps_ || probing_ || closed_ || recall_probe(run_->settings.record.pid))
         return;
     // Claimed here, not when the coroutine first runs: a status read in the same buffer as
     // the authentication must already say a probe is under way.
     probing_ = true;
     auto self = shared_from_this();
-    asio::co_spawn(ex_, run_probe(settings_.record.pid), [self](std::exception_ptr e) {
+    asio::co_spawn(ex_, run_probe(run_->settings.record.pid), [self](std::exception_ptr e) {
         if (e)
             log(self->peer_, "probe failed: " + protocol::describe(e));
     });
@@ -875,16 +974,16 @@ bool session::recall_probe(std::optional<int> pid) {
 void session::use_capabilities(capabilities caps, std::optional<int> pid) {
     caps_ = std::move(caps);
     probed_pid_ = pid;
-    settings_.record.events = caps_->record_events;
+    run_->settings.record.events = caps_->record_events;
     if (!cfg_.events.empty())
-        settings_.record.events = cfg_.events;
-    settings_.record.callgraph = caps_->callgraph;
-    settings_.script_fields = caps_->script_fields;
+        run_->settings.record.events = cfg_.events;
+    run_->settings.record.callgraph = caps_->callgraph;
+    run_->settings.script_fields = caps_->script_fields;
 }
 
 asio::awaitable<command_response> session::cmd_start(const protocol::command_request& req) {
     const auto& id = req.id;
-    if (state_ != state::idle)
+    if (run_->now != run_state::state::idle)
         co_return command_response::failure(id, "already profiling");
     const auto pid_arg = int_arg(req.args, "pid", 1, max_pid);
     const auto freq_arg = int_arg(req.args, "frequency", 1, 100000);
@@ -913,7 +1012,8 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(id, "no such process: " + std::to_string(*pid));
 
     co_await ensure_probed(pid);
-    if (state_ != state::idle) // a start from the command line began while this one waited
+    if (run_->now !=
+        run_state::state::idle) // a start from the command line began while this one waited
         co_return command_response::failure(id, "already profiling");
     // Only what the probe found this perf can do (or the command line named), and a refusal
     // says why. Checked before anything changes: a refused start leaves the settings as they were.
@@ -923,7 +1023,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
             std::find(cfg_.events.begin(), cfg_.events.end(), e) == cfg_.events.end())
             co_return command_response::failure(id, caps_->why_not_event(e));
     }
-    if (events.empty() && settings_.record.events.empty())
+    if (events.empty() && run_->settings.record.events.empty())
         co_return command_response::failure(
             id, "this perf cannot " + (caps_->cannot.empty() ? std::string("sample any event")
                                                              : caps_->cannot.front()));
@@ -946,98 +1046,249 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(id, "this perf cannot write perf.data to a pipe (" +
                                                     caps_->pipe_problem +
                                                     "): only mode rounds works here");
-    settings_.record.pid = pid;
+    run_->settings.record.pid = pid;
     if (callgraph)
-        settings_.record.callgraph = *callgraph;
+        run_->settings.record.callgraph = *callgraph;
     if (freq)
-        settings_.record.frequency = *freq;
+        run_->settings.record.frequency = *freq;
     if (dur)
-        settings_.chunk_duration = std::chrono::seconds(*dur);
+        run_->settings.chunk_duration = std::chrono::seconds(*dur);
     if (!events.empty())
-        settings_.record.events = events;
-    settings_.rounds = !caps_->pipe_mode || mode == "rounds";
+        run_->settings.record.events = events;
+    run_->settings.rounds = !caps_->pipe_mode || mode == "rounds";
     begin_collection();
     log(peer_, "profiling " + (pid ? "pid " + std::to_string(*pid) : std::string("the system")) +
-                   " at " + std::to_string(settings_.record.frequency) + " Hz");
+                   " at " + std::to_string(run_->settings.record.frequency) + " Hz");
 
     json::object f;
     f["pid"] = pid ? json::value(*pid) : json::value(nullptr);
-    f["frequency"] = settings_.record.frequency;
+    f["frequency"] = run_->settings.record.frequency;
     f["duration"] =
-        std::chrono::duration_cast<std::chrono::seconds>(settings_.chunk_duration).count();
-    f["events"] = json::value_from(settings_.record.events);
-    f["callgraph"] = settings_.record.callgraph.empty() ? "none" : settings_.record.callgraph;
-    f["mode"] = settings_.rounds ? "rounds" : "continuous";
+        std::chrono::duration_cast<std::chrono::seconds>(run_->settings.chunk_duration).count();
+    f["events"] = json::value_from(run_->settings.record.events);
+    f["callgraph"] =
+        run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
+    f["mode"] = run_->settings.rounds ? "rounds" : "continuous";
     f["state"] = "profiling";
+    f["run"] = run_->id;
     // Lets the collector place perf's monotonic timestamps on the wall clock.
     f["clock"] = clock_fields();
     co_return command_response::success(id, std::move(f));
 }
 
+namespace {
+
+// Why a collection ended by itself: the target exited, or perf failed.
+std::string why_it_ended(const collection& c, const collection_settings& settings) {
+    if (!c.error().empty() && c.chunks() == 0)
+        return "perf failed: " + c.error();
+    if (c.target_exited())
+        return "target process exited";
+    if (c.record_status() > 0) {
+        std::string reason = "perf record exited with status " + std::to_string(c.record_status());
+        if (const auto why = perf_complaint(c.record_stderr()); !why.empty())
+            reason += ": " + why;
+        return reason;
+    }
+    if (c.record_status() == 0)
+        return "perf record ended by itself (exit status 0)" +
+               (settings.record.pid
+                    ? " while process " + std::to_string(*settings.record.pid) + " still runs"
+                    : std::string());
+    return "perf exited";
+}
+
+// One collection of the run, to its end; the run, not a link, holds it.
+asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<collection> c) {
+    co_await c->run();
+    run->lost_samples += c->lost_samples();
+    if (c->prompt_refused())
+        run->settings.prompt = false;
+    if (run->current == c) {
+        run->current.reset();
+        const bool expired = std::exchange(run->offline_expired, false);
+        if ((!c->stop_requested() || expired) && run->now == run_state::state::profiling) {
+            run->now = run_state::state::idle;
+            const auto reason = expired ? "no link to the collector for " +
+                                              std::to_string(run->offline_max.count()) +
+                                              " s (--offline-max)"
+                                        : why_it_ended(*c, run->settings);
+            if (run->on_end)
+                run->on_end(reason);
+            else
+                run->ended_offline = reason;
+        }
+    }
+    run->collection_done.cancel();
+}
+
+// --offline-max: the run ends when no link came back in time.
+asio::awaitable<void> end_when_offline_too_long(std::shared_ptr<run_state> run) {
+    run->offline_timer.expires_after(run->offline_max);
+    auto [ec] = co_await run->offline_timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec || run->attached)
+        co_return;
+    std::cerr << "perfwire-agent: no link to the collector for " << run->offline_max.count()
+              << " s (--offline-max): the run ends\n";
+    if (run->current) {
+        run->offline_expired = true;
+        run->current->request_stop();
+    } else if (run->now != run_state::state::idle) { // paused
+        run->now = run_state::state::idle;
+        run->ended_offline = "no link to the collector for " +
+                             std::to_string(run->offline_max.count()) + " s (--offline-max)";
+    }
+}
+
+} // namespace
+
 void session::begin_collection() {
     // perf stat counts the sampling events and the probe's extras alongside.
-    settings_.stat_events = settings_.record.events;
+    run_->settings.stat_events = run_->settings.record.events;
     if (caps_)
         for (const auto& e : caps_->stat_only_events)
-            if (std::find(settings_.stat_events.begin(), settings_.stat_events.end(), e) ==
-                settings_.stat_events.end())
-                settings_.stat_events.push_back(e);
-    auto self = shared_from_this();
-    auto on_chunk = [self](std::string payload) { self->send(frame_flag::zstd, payload, true); };
-    // A flush waits while the link still holds earlier data: a slow link gets fewer, larger
-    // chunks, never a queue of small ones.
-    auto may_flush = [self] { return self->queued_bytes_ - self->reply_bytes_ <= flush_backlog; };
-    current_ = std::make_shared<collection>(cfg_.perf_path, settings_, on_chunk, may_flush);
-    state_ = state::profiling;
-    auto task = collect(current_);
-    asio::co_spawn(ex_, std::move(task), [self](std::exception_ptr e) {
+            if (std::find(run_->settings.stat_events.begin(), run_->settings.stat_events.end(),
+                          e) == run_->settings.stat_events.end())
+                run_->settings.stat_events.push_back(e);
+    if (run_->now == run_state::state::idle) // a new run (not a resume after pause)
+        run_->id = make_run_id();
+    auto run = run_;
+    auto on_chunk = [run](std::string payload) {
+        run->kept.add(run->id, std::move(payload));
+        if (run->on_chunk)
+            run->on_chunk();
+    };
+    // A flush waits while the link still holds earlier data, or there is no link: the chunks
+    // grow instead of queueing up.
+    auto may_flush = [run] { return run->may_flush && run->may_flush(); };
+    run_->current =
+        std::make_shared<collection>(cfg_.perf_path, run_->settings, on_chunk, may_flush);
+    run_->now = run_state::state::profiling;
+    auto task = collect(run_, run_->current);
+    asio::co_spawn(ex_, std::move(task), [peer = peer_](std::exception_ptr e) {
         if (e)
-            log(self->peer_, "collection failed: " + protocol::describe(e));
+            log(peer, "collection failed: " + protocol::describe(e));
     });
 }
 
-asio::awaitable<void> session::collect(std::shared_ptr<collection> c) {
-    auto self = shared_from_this();
-    co_await c->run();
-    lost_samples_ += c->lost_samples();
-    if (c->prompt_refused())
-        settings_.prompt = false;
-    const bool asked = c->stop_requested();
-    if (current_ == c) {
-        current_.reset();
-        if (!asked && state_ == state::profiling) {
-            // perf ended on its own: the target exited, or perf failed.
-            state_ = state::idle;
-            std::string reason;
-            if (!c->error().empty() && c->chunks() == 0)
-                reason = "perf failed: " + c->error();
-            else if (c->target_exited())
-                reason = "target process exited";
-            else if (c->record_status() > 0) {
-                reason = "perf record exited with status " + std::to_string(c->record_status());
-                if (const auto why = perf_complaint(c->record_stderr()); !why.empty())
-                    reason += ": " + why;
-            } else if (c->record_status() == 0)
-                reason =
-                    "perf record ended by itself (exit status 0)" +
-                    (settings_.record.pid
-                         ? " while process " + std::to_string(*settings_.record.pid) + " still runs"
-                         : std::string());
-            else
-                reason = "perf exited";
-            log(peer_, reason + "; idle");
-            send_state(reason);
+void session::attach_run() {
+    if (owns_run())
+        return;
+    run_->attached = true;
+    run_->owner = this;
+    run_->offline_timer.cancel();
+    auto weak = weak_from_this();
+    run_->on_chunk = [weak] {
+        if (auto self = weak.lock())
+            self->wake_writer_.cancel_one();
+    };
+    run_->may_flush = [weak] {
+        auto self = weak.lock();
+        return self && self->data_flows() &&
+               self->run_->kept.bytes_after(self->sent_pos_) <= flush_backlog;
+    };
+    run_->on_end = [weak](const std::string& why) {
+        if (auto self = weak.lock()) {
+            log(self->peer_, why + "; idle");
+            self->send_state(why);
         }
+    };
+}
+
+void session::detach_run() {
+    if (!owns_run())
+        return;
+    run_->attached = false;
+    run_->owner = nullptr;
+    run_->on_chunk = nullptr;
+    run_->may_flush = nullptr;
+    run_->on_end = nullptr;
+    if (run_->now != run_state::state::idle && data_mode_ != data_mode::legacy) {
+        auto task = end_when_offline_too_long(run_);
+        asio::co_spawn(ex_, std::move(task), asio::detached);
     }
-    collection_done_.cancel();
+}
+
+asio::awaitable<void> session::legacy_deadline() {
+    // A collector that can resume asks for `sequence` right after the hello (after the
+    // pairing code); one that does not within 10 s of it takes the data as before.
+    if (data_mode_ != data_mode::held)
+        co_return;
+    legacy_wait_.expires_after(std::chrono::seconds(10));
+    co_await legacy_wait_.async_wait(use_nothrow);
+    while (!closed_ && !authenticated_) {
+        legacy_wait_.expires_after(std::chrono::seconds(10));
+        co_await legacy_wait_.async_wait(use_nothrow);
+    }
+    if (closed_ || data_mode_ != data_mode::held)
+        co_return;
+    log(peer_, "the collector does not resume runs: data goes as to an older collector, and a "
+               "lost link ends the run");
+    data_mode_ = data_mode::legacy;
+    sent_pos_ = run_->kept.front() ? run_->kept.front()->pos - 1 : run_->kept.last_pos();
+    wake_writer_.cancel_one();
+}
+
+asio::awaitable<command_response> session::cmd_sequence(const protocol::command_request& req) {
+    const auto* run_arg = req.args.if_contains("run");
+    const auto after = int_arg(req.args, "after", 0, std::numeric_limits<int>::max());
+    if (!after.error.empty())
+        co_return command_response::failure(req.id, after.error);
+    if (data_mode_ == data_mode::sequenced)
+        co_return command_response::failure(req.id, "already sequenced");
+    const std::string run =
+        run_arg && run_arg->is_string() ? std::string(run_arg->as_string()) : std::string();
+    // What the collector has of the run it names goes; the rest is sent from the oldest held.
+    sent_pos_ = run_->kept.stored(run, static_cast<std::uint64_t>(after.value.value_or(0)));
+    data_mode_ = data_mode::sequenced;
+    legacy_wait_.cancel();
+    wake_writer_.cancel_one();
+    json::object f;
+    f["run"] = run_->id.empty() ? json::value(nullptr) : json::value(run_->id);
+    f["seq"] = run_->kept.last_seq();
+    f["held"] = run_->kept.count();
+    f["held_bytes"] = run_->kept.bytes();
+    f["dropped_chunks"] = run_->kept.dropped_chunks();
+    // Chunks of the run under way this link sent before it was asked (as flag 1): the
+    // collector has them, and numbers the rest after them.
+    f["sent"] = legacy_run_ == run_->id && !run_->id.empty() ? legacy_seq_ : 0;
+    // What the run is doing: a collector that meets it again takes its state from here.
+    f["state"] = run_->now == run_state::state::idle     ? "idle"
+                 : run_->now == run_state::state::paused ? "paused"
+                                                         : "profiling";
+    f["pid"] =
+        run_->settings.record.pid ? json::value(*run_->settings.record.pid) : json::value(nullptr);
+    if (run_->now != run_state::state::idle && !run.empty())
+        log(peer_, "resuming run " + run + ": " + std::to_string(run_->kept.count()) +
+                       " chunks to send (" + std::to_string(run_->kept.bytes() >> 10) + " KiB)");
+    // A run that ended while no link was there: said after its last chunks.
+    if (auto why = std::exchange(run_->ended_offline, std::nullopt)) {
+        log(peer_, *why + "; idle");
+        send_state(*why);
+    }
+    co_return command_response::success(req.id, std::move(f));
+}
+
+asio::awaitable<command_response> session::cmd_ack(const protocol::command_request& req) {
+    const auto* run = req.args.if_contains("run");
+    const auto* seq = req.args.if_contains("seq");
+    if (!run || !run->is_string() || !seq || !(seq->is_uint64() || seq->is_int64()) ||
+        (seq->is_int64() && seq->as_int64() < 0))
+        co_return command_response::failure(req.id, "ack needs run and seq");
+    const auto through =
+        seq->is_uint64() ? seq->as_uint64() : static_cast<std::uint64_t>(seq->as_int64());
+    (void)run_->kept.stored(run->as_string(), through);
+    co_return command_response::success(req.id);
 }
 
 asio::awaitable<void> session::end_collection(bool drain) {
-    while (current_) {
-        auto c = current_;
+    if (!owns_run())
+        co_return; // another connection's (a --listen agent's newcomer that did not pair)
+    while (run_->current) {
+        auto c = run_->current;
         c->request_stop(drain);
-        co_await collection_done_.async_wait(use_nothrow);
-        collection_done_.expires_at(asio::steady_timer::time_point::max());
+        co_await run_->collection_done.async_wait(use_nothrow);
+        run_->collection_done.expires_at(asio::steady_timer::time_point::max());
     }
 }
 

@@ -14,6 +14,7 @@
 #include "agent/collection.hpp"
 #include "agent/metrics.hpp"
 #include "agent/options.hpp"
+#include "agent/run.hpp"
 #include "agent/update.hpp"
 #include "protocol/messages.hpp"
 
@@ -46,8 +47,9 @@ public:
     // `token`: the pairing code that must be presented, or nullopt to start authenticated.
     // `stream`: connected (TLS up already when this agent dialled with a pin or a CA);
     // `accept_tls`: a --listen --tls agent's context, the handshake run() starts with.
+    // `run`: the agent's, which this link sends and which may outlive it (run.hpp).
     session(std::unique_ptr<protocol::link_stream> stream, const config& cfg,
-            std::optional<std::string> token,
+            std::shared_ptr<run_state> run, std::optional<std::string> token,
             std::shared_ptr<pairing_guard> guard = std::make_shared<pairing_guard>(),
             std::shared_ptr<probe_memory> probed = std::make_shared<probe_memory>(),
             std::shared_ptr<asio::ssl::context> accept_tls = nullptr);
@@ -72,8 +74,6 @@ public:
     const std::string& peer() const noexcept { return peer_; }
 
 private:
-    enum class state { idle, profiling, paused };
-
     asio::awaitable<void> reader();
     asio::awaitable<void> writer();
     asio::awaitable<void> metrics_loop();
@@ -103,6 +103,8 @@ private:
     cmd_update_data(const protocol::command_request& req);
     asio::awaitable<protocol::command_response>
     cmd_update_apply(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_sequence(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_ack(const protocol::command_request& req);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
@@ -112,12 +114,21 @@ private:
     void start_from_command_line(); // --server with --pid: auto_start beside the reader
     asio::awaitable<void> auto_start();
     void begin_collection();
-    asio::awaitable<void> collect(std::shared_ptr<collection> c);
     // Stops and waits until drained (without `drain`: until perf is killed, the rest dropped).
     asio::awaitable<void> end_collection(bool drain = true);
+    // The run's data: this link sends it from now on, sequenced (the collector can resume)
+    // or not; or, without an answer in time, as an older collector takes it.
+    void attach_run();
+    void detach_run(); // the link closed: the run goes on without it, or ends with it
+    bool owns_run() const noexcept { return run_->owner == this; }
+    bool data_flows() const noexcept { return authenticated_ && data_mode_ != data_mode::held; }
+    asio::awaitable<void> legacy_deadline(); // no `sequence` in time: an older collector
     void set_authenticated();
 
-    void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false);
+    // `ordered`: sent only after the run's chunks made before it (a state notice, the answer
+    // to a command that changes the run), so the collector reads them in the order they mean.
+    void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false,
+              bool ordered = false);
     std::string_view update_policy() const; // protocol::updates: what it takes, or why not
     void send_state(std::string reason);
 
@@ -139,7 +150,8 @@ private:
 
     struct outgoing {
         std::string bytes;
-        bool reply; // an answer or a notice (never dropped), not data or metrics
+        bool reply;             // an answer or a notice (never dropped), not data or metrics
+        std::uint64_t after{0}; // sent once the run's chunks up to this one are
     };
     std::deque<outgoing> queue_;
     std::size_t queued_bytes_ = 0;
@@ -150,18 +162,23 @@ private:
     asio::steady_timer wake_auth_;
     asio::steady_timer metrics_timer_;
 
-    // Profiling.
-    state state_ = state::idle;
+    // Profiling: the run, and how far this link sent it.
+    std::shared_ptr<run_state> run_;
+    // How the run's chunks go on this link: as flag 1 (`legacy`: an older collector, or before
+    // the collector asked for `sequence`), held (the hello named a run: until the collector
+    // says which of its chunks it has), or numbered (`sequenced`, flag 5).
+    enum class data_mode { held, sequenced, legacy };
+    data_mode data_mode_ = data_mode::legacy;
+    std::uint64_t sent_pos_ = 0;
+    std::string legacy_run_; // the run of the last chunk sent as flag 1, and its number
+    std::uint64_t legacy_seq_ = 0;
+    asio::steady_timer legacy_wait_;
     std::optional<capabilities> caps_;
     std::optional<int> probed_pid_;
     std::shared_ptr<probe_memory> probed_; // the agent's, across connections
     bool probing_ = false;
     asio::steady_timer probe_done_; // cancelled when a probe ends
     protocol::platform_info platform_;
-    collection_settings settings_;
-    std::shared_ptr<collection> current_;
-    asio::steady_timer collection_done_;
-    std::uint64_t lost_samples_ = 0;
 
     // An update being received; whether its answer is the last before a restart.
     std::unique_ptr<update_receiver> update_;

@@ -1,5 +1,8 @@
 #include "collector/app.hpp"
 
+#include "collector/agents/runs.hpp"
+#include "collector/live_session.hpp"
+
 #include "collector/agents/admission.hpp"
 #include "collector/context.hpp"
 #include "collector/fleet/backlog.hpp"
@@ -45,7 +48,16 @@ namespace {
 // closed.
 asio::awaitable<void> keep_within_bounds(app_context& app) {
     asio::steady_timer tick(app.io);
-    auto end = app.stops.on_stop([&tick] { tick.cancel(); });
+    auto end = app.stops.on_stop([&app, &tick] {
+        tick.cancel();
+        // The sessions of runs whose link is down end as the collector stops.
+        for (auto& parked : app.agents.runs().take_all_parked()) {
+            parked->keep_run_open(); // continued when the device is back after a restart
+            parked->end(
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                    .count());
+        }
+    });
     bool over = false;
     while (!app.stops.stopping()) {
         tick.expires_after(std::chrono::seconds(1));
@@ -53,6 +65,11 @@ asio::awaitable<void> keep_within_bounds(app_context& app) {
         if (ec || app.stops.stopping())
             co_return;
         app.symbols.close_idle();
+        // Runs whose device did not come back within its --offline-max: their sessions end.
+        for (auto& parked : app.agents.runs().expired(std::chrono::steady_clock::now()))
+            parked->end(
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                    .count());
         const auto m = app.sessions.enforce();
         app.changed(change::status, {}); // told to the browsers when it changed
         const bool now = m.live + m.saved > m.budget / 4 * 3 &&
@@ -305,6 +322,8 @@ int run(const config& c) {
             app.api_token_file + " into the UI; API clients send Authorization: Bearer with it");
     }
 
+    // Runs a stop or a crash left open: their sessions continue when their devices are back.
+    app.agents.runs().recall(app.store);
     asio::co_spawn(io, agents::accept_agents(app, agents), report);
     asio::co_spawn(io, serve_http(app, web), report);
     asio::co_spawn(io, keep_within_bounds(app), report);

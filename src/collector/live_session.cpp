@@ -55,9 +55,9 @@ json::object final_meta(const json::object& start, const session_entry& e, doubl
 // On the strand: the chunk taken into the session (sessions.hpp, take_chunk), its samples
 // also written to the fleet store as this model named them, before any is folded; what
 // happened said in the log. `text`: the payload decompressed already, or empty.
-void ingest_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
+bool ingest_chunk(session_entry& e, const app_context& app, const std::string& who, bool compressed,
                   const std::string& payload, std::string_view text,
-                  const fleet_encoder::origin* fleet) {
+                  const fleet_encoder::origin* fleet, std::uint64_t seq) {
     const auto past_room_before = e.model->prof.past_room_samples();
     e.model->allowance = e.allowance.load();
     std::function<void(std::size_t, std::size_t)> to_fleet;
@@ -73,11 +73,14 @@ void ingest_chunk(session_entry& e, const app_context& app, const std::string& w
                 static_cast<std::uint64_t>(
                     std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())));
         };
-    const auto taken = take_chunk(e, app.store, compressed, payload, [&] {
-        // (folding the oldest samples past the allowance)
-        return compressed && !text.empty() ? e.model->ingest(false, text, to_fleet)
-                                           : e.model->ingest(compressed, payload, to_fleet);
-    });
+    const auto taken = take_chunk(
+        e, app.store, compressed, payload,
+        [&] {
+            // (folding the oldest samples past the allowance)
+            return compressed && !text.empty() ? e.model->ingest(false, text, to_fleet)
+                                               : e.model->ingest(compressed, payload, to_fleet);
+        },
+        seq);
     if (!taken.stored)
         log(who,
             "cannot store chunk (kept in memory, written when there is room): " + e.store_error);
@@ -94,6 +97,7 @@ void ingest_chunk(session_entry& e, const app_context& app, const std::string& w
                      std::string(profile::past_room_symbol) + "\" (past_room_samples)");
     if (taken.saved_again)
         log(who, "the chunks kept in memory are on disk now");
+    return taken.stored && e.unsaved.empty();
 }
 
 // On the strand of a live session: named again with the symbols as they are now, within its
@@ -253,27 +257,55 @@ void in_order(const std::shared_ptr<session_entry>& e, app_context& app,
 
 } // namespace
 
+namespace {
+
+// What a live session's samples are called in the fleet store; null without one.
+std::shared_ptr<const fleet_encoder::origin> fleet_origin(app_context& app,
+                                                          const json::object& meta,
+                                                          std::string_view agent_name,
+                                                          const std::string& id) {
+    if (!app.fleet)
+        return nullptr;
+    fleet_encoder::origin o;
+    o.collector = app.collector_name;
+    o.device = fleet_device(meta, agent_name);
+    o.session = id;
+    const auto* started = meta.if_contains("started_at");
+    const double at = started && started->is_number() ? started->to_number<double>() : 0.0;
+    o.wall_start_ns = static_cast<std::uint64_t>(std::max(at, 0.0) * 1e9);
+    if (app.backlog)
+        app.backlog->opened(id);
+    return std::make_shared<const fleet_encoder::origin>(std::move(o));
+}
+
+} // namespace
+
 boost::system::result<std::unique_ptr<live_session>>
 live_session::open(app_context& app, std::string who, std::string_view agent_name,
                    const json::object& meta, std::function<void()> kernel_wanted) {
     auto created = app.sessions.create_live(agent_name, meta);
     if (!created)
         return created.error();
-    std::shared_ptr<const fleet_encoder::origin> fleet;
-    if (app.fleet) {
-        fleet_encoder::origin o;
-        o.collector = app.collector_name;
-        o.device = fleet_device(meta, agent_name);
-        o.session = (*created)->id;
-        const auto* started = meta.if_contains("started_at");
-        const double at = started && started->is_number() ? started->to_number<double>() : 0.0;
-        o.wall_start_ns = static_cast<std::uint64_t>(std::max(at, 0.0) * 1e9);
-        fleet = std::make_shared<const fleet_encoder::origin>(std::move(o));
-        if (app.backlog)
-            app.backlog->opened((*created)->id);
-    }
+    auto fleet = fleet_origin(app, meta, agent_name, (*created)->id);
     return std::unique_ptr<live_session>(new live_session(
         app, std::move(*created), std::move(who), std::move(fleet), std::move(kernel_wanted)));
+}
+
+boost::system::result<std::unique_ptr<live_session>>
+live_session::reopen(app_context& app, std::string who, std::string_view id,
+                     std::function<void()> kernel_wanted) {
+    const auto meta = app.store.meta(id);
+    if (!meta)
+        return boost::system::error_code(ENOENT, boost::system::system_category());
+    auto entry = app.sessions.reopen_live(id);
+    if (!entry)
+        return entry.error();
+    const auto* host = meta->if_contains("hostname");
+    const std::string agent_name = host && host->is_string() ? std::string(host->as_string()) : "";
+    auto fleet = fleet_origin(app, *meta, agent_name, (*entry)->id);
+    app.changed(change::sessions, (*entry)->id);
+    return std::unique_ptr<live_session>(new live_session(
+        app, std::move(*entry), std::move(who), std::move(fleet), std::move(kernel_wanted)));
 }
 
 live_session::live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
@@ -293,18 +325,20 @@ bool live_session::wants_kernel_symbols() const noexcept {
     return entry_->wants_kernel_symbols;
 }
 
-void live_session::chunk(bool compressed, std::string payload, std::function<void()> digested) {
+void live_session::chunk(bool compressed, std::string payload,
+                         std::function<void(bool stored)> digested, std::uint64_t seq) {
     auto data = std::make_shared<const std::string>(std::move(payload));
     in_order(
         entry_, app_,
         [e = entry_, app = &app_, who = who_, compressed, data, digested = std::move(digested),
-         fleet = fleet_, kernel_wanted = kernel_wanted_](std::string_view text) {
-            ingest_chunk(*e, *app, who, compressed, *data, text, fleet.get());
+         fleet = fleet_, kernel_wanted = kernel_wanted_, seq](std::string_view text) {
+            const bool stored =
+                ingest_chunk(*e, *app, who, compressed, *data, text, fleet.get(), seq);
             if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
                 e->wants_kernel_symbols = true;
             const bool unnamed_kernel = e->wants_kernel_symbols && kernel_wanted;
-            asio::post(app->io, [app, id = e->id, digested, unnamed_kernel, kernel_wanted] {
-                digested();
+            asio::post(app->io, [app, id = e->id, digested, unnamed_kernel, kernel_wanted, stored] {
+                digested(stored);
                 app->changed(change::data, id);
                 if (unnamed_kernel)
                     kernel_wanted();
@@ -393,19 +427,41 @@ void rename_frames(app_context& app) {
         });
 }
 
+void live_session::link_gap(double down, double up) {
+    // In its metadata at once: a collector killed later still knows it.
+    in_order(entry_, app_, [e = entry_, app = &app_, down, up](std::string_view) {
+        if (!e->writer)
+            return;
+        auto meta = app->store.meta(e->id).value_or(json::object());
+        json::array gaps;
+        if (const auto* before = meta.if_contains("link_gaps"); before && before->is_array())
+            gaps = before->as_array();
+        gaps.push_back(json::array{down, up});
+        meta["link_gaps"] = std::move(gaps);
+        meta.erase("chunks"); // (counted from the folder)
+        meta.erase("ended_at");
+        (void)e->writer->write_meta(meta);
+    });
+}
+
 void live_session::end(double ended_at, std::optional<int> pid) {
     if (std::exchange(ended_, true))
         return;
+    const bool run_open = run_open_;
     // Listed as live until its last chunks are parsed and its metadata is final: a session
     // listed as ended holds all it will hold (its samples, its counts).
-    in_order(entry_, app_, [e = entry_, app = &app_, ended_at, pid](std::string_view) {
+    in_order(entry_, app_, [e = entry_, app = &app_, ended_at, pid, run_open](std::string_view) {
         // The metadata written at the first data, completed; disk work stays off the I/O
         // thread. A session that never held a sample (an agent that came and went, idle) is
         // not kept.
         const bool empty = !e->model || e->model->prof.sample_count() == 0;
-        if (e->writer && !empty)
-            (void)e->writer->write_meta(
-                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended_at, pid));
+        if (e->writer && !empty) {
+            auto meta =
+                final_meta(app->store.meta(e->id).value_or(json::object()), *e, ended_at, pid);
+            if (run_open)
+                meta["run_open"] = true; // its run goes on on the device: it may continue
+            (void)e->writer->write_meta(meta);
+        }
         e->writer.reset();
         if (empty)
             (void)app->store.remove(e->id);

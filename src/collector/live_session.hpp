@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace collector {
 
@@ -31,6 +33,10 @@ public:
     static boost::system::result<std::unique_ptr<live_session>>
     open(app_context& app, std::string who, std::string_view agent_name,
          const boost::json::object& meta, std::function<void()> kernel_wanted = nullptr);
+    // A saved session that goes on: a run back after this collector restarted (runs.hpp).
+    static boost::system::result<std::unique_ptr<live_session>>
+    reopen(app_context& app, std::string who, std::string_view id,
+           std::function<void()> kernel_wanted = nullptr);
     live_session(const live_session&) = delete;
     live_session& operator=(const live_session&) = delete;
 
@@ -38,9 +44,12 @@ public:
     // Kernel frames stay unnamed and the device's kernel symbols were not asked for yet.
     bool wants_kernel_symbols() const noexcept;
 
-    // A data chunk as it arrived. `digested` runs on the I/O thread once the chunk is stored
-    // and parsed: the link's credit for what is still in flight, nothing more.
-    void chunk(bool compressed, std::string payload, std::function<void()> digested);
+    // A data chunk as it arrived (`seq`: its number in its run, 0 for none). `digested` runs
+    // on the I/O thread once the chunk is taken and parsed: the link's credit for what is
+    // still in flight; `stored` says it is on disk, every chunk before it too (not kept in
+    // memory for want of room).
+    void chunk(bool compressed, std::string payload, std::function<void(bool stored)> digested,
+               std::uint64_t seq = 0);
     // One metrics record, already parsed and re-serialised (protocol::serialize): appended to
     // the session, kept in its model, sent to the browsers.
     void metrics(std::string record);
@@ -52,6 +61,13 @@ public:
     // or removed if it never held a sample. Once; later calls do nothing. The link calls it
     // when the run ends and when its connection closes.
     void end(double ended_at, std::optional<int> pid = std::nullopt);
+    // Its run's link was down from `down` to `up` (seconds since the epoch), the run going on
+    // on the device: added to its metadata at once (link_gaps), the samples of that time
+    // arriving late.
+    void link_gap(double down, double up);
+    // The collector stops while the run goes on on the device: its metadata says so
+    // (run_open), and the run continues the session when its agent is back.
+    void keep_run_open() { run_open_ = true; }
 
 private:
     live_session(app_context& app, std::shared_ptr<session_entry> entry, std::string who,
@@ -65,6 +81,7 @@ private:
     std::shared_ptr<const fleet_encoder::origin> fleet_;
     std::function<void()> kernel_wanted_;
     bool ended_ = false;
+    bool run_open_ = false;
 };
 
 // The collector's symbols changed (a setting, a debuginfod answer): every session in memory

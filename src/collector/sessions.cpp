@@ -244,6 +244,27 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
     return e;
 }
 
+boost::system::result<std::shared_ptr<session_entry>>
+session_registry::reopen_live(std::string_view id) {
+    auto e = find(id);
+    if (!e)
+        return boost::system::error_code(ENOENT, boost::system::system_category());
+    auto writer = store_.reopen(id);
+    if (!writer)
+        return writer.error();
+    auto w = std::make_shared<session_writer>(std::move(*writer));
+    e->allowance = memory_.allowance ? memory_.allowance : SIZE_MAX;
+    e->live = true;
+    live_.emplace(e->id);
+    gone_.erase(e->id);
+    asio::post(e->strand, [e, w, store = &store_, names = names_] {
+        ensure_loaded(*e, *store, names);
+        e->writer.emplace(std::move(*w));
+        publish_counts(*e);
+    });
+    return e;
+}
+
 std::shared_ptr<session_entry> session_registry::adopt(std::string id,
                                                        std::unique_ptr<session_model> model) {
     auto e = std::make_shared<session_entry>(std::move(id), pool_);
@@ -446,13 +467,13 @@ namespace {
 
 // Stores a chunk after any kept from before (in order); false when it could not be written
 // now: it is then kept, and `e.store_error` says why.
-bool store_chunk(session_entry& e, bool compressed, std::string_view payload) {
+bool store_chunk(session_entry& e, bool compressed, std::string_view payload, std::uint64_t seq) {
     if (!e.writer)
         return true;
     // What waits goes first, so the recording keeps the order the chunks arrived in.
     while (!e.unsaved.empty()) {
         auto& first = e.unsaved.front();
-        if (auto ec = e.writer->write_chunk(first.compressed, first.payload)) {
+        if (auto ec = e.writer->write_chunk(first.compressed, first.payload, first.seq)) {
             e.store_error = ec.message();
             break;
         }
@@ -460,12 +481,12 @@ bool store_chunk(session_entry& e, bool compressed, std::string_view payload) {
         e.unsaved.pop_front();
     }
     if (e.unsaved.empty()) {
-        const auto ec = e.writer->write_chunk(compressed, payload);
+        const auto ec = e.writer->write_chunk(compressed, payload, seq);
         if (!ec)
             return true;
         e.store_error = ec.message();
     }
-    e.unsaved.push_back({compressed, std::string(payload), 0});
+    e.unsaved.push_back({compressed, std::string(payload), 0, seq});
     e.unsaved_bytes += payload.size();
     while (e.unsaved_bytes > max_unsaved_bytes && e.unsaved.size() > 1) {
         e.unsaved_bytes -= e.unsaved.front().payload.size();
@@ -496,12 +517,13 @@ void note_unsaved(session_entry& e, const session_store& store) {
 } // namespace
 
 chunk_taken take_chunk(session_entry& e, const session_store& store, bool compressed,
-                       std::string_view payload, const std::function<bool()>& parse) {
+                       std::string_view payload, const std::function<bool()>& parse,
+                       std::uint64_t seq) {
     chunk_taken out;
     const auto unsaved_before = e.unsaved_chunks();
     const bool suspect = e.junk_bytes >= session_entry::max_junk_bytes;
     const auto keep = [&] {
-        out.stored = store_chunk(e, compressed, payload);
+        out.stored = store_chunk(e, compressed, payload, seq);
         if (e.rebuilding) // a new model is being built from the chunks stored before this one
             e.rebuilding->chunks.emplace_back(compressed, std::string(payload));
     };

@@ -49,6 +49,7 @@ struct session_entry {
         bool compressed = false;
         std::string payload;
         std::uint64_t samples = 0;
+        std::uint64_t seq = 0; // its number in its run (0: not a run's)
     };
     std::deque<unsaved_chunk> unsaved;
     std::size_t unsaved_bytes = 0;
@@ -151,6 +152,10 @@ public:
     // A new live session for an agent (creates its folder). Called on the I/O thread.
     boost::system::result<std::shared_ptr<session_entry>>
     create_live(std::string_view agent_name, const boost::json::object& meta);
+    // A saved session made live again (a run back after the collector restarted): its folder
+    // reopened for writing; its model is loaded on its strand before its next chunk
+    // (live_session::reopen). Called on the I/O thread.
+    boost::system::result<std::shared_ptr<session_entry>> reopen_live(std::string_view id);
     // A saved session whose model was built as it was stored (an import): in memory at once,
     // no replay.
     std::shared_ptr<session_entry> adopt(std::string id, std::unique_ptr<session_model> model);
@@ -256,7 +261,9 @@ struct chunk_taken {
 // published. Past session_entry::max_junk_bytes of chunks that brought nothing (no sample, no
 // perf stat report), a chunk is parsed first and stored only if it brings something: an agent
 // streaming junk fills no disk. A rebuild under way (rebuilding) gets the chunk too.
+// `seq`: the chunk's number in its run (0: not a run's), kept in its file's name.
 chunk_taken take_chunk(session_entry& e, const session_store& store, bool compressed,
-                       std::string_view payload, const std::function<bool()>& parse);
+                       std::string_view payload, const std::function<bool()>& parse,
+                       std::uint64_t seq = 0);
 
 } // namespace collector

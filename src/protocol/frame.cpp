@@ -18,6 +18,8 @@ std::string_view to_string(frame_flag f) noexcept {
         return "response";
     case frame_flag::metrics:
         return "metrics";
+    case frame_flag::sequenced:
+        return "sequenced";
     }
     return "unknown";
 }
@@ -35,6 +37,36 @@ std::string encode_frame(frame_flag flag, std::string_view payload) {
     out.reserve(header_size + payload.size());
     out.append(header.data(), header.size());
     out.append(payload);
+    return out;
+}
+
+std::string encode_sequenced(std::string_view run, std::uint64_t seq, std::string_view zstd_chunk) {
+    const auto nibble = [](char c) {
+        return static_cast<unsigned>(c >= 'a' ? c - 'a' + 10 : c - '0') & 0xfu;
+    };
+    std::string payload(sequence_size, '\0');
+    for (std::size_t i = 0; i < 16 && 2 * i + 1 < run.size(); ++i)
+        payload[i] = static_cast<char>(nibble(run[2 * i]) << 4 | nibble(run[2 * i + 1]));
+    for (std::size_t i = 0; i < 8; ++i)
+        payload[16 + i] = static_cast<char>(seq >> (8 * (7 - i)));
+    payload.append(zstd_chunk);
+    return encode_frame(frame_flag::sequenced, payload);
+}
+
+std::optional<sequenced_chunk> split_sequenced(std::string_view payload) {
+    if (payload.size() <= sequence_size)
+        return std::nullopt;
+    static constexpr char hex[] = "0123456789abcdef";
+    sequenced_chunk out{std::string(32, '0'), 0, payload.substr(sequence_size)};
+    for (std::size_t i = 0; i < 16; ++i) {
+        const auto b = static_cast<unsigned char>(payload[i]);
+        out.run[2 * i] = hex[b >> 4];
+        out.run[2 * i + 1] = hex[b & 0xf];
+    }
+    for (std::size_t i = 0; i < 8; ++i)
+        out.seq = (out.seq << 8) | static_cast<unsigned char>(payload[16 + i]);
+    if (out.seq == 0)
+        return std::nullopt;
     return out;
 }
 

@@ -32,6 +32,10 @@ enum class frame_flag : std::uint8_t {
     command = 2,  // collector -> agent: {"id","cmd","args"}
     response = 3, // agent -> collector: command response, and the hello
     metrics = 4,  // agent -> collector: one health-metrics object
+    // agent -> collector: a chunk of a run that outlives its link: the run's id (16 bytes), the
+    // chunk's number in the run (8 bytes, big-endian, from 1), then flag 1's payload. Sent only
+    // once the collector asked for it (the `sequence` command, docs/protocol.md "Runs").
+    sequenced = 5,
 };
 
 // A data chunk (flag 0 or 1) is perf script text, then this line and the perf stat report of
@@ -63,7 +67,7 @@ inline constexpr std::size_t max_hello = std::size_t{64} << 10;
 inline constexpr std::size_t max_hello_field = 256;
 
 constexpr bool is_known_flag(std::uint8_t f) noexcept {
-    return f <= 4;
+    return f <= 5;
 }
 std::string_view to_string(frame_flag f) noexcept;
 
@@ -71,6 +75,19 @@ struct frame {
     frame_flag flag;
     std::string payload;
 };
+
+// A sequenced chunk (flag 5): its run (32 hex digits on the wire as 16 bytes), its number, then
+// the zstd chunk.
+inline constexpr std::size_t sequence_size = 16 + 8;
+// `run`: 32 lowercase hex digits (messages.hpp, valid_run_id).
+std::string encode_sequenced(std::string_view run, std::uint64_t seq, std::string_view zstd_chunk);
+struct sequenced_chunk {
+    std::string run; // 32 lowercase hex digits
+    std::uint64_t seq;
+    std::string_view chunk;
+};
+// nullopt when the payload is too short to hold the header and a chunk, or numbers it 0.
+std::optional<sequenced_chunk> split_sequenced(std::string_view payload);
 
 std::array<char, header_size> encode_header(frame_flag flag, std::uint32_t length) noexcept;
 

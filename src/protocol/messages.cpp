@@ -9,6 +9,7 @@
 #include <boost/json/value_to.hpp>
 #include <boost/mp11/algorithm.hpp>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace protocol {
@@ -222,6 +223,8 @@ parse_result<hello> hello_from(const json::object& obj) {
     if (const auto name = overlong_field(*h, ""))
         return invalid("field '" + *name + "' is longer than " + std::to_string(max_hello_field) +
                        " bytes");
+    if (h->run && !valid_run_id(h->run->id))
+        return invalid("field 'run.id' must be 32 lowercase hex digits");
     return h;
 }
 
@@ -278,6 +281,12 @@ std::optional<agent_state> agent_state_from(std::string_view s) noexcept {
         if (to_string(st) == s)
             return st;
     return std::nullopt;
+}
+
+bool valid_run_id(std::string_view id) noexcept {
+    return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
 }
 
 parse_result<hello> parse_hello(std::string_view payload) {

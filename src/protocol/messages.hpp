@@ -31,7 +31,8 @@ inline constexpr std::string_view auth = "auth", ping = "ping", status = "status
                                   stop = "stop", pause = "pause", resume = "resume",
                                   configure = "configure", configure_metrics = "configure_metrics",
                                   update = "update", update_data = "update_data",
-                                  update_apply = "update_apply", kallsyms = "kallsyms";
+                                  update_apply = "update_apply", kallsyms = "kallsyms",
+                                  sequence = "sequence", ack = "ack";
 } // namespace cmd
 
 // What an agent is doing. The agent reports idle, profiling or paused (state notices, and the
@@ -55,6 +56,17 @@ struct platform_info {
 };
 BOOST_DESCRIBE_STRUCT(platform_info, (), (arch, machine, kernel, perf_version, perf_event_paranoid))
 
+// A run that outlives its link (docs/protocol.md, "Runs"): named by the agent when it began
+// (128 random bits as 32 lowercase hex digits), its chunks numbered from 1.
+struct run_info {
+    std::string id;
+    std::uint64_t seq = 0; // the last chunk the run made (0: none yet)
+    // How long the agent keeps the run going without a link, in seconds (--offline-max).
+    std::optional<double> offline_max;
+};
+BOOST_DESCRIBE_STRUCT(run_info, (), (id, seq, offline_max))
+bool valid_run_id(std::string_view id) noexcept;
+
 struct hello {
     int version = protocol_version;
     std::string agent = "perfwire";
@@ -75,10 +87,14 @@ struct hello {
     // pin ("sha256:…") or "ca" (--tls-ca). Shown with the target; the agent's check is what
     // protects it.
     std::optional<std::string> tls_check;
+    // The agent keeps its runs across links and numbers their chunks: a collector that can
+    // resume answers with `sequence` before anything else. `run`: the one under way, if any.
+    std::optional<bool> resumable;
+    std::optional<run_info> run;
 };
 BOOST_DESCRIBE_STRUCT(hello, (),
                       (version, agent, agent_version, update_arch, updates, auth, hostname,
-                       platform, enrollment, tls_check))
+                       platform, enrollment, tls_check, resumable, run))
 
 // Refuses payloads over max_hello before parsing them.
 parse_result<hello> parse_hello(std::string_view payload);
@@ -116,8 +132,9 @@ struct state_notice {
     std::optional<int> pid;
     std::optional<std::uint64_t> lost_samples;
     std::optional<std::string> callgraph; // of the run under way: fp, dwarf, lbr or none
+    std::optional<std::string> run;       // its id (run_info), from an agent that resumes runs
 };
-BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples, callgraph))
+BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples, callgraph, run))
 
 std::string serialize(const state_notice& n);
 

@@ -934,3 +934,75 @@ TEST_CASE("one chunk whose samples claim days apart lands in one day of the flee
     REQUIRE(sessions.as_array().size() == 1);
     CHECK(sessions.as_array()[0].at("samples").to_number<int>() == 2000);
 }
+
+TEST_CASE("a run's chunks are taken once and only from its device: a claim on another device's "
+          "run, a number sent twice, far ahead or malformed changes nothing stored",
+          "[collector][integration][resume][attack]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    const auto resumable = [&](const std::string& host) {
+        auto peer = test_support::framing_peer::connect(coll.agent_port);
+        REQUIRE(peer);
+        peer->send(protocol::frame_flag::response,
+                   R"({"type":"hello","version":1,"agent":"perfwire","hostname":")" + host +
+                       R"(","resumable":true})");
+        return std::move(*peer);
+    };
+    const std::string run = "0123456789abcdef0123456789abcdef";
+    const auto chunk = [&](std::uint64_t seq) {
+        const std::string text = "app 7/7 1." + std::to_string(100000 + seq) +
+                                 ": 1000 cpu-clock:\n\t 1 f+0x1 (/x)\n\t 1 main+0x2 (/x)\n\n";
+        return protocol::encode_sequenced(run, seq, protocol::compress(text))
+            .substr(protocol::header_size);
+    };
+    const auto chunks_of = [&](const std::string& id) {
+        return coll.get("/api/sessions/" + id).at("chunks").to_number<int>();
+    };
+    // Whether the collector hangs up (what it asks meanwhile, `sequence` and acks, is read).
+    const auto closes = [](test_support::framing_peer& peer) {
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < until)
+            if (!peer.next(500ms) && peer.closed())
+                return true;
+        return false;
+    };
+    auto device = resumable("device-a");
+    for (std::uint64_t seq = 1; seq <= 3; ++seq)
+        device.send(protocol::frame_flag::sequenced, chunk(seq));
+    const auto listed = wait_for(coll, "/api/sessions", 15s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.at(0).at("chunks").to_number<int>() == 3;
+    });
+    REQUIRE(listed.as_array().size() == 1);
+    const std::string a_id(listed.at(0).at("id").as_string());
+
+    // Sent again, and a number from before: skipped. The next: taken.
+    device.send(protocol::frame_flag::sequenced, chunk(2));
+    device.send(protocol::frame_flag::sequenced, chunk(3));
+    device.send(protocol::frame_flag::sequenced, chunk(4));
+    wait_for(coll, "/api/sessions/" + a_id, 15s,
+             [](const json::value& v) { return v.at("chunks").to_number<int>() == 4; });
+    std::this_thread::sleep_for(300ms);
+    CHECK(chunks_of(a_id) == 4);
+
+    // Another device naming the same run id gets a session of its own.
+    auto other = resumable("device-b");
+    other.send(protocol::frame_flag::sequenced, chunk(5));
+    const auto two = wait_for(coll, "/api/sessions", 15s,
+                              [](const json::value& v) { return v.as_array().size() == 2; });
+    REQUIRE(two.as_array().size() == 2);
+    CHECK(chunks_of(a_id) == 4);
+
+    // A number far ahead of the run, a chunk without its header, and one from an agent that
+    // did not say it resumes runs: the connection closes, nothing is stored.
+    device.send(protocol::frame_flag::sequenced, chunk(std::uint64_t{1} << 40));
+    CHECK(closes(device));
+    auto short_one = resumable("device-c");
+    short_one.send(protocol::frame_flag::sequenced, std::string(10, 'x'));
+    CHECK(closes(short_one));
+    auto older = test_support::hello_agent(coll, "device-d");
+    older->send(protocol::frame_flag::sequenced, chunk(1));
+    CHECK(closes(*older));
+    CHECK(chunks_of(a_id) == 4);
+    CHECK(coll.get("/api/sessions").as_array().size() == 2);
+    CHECK_THAT(coll.proc->stderr_text(), Catch::Contains("a chunk numbered 1099511627776"));
+}

@@ -40,7 +40,7 @@ TEST_CASE("a live session named again takes every chunk that arrives meanwhile, 
         }
         return done();
     };
-    const auto ingest = [&] { live.chunk(false, chunk, [&] { ++digested; }); };
+    const auto ingest = [&] { live.chunk(false, chunk, [&](bool) { ++digested; }); };
     // Whether a rebuild is under way (asked on the strand, where it is kept).
     const auto rebuilding = [&] {
         auto f = asio::post(e->strand, asio::use_future([&] { return e->rebuilding != nullptr; }));

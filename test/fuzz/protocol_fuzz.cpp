@@ -77,6 +77,14 @@ void exercise(const frame& f) {
     case frame_flag::metrics:
         round_trip(f.payload, parse_metrics);
         break;
+    case frame_flag::sequenced:
+        // Whatever splits encodes back to the same bytes.
+        if (auto c = split_sequenced(f.payload)) {
+            check(valid_run_id(c->run) && c->seq > 0);
+            const auto again = encode_sequenced(c->run, c->seq, c->chunk);
+            check(again.substr(header_size) == f.payload);
+        }
+        break;
     }
 }
 
@@ -98,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         exercise(whole.frames[i]);
     }
     // The payloads on their own, as if each had arrived in a frame of every type.
-    for (std::uint8_t flag = 0; flag <= 4; ++flag)
+    for (std::uint8_t flag = 0; flag <= 5; ++flag)
         exercise(frame{static_cast<frame_flag>(flag), std::string(bytes)});
     // And as an ELF image: a build-id, when found, is lowercase hex of whole bytes.
     if (const auto id = parse_build_id(bytes))

@@ -117,7 +117,7 @@ TEST_CASE("zero-length frames are skipped", "[protocol][frame]") {
 TEST_CASE("unknown flag is an error after the frames before it", "[protocol][frame]") {
     frame_decoder d(collector_max_frame);
     std::string s = encode_frame(frame_flag::text, "ok");
-    s += std::string("\0\0\0\x01\x05"
+    s += std::string("\0\0\0\x01\x06"
                      "z",
                      6);
     s += encode_frame(frame_flag::text, "never");
@@ -204,4 +204,26 @@ TEST_CASE("the first frame has its own limit, checked on its header", "[protocol
     REQUIRE(b.has_value());
     REQUIRE(*b);
     CHECK((*b)->payload.size() == 500);
+}
+
+TEST_CASE("a run's chunk carries its run and number before the zstd data", "[protocol][frame]") {
+    const std::string run = "0123456789abcdef0011223344556677";
+    const auto bytes = encode_sequenced(run, 0x0102030405060708ull, "zstd-data");
+    frame_decoder d(collector_max_frame);
+    d.feed(bytes);
+    auto f = d.next();
+    REQUIRE(f.has_value());
+    REQUIRE(f->has_value());
+    CHECK((*f)->flag == frame_flag::sequenced);
+    CHECK((*f)->payload.size() == sequence_size + 9);
+    CHECK((*f)->payload.substr(16, 8) == std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+    const auto c = split_sequenced((*f)->payload);
+    REQUIRE(c);
+    CHECK(c->run == run);
+    CHECK(c->seq == 0x0102030405060708ull);
+    CHECK(c->chunk == "zstd-data");
+    // Too short to hold a chunk, or numbered 0: not a chunk.
+    CHECK_FALSE(split_sequenced((*f)->payload.substr(0, sequence_size)));
+    auto zero = encode_sequenced(run, 0, "x");
+    CHECK_FALSE(split_sequenced(std::string_view(zero).substr(header_size)));
 }

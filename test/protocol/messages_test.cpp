@@ -137,15 +137,15 @@ TEST_CASE("a flag-3 payload is told apart as hello or response", "[protocol][mes
     CHECK(std::holds_alternative<command_response>(*r));
     CHECK(parse_agent_reply(R"({"type":"hello","agent":"x"})").has_error());
 
-    const std::string notice =
-        serialize(state_notice{"idle", "target process exited", 42, std::nullopt, std::nullopt});
+    const std::string notice = serialize(state_notice{"idle", "target process exited", 42,
+                                                      std::nullopt, std::nullopt, std::nullopt});
     CHECK(notice == R"({"type":"state","state":"idle","reason":"target process exited","pid":42})");
     auto n = parse_agent_reply(notice);
     REQUIRE(n.has_value());
     REQUIRE(std::holds_alternative<state_notice>(*n));
     CHECK(std::get<state_notice>(*n).pid == 42);
-    const auto running = parse_agent_reply(
-        serialize(state_notice{"profiling", "started from the command line", 7, 0, "dwarf"}));
+    const auto running = parse_agent_reply(serialize(
+        state_notice{"profiling", "started from the command line", 7, 0, "dwarf", std::nullopt}));
     REQUIRE(running.has_value());
     CHECK(std::get<state_notice>(*running).callgraph == "dwarf");
     CHECK(parse_agent_reply(R"({"type":"state"})").has_error());

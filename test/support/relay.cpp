@@ -97,7 +97,7 @@ void relay::accept_loop() {
             continue;
         }
         lock.unlock();
-        int b = connect_loopback(to_);
+        int b = connect_loopback(to_.load());
         if (b < 0) {
             abort_socket(a);
             ++refused_;

@@ -27,6 +27,8 @@ public:
     void reset();
     // New connections are reset as they come until `d` has passed (from now).
     void refuse_for(std::chrono::milliseconds d);
+    // New connections go to 127.0.0.1:`to` from now (a collector restarted on another port).
+    void retarget(std::uint16_t to) { to_ = to; }
     // Connections relayed so far (accepted and connected through), and turned away.
     std::size_t relayed() const { return relayed_.load(); }
     std::size_t refused() const { return refused_.load(); }
@@ -43,7 +45,7 @@ private:
     void accept_loop();
     void pump(pair& p);
 
-    std::uint16_t to_;
+    std::atomic<std::uint16_t> to_;
     int listen_fd_ = -1;
     int stop_pipe_[2] = {-1, -1};
     std::uint16_t port_ = 0;

@@ -4,6 +4,7 @@
 #include "collector/agents/continuous.hpp"
 #include "collector/agents/kernel_turns.hpp"
 #include "collector/agents/registry.hpp"
+#include "collector/agents/runs.hpp"
 #include "collector/agents/target_view.hpp"
 #include "collector/live_session.hpp"
 #include "collector/log.hpp"
@@ -300,6 +301,8 @@ void agent_link::on_hello(protocol::frame&& f) {
     }
     hello_ = std::move(*h);
     slot_.prove(); // counts against the unproven agents' cap no more
+    device_key_ = (dialled_ ? "dialled|" : "dialled-in|") + label + "|" +
+                  hello_->hostname.value_or(hello_->agent);
     session_meta_["agent"] = hello_->agent;
     session_meta_["agent_version"] = hello_->agent_version.value_or("");
     session_meta_["hostname"] = hello_->hostname.value_or("");
@@ -312,8 +315,10 @@ void agent_link::on_hello(protocol::frame&& f) {
     state_ = agent_state::idle;
     log(peer_, "hello from " + hello_->agent + " " + hello_->agent_version.value_or("?") + " on " +
                    hello_->hostname.value_or("?"));
-    if (!token_)
+    if (!token_) {
         settled_.cancel(); // ready: no code to present
+        ask_sequence();
+    }
     if (token_) {
         // Authenticate; the response arrives like any other.
         state_ = agent_state::authenticating;
@@ -330,6 +335,7 @@ void agent_link::on_hello(protocol::frame&& f) {
                     self->close();
                 } else if (self->state_ == agent_state::authenticating) {
                     self->state_ = agent_state::idle;
+                    self->ask_sequence(); // before any other command is asked
                     self->settled_.cancel();
                     self->app_.changed(change::targets, self->id_);
                 }
@@ -379,6 +385,8 @@ void agent_link::give_kernel_symbols() {
 }
 
 bool agent_link::open_session() {
+    if (!session_ && !run_id_.empty())
+        take_run(run_id_); // its session, if this collector holds one
     if (session_)
         return true;
     json::object meta = session_meta_;
@@ -389,6 +397,10 @@ bool agent_link::open_session() {
         meta["callgraph"] = callgraph_;
     if (continuous_run_)
         meta["continuous"] = true;
+    if (!run_id_.empty()) { // found again by its device and id when the link comes back
+        meta["run_id"] = run_id_;
+        meta["run_device"] = device_key_;
+    }
     session_opened_ = std::chrono::steady_clock::now();
     // Kernel frames its device could not name: its kallsyms, asked once per connection.
     auto kernel_wanted = [weak = weak_from_this()] {
@@ -405,6 +417,11 @@ bool agent_link::open_session() {
     }
     session_ = std::move(*created);
     session_id_ = session_->id();
+    if (!run_id_.empty()) {
+        auto& r = app_.agents.runs().at(run_key());
+        r.session_id = session_id_;
+        r.holder = weak_from_this();
+    }
     for (const auto& [type, record] : kept_metrics_.records())
         session_->metrics(record);
     log(peer_, "session " + session_id_);
@@ -421,6 +438,10 @@ void agent_link::on_frame(protocol::frame&& f) {
     // data. Metrics belong to the run in progress; between runs only the last record of each
     // type is kept, and the next run starts with them (the binaries' build-ids come first).
     // A continuous run is cut into sessions of --continuous-session seconds, between chunks.
+    if (f.flag == frame_flag::sequenced) {
+        on_sequenced(std::move(f));
+        return;
+    }
     const bool data = f.flag == frame_flag::text || f.flag == frame_flag::zstd;
     if (data && session_ && continuous_run_ &&
         std::chrono::steady_clock::now() - session_opened_ >=
@@ -438,7 +459,7 @@ void agent_link::on_frame(protocol::frame&& f) {
         undigested_bytes_ += n;
         ++undigested_chunks_;
         session_->chunk(f.flag == frame_flag::zstd, std::move(f.payload),
-                        [self = shared_from_this(), n] {
+                        [self = shared_from_this(), n](bool) {
                             self->undigested_bytes_ -= n;
                             --self->undigested_chunks_;
                             self->digested_.cancel();
@@ -476,6 +497,9 @@ void agent_link::on_frame(protocol::frame&& f) {
         }
         if (auto* n = std::get_if<protocol::state_notice>(&*reply)) {
             pid_ = n->pid; // null: the whole system
+            if (n->run && protocol::valid_run_id(*n->run) && hello_->resumable.value_or(false) &&
+                n->state != "idle" && *n->run != run_id_ && !session_)
+                run_id_ = *n->run; // a run the agent began itself: its session is the run's
             if (state_ == agent_state::idle)
                 callgraph_.clear(); // a run the agent began itself: its mode as it says
             if (n->callgraph)
@@ -506,6 +530,8 @@ void agent_link::on_frame(protocol::frame&& f) {
     case frame_flag::command:
         log(peer_, "agent sent a command frame; ignored");
         break;
+    case frame_flag::sequenced:
+        break; // (on_sequenced)
     }
 }
 
@@ -561,6 +587,35 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
         const auto* cg = answer.fields.if_contains("callgraph");
         callgraph_ = cg && cg->is_string() ? known_callgraph(cg->as_string()) : std::string();
         continuous_run_ = asked.continuous;
+        // The run's id, so its session is found again when the link comes back.
+        if (const auto* run = answer.fields.if_contains("run");
+            run && run->is_string() && protocol::valid_run_id(run->as_string()) &&
+            hello_->resumable.value_or(false) && !session_)
+            run_id_ = std::string(run->as_string());
+    }
+    if (asked.cmd == protocol::cmd::sequence) {
+        // The run's chunks the agent sent before it was asked, unnumbered: taken already.
+        const auto* run = answer.fields.if_contains("run");
+        const auto* sent = answer.fields.if_contains("sent");
+        const std::uint64_t n = !sent               ? 0
+                                : sent->is_uint64() ? sent->as_uint64()
+                                : sent->is_int64() && sent->as_int64() > 0
+                                    ? static_cast<std::uint64_t>(sent->as_int64())
+                                    : 0;
+        if (run && run->is_string() && protocol::valid_run_id(run->as_string()) && n > 0) {
+            auto& r = app_.agents.runs().at(agents::run_book::key(device_key_, run->as_string()));
+            r.received = std::max(r.received, n);
+        }
+        // A run under way (one this collector may hold the session of, from before the link
+        // dropped or before it restarted): the state below opens it as that run's.
+        const auto* st = answer.fields.if_contains("state");
+        if (run && run->is_string() && protocol::valid_run_id(run->as_string()) && st &&
+            st->is_string() && st->as_string() != "idle" && !session_) {
+            run_id_ = std::string(run->as_string());
+            const auto* p = answer.fields.if_contains("pid");
+            pid_ = p && p->is_int64() ? std::optional<int>(static_cast<int>(p->as_int64()))
+                                      : std::nullopt;
+        }
     }
     if (now)
         set_state(*now); // a started run is a session from now on, before its first data
@@ -573,6 +628,13 @@ void agent_link::set_state(agent_state now) {
     state_ = now;
     if (running && now == agent_state::idle) {
         end_session(); // everything of the run arrived before the answer or notice that says so
+        if (!run_id_.empty()) { // the run is over: what comes of it later is sent twice
+            if (auto* r = app_.agents.runs().find(run_key())) {
+                r->ended = true;
+                r->holder.reset();
+            }
+            run_id_.clear();
+        }
         continuous_run_ = false;
         idle_wake_.cancel(); // --continuous starts it again
     } else if (!running && now == agent_state::profiling && hello_)
@@ -592,6 +654,11 @@ void agent_link::finish_session() {
     app_.agents.remove(id_);
     if (hello_) // a connection that never said hello was never listed
         app_.changed(change::targets, id_);
+    if (park_session())
+        return;
+    if (session_ && !run_id_.empty() && app_.stops.stopping() &&
+        (state_ == agent_state::profiling || state_ == agent_state::paused))
+        session_->keep_run_open(); // continued when the device is back after a restart
     end_session();
 }
 
@@ -621,6 +688,245 @@ asio::awaitable<bool> agent_link::ready(std::chrono::steady_clock::duration time
             break;
     }
     co_return !closed_ && !pending_ready();
+}
+
+} // namespace collector
+
+namespace collector {
+
+std::string agent_link::run_key() const {
+    return agents::run_book::key(device_key_, run_id_);
+}
+
+void agent_link::ask_sequence() {
+    if (!hello_ || !hello_->resumable.value_or(false) || closed_)
+        return;
+    // The run it carries (if any): which of its chunks this collector has, so none is sent
+    // twice. A run held by another link of this device (one not yet known dead) moves here.
+    std::uint64_t after = 0;
+    json::object args;
+    args["run"] = nullptr;
+    if (hello_->run) {
+        const auto key = agents::run_book::key(device_key_, hello_->run->id);
+        if (auto* r = app_.agents.runs().find(key)) {
+            if (auto other = r->holder.lock(); other && other.get() != this)
+                other->release_run();
+            after = r->received;
+        }
+        args["run"] = hello_->run->id;
+        if (hello_->run->offline_max)
+            offline_max_ = std::chrono::seconds(static_cast<std::int64_t>(
+                std::clamp(*hello_->run->offline_max, 0.0, 30.0 * 86400)));
+    }
+    args["after"] = after;
+    auto self = shared_from_this();
+    asio::co_spawn(
+        ex_,
+        [self, args]() mutable -> asio::awaitable<void> {
+            const auto r =
+                co_await self->command(std::string(protocol::cmd::sequence), std::move(args));
+            if (!r.ok) {
+                log(self->peer_, "the agent does not resume runs: " + r.error);
+                co_return;
+            }
+            const auto* held = r.fields.if_contains("held");
+            const auto* bytes = r.fields.if_contains("held_bytes");
+            if (held && held->is_number() && held->to_number<double>() > 0)
+                log(self->peer_, "the agent sends its run's chunks this collector lacks: " +
+                                     std::to_string(held->to_number<std::uint64_t>()) + " held (" +
+                                     std::to_string(bytes && bytes->is_number()
+                                                        ? bytes->to_number<std::uint64_t>() >> 10
+                                                        : 0) +
+                                     " KiB)");
+        },
+        [peer = peer_](std::exception_ptr e) {
+            if (e)
+                log(peer, "asking for the run's sequence failed: " + protocol::describe(e));
+        });
+}
+
+void agent_link::take_run(const std::string& run) {
+    auto& book = app_.agents.runs();
+    if (!run_id_.empty() && session_)
+        end_session(); // the run before ended on the agent (its end notice said so)
+    run_id_ = run;
+    auto& r = book.at(run_key());
+    if (r.ended) {
+        // Closed here (given up after --offline-max, or its end was said): what comes now is
+        // a session of its own; chunks already taken stay skipped.
+        log(peer_, "run " + run + " had been closed here (session " + r.session_id +
+                       "): its further chunks make a new session");
+        r.ended = false;
+        r.session_id.clear();
+    }
+    if (auto other = r.holder.lock(); other && other.get() != this)
+        other->release_run();
+    if (!r.parked && r.on_disk && !r.session_id.empty()) {
+        // Saved as this collector stopped (or crashed) mid-run: it goes on.
+        r.on_disk = false;
+        auto kernel_wanted = [weak = weak_from_this()] {
+            if (auto self = weak.lock();
+                self && self->session_ && self->session_->wants_kernel_symbols())
+                self->give_kernel_symbols();
+        };
+        auto reopened = live_session::reopen(app_, peer_, r.session_id, kernel_wanted);
+        if (reopened)
+            r.parked = std::move(*reopened);
+        else
+            log(peer_, "cannot continue session " + r.session_id + " of run " + run + ": " +
+                           reopened.error().message() + "; a new session takes the rest");
+        if (!reopened)
+            r.session_id.clear();
+    }
+    if (r.parked) {
+        if (session_)
+            end_session();
+        continuous_run_ = r.continuous;
+        session_opened_ = std::chrono::steady_clock::now();
+        session_ = std::move(r.parked);
+        session_id_ = session_->id();
+        const double now = wall_seconds();
+        if (r.link_down_at > 0)
+            session_->link_gap(r.link_down_at, now);
+        log(peer_,
+            "run " + run + " resumed in session " + session_id_ +
+                (r.link_down_at > 0
+                     ? " after " + std::to_string(static_cast<long long>(now - r.link_down_at)) +
+                           " s without a link"
+                     : std::string()));
+        app_.changed(change::targets, id_);
+    } else if (session_ && r.session_id.empty()) {
+        r.session_id = session_id_; // the session this link opened for the run's start
+    }
+    r.holder = weak_from_this();
+}
+
+void agent_link::on_sequenced(protocol::frame&& f) {
+    auto chunk = protocol::split_sequenced(f.payload);
+    if (!chunk || !hello_->resumable.value_or(false)) {
+        say(chunk ? "a sequenced chunk from an agent that did not say it resumes runs; closing"
+                  : "a sequenced chunk without its run, number or data; closing");
+        close();
+        return;
+    }
+    // A continuous run is cut into sessions of --continuous-session seconds, between chunks.
+    if (session_ && continuous_run_ &&
+        std::chrono::steady_clock::now() - session_opened_ >=
+            std::chrono::seconds(app_.cfg.continuous_session_s)) {
+        end_session();
+        if (auto* r = app_.agents.runs().find(run_key()))
+            r->session_id.clear();
+    }
+    if (chunk->run != run_id_ || !session_)
+        take_run(chunk->run);
+    auto* r = app_.agents.runs().find(run_key());
+    if (!r)
+        return;
+    // Exactly once: a number taken already is skipped; one past a gap says how many the
+    // agent's buffer let go.
+    if (chunk->seq <= r->received) {
+        ++r->duplicates;
+        return;
+    }
+    // A number far ahead of anything the run could have made is a peer's lie, not a gap.
+    constexpr std::uint64_t max_gap = std::uint64_t{1} << 24;
+    if (chunk->seq - r->received > max_gap) {
+        say("a chunk numbered " + std::to_string(chunk->seq) + " in a run at " +
+            std::to_string(r->received) + "; closing");
+        close();
+        return;
+    }
+    if (chunk->seq > r->received + 1) {
+        r->missing += chunk->seq - r->received - 1;
+        log(peer_, std::to_string(chunk->seq - r->received - 1) + " chunks of run " + run_id_ +
+                       " never came (the device's buffer let them go)");
+    }
+    const auto seq = chunk->seq;
+    r->received = seq;
+    if (state_ == agent_state::idle)
+        set_state(agent_state::profiling);
+    if (!open_session())
+        return;
+    f.payload.erase(0, protocol::sequence_size);
+    const std::size_t n = f.payload.size();
+    undigested_bytes_ += n;
+    ++undigested_chunks_;
+    session_->chunk(
+        true, std::move(f.payload),
+        [self = shared_from_this(), n, key = run_key(), seq](bool stored) {
+            self->undigested_bytes_ -= n;
+            --self->undigested_chunks_;
+            self->digested_.cancel();
+            // Acknowledged once on disk: a collector that crashes after it still has it.
+            if (auto* run = self->app_.agents.runs().find(key); run && stored)
+                run->stored = std::max(run->stored, seq);
+            self->ack_run();
+        },
+        seq);
+}
+
+void agent_link::ack_run() {
+    if (acking_ || closed_ || run_id_.empty())
+        return;
+    auto* r = app_.agents.runs().find(run_key());
+    if (!r || (acked_run_ == run_id_ && r->stored <= acked_))
+        return;
+    acking_ = true;
+    json::object args;
+    args["run"] = run_id_;
+    args["seq"] = r->stored;
+    auto self = shared_from_this();
+    asio::co_spawn(
+        ex_,
+        [self, args, run = run_id_, seq = r->stored]() mutable -> asio::awaitable<void> {
+            const auto answer =
+                co_await self->command(std::string(protocol::cmd::ack), std::move(args));
+            self->acking_ = false;
+            if (answer.ok) {
+                self->acked_run_ = run;
+                self->acked_ = seq;
+                self->ack_run(); // what was stored meanwhile
+            }
+        },
+        [peer = peer_](std::exception_ptr e) {
+            if (e)
+                log(peer, "acknowledging the run failed: " + protocol::describe(e));
+        });
+}
+
+bool agent_link::park_session() {
+    if (!session_ || run_id_.empty() || app_.stops.stopping() ||
+        (state_ != agent_state::profiling && state_ != agent_state::paused))
+        return false;
+    auto* r = app_.agents.runs().find(run_key());
+    if (!r || r->ended)
+        return false;
+    r->parked = std::move(session_);
+    r->continuous = continuous_run_;
+    r->link_down_at = wall_seconds();
+    r->wait_until = std::chrono::steady_clock::now() + offline_max_ + std::chrono::minutes(1);
+    r->holder.reset();
+    log(peer_, "the link went mid-run: session " + session_id_ + " waits for run " + run_id_ +
+                   " to come back (up to " + std::to_string(offline_max_.count()) + " s)");
+    last_session_id_ = session_id_;
+    session_id_.clear();
+    return true;
+}
+
+void agent_link::release_run() {
+    if (session_ && !run_id_.empty()) {
+        if (auto* r = app_.agents.runs().find(run_key()); r && !r->ended && !r->parked) {
+            log(peer_, "the device is back on another connection: it takes run " + run_id_);
+            r->parked = std::move(session_);
+            r->continuous = continuous_run_;
+            r->link_down_at = wall_seconds();
+            r->wait_until = std::chrono::steady_clock::now() + offline_max_;
+            r->holder.reset();
+            session_id_.clear();
+        }
+    }
+    run_id_.clear();
+    close();
 }
 
 } // namespace collector

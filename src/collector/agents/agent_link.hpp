@@ -6,6 +6,7 @@
 //
 //   socket ─▶ reader ─┬─ hello (first frame, within 10 s) ─▶ enrolled? state idle
 //                     ├─ data (flag 0/1) ─▶ live_session::chunk (opens the session first)
+//                     ├─ a run's chunk (flag 5) ─▶ once, in order ─▶ the run's session (runs.hpp)
 //                     ├─ metrics (flag 4) ─▶ kept, and live_session::metrics
 //                     └─ responses / state notices (flag 3) ─▶ waiting commands, state
 //   command() ─▶ queue ─▶ writer ─▶ socket
@@ -73,6 +74,10 @@ public:
     // valid hello: a flood past its address's limit logs nothing.
     void say(const std::string& line) const override;
     void close();
+    // Another link of the same device carries this link's run now (the device came back while
+    // this connection, half-open, was not yet known dead): its session is parked in the run
+    // book for the newcomer, and this link closes.
+    void release_run();
 
     // agents::command_link: commands and their answers, the agent's state.
     asio::awaitable<protocol::command_response>
@@ -133,6 +138,20 @@ private:
     void set_state(protocol::agent_state now);
     void send(const std::string& payload);
     void give_kernel_symbols(); // asks the agent once; each run's session gets the answer
+
+    // Runs that outlive their links (runs.hpp; docs/protocol.md "Runs").
+    void on_sequenced(protocol::frame&& f);
+    void ask_sequence(); // once introduced (and paired): which chunks of its run we have
+    void take_run(const std::string& run); // this link's session holds that run from now
+    bool park_session(); // the link went mid-run: its session waits for the run to come back
+    void ack_run();      // tells the agent how far its run is stored, one ack at a time
+    std::string run_key() const;
+    std::string device_key_; // who may resume a run: enrolled label and host name
+    std::string run_id_;     // the run this link's session holds ("": none, or not resumable)
+    std::chrono::seconds offline_max_{6 * 3600}; // the agent's, as it said
+    bool acking_ = false;
+    std::string acked_run_;
+    std::uint64_t acked_ = 0;
 
     asio::awaitable<bool> open_link(); // an accepted connection: TLS or plain, as policy allows
     std::unique_ptr<protocol::link_stream> stream_;

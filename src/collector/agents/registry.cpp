@@ -2,11 +2,13 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/agents/kernel_turns.hpp"
+#include "collector/agents/runs.hpp"
 
 namespace collector::agents {
 
 registry::registry()
-    : turns_(std::make_unique<kernel_turns>()) {}
+    : turns_(std::make_unique<kernel_turns>())
+    , runs_(std::make_unique<run_book>()) {}
 
 registry::~registry() = default;
 

@@ -18,6 +18,7 @@ class agent_link;
 namespace collector::agents {
 
 class kernel_turns;
+class run_book;
 
 class registry {
 public:
@@ -39,11 +40,14 @@ public:
     // Devices' kernel symbols (up to 96 MiB of text an answer) are asked of one agent at a
     // time.
     kernel_turns& kernel_symbol_turns() noexcept { return *turns_; }
+    // Runs that outlive their links (runs.hpp).
+    run_book& runs() noexcept { return *runs_; }
 
 private:
     std::map<std::string, std::weak_ptr<agent_link>, std::less<>> links_;
     std::uint64_t next_ = 1;
     std::unique_ptr<kernel_turns> turns_;
+    std::unique_ptr<run_book> runs_;
 };
 
 } // namespace collector::agents

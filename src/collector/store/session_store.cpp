@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -87,12 +88,32 @@ std::vector<fs::path> chunk_files(const fs::path& dir) {
         if (ext == ".zst" || ext == ".txt")
             files.push_back(e.path());
     }
-    // In the order written: numbered 000001, 000002, …, past 999999 with more digits.
-    std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
-        const auto x = a.filename().string(), y = b.filename().string();
+    // In the order written: numbered 000001, 000002, …, past 999999 with more digits (a run's
+    // chunk has its number in the run after the first dot: 000001.s42.zst).
+    const auto number = [](const fs::path& p) {
+        const auto name = p.filename().string();
+        return name.substr(0, name.find('.'));
+    };
+    std::sort(files.begin(), files.end(), [&](const fs::path& a, const fs::path& b) {
+        const auto x = number(a), y = number(b);
         return x.size() != y.size() ? x.size() < y.size() : x < y;
     });
     return files;
+}
+
+// A run's chunk number in a chunk file's name (000001.s42.zst), or 0.
+std::uint64_t run_seq_of(const fs::path& p) {
+    const auto name = p.filename().string();
+    const auto dot = name.find(".s");
+    if (dot == std::string::npos)
+        return 0;
+    std::uint64_t seq = 0;
+    for (auto i = dot + 2; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+        if (seq > (UINT64_MAX - 9) / 10)
+            return 0;
+        seq = seq * 10 + static_cast<std::uint64_t>(name[i] - '0');
+    }
+    return seq;
 }
 
 } // namespace
@@ -154,13 +175,19 @@ session_writer::session_writer(fs::path dir, std::string id, std::uint64_t chunk
     , chunks_(chunks)
     , disk_(std::move(disk)) {}
 
-error_code session_writer::write_chunk(bool compressed, std::string_view payload) {
+error_code session_writer::write_chunk(bool compressed, std::string_view payload,
+                                       std::uint64_t seq) {
     if (disk_)
         if (auto refused = disk_->admit(payload.size(), chunk_bytes_))
             return refused;
-    char name[32];
-    std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(chunks_ + 1),
-                  compressed ? "zst" : "txt");
+    char name[64];
+    if (seq)
+        std::snprintf(name, sizeof name, "%06llu.s%llu.%s",
+                      static_cast<unsigned long long>(chunks_ + 1),
+                      static_cast<unsigned long long>(seq), compressed ? "zst" : "txt");
+    else
+        std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(chunks_ + 1),
+                      compressed ? "zst" : "txt");
     const fs::path final_path = dir_ / "chunks" / name;
     const fs::path tmp = final_path.string() + ".tmp";
     if (auto ec = write_file_synced(tmp, payload)) {
@@ -297,6 +324,21 @@ boost::system::result<session_writer> session_store::create(std::string_view age
     return w;
 }
 
+boost::system::result<session_writer> session_store::reopen(std::string_view id) {
+    auto m = meta(id);
+    if (!m)
+        return error_code(ENOENT, boost::system::system_category());
+    const fs::path dir = root_ / std::string(id);
+    session_writer w(dir, std::string(id), chunk_files(dir).size(), disk_);
+    m->erase("ended_at");
+    m->erase("run_open");
+    m->erase("chunks");
+    (*m)["live"] = true;
+    if (auto werr = w.write_meta(*m))
+        return werr;
+    return w;
+}
+
 boost::system::result<session_writer> session_store::create_staged() {
     std::string dir = (root_ / ".staging-XXXXXX").string();
     if (!::mkdtemp(dir.data()))
@@ -402,6 +444,33 @@ std::size_t session_store::count() const {
             ++n;
     }
     return n;
+}
+
+std::size_t session_store::chunk_count(std::string_view id) const {
+    if (!valid_id(id))
+        return 0;
+    return chunk_files(root_ / std::string(id)).size();
+}
+
+double session_store::last_chunk_time(std::string_view id) const {
+    if (!valid_id(id))
+        return 0;
+    const auto files = chunk_files(root_ / std::string(id));
+    if (files.empty())
+        return 0;
+    struct stat st {};
+    if (::stat(files.back().c_str(), &st) != 0)
+        return 0;
+    return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+}
+
+std::uint64_t session_store::last_run_seq(std::string_view id) const {
+    if (!valid_id(id))
+        return 0;
+    std::uint64_t last = 0;
+    for (const auto& f : chunk_files(root_ / std::string(id)))
+        last = std::max(last, run_seq_of(f));
+    return last;
 }
 
 error_code session_store::mark_fleet_pending(std::string_view id, bool pending) const {

@@ -3,7 +3,9 @@
 //   <root>/<YYYYmmdd_HHMMSS>_<agent>[_N]/    (.staging-XXXXXX/ while an import is written)
 //       meta.json        who, when, platform; rewritten when the connection closes
 //       chunks/000001.zst  data frames exactly as received (.zst: flag 1, .txt: flag 0),
-//                          written and synced before anything parses them
+//                          written and synced before anything parses them; a run's chunk
+//                          (flag 5) as 000001.s42.zst, its number in the run in its name, so
+//                          the number is on disk exactly when the chunk is
 //       metrics.jsonl    one health-metrics object per line
 //       owner-import     present only in a recording its owner imported (publish() writes it
 //                        into the staged folder): nothing an agent sends can make it
@@ -52,8 +54,10 @@ public:
     const std::string& id() const noexcept { return id_; }
     const std::filesystem::path& dir() const noexcept { return dir_; }
 
-    // Writes a chunk to a temporary name, syncs it and renames it into place.
-    boost::system::error_code write_chunk(bool compressed, std::string_view payload);
+    // Writes a chunk to a temporary name, syncs it and renames it into place. `seq`: its
+    // number in its run (0: not a run's).
+    boost::system::error_code write_chunk(bool compressed, std::string_view payload,
+                                          std::uint64_t seq = 0);
     boost::system::error_code append_metrics(std::string_view json_line);
     // The device's kernel symbols ("ADDRESS NAME" lines), kept beside the chunks.
     boost::system::error_code write_kernel_symbols(std::string_view text);
@@ -83,6 +87,10 @@ public:
     boost::system::result<session_writer> create(std::string_view agent_name,
                                                  const boost::json::object& meta);
 
+    // A session that goes on (a run back after the collector restarted): a writer that
+    // numbers on from its chunks, and its metadata live again (its end removed).
+    boost::system::result<session_writer> reopen(std::string_view id);
+
     // A folder that is not a session yet (not listed, removed at the next start if left):
     // an import in progress writes its chunks here. Its writer has no id until publish().
     boost::system::result<session_writer> create_staged();
@@ -104,6 +112,11 @@ public:
     std::vector<boost::json::object> list() const;
     // How many sessions there are, without reading them.
     std::size_t count() const;
+    // Its chunk files, and the highest run number among their names (0: none).
+    std::size_t chunk_count(std::string_view id) const;
+    std::uint64_t last_run_seq(std::string_view id) const;
+    // When its last chunk was written (seconds since the epoch; 0: none).
+    double last_chunk_time(std::string_view id) const;
     std::optional<boost::json::object> meta(std::string_view id) const;
     boost::system::error_code remove(std::string_view id);
 
