@@ -936,7 +936,7 @@ TEST_CASE("one chunk whose samples claim days apart lands in one day of the flee
 }
 
 TEST_CASE("a run's chunks are taken once and only from its device: a claim on another device's "
-          "run, a number sent twice, far ahead or malformed changes nothing stored",
+          "run or a number sent twice or far ahead or malformed changes nothing stored",
           "[collector][integration][resume][attack]") {
     temp_dir dir;
     collector_proc coll(dir.path);

@@ -69,14 +69,15 @@ std::string running_session(collector_proc& c) {
 
 TEST_CASE("a link that drops mid-run loses no sample: the run goes on and resumes in its session",
           "[collector][integration][perf][resume]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
     temp_dir dir;
     collector_proc coll(dir.path);
     relay link(coll.agent_port);
     auto demo = test_support::start_demo(60);
-    auto agent =
-        test_support::start_agent(test_support::agent_flavour::cpp,
-                                  {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
-                                   std::to_string(demo->pid()), "--duration", "1"});
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
+                  std::to_string(demo->pid()), "--duration", "1"});
     const std::string id = running_session(coll);
 
     // The link drops, and the device cannot get back in for 4 s.
@@ -124,17 +125,18 @@ TEST_CASE("a link that drops mid-run loses no sample: the run goes on and resume
     demo->signal(SIGTERM);
 }
 
-TEST_CASE("a collector stopped or killed mid-run continues the run's session when it is back, "
+TEST_CASE("a collector stopped or killed mid-run continues the run's session when it is back: "
           "each chunk stored once",
-          "[collector][integration][perf][resume]") {
+          "[collector][integration][perf][resume][long]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
     temp_dir dir;
     auto coll = std::make_unique<collector_proc>(dir.path);
     relay link(coll->agent_port);
     auto demo = test_support::start_demo(90);
-    auto agent =
-        test_support::start_agent(test_support::agent_flavour::cpp,
-                                  {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
-                                   std::to_string(demo->pid()), "--duration", "1"});
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
+                  std::to_string(demo->pid()), "--duration", "1"});
     const std::string id = running_session(*coll);
     auto samples = coll->get("/api/sessions/" + id).at("samples").to_number<std::uint64_t>();
 

@@ -108,8 +108,8 @@ def peer_text(sock):
 
 # ================================================================================ framing
 
-FLAG_TEXT, FLAG_ZSTD, FLAG_COMMAND, FLAG_RESPONSE, FLAG_METRICS = range(5)
-FLAG_NAMES = ("text", "zstd", "command", "response", "metrics")
+FLAG_TEXT, FLAG_ZSTD, FLAG_COMMAND, FLAG_RESPONSE, FLAG_METRICS, FLAG_SEQUENCED = range(6)
+FLAG_NAMES = ("text", "zstd", "command", "response", "metrics", "sequenced")
 HEADER = struct.Struct(">IB")
 AGENT_MAX_FRAME = 1 << 20
 
@@ -2227,6 +2227,161 @@ class UpdateReceiver(object):
         return ""
 
 
+class Outbox(object):
+    """The run's chunks the collector has not confirmed it stored, in the order they were made
+    (docs/protocol.md, "Runs"): each of a run and numbered in it from 1, sent by position, the
+    oldest dropped (and counted) past `cap` bytes. Memory only: the C++ agent also spools to
+    disk."""
+
+    def __init__(self, cap):
+        self.cap, self.lock = cap, threading.Lock()
+        self.held = collections.deque()  # [pos, run, seq, chunk, bytes_before]
+        self.next_pos, self.last_run, self.last_seq = 1, "", 0
+        self.bytes = self.added = self.dropped_chunks = self.dropped_bytes = 0
+
+    def add(self, run, chunk):
+        with self.lock:
+            self.last_seq = self.last_seq + 1 if run == self.last_run else 1
+            self.last_run = run
+            self.held.append([self.next_pos, run, self.last_seq, chunk, self.added])
+            self.next_pos += 1
+            self.added += len(chunk)
+            self.bytes += len(chunk)
+            while self.bytes > self.cap and len(self.held) > 1:
+                gone = self.held.popleft()
+                self.bytes -= len(gone[3])
+                self.dropped_chunks += 1
+                self.dropped_bytes += len(gone[3])
+            return self.last_seq
+
+    def stored(self, run, seq):
+        """`run` is stored up to `seq`: those chunks, and older runs' before them, go. Returns
+        the position just before what is still to send."""
+        with self.lock:
+            if any(h[1] == run for h in self.held):
+                reached = False
+                while self.held:
+                    first = self.held[0]
+                    if first[1] != run and reached:
+                        break
+                    if first[1] == run:
+                        reached = True
+                        if first[2] > seq:
+                            break
+                    self.held.popleft()
+                    self.bytes -= len(first[3])
+            return self.held[0][0] - 1 if self.held else self.next_pos - 1
+
+    def after(self, pos):
+        with self.lock:
+            if not self.held or pos >= self.held[-1][0]:
+                return None
+            if pos < self.held[0][0]:
+                return self.held[0]
+            return self.held[pos + 1 - self.held[0][0]]
+
+    def bytes_after(self, pos):
+        nxt = self.after(pos)
+        return self.added - nxt[4] if nxt is not None else 0
+
+    def front(self):
+        with self.lock:
+            return self.held[0] if self.held else None
+
+    def last_pos(self):
+        return self.next_pos - 1
+
+
+class Run(object):
+    """What the agent profiles, owned by the agent, not by a connection, so it outlives one
+    (run.hpp in the C++ agent): perf keeps recording while no link is attached, its chunks kept
+    in the outbox; it ends as before, and after --offline-max without a link."""
+
+    def __init__(self, cfg):
+        self.lock = threading.RLock()
+        self.state, self.current, self.lost_samples, self.id = "idle", None, 0, ""
+        self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
+        self.outbox = Outbox(cfg.buffer_mb << 20)
+        self.offline_max = cfg.offline_max
+        self.owner = None  # the session attached
+        self.ended_offline = None  # why it ended while no link was there
+        self.offline_timer, self.offline_expired = None, False
+
+    def add(self, payload):
+        self.outbox.add(self.id, payload)
+        owner = self.owner
+        if owner is not None:
+            owner.wake_writer()
+
+    def may_flush(self):
+        owner = self.owner
+        return owner is not None and owner.link_has_room()
+
+    def collection_done(self, c):
+        with self.lock:
+            self.lost_samples += c.lost_samples
+            if c.prompt_refused:
+                self.settings.prompt = False
+            if self.current is not c:
+                return
+            self.current = None
+            expired, self.offline_expired = self.offline_expired, False
+            if (c.stop_requested and not expired) or self.state != "profiling":
+                return
+            # perf ended on its own (the target exited, or perf failed), or no link came back.
+            self.state = "idle"
+            pid = self.settings.pid
+            if expired:
+                reason = "no link to the collector for %d s (--offline-max)" % self.offline_max
+            elif c.error and c.chunks == 0:
+                reason = "perf failed: " + c.error
+            elif c.target_exited:
+                reason = "target process exited"
+            elif c.record_status is not None and c.record_status > 0:
+                reason = "perf record exited with status %d" % c.record_status
+                why = perf_complaint(c.record_err.decode("utf-8", "replace"))
+                if why:
+                    reason += ": " + why
+            elif c.record_status == 0:
+                reason = "perf record ended by itself (exit status 0)" + (
+                    "" if pid is None else " while process %d still runs" % pid)
+            else:
+                reason = "perf exited"
+            owner = self.owner
+            if owner is None:
+                self.ended_offline = reason
+        if owner is not None:
+            owner.log(reason + "; idle")
+            owner.send_state(reason)
+
+    def detached(self):
+        """No link: the run ends after --offline-max unless one comes back."""
+        if self.offline_timer is not None:
+            self.offline_timer.cancel()
+        self.offline_timer = threading.Timer(self.offline_max, self._offline_too_long)
+        self.offline_timer.daemon = True
+        self.offline_timer.start()
+
+    def _offline_too_long(self):
+        with self.lock:
+            if self.owner is not None:
+                return
+            log("no link to the collector for %d s (--offline-max): the run ends"
+                % self.offline_max)
+            if self.current is not None:
+                self.offline_expired = True
+                self.current.request_stop()
+            elif self.state != "idle":  # paused
+                self.state = "idle"
+                self.ended_offline = ("no link to the collector for %d s (--offline-max)"
+                                      % self.offline_max)
+
+
+def _run_property(name):
+    return property(lambda self: getattr(self.profiling_run, name),
+                    lambda self, value: setattr(self.profiling_run, name, value))
+
+
 class Session(object):
     """One collector connection.
 
@@ -2235,10 +2390,24 @@ class Session(object):
                              byte-capped queue
     metrics thread        -> health metrics every interval once authenticated
     collection thread     -> chunks
-    Closing (EOF, error, lockout, shutdown) stops the collection so no perf outlives it."""
+    Closing (EOF, error, lockout, shutdown) stops the collection so no perf outlives it,
+    unless the collector resumes runs: then the run goes on without the link (Run)."""
 
-    def __init__(self, sock, cfg, token, compression, on_authenticated=None, guard=None):
+    # The run's, whichever connection sends it.
+    state = _run_property("state")
+    settings = _run_property("settings")
+    current = _run_property("current")
+    lost_samples = _run_property("lost_samples")
+
+    def __init__(self, sock, cfg, token, compression, on_authenticated=None, guard=None,
+                 run=None):
         self.sock, self.cfg, self.compression = sock, cfg, compression
+        self.profiling_run = run if run is not None else Run(cfg)
+        # How the run's chunks go on this link: as flag 1 until the collector asks `sequence`
+        # (an older one never does), held while a run waits for it to say what it has, then
+        # numbered (flag 5).
+        self.data_mode, self.sent_pos, self.legacy_run, self.legacy_seq = "legacy", 0, "", 0
+        self.legacy_timer = None
         self.token = token  # None: starts authenticated
         self.on_authenticated = on_authenticated
         self.guard = guard or PairingGuard()
@@ -2256,17 +2425,19 @@ class Session(object):
             except OSError:
                 pass
         self.authenticated = self.ever_authenticated = token is None
-        self.auth_failures = self.queued_bytes = self.dropped_chunks = self.lost_samples = 0
+        self.auth_failures = self.queued_bytes = self.dropped_chunks = 0
         self.closed = False
         self.queue = collections.deque()
         self.cond = threading.Condition()
-        self.lock = threading.RLock()  # profiling state
-        self.state = "idle"
-        self.caps = self.probed_pid = self.current = self.auth_timer = None
+        self.lock = self.profiling_run.lock  # profiling state
+        if self.profiling_run.state == "idle" and self.profiling_run.current is None:
+            # A new connection starts from the command line's settings; a run that went on
+            # without a link keeps its own.
+            self.profiling_run.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
+        self.caps = self.probed_pid = self.auth_timer = None
         self.platform = {}
         self.probing = False  # a probe under way (status says so; a start waits for it)
         self.probe_cond = threading.Condition()
-        self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
         self.sampler = MetricsSampler()
         self.metrics = {"enabled": True, "network": True, "disk": False, "threads": False}
         self.metrics_interval = 2.0
@@ -2281,7 +2452,9 @@ class Session(object):
 
     # ---- sending
 
-    def send(self, flag, payload, droppable=False):
+    def send(self, flag, payload, droppable=False, ordered=False):
+        """`ordered`: sent only after the run's chunks made before it (a state notice, the
+        answer to a command that changes the run)."""
         with self.cond:
             if self.closed:
                 return
@@ -2290,14 +2463,15 @@ class Session(object):
                 return
             # A big payload is queued as is, beside its header: no second copy of a chunk.
             header = HEADER.pack(len(payload), flag)
-            self.queue.append((header + payload,) if len(payload) < 65536 else (header, payload))
+            parts = (header + payload,) if len(payload) < 65536 else (header, payload)
+            self.queue.append((self.profiling_run.outbox.last_pos() if ordered else 0, parts))
             self.queued_bytes += HEADER.size + len(payload)
             if flag == FLAG_RESPONSE:
                 self.reply_bytes += HEADER.size + len(payload)
             self.cond.notify_all()
 
-    def send_json(self, value, flag=FLAG_RESPONSE, droppable=False):
-        self.send(flag, to_json(value), droppable)
+    def send_json(self, value, flag=FLAG_RESPONSE, droppable=False, ordered=False):
+        self.send(flag, to_json(value), droppable, ordered)
 
     def send_state(self, reason):
         notice = {"type": "state", "state": self.state, "reason": reason}
@@ -2306,16 +2480,46 @@ class Session(object):
         notice["lost_samples"] = self.lost_samples
         if self.state != "idle":
             notice["callgraph"] = self.settings.callgraph or "none"
-        self.send_json(notice)
+            notice["run"] = self.profiling_run.id
+        self.send_json(notice, ordered=True)
+
+    def wake_writer(self):
+        with self.cond:
+            self.cond.notify_all()
+
+    def _data_flows(self):
+        return self.authenticated and self.data_mode != "held"
+
+    def link_has_room(self):
+        """The link has taken the run's data sent before: a flush may go."""
+        with self.cond:
+            return self._data_flows() and \
+                self.profiling_run.outbox.bytes_after(self.sent_pos) <= FLUSH_BACKLOG
 
     def _writer(self):
+        # Answers and notices in the order queued; the run's chunks in theirs, from the
+        # outbox; a notice or answer that changes the run only after the chunks made before it.
         while True:
             with self.cond:
-                while not self.queue and not self.closed:
+                while True:
+                    if self.closed:
+                        return
+                    nxt = self.profiling_run.outbox.after(self.sent_pos) if self._data_flows() else None
+                    front_due = bool(self.queue) and (self.queue[0][0] <= self.sent_pos or
+                                                      nxt is None)
+                    if front_due or nxt is not None:
+                        break
                     self.cond.wait()
-                if self.closed:
-                    return
-                frame = self.queue[0]
+                if front_due:
+                    frame = self.queue[0][1]
+                else:
+                    pos, run, seq, chunk = nxt[0], nxt[1], nxt[2], nxt[3]
+                    if self.data_mode == "sequenced":
+                        head = bytes.fromhex(run) + struct.pack(">Q", seq)
+                        frame = (HEADER.pack(len(head) + len(chunk), FLAG_SEQUENCED) + head,
+                                 chunk)
+                    else:
+                        frame = (HEADER.pack(len(chunk), self.compression.flag), chunk)
             try:
                 for part in frame:
                     self.sock.sendall(part)
@@ -2323,10 +2527,16 @@ class Session(object):
                 self.close()
                 return
             with self.cond:
-                self.queue.popleft()
-                self.queued_bytes -= sum(len(part) for part in frame)
-                if bytearray(frame[0][4:5]) == bytearray([FLAG_RESPONSE]):
-                    self.reply_bytes -= sum(len(part) for part in frame)
+                if front_due:
+                    self.queue.popleft()
+                    self.queued_bytes -= sum(len(part) for part in frame)
+                    if bytearray(frame[0][4:5]) == bytearray([FLAG_RESPONSE]):
+                        self.reply_bytes -= sum(len(part) for part in frame)
+                else:
+                    self.sent_pos = max(self.sent_pos, pos)
+                    if self.data_mode == "legacy":  # nobody will ask for it again
+                        self.profiling_run.outbox.stored(run, seq)
+                        self.legacy_run, self.legacy_seq = run, seq
                 self.cond.notify_all()
 
     # ---- life cycle
@@ -2358,6 +2568,26 @@ class Session(object):
             hello["enrollment"] = self.cfg.enroll  # only to the collector it was told to dial
         if self.cfg.mode == "server" and isinstance(self.sock, TlsLink):
             hello["tls_check"] = self.cfg.tls_pin or "ca"
+        # A run outlives its link when the collector resumes runs (numbered chunks are zstd).
+        run, box = self.profiling_run, self.profiling_run.outbox
+        if self.compression.flag == FLAG_ZSTD:
+            hello["resumable"] = True
+            first = box.front()
+            named = None
+            if run.owner is not None and run.owner is not self:
+                pass  # another connection sends it (a --listen newcomer before it paired)
+            elif first is not None:
+                named = {"id": first[1], "seq": box.last_seq if box.last_run == first[1]
+                         else first[2]}
+            elif run.id and run.state != "idle":
+                named = {"id": run.id, "seq": box.last_seq}
+            if named is not None:
+                named["offline_max"] = run.offline_max
+                hello["run"] = named
+                self.data_mode = "held"  # until the collector says which chunks it has
+        with self.cond:
+            first = box.front()
+            self.sent_pos = first[0] - 1 if first is not None else box.last_pos()
         self.send_json(hello)
         self.log("connected" + ("" if self.token is None else ", waiting for the pairing code"))
         threads = [start_thread(self._writer, "writer"),
@@ -2366,19 +2596,35 @@ class Session(object):
             self.auth_timer = threading.Timer(AUTH_TIMEOUT, self._auth_expired)
             self.auth_timer.daemon = True
             self.auth_timer.start()
+        if self.data_mode == "held":
+            self.legacy_timer = threading.Timer(10.0, self._no_sequence)
+            self.legacy_timer.daemon = True
+            self.legacy_timer.start()
         try:
-            if self.authenticated and self.cfg.pid is not None and self.cfg.mode == "server":
+            if self.authenticated:
+                self._attach_run()
+            if self.authenticated and self.cfg.pid is not None and \
+                    self.cfg.mode == "server" and self.state == "idle":
                 self._start_from_command_line()
             elif self.authenticated:
                 self._probe_in_background()
             self._reader()
         finally:
             self.close()
-            self.end_collection()
+            owner = self.profiling_run.owner is self
+            goes_on = self.state != "idle" and self.data_mode != "legacy"
+            if owner and goes_on:
+                self._detach_run()
+                self.log("disconnected; the run goes on, its chunks kept for the collector "
+                         "(%d held)" % len(self.profiling_run.outbox.held))
+            else:
+                if owner:
+                    self.end_collection()
+                    self._detach_run()
+                self.log("disconnected")
             for t in threads:
                 t.join(5.0)
             self.sock.close()
-            self.log("disconnected")
             self.finished.set()
 
     def close(self):
@@ -2393,22 +2639,59 @@ class Session(object):
             pass
         if self.auth_timer is not None:
             self.auth_timer.cancel()
+        if self.legacy_timer is not None:
+            self.legacy_timer.cancel()
         self.metrics_wake.set()
         self.settled.set()
-        current = self.current
-        if current is not None:
-            current.request_stop()
         self._drop_update()
 
     def shutdown(self):
-        """Stops profiling (the last chunk is queued), drains the queue briefly, closes."""
+        """Stops profiling (the last chunk is made), drains the queue briefly, closes."""
+        running = self.profiling_run.owner is self and self.state != "idle"
         self.end_collection()
+        if running:  # the run ends with the agent: said after its last chunk
+            self.state = "idle"
+            self.send_state("the agent stopped")
         for _ in range(20):
             with self.cond:
-                if not self.queue or self.closed:
+                unsent = self.queue or (self._data_flows() and
+                                        self.profiling_run.outbox.after(self.sent_pos) is not None)
+                if not unsent or self.closed:
                     break
             time.sleep(0.1)
         self.close()
+
+    def _attach_run(self):
+        run = self.profiling_run
+        with run.lock:
+            if run.owner is self:
+                return
+            run.owner = self
+            if run.offline_timer is not None:
+                run.offline_timer.cancel()
+        self.wake_writer()
+
+    def _detach_run(self):
+        run = self.profiling_run
+        with run.lock:
+            if run.owner is not self:
+                return
+            run.owner = None
+            if run.state != "idle" and self.data_mode != "legacy":
+                run.detached()
+
+    def _no_sequence(self):
+        """A collector that resumes runs asks `sequence` right after the hello (and the
+        pairing code); one that did not in 10 s takes the data as an older collector."""
+        while not self.closed and not self.authenticated:
+            time.sleep(0.5)
+        with self.cond:
+            if self.closed or self.data_mode != "held":
+                return
+            self.log("the collector does not resume runs: data goes as to an older collector, "
+                     "and a lost link ends the run")
+            self.data_mode = "legacy"
+            self.cond.notify_all()
 
     def _auth_expired(self):
         if not self.authenticated and not self.closed:
@@ -2446,7 +2729,9 @@ class Session(object):
                 except Exception as e:  # never leave the collector waiting
                     self.log("command %s failed: %s" % (req["cmd"], e))
                     resp = response(req["id"], error="internal error: %s" % e)
-                self.send_json(resp)
+                # An answer that changes the run goes after the chunks made before it.
+                self.send_json(resp, ordered=req["cmd"] in ("start", "stop", "pause", "resume",
+                                                            "configure"))
                 if self.restart_after_answer:
                     self.restart_after_answer = False
                     restart = getattr(self.cfg, "request_restart", None)
@@ -2519,6 +2804,7 @@ class Session(object):
                 self.guard.succeeded()
                 self.log("authenticated")
                 self.authenticated = self.ever_authenticated = True
+                self._attach_run()
                 self.settled.set()
                 if self.auth_timer is not None:
                     self.auth_timer.cancel()
@@ -2551,6 +2837,46 @@ class Session(object):
     def cmd_ping(self, rid, args):
         return response(rid)
 
+    def cmd_sequence(self, rid, args):
+        after = int_arg(args, "after", 0, 2 ** 62)
+        if self.data_mode == "sequenced":
+            return response(rid, error="already sequenced")
+        if self.compression.flag != FLAG_ZSTD:
+            return response(rid, error="this agent sends its chunks uncompressed: it does not "
+                                       "number them")
+        named = args.get("run")
+        named = named if isinstance(named, str) else ""
+        run, box = self.profiling_run, self.profiling_run.outbox
+        with self.cond:
+            # What the collector has of the run it names goes; the rest from the oldest held.
+            self.sent_pos = box.stored(named, after or 0)
+            self.data_mode = "sequenced"
+            self.cond.notify_all()
+        if self.legacy_timer is not None:
+            self.legacy_timer.cancel()
+        f = {"run": run.id or None, "seq": box.last_seq, "held": len(box.held),
+             "held_bytes": box.bytes, "dropped_chunks": box.dropped_chunks,
+             # Chunks of the run under way this link sent before it was asked (flag 1).
+             "sent": self.legacy_seq if run.id and self.legacy_run == run.id else 0,
+             "state": self.state, "pid": self.settings.pid}
+        if self.state != "idle" and named:
+            self.log("resuming run %s: %d chunks to send (%d KiB)"
+                     % (named, len(box.held), box.bytes >> 10))
+        with run.lock:
+            why, run.ended_offline = run.ended_offline, None
+        if why is not None:  # a run that ended while no link was there: after its chunks
+            self.log(why + "; idle")
+            self.send_state(why)
+        return response(rid, f)
+
+    def cmd_ack(self, rid, args):
+        run, seq = args.get("run"), args.get("seq")
+        if not isinstance(run, str) or isinstance(seq, bool) or not isinstance(seq, int) \
+                or seq < 0:
+            return response(rid, error="ack needs run and seq")
+        self.profiling_run.outbox.stored(run, seq)
+        return response(rid)
+
     def cmd_status(self, rid, args):
         s = self.settings
         f = {"state": self.state, "pid": s.pid, "frequency": s.frequency,
@@ -2562,8 +2888,11 @@ class Session(object):
                         if self.update_policy() in ("signed", "pinned") else "refused"),
              "update_policy": self.update_policy()}
         current = self.current
+        box = self.profiling_run.outbox
         f.update(lost_samples=self.lost_samples, dropped_chunks=self.dropped_chunks,
-                 chunks=current.chunks if current is not None else 0)
+                 chunks=current.chunks if current is not None else 0,
+                 run=self.profiling_run.id or None, held_chunks=len(box.held), held_bytes=box.bytes,
+                 outbox_dropped_chunks=box.dropped_chunks, spooled_bytes=0)
         return response(rid, f)
 
     # ---- updates over the link: a new version of this script (docs/protocol.md)
@@ -2790,6 +3119,7 @@ class Session(object):
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
                               "events": list(s.events), "callgraph": s.callgraph or "none",
                               "mode": "rounds" if s.rounds else "continuous", "state": "profiling",
+                              "run": self.profiling_run.id,
                               "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                                         "realtime": time.time()}})
 
@@ -2951,58 +3281,28 @@ class Session(object):
     def _begin_collection(self):
         if self.closed:
             return  # the connection is gone: nobody would receive the chunks
-        s = self.settings
+        s, run = self.settings, self.profiling_run
         # perf stat counts the sampling events and the probe's extras alongside.
         s.stat_events = list(s.events)
         for e in (self.caps.stat_only_events if self.caps else []):
             if e not in s.stat_events:
                 s.stat_events.append(e)
-        flag = self.compression.flag
-        c = Collection(self.cfg.perf, s, self.compression.make(),
-                       lambda payload: self.send(flag, payload, True), self._collection_done,
-                       self._link_has_room)
+        with self.lock:
+            if self.state == "idle":  # a new run (not a resume after pause)
+                run.id = os.urandom(16).hex()
+        # The chunks go to the run's outbox; a flush waits while the link still holds
+        # earlier data, or there is no link.
+        c = Collection(self.cfg.perf, s, self.compression.make(), run.add, run.collection_done,
+                       run.may_flush)
         with self.lock:
             self.current = c
             self.state = "profiling"
         c.start()
 
-    def _link_has_room(self):
-        """The link has taken the data sent before (control answers aside): a flush may go."""
-        with self.cond:
-            return self.queued_bytes - self.reply_bytes <= FLUSH_BACKLOG
-
-    def _collection_done(self, c):
-        with self.lock:
-            self.lost_samples += c.lost_samples
-            if c.prompt_refused:
-                self.settings.prompt = False
-            if self.current is not c:
-                return
-            self.current = None
-            if c.stop_requested or self.state != "profiling":
-                return
-            # perf ended on its own: the target exited, or perf failed.
-            self.state = "idle"
-            pid = self.settings.pid
-            if c.error and c.chunks == 0:
-                reason = "perf failed: " + c.error
-            elif c.target_exited:
-                reason = "target process exited"
-            elif c.record_status is not None and c.record_status > 0:
-                reason = "perf record exited with status %d" % c.record_status
-                why = perf_complaint(c.record_err.decode("utf-8", "replace"))
-                if why:
-                    reason += ": " + why
-            elif c.record_status == 0:
-                reason = "perf record ended by itself (exit status 0)" + (
-                    "" if pid is None else " while process %d still runs" % pid)
-            else:
-                reason = "perf exited"
-        self.log(reason + "; idle")
-        self.send_state(reason)
-
     def end_collection(self, drain=True):
-        """Stops the collection and waits until its last chunk is queued."""
+        """Stops the collection and waits until its last chunk is made."""
+        if self.profiling_run.owner is not None and self.profiling_run.owner is not self:
+            return  # another connection's (a --listen newcomer that did not pair)
         while True:
             c = self.current
             if c is None:
@@ -3226,6 +3526,7 @@ def connect(host, port, stop, timeout=10.0):
 
 def server_mode(cfg, compression, stop):
     backoff = Backoff()
+    run = Run(cfg)  # the agent's, whichever connection sends it
     target = "%s:%d" % (cfg.server_host, cfg.server_port)
     while not stop.is_set():
         failure = None
@@ -3244,7 +3545,7 @@ def server_mode(cfg, compression, stop):
                 " (%s, its key %s)" % (sock.version, "pinned" if cfg.tls_pin else
                                        "checked by CA") if isinstance(sock, TlsLink)
                 else " (plain TCP)"))
-            session = Session(sock, cfg, cfg.token, compression)
+            session = Session(sock, cfg, cfg.token, compression, run=run)
             thread = start_thread(session.run, "session")
             while thread.is_alive():
                 thread.join(0.2)
@@ -3308,6 +3609,7 @@ def listen_mode(cfg, compression, stop):
     # One connection without the code at a time: the next waits in the listen backlog until it
     # has authenticated or gone. Failures back off across connections (PairingGuard).
     guard, unsettled = PairingGuard(), None
+    run = Run(cfg)  # the agent's, whichever connection sends it
 
     def on_authenticated(me):
         with lock:
@@ -3339,7 +3641,7 @@ def listen_mode(cfg, compression, stop):
                 log("[%s] %s; closing" % (peer_text(conn), os_message(e)))
                 conn.close()
                 continue
-        session = Session(conn, cfg, token, compression, on_authenticated, guard)
+        session = Session(conn, cfg, token, compression, on_authenticated, guard, run)
         unsettled = session
         sessions = [s for s in sessions if not s.finished.is_set()] + [session]
         start_thread(session.run, "session")
@@ -3437,6 +3739,11 @@ Modes (exactly one):
   --frequency arg (=99) sampling frequency, Hz
   --duration arg (=8)   seconds per chunk or round
   --events arg          comma-separated perf events
+  --offline-max arg (=21600)
+                        seconds a run goes on without a link to the collector 
+                        (its chunks kept for it)
+  --buffer-mb arg (=16) memory for the chunks the collector has not stored yet 
+                        (the oldest go first past it)
   --name arg            this device's name at the collector (default: the host 
                         name)
   --token arg           pairing code (or env PERFWIRE_TOKEN)
@@ -3470,13 +3777,13 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "offline-max", "buffer-mb", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
 FLAGS = ("listen", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
-INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration")
+INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration", "offline-max", "buffer-mb")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
-            "duration": "8", "perf": "perf"}
+            "duration": "8", "perf": "perf", "offline-max": "21600", "buffer-mb": "16"}
 
 
 class ExitNow(Exception):
@@ -3573,6 +3880,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.bind, c.perf = values["bind"], values["perf"]
     c.port, c.rounds = int(values["port"]), int(values["rounds"])
     c.frequency, c.duration = int(values["frequency"]), int(values["duration"])
+    c.offline_max, c.buffer_mb = int(values["offline-max"]), int(values["buffer-mb"])
     c.pid = int(values["pid"]) if "pid" in values else None
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
@@ -3627,6 +3935,9 @@ def parse_command_line(argv, env_token, env_enroll=None):
                      (not 1 <= c.frequency <= 100000, "--frequency must be 1-100000"),
                      (not 1 <= c.duration <= 3600, "--duration must be 1-3600 seconds"),
                      (c.rounds < 1, "--rounds must be at least 1"),
+                     (not 0 <= c.offline_max <= 30 * 86400,
+                      "--offline-max must be 0-2592000 seconds (0: a lost link ends the run)"),
+                     (not 1 <= c.buffer_mb <= 4096, "--buffer-mb must be 1-4096"),
                      (c.pid is not None and c.pid <= 0, "--pid must be positive"),
                      (c.mode == "output" and c.pid is None, "--output needs --pid")):
         if bad:
