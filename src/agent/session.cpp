@@ -210,9 +210,7 @@ asio::awaitable<void> session::run() {
         h.tls_check = cfg_.tls_pin ? *cfg_.tls_pin : std::string("ca");
     // The run whose chunks the collector may lack: the oldest held, else the one under way.
     h.resumable = true;
-    if (!owns_run() && run_->attached) {
-        // Another connection sends the run (a --listen agent's newcomer before it paired).
-    } else if (const auto* oldest = run_->kept.front())
+    if (const auto* oldest = run_->kept.front())
         h.run = protocol::run_info{
             oldest->run, run_->kept.last_run() == oldest->run ? run_->kept.last_seq() : oldest->seq,
             static_cast<double>(run_->offline_max.count())};

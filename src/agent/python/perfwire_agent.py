@@ -2574,9 +2574,7 @@ class Session(object):
             hello["resumable"] = True
             first = box.front()
             named = None
-            if run.owner is not None and run.owner is not self:
-                pass  # another connection sends it (a --listen newcomer before it paired)
-            elif first is not None:
+            if first is not None:
                 named = {"id": first[1], "seq": box.last_seq if box.last_run == first[1]
                          else first[2]}
             elif run.id and run.state != "idle":

@@ -2,6 +2,7 @@
 
 #include "collector/agents/admission.hpp"
 #include "collector/agents/continuous.hpp"
+#include "collector/agents/dial.hpp"
 #include "collector/agents/kernel_turns.hpp"
 #include "collector/agents/registry.hpp"
 #include "collector/agents/runs.hpp"
@@ -654,8 +655,12 @@ void agent_link::finish_session() {
     app_.agents.remove(id_);
     if (hello_) // a connection that never said hello was never listed
         app_.changed(change::targets, id_);
-    if (park_session())
+    if (park_session()) {
+        // An agent this collector dialled cannot dial back: it is dialled again, as before.
+        if (dialled_ && !dial_host_.empty() && !app_.stops.stopping())
+            agents::redial_for_run(app_, {dial_host_, dial_port_, token_, dial_pin()}, run_key());
         return;
+    }
     if (session_ && !run_id_.empty() && app_.stops.stopping() &&
         (state_ == agent_state::profiling || state_ == agent_state::paused))
         session_->keep_run_open(); // continued when the device is back after a restart

@@ -2,6 +2,7 @@
 
 #include "collector/agents/agent_link.hpp"
 #include "collector/agents/registry.hpp"
+#include "collector/agents/runs.hpp"
 #include "collector/log.hpp"
 #include "protocol/error.hpp"
 #include "protocol/link_stream.hpp"
@@ -80,6 +81,46 @@ asio::awaitable<result<std::string>> dial(app_context& app, dial_request to) {
         co_return id;
     link->close();
     co_return cannot("the agent did not accept the connection (wrong pairing code?)");
+}
+
+namespace {
+
+// Whether the run still waits for its link: parked, not given up.
+bool still_parked(app_context& app, const std::string& key) {
+    const auto* r = app.agents.runs().find(key);
+    return r && r->parked && !r->ended;
+}
+
+asio::awaitable<void> redial_loop(app_context& app, dial_request to, std::string key) {
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer wait(ex);
+    auto end = app.stops.on_stop([&wait] { wait.cancel(); });
+    const std::string where = to.host + ":" + to.port;
+    auto delay = std::chrono::seconds(1);
+    for (int attempt = 1; !app.stops.stopping(); ++attempt) {
+        wait.expires_after(delay);
+        co_await wait.async_wait(use_nothrow);
+        if (app.stops.stopping() || !still_parked(app, key))
+            co_return;
+        auto r = co_await dial(app, to);
+        if (r) {
+            log(where, "dialled again (attempt " + std::to_string(attempt) + "): target " + *r);
+            co_return; // its hello names the run, which goes on in its session
+        }
+        if (attempt == 1 || attempt % 10 == 0)
+            log(where, "dialling again for its run: " + r.error().message + "; trying on");
+        delay = std::min(delay * 2, std::chrono::seconds(30));
+    }
+}
+
+} // namespace
+
+void redial_for_run(app_context& app, dial_request to, std::string run_key) {
+    asio::co_spawn(app.io, redial_loop(app, std::move(to), std::move(run_key)),
+                   [](std::exception_ptr e) {
+                       if (e)
+                           log("dialling again failed: " + protocol::describe(e));
+                   });
 }
 
 } // namespace collector::agents

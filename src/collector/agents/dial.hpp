@@ -27,4 +27,9 @@ struct dial_request {
 // failure (connect_failed, 502) that says why otherwise.
 boost::asio::awaitable<result<std::string>> dial(app_context& app, dial_request to);
 
+// A dialled agent's link dropped mid-run (its session parked in the run book under `run_key`):
+// dialled again, after 1, 2, 4 … 30 s, with the same address, code and key, until its run is
+// back (the agent's hello names it), it was given up, or the collector stops.
+void redial_for_run(app_context& app, dial_request to, std::string run_key);
+
 } // namespace collector::agents
