@@ -46,17 +46,6 @@ double wall_ms() {
         .count();
 }
 
-std::optional<json::value> get(std::uint16_t http, const std::string& target) {
-    const auto r = http_call(http, "GET", target);
-    if (r.status != 200)
-        return std::nullopt;
-    boost::system::error_code ec;
-    auto v = json::parse(r.body, ec);
-    if (ec)
-        return std::nullopt;
-    return v;
-}
-
 std::optional<json::object> command(std::uint16_t http, const std::string& target,
                                     const std::string& body) {
     const auto r = http_call(http, "POST", "/api/targets/" + target + "/command", body, {}, 120s);
@@ -117,7 +106,8 @@ int run(const flavour& f, const fs::path& work, int switch_count, int ms_per) {
     std::string target;
     for (int i = 0; i < 100 && target.empty(); ++i) {
         std::this_thread::sleep_for(100ms);
-        if (auto v = get(http, "/api/targets"); v && v->is_array() && !v->as_array().empty())
+        if (auto v = bench::get_json(http, "/api/targets");
+            v && v->is_array() && !v->as_array().empty())
             if (v->as_array()[0].at("state").as_string() == "idle")
                 target = json::value_to<std::string>(v->as_array()[0].at("id"));
     }
@@ -148,11 +138,12 @@ int run(const flavour& f, const fs::path& work, int switch_count, int ms_per) {
     double first = -1;
     while (wall_ms() - t_start < 20000 && first < 0) {
         if (session.empty())
-            if (auto v = get(http, "/api/targets"); v && v->is_array() && !v->as_array().empty())
+            if (auto v = bench::get_json(http, "/api/targets");
+                v && v->is_array() && !v->as_array().empty())
                 if (const auto& s = v->as_array()[0].at("session_id"); s.is_string())
                     session = json::value_to<std::string>(s);
         if (!session.empty())
-            if (auto m = get(http, "/api/sessions/" + session);
+            if (auto m = bench::get_json(http, "/api/sessions/" + session);
                 m && m->is_object() && m->as_object().contains("samples") &&
                 m->at("samples").to_number<double>() > 0)
                 first = wall_ms() - t_start;
@@ -170,7 +161,7 @@ int run(const flavour& f, const fs::path& work, int switch_count, int ms_per) {
     std::set<int> seen;
     const double give_up = wall_ms() + (switch_count + 3.0) * ms_per;
     while (static_cast<int>(lag.size()) < switch_count && wall_ms() < give_up) {
-        const auto fns = get(http, "/api/sessions/" + session + "/functions");
+        const auto fns = bench::get_json(http, "/api/sessions/" + session + "/functions");
         const double now = wall_ms();
         const auto announced = switches(log);
         if (fns)

@@ -1,5 +1,9 @@
 #include "support.hpp"
 
+#include "support/http_client.hpp"
+
+#include <boost/json/parse.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +33,17 @@ std::optional<collector> start_collector(const std::string& exe,
     c.agent_port = static_cast<std::uint16_t>(std::stoi(*agents));
     c.http_port = static_cast<std::uint16_t>(std::stoi(*http));
     return c;
+}
+
+std::optional<boost::json::value> get_json(std::uint16_t http, const std::string& target) {
+    const auto r = test_support::http_call(http, "GET", target);
+    if (r.status != 200)
+        return std::nullopt;
+    boost::system::error_code ec;
+    auto v = boost::json::parse(r.body, ec);
+    if (ec)
+        return std::nullopt;
+    return v;
 }
 
 double cpu_seconds(int pid) {

@@ -3,6 +3,8 @@
 
 #include "support/spawn.hpp"
 
+#include <boost/json/value.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -24,6 +26,9 @@ std::optional<collector> start_collector(const std::string& exe,
                                          const std::filesystem::path& sessions,
                                          const std::vector<std::string>& extra = {},
                                          const std::vector<std::string>& env = {});
+
+// GET `target` from the collector on `http`, parsed; nullopt unless 200 with JSON.
+std::optional<boost::json::value> get_json(std::uint16_t http, const std::string& target);
 
 // CPU-seconds a process used itself (utime + stime of /proc/PID/stat; its children not).
 double cpu_seconds(int pid);

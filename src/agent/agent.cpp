@@ -278,11 +278,26 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     co_return 0;
 }
 
+// Stopped while no link carries the run (SIGTERM during an outage): it ends as it would with
+// a link, perf flushing, its last chunk kept with the others (in the spool, if there is one).
+asio::awaitable<void> end_run(registry& reg) {
+    auto& run = *reg.run;
+    for (int i = 0; i < 3 && run.current; ++i) {
+        run.current->request_stop();
+        run.collection_done.expires_after(std::chrono::seconds(35));
+        co_await run.collection_done.async_wait(use_nothrow);
+    }
+    run.now = run_state::state::idle;
+    // What the collector has not stored waits in the spool for the next start.
+    run.kept.spool_all();
+}
+
 // Coroutines take their state as parameters (copied into the frame): a capturing lambda's
 // closure would die before the coroutine it started.
 asio::awaitable<int> server_task(const config& c, registry& reg, asio::steady_timer& wake,
                                  std::shared_ptr<asio::ssl::context> tls) {
     co_await server_mode(c, reg, wake, std::move(tls));
+    co_await end_run(reg);
     co_return 0;
 }
 
@@ -295,6 +310,7 @@ asio::awaitable<int> listen_task(const config& c, registry& reg, tcp::acceptor& 
         t.expires_after(std::chrono::milliseconds(100));
         co_await t.async_wait(use_nothrow);
     }
+    co_await end_run(reg);
     co_return 0;
 }
 

@@ -224,6 +224,18 @@ void outbox::fit() {
         let_go_front(true);
 }
 
+void outbox::spool_all() {
+    if (!spool_)
+        return;
+    const auto cap = memory_cap_;
+    memory_cap_ = 0;
+    // fit() keeps the newest in memory: it goes too.
+    held_.push_back({next_pos_, last_run_, 0, {}, 0, true, added_}); // (a stand-in, removed)
+    fit();
+    held_.pop_back();
+    memory_cap_ = cap;
+}
+
 void outbox::let_go_front(bool dropped) {
     auto& f = held_.front();
     if (dropped && f.size) { // (a chunk dropped earlier in place was counted then)

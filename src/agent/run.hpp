@@ -92,6 +92,9 @@ public:
     const held* front() const { return held_.empty() ? nullptr : &held_.front(); }
     // Takes back what an earlier start spooled (before anything is added).
     void recover();
+    // The agent stops: every chunk still in memory goes to the spool (if there is one, within
+    // its cap), for the next start to send.
+    void spool_all();
 
     std::uint64_t last_pos() const noexcept { return next_pos_ - 1; }
     // The run of the last chunk added, and its number there (0: none yet).

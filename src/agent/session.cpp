@@ -153,13 +153,6 @@ session::session(std::unique_ptr<protocol::link_stream> stream, const config& cf
     peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
     stream_->socket().set_option(asio::socket_base::keep_alive(true), ec);
     stream_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
-    if (run_->now == run_state::state::idle && !run_->current) {
-        // A new connection starts from the command line's settings; a run that went on
-        // without a link keeps its own.
-        run_->settings.record.frequency = cfg.frequency;
-        run_->settings.record.pid = cfg.pid;
-        run_->settings.chunk_duration = std::chrono::seconds(cfg.duration_sec);
-    }
     authenticated_ = !token_;
     ever_authenticated_ = authenticated_;
 }
@@ -325,7 +318,9 @@ asio::awaitable<void> session::writer() {
     std::string chunk_frame;
     while (!closed_) {
         const auto* next = data_flows() ? run_->kept.after(sent_pos_) : nullptr;
-        const bool front_due = !queue_.empty() && (queue_.front().after <= sent_pos_ || !next);
+        // (An ordered one waits for chunks held back too, until they may flow.)
+        const bool front_due =
+            !queue_.empty() && (queue_.front().after <= sent_pos_ || !run_->kept.after(sent_pos_));
         if (!front_due && !next) {
             co_await wake_writer_.async_wait(use_nothrow);
             continue;
@@ -1172,6 +1167,13 @@ void session::begin_collection() {
 void session::attach_run() {
     if (owns_run())
         return;
+    if (run_->now == run_state::state::idle && !run_->current) {
+        // A collector that attaches starts from the command line's settings; a run that went
+        // on without a link keeps its own. (Not before it paired: a stranger changes nothing.)
+        run_->settings.record.frequency = cfg_.frequency;
+        run_->settings.record.pid = cfg_.pid;
+        run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
+    }
     run_->attached = true;
     run_->owner = this;
     run_->offline_timer.cancel();
@@ -1212,12 +1214,12 @@ asio::awaitable<void> session::legacy_deadline() {
     // pairing code); one that does not within 10 s of it takes the data as before.
     if (data_mode_ != data_mode::held)
         co_return;
-    legacy_wait_.expires_after(std::chrono::seconds(10));
-    co_await legacy_wait_.async_wait(use_nothrow);
-    while (!closed_ && !authenticated_) {
-        legacy_wait_.expires_after(std::chrono::seconds(10));
+    while (!closed_ && !authenticated_) { // counted from the pairing code, not the hello
+        legacy_wait_.expires_after(std::chrono::milliseconds(250));
         co_await legacy_wait_.async_wait(use_nothrow);
     }
+    legacy_wait_.expires_after(std::chrono::seconds(10));
+    co_await legacy_wait_.async_wait(use_nothrow);
     if (closed_ || data_mode_ != data_mode::held)
         co_return;
     log(peer_, "the collector does not resume runs: data goes as to an older collector, and a "
@@ -1229,15 +1231,20 @@ asio::awaitable<void> session::legacy_deadline() {
 
 asio::awaitable<command_response> session::cmd_sequence(const protocol::command_request& req) {
     const auto* run_arg = req.args.if_contains("run");
-    const auto after = int_arg(req.args, "after", 0, std::numeric_limits<int>::max());
-    if (!after.error.empty())
-        co_return command_response::failure(req.id, after.error);
+    const auto* after_arg = req.args.if_contains("after");
+    std::uint64_t after = 0;
+    if (after_arg && after_arg->is_uint64())
+        after = after_arg->as_uint64();
+    else if (after_arg && after_arg->is_int64() && after_arg->as_int64() >= 0)
+        after = static_cast<std::uint64_t>(after_arg->as_int64());
+    else if (after_arg && !after_arg->is_null())
+        co_return command_response::failure(req.id, "after must be a chunk number");
     if (data_mode_ == data_mode::sequenced)
         co_return command_response::failure(req.id, "already sequenced");
     const std::string run =
         run_arg && run_arg->is_string() ? std::string(run_arg->as_string()) : std::string();
     // What the collector has of the run it names goes; the rest is sent from the oldest held.
-    sent_pos_ = run_->kept.stored(run, static_cast<std::uint64_t>(after.value.value_or(0)));
+    sent_pos_ = run_->kept.stored(run, after);
     data_mode_ = data_mode::sequenced;
     legacy_wait_.cancel();
     wake_writer_.cancel_one();

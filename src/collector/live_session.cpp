@@ -427,17 +427,34 @@ void rename_frames(app_context& app) {
         });
 }
 
-void live_session::link_gap(double down, double up) {
+void live_session::link_down(double at) {
+    entry_->link_down_since = at;
+    app_.changed(change::sessions, entry_->id);
+}
+
+void live_session::link_gap(double down, double up, std::uint64_t late) {
+    entry_->link_down_since = 0;
+    app_.changed(change::sessions, entry_->id);
     // In its metadata at once: a collector killed later still knows it.
-    in_order(entry_, app_, [e = entry_, app = &app_, down, up](std::string_view) {
+    in_order(entry_, app_, [e = entry_, app = &app_, down, up, late](std::string_view) {
         if (!e->writer)
             return;
         auto meta = app->store.meta(e->id).value_or(json::object());
-        json::array gaps;
-        if (const auto* before = meta.if_contains("link_gaps"); before && before->is_array())
-            gaps = before->as_array();
-        gaps.push_back(json::array{down, up});
-        meta["link_gaps"] = std::move(gaps);
+        const auto append = [&](std::string_view key, json::array entry) {
+            json::array all;
+            if (const auto* before = meta.if_contains(key); before && before->is_array())
+                all = before->as_array();
+            all.push_back(std::move(entry));
+            meta[key] = std::move(all);
+        };
+        append("link_gaps", json::array{down, up, late});
+        // On the session's clock (seconds from its first sample, as the timeline counts): from
+        // its last sample before the link went, for as long as the link was down.
+        if (e->model && e->model->prof.sample_count()) {
+            const auto& p = e->model->prof;
+            const double from = static_cast<double>(p.last_time() - p.first_time()) / 1e9;
+            append("link_gaps_s", json::array{from, from + std::max(up - down, 0.0)});
+        }
         meta.erase("chunks"); // (counted from the folder)
         meta.erase("ended_at");
         (void)e->writer->write_meta(meta);

@@ -61,10 +61,12 @@ public:
     // or removed if it never held a sample. Once; later calls do nothing. The link calls it
     // when the run ends and when its connection closes.
     void end(double ended_at, std::optional<int> pid = std::nullopt);
+    // Its run's link went down at `at` (seconds since the epoch): the session waits for it.
+    void link_down(double at);
     // Its run's link was down from `down` to `up` (seconds since the epoch), the run going on
-    // on the device: added to its metadata at once (link_gaps), the samples of that time
-    // arriving late.
-    void link_gap(double down, double up);
+    // on the device, `late` chunks made meanwhile still to come: added to its metadata at once
+    // (link_gaps, and link_gaps_s on the session's own clock for the timeline).
+    void link_gap(double down, double up, std::uint64_t late = 0);
     // The collector stops while the run goes on on the device: its metadata says so
     // (run_open), and the run continues the session when its agent is back.
     void keep_run_open() { run_open_ = true; }

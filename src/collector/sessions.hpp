@@ -99,6 +99,8 @@ struct session_entry {
     std::atomic<std::size_t> allowance{SIZE_MAX};
     std::atomic<bool> fitting{false}; // a fit() posted to the strand has not run yet
     std::atomic<bool> live{false};    // an agent is connected now
+    // Live, its run's link down since then (seconds since the epoch; 0: the link is up).
+    std::atomic<double> link_down_since{0};
     // Kernel frames stay unnamed and the device's kernel symbols were not asked for yet.
     std::atomic<bool> wants_kernel_symbols{false};
 

@@ -65,6 +65,7 @@ const STEPS = [
   functions.halfTypedFilter,
   session.unknownSession,
   timeline.lanesAndChart,
+  timeline.linkOutage,
   session.outOfReach,
   session.stopAndStartAgain,
   session.restartWithDwarf,

@@ -78,8 +78,12 @@ export async function render(s, r) {
     $('#session-title').dataset.name = name;
     document.title = `${visible(name)} — perfwire`; // controls shown, never obeyed
   }
+  // A live session whose link is down: the device records on and sends it when it is back.
+  const state = meta.live && meta.link_down_since
+    ? `link down for ${duration(Math.max(0, Date.now() / 1000 - meta.link_down_since))}: the device records on`
+    : meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : '';
   $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
-    events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : ''].filter(Boolean).join(' · ');
+    events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', state].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';
@@ -110,6 +114,13 @@ function statCards(meta) {
   if (st.ipc != null) cards.push(`<div class="card">IPC <span class="muted">last interval</span><b>${st.ipc.toFixed(2)}</b></div>`);
   if (meta.lost_samples) cards.push(`<div class="card warn" title="samples perf dropped because it could not keep up, over the whole session">lost samples<b>${count(meta.lost_samples)}</b><small>whole session</small></div>`);
   if (meta.folded_samples) cards.push(`<div class="card" title="to stay within the collector's memory budget, the oldest samples are kept as one row per ${attr(meta.fold_interval_sec)} s, thread and call path: every count and view is whole, a time selection exact to ${attr(meta.fold_interval_sec)} s">folded to ${esc(meta.fold_interval_sec)} s<b>${count(meta.folded_samples)}</b></div>`);
+  // The run's link was down: how long, and how much of what the device recorded came late.
+  const gaps = Array.isArray(meta.link_gaps) ? meta.link_gaps : [];
+  if (gaps.length) {
+    const down = gaps.reduce((t, g) => t + Math.max(0, Number(g[1]) - Number(g[0])), 0);
+    const late = gaps.reduce((n, g) => n + (Number(g[2]) || 0), 0);
+    cards.push(`<div class="card" data-card="link-gaps" title="the device kept recording while its link was down and sent it when it was back: the samples are there; the timeline marks when">link down ${gaps.length} ${gaps.length === 1 ? 'time' : 'times'}<b>${esc(duration(down))}</b><small>${late ? `${count(late)} chunks came late` : 'nothing lost'}</small></div>`);
+  }
   if (meta.unsaved_chunks) {
     const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
     cards.push(`<div class="card warn" title="${meta.live ? 'shown here, kept in memory and written when there is room' : 'missing from the recording on disk'}">${meta.live ? 'not on disk yet' : 'incomplete recording'}<b>${what}: ${esc(meta.store_error || '')}</b></div>`);

@@ -28,7 +28,10 @@ export async function render(s, r) {
   const max = lanes.reduce((m, l) => l.activity.reduce((a, x) => (x > a ? x : a), m), 1);
   const chosen = s.lane || s.tid || '';
   $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
-  drawRuler(t, width);
+  // When the run's link was down (the samples are there: they came late), from the session.
+  const meta = await store.view(s.session, sessionUrl(s.session)).catch(() => null);
+  r.stillWanted();
+  drawRuler(t, width, Array.isArray(meta?.link_gaps_s) ? meta.link_gaps_s : []);
   // Each thread keeps its lane and canvas from one live update to the next, redrawn in place:
   // a drag across a lane, or a click on it, never meets an element replaced under it.
   const box = $('#lanes');
@@ -60,14 +63,24 @@ export async function render(s, r) {
   $('#tab-timeline').dataset.shows = `${s.session} ${chosen} ${s.start || ''}-${s.end || ''}`;
 }
 
-// Seconds from the session's start along the lanes, ticks at 1, 2 or 5 × a power of ten.
-function drawRuler(t, width) {
+// Seconds from the session's start along the lanes, ticks at 1, 2 or 5 × a power of ten; the
+// times the run's link was down as hatched bands (`gaps`: [from_s, to_s] on the same clock).
+function drawRuler(t, width, gaps = []) {
   const c = $('#ruler');
   c.width = width * devicePixelRatio; c.height = 20 * devicePixelRatio;
   c.style.height = '20px';
   const g = c.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   const span = t.end_s - t.start_s;
   if (!(span > 0)) return;
+  const shown = gaps.filter((g) => g[1] > t.start_s && g[0] < t.end_s);
+  g.fillStyle = 'rgba(217, 119, 6, 0.35)';
+  for (const [from, to] of shown) {
+    const x0 = Math.max(0, (from - t.start_s) / span * width);
+    const x1 = Math.min(width, (to - t.start_s) / span * width);
+    g.fillRect(x0, 0, Math.max(2, x1 - x0), 20);
+  }
+  c.dataset.gaps = shown.length;
+  c.title = shown.length ? `the orange bands: the device's link was down, its samples sent when it was back (${shown.map(([a, b]) => `${a.toFixed(1)}–${b.toFixed(1)} s`).join(', ')})` : '';
   const step = tickStep(span, width);
   const digits = Math.max(0, -Math.floor(Math.log10(step)));
   g.font = '10px ui-monospace, monospace';

@@ -2430,10 +2430,6 @@ class Session(object):
         self.queue = collections.deque()
         self.cond = threading.Condition()
         self.lock = self.profiling_run.lock  # profiling state
-        if self.profiling_run.state == "idle" and self.profiling_run.current is None:
-            # A new connection starts from the command line's settings; a run that went on
-            # without a link keeps its own.
-            self.profiling_run.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
         self.caps = self.probed_pid = self.auth_timer = None
         self.platform = {}
         self.probing = False  # a probe under way (status says so; a start waits for it)
@@ -2504,9 +2500,11 @@ class Session(object):
                 while True:
                     if self.closed:
                         return
-                    nxt = self.profiling_run.outbox.after(self.sent_pos) if self._data_flows() else None
+                    box = self.profiling_run.outbox
+                    nxt = box.after(self.sent_pos) if self._data_flows() else None
+                    # (An ordered one waits for chunks held back too, until they may flow.)
                     front_due = bool(self.queue) and (self.queue[0][0] <= self.sent_pos or
-                                                      nxt is None)
+                                                      box.after(self.sent_pos) is None)
                     if front_due or nxt is not None:
                         break
                     self.cond.wait()
@@ -2595,7 +2593,7 @@ class Session(object):
             self.auth_timer.daemon = True
             self.auth_timer.start()
         if self.data_mode == "held":
-            self.legacy_timer = threading.Timer(10.0, self._no_sequence)
+            self.legacy_timer = threading.Timer(0.0, self._no_sequence)
             self.legacy_timer.daemon = True
             self.legacy_timer.start()
         try:
@@ -2644,7 +2642,8 @@ class Session(object):
         self._drop_update()
 
     def shutdown(self):
-        """Stops profiling (the last chunk is made), drains the queue briefly, closes."""
+        """Stops profiling (the last chunk is made), drains the queue briefly, closes. (The
+        Python agent keeps its outbox in memory only: what is not sent by then is lost.)"""
         running = self.profiling_run.owner is self and self.state != "idle"
         self.end_collection()
         if running:  # the run ends with the agent: said after its last chunk
@@ -2664,6 +2663,10 @@ class Session(object):
         with run.lock:
             if run.owner is self:
                 return
+            if run.state == "idle" and run.current is None:
+                # A collector that attaches starts from the command line's settings; a run
+                # that went on without a link keeps its own. (Not before it paired.)
+                run.settings = Settings(self.cfg.frequency, self.cfg.pid, self.cfg.duration)
             run.owner = self
             if run.offline_timer is not None:
                 run.offline_timer.cancel()
@@ -2681,8 +2684,11 @@ class Session(object):
     def _no_sequence(self):
         """A collector that resumes runs asks `sequence` right after the hello (and the
         pairing code); one that did not in 10 s takes the data as an older collector."""
-        while not self.closed and not self.authenticated:
-            time.sleep(0.5)
+        while not self.closed and not self.authenticated:  # counted from the pairing code
+            time.sleep(0.25)
+        deadline = monotonic() + 10.0
+        while not self.closed and self.data_mode == "held" and monotonic() < deadline:
+            time.sleep(0.25)
         with self.cond:
             if self.closed or self.data_mode != "held":
                 return
@@ -3560,7 +3566,18 @@ def server_mode(cfg, compression, stop):
                                       if failure else "connection to %s ended" % target,
                                       seconds_text(delay)))
         stop.wait(delay)
+    end_run(run)
     return 0
+
+
+def end_run(run):
+    """Stopped while no link carries the run (SIGTERM during an outage): it ends as it would
+    with a link, perf flushing."""
+    current = run.current
+    if current is not None:
+        current.request_stop()
+        current.done.wait(35.0)
+    run.state = "idle"
 
 
 def listen_mode(cfg, compression, stop):
@@ -3649,6 +3666,7 @@ def listen_mode(cfg, compression, stop):
         s.shutdown()
     for s in sessions:  # let them finish their shutdown
         s.finished.wait(5.0)
+    end_run(run)
     return 0
 
 

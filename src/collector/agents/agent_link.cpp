@@ -607,6 +607,27 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
             auto& r = app_.agents.runs().at(agents::run_book::key(device_key_, run->as_string()));
             r.received = std::max(r.received, n);
         }
+        // What the agent held when the link came back: the catch-up ahead.
+        const auto* last = answer.fields.if_contains("seq");
+        const auto* held_bytes = answer.fields.if_contains("held_bytes");
+        if (run && run->is_string() && protocol::valid_run_id(run->as_string()) && last &&
+            (last->is_int64() || last->is_uint64())) {
+            const auto* r =
+                app_.agents.runs().find(agents::run_book::key(device_key_, run->as_string()));
+            const std::uint64_t to =
+                last->is_uint64()
+                    ? last->as_uint64()
+                    : static_cast<std::uint64_t>(std::max<std::int64_t>(last->as_int64(), 0));
+            if (r && to > r->received + 1) {
+                catch_up_run_ = std::string(run->as_string());
+                catch_up_to_ = to;
+                catch_up_from_ = r->received;
+                catch_up_bytes_ = held_bytes && held_bytes->is_int64()
+                                      ? static_cast<std::uint64_t>(
+                                            std::max<std::int64_t>(held_bytes->as_int64(), 0))
+                                      : 0;
+            }
+        }
         // A run under way (one this collector may hold the session of, from before the link
         // dropped or before it restarted): the state below opens it as that run's.
         const auto* st = answer.fields.if_contains("state");
@@ -703,6 +724,15 @@ std::string agent_link::run_key() const {
     return agents::run_book::key(device_key_, run_id_);
 }
 
+std::optional<agent_link::catching_up> agent_link::catch_up() const {
+    if (catch_up_run_.empty())
+        return std::nullopt;
+    const auto* r = app_.agents.runs().peek(agents::run_book::key(device_key_, catch_up_run_));
+    if (!r || r->received >= catch_up_to_)
+        return std::nullopt;
+    return catching_up{catch_up_to_ - r->received, catch_up_to_ - catch_up_from_, catch_up_bytes_};
+}
+
 void agent_link::ask_sequence() {
     if (!hello_ || !hello_->resumable.value_or(false) || closed_)
         return;
@@ -716,7 +746,9 @@ void agent_link::ask_sequence() {
         if (auto* r = app_.agents.runs().find(key)) {
             if (auto other = r->holder.lock(); other && other.get() != this)
                 other->release_run();
-            after = r->received;
+            // What is on disk: a chunk taken but not stored yet is sent again, and skipped
+            // while this collector still holds it (a crash meanwhile: stored then).
+            after = r->stored;
         }
         args["run"] = hello_->run->id;
         if (hello_->run->offline_max)
@@ -791,8 +823,11 @@ void agent_link::take_run(const std::string& run) {
         session_ = std::move(r.parked);
         session_id_ = session_->id();
         const double now = wall_seconds();
+        const std::uint64_t late = !catch_up_run_.empty() && catch_up_run_ == run
+                                       ? catch_up_to_ - std::min(catch_up_to_, r.received)
+                                       : 0;
         if (r.link_down_at > 0)
-            session_->link_gap(r.link_down_at, now);
+            session_->link_gap(r.link_down_at, now, late);
         log(peer_,
             "run " + run + " resumed in session " + session_id_ +
                 (r.link_down_at > 0
@@ -814,6 +849,13 @@ void agent_link::on_sequenced(protocol::frame&& f) {
         close();
         return;
     }
+    // Exactly once: a number taken already is skipped, before anything else (a run that
+    // ended here sends its unacknowledged last chunks again).
+    if (const auto* known = app_.agents.runs().peek(agents::run_book::key(device_key_, chunk->run));
+        known && chunk->seq <= known->received) {
+        ++app_.agents.runs().find(agents::run_book::key(device_key_, chunk->run))->duplicates;
+        return;
+    }
     // A continuous run is cut into sessions of --continuous-session seconds, between chunks.
     if (session_ && continuous_run_ &&
         std::chrono::steady_clock::now() - session_opened_ >=
@@ -824,15 +866,8 @@ void agent_link::on_sequenced(protocol::frame&& f) {
     }
     if (chunk->run != run_id_ || !session_)
         take_run(chunk->run);
-    auto* r = app_.agents.runs().find(run_key());
-    if (!r)
-        return;
-    // Exactly once: a number taken already is skipped; one past a gap says how many the
-    // agent's buffer let go.
-    if (chunk->seq <= r->received) {
-        ++r->duplicates;
-        return;
-    }
+    auto* r = &app_.agents.runs().at(run_key());
+    // One past a gap says how many the agent's buffers let go.
     // A number far ahead of anything the run could have made is a peer's lie, not a gap.
     constexpr std::uint64_t max_gap = std::uint64_t{1} << 24;
     if (chunk->seq - r->received > max_gap) {
@@ -847,51 +882,63 @@ void agent_link::on_sequenced(protocol::frame&& f) {
                        " never came (the device's buffer let them go)");
     }
     const auto seq = chunk->seq;
-    r->received = seq;
     if (state_ == agent_state::idle)
         set_state(agent_state::profiling);
     if (!open_session())
-        return;
+        return; // (closed: the agent sends it again, to this collector or the next)
+    // Taken once a session holds it (the book's entry found again: opening may have made it).
+    r = &app_.agents.runs().at(run_key());
+    r->received = seq;
+    if (!catch_up_run_.empty() && chunk->run == catch_up_run_ &&
+        (seq % 8 == 0 || seq >= catch_up_to_))
+        app_.changed(change::targets, id_); // how far the catch-up is, now and then
     f.payload.erase(0, protocol::sequence_size);
     const std::size_t n = f.payload.size();
     undigested_bytes_ += n;
     ++undigested_chunks_;
     session_->chunk(
         true, std::move(f.payload),
-        [self = shared_from_this(), n, key = run_key(), seq](bool stored) {
+        [self = shared_from_this(), n, key = run_key(), run = run_id_, seq](bool stored) {
             self->undigested_bytes_ -= n;
             --self->undigested_chunks_;
             self->digested_.cancel();
-            // Acknowledged once on disk: a collector that crashes after it still has it.
-            if (auto* run = self->app_.agents.runs().find(key); run && stored)
-                run->stored = std::max(run->stored, seq);
-            self->ack_run();
+            // Acknowledged once on disk: a collector that crashes after it still has it. (By
+            // the chunk's run: its last chunks are acknowledged after the run ended here.)
+            if (auto* entry = self->app_.agents.runs().find(key); entry && stored)
+                entry->stored = std::max(entry->stored, seq);
+            self->ack_run(run);
         },
         seq);
 }
 
-void agent_link::ack_run() {
-    if (acking_ || closed_ || run_id_.empty())
+void agent_link::ack_run(const std::string& run) {
+    if (acking_) {
+        ack_next_ = run; // once the one in flight is answered
         return;
-    auto* r = app_.agents.runs().find(run_key());
-    if (!r || (acked_run_ == run_id_ && r->stored <= acked_))
+    }
+    if (closed_ || run.empty())
+        return;
+    const auto* r = app_.agents.runs().peek(agents::run_book::key(device_key_, run));
+    if (!r || (acked_run_ == run && r->stored <= acked_))
         return;
     acking_ = true;
     json::object args;
-    args["run"] = run_id_;
+    args["run"] = run;
     args["seq"] = r->stored;
     auto self = shared_from_this();
     asio::co_spawn(
         ex_,
-        [self, args, run = run_id_, seq = r->stored]() mutable -> asio::awaitable<void> {
+        [self, args, run, seq = r->stored]() mutable -> asio::awaitable<void> {
             const auto answer =
                 co_await self->command(std::string(protocol::cmd::ack), std::move(args));
             self->acking_ = false;
             if (answer.ok) {
                 self->acked_run_ = run;
                 self->acked_ = seq;
-                self->ack_run(); // what was stored meanwhile
             }
+            // What was stored meanwhile, of this run or the next.
+            const auto next = std::exchange(self->ack_next_, std::string());
+            self->ack_run(next.empty() ? run : next);
         },
         [peer = peer_](std::exception_ptr e) {
             if (e)
@@ -909,10 +956,17 @@ bool agent_link::park_session() {
     r->parked = std::move(session_);
     r->continuous = continuous_run_;
     r->link_down_at = wall_seconds();
+    r->parked->link_down(r->link_down_at);
     r->wait_until = std::chrono::steady_clock::now() + offline_max_ + std::chrono::minutes(1);
     r->holder.reset();
     log(peer_, "the link went mid-run: session " + session_id_ + " waits for run " + run_id_ +
                    " to come back (up to " + std::to_string(offline_max_.count()) + " s)");
+    for (auto& given_up :
+         app_.agents.runs().parked_beyond(device_key_, agents::run_book::max_parked_per_device)) {
+        log(peer_, "too many runs of this device wait for their link: session " + given_up->id() +
+                       " ends");
+        given_up->end(wall_seconds());
+    }
     last_session_id_ = session_id_;
     session_id_.clear();
     return true;
@@ -925,6 +979,7 @@ void agent_link::release_run() {
             r->parked = std::move(session_);
             r->continuous = continuous_run_;
             r->link_down_at = wall_seconds();
+            r->parked->link_down(r->link_down_at);
             r->wait_until = std::chrono::steady_clock::now() + offline_max_;
             r->holder.reset();
             session_id_.clear();

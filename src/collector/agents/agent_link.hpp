@@ -116,6 +116,14 @@ public:
     bool introduced() const noexcept { return hello_.has_value() && !closed_; }
     const std::optional<protocol::hello>& hello() const noexcept { return hello_; }
     const std::string& peer() const noexcept { return peer_; }
+    // A run back after its link was down sends what the collector lacks first: how far that
+    // is (chunks and bytes left of those the agent held when the link came back); nullopt
+    // when it has caught up, or nothing was behind.
+    struct catching_up {
+        std::uint64_t chunks_left = 0, chunks = 0;
+        std::uint64_t bytes = 0; // held by the agent when the link came back
+    };
+    std::optional<catching_up> catch_up() const;
     double connected_at() const noexcept { return connected_at_; }
     std::optional<int> pid() const noexcept { return pid_; }
     // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
@@ -144,7 +152,9 @@ private:
     void ask_sequence(); // once introduced (and paired): which chunks of its run we have
     void take_run(const std::string& run); // this link's session holds that run from now
     bool park_session(); // the link went mid-run: its session waits for the run to come back
-    void ack_run();      // tells the agent how far its run is stored, one ack at a time
+    // Tells the agent how far `run` is stored, one acknowledgement in flight at a time.
+    void ack_run(const std::string& run);
+    std::string ack_next_; // a run to acknowledge once the one in flight is answered
     std::string run_key() const;
     std::string device_key_; // who may resume a run: enrolled label and host name
     std::string run_id_;     // the run this link's session holds ("": none, or not resumable)
@@ -152,6 +162,10 @@ private:
     bool acking_ = false;
     std::string acked_run_;
     std::uint64_t acked_ = 0;
+    // Catching up: the run's last chunk the agent had made when the link came back, and the
+    // last this collector had then.
+    std::string catch_up_run_;
+    std::uint64_t catch_up_to_ = 0, catch_up_from_ = 0, catch_up_bytes_ = 0;
 
     asio::awaitable<bool> open_link(); // an accepted connection: TLS or plain, as policy allows
     std::unique_ptr<protocol::link_stream> stream_;

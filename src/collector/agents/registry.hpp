@@ -42,6 +42,7 @@ public:
     kernel_turns& kernel_symbol_turns() noexcept { return *turns_; }
     // Runs that outlive their links (runs.hpp).
     run_book& runs() noexcept { return *runs_; }
+    const run_book& runs() const noexcept { return *runs_; }
 
 private:
     std::map<std::string, std::weak_ptr<agent_link>, std::less<>> links_;

@@ -25,15 +25,25 @@ run_book::run* run_book::find(std::string_view key) {
     return &it->second;
 }
 
+const run_book::run* run_book::peek(std::string_view key) const {
+    const auto it = runs_.find(key);
+    return it == runs_.end() ? nullptr : &it->second;
+}
+
 run_book::run& run_book::at(const std::string& key) {
     if (auto* known = find(key))
         return *known;
     if (runs_.size() >= max_runs) {
+        // Forgotten first: a run that ended; never one a link holds, one parked, or one whose
+        // session waits on disk for its device.
         auto oldest = runs_.end();
-        for (auto it = runs_.begin(); it != runs_.end(); ++it)
-            if (!it->second.parked &&
-                (oldest == runs_.end() || it->second.touched < oldest->second.touched))
+        for (auto it = runs_.begin(); it != runs_.end(); ++it) {
+            const auto& r = it->second;
+            if (r.parked || r.on_disk || (!r.ended && !r.holder.expired()))
+                continue;
+            if (oldest == runs_.end() || r.touched < oldest->second.touched)
                 oldest = it;
+        }
         if (oldest != runs_.end())
             runs_.erase(oldest);
     }
@@ -61,6 +71,24 @@ std::vector<std::unique_ptr<live_session>> run_book::take_all_parked() {
     return out;
 }
 
+std::vector<std::unique_ptr<live_session>> run_book::parked_beyond(std::string_view device,
+                                                                   std::size_t keep) {
+    std::vector<std::map<std::string, run, std::less<>>::iterator> of_device;
+    const std::string prefix = key(device, "");
+    for (auto it = runs_.lower_bound(prefix);
+         it != runs_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+        if (it->second.parked)
+            of_device.push_back(it);
+    std::sort(of_device.begin(), of_device.end(),
+              [](const auto& a, const auto& b) { return a->second.touched < b->second.touched; });
+    std::vector<std::unique_ptr<live_session>> out;
+    for (std::size_t i = 0; i + keep < of_device.size(); ++i) {
+        out.push_back(std::move(of_device[i]->second.parked));
+        of_device[i]->second.ended = true;
+    }
+    return out;
+}
+
 void run_book::recall(const session_store& store) {
     for (const auto& meta : store.list()) {
         const auto* run_id = meta.if_contains("run_id");
@@ -73,11 +101,21 @@ void run_book::recall(const session_store& store) {
             continue;
         const bool still_open =
             !ended || ended->is_null() || (open && open->is_bool() && open->as_bool());
-        if (!still_open)
-            continue;
+        // Every session of the run counts for what is stored (a continuous run is cut into
+        // several); the open one with the highest number is the one that goes on.
         auto& r = at(key(device->as_string(), run_id->as_string()));
-        r.session_id = std::string(id->as_string());
-        r.received = r.stored = store.last_run_seq(r.session_id);
+        const std::string session(id->as_string());
+        const auto last = store.last_run_seq(session);
+        const bool newer = last >= r.received;
+        r.received = r.stored = std::max(r.received, last);
+        if (!still_open) {
+            r.ended = r.ended || !r.on_disk;
+            continue;
+        }
+        if (r.on_disk && !newer)
+            continue;
+        r.ended = false;
+        r.session_id = session;
         r.on_disk = true;
         const auto* continuous = meta.if_contains("continuous");
         r.continuous = continuous && continuous->is_bool() && continuous->as_bool();

@@ -50,10 +50,16 @@ public:
 
     static std::string key(std::string_view device, std::string_view run_id);
     run* find(std::string_view key);
+    const run* peek(std::string_view key) const; // (not counted as a use)
     // Made when unknown; the book keeps at most max_runs, forgetting the least recently used
     // that is not parked.
     run& at(const std::string& key);
     static constexpr std::size_t max_runs = 4096;
+    // A device's parked runs past the `keep` most recently used, taken out (given up), for
+    // their sessions to end: a device cannot park runs without bound.
+    std::vector<std::unique_ptr<live_session>> parked_beyond(std::string_view device,
+                                                             std::size_t keep);
+    static constexpr std::size_t max_parked_per_device = 8;
     // The parked runs whose wait is over, taken out of the book, for their sessions to end.
     std::vector<std::unique_ptr<live_session>> expired(std::chrono::steady_clock::time_point now);
     // Every parked session, taken out (the collector stops).

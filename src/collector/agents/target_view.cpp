@@ -50,6 +50,15 @@ json::object target_json(const agent_link& link, const app_context& app) {
     o["state"] = protocol::to_string(link.state());
     o["pid"] = link.pid() ? json::value(*link.pid()) : json::value(nullptr);
     o["continuous"] = link.in_continuous_run();
+    if (const auto c = link.catch_up()) {
+        json::object progress;
+        progress["chunks_left"] = c->chunks_left;
+        progress["chunks"] = c->chunks;
+        progress["bytes"] = c->bytes;
+        o["catching_up"] = std::move(progress);
+    } else {
+        o["catching_up"] = nullptr;
+    }
     o["connected_at"] = link.connected_at();
     const auto security = link.link_security();
     json::object l;

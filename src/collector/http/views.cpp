@@ -269,6 +269,9 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         // memory budget full (counted at profile::past_room_symbol).
         o["past_room_samples"] = m.prof.past_room_samples();
         if (e->live) {
+            // Its run's link is down: the device records on, the samples come later.
+            if (const double down = e->link_down_since.load(); down > 0)
+                o["link_down_since"] = down;
             o["unsaved_chunks"] = e->unsaved_chunks();
             o["unsaved_samples"] = e->unsaved_samples();
             o["store_error"] = e->store_error;

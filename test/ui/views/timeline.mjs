@@ -1,6 +1,9 @@
 // Browser test of the UI, timeline: The Timeline tab: a two-phase workload's thread lanes and flame chart, a window dragged across them.
 // Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
-import { check, start, tableShows } from '../harness.mjs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { check, start, tableShows, until } from '../harness.mjs';
 
 export async function lanesAndChart(t) {
   const { bin, http, fetch, session, again, cpu } = t;
@@ -58,4 +61,50 @@ export async function lanesAndChart(t) {
   await again.mouse.move(0, 0);
   await again.goto(`${http}/#session=${session}&tab=functions`);
   await tableShows(again, { session });
+}
+
+// A link that drops mid-run (a relay reset, then 3 s of refusals): the run goes on on the
+// device; its session says how long the link was down and the timeline marks when.
+export async function linkOutage(t) {
+  const { bin, http, fetch, demo, agentPort, again, session } = t;
+  t.doing = 'a link that drops mid-run';
+  const pairs = new Set();
+  let refuseUntil = 0;
+  const relay = net.createServer((device) => {
+    if (Date.now() < refuseUntil) { device.resetAndDestroy(); return; }
+    const collector = net.connect(Number(agentPort), '127.0.0.1');
+    const pair = [device, collector];
+    pairs.add(pair);
+    for (const [from, to] of [[device, collector], [collector, device]]) {
+      from.pipe(to);
+      from.on('error', () => to.destroy());
+      from.on('close', () => { to.destroy(); pairs.delete(pair); });
+    }
+  });
+  await new Promise((r) => relay.listen(0, '127.0.0.1', r));
+  const agent = start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${relay.address().port}`, '--pid', String(demo.pid), '--duration', '1', '--name', 'flaky-link']);
+  try {
+    const target = async () => (await (await fetch(http + '/api/targets')).json()).find((x) => x.hostname === 'flaky-link');
+    const first = await until('the flaky link\'s session', async () => {
+      const x = await target();
+      return x?.session_id && (await (await fetch(`${http}/api/sessions/${x.session_id}`)).json()).samples > 20 && x;
+    });
+    refuseUntil = Date.now() + 3000;
+    for (const [a, b] of pairs) { a.resetAndDestroy(); b.resetAndDestroy(); }
+    await until('the run back in its session', async () => { const x = await target(); return x && x.id !== first.id && x.session_id === first.session_id; }, 40000);
+    await new Promise((r) => setTimeout(r, 2000)); // live data behind the backlog
+    await again.goto(`${http}/#session=${first.session_id}&tab=timeline`);
+    await again.waitForFunction(() => Number(document.querySelector('#ruler')?.dataset.gaps) >= 1, null, { timeout: 15000 });
+    const card = await again.locator('[data-card="link-gaps"]').textContent({ timeout: 10000 });
+    check(/link down 1 time/.test(card) && /\d/.test(card),
+      `a dropped link: one session, the outage in its cards ("${card.trim().replace(/\s+/g, ' ')}") and marked on the timeline`);
+    await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'link-outage.png') });
+    // Back where the steps after this one expect the page.
+    await again.goto(`${http}/#session=${session}&tab=functions`);
+    await tableShows(again, { session });
+  } finally {
+    agent.kill('SIGTERM');
+    for (const [a, b] of pairs) { a.destroy(); b.destroy(); }
+    relay.close();
+  }
 }
