@@ -208,11 +208,11 @@ void outbox::fit() {
         if (kept) {
             spooled_bytes_ += it->size;
             it->spooled = true;
-            it->chunk = std::string();
-        } else { // dropped where it is: the link skips it
+            std::string().swap(it->chunk); // (freed: assigning an empty one keeps its buffer)
+        } else {                           // dropped where it is: the link skips it
             ++dropped_chunks_;
             dropped_bytes_ += it->size;
-            it->chunk = std::string();
+            std::string().swap(it->chunk); // (freed: assigning an empty one keeps its buffer)
             it->size = 0;
             it->spooled = true; // (nothing on disk: payload() finds none)
         }

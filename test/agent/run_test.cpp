@@ -95,6 +95,7 @@ TEST_CASE("past memory the outbox spools to disk, reads it back, and a restart r
         CHECK(box.spooled_bytes() == 5);
         CHECK(box.memory_bytes() == 8);
         REQUIRE(box.front()->spooled);
+
         CHECK(box.payload(*box.front()) == "12345");
         // Stored: its file goes.
         box.stored(a, 1);
@@ -140,6 +141,15 @@ TEST_CASE("a full spool drops its oldest chunks, and one that cannot be written 
     CHECK(box.memory_bytes() == 4);
     CHECK(box.dropped_chunks() == 3);
     CHECK(box.front()->seq == 4);
+
+    // A spooled chunk's memory is given back, not kept as the capacity of an emptied string
+    // (which grew the agent by the chunks' size through an outage).
+    outbox big(64, spool, 1 << 20);
+    big.add(b, std::string(4096, 'x'));
+    big.add(b, "y");
+    REQUIRE(big.front()->spooled);
+    CHECK(big.front()->chunk.capacity() < 64);
+    CHECK(big.payload(*big.front())->size() == 4096);
 
     // A spool directory that is not one: refused at start with the reason.
     { std::ofstream(dir.path / "file") << "x"; }
