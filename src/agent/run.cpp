@@ -205,16 +205,15 @@ void outbox::fit() {
             }
         }
         memory_bytes_ -= it->size;
+        // Its memory given back (assigning an empty string would keep the buffer).
+        std::string().swap(it->chunk);
+        it->spooled = true;
         if (kept) {
             spooled_bytes_ += it->size;
-            it->spooled = true;
-            std::string().swap(it->chunk); // (freed: assigning an empty one keeps its buffer)
-        } else {                           // dropped where it is: the link skips it
+        } else { // dropped where it is (nothing on disk: payload() finds none, the link skips it)
             ++dropped_chunks_;
             dropped_bytes_ += it->size;
-            std::string().swap(it->chunk); // (freed: assigning an empty one keeps its buffer)
             it->size = 0;
-            it->spooled = true; // (nothing on disk: payload() finds none)
         }
     }
     // Dropped chunks at the front are no longer held.
