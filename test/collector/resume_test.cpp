@@ -319,3 +319,42 @@ TEST_CASE("a dialled --listen agent over TLS whose link drops is dialled again a
     check_no_hole(coll, id, ended);
     demo->signal(SIGTERM);
 }
+
+TEST_CASE("an agent whose run waits to resume meets a collector that never asks: after 10 s it "
+          "sends what it kept as to an older collector",
+          "[collector][integration][perf][resume]") {
+    temp_dir dir;
+    collector_proc coll(dir.path);
+    relay link(coll.agent_port);
+    auto demo = test_support::start_demo(60);
+    auto agent =
+        test_support::start_agent(test_support::agent_flavour::cpp,
+                                  {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
+                                   std::to_string(demo->pid()), "--duration", "1"});
+    running_session(coll);
+    // The link goes to a peer that says nothing: an older collector.
+    test_support::listener older;
+    link.retarget(older.port());
+    link.reset();
+    const int fd = older.accept(30s);
+    REQUIRE(fd >= 0);
+    test_support::framing_peer peer(fd);
+    auto hello = test_support::read_hello(peer);
+    REQUIRE(hello.run); // the run it kept, named
+    // Nothing of it for 10 s after the hello (no pairing code is asked: from the hello on)...
+    const auto asked_at = std::chrono::steady_clock::now();
+    std::optional<protocol::frame> data;
+    while (!data && std::chrono::steady_clock::now() - asked_at < 20s) {
+        auto f = peer.next(500ms);
+        if (f && (f->flag == protocol::frame_flag::zstd || f->flag == protocol::frame_flag::text ||
+                  f->flag == protocol::frame_flag::sequenced))
+            data = std::move(f);
+        REQUIRE_FALSE(peer.closed());
+    }
+    REQUIRE(data);
+    CHECK(std::chrono::steady_clock::now() - asked_at >= 9s);
+    // ...then its chunks as flag 1, which any collector reads.
+    CHECK(data->flag == protocol::frame_flag::zstd);
+    CHECK(agent->wait_for_stderr("does not resume runs", 5s));
+    demo->signal(SIGTERM);
+}
