@@ -435,6 +435,7 @@ asio::awaitable<void> session::auth_deadline() {
 
 void session::set_authenticated() {
     authenticated_ = ever_authenticated_ = true;
+    legacy_wait_.cancel(); // the wait for `sequence` starts now
     attach_run();
     wake_auth_.cancel();
     settle();
@@ -1214,9 +1215,11 @@ asio::awaitable<void> session::legacy_deadline() {
     // pairing code); one that does not within 10 s of it takes the data as before.
     if (data_mode_ != data_mode::held)
         co_return;
-    while (!closed_ && !authenticated_) { // counted from the pairing code, not the hello
-        legacy_wait_.expires_after(std::chrono::milliseconds(250));
+    if (!authenticated_) { // counted from the pairing code (set_authenticated wakes it)
+        legacy_wait_.expires_at(asio::steady_timer::time_point::max());
         co_await legacy_wait_.async_wait(use_nothrow);
+        if (closed_ || data_mode_ != data_mode::held)
+            co_return;
     }
     legacy_wait_.expires_after(std::chrono::seconds(10));
     co_await legacy_wait_.async_wait(use_nothrow);

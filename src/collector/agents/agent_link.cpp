@@ -851,9 +851,9 @@ void agent_link::on_sequenced(protocol::frame&& f) {
     }
     // Exactly once: a number taken already is skipped, before anything else (a run that
     // ended here sends its unacknowledged last chunks again).
-    if (const auto* known = app_.agents.runs().peek(agents::run_book::key(device_key_, chunk->run));
+    if (auto* known = app_.agents.runs().find(agents::run_book::key(device_key_, chunk->run));
         known && chunk->seq <= known->received) {
-        ++app_.agents.runs().find(agents::run_book::key(device_key_, chunk->run))->duplicates;
+        ++known->duplicates;
         return;
     }
     // A continuous run is cut into sessions of --continuous-session seconds, between chunks.
