@@ -61,19 +61,20 @@ export function counterTotal(t, seconds) {
 
 // Frames of one module told apart by the name's own shade.
 export const nameShade = (n) => String(n).split('').reduce((h, c) => (h * 17 + c.charCodeAt(0)) % 23, 0);
-// A hue for each module of a graph ([module, weight] pairs): the heaviest first, each a golden
-// angle (137.5°) from the last, so the modules that fill the graph never share a colour.
-export function moduleHues(weights) {
-  const hues = new Map();
-  [...weights].sort((a, b) => b[1] - a[1] || String(a[0]).localeCompare(String(b[0])))
-    .forEach(([m], i) => hues.set(m, Math.round((25 + i * 137.508) % 360)));
-  return hues;
+// A module's hue, the same in every view and session: a hash of its file name picks one of 24
+// hues a golden angle (137.5°) apart.
+export function moduleHue(module) {
+  const name = String(module || '').split('/').pop();
+  let h = 2166136261;
+  for (let i = 0; i < name.length; ++i) h = Math.imul(h ^ name.charCodeAt(i), 16777619);
+  return Math.round((25 + ((h >>> 0) % 24) * 137.508) % 360);
 }
+export const NOISE_FILL = 'hsl(0,0%,84%)';
 // A frame's colour against a baseline: grey within the noise (a change sampling alone would
 // make, ± `noise` points), else red where it grew and blue where it shrank, deeper in
 // proportion to the change, the largest in the graph (`scale` points) deepest.
 export function diffColour(delta, noise, scale) {
-  if (!(Math.abs(delta) > (noise ?? 0.05))) return 'hsl(0,0%,80%)';
+  if (!(Math.abs(delta) > (noise ?? 0.05))) return NOISE_FILL;
   const t = Math.min(1, Math.abs(delta) / (scale > 0 ? scale : Math.abs(delta)));
   return `hsl(${delta > 0 ? 0 : 220},${Math.round(30 + 55 * t)}%,${Math.round(86 - 34 * t)}%)`;
 }

@@ -1060,6 +1060,101 @@ TEST_CASE("API: baseline diffs and metrics history", "[collector][api]") {
     CHECK(late[0].at("ts").as_double() == 1005.0);
 }
 
+TEST_CASE("API: every column of a compared view against hand-computed profiles",
+          "[collector][api]") {
+    fixture_app f;
+    // Leaf first. B recurses under X; the baseline has E, which this session lacks.
+    const auto id = f.import(
+        script_sample({"C", "B", "A", "main"}, 10) + script_sample({"B", "A", "main"}, 20) +
+        script_sample({"B", "B", "X", "main"}, 30) + script_sample({"D", "main"}, 40));
+    const auto base = f.import(script_sample({"B", "A", "main"}, 50) +
+                               script_sample({"E", "main"}, 50, 1, "2.0"));
+    const auto url = "/api/sessions/" + id;
+    struct row {
+        double self, total;
+    };
+    auto table = [](const json::value& answer) {
+        std::map<std::string, json::object> out;
+        for (const auto& r : answer.at("functions").as_array())
+            out[std::string(r.at("name").as_string())] = r.as_object();
+        return out;
+    };
+    // Plain: self and total of the view's weight, a recursive function counted once per stack.
+    const auto plain = table(f.get_json(url + "/functions"));
+    const std::map<std::string, row> want{{"main", {0, 100}}, {"A", {0, 30}},  {"X", {0, 30}},
+                                          {"B", {50, 60}},    {"C", {10, 10}}, {"D", {40, 40}}};
+    REQUIRE(plain.size() == want.size());
+    for (const auto& [name, w] : want) {
+        INFO(name);
+        CHECK(plain.at(name).at("self_pct").as_double() == Approx(w.self));
+        CHECK(plain.at(name).at("total_pct").as_double() == Approx(w.total));
+    }
+
+    // Compared: the union of both tables. E, the baseline's alone, is a row of its own.
+    const auto diff = f.get_json(url + "/functions?sort=delta_self_pct&order=asc&baseline=" + base);
+    CHECK(diff.at("count").to_number<int>() == 7);
+    const auto& first = diff.at("functions").as_array().at(0);
+    CHECK(first.at("name").as_string() == "E");
+    CHECK(first.at("self").to_number<int>() == 0);
+    CHECK(first.at("baseline_self_pct").as_double() == Approx(50));
+    CHECK(first.at("delta_self_pct").as_double() == Approx(-50));
+    CHECK(first.at("delta_total_pct").as_double() == Approx(-50));
+    CHECK(first.at("noise_self_pct").as_double() > 0);
+    const auto compared = table(diff);
+    CHECK(compared.at("B").at("delta_self_pct").as_double() == Approx(0).margin(1e-9));
+    CHECK(compared.at("B").at("delta_total_pct").as_double() == Approx(10));
+    CHECK(compared.at("D").at("delta_self_pct").as_double() == Approx(40));
+    CHECK(compared.at("A").at("delta_total_pct").as_double() == Approx(-20));
+    // A search keeps the rows of both sides that match.
+    const auto only_e = f.get_json(url + "/functions?match=e&baseline=" + base);
+    CHECK(only_e.at("matched").to_number<int>() == 1);
+
+    // The flame graph over the union: E, gone, is a node of value 0 with its share before.
+    auto child = [](const json::value& node, std::string_view name) -> const json::value& {
+        for (const auto& c : node.at("children").as_array())
+            if (c.at("name").as_string() == name)
+                return c;
+        FAIL("no child " << name);
+        return node;
+    };
+    const auto flame = f.get_json(url + "/flamegraph?baseline=" + base);
+    const auto& main_node = child(flame.at("root"), "main");
+    CHECK(main_node.at("delta_pct").as_double() == Approx(0).margin(1e-9));
+    const auto& e = child(main_node, "E");
+    CHECK(e.at("value").to_number<int>() == 0);
+    CHECK(e.at("baseline_pct").as_double() == Approx(50));
+    CHECK(e.at("delta_pct").as_double() == Approx(-50));
+    const auto& a = child(main_node, "A");
+    CHECK(a.at("baseline_pct").as_double() == Approx(50));
+    CHECK(a.at("delta_pct").as_double() == Approx(-20));
+    CHECK(child(a, "B").at("delta_pct").as_double() == Approx(-20));
+    CHECK(child(child(a, "B"), "C").at("delta_pct").as_double() == Approx(10)); // new
+    CHECK(child(child(main_node, "X"), "B").at("baseline_pct").as_double() == 0);
+
+    // Bottom-up: each root is a sampled function with self = total = its self time, as the
+    // function table has it; below, the share of it that came through each caller.
+    const auto inv = f.get_json(url + "/flamegraph?inverted=1");
+    for (const auto& leaf : inv.at("root").at("children").as_array()) {
+        const std::string name(leaf.at("name").as_string());
+        INFO(name);
+        CHECK(leaf.at("self").to_number<int>() == leaf.at("value").to_number<int>());
+        CHECK(leaf.at("value").to_number<double>() == Approx(want.at(name).self));
+    }
+    const auto& b_up = child(inv.at("root"), "B");
+    CHECK(child(b_up, "A").at("value").to_number<int>() == 20);
+    CHECK(child(b_up, "B").at("value").to_number<int>() == 30);
+    // Compared bottom-up and focused (the call tree's and the sandwich's graphs) too.
+    const auto inv_diff = f.get_json(url + "/flamegraph?inverted=1&baseline=" + base);
+    CHECK(child(inv_diff.at("root"), "E").at("delta_pct").as_double() == Approx(-50));
+    CHECK(child(inv_diff.at("root"), "D").at("delta_pct").as_double() == Approx(40));
+    const auto focus = f.get_json(url + "/flamegraph?focus=B&baseline=" + base);
+    const auto& b_top = child(focus.at("root"), "B");
+    CHECK(b_top.at("baseline_pct").as_double() == Approx(50));
+    CHECK(b_top.at("delta_pct").as_double() == Approx(10));
+    const auto callers = f.get_json(url + "/flamegraph?focus=B&callers=1&baseline=" + base);
+    CHECK(child(child(callers.at("root"), "B"), "A").at("delta_pct").as_double() == Approx(-20));
+}
+
 TEST_CASE("API: symbolizer config, file browser and source listing", "[collector][api]") {
     fixture_app f;
     // The browser and the config are confined to --browse-root (here the test's folder).

@@ -5,7 +5,7 @@
 // functions, collapsed recursion), from the same answer.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
+import { amount, attr, diffColour, esc, pct, unitOf, visible } from '../format.js';
 import { sessionUrl } from '../api.js';
 import { $, shapeQuery } from '../util.js';
 
@@ -30,6 +30,18 @@ export async function render(s, r) {
   draw();
 }
 
+// The largest change beyond its noise in a tree (points): the deepest colour.
+function largestChange(root) {
+  let m = 0;
+  const walk = (n) => { for (const c of n.children || []) { if (Math.abs(c.delta_pct) > (c.noise_pct ?? 0)) m = Math.max(m, Math.abs(c.delta_pct)); walk(c); } };
+  walk(root);
+  return m;
+}
+function deltaCell(n, scale) {
+  const within = !(Math.abs(n.delta_pct) > (n.noise_pct ?? 0));
+  return `<td class="num delta" style="background:${diffColour(within ? 0 : n.delta_pct, within ? 1 : n.noise_pct, scale)}" title="baseline ${pct(n.baseline_pct)} % → ${pct(n.delta_pct + n.baseline_pct)} %${within ? ', within the noise' : ''}">${n.delta_pct > 0 ? '+' : ''}${pct(n.delta_pct)}</td>`;
+}
+
 // The path down the heaviest child while it holds at least half of its parent.
 function heaviestPath(root) {
   const open = new Set([pathKey([])]);
@@ -47,23 +59,26 @@ function draw() {
   const t = v.tree;
   if (!t) return;
   const whole = t.total || 1, rows = [];
+  // Compared with a baseline: a Δ column, and the paths of the baseline alone (value 0).
+  const compared = t.baseline != null, scale = compared ? largestChange(t.root) : 0;
+  for (const th of document.querySelectorAll('#calltree th.diff')) th.hidden = !compared;
   let hidden = 0;
   const walk = (n, path, depth) => {
     for (const c of n.children || []) {
       const p = [...path, c.name];
       if (rows.length >= MAX_ROWS) { ++hidden; continue; }
       const open = v.open.has(pathKey(p)), leaf = !(c.children || []).length;
-      rows.push(`<tr data-path="${attr(pathKey(p))}" class="${open ? 'open' : ''}"><td class="num"><span class="bar" style="width:${Math.min(60, 60 * c.value / whole)}px"></span>${pct(100 * c.value / whole)}</td>
-        <td class="num">${pct(100 * (c.self || 0) / whole)}</td><td class="num">${amount(c.value, v.unit)}</td>
+      rows.push(`<tr data-path="${attr(pathKey(p))}" class="${open ? 'open' : ''}${c.value ? '' : ' gone'}"><td class="num"><span class="bar" style="width:${Math.min(60, 60 * c.value / whole)}px"></span>${pct(100 * c.value / whole)}</td>
+        <td class="num">${pct(100 * (c.self || 0) / whole)}</td>${compared ? deltaCell(c, scale) : ''}<td class="num">${amount(c.value, v.unit)}</td>
         <td class="name" style="padding-left:${0.6 + depth * 1.1}em"><span class="twisty">${leaf ? '' : open ? '▾' : '▸'}</span>${esc(c.name)}</td>
         <td class="muted module" title="${esc(c.module || '')}"><bdi>${esc((c.module || '').split('/').pop())}</bdi></td></tr>`);
       if (open) walk(c, p, depth + 1);
     }
   };
   walk(t.root, [], 0);
-  $('#calltree tbody').innerHTML = rows.join('') + (hidden ? `<tr><td colspan="5" class="muted">… ${hidden} more rows: close some, or focus on a function</td></tr>` : '');
+  $('#calltree tbody').innerHTML = rows.join('') + (hidden ? `<tr><td colspan="${compared ? 6 : 5}" class="muted">… ${hidden} more rows: close some, or focus on a function</td></tr>` : '');
   $('#calltree-info').textContent = `${t.inverted ? 'bottom-up: each sampled function, then who called it' : 'top-down: from where the stacks begin to what they call'} · total and self in % of ${amount(t.total, v.unit)}`
-    + (t.focus ? ` · focused on ${visible(t.focus)}` : '') + (t.small_frames_hidden ? ` · ${t.small_frames_hidden} rows under ${MIN_PCT} % left out` : '');
+    + (t.focus ? ` · focused on ${visible(t.focus)}` : '') + (compared ? ` · Δ against ${t.baseline} in points of each session's total` : '') + (t.small_frames_hidden ? ` · ${t.small_frames_hidden} rows under ${MIN_PCT} % left out` : '');
   $('#tab-calltree').dataset.shows = `${t.inverted ? 'bottom-up' : 'top-down'} ${rows.length}`;
 }
 

@@ -5,7 +5,7 @@
 import { read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, esc, pct, unitOf, visible } from '../format.js';
-import { boxAt as boxAtPointer, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
+import { boxAt as boxAtPointer, diffNote, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
 import { sessionUrl } from '../api.js';
 import { $, addTo, blankCanvas, filterRegex, hoverTip, setHtml, shapeQuery } from '../util.js';
 
@@ -91,7 +91,7 @@ function draw() {
   $('#flame-base-box').hidden = !v.baseFlame;
   $('#flame-diff-title').hidden = !v.baseFlame;
   if (v.baseFlame) drawBase(ancestors.length ? v.zoomPath : []);
-  const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors });
+  const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors, total: v.flame.total });
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
   // The transforms of the answer drawn (a graph still on its way is not taken for it).
@@ -100,7 +100,7 @@ function draw() {
   const unit = unitOf(v.flame);
   const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
   hoverTip(canvas, $('#flame-tip'), boxes, rowH, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide</span>${b.n.delta_pct != null ? `<br>${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points vs baseline` : ''}`);
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide</span>${diffNote(b.n, v.flame.total)}`);
   // The search's reach: the share of the total under frames that match (nested matches once).
   let matched = 0;
   if (re) {

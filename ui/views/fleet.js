@@ -126,7 +126,7 @@ export async function render() {
 function draw() {
   const canvas = $('#fleet-flame');
   if (!flame) return;
-  boxes = flame.root.value ? paintFlame(canvas, flame.root) : [];
+  boxes = flame.root.value ? paintFlame(canvas, flame.root, { total: flame.total }) : [];
   if (!flame.root.value) { canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; canvas.dataset.boxes = 0; }
   const compared = flame.baseline_total != null;
   const share = (x) => `${amount(x, 'count')} (${pct(100 * x / (flame.total || 1))} %)`;

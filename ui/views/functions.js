@@ -189,12 +189,12 @@ function drawRows() {
   const [first, drawn] = drawnRows(), last = Math.min(total, drawn);
   const cols = v.diff ? 8 : 5;
   const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
-  // Red grew, blue shrank; grey within the noise (what sampling alone would move it by).
-  // Grey within the noise; beyond it red (grew) or blue (shrank), as strong as the change,
+  // Grey within the noise (what sampling alone would move it by); beyond it red (grew) or
+  // blue (shrank), as strong as the change,
   // as the compared flame graph colours its frames.
   const delta = (x, noise) => {
     const within = !(Math.abs(x) > (noise ?? 0.005));
-    const shade = within ? '' : ` style="background:${diffColour(x, noise, v.deltaScale)}"`;
+    const shade = ` style="background:${diffColour(within ? 0 : x, within ? 1 : noise, v.deltaScale)}"`;
     return `<td class="delta ${within ? 'muted' : x > 0 ? 'grew' : 'shrank'}"${shade}${noise != null ? ` title="±${pct(noise)} points is within the noise of both sessions' samples"` : ''}>${x > 0 ? '+' : ''}${pct(x)}</td>`;
   };
   const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`

@@ -6,7 +6,7 @@
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, esc, pct, unitOf, visible } from '../format.js';
-import { boxAt, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
+import { boxAt, diffNote, flameLegend, paintFlame, ROW_H } from '../flame_canvas.js';
 import { sessionUrl } from '../api.js';
 import { $, blankCanvas, hoverTip, transformQuery } from '../util.js';
 
@@ -46,10 +46,10 @@ function drawHalf(which, flame, unit, verb) {
   const canvas = $(`#${which}-flame`);
   const top = flame.root.children?.[0];
   if (!top) { blankCanvas(canvas); $(`#${which}-legend`).textContent = ''; return; }
-  const boxes = paintFlame(canvas, top);
+  const boxes = paintFlame(canvas, top, { total: flame.total });
   const whole = flame.total || 1;
   hoverTip(canvas, $(`#${which}-tip`), boxes, ROW_H, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-    ${b.y === 0 ? 'every stack through it' : `${verb} on this path`}: ${amount(b.n.value, unit)} (${pct(100 * b.n.value / whole)} % of the total)<br><span class="muted">click: its own callers and callees</span>`);
+    ${b.y === 0 ? 'every stack through it' : `${verb} on this path`}: ${amount(b.n.value, unit)} (${pct(100 * b.n.value / whole)} % of the total)${diffNote(b.n, flame.total)}<br><span class="muted">click: its own callers and callees</span>`);
   canvas.onclick = (e) => {
     const b = boxAt(canvas, boxes, e);
     if (b && b.y > 0) setHash({ fn: b.n.name });

@@ -5,7 +5,8 @@
 // other tabs share). The pointer on the chart shows the whole stack under it.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { esc, moduleHues, nameShade, pct, tickStep, visible, zoomWindow } from '../format.js';
+import { esc, pct, tickStep, visible, zoomWindow } from '../format.js';
+import { frameFill } from '../flame_canvas.js';
 import { sessionUrl } from '../api.js';
 import { $, blankCanvas, setHtml, transformQuery } from '../util.js';
 
@@ -118,11 +119,8 @@ function drawChart(t) {
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '10px ui-monospace, monospace';
   const boxes = chart.boxes.map(([d, b0, b1, fi]) => ({ x: b0 * scale, w: (b1 - b0 + 1) * scale, y: d * rowH, f: chart.frames[fi] }));
-  const widths = new Map();
-  for (const b of boxes) widths.set(b.f.module || '', (widths.get(b.f.module || '') || 0) + b.w);
-  const hues = moduleHues(widths);
   for (const b of boxes) {
-    g.fillStyle = `hsl(${hues.get(b.f.module || '')},60%,${58 + nameShade(b.f.name) % 4 * 4}%)`;
+    g.fillStyle = frameFill(b.f, {}); // the flame graph's colours
     g.fillRect(b.x, b.y, Math.max(b.w - 0.5, 0.5), rowH - 1);
     if (b.w > 40) { g.fillStyle = '#111'; g.fillText(visible(b.f.name).slice(0, Math.floor(b.w / 6)), b.x + 2, b.y + 11); }
   }

@@ -142,7 +142,7 @@ asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<sessio
     const auto f = make_filter(e->model->prof, v);
     if (!f)
         co_return failure{"bad_baseline", "baseline: " + f.error().message};
-    co_return baseline_of(e->model->prof, *f, v.shape);
+    co_return baseline_of(e->model->prof, *f, v.shape, v.min_pct.value_or(0.0));
 }
 
 // What a view computes on the strand: a JSON body (or a text body), or an error. The body
@@ -412,11 +412,12 @@ asio::awaitable<view_result> compute_view(std::shared_ptr<session_entry> e, app_
                                           std::optional<baseline_shares> base) {
     const function_page page = v.page;
     const std::string baseline_id = v.baseline;
+    const double min_pct = v.min_pct.value_or(0.0);
     auto r = co_await compute_body(std::move(e), app, kind, std::move(v));
     if (r.failed || r.status != http::status::ok)
         co_return r;
     if (base)
-        apply_baseline(r.body, *base, baseline_id, r.view_samples);
+        apply_baseline(r.body, *base, baseline_id, r.view_samples, min_pct);
     if (kind == view_kind::functions && r.body.is_object())
         page_functions(r.body.get_object(), page);
     co_return r;
@@ -479,10 +480,7 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
         co_return make_error(req, parsed.error());
     view_params v = std::move(*parsed);
     std::optional<baseline_shares> base;
-    if (!v.baseline.empty() &&
-        (kind == view_kind::functions ||
-         (kind == view_kind::flamegraph && !v.shape.inverted && v.shape.focus.empty() &&
-          v.shape.hide.empty() && !v.shape.collapse_recursion && v.shape.collapse.empty()))) {
+    if (!v.baseline.empty() && (kind == view_kind::functions || kind == view_kind::flamegraph)) {
         auto b = app.sessions.find(v.baseline);
         if (!b)
             co_return make_error(req, http::status::not_found, "no_session",

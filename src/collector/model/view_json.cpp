@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <unordered_set>
 
 namespace collector {
 
@@ -252,7 +253,13 @@ call_tree reshaped_tree(const std::vector<std::uint64_t>& self,
             std::for_each(stack.begin(), stack.end(), step);
         else
             std::for_each(stack.rbegin(), stack.rend(), step);
-        t.self[cur] += w; // the last frame placed: the leaf, or the outermost when inverted
+        t.self[cur] += w; // the last frame placed: the leaf, or the outermost for callers
+    }
+    if (inverted && !callers) {
+        // Bottom-up, all of a node's weight is the sampled function's own time that came
+        // along that path: its self is its value (a root row's self is the function's).
+        t.self = t.value;
+        t.self[0] = 0;
     }
     t.kids = children_from_parents(parent);
     return t;
@@ -369,43 +376,61 @@ json::value tree_json(const profile& p, const view_filter& f, const call_tree& t
 
 } // namespace
 
-std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
-                                           double min_pct, const json::storage_ptr& sp,
-                                           const tree_shape& shape) {
+namespace {
+
+// A view's call tree as a shape makes it (see flamegraph_json), with the view's whole weight.
+struct shaped_tree {
+    call_tree tree;
+    std::uint64_t total = 0;
+    bool callers = false;
+};
+
+std::optional<shaped_tree> make_tree(const profile& p, const view_filter& f,
+                                     const stack_shaper& shaper, const tree_shape& shape) {
+    if (shaper.focus_missing())
+        return std::nullopt;
+    shaped_tree out;
     auto self = node_self_weights(p, f);
     view_filter by_samples = f;
     by_samples.by_period = false;
     auto self_samples = f.by_period ? node_self_weights(p, by_samples) : self;
-    std::uint64_t total = 0;
     for (const auto w : self)
-        total += w;
-    const stack_shaper shaper(p, shape);
-    if (shaper.focus_missing())
-        return std::nullopt;
-    const bool callers = shape.callers && shaper.focused();
-    if (shape.inverted || callers || !shaper.plain()) {
-        auto o = tree_json(p, f,
-                           shape.inverted || callers
-                               ? reshaped_tree(self, self_samples, shaper, shape.inverted, callers)
-                               : pruned_tree(p, self, self_samples, shaper),
-                           shaper, max_depth, min_pct, sp, total);
-        auto& obj = o.as_object();
-        if (shape.inverted)
-            obj["inverted"] = true;
-        if (callers)
-            obj["callers"] = true;
-        say_shape(obj, shape);
-        return o;
+        out.total += w;
+    out.callers = shape.callers && shaper.focused();
+    if (shape.inverted || out.callers) {
+        out.tree = reshaped_tree(self, self_samples, shaper, shape.inverted, out.callers);
+    } else if (!shaper.plain()) {
+        out.tree = pruned_tree(p, self, self_samples, shaper);
+    } else {
+        call_tree& t = out.tree;
+        t.value = inclusive_weights(p, self);
+        t.samples = f.by_period ? inclusive_weights(p, std::move(self_samples)) : t.value;
+        t.self = std::move(self);
+        t.frame.resize(p.node_count());
+        for (std::uint32_t n = 0; n < p.node_count(); ++n)
+            t.frame[n] = p.node_frame(n);
+        t.kids = children_of(p);
     }
-    call_tree t;
-    t.value = inclusive_weights(p, self);
-    t.samples = f.by_period ? inclusive_weights(p, std::move(self_samples)) : t.value;
-    t.self = std::move(self);
-    t.frame.resize(p.node_count());
-    for (std::uint32_t n = 0; n < p.node_count(); ++n)
-        t.frame[n] = p.node_frame(n);
-    t.kids = children_of(p);
-    return tree_json(p, f, t, shaper, max_depth, min_pct, sp, total);
+    return out;
+}
+
+} // namespace
+
+std::optional<json::value> flamegraph_json(const profile& p, const view_filter& f, int max_depth,
+                                           double min_pct, const json::storage_ptr& sp,
+                                           const tree_shape& shape) {
+    const stack_shaper shaper(p, shape);
+    const auto made = make_tree(p, f, shaper, shape);
+    if (!made)
+        return std::nullopt;
+    auto o = tree_json(p, f, made->tree, shaper, max_depth, min_pct, sp, made->total);
+    auto& obj = o.as_object();
+    if (shape.inverted && !made->callers)
+        obj["inverted"] = true;
+    if (made->callers)
+        obj["callers"] = true;
+    say_shape(obj, shape);
+    return o;
 }
 
 std::optional<json::value> sandwich_json(const profile& p, const view_filter& f,
@@ -512,21 +537,41 @@ std::optional<json::value> addresses_json(const profile& p, const view_filter& f
     return json::value(std::move(o));
 }
 
-baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape) {
+baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape,
+                            double min_pct) {
     baseline_shares b;
     const stack_shaper shaper(p, shape);
-    const auto t = shaped_functions(p, f, shaper);
-    for (const auto& r : t.rows)
-        b.functions[function_key(shaper.name(r.frame), shaper.module(r.frame))] = {
-            pct(r.self, t.total_weight), pct(r.total, t.total_weight)};
-    const auto incl = inclusive_weights(p, node_self_weights(p, f));
-    std::vector<std::string> path(p.node_count());
-    for (std::uint32_t n = 1; n < p.node_count(); ++n) {
-        const auto parent = p.node_parent(n);
-        path[n] = (parent == profile::root ? std::string() : path[parent] + ";") +
-                  std::string(p.symbol(p.node_frame(n)));
-        if (incl[n])
-            b.nodes[path[n]] = pct(incl[n], incl[0]);
+    if (!shaper.focus_missing()) {
+        const auto t = shaped_functions(p, f, shaper);
+        for (const auto& r : t.rows) {
+            const auto name = shaper.name(r.frame), module = shaper.module(r.frame);
+            b.functions[function_key(name, module)] = {std::string(name), std::string(module),
+                                                       pct(r.self, t.total_weight),
+                                                       pct(r.total, t.total_weight)};
+        }
+    }
+    b.nodes.emplace_back();
+    if (const auto made = make_tree(p, f, shaper, shape)) {
+        const auto& t = made->tree;
+        const auto keep = static_cast<double>(made->total) * min_pct / 1000.0;
+        b.nodes[0].pct = pct(t.value[0], made->total);
+        std::vector<std::pair<std::uint32_t, std::uint32_t>> todo{{0, 0}}; // tree node, b node
+        while (!todo.empty()) {
+            const auto [n, at] = todo.back();
+            todo.pop_back();
+            for (auto k = t.kids.offset[n]; k < t.kids.offset[n + 1]; ++k) {
+                const auto c = t.kids.child[k];
+                if (!t.value[c] || static_cast<double>(t.value[c]) < keep)
+                    continue;
+                const auto id = static_cast<std::uint32_t>(b.nodes.size());
+                b.nodes.push_back({std::string(shaper.name(t.frame[c])),
+                                   std::string(shaper.module(t.frame[c])),
+                                   pct(t.value[c], made->total),
+                                   {}});
+                b.nodes[at].children.push_back(id);
+                todo.emplace_back(c, id);
+            }
+        }
     }
     b.samples = view_samples(p, f);
     return b;
@@ -553,53 +598,131 @@ double noise_points(double now_pct, std::uint64_t n1, double base_pct, std::uint
 
 } // namespace
 
-// Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
-// (and the same for total); flame nodes get baseline_pct and delta_pct.
 void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id,
-                    std::uint64_t n1) {
+                    std::uint64_t n1, double min_pct) {
     auto& o = body.as_object();
+    const json::storage_ptr sp = o.storage();
     o["baseline"] = id;
     o["baseline_samples"] = b.samples;
+    auto compare = [&](json::object& r, std::string_view key, double now, double base) {
+        r[std::string("baseline_") + std::string(key)] = base;
+        r[std::string("delta_") + std::string(key)] = now - base;
+        r[std::string("noise_") + std::string(key)] = noise_points(now, n1, base, b.samples);
+    };
     if (auto* fns = o.if_contains("functions")) {
-        for (auto& row : fns->as_array()) {
+        auto& rows = fns->as_array();
+        std::unordered_set<std::string> seen;
+        for (auto& row : rows) {
             auto& r = row.as_object();
-            const auto it = b.functions.find(
-                function_key(r.at("name").as_string(), r.at("module").as_string()));
-            const double bs = it == b.functions.end() ? 0.0 : it->second.first;
-            const double bt = it == b.functions.end() ? 0.0 : it->second.second;
-            r["baseline_self_pct"] = bs;
-            r["baseline_total_pct"] = bt;
-            r["delta_self_pct"] = r.at("self_pct").as_double() - bs;
-            r["delta_total_pct"] = r.at("total_pct").as_double() - bt;
-            r["noise_self_pct"] = noise_points(r.at("self_pct").as_double(), n1, bs, b.samples);
-            r["noise_total_pct"] = noise_points(r.at("total_pct").as_double(), n1, bt, b.samples);
+            auto key = function_key(r.at("name").as_string(), r.at("module").as_string());
+            const auto it = b.functions.find(key);
+            const bool found = it != b.functions.end();
+            compare(r, "self_pct", r.at("self_pct").as_double(), found ? it->second.self : 0.0);
+            compare(r, "total_pct", r.at("total_pct").as_double(), found ? it->second.total : 0.0);
+            seen.insert(std::move(key));
+        }
+        // What the baseline has and this view not: vanished, a row of its own.
+        for (const auto& [key, share] : b.functions) {
+            if (seen.count(key))
+                continue;
+            json::object r({{"name", share.name},
+                            {"module", share.module},
+                            {"self", 0},
+                            {"total", 0},
+                            {"self_pct", 0.0},
+                            {"total_pct", 0.0}},
+                           sp);
+            compare(r, "self_pct", 0.0, share.self);
+            compare(r, "total_pct", 0.0, share.total);
+            rows.push_back(std::move(r));
         }
     }
-    if (auto* root = o.if_contains("root")) {
-        const double total = static_cast<double>(o.at("total").to_number<std::uint64_t>());
-        struct item {
-            json::object* node;
-            std::string path;
-        };
-        std::vector<item> todo;
-        for (auto& c : root->as_object()["children"].as_array())
-            todo.push_back({&c.as_object(), std::string(c.at("name").as_string())});
+    auto* root = o.if_contains("root");
+    if (!root || b.nodes.empty())
+        return;
+    const double total = static_cast<double>(o.at("total").to_number<std::uint64_t>());
+    const auto flame_pct = [&](const json::object& node) {
+        return total ? 100.0 * static_cast<double>(node.at("value").to_number<std::uint64_t>()) /
+                           total
+                     : 0.0;
+    };
+    // A path the baseline has alone: a node of value 0, with its children as far as they
+    // reach min_pct of the baseline (vanished too: this view has nothing below it).
+    const auto vanished_node = [&](std::uint32_t at) {
+        const auto& bn = b.nodes[at];
+        json::object node({{"name", bn.name},
+                           {"module", bn.module},
+                           {"value", 0},
+                           {"self", 0},
+                           {"samples", 0},
+                           {"baseline_pct", bn.pct},
+                           {"delta_pct", -bn.pct},
+                           {"noise_pct", noise_points(0.0, n1, bn.pct, b.samples)}},
+                          sp);
+        node["children"].emplace_array();
+        return node;
+    };
+    const auto vanished = [&](std::uint32_t at) {
+        json::value top = vanished_node(at);
+        std::vector<std::pair<json::object*, std::uint32_t>> todo{{&top.as_object(), at}};
         while (!todo.empty()) {
-            auto [node, path] = std::move(todo.back());
+            const auto [node, from] = todo.back();
             todo.pop_back();
-            const auto it = b.nodes.find(path);
-            const double base = it == b.nodes.end() ? 0.0 : it->second;
-            const double now =
-                total ? 100.0 * static_cast<double>(node->at("value").to_number<std::uint64_t>()) /
-                            total
-                      : 0.0;
-            (*node)["baseline_pct"] = base;
-            (*node)["delta_pct"] = now - base;
-            (*node)["noise_pct"] = noise_points(now, n1, base, b.samples);
-            for (auto& c : (*node)["children"].as_array())
-                todo.push_back(
-                    {&c.as_object(), path + ";" + std::string(c.at("name").as_string())});
+            auto& kids = (*node)["children"].as_array();
+            for (const auto c : b.nodes[from].children)
+                if (b.nodes[c].pct >= min_pct)
+                    kids.push_back(vanished_node(c));
+            // Filled once, never grown again: the children's addresses hold.
+            for (std::size_t i = 0; i < kids.size(); ++i)
+                todo.emplace_back(&kids[i].as_object(), b.nodes[from].children[i]);
         }
+        return top;
+    };
+    struct item {
+        json::object* node;
+        std::optional<std::uint32_t> base; // the baseline's node at the same path
+    };
+    {
+        auto& top = root->as_object();
+        const double now = flame_pct(top), was = b.nodes[0].pct;
+        top["baseline_pct"] = was;
+        top["delta_pct"] = now - was;
+        top["noise_pct"] = noise_points(now, n1, was, b.samples);
+    }
+    std::vector<item> todo{{&root->as_object(), 0U}};
+    std::unordered_map<std::string_view, std::uint32_t> by_name;
+    std::vector<std::optional<std::uint32_t>> twins;
+    while (!todo.empty()) {
+        const auto [node, base] = todo.back();
+        todo.pop_back();
+        // A name twice under one node (one per module): the heavier one is its match.
+        by_name.clear();
+        if (base)
+            for (const auto c : b.nodes[*base].children)
+                by_name.try_emplace(b.nodes[c].name, c);
+        auto& children = (*node)["children"].as_array();
+        const std::size_t present = children.size();
+        twins.assign(present, std::nullopt);
+        for (std::size_t i = 0; i < present; ++i) {
+            auto& child = children[i].as_object();
+            const auto it = by_name.find(std::string_view(child.at("name").as_string()));
+            if (it != by_name.end()) {
+                twins[i] = it->second;
+                by_name.erase(it);
+            }
+            const double now = flame_pct(child), was = twins[i] ? b.nodes[*twins[i]].pct : 0.0;
+            child["baseline_pct"] = was;
+            child["delta_pct"] = now - was;
+            child["noise_pct"] = noise_points(now, n1, was, b.samples);
+        }
+        if (base)
+            for (const auto c : b.nodes[*base].children)
+                if (const auto it = by_name.find(b.nodes[c].name);
+                    it != by_name.end() && it->second == c && b.nodes[c].pct >= min_pct)
+                    children.push_back(vanished(c));
+        // The array is whole now: the addresses of its elements hold.
+        for (std::size_t i = 0; i < present; ++i)
+            todo.push_back({&children[i].as_object(), twins[i]});
     }
 }
 

@@ -111,24 +111,38 @@ json::value threads_json(const profile& p, const view_filter& f, const json::sto
 // The last perf stat: counters, ipc and miss rates (null when not counted), elapsed, scaled.
 json::object stat_json(const session_model& m);
 
-// A baseline's shares, keyed by "name\x1fmodule" for functions and by the ';'-joined path for
-// flame-graph nodes, in percent of its total.
+// A baseline's shares in percent of its total: its function table (keyed by
+// "name\x1fmodule") and its call tree, both shaped as the view compared with it.
 struct baseline_shares {
-    std::unordered_map<std::string, std::pair<double, double>> functions; // self %, total %
-    std::unordered_map<std::string, double> nodes;                        // inclusive %
+    struct function_share {
+        std::string name, module;
+        double self = 0, total = 0;
+    };
+    struct node {
+        std::string name, module;
+        double pct = 0; // inclusive
+        std::vector<std::uint32_t> children;
+    };
+    std::unordered_map<std::string, function_share> functions;
+    std::vector<node> nodes;   // nodes[0] is the root
     std::uint64_t samples = 0; // in the baseline's view: how far its shares can be trusted
 };
 
-// Function shares are of the stacks as `shape` reshapes them (the node shares are of the
-// stacks as recorded: a compared flame graph takes no shape).
-baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape = {});
-// Adds baseline and delta fields: functions rows get baseline_self_pct and delta_self_pct
-// (and the same for total); flame nodes get baseline_pct and delta_pct. Each delta comes with
-// its noise (noise_pct; noise_self_pct and noise_total_pct for a row): the 95 % band of a
-// difference of two shares from these sample counts (n1: the samples of the view), within
-// which a change means nothing.
+// The baseline's function table and call tree, shaped by `shape` (its direction, focus,
+// callers, hidden functions, collapsed recursion and modules) as the view is; tree nodes
+// under a tenth of `min_pct` are left out.
+baseline_shares baseline_of(const profile& p, const view_filter& f, const tree_shape& shape = {},
+                            double min_pct = 0);
+// Compares a functions or flamegraph answer with a baseline, over the union of both: functions
+// rows gain baseline_self_pct, baseline_total_pct, delta_self_pct, delta_total_pct, and a row
+// for each function of the baseline only (self and total 0); flame-graph nodes (matched by
+// their path of names) gain baseline_pct and delta_pct, and a node of value 0 stands for each
+// path of the baseline only, at least `min_pct` of its total. Each delta comes with its noise
+// (noise_pct; noise_self_pct and noise_total_pct for a row): the 95 % band of a difference of
+// two shares from these sample counts (n1: the samples of the view), within which a change
+// means nothing.
 void apply_baseline(json::value& body, const baseline_shares& b, const std::string& id,
-                    std::uint64_t n1);
+                    std::uint64_t n1, double min_pct = 0);
 // The samples a view holds.
 std::uint64_t view_samples(const profile& p, const view_filter& f);
 

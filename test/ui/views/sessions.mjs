@@ -58,6 +58,38 @@ export async function importCompareDelete(t) {
   const banded = nodes.filter((n) => n.noise_pct > 0 && n.noise_pct < 50);
   check(nodes.length > 0 && banded.length === nodes.length && diff.baseline_samples > 0 && /within the noise/.test(await wz.locator('#flame-legend').textContent()),
     `the compared flame graph shows the baseline beside it; each of its ${nodes.length} frames has a noise band (${banded.slice(0, 3).map((n) => `${n.delta_pct.toFixed(2)} ± ${n.noise_pct.toFixed(2)}`).join(', ')})`);
+  // A baseline holding a function this session lacks: it is a row (blue, its share gone) and a
+  // frame of the compared flame graph (blue, as wide as its share was), not left out.
+  t.doing = "comparing against a baseline with a function this session lacks";
+  const gone = 'only_in_the_baseline';
+  const baseText = Array.from({ length: 60 }, (_, i) => `app 7/7 ${1 + i / 100}: 1000000 cpu-clock:\n\t400 ${gone}+0x4 (/bin/app)\n\n`).join('');
+  const withGone = (await (await fetch(`${http}/api/sessions/import?name=gone.txt`, { method: 'POST', body: baseText })).json()).session_id;
+  await wz.goto(`${http}/#session=${imported}&baseline=${withGone}&sort=delta_self_pct&order=asc`);
+  await tableShows(wz, { session: imported, baseline: withGone });
+  const goneRow = wz.locator('#functions tbody tr[data-function]').first();
+  const goneCells = (await goneRow.locator('td').allTextContents()).map((x) => x.trim());
+  check(await goneRow.getAttribute('data-function') === gone && Number(goneCells[0]) === 0 && Number(goneCells[2]) === 100 && Number(goneCells[3]) === -100 &&
+    await goneRow.locator('td.delta').first().evaluate((td) => td.classList.contains('shrank')),
+    `a function of the baseline alone is the biggest shrink, a row of its own (${goneCells.slice(0, 5).join(' | ')} ${await goneRow.getAttribute('data-function')})`);
+  await wz.locator('#tabs button[data-tab="flamegraph"]').click();
+  await wz.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 2 && document.querySelector('#flame-panes').classList.contains('compared'), null, { timeout: 15000 });
+  // Row 1 of the canvas (the root's children): the vanished frame is there, painted blue.
+  const blue = await wz.locator('#flame').evaluate((c) => {
+    const g = c.getContext('2d'), y = Math.round(27 * devicePixelRatio), row = g.getImageData(0, y, c.width, 1).data;
+    let n = 0, first = -1;
+    for (let x = 0; x < c.width; ++x) if (row[4 * x + 2] - row[4 * x] > 60) { ++n; if (first < 0) first = x / devicePixelRatio; }
+    return { n: n / devicePixelRatio, first };
+  });
+  let tip = '';
+  if (blue.first >= 0) {
+    const box = await wz.locator('#flame').boundingBox();
+    await wz.mouse.move(box.x + blue.first + 3, box.y + 27);
+    tip = await wz.locator('#flame-tip').textContent();
+  }
+  check(blue.n > 100 && tip.includes(gone) && tip.includes('gone'), `the compared flame graph paints the baseline's frame blue, ${Math.round(blue.n)} px wide: "${tip.slice(0, 120)}"`);
+  await fetch(`${http}/api/sessions/${withGone}`, { method: 'DELETE' });
+  await wz.goto(`${http}/#session=${imported}&baseline=${liveSession}`);
+  await tableShows(wz, { session: imported, baseline: liveSession });
   t.doing = "deleting the imported session";
   await wz.locator('#tabs button[data-tab="sessions"]').click();
   wz.once('dialog', (d) => d.accept());
