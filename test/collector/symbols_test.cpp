@@ -837,6 +837,78 @@ TEST_CASE("source view: an entry into the kernel weighs on the line it interrupt
     CHECK(line_of_value("value") == line_of_value("total_value"));
 }
 
+TEST_CASE("source view: every column of the same total, a line counted once per stack even "
+          "when the function recurses",
+          "[collector][symbols]") {
+    // The return address of recursive_fib's first call to itself, from its machine code.
+    const auto dis = run_capture({"objdump", "-d", "--no-show-raw-insn", "-C", demo_bin});
+    REQUIRE(dis.code == 0);
+    std::uint64_t start = 0, ret = 0;
+    bool inside = false, after_call = false;
+    for (const auto& l : split_lines(dis.out)) {
+        if (l.find("recursive_fib(int)>:") != std::string::npos) {
+            start = std::stoull(l, nullptr, 16);
+            inside = true;
+            continue;
+        }
+        if (!inside || l.find(':') == std::string::npos)
+            continue;
+        if (after_call) {
+            ret = std::stoull(l, nullptr, 16);
+            break;
+        }
+        after_call =
+            l.find("call") != std::string::npos && l.find("recursive_fib") != std::string::npos;
+    }
+    REQUIRE(ret > start);
+    std::ostringstream off;
+    off << "0x" << std::hex << (ret - start);
+    const std::string fib = "(anonymous namespace)::recursive_fib", at = " (" + demo_bin + ")";
+    // Leaf first: 100 ns three deep in the recursion, 50 ns one deep; 150 in all, all of it
+    // through recursive_fib (its total), the recursive call's line on every stack.
+    profile p;
+    script_parser parser(p);
+    std::ostringstream text;
+    text << "demo-recurse 1/3 10.0: 100 cpu-clock:\n\t23b7 " << fib << "+0x0" << at << "\n\t23d5 "
+         << fib << "+" << off.str() << at << "\n\t23d5 " << fib << "+" << off.str() << at
+         << "\n\t2000 main+0x10" << at << "\n\n"
+         << "demo-recurse 1/3 10.1: 50 cpu-clock:\n\t23b7 " << fib << "+0x0" << at << "\n\t23d5 "
+         << fib << "+" << off.str() << at << "\n\t2000 main+0x10" << at << "\n\n";
+    parser.feed(text.str());
+    parser.finish();
+    symbolizer sym;
+    const auto answer = source_view(p, {}, sym, {"", fib}, {}, own);
+    REQUIRE(answer.status == 200);
+    INFO(boost::json::serialize(answer.body));
+    CHECK(answer.body.at("view_total").to_number<int>() == 150);
+    double self_sum = 0;
+    std::uint64_t call_line_total = 0;
+    for (const auto& l : answer.body.at("lines").as_array()) {
+        const auto total = l.at("total_value").to_number<std::uint64_t>();
+        CHECK(total <= 150); // never above the function's own total
+        // One denominator: self and total are shares of the view's 150.
+        CHECK(l.at("pct").as_double() == Approx(100.0 * l.at("value").to_number<double>() / 150));
+        CHECK(l.at("total_pct").as_double() == Approx(100.0 * static_cast<double>(total) / 150));
+        CHECK(l.at("pct").as_double() <= l.at("total_pct").as_double() + 1e-9);
+        self_sum += l.at("self_pct").as_double();
+        if (const auto* calls = l.as_object().if_contains("calls")) {
+            for (const auto& c : calls->as_array())
+                if (c.at("name").as_string() == fib) {
+                    CHECK(c.at("value").to_number<int>() == 150); // once per stack
+                    call_line_total = total;
+                }
+        }
+    }
+    CHECK(self_sum == Approx(100));
+    CHECK(call_line_total == 150);
+    // Called from: the recursive call holds each stack once (150), main's call all of it too.
+    std::map<std::string, std::uint64_t> from;
+    for (const auto& c : answer.body.at("called_from").as_array())
+        from[std::string(c.at("function").as_string())] += c.at("value").to_number<std::uint64_t>();
+    CHECK(from[fib] == 150);
+    CHECK(from["main"] == 150);
+}
+
 TEST_CASE("source view: lines of a real capture, files only from the debug info",
           "[collector][symbols]") {
     // Sites made the way the parser makes them, at addresses inside the demo's functions.

@@ -11,6 +11,8 @@ import { $, syncRows } from '../util.js';
 let app; // {rerender, showError}
 // The function opened, the file it is in, and the line to show (else its hottest).
 let focus = { fn: null, file: null, line: null };
+let scrolledTo = null; // the session, file, function and line last scrolled to
+let renders = 0;
 
 export async function render(s, r) {
   const list = await store.view(s.session, sessionUrl(s.session, 'source', r.q));
@@ -48,8 +50,15 @@ export async function render(s, r) {
     return `<tr id="L${l.line}" ${heat} class="${cls}" data-total="${l.total_value || 0}"><td>${l.pct > 0 ? pct(l.pct) : ''}</td><td title="this line and what its calls led to, of the view's samples">${l.total_value ? pct(l.total_pct) : ''}</td><td>${l.samples || ''}</td>
       <td class="muted">${l.line}</td><td class="code">${esc(l.text)}${calls ? ` ${calls}` : ''}</td></tr>`;
   }).join('');
-  document.getElementById('L' + (focusLine || src.hottest_line))?.scrollIntoView({ block: 'center' });
+  // Scrolled to the line once per file and function opened: a live update leaves the reader
+  // where they scrolled.
+  const target = `${s.session}|${file}|${fn}|${focus.line}`;
+  if (scrolledTo !== target) {
+    const el = document.getElementById('L' + (focusLine || src.hottest_line));
+    if (el) { el.scrollIntoView({ block: 'center' }); scrolledTo = target; }
+  }
   await renderCode(s, r, fn ? focus.fn : null);
+  $('#tab-source').dataset.renders = String(++renders); // each render done, for a reader
 }
 
 // Where the function opened was called from: each call's line opens the caller there.
@@ -111,6 +120,7 @@ export function clear() {
   $('#source-panes').classList.remove('with-code');
   for (const id of ['#source tbody', '#source-file', '#symbol-files tbody']) $(id).innerHTML = '';
   focus = { fn: null, file: null, line: null };
+  scrolledTo = null;
 }
 
 async function openFunctionSource(name) {
@@ -118,6 +128,7 @@ async function openFunctionSource(name) {
   try {
     const src = await api(sessionUrl(s.session, 'source', { function: name }));
     focus = { fn: name, file: src.file, line: null }; // scroll to this function's hottest line
+    scrolledTo = null;
     setHash({ tab: 'source', file: src.file });
   } catch (e) { app.showError(e.message); }
 }
@@ -141,6 +152,7 @@ export function init(context) {
     if (!call) return;
     e.preventDefault();
     focus = { fn: call.dataset.fn, file: call.dataset.file, line: Number(call.dataset.line) };
+    scrolledTo = null;
     if (hashState().file === call.dataset.file) app.rerender(); else setHash({ tab: 'source', file: call.dataset.file });
   });
   $('#source-file').addEventListener('change', (e) => setHash({ file: e.target.value }));

@@ -23,8 +23,6 @@ constexpr std::uintmax_t max_source_bytes = 16 << 20;
 
 struct line_weight {
     std::uint64_t samples = 0, value = 0, self_value = 0;
-    std::uint64_t call_value = 0;               // in what the calls on this line called
-    std::map<std::string, std::uint64_t> calls; // callee -> that weight
 };
 
 struct file_weight {
@@ -48,17 +46,15 @@ heaviest(const std::map<std::string, std::uint64_t>& m, std::size_t n) {
     return v;
 }
 
-// Where `function` was called from, heaviest first (ten at most): each call instruction that
-// led to it, its caller and line (none when the caller has no line information), and the
-// weight of what that call led to.
-template <class Weights>
-json::array called_from(const std::string& function, const std::vector<symbolizer::site>& sites,
-                        const std::vector<Weights>& values,
+// Where a function was called from, heaviest first (ten at most): each call instruction that
+// led to it (sites[i] -> the weight of the stacks through that call, once per stack), its
+// caller and line (none when the caller has no line information).
+json::array called_from(const std::map<std::size_t, std::uint64_t>& calls,
+                        const std::vector<symbolizer::site>& sites,
                         const std::vector<symbolizer::placement>& where, std::uint64_t total) {
     std::vector<std::pair<std::uint64_t, std::size_t>> found; // weight, sites[i]
-    for (std::size_t i = 0; i < sites.size(); ++i)
-        if (const auto c = values[i].callees.find(function); c != values[i].callees.end())
-            found.emplace_back(c->second, i);
+    for (const auto& [i, w] : calls)
+        found.emplace_back(w, i);
     std::sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
         return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
@@ -154,12 +150,16 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
     std::vector<symbolizer::site> sites;
     struct weights {
         std::uint64_t value = 0, samples = 0, calls = 0;
-        std::map<std::string, std::uint64_t> callees;
     };
     std::vector<weights> values;
     // (frame << 32 | offset) -> sites[i], for sampled instructions and for calls
     std::unordered_map<std::uint64_t, std::size_t> index, call_index;
     std::uint64_t total = 0, placed = 0, view_total = 0;
+    // Per site: sites[i] of its own instruction, and of the call that led to it from its
+    // caller (npos: none), for walking each stack once.
+    constexpr std::size_t npos = static_cast<std::size_t>(-1);
+    std::vector<std::size_t> own_entry(counts.size(), npos), call_entry(inclusive.size(), npos);
+    std::size_t last_entry = npos;
     auto entry = [&](std::unordered_map<std::uint64_t, std::size_t>& in, std::uint32_t frame,
                      std::uint32_t offset) -> weights& {
         const auto [it, fresh] = in.try_emplace(std::uint64_t{frame} << 32 | offset, sites.size());
@@ -171,6 +171,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
                                                                                 : id->second});
             values.emplace_back();
         }
+        last_entry = it->second;
         return values[it->second];
     };
     // Frames with an offset, of a function some symbol named: a line can be found for them.
@@ -186,6 +187,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         auto& w = entry(index, p.site_frame(s), p.site_offset(s));
         w.value += counts[s];
         w.samples += site_samples[s];
+        own_entry[s] = last_entry;
     }
     for (std::uint32_t s = 1; s < inclusive.size(); ++s) {
         const auto caller = p.site_parent(s);
@@ -196,9 +198,8 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         if (p.site_offset(caller) == 0 && !at.into_kernel)
             continue; // a return address at the function's start: no call before it
         auto& w = entry(call_index, p.site_frame(caller), at.offset);
+        call_entry[s] = last_entry;
         w.calls += inclusive[s];
-        if (!at.into_kernel)
-            w.callees[std::string(p.symbol(p.site_frame(s)))] += inclusive[s];
     }
     const auto where = symbols.resolve(sites);
 
@@ -225,9 +226,6 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             auto& lw = fw.lines[chain[k].line];
             lw.samples += w.samples;
             lw.value += w.value;
-            lw.call_value += w.calls;
-            for (const auto& [callee, v] : w.callees)
-                lw.calls[callee] += v;
             if (k == 0) {
                 fw.self.samples += w.samples;
                 fw.self.value += w.value;
@@ -317,22 +315,82 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         first = hottest > context_lines ? hottest - static_cast<std::uint32_t>(context_lines) : 1;
         last = std::min<std::uint32_t>(last, hottest + static_cast<std::uint32_t>(context_lines));
     }
+    // Each line's inclusive weight, and what each call on it led to, counted once per stack:
+    // a line the stack passes twice (a recursive call) weighs the stack once, as a function's
+    // total does, so no line weighs more than the function it is in.
+    std::vector<std::uint32_t> line_of(sites.size(), 0); // innermost line in this file; 0: none
+    for (std::size_t i = 0; i < sites.size(); ++i)
+        for (const auto& loc : where[i].chain)
+            if (loc.file == file) {
+                line_of[i] = loc.line;
+                break;
+            }
+    std::map<std::uint32_t, std::uint64_t> through;                          // line -> weight
+    std::map<std::pair<std::uint32_t, std::string_view>, std::uint64_t> led; // (line, callee)
+    std::map<std::size_t, std::uint64_t> calls_to; // sites[i] calling req.function -> weight
+    std::vector<std::uint32_t> seen_lines;
+    std::vector<std::pair<std::uint32_t, std::string_view>> seen_calls;
+    std::vector<std::size_t> seen_callers;
+    for (std::uint32_t s = 1; s < counts.size(); ++s) {
+        if (!counts[s])
+            continue;
+        seen_lines.clear();
+        seen_calls.clear();
+        seen_callers.clear();
+        auto pass = [&](std::uint32_t line) {
+            if (line && std::find(seen_lines.begin(), seen_lines.end(), line) == seen_lines.end())
+                seen_lines.push_back(line);
+        };
+        if (own_entry[s] != npos)
+            pass(line_of[own_entry[s]]);
+        for (std::uint32_t m = s; m != 0; m = p.site_parent(m)) {
+            const auto e = m < call_entry.size() ? call_entry[m] : npos;
+            if (e == npos)
+                continue;
+            const auto at = call_offset(p, p.site_parent(m), m);
+            if (!at.into_kernel && !req.function.empty() &&
+                p.symbol(p.site_frame(m)) == req.function &&
+                std::find(seen_callers.begin(), seen_callers.end(), e) == seen_callers.end())
+                seen_callers.push_back(e);
+            if (!line_of[e])
+                continue;
+            pass(line_of[e]);
+            if (at.into_kernel)
+                continue;
+            const std::pair<std::uint32_t, std::string_view> call{line_of[e],
+                                                                  p.symbol(p.site_frame(m))};
+            if (std::find(seen_calls.begin(), seen_calls.end(), call) == seen_calls.end())
+                seen_calls.push_back(call);
+        }
+        for (const auto l : seen_lines)
+            through[l] += counts[s];
+        for (const auto& c : seen_calls)
+            led[c] += counts[s];
+        for (const auto e : seen_callers)
+            calls_to[e] += counts[s];
+    }
     json::array lines;
     const line_weight none;
     for (std::uint32_t l = first; l <= last; ++l) {
         const auto found = fw.lines.find(l);
         const line_weight& lw = found == fw.lines.end() ? none : found->second;
+        const auto t = through.find(l);
+        const std::uint64_t inclusive_value = t == through.end() ? 0 : t->second;
         json::object o{{"line", l},
                        {"text", l <= text.size() ? text[l - 1] : std::string()},
                        {"samples", lw.samples},
                        {"value", lw.value},
-                       {"pct", pct(lw.value, fw.total.value)},
-                       {"self_pct", pct(lw.self_value, fw.total.value)},
-                       {"total_value", lw.value + lw.call_value},
-                       {"total_pct", pct(lw.value + lw.call_value, view_total)}};
-        if (!lw.calls.empty()) {
+                       {"pct", pct(lw.value, view_total)},
+                       {"self_pct", pct(lw.self_value, view_total)},
+                       {"total_value", inclusive_value},
+                       {"total_pct", pct(inclusive_value, view_total)}};
+        std::map<std::string, std::uint64_t> calls_here;
+        for (auto c = led.lower_bound({l, std::string_view()});
+             c != led.end() && c->first.first == l; ++c)
+            calls_here[std::string(c->first.second)] = c->second;
+        if (!calls_here.empty()) {
             json::array calls;
-            for (const auto& [v, callee] : heaviest(lw.calls, 3))
+            for (const auto& [v, callee] : heaviest(calls_here, 3))
                 calls.push_back(
                     json::object{{"name", callee}, {"value", v}, {"pct", pct(v, view_total)}});
             o["calls"] = std::move(calls);
@@ -364,7 +422,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
             }
         head["function"] = req.function;
         head["focus_line"] = focus;
-        head["called_from"] = called_from(req.function, sites, values, where, view_total);
+        head["called_from"] = called_from(calls_to, sites, where, view_total);
     }
     head["lines"] = std::move(lines);
     return {200, std::move(head)};

@@ -18,6 +18,14 @@ export async function openSource(t) {
   check((await page.locator('#source-file').inputValue()).endsWith('src/demo/demo.cpp'), 'the file chosen is demo.cpp');
   const heated = await page.locator('#source tbody tr[style*="background"]').count();
   check(heated >= 3, `several lines are heat-coloured (${heated})`);
+  // Live, the lines update under a reader who scrolled away, who stays where they went.
+  t.doing = "reading the rest of the file while the session is live";
+  const opened = await page.evaluate(() => window.scrollY); // scrolled to the line
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const before = Number(await page.locator('#tab-source').getAttribute('data-renders'));
+  await page.waitForFunction((n) => Number(document.querySelector('#tab-source').dataset.renders) >= n + 5, before, { timeout: 20000 });
+  const scrolled = await page.evaluate(() => window.scrollY);
+  check(opened > 0 && scrolled === 0, `the Source tab scrolled away stays there across 5 live updates (scrollY ${opened} at the line, then ${scrolled})`);
   // Beside the lines, its machine code: the samples per instruction add up to the function's
   // own samples (as perf annotate reads them, from the same addresses).
   t.doing = "matrix_multiply's machine code";
