@@ -57,7 +57,7 @@ function dismissError() {
 // The query every view of a session shares: weight, thread, event, baseline, time window.
 function queryOf(s) {
   const q = new URLSearchParams({ weight: s.weight });
-  for (const key of ['tid', 'event', 'baseline', 'start', 'end']) if (s[key]) q.set(key, s[key]);
+  for (const key of ['tid', 'event', 'baseline', 'start', 'end', 'last']) if (s[key]) q.set(key, s[key]);
   return q;
 }
 

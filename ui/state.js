@@ -18,6 +18,8 @@ export const KEYS = Object.freeze({
   fn: { session: true },
   start: { session: true },
   end: { session: true },
+  last: {}, // seconds: every view over the newest N seconds only (a rolling window)
+  filter: { session: true }, // the filter box's text
   baseline: { session: true },
   inverted: { kind: 'bool', session: true },
   focus: { session: true },

@@ -10,6 +10,10 @@ export function filterRegex(text) {
   try { return { re: new RegExp(text, 'i') }; } catch (e) { return { re: null, error: e.message.replace(/^Invalid regular expression: /, '') }; }
 }
 
+// The filter box's text when it is plain text (matched by the collector), '' when it is a
+// pattern with regex syntax (matched in the page) or empty.
+export const plainMatch = (text) => (text && !/[\\^$.|?*+()[\]{}]/.test(text) ? text : '');
+
 // The same elements with the same attributes, in the same places; text may differ.
 const sameChildren = (a, b) => a.childNodes.length === b.childNodes.length && [...a.childNodes].every((c, i) => sameShape(c, b.childNodes[i]));
 function sameShape(a, b) {

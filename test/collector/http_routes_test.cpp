@@ -242,7 +242,8 @@ TEST_CASE("API: sessions, views and exports of a saved session", "[collector][ap
     CHECK(ss_file[http::field::content_type] == "application/json");
     CHECK(ss_file[http::field::cache_control] == "no-store");
     CHECK(ss_file[http::field::content_disposition] ==
-          "attachment; filename=\"" + f.session_id + ".speedscope.json\"");
+          "attachment; filename=\"perfwire-demo_on_demo-host-" + f.session_id +
+              ".speedscope.json\"");
     // One profile per thread, busiest first, whose weights add up to the view's total.
     const auto& profiles = ss.at("profiles").as_array();
     CHECK(profiles.size() == threads.size());
@@ -1153,6 +1154,77 @@ TEST_CASE("API: every column of a compared view against hand-computed profiles",
     CHECK(b_top.at("delta_pct").as_double() == Approx(10));
     const auto callers = f.get_json(url + "/flamegraph?focus=B&callers=1&baseline=" + base);
     CHECK(child(child(callers.at("root"), "B"), "A").at("delta_pct").as_double() == Approx(-20));
+}
+
+TEST_CASE("API: last=N is a rolling window over the newest N seconds, and the meta counts a "
+          "window's samples",
+          "[collector][api]") {
+    fixture_app f;
+    const auto id = f.import(script_sample({"A", "main"}, 10, 1, "1.0") +
+                             script_sample({"B", "main"}, 20, 1, "5.0") +
+                             script_sample({"C", "main"}, 30, 2, "9.0"));
+    const auto url = "/api/sessions/" + id;
+    auto names = [&](const std::string& q) {
+        std::set<std::string> out;
+        const auto a = f.get_json(url + "/functions?" + q);
+        for (const auto& r : a.at("functions").as_array())
+            if (r.at("self").to_number<int>() > 0)
+                out.insert(std::string(r.at("name").as_string()));
+        return std::make_pair(out, a.at("total").to_number<int>());
+    };
+    using answer = std::pair<std::set<std::string>, int>;
+    CHECK(names("last=4.5") == answer{{"B", "C"}, 50});
+    CHECK(names("last=1") == answer{{"C"}, 30});
+    CHECK(names("last=100") == answer{{"A", "B", "C"}, 60});
+    CHECK(names("last=4.5&tid=1") == answer{{"B"}, 20});
+    CHECK(f.get_json(url + "?last=4.5").at("view_samples").to_number<int>() == 2);
+    CHECK(f.get_json(url + "?start=0&end=2").at("view_samples").to_number<int>() == 1);
+    CHECK_FALSE(f.get_json(url).as_object().contains("view_samples"));
+    CHECK(f.call(http::verb::get, url + "/functions?last=0").result() == http::status::bad_request);
+}
+
+TEST_CASE("API: an export is the view: its transforms and text filter, titled with the "
+          "session's name",
+          "[collector][api]") {
+    fixture_app f;
+    const auto res =
+        f.call(http::verb::post, "/api/sessions/import?name=my%20app%20%3Cb%3E.txt",
+               script_sample({"C", "B", "A", "main"}, 10) + script_sample({"B", "A", "main"}, 20) +
+                   script_sample({"B", "B", "X", "main"}, 30) + script_sample({"D", "main"}, 40));
+    REQUIRE(res.result() == http::status::ok);
+    const std::string id(json::parse(res.body()).at("session_id").as_string());
+    const auto url = "/api/sessions/" + id + "/export?format=collapsed";
+    auto lines = [&](const std::string& q) {
+        const auto r = f.call(http::verb::get, url + q);
+        INFO(q << " -> " << r.body());
+        CHECK(r.result() == http::status::ok);
+        std::set<std::string> out;
+        std::istringstream in(r.body());
+        for (std::string l; std::getline(in, l);)
+            out.insert(l);
+        return out;
+    };
+    using stacks = std::set<std::string>;
+    CHECK(lines("") == stacks{"main;A;B;C 10", "main;A;B 20", "main;X;B;B 30", "main;D 40"});
+    // Focused on B with its recursion collapsed: only the stacks through B, from B down.
+    CHECK(lines("&focus=B&recursion=collapse") == stacks{"B;C 10", "B 50"});
+    CHECK(lines("&hide=A;X") == stacks{"main;B;C 10", "main;B 20", "main;B;B 30", "main;D 40"});
+    CHECK(lines("&match=x") == stacks{"main;X;B;B 30"});
+    CHECK(lines("&collapse=%2Fbin%2Fapp") == stacks{"[app] 100"});
+    CHECK(f.call(http::verb::get, url + "&focus=nothing").result() == http::status::not_found);
+    // Every format downloads, named after the session (what its name has of letters, digits,
+    // '.', '-' and '_'), JSON too; the SVG and speedscope title it so.
+    const auto json_export =
+        f.call(http::verb::get, "/api/sessions/" + id + "/export?format=json&focus=B");
+    CHECK(std::string(json_export[http::field::content_disposition]) ==
+          "attachment; filename=\"my_app_b_.txt-" + id + ".json\"");
+    CHECK(json::parse(json_export.body()).at("functions").at("total").to_number<int>() == 60);
+    const auto svg = f.call(http::verb::get, "/api/sessions/" + id + "/export?format=svg");
+    CHECK_THAT(svg.body(), Catch::Contains("my app &lt;b&gt;.txt"));
+    const auto speedscope =
+        f.call(http::verb::get, "/api/sessions/" + id + "/export?format=speedscope&hide=A");
+    CHECK(json::parse(speedscope.body()).at("name").as_string() == "my app <b>.txt");
+    CHECK(speedscope.body().find("\"A\"") == std::string::npos);
 }
 
 TEST_CASE("API: symbolizer config, file browser and source listing", "[collector][api]") {

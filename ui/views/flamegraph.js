@@ -45,9 +45,11 @@ export async function render(s, r) {
   r.stillWanted();
   v.base = base;
   r.pickedEvent(flame.event);
-  // New numbers for the same graph while the pointer is on it (or its menu is open): drawn
-  // when the pointer leaves, so frames never move under it.
-  if (key === v.key && ($('#flame-box').matches(':hover') || !$('#flame-menu').hidden)) { v.pending = { key, flame }; return; }
+  // New numbers for the same graph while its menu is open: drawn when it closes. Under the
+  // pointer, drawn at once with every frame's children in the order shown, so frames grow and
+  // shrink in place without changing places.
+  if (key === v.key && !$('#flame-menu').hidden) { v.pending = { key, flame }; return; }
+  if (key === v.key && $('#flame-box').matches(':hover') && v.flame) keepOrder(flame.root, v.flame.root);
   v.key = key; v.pending = null;
   v.flame = flame; v.zoomPath = s.zoom ? s.zoom.split(';') : [];
   // Compared: the baseline's own graph beside (its whole profile, the same event and weight),
@@ -61,6 +63,18 @@ export async function render(s, r) {
   }
   v.baseId = s.baseline;
   draw();
+}
+
+// Orders `fresh`'s children, at every depth, as `shown`'s were (by name; new ones after).
+function keepOrder(fresh, shown) {
+  const todo = [[fresh, shown]];
+  while (todo.length) {
+    const [a, b] = todo.pop();
+    if (!a.children?.length || !b.children?.length) continue;
+    const rank = new Map(b.children.map((c, i) => [c.name, i]));
+    a.children.sort((x, y) => (rank.get(x.name) ?? Infinity) - (rank.get(y.name) ?? Infinity) || y.value - x.value);
+    for (const c of a.children) { const twin = b.children[rank.get(c.name)]; if (twin) todo.push([c, twin]); }
+  }
 }
 
 export function waiting() {

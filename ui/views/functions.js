@@ -6,7 +6,7 @@ import { update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { amount, attr, count, diffColour, esc, pct, unitOf, visible } from '../format.js';
 import { api, sessionUrl } from '../api.js';
-import { $, filterRegex, setHtml, syncRows, transformQuery } from '../util.js';
+import { $, filterRegex, plainMatch, setHtml, syncRows, transformQuery } from '../util.js';
 
 const ROW_H = 24;
 const PAGE = 200; // rows per request: a screen is ~40
@@ -31,7 +31,7 @@ function filterOf() {
   const text = $('#filter').value;
   const { re } = filterRegex(text);
   if (!re) return { match: '', re: null };
-  return /[\\^$.|?*+()[\]{}]/.test(text) ? { match: '', re } : { match: text, re: null };
+  return plainMatch(text) ? { match: text, re: null } : { match: '', re };
 }
 
 // The table as a render asks for it: the session's query, the order and the filter as they
@@ -109,15 +109,17 @@ export async function render(s, r) {
   v.desc = (s.order || naturalOrder(v.sort)) === 'desc';
   const query = new URLSearchParams([...r.q, ...transformQuery(s)]); // the view's, reshaped
   const key = `${s.session}?${query}|${v.sort}|${v.desc}|${$('#filter').value}`;
-  // New numbers for the same table while the pointer is over it: held until it leaves, so a
-  // click lands on the row aimed at.
-  if (key === v.key && $('#functions-scroll').matches(':hover')) { v.held = true; return; }
-  const session = s.session, q = query.toString(), table = tableOf(session, q);
+  // New numbers for the same table while the pointer is over it: each row's numbers change in
+  // place, the rows keep their order (a click lands on the row aimed at) and move when the
+  // pointer leaves; how many would move is said meanwhile.
+  const steady = key === v.key && $('#functions-scroll').matches(':hover');
+  const session = s.session, q = query.toString(), table = steady ? v.table : tableOf(session, q);
   const pages = table.re ? [0] : visiblePages();
   const answers = await Promise.all(pages.map((p) => store.view(session, table.path(p))));
   r.stillWanted();
+  if (steady && key === v.key) { updateInPlace(answers, pages); return; }
   if (v.key !== key) { v.expanded = new Map(); v.deltaScale = 0; }
-  Object.assign(v, { key, session, q, table, drawn: v.drawn + 1, pages: new Map(), asking: new Set(), index: new Map(), held: false });
+  Object.assign(v, { key, session, q, table, drawn: v.drawn + 1, pages: new Map(), asking: new Set(), index: new Map(), held: 0 });
   answers.forEach((a, i) => take(a, pages[i]));
   for (const [k] of v.expanded) {
     const i = v.index.get(k), row = i != null && v.pages.get(Math.floor(i / PAGE))?.[i % PAGE];
@@ -130,6 +132,22 @@ export async function render(s, r) {
   // #functions[data-shows] names the session and query its rows came from: a reader (or a
   // test) waits for the state a filter produces, not for rows that may already have been there.
   $('#functions').dataset.shows = new URLSearchParams([['session', s.session], ...query]).toString();
+}
+
+// Fresh answers for the table shown, taken without moving a row: each row known gets its new
+// numbers; v.held counts the places where the fresh order differs from the one shown.
+function updateInPlace(answers, pages) {
+  const fresh = new Map(), order = [];
+  answers.forEach((a, i) => {
+    const rows = v.table.re ? a.functions.filter((r) => v.table.re.test(r.name) || v.table.re.test(r.module)) : a.functions;
+    rows.forEach((r, k) => { fresh.set(groupKey(r), r); order.push([v.table.re ? k : pages[i] * PAGE + k, groupKey(r)]); });
+  });
+  for (const rows of v.pages.values()) rows.forEach((r, i) => { const n = fresh.get(groupKey(r)); if (n) rows[i] = n; });
+  let moved = 0;
+  for (const [i, k] of order) { const r = v.pages.get(Math.floor(i / PAGE))?.[i % PAGE]; if (!r || groupKey(r) !== k) ++moved; }
+  v.held = moved;
+  v.count = answers[0].count ?? v.count;
+  draw();
 }
 
 // No samples yet: the table says so.
@@ -160,7 +178,8 @@ function draw() {
   }
   const { match, re } = v.table ?? {}, n = v.count.toLocaleString();
   setHtml($('#functions-count'), esc(match || re ? `${v.matched.toLocaleString()} of ${n} functions match` : `${n} functions`) +
-    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total: red grew, blue shrank, grey is within the noise <button data-baseline="">stop comparing</button>` : ''));
+    (v.diff && v.baseline ? ` · compared with <b>${esc(v.baseline)}</b>: Δ in points of each session's total: red grew, blue shrank, grey is within the noise <button data-baseline="">stop comparing</button>` : '') +
+    (v.held ? ` · <span id="functions-held" title="the numbers stay live; the rows keep their places while the pointer is on the table, and take their new order when it leaves">order held: ${v.held} ${v.held === 1 ? 'row changes' : 'rows change'} place when the pointer leaves</span>` : ''));
   drawRows();
 }
 
@@ -243,7 +262,7 @@ export function init(context) {
     clearTimeout(typing);
     typing = setTimeout(() => { $('#functions-scroll').scrollTop = 0; app.rerender(); }, 150);
   });
-  $('#functions-scroll').addEventListener('mouseleave', () => { if (v.held) { v.held = false; app.rerender(); } });
+  $('#functions-scroll').addEventListener('mouseleave', () => { if (v.held) { v.held = 0; app.rerender(); } });
   let frame = 0;
   $('#functions-scroll').addEventListener('scroll', () => {
     if (!frame) frame = requestAnimationFrame(() => { frame = 0; drawRows(); });

@@ -3,11 +3,11 @@
 // health checks, and the choices every tab shares (tab, event, thread, weight, filter).
 // The numbers come from the live stream (store.counts); what changes slowly (the session's
 // meta, its health checks, its threads) is asked again at most every few seconds while live.
-import { read as hashState, update as setHash } from '../state.js';
+import { apply as applyState, read as hashState, update as setHash } from '../state.js';
 import { store } from '../store.js';
 import { attr, count, counterTotal, duration, esc, eventName, pct, sessionName, visible } from '../format.js';
 import { agentCommand, api, exportUrl, sessionUrl } from '../api.js';
-import { $, filterRegex, setHtml, takeFrom } from '../util.js';
+import { $, filterRegex, plainMatch, setHtml, takeFrom, transformQuery } from '../util.js';
 
 const LAG = 5000; // ms an earlier answer about the header's slow parts is good for
 
@@ -28,6 +28,7 @@ let openingSummary = false;
 // never undoes a later click.
 export function showTab(s) {
   showTransforms(s);
+  showScope(s);
   for (const b of document.querySelectorAll('#tabs button[data-tab]')) b.classList.toggle('active', b.dataset.tab === s.tab);
   for (const t of document.querySelectorAll('.tab')) t.hidden = t.id !== 'tab-' + s.tab;
   if ($('#weight').value !== s.weight) $('#weight').value = s.weight;
@@ -43,7 +44,28 @@ function showTransforms(s) {
   setHtml($('#transform-chips'), (s.focus ? `<span class="chip" title="only the stacks through it, from it down">focused on <b>${esc(s.focus)}</b> <button data-unfocus title="show every stack">✕</button></span>` : '')
     + list(s.hide).map((h) => `<span class="chip" title="left out of every stack: its time is its callers'">merged <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join('')
     + list(s.collapse).map((m) => `<span class="chip" title="${attr(visible(m))}: one frame for each run of calls inside it">collapsed <b>${esc(moduleFile(m))}</b> <button data-uncollapse="${attr(m)}" title="show its functions again">✕</button></span>`).join(''));
+  if (!RESHAPED.has(s.tab)) $('#transform-chips').innerHTML = ''; // they reshape no view here
   $('#transforms').dataset.shows = [s.focus || '', s.hide || '', s.collapse || '', s.recursion || ''].join('|');
+}
+
+// What narrows every view, above them all, each undone with its ✕: the time window (or the
+// rolling one), the thread, the filter's text, the baseline compared with.
+const LAST = { 10: 'last 10 s', 60: 'last 1 min', 300: 'last 5 min' };
+function showScope(s) {
+  if ($('#last').value !== (s.last || '')) $('#last').value = s.last || '';
+  if (document.activeElement !== $('#filter') && $('#filter').value !== (s.filter || '')) { $('#filter').value = s.filter || ''; showFilterError(); }
+  const secs = (x) => `${Number(x).toFixed(2)} s`;
+  const thread = s.tid ? [...$('#thread').options].find((o) => o.value === s.tid)?.textContent || `thread ${s.tid}` : '';
+  const chips = [
+    s.start || s.end ? `<span class="chip" data-scope="window" title="every view counts only the samples in this window (chosen on the Timeline)">window <b>${s.start ? secs(s.start) : 'start'} – ${s.end ? secs(s.end) : 'end'}</b> <button data-unscope="start,end" title="the whole session">✕</button></span>` : '',
+    s.last ? `<span class="chip" data-scope="last" title="every view counts only the newest ${esc(s.last)} seconds, following a live session">${esc(LAST[s.last] || `last ${s.last} s`)} <button data-unscope="last" title="since the start">✕</button></span>` : '',
+    s.tid ? `<span class="chip" data-scope="thread" title="every view counts only this thread">thread <b>${esc(thread)}</b> <button data-unscope="tid" title="all threads">✕</button></span>` : '',
+    s.filter ? `<span class="chip" data-scope="filter" title="the function table lists, the flame graph highlights and an export keeps what matches">filter <b>${esc(s.filter)}</b> <button data-unscope="filter" title="clear the filter">✕</button></span>` : '',
+    s.baseline ? `<span class="chip" data-scope="baseline" title="the views compare with this session">compared with <b>${esc(s.baseline)}</b> <button data-baseline="" title="stop comparing">✕</button></span>` : '',
+  ].join('');
+  setHtml($('#scope-chips'), chips);
+  $('#scope').hidden = !chips && !$('#transform-chips').innerHTML;
+  $('#scope').dataset.shows = [s.start || '', s.end || '', s.last || '', s.tid || '', s.filter || '', s.baseline || ''].join('|');
 }
 
 // The event the collector picked for a view of `session` whose URL names none: the choice
@@ -57,7 +79,10 @@ export function showPicked(session, event) {
 export async function render(s, r) {
   // Until samples arrive, the meta is asked with every update: its events come with them.
   const lag = known.session === s.session && known.samples ? LAG : 0;
-  const meta = await store.view(s.session, sessionUrl(s.session), { lag });
+  // Asked with the thread and window, it counts what they hold too (view_samples).
+  const scope = new URLSearchParams();
+  for (const key of ['tid', 'start', 'end', 'last']) if (s[key]) scope.set(key, s[key]);
+  const meta = await store.view(s.session, sessionUrl(s.session, '', scope), { lag });
   known = { session: s.session, samples: meta.samples };
   r.stillWanted();
   shownQuery = { session: s.session, q: String(r.q) };
@@ -82,7 +107,9 @@ export async function render(s, r) {
   const state = meta.live && meta.link_down_since
     ? `link down for ${duration(Math.max(0, Date.now() / 1000 - meta.link_down_since))}: the device records on`
     : meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : '';
-  $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
+  const inView = meta.view_samples != null ? ` (${count(meta.view_samples)} in ${s.tid && !(s.start || s.end || s.last) ? 'this thread' : 'this window'})` : '';
+  $('#scope-count').textContent = meta.view_samples != null ? `${count(meta.view_samples)} of ${count(shown.samples)} samples` : '';
+  $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples${inView}`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
     events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', state].filter(Boolean).join(' · ');
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
@@ -257,12 +284,21 @@ export function init(context) {
     if (openingSummary) { openingSummary = false; return; } // opened for a failing check
     localStorage.setItem(SUMMARY_KEY, $('#summary').open ? 'open' : 'shut');
   });
-  // The view as filtered now, as a file (the collector names it; the page stays).
+  // The view as it is now — its thread, window, transforms and plain-text filter — as a file
+  // (the collector names it after the session), downloaded: the page stays.
   $('#export').addEventListener('change', (e) => {
     const format = e.target.value;
     e.target.value = '';
     if (!format || !shownQuery.session) return;
-    location.href = exportUrl(shownQuery.session, format, shownQuery.q);
+    const s = hashState(), match = plainMatch($('#filter').value);
+    const q = new URLSearchParams(shownQuery.q);
+    q.delete('baseline');
+    const a = document.createElement('a');
+    a.href = exportUrl(shownQuery.session, format, q, transformQuery(s), { match });
+    a.download = '';
+    document.body.append(a);
+    a.click();
+    a.remove();
   });
   $('#tabs').addEventListener('click', (e) => {
     const tab = e.target.closest('#tabs button[data-tab]');
@@ -278,6 +314,23 @@ export function init(context) {
     if (b.dataset.uncollapse) setHash({ collapse: takeFrom(s.collapse, b.dataset.uncollapse), zoom: null });
   });
   $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));
+  $('#last').addEventListener('change', (e) => setHash({ last: e.target.value || null, start: null, end: null, zoom: null }));
+  $('#scope-chips').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-unscope]');
+    if (!b) return;
+    const undo = Object.fromEntries(b.dataset.unscope.split(',').map((k) => [k, null]));
+    if ('filter' in undo) $('#filter').value = '';
+    setHash(undo);
+  });
+  // The filter's text is in the URL (replaced, not a step of the history per key typed).
+  let typed;
+  $('#filter').addEventListener('input', () => {
+    clearTimeout(typed);
+    typed = setTimeout(() => {
+      history.replaceState(null, '', '#' + applyState(location.hash, { filter: $('#filter').value || null }));
+      showScope(hashState());
+    }, 300);
+  });
   $('#weight').addEventListener('change', (e) => setHash({ weight: e.target.value === 'period' ? null : e.target.value }));
   $('#filter').addEventListener('input', showFilterError);
   // Keyboard: "/" to search, Esc to leave the search box.

@@ -157,7 +157,7 @@ export function init() {
     if (Math.abs(x1 - d.x0) < 4 || !t) { setHash({ lane: d.tid }); return; }
     const at = (x) => t.start_s + Math.max(0, Math.min(1, x / d.r.width)) * (t.end_s - t.start_s);
     const [a, b] = [at(Math.min(d.x0, x1)), at(Math.max(d.x0, x1))];
-    setHash({ start: a.toFixed(3), end: b.toFixed(3) });
+    setHash({ start: a.toFixed(3), end: b.toFixed(3), last: null });
   });
   // The wheel over the lanes or the ruler zooms about the pointer; the window is asked for
   // once the wheel rests (one history entry, one answer).
@@ -174,7 +174,7 @@ export function init() {
     wheel = next ? { ...next } : { start: 0, end: t.duration_s ?? t.end_s, whole: true };
     wheel.timer = setTimeout(() => {
       const w = wheel; wheel = null;
-      setHash(w.whole ? { start: null, end: null } : { start: w.start.toFixed(3), end: w.end.toFixed(3) });
+      setHash(w.whole ? { start: null, end: null } : { start: w.start.toFixed(3), end: w.end.toFixed(3), last: null });
     }, 200);
   };
   $('#lanes').addEventListener('wheel', onWheel, { passive: false });

@@ -1,12 +1,14 @@
 #include "collector/http/views.hpp"
 
 #include "collector/export/exports.hpp"
+#include "collector/model/reshape.hpp"
 #include "collector/model/view_json.hpp"
 #include "collector/symbols/source_view.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/monotonic_resource.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <map>
@@ -21,6 +23,7 @@ struct view_params {
     bool by_period = true;
     std::optional<std::uint32_t> tid;
     std::optional<double> start_s, end_s, min_pct;
+    std::optional<double> last_s; // last=N: the last N seconds of the session (a rolling window)
     std::optional<int> max_depth;
     std::string baseline; // session id to compare against
     std::string metrics_type;
@@ -76,6 +79,9 @@ result<view_params> parse_view_params(const target_url& u) {
         v.tid = static_cast<std::uint32_t>(*tid);
     v.start_s = number_param(u, "start", bad);
     v.end_s = number_param(u, "end", bad);
+    v.last_s = number_param(u, "last", bad);
+    if (v.last_s && !(*v.last_s > 0 && *v.last_s <= 1e9))
+        return failure{"bad_parameter", "last must be a number of seconds above 0"};
     v.min_pct = number_param(u, "min_pct", bad);
     if (const auto d = number_param(u, "max_depth", bad))
         v.max_depth = static_cast<int>(*d);
@@ -129,6 +135,13 @@ result<view_filter> make_filter(const profile& p, const view_params& v) {
         f.start_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.start_s) * 1e9);
     if (v.end_s)
         f.end_ns = base + static_cast<std::uint64_t>(std::max(0.0, *v.end_s) * 1e9);
+    if (v.last_s) {
+        // The last N seconds before the newest sample: what is hot now, in a live session.
+        const auto span = static_cast<std::uint64_t>(*v.last_s * 1e9);
+        const auto newest = p.last_time();
+        const auto from = newest - base > span ? newest - span : base;
+        f.start_ns = std::max(f.start_ns.value_or(0), from);
+    }
     return f;
 }
 
@@ -139,6 +152,7 @@ asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<sessio
     v.tid.reset(); // a thread or window of one session means nothing in the other
     v.start_s.reset();
     v.end_s.reset();
+    v.last_s.reset();
     const auto f = make_filter(e->model->prof, v);
     if (!f)
         co_return failure{"bad_baseline", "baseline: " + f.error().message};
@@ -153,8 +167,54 @@ struct view_result {
     std::optional<failure> failed;
     json::value body = json::value(json::make_shared_resource<json::monotonic_resource>());
     std::string text;               // set for text exports
+    std::string title;              // an export's: the session's name
     std::uint64_t view_samples = 0; // compared with a baseline: the samples of the view
 };
+
+// A session's name as the UI shows it: an import by the file it came from, else the process
+// (its pid) on its host; its id when nothing names it.
+std::string session_title(const json::object& meta, const session_model& m, const std::string& id) {
+    auto text = [&](std::string_view key) -> std::string {
+        const auto* v = meta.if_contains(key);
+        return v && v->is_string() ? std::string(v->get_string()) : std::string();
+    };
+    std::string name;
+    if (m.owner_recording) {
+        name = text("source");
+        name = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
+    } else {
+        const auto* pid = meta.if_contains("pid");
+        name = text("process");
+        if (name.empty())
+            name = std::string(process_name(m.prof, std::nullopt));
+        if (pid && (pid->is_int64() || pid->is_uint64()))
+            name += " (" + std::to_string(pid->to_number<std::uint64_t>()) + ")";
+        if (const auto host = text("hostname"); !host.empty())
+            name += " on " + host;
+    }
+    // Control characters never reach a title or a file name.
+    std::erase_if(name, [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+    return name.empty() ? id : name;
+}
+
+// An export's file name: the session's name in letters, digits, '.', '-' and '_' (at most 80),
+// then its id.
+std::string export_file_name(const std::string& title, const std::string& id) {
+    std::string out;
+    for (const char c : title) {
+        const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+        if (plain)
+            out += c;
+        else if (!out.empty() && out.back() != '_')
+            out += '_';
+        if (out.size() >= 80)
+            break;
+    }
+    while (!out.empty() && (out.back() == '_' || out.front() == '.'))
+        out.erase(out.back() == '_' ? out.end() - 1 : out.begin());
+    return out.empty() || title == id ? id : out + "-" + id;
+}
 
 enum class view_kind {
     functions,
@@ -285,6 +345,16 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
             events.emplace_back(ev);
         o["event_types"] = std::move(events);
         o["perf_stat"] = stat_json(m);
+        if (v.tid || v.start_s || v.end_s || v.last_s) {
+            // Asked with a thread or a window: how many samples (of every event) it holds.
+            std::uint64_t in_view = 0;
+            for (std::uint8_t ev = 0; ev < m.prof.event_count(); ++ev) {
+                v.event = std::string(m.prof.event_name(ev));
+                if (const auto f = make_filter(m.prof, v))
+                    in_view += view_samples(m.prof, *f);
+            }
+            o["view_samples"] = in_view;
+        }
         o["duration_sec"] =
             m.prof.sample_count()
                 ? static_cast<double>(m.prof.last_time() - m.prof.first_time()) / 1e9
@@ -348,35 +418,60 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         }
         break;
     case view_kind::export_collapsed:
-        r.text = collapsed_text(m.prof, *f, v.by_thread);
-        break;
     case view_kind::export_json:
-        r.body = json::object({{"functions", *functions_json(m.prof, *f, 1000000, arena)},
-                               {"flamegraph", *flamegraph_json(m.prof, *f, 1 << 20, 0.0, arena)},
-                               {"threads", threads_json(m.prof, *f, arena)}},
-                              arena);
-        break;
     case view_kind::export_speedscope:
-        r.text = speedscope_json(m.prof, *f, e->id);
-        break;
     case view_kind::export_svg:
-        r.text = flame_svg(m.prof, *f,
-                           e->id + " — " + std::string(m.prof.event_name(f->event)) + " by " +
-                               (f->by_period ? "period" : "samples"));
-        break;
     case view_kind::export_pprof: {
-        // Symbolized as the source view is (on this strand, which runs on the pool).
-        // A live session began at its first samples; an import's started_at is when it
-        // was imported, which says nothing of when it was recorded.
-        const auto meta = app->store.meta(e->id);
-        const bool imported = app->store.owner_import(e->id);
-        const auto* started = meta && !imported ? meta->if_contains("started_at") : nullptr;
-        r.text = pprof_profile(m.prof, *f,
-                               {&app->symbols, &m.device_build_ids,
-                                started && started->is_number()
-                                    ? static_cast<std::uint64_t>(started->to_number<double>() * 1e9)
-                                    : 0,
-                                m.build_id_of({})});
+        // The file holds what the view shows: its transforms and its text filter too, the
+        // view's samples made a profile of their own when either is asked for.
+        std::unique_ptr<reshaped_view> shaped;
+        const tree_shape& sh = v.shape;
+        if (!sh.focus.empty() || !sh.hide.empty() || !sh.collapse.empty() ||
+            sh.collapse_recursion || !v.page.match.empty()) {
+            shaped = reshape(m.prof, *f, sh, v.page.match);
+            if (!shaped) {
+                r.failed =
+                    failure("no_function", "no sampled function " + sh.focus + " to focus on", 404);
+                break;
+            }
+        }
+        const profile& ep = shaped ? shaped->prof : m.prof;
+        const view_filter ef = shaped ? shaped->filter : *f;
+        const auto meta = app->store.meta(e->id).value_or(json::object());
+        const std::string title = session_title(meta, m, e->id);
+        r.title = title;
+        if (kind == view_kind::export_collapsed) {
+            r.text = collapsed_text(ep, ef, v.by_thread);
+        } else if (kind == view_kind::export_json) {
+            json::object o({{"name", title},
+                            {"functions", *functions_json(ep, ef, 1000000, arena)},
+                            {"flamegraph", *flamegraph_json(ep, ef, 1 << 20, 0.0, arena)},
+                            {"threads", threads_json(ep, ef, arena)}},
+                           arena);
+            say_shape(o, sh);
+            if (!v.page.match.empty())
+                o["match"] = v.page.match;
+            r.text = json::serialize(o);
+        } else if (kind == view_kind::export_speedscope) {
+            r.text = speedscope_json(ep, ef, title);
+        } else if (kind == view_kind::export_svg) {
+            r.text = flame_svg(ep, ef,
+                               title + " — " + std::string(ep.event_name(ef.event)) + " by " +
+                                   (ef.by_period ? "period" : "samples"));
+        } else {
+            // Symbolized as the source view is (on this strand, which runs on the pool).
+            // A live session began at its first samples; an import's started_at is when it
+            // was imported, which says nothing of when it was recorded.
+            const bool imported = app->store.owner_import(e->id);
+            const auto* started = !imported ? meta.if_contains("started_at") : nullptr;
+            r.text =
+                pprof_profile(ep, ef,
+                              {&app->symbols, &m.device_build_ids,
+                               started && started->is_number()
+                                   ? static_cast<std::uint64_t>(started->to_number<double>() * 1e9)
+                                   : 0,
+                               m.build_id_of({})});
+        }
         break;
     }
     case view_kind::source: {
@@ -431,7 +526,7 @@ struct export_format {
 };
 
 constexpr export_format export_formats[] = {
-    {"json", view_kind::export_json, nullptr, ""},
+    {"json", view_kind::export_json, "application/json", ".json"},
     {"collapsed", view_kind::export_collapsed, "text/plain; charset=utf-8", ".collapsed.txt"},
     {"speedscope", view_kind::export_speedscope, "application/json", ".speedscope.json"},
     {"svg", view_kind::export_svg, "image/svg+xml", ".svg"},
@@ -502,7 +597,7 @@ asio::awaitable<http_response> session_view(app_context& app, const http_request
     res.set(http::field::content_type, format->content_type);
     res.set(http::field::cache_control, "no-store");
     res.set(http::field::content_disposition,
-            "attachment; filename=\"" + e->id + format->suffix + "\"");
+            "attachment; filename=\"" + export_file_name(r.title, e->id) + format->suffix + "\"");
     if (kind == view_kind::export_svg) // its own zoom script runs; it can reach nothing
         res.set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
                                            "style-src 'unsafe-inline'; frame-ancestors 'none'");

@@ -104,7 +104,5 @@ private:
 // {"event", "weight", "total", "samples"}: what every view's answer starts with.
 json::object view_header(const profile& p, const view_filter& f, std::uint64_t total,
                          json::storage_ptr sp);
-// What a shape did (focus, hide, collapse, collapse_recursion), said in an answer.
-void say_shape(json::object& o, const tree_shape& shape);
 
 } // namespace collector

@@ -128,11 +128,22 @@ char fold(char c) {
     return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
-// Whether `text` holds `needle` (already folded), ASCII case folded.
+} // namespace
+
+std::string folded(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (const char c : text)
+        out += fold(c);
+    return out;
+}
+
 bool holds_folded(std::string_view text, std::string_view needle) {
     return std::search(text.begin(), text.end(), needle.begin(), needle.end(),
                        [](char a, char b) { return fold(a) == b; }) != text.end();
 }
+
+namespace {
 
 std::string_view text_of(const json::object& row, std::string_view key) {
     const auto* v = row.if_contains(key);
@@ -147,9 +158,7 @@ void page_functions(json::object& body, const function_page& page) {
         return;
     json::array& rows = list->get_array();
     const std::size_t count = rows.size();
-    std::string needle;
-    for (char c : page.match)
-        needle += fold(c);
+    const std::string needle = folded(page.match);
     // The rows kept, by index: matched, then ordered; the array is rebuilt from them once.
     std::vector<std::uint32_t> keep;
     keep.reserve(count);

@@ -36,6 +36,8 @@ struct tree_shape {
     // module ("[libc.so.6]"): a run of calls inside the library is one frame.
     std::vector<std::string> collapse;
 };
+// What a shape did (focus, hide, collapse, collapse_recursion), said in an answer.
+void say_shape(json::object& o, const tree_shape& shape);
 // The name a collapsed module's frame is shown by: "[file name]", or the module itself when
 // perf already bracketed it ("[kernel.kallsyms]").
 std::string collapsed_module_name(std::string_view module);
@@ -61,6 +63,9 @@ struct function_page {
     std::size_t offset = 0;
     std::size_t limit = static_cast<std::size_t>(-1);
 };
+// `text` ASCII case folded; whether `text` holds `needle` (already folded), case folded.
+std::string folded(std::string_view text);
+bool holds_folded(std::string_view text, std::string_view needle);
 // The row fields a page sorts by.
 bool sortable_function_field(std::string_view field);
 // A functions answer cut to the page: "functions" holds the page's rows; "matched" counts the

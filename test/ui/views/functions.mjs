@@ -24,6 +24,20 @@ export async function liveTable(t) {
   // A live profile only gains functions: the count the page showed cannot exceed a later answer.
   check(shownCount >= shownRows && shownCount <= apiCount,
     `the table counts every function (${shownCount} counted, ${apiCount} in a later answer)`);
+  // The pointer resting on the live table: its numbers keep coming (the header's count and
+  // the rows' own), the rows keep their places meanwhile.
+  t.doing = 'resting the pointer on the live table';
+  const numbers = () => page.evaluate(() => [...document.querySelectorAll('#functions tbody tr[data-function]')].map((tr) => `${tr.dataset.function}=${tr.cells[0].textContent}/${tr.querySelector('td.num').title}`));
+  const names = (rows) => rows.map((r) => r.split('=')[0]);
+  await matrix.first().hover();
+  const under = await numbers();
+  await page.waitForTimeout(5000);
+  const after = await numbers();
+  const hovered = await page.locator('#functions-scroll').evaluate((e) => e.matches(':hover'));
+  const changed = after.filter((r, i) => r !== under[i]).length;
+  check(hovered && changed > 0 && JSON.stringify(names(after).slice(0, under.length)) === JSON.stringify(names(under)),
+    `the pointer resting on the live table for 5 s sees it update in place (${changed} of ${after.length} rows changed, none moved${await page.locator('#functions-held').count() ? `; ${await page.locator('#functions-held').textContent()}` : ''})`);
+  await page.mouse.move(1, 1);
   Object.assign(t, { matrix, session });
 }
 

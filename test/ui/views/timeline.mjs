@@ -36,6 +36,24 @@ export async function lanesAndChart(t) {
   const zoomedEarly = await nameAt(0.25);
   await again.mouse.move(0, 0);
   check(zoomedEarly === 'phase_b', `dragging across a lane zooms into that window (it starts in ${zoomedEarly})`);
+  // The window is said above every view, the Functions tab's too, counted, and its ✕ undoes it.
+  t.doing = 'the window on the Functions tab';
+  await again.locator('#tabs button[data-tab="functions"]').click();
+  await again.waitForFunction(() => !document.querySelector('#scope').hidden && document.querySelector('#scope [data-scope="window"]') &&
+    /\d+ of \d+ samples/.test(document.querySelector('#scope-count').textContent), null, { timeout: 10000 });
+  const windowChip = (await again.locator('#scope [data-scope="window"]').textContent()).trim();
+  const counted = await again.locator('#scope-count').textContent();
+  const inWindow = Number(counted.split(' of ')[0]);
+  const rowsInWindow = await again.evaluate(() => [...document.querySelectorAll('#functions tbody tr[data-function]')].map((tr) => tr.dataset.function));
+  check(inWindow > 0 && inWindow < 40 && !rowsInWindow.includes('phase_a') && /in this window/.test(await again.locator('#session-info').textContent()),
+    `a window shows on the Functions tab ("${windowChip}", ${counted}; rows ${rowsInWindow.join(', ')})`);
+  await again.locator('#scope [data-scope="window"] button').click();
+  await again.waitForFunction(() => !/start=/.test(location.hash) && !document.querySelector('#scope [data-scope="window"]'), null, { timeout: 10000 });
+  // Back to the window, on the Timeline.
+  await again.goBack();
+  await again.waitForFunction(() => /start=.*end=/.test(location.hash), null, { timeout: 5000 });
+  await again.locator('#tabs button[data-tab="timeline"]').click();
+  await again.waitForFunction(() => / 7 [0-9.]+-[0-9.]+$/.test(document.querySelector('#tab-timeline').dataset.shows || ''), null, { timeout: 10000 });
   // The wheel zooms about the pointer: the window shrinks around the time under it, one URL
   // change once the wheel rests; turned the other way it widens again.
   const windowOf = () => again.evaluate(() => { const p = new URLSearchParams(location.hash.slice(1)); return [Number(p.get('start')), Number(p.get('end'))]; });

@@ -50,6 +50,18 @@ export async function everyView(t) {
   const agree = [...want].every(([name, w]) => rows.some((r) => r.name === name && r.self === asPct(w.self) && r.total === asPct(w.total)));
   check(agree && rows.length === want.size && !rows.some((r) => r.name === 'deflate'),
     `the function table holds the library as one row, as the reshaped export has it (${rows.map((r) => `${r.name} ${r.self}/${r.total}`).join(', ')})`);
+  // Its export, focused on the library too, from the menu above the views: a download holding
+  // the stacks as shown.
+  t.doing = 'exporting the focused, collapsed view';
+  await again.goto(`${http}/#session=${imp.session_id}&tab=functions&weight=samples&collapse=${encodeURIComponent(lib)}&focus=${encodeURIComponent('[libz.so.1]')}`);
+  await tableShows(again, { session: imp.session_id, focus: '[libz.so.1]' });
+  const [download] = await Promise.all([again.waitForEvent('download', { timeout: 15000 }), again.selectOption('#export', 'collapsed')]);
+  const file = await download.path().then((p) => import('node:fs').then((fs) => fs.readFileSync(p, 'utf8')));
+  const exported = file.trim().split('\n');
+  check(download.suggestedFilename().startsWith('transforms.txt-') && exported.length === 2 && exported.every((l) => l.startsWith('[libz.so.1]') && !/deflate|compress|main|work/.test(l)),
+    `the export of the focused, collapsed view downloads as ${download.suggestedFilename()}, holding only its stacks (${exported.join(' | ')})`);
+  await again.goto(`${http}/#session=${imp.session_id}&tab=functions&weight=samples&collapse=${encodeURIComponent(lib)}`);
+  await tableShows(again, { session: imp.session_id, collapse: lib, focus: null });
   // The timeline's chart: the same frames.
   const chartAnswer = again.waitForResponse((r) => r.url().includes('/timeline?') && r.url().includes('collapse=') && r.url().includes('tid=9'), { timeout: 15000 });
   await again.goto(`${http}/#session=${imp.session_id}&tab=timeline&weight=samples&collapse=${encodeURIComponent(lib)}&lane=9`);
