@@ -5,7 +5,6 @@
 // copies are shifted in time and given fresh thread ids, so the profile grows as a long
 // session would. Then, on one core:
 //   parse+aggregate  MB/s of text through script_parser into a profile
-//   files named      MB/s of the scan for the files a chunk's frames name (modules_in)
 //   retained         bytes per sample held by the sample columns, and by the whole profile
 //   views            functions + flame-graph weights over >= 5 M samples (unfiltered, and
 //                    filtered by thread, which scans every sample)
@@ -58,25 +57,6 @@ int main(int argc, char** argv) {
     std::printf("retained: %.1f bytes/sample in sample columns, %.1f bytes/sample in all\n",
                 static_cast<double>(prof.sample_bytes()) / static_cast<double>(st.samples),
                 static_cast<double>(prof.memory_bytes()) / static_cast<double>(st.samples));
-    // What a live session's chunk costs before its parse: the files its frames name, looked
-    // up so that their symbol tables are read off the pool (live_session.cpp).
-    // (Chunks of 1 MiB, each looked through right after it arrived, as a live one is.)
-    const std::size_t chunk = 1 << 20;
-    std::size_t modules = 0;
-    double scan_s = 0;
-    for (std::size_t pos = 0; pos < capture.size(); pos += chunk) {
-        const auto text = std::string_view(capture).substr(pos, chunk);
-        volatile char touched = 0;
-        for (std::size_t i = 0; i < text.size(); i += 64)
-            touched = touched + text[i];
-        const auto scan_start = clock_type::now();
-        modules += script_parser::modules_in(text).size();
-        scan_s += seconds_since(scan_start);
-    }
-    std::printf("files named (the scan before a live chunk's parse): %.0f MB/s, %.0f%% of the "
-                "parse (%zu a piece)\n",
-                static_cast<double>(capture.size()) / 1e6 / scan_s, 100.0 * scan_s / parse_s,
-                modules / ((capture.size() + chunk - 1) / chunk));
 
     // Grow to >= 5 M samples for the views.
     for (int n = 1000; prof.sample_count() < 5000000; ++n)

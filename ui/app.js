@@ -50,9 +50,10 @@ function follow(stream) {
   let broken = false;
   stream.addEventListener('open', () => {
     $('#conn').textContent = 'live';
+    delete document.body.dataset.offline;
     if (broken) { broken = false; store.reset(); rerender(); } // versions restart with a collector
   });
-  stream.addEventListener('error', () => { broken = true; $('#conn').textContent = 'reconnecting…'; });
+  stream.addEventListener('error', () => { broken = true; $('#conn').textContent = 'reconnecting…'; document.body.dataset.offline = '1'; });
   // The landing page lists targets; a session's header follows its agent's state.
   let ownTarget = '';
   const targetsMoved = () => {

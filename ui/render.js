@@ -88,7 +88,10 @@ async function renderSession(s) {
 async function render() {
   renderedHash = location.hash;
   const s = read();
-  if (location.hash === '#wizard') { showError(null); wizard.render(); return; }
+  if (location.hash === '#wizard') {
+    // The wizard alone: nothing of the session or the fleet shown before stays under it.
+    showError(null); $('#session').hidden = true; $('#fleet').hidden = true; wizard.render(); return;
+  }
   wizard.clear();
   $('#fleet').hidden = !fleet.isFleet();
   if (fleet.isFleet()) {

@@ -1,5 +1,9 @@
 #include "collector/agent_binaries.hpp"
 
+#include "protocol/digest.hpp"
+
+#include <sys/utsname.h>
+
 #include <algorithm>
 #include <fstream>
 #include <optional>
@@ -34,6 +38,57 @@ std::vector<agent_binary> find_agent_binaries(const fs::path& dir) {
                 std::string::npos)
             b.version = version;
         out.push_back(std::move(b));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const agent_binary& a, const agent_binary& b) { return a.arch < b.arch; });
+    return out;
+}
+
+namespace {
+
+std::optional<agent_binary> served_as(const fs::path& path, const std::string& arch) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+        return std::nullopt;
+    std::ifstream in(path, std::ios::binary);
+    protocol::sha256 sum;
+    char buf[1 << 16];
+    std::uint64_t size = 0;
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+        sum.update(std::string_view(buf, static_cast<std::size_t>(in.gcount())));
+        size += static_cast<std::uint64_t>(in.gcount());
+    }
+    agent_binary b;
+    b.arch = arch;
+    b.file = "perfwire-agent-linux-" + arch;
+    b.sha256 = sum.finish_hex();
+    b.size = size;
+    b.path = path;
+    return b;
+}
+
+} // namespace
+
+std::vector<agent_binary> build_tree_agents() {
+    std::vector<agent_binary> out;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (ec)
+        return out;
+    // build/src/collector/perfwire-collector -> build/src/agent/perfwire-agent
+    struct utsname u {};
+    if (::uname(&u) == 0)
+        if (auto b =
+                served_as(exe.parent_path().parent_path() / "agent" / "perfwire-agent", u.machine))
+            out.push_back(std::move(*b));
+    fs::path dir = exe.parent_path();
+    for (int up = 0; up < 5 && !dir.empty(); ++up, dir = dir.parent_path()) {
+        if (auto b = served_as(dir / "src" / "agent" / "python" / "perfwire_agent.py", "python")) {
+            out.push_back(std::move(*b));
+            break;
+        }
+        if (dir == dir.root_path())
+            break;
     }
     std::sort(out.begin(), out.end(),
               [](const agent_binary& a, const agent_binary& b) { return a.arch < b.arch; });

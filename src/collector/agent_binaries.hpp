@@ -24,6 +24,12 @@ struct agent_binary {
 // The agents in `dir`, by architecture.
 std::vector<agent_binary> find_agent_binaries(const std::filesystem::path& dir);
 
+// With no --agents-dir and no dist/ found: the agents of the build tree the collector runs
+// from — its own build's perfwire-agent (for this machine's architecture, dynamically linked as
+// the collector is: for a device like this machine) and the source tree's Python agent — so a
+// checkout that was only built still offers an agent. Never pushed as updates (no version).
+std::vector<agent_binary> build_tree_agents();
+
 // Where the agents are when --agents-dir is not given: a dist/ beside the collector or up to
 // three folders above it (a build tree), else the installed /usr/lib/perfwire/agents.
 std::filesystem::path default_agents_dir();

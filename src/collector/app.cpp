@@ -188,7 +188,7 @@ int run(const config& c) {
                     " MiB read, " + std::to_string(p.samples.load()) + " samples" +
                     (p.converting ? " (perf script)" : ""));
             },
-            &app.symbols);
+            &app.symbols, true);
         if (!done) {
             log("import failed: " + done.error().message);
             return 1;
@@ -199,7 +199,8 @@ int run(const config& c) {
         log("imported " + *c.import_file + " (" + std::to_string(r.model->prof.sample_count()) +
             " samples in " + std::to_string(s).substr(0, std::to_string(s).find('.') + 3) +
             " s) as session " + r.session_id);
-        app.sessions.adopt(r.session_id, std::move(r.model));
+        if (auto e = app.sessions.adopt(r.session_id, std::move(r.model))) // its tables, beside
+            asio::post(e->strand, [e, a = &app] { want_tables(e, *a); });
         if (app.backlog)
             app.backlog->added(r.session_id);
     }

@@ -43,8 +43,12 @@ app_context::app_context(asio::io_context& io_context, config c)
     , store(cfg.sessions_dir)
     , sessions(store, pool, cfg.saved_cache_mb << 20, &symbols)
     , connections(connection_caps(cfg))
-    , agent_binaries(find_agent_binaries(
-          cfg.agents_dir.empty() ? default_agents_dir() : std::filesystem::path(cfg.agents_dir)))
+    , agent_binaries([&] {
+        if (!cfg.agents_dir.empty())
+            return find_agent_binaries(cfg.agents_dir);
+        auto found = find_agent_binaries(default_agents_dir());
+        return found.empty() ? build_tree_agents() : found;
+    }())
     , limits{cfg.browse_root,
              find_toolchains(std::getenv("PATH") ? std::getenv("PATH") : "",
                              cfg.symbols.toolchain_prefix),

@@ -142,6 +142,7 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
             e->model = std::move(fresh);
             publish_counts(*e);
             ++e->version;
+            want_tables(e, *app);
             asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
             // A build-id that came meanwhile, after frames of its module were named: again.
             const bool stale = e->model->names_stale && e->stale_rebuilds < max_stale_rebuilds;
@@ -153,104 +154,22 @@ void rebuild_live(const std::shared_ptr<session_entry>& e, app_context& app) {
     });
 }
 
-// On the strand: the files whose symbol tables the parse of `chunk` would read and the
-// symbolizer does not hold yet, with the build-ids it looks them up by. `text`: the chunk
-// decompressed (when it was compressed and could be).
-std::vector<std::pair<std::string, std::string>> tables_missing(const session_entry& e,
-                                                                app_context& app,
-                                                                const session_entry::queued& chunk,
-                                                                std::string& text) {
-    std::vector<std::pair<std::string, std::string>> missing;
-    if (!e.model)
-        return missing;
-    std::string_view view = *chunk.chunk;
-    if (chunk.compressed) {
-        auto out = protocol::decompress(view, protocol::max_chunk_text);
-        if (!out)
-            return missing; // the parse says so
-        text = std::move(*out);
-        view = text;
-    }
-    for (auto& module : script_parser::modules_in(view)) {
-        auto id = e.model->build_id_of(module);
-        if (!app.symbols.has_table(module, id))
-            missing.emplace_back(std::move(module), std::move(id));
-    }
-    return missing;
-}
-
-// On the loader thread: the tables `missing` names, for the chunk of `e` that asked for them
-// at `asked`. Said in the log when that held the session's work up for a while: one reader
-// serves every session, and a large file takes seconds (minutes under a sanitizer).
-void read_tables(const session_entry& e, app_context& app,
-                 const std::vector<std::pair<std::string, std::string>>& missing,
-                 std::chrono::steady_clock::time_point asked) {
-    using seconds = std::chrono::duration<double>;
-    const auto began = std::chrono::steady_clock::now();
-    std::string longest;
-    seconds longest_took{0};
-    for (const auto& [module, build_id] : missing) {
-        if (app.stops.stopping())
-            break;
-        const auto at = std::chrono::steady_clock::now();
-        app.symbols.load_table(module, build_id);
-        if (const seconds took = std::chrono::steady_clock::now() - at; took > longest_took) {
-            longest_took = took;
-            longest = module;
-        }
-    }
-    const seconds held = std::chrono::steady_clock::now() - asked;
-    if (held < std::chrono::seconds(5))
-        return;
-    const auto in_s = [](seconds d) {
-        char out[32];
-        std::snprintf(out, sizeof out, "%.1f s", d.count());
-        return std::string(out);
-    };
-    log("session " + e.id, "a chunk waited " + in_s(held) + " for symbol tables (" +
-                               in_s(began - asked) + " for the reader, then " +
-                               std::to_string(missing.size()) + " files; the longest: " + longest +
-                               ", " + in_s(longest_took) + ")");
-}
-
-// On the strand: the session's work, in the order it came, until a chunk needs symbol tables
-// the symbolizer does not hold. Those are read on the loader thread (each chunk asks once:
-// one whose tables were forgotten meanwhile reads them as it is parsed), and the work goes on
-// when they are; the link reads on meanwhile within its bounds (agent_link's digested count).
-// The look costs an eighth of a parse (bench/ingest); the text it decompressed is parsed.
+// On the strand: the session's work, in the order it came; the symbol tables a parse wanted
+// and did not find in memory are read beside it, on the loader thread (want_tables).
 void run_in_order(const std::shared_ptr<session_entry>& e, app_context& app) {
-    while (!e->loading_tables && !e->work.empty()) {
-        auto& next = e->work.front();
-        std::string text;
-        if (next.chunk && !std::exchange(next.asked, true)) {
-            auto missing = tables_missing(*e, app, next, text);
-            if (!missing.empty()) {
-                e->loading_tables = true;
-                app.on_pool(app.symbol_loads.get_executor(),
-                            [e, app = &app, missing = std::move(missing),
-                             asked = std::chrono::steady_clock::now()] {
-                                read_tables(*e, *app, missing, asked);
-                                app->on_pool(e->strand, [e, app] {
-                                    e->loading_tables = false;
-                                    run_in_order(e, *app);
-                                });
-                            });
-                return;
-            }
-        }
-        auto run = std::move(next.run);
+    while (!e->work.empty()) {
+        auto run = std::move(e->work.front().run);
         e->work.pop_front();
-        run(text);
+        run({});
     }
+    want_tables(e, app);
 }
 
 // Hands `run` to the session's strand, behind the work already waiting there.
 void in_order(const std::shared_ptr<session_entry>& e, app_context& app,
-              std::function<void(std::string_view)> run,
-              std::shared_ptr<const std::string> chunk = nullptr, bool compressed = false) {
-    app.on_pool(e->strand, [e, app = &app, run = std::move(run), chunk = std::move(chunk),
-                            compressed]() mutable {
-        e->work.push_back({std::move(chunk), compressed, false, std::move(run)});
+              std::function<void(std::string_view)> run) {
+    app.on_pool(e->strand, [e, app = &app, run = std::move(run)]() mutable {
+        e->work.push_back({std::move(run)});
         run_in_order(e, *app);
     });
 }
@@ -328,23 +247,22 @@ bool live_session::wants_kernel_symbols() const noexcept {
 void live_session::chunk(bool compressed, std::string payload,
                          std::function<void(bool stored)> digested, std::uint64_t seq) {
     auto data = std::make_shared<const std::string>(std::move(payload));
-    in_order(
-        entry_, app_,
-        [e = entry_, app = &app_, who = who_, compressed, data, digested = std::move(digested),
-         fleet = fleet_, kernel_wanted = kernel_wanted_, seq](std::string_view text) {
-            const bool stored =
-                ingest_chunk(*e, *app, who, compressed, *data, text, fleet.get(), seq);
-            if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
-                e->wants_kernel_symbols = true;
-            const bool unnamed_kernel = e->wants_kernel_symbols && kernel_wanted;
-            asio::post(app->io, [app, id = e->id, digested, unnamed_kernel, kernel_wanted, stored] {
-                digested(stored);
-                app->changed(change::data, id);
-                if (unnamed_kernel)
-                    kernel_wanted();
-            });
-        },
-        data, compressed);
+    in_order(entry_, app_,
+             [e = entry_, app = &app_, who = who_, compressed, data, digested = std::move(digested),
+              fleet = fleet_, kernel_wanted = kernel_wanted_, seq](std::string_view text) {
+                 const bool stored =
+                     ingest_chunk(*e, *app, who, compressed, *data, text, fleet.get(), seq);
+                 if (e->model && !e->model->kernel && e->model->parser.stats().unnamed_kernel)
+                     e->wants_kernel_symbols = true;
+                 const bool unnamed_kernel = e->wants_kernel_symbols && kernel_wanted;
+                 asio::post(app->io,
+                            [app, id = e->id, digested, unnamed_kernel, kernel_wanted, stored] {
+                                digested(stored);
+                                app->changed(change::data, id);
+                                if (unnamed_kernel)
+                                    kernel_wanted();
+                            });
+             });
 }
 
 void live_session::metrics(std::string record) {
@@ -388,43 +306,90 @@ void live_session::kernel(std::shared_ptr<const kernel_symbols> table, std::stri
              });
 }
 
+// On the strand: a session named again with the symbols as they are now. Names only added:
+// named in place, no replay from disk. That holds the session's strand (about 0.4 µs a site,
+// bench/stripped), so a large live session is parsed again off it instead, its views answered
+// meanwhile; a saved one would otherwise be parsed again whole when next viewed.
+void name_session_again(const std::shared_ptr<session_entry>& e, app_context& app) {
+    if (!e->loaded || !e->model)
+        return;
+    constexpr std::size_t live_in_place_sites = std::size_t{512} << 10;
+    if (!e->rebuilding && (!e->writer || e->model->prof.site_count() <= live_in_place_sites)) {
+        const auto done = e->model->name_again();
+        if (done == script_parser::renaming::renamed) {
+            log("session " + e->id + ": frames named in place with the new symbols");
+            publish_counts(*e);
+            ++e->version;
+            asio::post(app.io, [app = &app, id = e->id] { app->changed(change::data, id); });
+        }
+        // It asked of tables not in memory (new settings, or forgotten): named again once they
+        // are read, which is when a parse from the start could be told it is needed.
+        if (!e->model->tables_wanted.empty()) {
+            want_tables(e, app);
+            if (e->reading_tables)
+                return;
+        }
+        if (done != script_parser::renaming::reparse)
+            return;
+    }
+    if (e->writer) {
+        rebuild_live(e, app);
+        return;
+    }
+    // Named again when next viewed: a new data version, so that pages drop what they kept of
+    // the old names.
+    e->model.reset();
+    e->loaded = false;
+    e->memory_bytes = 0;
+    ++e->version;
+    asio::post(app.io, [app = &app, id = e->id] { app->changed(change::data, id); });
+}
+
 void rename_frames(app_context& app) {
     if (app.stops.stopping())
         return; // the sessions are named again when they are next loaded
     const auto generation = app.symbols.generation();
     for (auto& e : app.sessions.entries())
         app.on_pool(e->strand, [e, app = &app, generation] {
-            if (!e->loaded || !e->model || e->model->symbols_generation >= generation)
-                return;
-            // Names only added: named in place, no replay from disk. That holds the session's
-            // strand (about 0.4 µs a site, bench/stripped), so a large live session is parsed
-            // again off it instead, its views answered meanwhile; a saved one would otherwise
-            // be parsed again whole when next viewed.
-            constexpr std::size_t live_in_place_sites = std::size_t{512} << 10;
-            if (!e->rebuilding &&
-                (!e->writer || e->model->prof.site_count() <= live_in_place_sites)) {
-                const auto done = e->model->name_again();
-                if (done == script_parser::renaming::renamed) {
-                    log("session " + e->id + ": frames named in place with the new symbols");
-                    publish_counts(*e);
-                    ++e->version;
-                    asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
-                }
-                if (done != script_parser::renaming::reparse)
-                    return;
+            if (e->loaded && e->model && e->model->symbols_generation < generation) {
+                e->table_rounds = 0; // new settings: their tables are read afresh
+                name_session_again(e, *app);
             }
-            if (e->writer) {
-                rebuild_live(e, *app);
-                return;
-            }
-            // Named again when next viewed: a new data version, so that pages drop what they
-            // kept of the old names.
-            e->model.reset();
-            e->loaded = false;
-            e->memory_bytes = 0;
-            ++e->version;
-            asio::post(app->io, [app, id = e->id] { app->changed(change::data, id); });
         });
+}
+
+void want_tables(const std::shared_ptr<session_entry>& e, app_context& app) {
+    // A session named again a few times still wanting tables (forgotten meanwhile, past the
+    // collector's share for them) keeps the names it has: its parse never waits for them.
+    constexpr int max_rounds = 3;
+    if (!e->model || e->model->tables_wanted.empty() || e->reading_tables || app.stops.stopping())
+        return;
+    auto wanted = std::exchange(e->model->tables_wanted, {});
+    if (e->table_rounds >= max_rounds)
+        return;
+    ++e->table_rounds;
+    e->reading_tables = true;
+    app.on_pool(app.symbol_loads.get_executor(), [e, app = &app, wanted = std::move(wanted)] {
+        using seconds = std::chrono::duration<double>;
+        const auto began = std::chrono::steady_clock::now();
+        for (const auto& [module, want] : wanted) {
+            if (app->stops.stopping())
+                break;
+            app->symbols.load_table(module, want.build_id, want.remote);
+        }
+        if (const seconds took = std::chrono::steady_clock::now() - began;
+            took > std::chrono::seconds(5)) {
+            char s[32];
+            std::snprintf(s, sizeof s, "%.1f s", took.count());
+            log("session " + e->id, "read " + std::to_string(wanted.size()) +
+                                        " symbol tables beside its parse in " + s);
+        }
+        app->on_pool(e->strand, [e, app] {
+            e->reading_tables = false;
+            name_session_again(e, *app);
+            want_tables(e, *app); // more wanted meanwhile
+        });
+    });
 }
 
 void live_session::link_down(double at) {

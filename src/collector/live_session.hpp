@@ -91,5 +91,8 @@ private:
 // from its recording (and the chunks still waiting for the disk); a saved one is let go and
 // replays, newly named, when next viewed. The browsers are told each one changed.
 void rename_frames(app_context& app);
+// On the strand of `e`: the symbol tables its parse wanted (session_model::tables_wanted) are
+// read on the loader thread, then the session is named again with them.
+void want_tables(const std::shared_ptr<session_entry>& e, app_context& app);
 
 } // namespace collector

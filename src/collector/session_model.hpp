@@ -90,6 +90,19 @@ struct session_model {
     std::set<std::string, std::less<>> named_without_build_id;
     bool names_stale = false;
 
+    // Symbol tables are read beside the parse, never in it: with `defer_tables`, a frame whose
+    // module's table is not in memory keeps perf's name for now, and the table is wanted
+    // here (module -> its build-id, and whether debuginfod may be asked); once it is read the
+    // session is named again (name_again: in place, or a new parse where a function would
+    // now be told apart). Without it (a model made alone, as the tests do), tables are read
+    // as the parse asks for them.
+    bool defer_tables = false;
+    struct wanted_table {
+        std::string build_id;
+        bool remote = false;
+    };
+    std::map<std::string, wanted_table> tables_wanted;
+
     // The device's kernel symbols, when its agent sent them; or why they are not here.
     std::shared_ptr<const kernel_symbols> kernel;
     std::string kernel_note;

@@ -42,6 +42,8 @@ public:
         }
         const std::string m(module);
         const auto id = model_.build_id_of(m);
+        if (!ready(m, id, true))
+            return std::nullopt;
         auto answer = symbols_.name_frame(m, id, address);
         if (!answer)
             return std::nullopt;
@@ -55,6 +57,8 @@ public:
         const std::string m(module);
         const auto id = model_.build_id_of(m);
         std::vector<start> out;
+        if (!ready(m, id, false))
+            return out;
         for (auto& s : symbols_.starts_of(m, id, std::string(symbol)))
             out.push_back({s.address, std::move(s.name)});
         if (!out.empty())
@@ -63,6 +67,17 @@ public:
     }
 
 private:
+    // Whether the table of `module` may be read now: in memory, or the model reads tables as
+    // the parse asks. Else it is wanted (read beside the parse; model_.tables_wanted).
+    bool ready(const std::string& module, const std::string& id, bool remote) {
+        if (!model_.defer_tables || symbols_.has_table(module, id, remote))
+            return true;
+        auto& want = model_.tables_wanted[module];
+        want.build_id = id;
+        want.remote = want.remote || remote;
+        return false;
+    }
+
     // Frames of `module` were named with the symbols of build `id`: without one, named again
     // when the device reports it (rename_frames).
     void named_with(const std::string& module, const std::string& id) {
@@ -233,6 +248,7 @@ session_registry::create_live(std::string_view agent_name, const boost::json::ob
         return writer.error();
     auto e = std::make_shared<session_entry>(writer->id(), pool_);
     e->model = std::make_unique<session_model>(names_);
+    e->model->defer_tables = true;
     e->allowance = memory_.allowance ? memory_.allowance : SIZE_MAX;
     e->model->allowance = e->allowance;
     e->loaded = true;
@@ -572,6 +588,7 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
                                            const model_seed& seed, std::size_t max_chunks,
                                            const samples_added& added) {
     auto fresh = std::make_unique<session_model>(names);
+    fresh->defer_tables = true; // read beside the parse (live_session.cpp, want_tables)
     fresh->allowance = allowance;
     fresh->owner_recording = store.owner_import(id); // never what an agent said of itself
     // The build-ids and the kernel's symbols first: frames are named for what ran. What

@@ -76,15 +76,13 @@ struct session_entry {
     // they are read on the collector's loader thread, not on the pool, and the work goes on
     // here once they are (live_session.cpp).
     struct queued {
-        std::shared_ptr<const std::string> chunk; // a chunk's payload; null for other work
-        bool compressed = false;
-        bool asked = false; // looked through (once: then it is parsed regardless)
-        // Run with the chunk's text when it was decompressed to be looked through and is
-        // parsed right after (else empty: a chunk that waits is not held decompressed).
-        std::function<void(std::string_view text)> run;
+        std::function<void(std::string_view text)> run; // with no text: a chunk decompresses
     };
     std::deque<queued> work;
-    bool loading_tables = false;
+    // Symbol tables a parse wanted are being read (live_session.cpp, want_tables); how many
+    // times they were read for this session and it was named again.
+    bool reading_tables = false;
+    int table_rounds = 0;
     std::uint64_t unsaved_chunks() const { return unsaved.size() + dropped_chunks; }
     std::uint64_t unsaved_samples() const;
 

@@ -247,7 +247,7 @@ TEST_CASE("the API asks for the collector's access token — the printed link si
                   .status == 401);
         CHECK(http_call(coll.http_port, "GET", "/api/sessions").status == 200); // Bearer
         CHECK(http_call(coll.http_port, "GET", "/api/sessions", {},
-                        {"Cookie: perfwire_token=" + token})
+                        {"Cookie: " + collector::token_cookie(token) + "=" + token})
                   .status == 200);
         // The UI shell itself needs nothing: it asks for the token.
         const auto shell = http_call(coll.http_port, "GET", "/", {}, none);
@@ -809,6 +809,11 @@ TEST_CASE("an agent cannot make its session an owner recording: not with a build
     INFO(up.body);
     REQUIRE(up.status == 200);
     const std::string imported(json::parse(up.body).at("session_id").as_string());
+    // (Its symbol tables are read beside the parse: named once they are.)
+    wait_for(*coll, "/api/sessions/" + imported, 20s, [](const json::value& v) {
+        const auto* pending = v.as_object().if_contains("symbols_pending");
+        return pending && !pending->as_bool();
+    });
     CHECK_THAT(std::string(named(imported).as_string()), Catch::Contains("matrix_multiply"));
     const auto listed = coll->get("/api/sessions");
     for (const auto& s : listed.as_array())

@@ -416,11 +416,15 @@ TEST_CASE("API: with an access token, every API request presents it", "[collecto
     }
     CHECK(with(http::verb::get, "/api/status", "Authorization", "Bearer wrong-token-0123456789"));
     CHECK(with(http::verb::get, "/api/status", "Authorization", "Basic " + token));
-    CHECK(with(http::verb::get, "/api/status", "Cookie", "perfwire_token=" + token + "x"));
+    const auto name = token_cookie(token);
+    CHECK(name.starts_with("perfwire_token_"));
+    CHECK(name != token_cookie(token + "x")); // two collectors, two cookies
+    CHECK(with(http::verb::get, "/api/status", "Cookie", name + "=" + token + "x"));
+    CHECK(with(http::verb::get, "/api/status", "Cookie", "perfwire_token=" + token));
     CHECK(with(http::verb::get, "/api/status", "Cookie", "other_token=" + token));
     CHECK_FALSE(with(http::verb::get, "/api/status", "Authorization", "Bearer " + token));
     CHECK_FALSE(
-        with(http::verb::get, "/api/stream", "Cookie", "a=1; perfwire_token=" + token + "; b=2"));
+        with(http::verb::get, "/api/stream", "Cookie", "a=1; " + name + "=" + token + "; b=2"));
     // The UI's static files are the one thing served without it.
     CHECK_FALSE(with(http::verb::get, "/", {}, {}));
     CHECK_FALSE(with(http::verb::head, "/app.js", {}, {}));
@@ -448,7 +452,7 @@ TEST_CASE("the live stream over a WebSocket opens only from the collector's own 
             req.set(http::field::cookie, cookie);
         return check_access(*f.app, req);
     };
-    const std::string cookie = "perfwire_token=" + token;
+    const std::string cookie = token_cookie(token) + "=" + token;
     // A page elsewhere sends the handshake with the user's cookie: refused on its Origin.
     const auto hijack = upgrade("http://evil.example", cookie);
     REQUIRE(hijack);
@@ -515,7 +519,7 @@ TEST_CASE("access token: kept in a private file, presented by header or cookie",
     CHECK(codes.redeem(first));
     CHECK_FALSE(codes.redeem(first));
     CHECK(codes.current() != first);
-    CHECK(sign_in_cookie("abc") == "perfwire_token=abc; Path=/; HttpOnly; SameSite=Strict");
+    CHECK(sign_in_cookie("abc") == token_cookie("abc") + "=abc; Path=/; HttpOnly; SameSite=Strict");
     CHECK_FALSE(valid_token("0123456789abcde"));                      // 15: too short
     CHECK_FALSE(valid_token("0123456789abcdef;Domain=evil.example")); // no cookie attributes
     CHECK_FALSE(valid_token("0123456789abcdef 0123"));

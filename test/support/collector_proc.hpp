@@ -2,6 +2,7 @@
 // and any extra arguments; its HTTP port is registered so http_call presents the API token.
 #pragma once
 
+#include "collector/http/access.hpp"
 #include "protocol/frame.hpp"
 #include "support/framing_peer.hpp"
 #include "support/http_client.hpp"
@@ -82,9 +83,10 @@ enrolled_agent(const collector_proc& c, const std::string& hostname, const std::
 inline int open_event_stream(const collector_proc& c) {
     const int fd = connect_loopback(c.http_port);
     REQUIRE(fd >= 0);
-    const std::string get = "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: "
-                            "perfwire_token=" +
-                            api_token(c.http_port) + "\r\n\r\n";
+    const std::string token = api_token(c.http_port);
+    const std::string get =
+        "GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: " + collector::token_cookie(token) +
+        "=" + token + "\r\n\r\n";
     REQUIRE(::write(fd, get.data(), get.size()) == static_cast<ssize_t>(get.size()));
     return fd;
 }

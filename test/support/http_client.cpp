@@ -29,9 +29,9 @@ std::uint16_t api_port(const std::string& log_rest) {
         return port;
     // Signed in as a browser opening the printed link is: the cookie it gets holds the token.
     const auto link = http_call(port, "GET", "/?code=" + log_rest.substr(at + 6));
-    const std::string cookie = "Set-Cookie: perfwire_token=";
+    const std::string cookie = "Set-Cookie: perfwire_token_"; // and the collector's own suffix
     if (const auto c = link.headers.find(cookie); c != std::string::npos) {
-        const auto from = c + cookie.size();
+        const auto from = link.headers.find('=', c) + 1;
         std::lock_guard lock(tokens_mutex);
         tokens[port] = link.headers.substr(from, link.headers.find(';', from) - from);
     }

@@ -9,7 +9,7 @@
 // earlier ones left (the pages, the sessions they opened). A failure names the step, the
 // requests still under way and what each open page showed. Every wait is bounded.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -75,10 +75,12 @@ const STEPS = [
 const t = { doing: 'starting' };
 try {
   const demo = start(bin('demo/perfwire-demo'), ['300']);
-  // The agents scripts/build-agents.sh wrote, offered on the landing page.
+  // The agents scripts/build-agents.sh wrote, offered on the landing page; on a checkout that
+  // was only built, the collector offers its own build's agents (no --agents-dir).
   const agentsDir = new URL('../../dist', import.meta.url).pathname;
+  const distBuilt = existsSync(join(agentsDir, 'perfwire-agent-linux-aarch64'));
   const collector = start(bin('collector/perfwire-collector'),
-    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', '--agents-dir', agentsDir,
+    ['--sessions-dir', join(work, 'sessions'), '--http-port', '0', '--agent-port', '0', '--agent-bind', '127.0.0.1', ...(distBuilt ? ['--agents-dir', agentsDir] : []),
      '--browse-root', work, '--sysroot', '/']); // (the agent runs on this machine)
   const http = await until('the collector', async () => collector.log.match(/UI and API on (http:\/\/[^/]+)\//)?.[1]);
   httpPort = new URL(http).port;
@@ -122,7 +124,7 @@ try {
   await stranger.fill('#sign-in-token', token);
   await Promise.all([stranger.waitForEvent('load'), stranger.click('#sign-in button')]);
   await stranger.waitForFunction(() => ['live', 'signed out'].includes(document.querySelector('#conn')?.textContent), null, { timeout: 10000 });
-  check((await stranger.context().cookies()).some((c) => c.name === 'perfwire_token' && c.httpOnly) &&
+  check((await stranger.context().cookies()).some((c) => c.name.startsWith('perfwire_token_') && c.httpOnly) &&
     !stranger.url().includes(token) && (await stranger.locator('#conn').textContent()) === 'live',
     `the sign-in form signs the browser in, the token never in an address (${stranger.url()})`);
   await stranger.close();
@@ -144,14 +146,14 @@ try {
   });
   const page = await context.newPage();
   await page.goto(signIn);
-  const cookie = (await context.cookies()).find((c) => c.name === 'perfwire_token');
+  const cookie = (await context.cookies()).find((c) => c.name.startsWith('perfwire_token_'));
   check(page.url() === http + '/' && cookie?.httpOnly && cookie?.sameSite === 'Strict',
     `the printed link signs the browser in and leaves the token out of the address (${page.url()})`);
   page.on('pageerror', (e) => errors.push(e.message));
   // The collector's Content-Security-Policy must not block anything the UI itself does.
   const blocked = (m) => { if (m.type() === 'error' && /Content Security Policy/.test(m.text())) errors.push(m.text()); };
   page.on('console', blocked);
-  Object.assign(t, { build, bin, work, browser, demo, agentsDir, collector, http, signIn, token, fetch, agentPort, errors, stranger, context, page, cookie, blocked });
+  Object.assign(t, { build, bin, work, browser, demo, agentsDir, distBuilt, collector, http, signIn, token, fetch, agentPort, errors, stranger, context, page, cookie, blocked });
   for (const step of STEPS) await step(t);
   check(errors.length === 0, `no script errors (${errors.join('; ')})`);
 } catch (e) {

@@ -109,8 +109,12 @@ export async function render(s, r) {
     : meta.live ? 'live' : meta.ended_at ? `ended, ${duration(meta.duration_sec)}` : '';
   const inView = meta.view_samples != null ? ` (${count(meta.view_samples)} in ${s.tid && !(s.start || s.end || s.last) ? 'this thread' : 'this window'})` : '';
   $('#scope-count').textContent = meta.view_samples != null ? `${count(meta.view_samples)} of ${count(shown.samples)} samples` : '';
-  $('#session-info').textContent = [visible(meta.hostname || ''), `${shown.samples} samples${inView}`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
-    events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : '', state].filter(Boolean).join(' · ');
+  // An import is said as one where no host is known.
+  const host = meta.hostname || (meta.imported ? `imported${meta.source ? ` from ${String(meta.source).split('/').pop()}` : ''}` : '');
+  const parts = [visible(host), `${shown.samples} samples${inView}`, `${shown.chunks} ${shown.chunks === 1 ? 'chunk' : 'chunks'}`,
+    events.map(eventName).join(', '), meta.callgraph ? `call graphs: ${visible(meta.callgraph)}` : ''].filter(Boolean).join(' · ');
+  // The state in a span of its own: struck through while the collector is out of reach.
+  setHtml($('#session-info'), esc(parts) + (state ? ` · <span class="${meta.live ? 'live-state' : ''}">${esc(state)}</span>` : ''));
   // Lines of the recording the parser could not read: counted, never silently dropped.
   $('#session-skipped').hidden = !meta.skipped_lines;
   $('#session-skipped').textContent = meta.skipped_lines ? `${Number(meta.skipped_lines).toLocaleString()} unreadable lines skipped` : '';

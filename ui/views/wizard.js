@@ -51,6 +51,12 @@ async function chooseProcess(pid, comm) {
   state.pid = pid; state.comm = v.info?.comm || comm;
   $('#wz-chosen').textContent = `${pid} ${state.comm}`;
   step('perf');
+  // "next" waits for the probe: the review and the start take what it found.
+  $('#wz-perf-next').disabled = true;
+  try { await probePerf(pid); } finally { $('#wz-perf-next').disabled = false; }
+}
+
+async function probePerf(pid) {
   $('#wz-perf').textContent = 'checking perf…';
   const perf = await command('verify_perf');
   $('#wz-perf').innerHTML = `${esc(perf.version || 'perf')} · ${perf.functional ? 'works' : '<span class="warn">does not work: ' + esc(perf.error || '') + '</span>'} · perf_event_paranoid ${esc(perf.perf_event_paranoid ?? '?')}`;
@@ -158,7 +164,7 @@ export function clear() {
 }
 
 export function init() {
-  const on = (sel, fn) => $(sel).addEventListener('click', (e) => busy(e.currentTarget, fn));
+  const on = (sel, fn) => $(sel).addEventListener('click', (e) => { if (!e.currentTarget.disabled) busy(e.currentTarget, fn); });
   on('#wz-connect', connect);
   on('#wz-refresh', loadProcesses);
   on('#wz-perf-next', async () => { await loadSymbols(); step('symbols'); });

@@ -1,4 +1,5 @@
 #include "collector/http/access.hpp"
+#include "protocol/digest.hpp"
 
 #include "collector/http/routes.hpp"
 #include "protocol/pairing.hpp"
@@ -92,13 +93,14 @@ bool presents_token(std::string_view authorization, std::string_view cookie,
     if (auth.size() > bearer.size() && auth.substr(0, bearer.size()) == bearer &&
         equals_token(trim(auth.substr(bearer.size())), token))
         return true;
-    // Cookie: a=1; perfwire_token=...; b=2
+    // Cookie: a=1; perfwire_token_1a2b3c4d=...; b=2
+    const auto name = token_cookie(token);
     while (!cookie.empty()) {
         const auto semi = cookie.find(';');
         const auto pair = trim(cookie.substr(0, semi));
         cookie = semi == std::string_view::npos ? std::string_view{} : cookie.substr(semi + 1);
         const auto eq = pair.find('=');
-        if (eq != std::string_view::npos && pair.substr(0, eq) == token_cookie &&
+        if (eq != std::string_view::npos && pair.substr(0, eq) == name &&
             equals_token(pair.substr(eq + 1), token))
             return true;
     }
@@ -138,9 +140,13 @@ bool sign_in_codes::redeem(std::string_view code) {
     return true;
 }
 
+std::string token_cookie(std::string_view token) {
+    return "perfwire_token_" + protocol::sha256_hex(token).substr(0, 8);
+}
+
 std::string sign_in_cookie(std::string_view token, bool secure) {
-    return std::string(token_cookie) + "=" + std::string(token) +
-           "; Path=/; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "");
+    return token_cookie(token) + "=" + std::string(token) + "; Path=/; HttpOnly; SameSite=Strict" +
+           (secure ? "; Secure" : "");
 }
 
 namespace {

@@ -15,7 +15,10 @@
 
 namespace collector {
 
-inline constexpr std::string_view token_cookie = "perfwire_token";
+// The sign-in cookie's name: one per collector ("perfwire_token_" and the first 8 hex digits
+// of the token's SHA-256), as a browser keeps one cookie of a name per host whatever the port:
+// two collectors on one host keep their own.
+std::string token_cookie(std::string_view token);
 
 // The token kept in `file` (created with a fresh random token, mode 0600, when missing); a
 // failure when it can be neither read nor created, or is not a usable token.

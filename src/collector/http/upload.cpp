@@ -55,6 +55,7 @@ struct upload::state : std::enable_shared_from_this<upload::state> {
         , declared(d)
         , id(next_id++) {
         stream.set_allowance(a.sessions.saved_allowance());
+        stream.defer_tables(); // read beside the parse once it is a session (want_tables)
     }
 
     app_context& app;
@@ -176,7 +177,8 @@ asio::awaitable<http_response> upload::finish(const http_request& req) {
                       {"zero_bytes", r.zero_bytes},
                       {"lost_samples", st.lost_events}};
     const bool renamed = r.model->symbols_generation < app.symbols.generation();
-    app.sessions.adopt(r.session_id, std::move(r.model));
+    if (auto e = app.sessions.adopt(r.session_id, std::move(r.model)))    // its symbol tables,
+        asio::post(e->strand, [e, app = &app] { want_tables(e, *app); }); // read beside
     if (app.backlog)
         app.backlog->added(r.session_id);
     if (renamed) // the symbol settings changed while it was imported

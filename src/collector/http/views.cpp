@@ -1,6 +1,7 @@
 #include "collector/http/views.hpp"
 
 #include "collector/export/exports.hpp"
+#include "collector/live_session.hpp"
 #include "collector/model/reshape.hpp"
 #include "collector/model/view_json.hpp"
 #include "collector/symbols/source_view.hpp"
@@ -149,6 +150,7 @@ result<view_filter> make_filter(const profile& p, const view_params& v) {
 asio::awaitable<result<baseline_shares>> compute_baseline(std::shared_ptr<session_entry> e,
                                                           app_context* app, view_params v) {
     ensure_loaded(*e, app->store, &app->symbols);
+    want_tables(e, *app);
     v.tid.reset(); // a thread or window of one session means nothing in the other
     v.start_s.reset();
     v.end_s.reset();
@@ -295,6 +297,7 @@ std::optional<json::value> disassembly_json(const session_model& m, const view_f
 asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_context* app,
                                           view_kind kind, view_params v) {
     ensure_loaded(*e, app->store, &app->symbols);
+    want_tables(e, *app); // what its parse did not wait for
     const session_model& m = *e->model;
     view_result r;
     if (kind == view_kind::metrics) {
@@ -317,6 +320,9 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
                                                : std::nullopt);
         }
         o["samples"] = m.prof.sample_count();
+        // Symbol tables its parse did not wait for are still being read: the names of its
+        // frames may yet change (named in place, or parsed again when next viewed).
+        o["symbols_pending"] = e->reading_tables || !m.tables_wanted.empty();
         o["bad_chunks"] = m.bad_chunks;
         o["lost_samples"] = m.parser.stats().lost_events;
         o["skipped_lines"] = m.parser.stats().skipped_lines;

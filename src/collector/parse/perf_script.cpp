@@ -2,7 +2,6 @@
 #include "collector/parse/blanks.hpp"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include <cstring>
 
@@ -322,47 +321,6 @@ bool script_parser::header(std::string_view l) {
         frame_text(h.rest); // flat output: the only frame is on the header line (a
                             // tracepoint's arguments are not a frame)
     return true;
-}
-
-std::vector<std::string> script_parser::modules_in(std::string_view text) {
-    // A frame line ends in its module: "\t    7f01 symbol+0x10 (/usr/lib/libc.so.6)". Only the
-    // end of each indented line is looked at, found with memchr and memrchr; the module is
-    // taken apart as the parse does only when it holds a ')' of its own ("(deleted)").
-    std::vector<std::string> out;
-    std::unordered_set<std::string_view> seen;
-    std::string_view last;
-    const char* p = text.data();
-    const char* const end = p + text.size();
-    while (p < end) {
-        const auto* nl =
-            static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
-        const char* const eol = nl ? nl : end;
-        std::string_view rest(p, static_cast<std::size_t>(eol - p));
-        p = eol + 1;
-        if (rest.empty() || (rest.front() != ' ' && rest.front() != '\t'))
-            continue;
-        while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t' || rest.back() == '\r'))
-            rest.remove_suffix(1);
-        if (rest.size() < 3 || rest.back() != ')')
-            continue;
-        const auto* open = static_cast<const char*>(::memrchr(rest.data(), '(', rest.size() - 1));
-        if (!open)
-            continue;
-        const auto at = static_cast<std::size_t>(open - rest.data());
-        std::string_view module = rest.substr(at + 1, rest.size() - at - 2);
-        if (module.find(')') != std::string_view::npos) { // nested: the parse's own rule
-            module = {};
-            split_module(rest, module);
-        } else if (at == 0 || rest[at - 1] != ' ') {
-            continue;
-        }
-        if (module == last)
-            continue;
-        last = module;
-        if (!module.empty() && module.front() == '/' && seen.insert(module).second)
-            out.emplace_back(module);
-    }
-    return out;
 }
 
 bool script_parser::frame_text(std::string_view text) {

@@ -119,10 +119,6 @@ public:
     enum class renaming { unchanged, renamed, reparse };
     renaming name_again();
 
-    // The files the frames of `text` (perf script output) name by path, each once: those a
-    // parse asks the frame namer about (frame_namer::starts_of, ::name_frame).
-    static std::vector<std::string> modules_in(std::string_view text);
-
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
     void finish();

@@ -151,6 +151,7 @@ struct import_stream::impl {
     std::string head;       // the first bytes, until they say what the input is
     int perf_data_fd = -1;  // an uploaded perf.data, written into the staged folder
     std::string first_line; // for a useful message when nothing parses
+    std::string host;       // the recording machine's, when perf's header names it
     // Text or binary, from the first line: complete yet, and holding a control byte.
     bool first_line_done = false, odd_first_line = false;
     std::uint64_t zero_bytes = 0; // NUL bytes left out: a damaged tail's
@@ -303,8 +304,21 @@ struct import_stream::impl {
         (void)writer->append_metrics(json); // (lost only with the session's own folder)
     }
 
+    // The machine it was recorded on, as perf's header says it ("# hostname : vm").
+    void note_host(std::string_view header) {
+        constexpr std::string_view key = "# hostname : ";
+        const auto at = header.find(key);
+        if (at == std::string_view::npos || (at && header[at - 1] != '\n'))
+            return;
+        auto name = header.substr(at + key.size());
+        name = name.substr(0, std::min<std::size_t>(name.find('\n'), 255));
+        host = printable(name);
+    }
+
     bool convert(const std::string& path) {
         note_build_ids(path);
+        if (const auto h = run_capture({perf, "report", "--header-only", "-i", path}); h.code == 0)
+            note_host(h.out);
         progress.converting = true;
         const std::vector<std::string> fields = {
             perf,
@@ -338,8 +352,10 @@ struct import_stream::impl {
             what = kind::text;
         if (!start())
             return false;
-        if (first_line.empty() && progress.text_bytes == 0)
+        if (first_line.empty() && progress.text_bytes == 0) {
             first_line = printable(block.substr(0, block.find('\n')).substr(0, 120));
+            note_host(block.substr(0, 64 << 10)); // text with perf script --header's lines
+        }
         progress.text_bytes += block.size();
         pending.append(block);
         while (ok()) {
@@ -488,7 +504,7 @@ struct import_stream::impl {
         const auto& st = model->parser.stats();
         const double now = now_seconds();
         boost::json::object meta{{"agent", "import"},
-                                 {"hostname", ""},
+                                 {"hostname", host},
                                  {"source", source},
                                  {"started_at", now},
                                  {"ended_at", now},
@@ -547,6 +563,10 @@ import_stream::import_stream(session_store& store, std::string source, std::stri
 
 import_stream::~import_stream() = default;
 
+void import_stream::defer_tables() {
+    impl_->model->defer_tables = true;
+}
+
 void import_stream::set_allowance(std::size_t bytes) {
     impl_->model->allowance = bytes;
 }
@@ -581,8 +601,10 @@ const std::string& import_stream::error() const noexcept {
 import_result import_file(session_store& store, const std::string& path, const std::string& source,
                           const std::string& perf,
                           const std::function<void(const import_progress&)>& report,
-                          symbolizer* names) {
+                          symbolizer* names, bool defer_tables) {
     import_stream stream(store, source, perf, names);
+    if (defer_tables)
+        stream.defer_tables();
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return failure("import_failed", "cannot read " + source + ": " + std::strerror(errno));

@@ -51,6 +51,10 @@ public:
     import_stream(const import_stream&) = delete;
     import_stream& operator=(const import_stream&) = delete;
 
+    // Symbol tables not in memory are not read in the parse: the model lists them
+    // (session_model::defer_tables) for the collector to read beside it once it is a session.
+    void defer_tables();
+
     // What the model may hold as it grows (session_model::allowance): past it, its oldest
     // samples are folded.
     void set_allowance(std::size_t bytes);
@@ -78,6 +82,6 @@ private:
 import_result import_file(session_store& store, const std::string& path, const std::string& source,
                           const std::string& perf = "perf",
                           const std::function<void(const import_progress&)>& report = {},
-                          symbolizer* names = nullptr);
+                          symbolizer* names = nullptr, bool defer_tables = false);
 
 } // namespace collector

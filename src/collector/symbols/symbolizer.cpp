@@ -214,15 +214,15 @@ void symbolizer::fit_tables_locked(const module_slot* keep) {
     }
 }
 
-bool symbolizer::has_table(const std::string& module, const std::string& build_id) {
+bool symbolizer::has_table(const std::string& module, const std::string& build_id, bool remote) {
     std::lock_guard lock(config_mutex_);
     const auto it = tables_.find(module + '\0' + build_id);
-    return it != tables_.end() && usable(*it->second, false) &&
+    return it != tables_.end() && usable(*it->second, remote) &&
            !stale(*it->second, std::chrono::steady_clock::now());
 }
 
-void symbolizer::load_table(const std::string& module, const std::string& build_id) {
-    (void)table(module, build_id, false);
+void symbolizer::load_table(const std::string& module, const std::string& build_id, bool remote) {
+    (void)table(module, build_id, remote);
 }
 
 std::shared_ptr<const elf_symbols>

@@ -132,8 +132,9 @@ public:
     // Whether the table starts_of reads for `module` (build `build_id`) is in memory: reads
     // nothing, waits for no load. And the load itself (readelf: seconds for a large binary),
     // for a thread that may wait, before a parse that needs it (live_session.cpp).
-    bool has_table(const std::string& module, const std::string& build_id);
-    void load_table(const std::string& module, const std::string& build_id);
+    // `remote`: the table name_frame reads (debuginfod may be asked for it).
+    bool has_table(const std::string& module, const std::string& build_id, bool remote = false);
+    void load_table(const std::string& module, const std::string& build_id, bool remote = false);
 
     struct site {
         std::string module, symbol;

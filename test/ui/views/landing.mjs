@@ -14,14 +14,16 @@ export async function addTarget(t) {
   t.doing = "the add-a-target help";
   await page.click('#add-target summary');
   await page.locator('#agent-binaries tbody tr').first().waitFor({ timeout: 10000 });
-  await page.fill('#at-machine', 'arm64');
+  // With scripts/build-agents.sh's dist/: every architecture; else this build's own agent.
+  const [machine, arch, elfMachine, all] = t.distBuilt ? ['arm64', 'aarch64', 183, 'aarch64,armv7,python,s390x,x86_64'] : ['x86_64', 'x86_64', 62, 'python,x86_64'];
+  await page.fill('#at-machine', machine);
   const archs = await page.locator('#agent-binaries tbody td:first-child').allTextContents();
   const fetchCmd = await page.locator('#at-commands pre.cmd').first().textContent();
-  check(archs.join(',') === 'aarch64,armv7,python,s390x,x86_64' && (await page.locator('#at-file').textContent()) === '→ perfwire-agent-linux-aarch64' &&
-    fetchCmd.includes('/api/agent-binaries/aarch64'), `a device's uname -m names its agent and the commands to get it there (agents: ${archs.join(', ')})`);
-  const download = await fetch(`${http}/api/agent-binaries/aarch64`);
+  check(archs.join(',') === all && (await page.locator('#at-file').textContent()) === `→ perfwire-agent-linux-${arch}` &&
+    fetchCmd.includes(`/api/agent-binaries/${arch}`), `a device's uname -m names its agent and the commands to get it there (agents: ${archs.join(', ')}${t.distBuilt ? '' : ', this build\'s own: no dist/'})`);
+  const download = await fetch(`${http}/api/agent-binaries/${arch}`);
   const elf = Buffer.from(await download.arrayBuffer());
-  check(download.ok && elf.subarray(0, 4).toString('latin1') === '\x7fELF' && elf[18] === 183, 'the aarch64 agent downloads from the collector (an ELF for machine 183, AArch64)');
+  check(download.ok && elf.subarray(0, 4).toString('latin1') === '\x7fELF' && elf[18] === elfMachine, `the ${arch} agent downloads from the collector (an ELF for machine ${elfMachine})`);
   await page.fill('#at-machine', 'mips');
   check((await page.locator('#at-file').textContent()).startsWith('not built for mips'), 'an architecture without an agent says so');
 
@@ -103,7 +105,7 @@ export async function updateAgent(t) {
   updPage.on('pageerror', (e) => errors.push(e.message));
   await updPage.goto(updColl.log.match(/UI and API on (https:\S+\?code=\S+)/)[1]);
   const cookies = await updContext.cookies();
-  check(updPage.url().startsWith('https://') && cookies.some((c) => c.name === 'perfwire_token' && c.secure && c.httpOnly),
+  check(updPage.url().startsWith('https://') && cookies.some((c) => c.name.startsWith('perfwire_token_') && c.secure && c.httpOnly),
     `the UI over HTTPS signs in with a Secure, HttpOnly cookie (${updPage.url()})`);
   // An agent given no key to check updates with, on a plain link: the later build is named,
   // with why it cannot be pushed, and no button.
