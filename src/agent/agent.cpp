@@ -1,4 +1,5 @@
 #include "agent/agent.hpp"
+#include "agent/probe_cache.hpp"
 
 #include "agent/backoff.hpp"
 #include "agent/collection.hpp"
@@ -194,7 +195,18 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
         log("cannot write " + c.output_path + ": " + std::strerror(errno));
         co_return 1;
     }
-    auto caps = co_await probe(c.perf_path, c.pid);
+    // What an earlier start found of this perf, else a probe (kept for the next start).
+    const auto print = probe_fingerprint(c.perf_path);
+    auto kept = recall_probe(c.state_dir, print, c.pid);
+    if (kept)
+        log("probe: perf as found at an earlier start, kept in " + c.state_dir);
+    capabilities caps;
+    if (kept) {
+        caps = std::move(*kept);
+    } else {
+        caps = co_await probe(c.perf_path, c.pid);
+        (void)keep_probe(c.state_dir, print, caps, c.pid);
+    }
     for (const auto& w : caps.warnings)
         log("probe: " + w);
     for (const auto& why : caps.cannot)

@@ -1,4 +1,5 @@
 #include "agent/options.hpp"
+#include "agent/probe_cache.hpp"
 
 #include "agent/version.hpp"
 #include "protocol/pairing.hpp"
@@ -48,6 +49,9 @@ po::options_description describe_options() {
          "keep the chunks past --buffer-mb in this directory (fsynced; read back after a restart)")
         ("spool-mb", po::value<int>()->default_value(64),
          "the most --spool-dir holds (the oldest go first past it; a tenth of its disk stays free)")
+        ("state-dir", po::value<std::string>(),
+         "keep what the perf probe found here for the next start (\"\": nowhere; default "
+         "/var/lib/perfwire-agent for root, else ~/.local/state/perfwire-agent)")
         ("name", po::value<std::string>(), "this device's name at the collector (default: the "
                                            "host name)")
         ("token", po::value<std::string>(), "pairing code (or env PERFWIRE_TOKEN)")
@@ -154,6 +158,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (vm.count("spool-dir"))
         c.spool_dir = vm["spool-dir"].as<std::string>();
     c.spool_mb = vm["spool-mb"].as<int>();
+    c.state_dir = vm.count("state-dir") ? vm["state-dir"].as<std::string>() : default_state_dir();
     if (vm.count("pid"))
         c.pid = vm["pid"].as<int>();
     if (vm.count("events"))

@@ -29,6 +29,10 @@ struct config {
     // Past it, on disk (--spool-dir; "": none), up to --spool-mb.
     std::string spool_dir;
     int spool_mb = 64;
+    // What the perf probe found is kept here for the next start with the same perf, kernel and
+    // perf_event_paranoid (--state-dir; "": not kept). Default: /var/lib/perfwire-agent for
+    // root, else $XDG_STATE_HOME (~/.local/state)/perfwire-agent.
+    std::string state_dir;
     std::vector<std::string> events;
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)

@@ -1,5 +1,6 @@
 #include "agent/session.hpp"
 #include "agent/perf_commands.hpp"
+#include "agent/probe_cache.hpp"
 
 #include "agent/build_arch.hpp"
 #include "agent/version.hpp"
@@ -870,6 +871,15 @@ asio::awaitable<void> session::auto_start() {
         send_state("no such process: " + std::to_string(*cfg_.pid));
         co_return;
     }
+    if (probing_) {
+        // Said while it runs (seconds on a loaded device): the target's row reads "probing
+        // perf", not "idle".
+        protocol::state_notice n;
+        n.state = "idle";
+        n.reason = "probing perf";
+        n.pid = cfg_.pid;
+        send(frame_flag::response, protocol::serialize(n), false, true);
+    }
     co_await ensure_probed(cfg_.pid);
     if (closed_ || run_->now != run_state::state::idle)
         co_return; // the collector left, or a start command came first
@@ -953,15 +963,24 @@ asio::awaitable<void> session::run_probe(std::optional<int> pid) {
             std::to_string(caps.probe_seconds).substr(0, 4) + " s)");
     probed_->caps = caps;
     probed_->pid = pid;
+    (void)keep_probe(cfg_.state_dir, probe_fingerprint(cfg_.perf_path), caps, pid);
     use_capabilities(std::move(caps), pid);
 }
 
 bool session::recall_probe(std::optional<int> pid) {
-    const auto* known = probed_->for_pid(pid);
-    if (!known)
-        return false;
-    log(peer_, "probe: perf as found at an earlier connection (reprobe to probe it again)");
-    use_capabilities(*known, probed_->pid);
+    if (!probed_->for_pid(pid)) {
+        // Kept on the device by an earlier start with this perf, kernel and setting.
+        auto kept = agent::recall_probe(cfg_.state_dir, probe_fingerprint(cfg_.perf_path), pid);
+        if (!kept)
+            return false;
+        log(peer_, "probe: perf as found at an earlier start, kept in " + cfg_.state_dir +
+                       " (reprobe to probe it again)");
+        probed_->caps = std::move(*kept);
+        probed_->pid = pid;
+    } else {
+        log(peer_, "probe: perf as found at an earlier connection (reprobe to probe it again)");
+    }
+    use_capabilities(*probed_->caps, probed_->pid);
     return true;
 }
 

@@ -199,8 +199,11 @@ int run(const config& c) {
         log("imported " + *c.import_file + " (" + std::to_string(r.model->prof.sample_count()) +
             " samples in " + std::to_string(s).substr(0, std::to_string(s).find('.') + 3) +
             " s) as session " + r.session_id);
-        if (auto e = app.sessions.adopt(r.session_id, std::move(r.model))) // its tables, beside
-            asio::post(e->strand, [e, a = &app] { want_tables(e, *a); });
+        // Its symbol tables, read beside the parse, once the loop runs: the loader's work guard
+        // on it, released before then, would leave the loop no work and stopped before it ran.
+        if (auto e = app.sessions.adopt(r.session_id, std::move(r.model)))
+            asio::post(io,
+                       [e, a = &app] { asio::post(e->strand, [e, a] { want_tables(e, *a); }); });
         if (app.backlog)
             app.backlog->added(r.session_id);
     }

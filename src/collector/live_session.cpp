@@ -60,6 +60,11 @@ bool ingest_chunk(session_entry& e, const app_context& app, const std::string& w
                   const fleet_encoder::origin* fleet, std::uint64_t seq) {
     const auto past_room_before = e.model->prof.past_room_samples();
     e.model->allowance = e.allowance.load();
+    // A fleet store's rows are written as the chunk is parsed and never renamed: a session
+    // writing to one reads the symbol tables its parse wants in the parse (on this strand),
+    // so that its rows carry the names it keeps.
+    if (fleet && app.fleet)
+        e.model->defer_tables = false;
     std::function<void(std::size_t, std::size_t)> to_fleet;
     if (fleet && app.fleet)
         to_fleet = [&, chunk = static_cast<std::uint32_t>(e.model->chunks)](std::size_t from,

@@ -503,6 +503,53 @@ TEST_CASE("agent --output writes the rounds asked for, and the collector imports
     CHECK_FALSE(fs::exists(nothing));
 }
 
+TEST_CASE("what the probe found is kept for the next start with the same perf, which records at "
+          "once — another perf is probed, and a damaged file is ignored",
+          "[agent][integration][perf]") {
+    const auto flavour = each_agent();
+    INFO(flavour);
+    auto demo = start_demo(60);
+    test_support::temp_dir dir;
+    const auto state = (dir.path / "state").string();
+    const auto kept =
+        dir.path / "state" / (flavour == agent_flavour::cpp ? "probe.json" : "python-probe.json");
+    const auto run = [&](const std::vector<std::string>& more, const std::string& keep_in) {
+        std::vector<std::string> args{"--output",    (dir.path / "out.txt").string(),
+                                      "--pid",       std::to_string(demo->pid()),
+                                      "--duration",  "1",
+                                      "--state-dir", keep_in};
+        args.insert(args.end(), more.begin(), more.end());
+        auto agent = start_agent(flavour, args);
+        const auto code = agent->wait(60s);
+        INFO(agent->stderr_text());
+        CHECK(code == 0);
+        std::ifstream in(dir.path / "out.txt");
+        std::stringstream text;
+        text << in.rdbuf();
+        CHECK_THAT(text.str(), Catch::Contains("matrix_multiply"));
+        return agent->stderr_text();
+    };
+    const std::string earlier = "perf as found at an earlier start";
+    // The first start probes, and keeps what it found (the target ran: it holds for any).
+    const auto first = run({}, state);
+    CHECK_THAT(first, !Catch::Contains(earlier));
+    REQUIRE(fs::exists(kept));
+    CHECK((fs::status(kept).permissions() & fs::perms::others_read) == fs::perms::none);
+    // The next takes it: no probe.
+    const auto second = run({}, state);
+    CHECK_THAT(second, Catch::Contains(earlier));
+    // Another perf (a copy: another file) is probed.
+    const auto other_perf = (dir.path / "perf").string();
+    fs::copy_file("/usr/bin/perf", other_perf); // (Debian's: a script that runs this kernel's)
+    fs::permissions(other_perf, fs::perms::owner_all);
+    CHECK_THAT(run({"--perf", other_perf}, state), !Catch::Contains(earlier));
+    // A file cut short or not JSON at all: probed again, as if there were none.
+    std::ofstream(kept, std::ios::trunc) << "{\"fingerprint\": \"";
+    CHECK_THAT(run({}, state), !Catch::Contains(earlier));
+    // Nowhere to keep it: every start probes.
+    CHECK_THAT(run({}, ""), !Catch::Contains(earlier));
+}
+
 TEST_CASE("the demo takes seconds or --help, and refuses anything else", "[agent]") {
     test_support::temp_dir dir;
     const auto out = (dir.path / "help.txt").string();
@@ -673,6 +720,8 @@ std::unique_ptr<spawned> start_odd_agent(agent_flavour flavour, const std::strin
     std::vector<std::string> env = {"PERFWIRE_FAKE_PERF=" + behaviour};
     if (!behaviour.empty())
         env.push_back("PATH=" + std::string(PERFWIRE_TEST_DIR) + "/agent/fake_perf:" + path);
+    // One fake perf plays every odd build (by its environment): probed each time, none kept.
+    args.insert(args.end(), {"--state-dir", ""});
     return start_agent(flavour, std::move(args), env);
 }
 
@@ -923,12 +972,18 @@ TEST_CASE("an agent told --pid says hello and answers while it probes perf, then
                                   std::to_string(demo->pid()), "--duration", "1"});
     auto peer = accept_agent(l);
     read_hello(peer); // within 5 s
-    const auto status = peer.command("status", "{}", 5s);
+    // It says it probes, so that its target's row reads "probing perf", not "idle".
+    std::string notices;
+    const auto status = peer.command("status", "{}", 5s, [&](const protocol::frame& f) {
+        if (f.flag == protocol::frame_flag::response)
+            notices += f.payload + "\n";
+    });
     INFO(agent->stderr_text());
     REQUIRE(ok(status));
     CHECK(status->fields.at("state").as_string() == "idle");
     CHECK(status->fields.at("probing").as_bool());
     CHECK(status->fields.at("capabilities").is_null());
+    CHECK_THAT(notices, Catch::Contains("\"reason\":\"probing perf\""));
     // A start command while the start from the command line waits for the same probe: one
     // of them starts, the other is told so.
     const auto asked = peer.command("start", "{}", 60s);

@@ -278,8 +278,9 @@ TEST_CASE("the API asks for the collector's access token — the printed link si
         const auto code = newest_code(1);
         const auto link = http_call(coll.http_port, "GET", "/?code=" + code, {}, none);
         CHECK(link.status == 303);
-        CHECK_THAT(link.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token +
-                                                 "; Path=/; HttpOnly; SameSite=Strict"));
+        CHECK_THAT(link.headers,
+                   Catch::Contains("Set-Cookie: " + collector::token_cookie(token) + "=" + token +
+                                   "; Path=/; HttpOnly; SameSite=Strict"));
         CHECK_THAT(link.headers,
                    Catch::Contains("Location: /\r") || Catch::EndsWith("Location: /"));
         const auto again = http_call(coll.http_port, "GET", "/?code=" + code, {}, none);
@@ -298,7 +299,8 @@ TEST_CASE("the API asks for the collector's access token — the printed link si
         const auto form = http_call(coll.http_port, "POST", "/api/sign-in",
                                     R"({"token":")" + token + R"("})", none);
         CHECK(form.status == 204);
-        CHECK_THAT(form.headers, Catch::Contains("Set-Cookie: perfwire_token=" + token + ";"));
+        CHECK_THAT(form.headers, Catch::Contains("Set-Cookie: " + collector::token_cookie(token) +
+                                                 "=" + token + ";"));
         const auto guess = http_call(coll.http_port, "POST", "/api/sign-in",
                                      R"({"token":"ffffffffffffffffffffffff"})", none);
         CHECK(guess.status == 401);

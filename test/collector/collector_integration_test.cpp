@@ -366,6 +366,8 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
     });
     REQUIRE(after.as_array().size() == 1);
     CHECK(after.as_array()[0].at("session_id").is_null());
+    // Why, as the agent said it: on the target's row.
+    CHECK(after.as_array()[0].at("state_reason") == "target process exited");
     const auto sessions = wait_for(coll, "/api/sessions", 10s,
                                    [](const json::value& v) { return v.as_array().empty(); });
     CHECK(sessions.as_array().empty());

@@ -460,7 +460,18 @@ TEST_CASE("JIT code keeps its names: Node.js with --perf-basic-prof, the device'
     spawned node(PERFWIRE_NODE, {"--perf-basic-prof", script.string()});
     const std::string map = "/tmp/perf-" + std::to_string(node.pid()) + ".map";
     // Node runs until the test ends it (a probe slower than its life would find no process).
-    std::this_thread::sleep_for(500ms); // its hot loop compiled and listed in the map
+    // Recorded once its hot loop is compiled and listed in the map (the agent records at once
+    // when an earlier start kept the probe: the interpreter's first second is no JavaScript).
+    const auto listed = [&] {
+        std::ifstream in(map);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str().find("perfwireHotLoop") != std::string::npos;
+    };
+    for (int waited = 0; waited < 300 && !listed(); ++waited)
+        std::this_thread::sleep_for(100ms);
+    REQUIRE(listed());
+    std::this_thread::sleep_for(500ms); // (and optimised: the tier up follows the first compile)
     const auto out = (dir.path / "out.txt").string();
     auto agent =
         test_support::start_agent(flavour, {"--output", out, "--pid", std::to_string(node.pid()),

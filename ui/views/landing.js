@@ -92,7 +92,7 @@ function targetRow(t) {
   const behind = c && c.chunks ? ` <span class="catching-up" title="the device kept recording while its link was down (${attr(Math.round((c.bytes || 0) / 1024))} KiB held): it sends that first, live data behind it">catching up: ${count(c.chunks_left)} of ${count(c.chunks)} chunks left</span>` : '';
   return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
-    <td>${esc(t.state)}${behind}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td>
+    <td>${esc(t.state === 'idle' && t.state_reason ? (t.state_reason === 'probing perf' ? 'probing perf…' : `idle: ${t.state_reason}`) : t.state)}${behind}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td>
     <td class="num">${t.session_id ? count(store.counts(t.session_id)?.samples ?? 0) : ''}</td></tr>`;
 }
 

@@ -1445,25 +1445,129 @@ def use_capabilities(s, caps, events):
     s.callgraph, s.script_fields = caps.callgraph, caps.script_fields
 
 
+def default_state_dir():
+    """Where what the probe found is kept for the next start: /var/lib/perfwire-agent for
+    root, else $XDG_STATE_HOME (~/.local/state)/perfwire-agent; "" when none is known."""
+    if os.geteuid() == 0:
+        return "/var/lib/perfwire-agent"
+    xdg, home = os.environ.get("XDG_STATE_HOME", ""), os.environ.get("HOME", "")
+    if xdg.startswith("/"):
+        return xdg + "/perfwire-agent"
+    return home + "/.local/state/perfwire-agent" if home.startswith("/") else ""
+
+
+PROBE_FILE = "python-probe.json"
+
+
+def probe_fingerprint(perf):
+    """What makes a probe's findings hold: the perf executable as it is run (its path, device,
+    inode, size and change time), the kernel release, perf_event_paranoid and the user; ""
+    when perf is not found."""
+    path = find_program(perf)
+    if not path:
+        return ""
+    try:
+        st = os.stat(path)
+        paranoid = open("/proc/sys/kernel/perf_event_paranoid").read().strip()
+    except (OSError, ValueError):
+        return ""
+    return "%s|%d:%d:%d:%d|%s|%s|%d" % (path, st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns,
+                                         os.uname().release, paranoid, os.geteuid())
+
+
+def capabilities_from_json(o):
+    """Capabilities read back from what keep_probe wrote; None when malformed."""
+    if not isinstance(o, dict) or not isinstance(o.get("record_events"), list):
+        return None
+    c = Capabilities()
+    strings = lambda k: [x for x in o.get(k) or [] if isinstance(x, str)]
+    mapping = lambda k: {a: b for a, b in (o.get(k) or {}).items() if isinstance(b, str)}
+    c.record_events, c.stat_only_events = strings("record_events"), strings("stat_only_events")
+    c.callgraph = o.get("callgraph_method") or ""
+    c.callgraph_modes, c.warnings, c.cannot = strings("callgraph_modes"), strings("warnings"), \
+        strings("cannot")
+    c.script_fields, c.pipe_mode = o.get("script_fields") is not False, o.get("pipe_mode") is not False
+    c.judged = o.get("judged") is True
+    if isinstance(o.get("perf_event_paranoid"), int):
+        c.perf_event_paranoid = o["perf_event_paranoid"]
+    c.perf_version = o.get("perf_version") if isinstance(o.get("perf_version"), str) else ""
+    c.rejected_events, c.unusable_callgraph = mapping("rejected_events"), mapping("unusable_callgraph")
+    c.pipe_problem = o.get("pipe_problem") if isinstance(o.get("pipe_problem"), str) else ""
+    if isinstance(o.get("probe_seconds"), (int, float)):
+        c.probe_seconds = float(o["probe_seconds"])
+    return c
+
+
+def recall_kept_probe(state_dir, fingerprint, pid):
+    """The findings an earlier start kept in `state_dir` for this perf, kernel and setting, when
+    they hold for `pid`; else None."""
+    if not state_dir or not fingerprint:
+        return None
+    try:
+        path = os.path.join(state_dir, PROBE_FILE)
+        if os.path.getsize(path) > (1 << 20):
+            return None
+        with open(path) as f:
+            kept = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("fingerprint") != fingerprint:
+        return None
+    caps = capabilities_from_json(kept.get("capabilities"))
+    if caps is None or not (caps.judged or (kept.get("whole_system") is True and pid is None)):
+        return None
+    return caps
+
+
+def keep_probe(state_dir, fingerprint, caps, pid):
+    """Keeps `caps` in `state_dir` when they hold beyond the one process probed, written whole
+    or not at all."""
+    if not state_dir or not fingerprint or (not caps.judged and pid is not None):
+        return False
+    o = caps.to_json()
+    o.pop("tried", None)
+    o["judged"], o["unusable_callgraph"], o["pipe_problem"] = \
+        caps.judged, caps.unusable_callgraph, caps.pipe_problem
+    path = os.path.join(state_dir, PROBE_FILE)
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        with open(path + ".new", "w") as f:
+            json.dump({"fingerprint": fingerprint, "whole_system": pid is None, "capabilities": o}, f)
+        os.chmod(path + ".new", 0o600)
+        os.replace(path + ".new", path)
+        return True
+    except OSError:
+        return False
+
+
 class ProbeMemory(object):
     """What the probe found, kept as long as the agent runs and shared by its connections: a
     collector that connects again starts at once instead of waiting for perf to be probed
-    again. `reprobe` refreshes it."""
+    again. `reprobe` refreshes it. Kept on the device too (--state-dir): the next start with
+    the same perf, kernel and setting need not probe."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.caps = self.pid = None
+        self.state_dir, self.perf = "", "perf"
 
     def remember(self, caps, pid):
         with self.lock:
             self.caps, self.pid = caps, pid
+        keep_probe(self.state_dir, probe_fingerprint(self.perf), caps, pid)
 
     def recall(self, pid):
-        """(capabilities, the pid they were probed for) when they hold for `pid`, else None."""
+        """(capabilities, the pid they were probed for, whether from an earlier start) when
+        they hold for `pid`, else None."""
         with self.lock:
             if self.caps is not None and (self.pid == pid or self.caps.judged):
-                return self.caps, self.pid
-        return None
+                return self.caps, self.pid, False
+        kept = recall_kept_probe(self.state_dir, probe_fingerprint(self.perf), pid)
+        if kept is None:
+            return None
+        with self.lock:
+            self.caps, self.pid = kept, pid
+        return kept, pid, True
 
 
 PROBED = ProbeMemory()
@@ -3202,6 +3306,9 @@ class Session(object):
             self.log("no such process: %d; idle" % pid)
             self.send_state("no such process: %d" % pid)
             return
+        if self.probing:  # said while it runs: the target's row reads "probing perf"
+            self.send_json({"type": "state", "state": "idle", "reason": "probing perf",
+                            "pid": pid, "lost_samples": self.lost_samples}, ordered=True)
         self._ensure_probed(pid)
         with self.lock:
             if self.state != "idle" or self.closed:
@@ -3260,9 +3367,11 @@ class Session(object):
         known = PROBED.recall(pid)
         if known is None:
             return False
-        self.log("probe: perf as found at an earlier connection (reprobe to probe it again)")
+        self.log("probe: perf as found at an earlier start, kept in %s (reprobe to probe it "
+                 "again)" % PROBED.state_dir if known[2] else
+                 "probe: perf as found at an earlier connection (reprobe to probe it again)")
         use_capabilities(self.settings, known[0], self.cfg.events)
-        self.caps, self.probed_pid = known
+        self.caps, self.probed_pid = known[0], known[1]
         return True
 
     def _run_probe(self, pid):
@@ -3687,7 +3796,14 @@ def output_mode(cfg, stop):
         log("cannot write %s: %s" % (cfg.output, os_message(e)))
         return 1
     s = Settings(cfg.frequency, cfg.pid, cfg.duration)
-    caps = probe_settings(s, cfg.perf, cfg.pid, cfg.events, log)
+    known = PROBED.recall(cfg.pid)  # what an earlier start found of this perf
+    if known is not None:
+        log("probe: perf as found at an earlier start, kept in " + cfg.state_dir)
+        caps = known[0]
+        use_capabilities(s, caps, cfg.events)
+    else:
+        caps = probe_settings(s, cfg.perf, cfg.pid, cfg.events, log)
+        PROBED.remember(caps, cfg.pid)
     if not s.events:
         if out is not sys.stdout.buffer:
             out.close()
@@ -3760,6 +3876,9 @@ Modes (exactly one):
                         (its chunks kept for it)
   --buffer-mb arg (=16) memory for the chunks the collector has not stored yet 
                         (the oldest go first past it)
+  --state-dir arg       keep what the perf probe found here for the next start 
+                        ("": nowhere; default /var/lib/perfwire-agent for root, 
+                        else ~/.local/state/perfwire-agent)
   --name arg            this device's name at the collector (default: the host 
                         name)
   --token arg           pairing code (or env PERFWIRE_TOKEN)
@@ -3793,7 +3912,7 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "offline-max", "buffer-mb", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
 FLAGS = ("listen", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
@@ -3897,6 +4016,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.port, c.rounds = int(values["port"]), int(values["rounds"])
     c.frequency, c.duration = int(values["frequency"]), int(values["duration"])
     c.offline_max, c.buffer_mb = int(values["offline-max"]), int(values["buffer-mb"])
+    c.state_dir = values["state-dir"] if "state-dir" in values else default_state_dir()
     c.pid = int(values["pid"]) if "pid" in values else None
     c.events = [e for e in values.get("events", "").split(",") if e]
     c.token = values["token"] if "token" in values else (env_token or None)
@@ -3987,6 +4107,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    PROBED.state_dir, PROBED.perf = cfg.state_dir, cfg.perf
     # A perf that is not there: --output fails now, not after a misleading probe; a serving
     # agent says so at once and stays up (the collector's perf check tells the user too).
     if not find_program(cfg.perf):

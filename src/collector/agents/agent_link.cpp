@@ -506,6 +506,10 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (n->callgraph)
                 callgraph_ = known_callgraph(*n->callgraph);
             log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
+            state_reason_ = n->reason ? n->reason->substr(0, 200) : std::string();
+            std::replace_if(
+                state_reason_.begin(), state_reason_.end(),
+                [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
                 set_state(*st);

@@ -124,6 +124,9 @@ public:
         std::uint64_t bytes = 0; // held by the agent when the link came back
     };
     std::optional<catching_up> catch_up() const;
+    // Why the agent is in its state, as it last said ("probing perf", "no such process: 42";
+    // printable, at most 200 bytes; "" when it said nothing).
+    const std::string& state_reason() const noexcept { return state_reason_; }
     double connected_at() const noexcept { return connected_at_; }
     std::optional<int> pid() const noexcept { return pid_; }
     // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
@@ -186,6 +189,7 @@ private:
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
     std::string callgraph_;       // of the run, as the start's answer said ("": not said)
+    std::string state_reason_;    // why it is in its state, as its last state notice said
     bool continuous_run_ = false; // the run is --continuous's
     std::chrono::steady_clock::time_point session_opened_;
     asio::steady_timer idle_wake_;   // cancelled when the agent goes idle or the link closes

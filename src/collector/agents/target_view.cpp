@@ -48,6 +48,7 @@ json::object target_json(const agent_link& link, const app_context& app) {
     o["peer"] = link.peer();
     o["platform"] = hello ? platform_json(*hello) : json::object();
     o["state"] = protocol::to_string(link.state());
+    o["state_reason"] = or_null(link.state_reason());
     o["pid"] = link.pid() ? json::value(*link.pid()) : json::value(nullptr);
     o["continuous"] = link.in_continuous_run();
     if (const auto c = link.catch_up()) {
