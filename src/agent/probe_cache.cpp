@@ -165,7 +165,8 @@ bool keep_probe(const std::string& dir, const std::string& fingerprint, const ca
     o["pipe_problem"] = caps.pipe_problem;
     const std::string text = json::serialize(json::object{
         {"fingerprint", fingerprint}, {"whole_system", !pid}, {"capabilities", std::move(o)}});
-    const std::string path = dir + "/" + file_name, temp = path + ".new";
+    // (Agents starting together each write a file of their own, then one takes the name.)
+    const std::string path = dir + "/" + file_name, temp = path + "." + std::to_string(::getpid());
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return false;

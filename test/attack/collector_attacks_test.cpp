@@ -886,6 +886,12 @@ TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent
         const auto f = coll.get("/api/sessions/" + id + "/functions");
         return std::string(f.at("functions").as_array().at(0).at("name").as_string());
     };
+    // Named once their symbol tables are read (beside the parse): both final, then compared.
+    for (const auto& host : {"honest", "planter"})
+        wait_for(coll, "/api/sessions/" + by_host[host], 20s, [](const json::value& v) {
+            const auto* pending = v.as_object().if_contains("symbols_pending");
+            return pending && !pending->as_bool();
+        });
     CHECK_THAT(top(by_host["honest"]), Catch::Contains("matrix_multiply"));
     CHECK(top(by_host["planter"]) == "[unknown]");
     // What the collector says it tried for the planted module: refused, nothing read from it.

@@ -13,6 +13,7 @@ import { $, blankCanvas, setHtml, transformQuery } from '../util.js';
 let timeline = null; // the answer drawn
 let shownTab = false;
 let wheel = null; // a zoom by the wheel under way: {start, end, timer}
+let laneOrder = { session: null, rank: new Map() }; // tid -> its place, for the session shown
 
 export async function render(s, r) {
   shownTab = true;
@@ -25,7 +26,11 @@ export async function render(s, r) {
   });
   r.stillWanted();
   timeline = t;
-  const lanes = t.threads.slice(0, 24);
+  // Lanes keep their places as the window changes: in the order they were first shown (the
+  // busiest of the session first), later threads below.
+  if (laneOrder.session !== s.session) laneOrder = { session: s.session, rank: new Map() };
+  for (const l of t.threads) if (!laneOrder.rank.has(l.tid)) laneOrder.rank.set(l.tid, laneOrder.rank.size);
+  const lanes = t.threads.slice(0, 24).sort((a, b) => laneOrder.rank.get(a.tid) - laneOrder.rank.get(b.tid));
   const max = lanes.reduce((m, l) => l.activity.reduce((a, x) => (x > a ? x : a), m), 1);
   const chosen = s.lane || s.tid || '';
   $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;

@@ -1531,10 +1531,11 @@ def keep_probe(state_dir, fingerprint, caps, pid):
     path = os.path.join(state_dir, PROBE_FILE)
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        with open(path + ".new", "w") as f:
+        temp = "%s.%d" % (path, os.getpid())  # agents starting together: a file each
+        with open(temp, "w") as f:
             json.dump({"fingerprint": fingerprint, "whole_system": pid is None, "capabilities": o}, f)
-        os.chmod(path + ".new", 0o600)
-        os.replace(path + ".new", path)
+        os.chmod(temp, 0o600)
+        os.replace(temp, path)
         return True
     except OSError:
         return False
