@@ -637,7 +637,7 @@ TEST_CASE("a live session past its memory allowance keeps updating: its oldest s
               .to_number<std::uint64_t>() == all);
 }
 
-TEST_CASE("a million frames never seen again stay within the session's memory share: the samples "
+TEST_CASE("a million frames never seen again stay within the session's memory share — the samples "
           "that need new ones are counted at one frame that says so",
           "[collector][integration][attack][memory][long]") {
     temp_dir dir;
@@ -909,7 +909,7 @@ TEST_CASE("an agent's bytes are never a program to the collector: an ELF it sent
     CHECK(listed);
 }
 
-TEST_CASE("one chunk whose samples claim days apart lands in one day of the fleet store: put at "
+TEST_CASE("one chunk whose samples claim days apart lands in one day of the fleet store — put at "
           "its arrival, and counted",
           "[collector][attack][fleet][clickhouse]") {
     test_support::clickhouse_proc ch;

@@ -904,7 +904,7 @@ TEST_CASE("folding the oldest samples into per-interval rows keeps every count a
     same({});
 }
 
-TEST_CASE("a profile whose frames, call paths and threads fill their room makes no new ones: "
+TEST_CASE("a profile whose frames, call paths and threads fill their room makes no new ones — "
           "every sample is counted, those that needed one at one frame that says so",
           "[collector][parse][budget]") {
     // 20,000 samples, each with a function, a caller and a thread never seen before (what a

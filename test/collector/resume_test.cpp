@@ -126,7 +126,7 @@ TEST_CASE("a link that drops mid-run loses no sample: the run goes on and resume
     demo->signal(SIGTERM);
 }
 
-TEST_CASE("a collector stopped or killed mid-run continues the run's session when it is back: "
+TEST_CASE("a collector stopped or killed mid-run continues the run's session when it is back — "
           "each chunk stored once",
           "[collector][integration][perf][resume][long]") {
     const auto flavour = test_support::each_agent();
