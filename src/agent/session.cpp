@@ -871,15 +871,6 @@ asio::awaitable<void> session::auto_start() {
         send_state("no such process: " + std::to_string(*cfg_.pid));
         co_return;
     }
-    if (probing_) {
-        // Said while it runs (seconds on a loaded device): the target's row reads "probing
-        // perf", not "idle".
-        protocol::state_notice n;
-        n.state = "idle";
-        n.reason = "probing perf";
-        n.pid = cfg_.pid;
-        send(frame_flag::response, protocol::serialize(n), false, true);
-    }
     co_await ensure_probed(cfg_.pid);
     if (closed_ || run_->now != run_state::state::idle)
         co_return; // the collector left, or a start command came first
@@ -902,6 +893,15 @@ void session::start_from_command_line() {
     // while perf is probed, and status says a probe is under way (claimed now).
     if (pid_exists(*cfg_.pid))
         probe_in_background();
+    if (probing_) {
+        // Said now, before any command read with the authentication is answered (seconds on
+        // a loaded device): the target's row reads "probing perf", not "idle".
+        protocol::state_notice n;
+        n.state = "idle";
+        n.reason = "probing perf";
+        n.pid = cfg_.pid;
+        send(frame_flag::response, protocol::serialize(n), false, true);
+    }
     auto self = shared_from_this();
     asio::co_spawn(ex_, auto_start(), [self](std::exception_ptr e) {
         if (e)

@@ -174,8 +174,11 @@ TEST_CASE("a collector stopped or killed mid-run continues the run's session whe
 
     // Exactly once: the run's chunks on disk are numbered 1, 2, 3, … with no number twice and
     // none missing (any before the collector first asked for numbers come first, unnumbered).
+    // (How many depends on the machine's pace: at least one from each of the three
+    // collectors' turns, and no more than the session counts.)
     const auto seqs = chunk_numbers(dir.path / id);
-    REQUIRE(seqs.size() > 10);
+    REQUIRE(seqs.size() >= 3);
+    CHECK(seqs.size() <= ended.at("chunks").to_number<std::uint64_t>());
     for (std::size_t i = 1; i < seqs.size(); ++i)
         CHECK(seqs[i] == seqs[i - 1] + 1);
 

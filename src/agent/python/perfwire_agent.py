@@ -3295,6 +3295,10 @@ class Session(object):
         a probe is under way."""
         if pid_exists(self.cfg.pid):
             self._probe_in_background()  # claimed now; the start below waits for it
+        if self.probing:  # said now, before any command is answered: "probing perf"
+            self.send_json({"type": "state", "state": "idle", "reason": "probing perf",
+                            "pid": self.cfg.pid, "lost_samples": self.lost_samples},
+                           ordered=True)
         start_thread(self._auto_start, "auto-start")
 
     def _auto_start(self):
@@ -3307,9 +3311,6 @@ class Session(object):
             self.log("no such process: %d; idle" % pid)
             self.send_state("no such process: %d" % pid)
             return
-        if self.probing:  # said while it runs: the target's row reads "probing perf"
-            self.send_json({"type": "state", "state": "idle", "reason": "probing perf",
-                            "pid": pid, "lost_samples": self.lost_samples}, ordered=True)
         self._ensure_probed(pid)
         with self.lock:
             if self.state != "idle" or self.closed:
