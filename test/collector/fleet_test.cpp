@@ -341,6 +341,14 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
     CHECK(device.at("samples").to_number<std::uint64_t>() == samples);
     CHECK(device.at("events").as_array().size() == 1);
     CHECK(device.at("last_sec").to_number<double>() >= device.at("first_sec").to_number<double>());
+    // Its builds named by their files, the demo's own among them.
+    const auto& modules = devices.at("build_modules").as_object();
+    bool demo_build = false;
+    for (const auto& b : device.at("builds").as_array()) {
+        REQUIRE(modules.contains(b.as_string()));
+        demo_build |= modules.at(b.as_string()).as_string().ends_with("/perfwire-demo");
+    }
+    CHECK(demo_build);
     const auto fleet = coll.get("/api/fleet/functions?event=cpu-clock&limit=100&devices=" +
                                 std::string(device.at("device").as_string()));
     INFO(json::serialize(fleet));

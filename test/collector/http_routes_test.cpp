@@ -1004,6 +1004,51 @@ TEST_CASE("API: the timeline has a lane per thread and a flame chart in time ord
     CHECK(boxes.count("D") == 0); // another thread's
 }
 
+TEST_CASE("API: a timeline lane names the commonest stack of each bucket, root first",
+          "[collector][api]") {
+    fixture_app f;
+    // Thread 1: main>A>B once and main>C twice in the first tenth, main>A>B in the last.
+    const auto id = f.import(script_sample({"B", "A", "main"}, 1, 1, "1.000000") +
+                             script_sample({"C", "main"}, 1, 1, "1.020000") +
+                             script_sample({"C", "main"}, 1, 1, "1.040000") +
+                             script_sample({"B", "A", "main"}, 1, 1, "2.000000"));
+    auto stacks_of = [](const json::value& t) {
+        std::vector<std::string> out; // per bucket: "main>C (2)", or "-"
+        const auto& lane = t.at("threads").as_array().at(0);
+        const auto& top = lane.at("top_stack").as_array();
+        for (std::size_t b = 0; b < top.size(); ++b) {
+            const auto i = top[b].to_number<std::int64_t>();
+            if (i < 0) {
+                out.push_back("-");
+                continue;
+            }
+            std::string s;
+            for (const auto& fi : t.at("stacks").as_array()[static_cast<std::size_t>(i)].as_array())
+                s += (s.empty() ? "" : ">") +
+                     std::string(t.at("stack_frames")
+                                     .as_array()[fi.to_number<std::size_t>()]
+                                     .at("name")
+                                     .as_string());
+            out.push_back(s + " (" +
+                          std::to_string(lane.at("top_weight").as_array()[b].to_number<int>()) +
+                          ")");
+        }
+        return out;
+    };
+    const auto t = f.get_json("/api/sessions/" + id + "/timeline?weight=samples&width=10");
+    std::vector<std::string> want(10, "-");
+    want[0] = "main>C (2)";
+    want[9] = "main>A>B (1)";
+    CHECK(stacks_of(t) == want);
+    CHECK(t.at("stacks").as_array().size() == 2); // each stack once
+    // Shaped like the view: outside a focus there is no stack to show.
+    const auto focused =
+        f.get_json("/api/sessions/" + id + "/timeline?weight=samples&width=10&focus=A");
+    want[0] = "-";
+    want[9] = "A>B (1)";
+    CHECK(stacks_of(focused) == want);
+}
+
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
           "[collector][api]") {
     test_support::temp_dir agents;

@@ -91,13 +91,16 @@ export async function render() {
   drawn = answers;
   const devices = listed.devices;
   const events = [...new Set(devices.flatMap((d) => d.events))].sort();
-  const builds = [...new Set(devices.flatMap((d) => d.builds))].sort();
+  // A build by its file and the start of its id ("perfwire-demo 1a2b3c4d"), its module's first.
+  const fileOf = (b) => (listed.build_modules?.[b] || '').split('/').pop();
+  const buildName = (b) => `${fileOf(b) || 'build'} ${b.slice(0, 8)}`;
+  const builds = [...new Set(devices.flatMap((d) => d.builds))].sort((a, b) => fileOf(a).localeCompare(fileOf(b)) || a.localeCompare(b));
   options($('#fleet-range'), RANGES.map(([v, l]) => [v, l]), s.range);
   options($('#fleet-event'), [['', 'every event'], ...events.map((e) => [e, e])], s.event);
-  options($('#fleet-build'), [['', 'every build'], ...builds.map((b) => [b, b.slice(0, 12)])], s.build);
+  options($('#fleet-build'), [['', 'every build'], ...builds.map((b) => [b, buildName(b)])], s.build);
   options($('#fleet-compare'), [['', 'nothing'], ...(s.range ? [['before', 'the period before']] : []), ['build', 'another build']], s.compare);
   $('#fleet-base-build').hidden = s.compare !== 'build';
-  options($('#fleet-base-build'), [['', 'choose a build'], ...builds.map((b) => [b, b.slice(0, 12)])], s.baseBuild);
+  options($('#fleet-base-build'), [['', 'choose a build'], ...builds.map((b) => [b, buildName(b)])], s.baseBuild);
   const fnOn = new Map((withFn?.devices || []).map((d) => [d.device, d.samples]));
   const total = devices.reduce((a, d) => a + d.samples, 0) || 1;
   $('#fleet-fn-head').textContent = s.fn ? `in ${visible(s.fn)}` : '';
@@ -106,7 +109,7 @@ export async function render() {
     <td class="num">${count(d.samples)}</td><td class="num">${pct(100 * d.samples / total)} %</td>
     <td class="num">${s.fn ? `${count(fnOn.get(d.device) || 0)} (${pct(100 * (fnOn.get(d.device) || 0) / (d.samples || 1))} %)` : ''}</td>
     <td>${esc(new Date(d.first_sec * 1000).toLocaleString())}</td><td>${esc(new Date(d.last_sec * 1000).toLocaleString())}</td>
-    <td class="name" title="${attr(d.builds.join('\n'))}">${d.builds.map((b) => esc(b.slice(0, 12))).join(', ')}</td></tr>`]));
+    <td class="name" title="${attr(d.builds.map((b) => `${listed.build_modules?.[b] || '?'} ${b}`).join('\n'))}">${d.builds.map((b) => esc(buildName(b))).join(', ')}</td></tr>`]));
   $('#fleet-no-samples').hidden = devices.length > 0;
   $('#fleet-shown').textContent = `${s.devices.length ? `${s.devices.length} of ${devices.length} devices` : `all ${devices.length} devices`}${s.fn ? ` · stacks through ${visible(s.fn)}` : ''}`;
   setHtml($('#fleet-chips'), s.fn ? `<span class="chip">through <b>${esc(s.fn)}</b> <button data-fleet-unfn title="every stack">✕</button></span>` : '');

@@ -146,6 +146,19 @@ function drawChart(t) {
   canvas.onmouseleave = () => { tip.hidden = true; };
 }
 
+// What a lane's bucket held: its weight and the commonest call path, innermost frames kept.
+function laneTip(t, lane, b) {
+  const at = t.start_s + (b + 0.5) * (t.end_s - t.start_s) / t.buckets;
+  const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid} · ${lane.activity[b]} ${t.weight === 'period' ? `${esc(t.event)} period` : 'samples'}</span>`;
+  const si = lane.top_stack?.[b] ?? -1;
+  if (!lane.activity[b]) return `${head}<div>idle here</div>`;
+  if (si < 0) return `${head}<div class="muted">no stack in the view here</div>`;
+  const frames = t.stacks[si].map((fi) => t.stack_frames[fi]);
+  const shown = frames.slice(-14), cut = frames.length - shown.length;
+  const share = Math.round(100 * lane.top_weight[b] / lane.activity[b]);
+  return `${head}<div>commonest stack (${share} % here):</div><ol class="stack">${cut ? `<li class="muted">… ${cut} outer frames</li>` : ''}${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
+}
+
 export function init() {
   let drag = null;
   $('#lanes').addEventListener('mousedown', (e) => {
@@ -182,6 +195,24 @@ export function init() {
       setHash(w.whole ? { start: null, end: null } : { start: w.start.toFixed(3), end: w.end.toFixed(3), last: null });
     }, 200);
   };
+  // The pointer on a lane: the time, the thread's weight there and its commonest stack.
+  $('#lanes').addEventListener('mousemove', (e) => {
+    const c = e.target.closest('.lane canvas');
+    const tip = $('#lane-tip');
+    const lane = c && timeline?.threads.find((l) => String(l.tid) === c.closest('.lane').dataset.tid);
+    if (!lane || drag) { tip.hidden = true; return; }
+    const r = c.getBoundingClientRect(), box = $('#lanes-box').getBoundingClientRect();
+    const at = Math.min(timeline.buckets - 1, Math.max(0, Math.floor((e.clientX - r.left) / r.width * timeline.buckets)));
+    // On a sparse lane the nearest bucket with samples, within a few pixels, is the one meant.
+    const reach = Math.ceil(4 * timeline.buckets / r.width);
+    let b = at;
+    for (let d = 1; d <= reach && !lane.activity[b]; ++d) b = lane.activity[at - d] ? at - d : lane.activity[at + d] ? at + d : at;
+    tip.innerHTML = laneTip(timeline, lane, b);
+    tip.hidden = false;
+    tip.style.left = `${Math.min(e.clientX - box.left + 14, box.width - 430)}px`;
+    tip.style.top = `${e.clientY - box.top + 16}px`;
+  });
+  $('#lanes').addEventListener('mouseleave', () => { $('#lane-tip').hidden = true; });
   $('#lanes').addEventListener('wheel', onWheel, { passive: false });
   $('#ruler').addEventListener('wheel', onWheel, { passive: false });
   $('#timeline-reset').addEventListener('click', () => setHash({ start: null, end: null }));

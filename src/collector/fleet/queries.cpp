@@ -153,7 +153,26 @@ std::string fleet_devices_sql(std::string_view database, const fleet_filter& f) 
            "FORMAT JSONCompact";
 }
 
-result<json::object> fleet_devices_json(std::string_view answer) {
+std::string fleet_build_modules_sql(std::string_view database, const fleet_filter& f) {
+    const std::string db(database);
+    return "SELECT build_id, any(module) FROM " + db +
+           ".frames WHERE build_id != '' AND build_id GLOBAL IN (SELECT DISTINCT build_id "
+           "FROM " +
+           db + ".samples" + where(db, f) +
+           ") GROUP BY build_id ORDER BY build_id LIMIT 10000 FORMAT JSONCompact";
+}
+
+result<json::object> fleet_devices_json(std::string_view answer, std::string_view build_modules) {
+    auto modules = rows_of(build_modules);
+    if (!modules)
+        return modules.error();
+    json::object module_of;
+    for (const auto& r : *modules) {
+        if (!r.is_array() || r.as_array().size() != 2 || !r.as_array()[0].is_string() ||
+            !r.as_array()[1].is_string())
+            return failure("clickhouse_error", "ClickHouse's answer had unexpected rows", 502);
+        module_of[r.as_array()[0].as_string()] = r.as_array()[1];
+    }
     auto rows = rows_of(answer);
     if (!rows)
         return rows.error();
@@ -173,7 +192,7 @@ result<json::object> fleet_devices_json(std::string_view answer) {
                            {"events", a[4]},
                            {"builds", std::move(builds)}});
     }
-    return json::object{{"devices", std::move(devices)}};
+    return json::object{{"devices", std::move(devices)}, {"build_modules", std::move(module_of)}};
 }
 
 std::string fleet_functions_sql(std::string_view database, const fleet_filter& f,

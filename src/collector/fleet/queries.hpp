@@ -39,7 +39,11 @@ parse_fleet_baseline(const std::map<std::string, std::string>& query, const flee
 // {"devices": [{"device", "samples", "first_sec", "last_sec", "events": [...], "builds":
 // [...]}]}: every device the store has samples of (within the filter), busiest first.
 std::string fleet_devices_sql(std::string_view database, const fleet_filter& f);
-result<boost::json::object> fleet_devices_json(std::string_view answer);
+// The module each build-id the filter's samples name belongs to (a build is listed by its
+// file, not as a bare hash).
+std::string fleet_build_modules_sql(std::string_view database, const fleet_filter& f);
+result<boost::json::object> fleet_devices_json(std::string_view answer,
+                                               std::string_view build_modules);
 
 // {"samples", "period", "functions": [{"name", "module", "self", "total", "self_period",
 // "total_period"}]}: functions by inclusive samples (a function counted once a stack, however

@@ -59,7 +59,10 @@ asio::awaitable<http_response> get_fleet_devices(request_context& c) {
         auto answer = ch.ask(fleet_devices_sql(ch.config().database, f));
         if (!answer)
             return answer.error();
-        return fleet_devices_json(*answer);
+        auto modules = ch.ask(fleet_build_modules_sql(ch.config().database, f));
+        if (!modules)
+            return modules.error();
+        return fleet_devices_json(*answer, *modules);
     };
     co_return co_await fleet_view(c, std::move(work));
 }

@@ -145,6 +145,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     struct lane {
         std::uint64_t weight = 0;
         std::vector<std::uint64_t> activity; // only for the lanes shown
+        std::size_t slot = 0;                // their place among them
     };
     std::unordered_map<std::uint32_t, lane> lanes;
     // The lanes show every thread; the chart, the chosen one.
@@ -171,19 +172,78 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     });
     const std::size_t hidden = order.size() > lanes_shown ? order.size() - lanes_shown : 0;
     order.resize(order.size() - hidden);
-    for (auto& [tid, l] : order)
-        l->activity.assign(width, 0);
+    for (std::size_t slot = 0; slot < order.size(); ++slot) {
+        order[slot].second->activity.assign(width, 0);
+        order[slot].second->slot = slot;
+    }
+    // The pointer on a lane shows the commonest stack of that thread in the bucket under it:
+    // weights per (lane, bucket, stack), bounded (past the bound a new stack is not counted:
+    // the hover is a hint, the activity stays exact).
+    constexpr std::size_t max_cells = std::size_t{1} << 20;
+    std::unordered_map<std::uint64_t, std::uint64_t> cell_stacks;
     for_each_sample(p, all_threads, [&](const sample_row& s) {
         auto& l = lanes[s.tid];
-        if (!l.activity.empty())
-            l.activity[bucket(s.time)] += s.weight(f.by_period);
+        if (l.activity.empty())
+            return;
+        const auto b = bucket(s.time);
+        const std::uint64_t w = s.weight(f.by_period);
+        l.activity[b] += w;
+        const std::uint64_t key =
+            (static_cast<std::uint64_t>(l.slot * width + b) << 32) | p.row_node(s);
+        if (const auto it = cell_stacks.find(key); it != cell_stacks.end())
+            it->second += w;
+        else if (cell_stacks.size() < max_cells)
+            cell_stacks.emplace(key, w);
     });
+    struct commonest {
+        std::uint32_t node = 0;
+        std::uint64_t weight = 0;
+    };
+    std::vector<commonest> top(order.size() * width);
+    for (const auto& [key, w] : cell_stacks) {
+        auto& c = top[key >> 32];
+        const auto node = static_cast<std::uint32_t>(key);
+        if (w > c.weight || (w == c.weight && node < c.node))
+            c = {node, w};
+    }
+    cell_stacks = {};
+    // Each stack once (root first, as the view's transforms show it), frames by index.
+    const stack_shaper shaper(p, shape);
+    std::unordered_map<std::uint32_t, std::int64_t> stack_index; // node -> in `stacks`
+    std::unordered_map<std::uint32_t, std::uint32_t> stack_frame_index;
+    json::array stacks(sp), stack_frames(sp);
+    std::vector<std::uint32_t> walked;
+    auto stack_of = [&](std::uint32_t node) -> std::int64_t {
+        auto [it, fresh] = stack_index.try_emplace(node, -1);
+        if (!fresh)
+            return it->second;
+        walked.resize(shaper.walk(node, walked));
+        if (walked.empty())
+            return -1; // outside a focus
+        json::array frames(sp);
+        for (auto fr = walked.rbegin(); fr != walked.rend(); ++fr) {
+            auto [fi, new_frame] = stack_frame_index.try_emplace(*fr, stack_frames.size());
+            if (new_frame)
+                stack_frames.push_back(
+                    json::object({{"name", shaper.name(*fr)}, {"module", shaper.module(*fr)}}, sp));
+            frames.push_back(fi->second);
+        }
+        it->second = static_cast<std::int64_t>(stacks.size());
+        stacks.push_back(std::move(frames));
+        return it->second;
+    };
     json::array threads(sp);
     for (const auto& [tid, l] : order) {
-        json::array activity(sp);
+        json::array activity(sp), commonest_stack(sp), commonest_weight(sp);
         activity.reserve(width);
-        for (const auto v : l->activity)
-            activity.push_back(v);
+        commonest_stack.reserve(width);
+        commonest_weight.reserve(width);
+        for (std::size_t b = 0; b < width; ++b) {
+            activity.push_back(l->activity[b]);
+            const auto& c = top[l->slot * width + b];
+            commonest_stack.push_back(c.weight ? stack_of(c.node) : -1);
+            commonest_weight.push_back(c.weight);
+        }
         const auto t = p.threads().find(tid);
         json::object row(
             {{"tid", tid},
@@ -191,6 +251,8 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
              {"weight", l->weight}},
             sp);
         row["activity"] = std::move(activity);
+        row["top_stack"] = std::move(commonest_stack);
+        row["top_weight"] = std::move(commonest_weight);
         threads.push_back(std::move(row));
     }
     json::object o = view_header(p, f, total, sp);
@@ -200,6 +262,8 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     o["buckets"] = width;
     o["threads"] = std::move(threads);
     o["threads_not_shown"] = hidden;
+    o["stacks"] = std::move(stacks);
+    o["stack_frames"] = std::move(stack_frames);
     if (!chart_tid)
         return o;
 
@@ -209,7 +273,6 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         std::uint32_t frame;
         std::size_t first, last;
     };
-    const stack_shaper shaper(p, shape);
     std::vector<open_box> open;
     std::vector<std::uint32_t> stack;
     std::unordered_map<std::uint32_t, std::uint32_t> frame_index;

@@ -25,8 +25,22 @@ export async function lanesAndChart(t) {
   await again.mouse.move(0, 0);
   check(early === 'phase_a' && late === 'phase_b' && await again.locator('#lanes .lane').count() === 1,
     `the timeline's flame chart runs in time order: ${early} then ${late}`);
-  // Dragging across the lane zooms into that window, shared with the other views.
+  // The pointer on the lane shows what the thread ran there: its commonest stack, leaf last.
   const laneBox = await again.locator('#lanes .lane canvas').boundingBox();
+  const laneLeaves = async (from, to) => { // the leaves the tip names, the pointer swept across
+    const seen = new Set();
+    for (let x = laneBox.x + laneBox.width * from; x < laneBox.x + laneBox.width * to; x += 3) {
+      await again.mouse.move(x, laneBox.y + 9);
+      const leaf = await again.evaluate(() => !document.querySelector('#lane-tip').hidden && document.querySelector('#lane-tip li.here')?.firstChild.textContent.trim());
+      if (leaf) seen.add(leaf);
+    }
+    return [...seen];
+  };
+  const laneEarly = await laneLeaves(0.02, 0.45), laneLate = await laneLeaves(0.55, 0.98);
+  await again.mouse.move(0, 0);
+  check(laneEarly.join() === 'phase_a' && laneLate.join() === 'phase_b' && await again.locator('#lane-tip').isHidden(),
+    `the pointer on a lane shows the thread's stack there (${laneEarly} early, ${laneLate} late)`);
+  // Dragging across the lane zooms into that window, shared with the other views.
   await again.mouse.move(laneBox.x + laneBox.width * 0.6, laneBox.y + 9);
   await again.mouse.down();
   await again.mouse.move(laneBox.x + laneBox.width * 0.9, laneBox.y + 9, { steps: 4 });
