@@ -4,20 +4,10 @@
 // change (format.js diffColour: grey within the noise, red grew, blue shrank, deeper as the
 // change is larger). The top frame, the whole, is neutral. Shared by a session's flame graph,
 // its sandwich and the Fleet view.
-import { diffColour, esc, moduleHue, nameShade, pct, visible } from './format.js';
+import { beyondNoise, diffColour, esc, largestChange, moduleHue, nameShade, pct, visible } from './format.js';
 
 export const ROW_H = 18;
 const ROOT_FILL = 'hsl(0,0%,72%)';
-
-// The largest change beyond its noise in a graph (points): the deepest colour.
-function diffScale(boxes) {
-  let scale = 0;
-  for (const b of boxes) {
-    const d = b.n.delta_pct;
-    if (b.y > 0 && d != null && Math.abs(d) > (b.n.noise_pct ?? 0.05)) scale = Math.max(scale, Math.abs(d));
-  }
-  return scale;
-}
 
 // A frame's fill: its module's hue (the name's own shade within it) or, compared, its change
 // up to `scale`.
@@ -52,7 +42,7 @@ export function paintFlame(canvas, root, { match = null, rootLabel = null, dim =
   canvas.width = width * devicePixelRatio; canvas.height = depth * ROW_H * devicePixelRatio;
   canvas.style.height = depth * ROW_H + 'px';
   canvas.dataset.boxes = boxes.length; // what was drawn, for a reader that waits on it
-  const colours = { compared, scale: compared ? diffScale(boxes) : 0 };
+  const colours = { compared, scale: compared ? largestChange(boxes.filter((b) => b.y > 0).map((b) => [b.n.delta_pct, b.n.noise_pct])) : 0 };
   const g = canvas.getContext('2d'); g.scale(devicePixelRatio, devicePixelRatio);
   g.font = '11px ui-monospace, monospace';
   for (const b of boxes) {
@@ -93,7 +83,7 @@ export function diffNote(n, total) {
   if (n.delta_pct == null) return '';
   const now = 100 * n.value / (total || 1);
   const what = !n.value ? ': <b>gone</b> here' : !n.baseline_pct ? ': <b>new</b> here' : '';
-  return `<br>baseline ${pct(n.baseline_pct)} % → ${pct(now)} % (${n.delta_pct > 0 ? '+' : ''}${pct(n.delta_pct)} points${Math.abs(n.delta_pct) <= (n.noise_pct ?? 0) ? ', within the noise' : ''})${what}`;
+  return `<br>baseline ${pct(n.baseline_pct)} % → ${pct(now)} % (${n.delta_pct > 0 ? '+' : ''}${pct(n.delta_pct)} points${beyondNoise(n.delta_pct, n.noise_pct) ? '' : ', within the noise'})${what}`;
 }
 
 // The frame under a pointer event, among the boxes painted on `canvas`.

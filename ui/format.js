@@ -74,9 +74,27 @@ export const NOISE_FILL = 'hsl(0,0%,84%)';
 // make, ± `noise` points), else red where it grew and blue where it shrank, deeper in
 // proportion to the change, the largest in the graph (`scale` points) deepest.
 export function diffColour(delta, noise, scale) {
-  if (!(Math.abs(delta) > (noise ?? 0.05))) return NOISE_FILL;
+  if (!beyondNoise(delta, noise)) return NOISE_FILL;
   const t = Math.min(1, Math.abs(delta) / (scale > 0 ? scale : Math.abs(delta)));
   return `hsl(${delta > 0 ? 0 : 220},${Math.round(30 + 55 * t)}%,${Math.round(86 - 34 * t)}%)`;
+}
+
+// A change sampling alone would not make: beyond ± `noise` points (the 95 % band of both
+// sessions' counts; 0.05 points when a row has none).
+export function beyondNoise(delta, noise) {
+  return Math.abs(delta) > (noise ?? 0.05);
+}
+// The largest change beyond its noise among [delta, noise] pairs (points): the deepest colour.
+export function largestChange(pairs) {
+  let m = 0;
+  for (const [d, noise] of pairs) if (d != null && beyondNoise(d, noise)) m = Math.max(m, Math.abs(d));
+  return m;
+}
+// A Δ cell in points, coloured as the compared flame graph colours its frames; `title` says
+// what it compares.
+export function deltaCell(delta, noise, scale, title) {
+  const within = !beyondNoise(delta, noise);
+  return `<td class="num delta ${within ? 'muted' : delta > 0 ? 'grew' : 'shrank'}" style="background:${diffColour(delta, noise, scale)}" title="${attr(title + (within ? ', within the noise' : ''))}">${delta > 0 ? '+' : ''}${pct(delta)}</td>`;
 }
 
 // Tick spacing for `span` seconds over `px` pixels: 1, 2 or 5 × a power of ten, ~100 px apart.

@@ -5,7 +5,7 @@
 // functions, collapsed recursion), from the same answer.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { amount, attr, diffColour, esc, pct, unitOf, visible } from '../format.js';
+import { amount, attr, deltaCell, esc, largestChange, pct, unitOf, visible } from '../format.js';
 import { sessionUrl } from '../api.js';
 import { $, shapeQuery } from '../util.js';
 
@@ -30,17 +30,11 @@ export async function render(s, r) {
   draw();
 }
 
-// The largest change beyond its noise in a tree (points): the deepest colour.
-function largestChange(root) {
-  let m = 0;
-  const walk = (n) => { for (const c of n.children || []) { if (Math.abs(c.delta_pct) > (c.noise_pct ?? 0)) m = Math.max(m, Math.abs(c.delta_pct)); walk(c); } };
-  walk(root);
-  return m;
+// Every node below the root as [delta, noise], for the deepest colour.
+function* changes(n) {
+  for (const c of n.children || []) { yield [c.delta_pct, c.noise_pct]; yield* changes(c); }
 }
-function deltaCell(n, scale) {
-  const within = !(Math.abs(n.delta_pct) > (n.noise_pct ?? 0));
-  return `<td class="num delta" style="background:${diffColour(within ? 0 : n.delta_pct, within ? 1 : n.noise_pct, scale)}" title="baseline ${pct(n.baseline_pct)} % → ${pct(n.delta_pct + n.baseline_pct)} %${within ? ', within the noise' : ''}">${n.delta_pct > 0 ? '+' : ''}${pct(n.delta_pct)}</td>`;
-}
+const nodeDelta = (n, scale) => deltaCell(n.delta_pct, n.noise_pct, scale, `baseline ${pct(n.baseline_pct)} % → ${pct(n.delta_pct + n.baseline_pct)} %`);
 
 // The path down the heaviest child while it holds at least half of its parent.
 function heaviestPath(root) {
@@ -60,7 +54,7 @@ function draw() {
   if (!t) return;
   const whole = t.total || 1, rows = [];
   // Compared with a baseline: a Δ column, and the paths of the baseline alone (value 0).
-  const compared = t.baseline != null, scale = compared ? largestChange(t.root) : 0;
+  const compared = t.baseline != null, scale = compared ? largestChange(changes(t.root)) : 0;
   for (const th of document.querySelectorAll('#calltree th.diff')) th.hidden = !compared;
   let hidden = 0;
   const walk = (n, path, depth) => {
@@ -69,7 +63,7 @@ function draw() {
       if (rows.length >= MAX_ROWS) { ++hidden; continue; }
       const open = v.open.has(pathKey(p)), leaf = !(c.children || []).length;
       rows.push(`<tr data-path="${attr(pathKey(p))}" class="${open ? 'open' : ''}${c.value ? '' : ' gone'}"><td class="num"><span class="bar" style="width:${Math.min(60, 60 * c.value / whole)}px"></span>${pct(100 * c.value / whole)}</td>
-        <td class="num">${pct(100 * (c.self || 0) / whole)}</td>${compared ? deltaCell(c, scale) : ''}<td class="num">${amount(c.value, v.unit)}</td>
+        <td class="num">${pct(100 * (c.self || 0) / whole)}</td>${compared ? nodeDelta(c, scale) : ''}<td class="num">${amount(c.value, v.unit)}</td>
         <td class="name" style="padding-left:${0.6 + depth * 1.1}em"><span class="twisty">${leaf ? '' : open ? '▾' : '▸'}</span>${esc(c.name)}</td>
         <td class="muted module" title="${esc(c.module || '')}"><bdi>${esc((c.module || '').split('/').pop())}</bdi></td></tr>`);
       if (open) walk(c, p, depth + 1);

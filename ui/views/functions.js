@@ -4,7 +4,7 @@
 // "[unknown]" row opens into the addresses its samples fell on.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { amount, attr, count, diffColour, esc, pct, unitOf, visible } from '../format.js';
+import { amount, attr, count, deltaCell, esc, largestChange, pct, unitOf, visible } from '../format.js';
 import { api, sessionUrl } from '../api.js';
 import { $, filterRegex, plainMatch, setHtml, syncRows, transformQuery } from '../util.js';
 
@@ -80,7 +80,7 @@ function take(answer, page) {
   for (const [p, rows] of v.pages) rows.forEach((r, i) => v.index.set(groupKey(r), p * PAGE + i));
   v.diff = answer.functions.some((r) => r.delta_self_pct != null);
   // The largest change among the rows known: a Δ's colour is as strong as its share of it.
-  for (const r of answer.functions) v.deltaScale = Math.max(v.deltaScale || 0, Math.abs(r.delta_self_pct || 0), Math.abs(r.delta_total_pct || 0));
+  v.deltaScale = Math.max(v.deltaScale || 0, largestChange(answer.functions.flatMap((r) => [[r.delta_self_pct, r.noise_self_pct], [r.delta_total_pct, r.noise_total_pct]])));
   v.baseline = answer.baseline;
   v.unit = unitOf(answer);
 }
@@ -209,13 +209,8 @@ function drawRows() {
   const cols = v.diff ? 8 : 5;
   const spacer = (n, key) => [key, n > 0 ? `<tr class="spacer"><td colspan="${cols}" style="height:${n * ROW_H}px"></td></tr>` : ''];
   // Grey within the noise (what sampling alone would move it by); beyond it red (grew) or
-  // blue (shrank), as strong as the change,
-  // as the compared flame graph colours its frames.
-  const delta = (x, noise) => {
-    const within = !(Math.abs(x) > (noise ?? 0.005));
-    const shade = ` style="background:${diffColour(within ? 0 : x, within ? 1 : noise, v.deltaScale)}"`;
-    return `<td class="delta ${within ? 'muted' : x > 0 ? 'grew' : 'shrank'}"${shade}${noise != null ? ` title="±${pct(noise)} points is within the noise of both sessions' samples"` : ''}>${x > 0 ? '+' : ''}${pct(x)}</td>`;
-  };
+  // blue (shrank), as strong as the change, as the compared flame graph colours its frames.
+  const delta = (x, noise) => deltaCell(x, noise, v.deltaScale, noise != null ? `±${pct(noise)} points is within the noise of both sessions' samples` : 'Δ in points of each session\'s total');
   const sub = (r) => r.more ? `<tr class="sub"><td></td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td></td><td class="muted">… ${count(r.more)} more addresses</td><td></td></tr>`
     : `<tr class="sub" title="${attr(r.name)}: an address in ${attr(r.module)}, which has no symbol for it"><td><span class="bar" style="width:${Math.min(60, r.self_pct * 0.6)}px"></span>${pct(r.self_pct)}</td><td></td>${v.diff ? '<td></td><td></td><td></td>' : ''}<td class="num">${amount(r.self, v.unit)}</td><td class="name">${esc(r.name)}</td><td class="muted module" title="${esc(r.module)}"><bdi>${esc(r.module)}</bdi></td></tr>`;
   const toggle = (r) => r.name === '[unknown]' && r.module && r.module !== '[unknown]' && r.self > 0

@@ -1,7 +1,7 @@
 // format.js: pure formatting, the escaping that keeps hostile names inert above all.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { amount, attr, count, counterTotal, diffColour, duration, esc, eventName, mib, NOISE_FILL, moduleHue, pct, processOf, sessionName, tickStep, unitOf, visible, zoomWindow } from '../../../ui/format.js';
+import { amount, attr, count, counterTotal, deltaCell, diffColour, duration, esc, eventName, largestChange, mib, NOISE_FILL, moduleHue, pct, processOf, sessionName, tickStep, unitOf, visible, zoomWindow } from '../../../ui/format.js';
 
 test('esc makes markup text and shows the controls that hide or reorder text', () => {
   assert.equal(esc('<img src=x onerror=alert(1)>'), '&lt;img src=x onerror=alert(1)&gt;');
@@ -78,6 +78,17 @@ test('diff colours: grey within the noise, deeper in proportion to the change', 
   assert.match(diffColour(1, 0.1, 2), /^hsl\(0,/); // grew: red
   assert.ok(light(large) < light(small), `${small} is lighter than ${large}`);
   assert.notEqual(small, large);
+});
+
+test('one scale for every compared view: the largest change beyond its noise', () => {
+  // A change within its noise never sets the scale, however large; none counts as 0.05 points.
+  assert.equal(largestChange([[-3, 4], [1.5, 0.2], [-2, 0.5], [0.04, undefined], [null, 1]]), 2);
+  assert.equal(largestChange([]), 0);
+  const cell = deltaCell(-2, 0.5, 2, 'baseline "a" → b');
+  assert.match(cell, /class="num delta shrank"/);
+  assert.match(cell, />-2\.00<\/td>$/);
+  assert.match(cell, /title="baseline &quot;a&quot; → b"/); // escaped
+  assert.match(deltaCell(0.3, 0.5, 2, 'x'), /class="num delta muted".*title="x, within the noise">\+0\.30</);
 });
 
 test('the time axis: ticks 1, 2 or 5 apart, zoom about the pointer within the session', () => {
