@@ -25,7 +25,7 @@ export function amount(v, unit) {
   return n.toLocaleString();
 }
 // The unit of a view's weights: clock events weighed by period count nanoseconds.
-export const unitOf = (answer) => (answer?.weight === 'period' && /^(cpu-clock|task-clock)\b/.test(answer?.event || '') ? 'ns' : 'count');
+export const unitOf = (answer) => (answer?.weight === 'period' && /^(cpu-clock|task-clock|off-cpu|wall)\b/.test(answer?.event || '') ? 'ns' : 'count');
 export const mib = (bytes) => (bytes / 1048576).toFixed(bytes < 10485760 ? 1 : 0);
 
 // How a session reads in a list: when it started, how long it ran, how much it holds.
@@ -76,7 +76,7 @@ export const NOISE_FILL = 'hsl(0,0%,84%)';
 export function diffColour(delta, noise, scale) {
   if (!beyondNoise(delta, noise)) return NOISE_FILL;
   const t = Math.min(1, Math.abs(delta) / (scale > 0 ? scale : Math.abs(delta)));
-  return `hsl(${delta > 0 ? 0 : 220},${Math.round(30 + 55 * t)}%,${Math.round(86 - 34 * t)}%)`;
+  return `hsl(${delta > 0 ? 0 : 220},${Math.round(30 + 55 * t)}%,${Math.round(88 - 26 * t)}%)`; // never darker than dark text reads on
 }
 
 // A change sampling alone would not make: beyond ± `noise` points (the 95 % band of both

@@ -41,6 +41,8 @@ po::options_description describe_options() {
         ("frequency", po::value<int>()->default_value(99), "sampling frequency, Hz")
         ("duration", po::value<int>()->default_value(8), "seconds per chunk or round")
         ("events", po::value<std::string>(), "comma-separated perf events")
+        ("off-cpu", po::bool_switch(), "also record where the target's threads wait off the CPU "
+                                       "(the off-cpu event: scheduler switches, in ns)")
         ("offline-max", po::value<int>()->default_value(6 * 3600),
          "seconds a run goes on without a link to the collector (its chunks kept for it)")
         ("buffer-mb", po::value<int>()->default_value(16),
@@ -152,6 +154,7 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.listen_port = *port;
     c.rounds = vm["rounds"].as<int>();
     c.frequency = vm["frequency"].as<int>();
+    c.off_cpu = vm["off-cpu"].as<bool>();
     c.duration_sec = vm["duration"].as<int>();
     c.offline_max_sec = vm["offline-max"].as<int>();
     c.buffer_mb = vm["buffer-mb"].as<int>();
@@ -161,6 +164,8 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.state_dir = vm.count("state-dir") ? vm["state-dir"].as<std::string>() : default_state_dir();
     if (vm.count("pid"))
         c.pid = vm["pid"].as<int>();
+    if (c.off_cpu && !c.pid)
+        return usage("--off-cpu needs --pid: the whole system's scheduler switches are too many");
     if (vm.count("events"))
         c.events = split_events(vm["events"].as<std::string>());
     if (vm.count("token"))

@@ -53,8 +53,11 @@ std::vector<std::string> record_args(const record_settings& s, std::string_view 
         args.push_back("--call-graph=" + s.callgraph);
     args.insert(args.end(),
                 {"-m", std::to_string(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))});
-    if (s.prompt)
+    // (Not with the switches: woken per sample, perf drops about half of them.)
+    if (s.prompt && !s.off_cpu)
         args.push_back("--no-buffering");
+    if (s.off_cpu)
+        args.insert(args.end(), {"-e", "sched:sched_switch", "--switch-events"});
     add_target(args, s.pid);
     args.insert(args.end(), {"-o", std::string(output)});
     if (!command.empty()) {
@@ -64,12 +67,17 @@ std::vector<std::string> record_args(const record_settings& s, std::string_view 
     return args;
 }
 
-std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu) {
+std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu,
+                                     bool off_cpu) {
     std::vector<std::string> args = {"script", "-i", std::string(input), "--show-lost-events"};
+    if (off_cpu)
+        args.push_back("--show-switch-events");
     if (with_fields) {
         std::string fields(script_fields);
         if (with_cpu)
             fields = "comm,tid,pid,cpu," + fields.substr(std::string_view("comm,tid,pid,").size());
+        if (off_cpu) // (perf says 'trace' does not apply to the sampling event, and goes on)
+            fields.replace(fields.find(",event,"), 7, ",event,trace,");
         args.insert(args.end(), {"-F", fields});
     }
     return args;

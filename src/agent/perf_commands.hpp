@@ -38,6 +38,9 @@ struct record_settings {
     // --no-buffering: perf hands each sample on as it is taken instead of when its ring
     // buffer is half full (which at modest rates holds seconds of samples back).
     bool prompt = false;
+    // Also where threads wait: every scheduler switch of the target (sched:sched_switch, its
+    // stack where the thread left the CPU) and perf's switch records (when it came back).
+    bool off_cpu = false;
 };
 
 // Ring-buffer pages per CPU for `perf record -m`: room for about a quarter of a second of
@@ -50,8 +53,10 @@ int mmap_pages_for(int frequency, bool dwarf = false);
 std::vector<std::string> record_args(const record_settings& s, std::string_view output,
                                      const std::vector<std::string>& command = {});
 
-// perf script reading `input`; with_fields=false for old perf without -F.
-std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu);
+// perf script reading `input`; with_fields=false for old perf without -F. `off_cpu`: the
+// switch records and the tracepoint's arguments (the kind of wait) printed too.
+std::vector<std::string> script_args(std::string_view input, bool with_fields, bool with_cpu,
+                                     bool off_cpu = false);
 
 // perf stat counting `events` until interrupted (or for `command`).
 std::vector<std::string> stat_args(const std::vector<std::string>& events, std::optional<int> pid,

@@ -1049,6 +1049,17 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
             co_return command_response::failure(id, caps_->why_not_callgraph(asked));
         callgraph = asked == "none" ? "" : asked;
     }
+    // Where the threads wait too: a process's, never the whole system's (every switch of every
+    // CPU would be more than the link takes).
+    std::optional<bool> off_cpu;
+    if (const auto* oc = req.args.if_contains("off_cpu"); oc && !oc->is_null()) {
+        if (!oc->is_bool())
+            co_return command_response::failure(id, "off_cpu must be true or false");
+        off_cpu = oc->as_bool();
+    }
+    if (off_cpu.value_or(run_->settings.record.off_cpu) && !pid)
+        co_return command_response::failure(
+            id, "off_cpu needs a process (pid): the whole system's switches are too many");
     // Rounds when perf cannot stream through a pipe, or when asked for.
     const auto* mode_arg = req.args.if_contains("mode");
     const std::string mode =
@@ -1062,6 +1073,8 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     run_->settings.record.pid = pid;
     if (callgraph)
         run_->settings.record.callgraph = *callgraph;
+    if (off_cpu)
+        run_->settings.record.off_cpu = *off_cpu;
     if (freq)
         run_->settings.record.frequency = *freq;
     if (dur)
@@ -1082,6 +1095,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["callgraph"] =
         run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
     f["mode"] = run_->settings.rounds ? "rounds" : "continuous";
+    f["off_cpu"] = run_->settings.record.off_cpu;
     f["state"] = "profiling";
     f["run"] = run_->id;
     // Lets the collector place perf's monotonic timestamps on the wall clock.
@@ -1192,6 +1206,7 @@ void session::attach_run() {
         // on without a link keeps its own. (Not before it paired: a stranger changes nothing.)
         run_->settings.record.frequency = cfg_.frequency;
         run_->settings.record.pid = cfg_.pid;
+        run_->settings.record.off_cpu = cfg_.off_cpu;
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;

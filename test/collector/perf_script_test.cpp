@@ -953,3 +953,94 @@ TEST_CASE("a profile whose frames, call paths and threads fill their room makes 
     parser.finish();
     CHECK(function_map(p, false).at("newcomer").first == 1);
 }
+
+TEST_CASE("off-cpu: a thread's wait runs from its sched_switch to its switch back in, on the "
+          "stack where it left",
+          "[collector][parser][off-cpu]") {
+    // As perf script --show-switch-events prints `perf record -e cpu-clock -e
+    // sched:sched_switch --switch-events -g`: thread 11 sleeps 20 ms in nap, is preempted for
+    // 1.5 ms in spin, and waits for I/O 4 ms without a switch back in (its next sample ends
+    // it); thread 12 runs.
+    const std::string text =
+        "app 10/11 [000] 100.000000: sched:sched_switch: prev_comm=app prev_pid=11 "
+        "prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+        "\tffffffff8100 __schedule+0x10 ([kernel.kallsyms])\n"
+        "\t401000 nap+0x4 (/bin/app)\n"
+        "\t401100 main+0x8 (/bin/app)\n\n"
+        "app 11 100.000004: PERF_RECORD_SWITCH OUT\n"
+        "app 10/12 [001] 100.010000:    5000000 cpu-clock: \n"
+        "\t401200 spin+0x1 (/bin/app)\n"
+        "\t401100 main+0x8 (/bin/app)\n\n"
+        "app 11 100.020000: PERF_RECORD_SWITCH IN\n"
+        "app 10/11 [000] 100.030000: sched:sched_switch: prev_comm=app prev_pid=11 "
+        "prev_prio=120 prev_state=R+ ==> next_comm=other next_pid=99 next_prio=120\n"
+        "\t401200 spin+0x1 (/bin/app)\n"
+        "\t401100 main+0x8 (/bin/app)\n\n"
+        "app 11 100.031500: PERF_RECORD_SWITCH IN\n"
+        "app 10/11 [000] 100.040000: sched:sched_switch: prev_comm=a ==> b prev_state=S "
+        "prev_pid=11 prev_prio=120 prev_state=D ==> next_comm=swapper/0 next_pid=0 "
+        "next_prio=120\n"
+        "\t401300 read_file+0x2 (/bin/app)\n"
+        "\t401100 main+0x8 (/bin/app)\n\n"
+        "app 10/11 [000] 100.044000:    5000000 cpu-clock: \n"
+        "\t401200 spin+0x1 (/bin/app)\n"
+        "\t401100 main+0x8 (/bin/app)\n\n"
+        // Left and never back: no wait can be told.
+        "app 10/12 [001] 100.050000: sched:sched_switch: prev_comm=app prev_pid=12 "
+        "prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120\n"
+        "\t401200 spin+0x1 (/bin/app)\n\n";
+    // Fed in pieces, each sample a chunk of its own: a wait spans chunks.
+    profile prof;
+    script_parser parser(prof);
+    for (std::size_t at = 0; at < text.size();) {
+        const auto end = std::min(text.find("\n\n", at), text.find("\napp 1", at));
+        const auto next = end == std::string::npos ? text.size() : end + 1;
+        const auto piece = std::string_view(text).substr(at, next - at);
+        for (std::size_t k = 0; k < piece.size(); k += 37)
+            parser.feed(piece.substr(k, 37));
+        parser.finish();
+        at = next;
+    }
+    CHECK(parser.stats().waits == 3);
+    CHECK(parser.waiting() == 1);
+    CHECK(parser.stats().skipped_lines == 0);
+    // No tracepoint event of its own: cpu-clock and off-cpu.
+    REQUIRE(prof.event_count() == 2);
+    CHECK(prof.event_name(0) == "cpu-clock");
+    CHECK(prof.event_name(1) == "off-cpu");
+    view_filter f;
+    f.event = 1;
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> m;
+    for (const auto& r : functions(prof, f).rows)
+        m[std::string(prof.symbol(r.frame))] = {r.self, r.total};
+    CHECK(m["[sleeping]"] == std::pair<std::uint64_t, std::uint64_t>{20'000'000, 20'000'000});
+    CHECK(m["[preempted]"] == std::pair<std::uint64_t, std::uint64_t>{1'500'000, 1'500'000});
+    CHECK(m["[uninterruptible: I/O]"] ==
+          std::pair<std::uint64_t, std::uint64_t>{4'000'000, 4'000'000});
+    CHECK(m["nap"].second == 20'000'000);
+    CHECK(m["__schedule"].second == 20'000'000);
+    CHECK(m["read_file"].second == 4'000'000);
+    CHECK(m["main"].second == 25'500'000);
+    // On-CPU views unchanged: the two cpu-clock samples alone.
+    f.event = 0;
+    std::uint64_t cpu = 0;
+    for (const auto& r : functions(prof, f).rows)
+        cpu += r.self;
+    CHECK(cpu == 10'000'000);
+}
+
+TEST_CASE("off-cpu: the kind of wait is the kernel's prev_state", "[collector][parser][off-cpu]") {
+    CHECK(wait_kind("S") == "[sleeping]");
+    CHECK(wait_kind("D") == "[uninterruptible: I/O]");
+    CHECK(wait_kind("R") == "[preempted]");
+    CHECK(wait_kind("R+") == "[preempted]");
+    CHECK(wait_kind("T") == "[stopped]");
+    CHECK(wait_kind("") == "[off-cpu]");
+    CHECK(switch_prev_state("prev_comm=x prev_pid=1 prev_prio=120 prev_state=D ==> "
+                            "next_comm=y next_pid=2 next_prio=120") == "D");
+    // A thread named to look like the arguments does not decide its state.
+    CHECK(switch_prev_state("prev_comm=a prev_state=R ==> prev_pid=1 prev_prio=120 "
+                            "prev_state=S ==> next_comm=y") == "R");
+    CHECK(switch_prev_state("prev_comm=x prev_state=<script> ==> n") == "");
+    CHECK(switch_prev_state("no state here") == "");
+}

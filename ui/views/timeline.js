@@ -5,7 +5,7 @@
 // other tabs share). The pointer on the chart shows the whole stack under it.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { esc, pct, tickStep, visible, zoomWindow } from '../format.js';
+import { amount, esc, pct, tickStep, unitOf, visible, zoomWindow } from '../format.js';
 import { frameFill } from '../flame_canvas.js';
 import { sessionUrl } from '../api.js';
 import { $, blankCanvas, setHtml, transformQuery } from '../util.js';
@@ -14,6 +14,17 @@ let timeline = null; // the answer drawn
 let shownTab = false;
 let wheel = null; // a zoom by the wheel under way: {start, end, timer}
 let laneOrder = { session: null, rank: new Map() }; // tid -> its place, for the session shown
+let pointer = null; // where the pointer rests on the lanes, for the tip after a redraw
+let showLaneTip = () => {};
+
+// The window being dragged across the lanes, as a band over them.
+function band(d, x) {
+  const el = $('#lane-band'), box = $('#lanes-box').getBoundingClientRect();
+  const x0 = d.r.left + d.x0, lo = Math.max(d.r.left, Math.min(x0, x)), hi = Math.min(d.r.right, Math.max(x0, x));
+  el.style.left = `${lo - box.left}px`;
+  el.style.width = `${Math.max(1, hi - lo)}px`;
+  el.hidden = false;
+}
 
 export async function render(s, r) {
   shownTab = true;
@@ -64,9 +75,10 @@ export async function render(s, r) {
   });
   for (const el of had.values()) el.remove();
   $('#timeline-reset').hidden = !(s.start || s.end);
-  $('#chart-name').textContent = t.chart ? `flame chart of thread ${t.chart.tid}${t.threads.find((l) => l.tid === t.chart.tid)?.comm ? ` (${visible(t.threads.find((l) => l.tid === t.chart.tid).comm)})` : ''}, in time order` : 'click a lane for its flame chart';
+  $('#chart-name').textContent = t.chart ? `flame chart of thread ${t.chart.tid}${t.threads.find((l) => l.tid === t.chart.tid)?.comm ? ` (${visible(t.threads.find((l) => l.tid === t.chart.tid).comm)})` : ''}, in time order` : 'flame chart: no thread chosen';
   drawChart(t);
   $('#tab-timeline').dataset.shows = `${s.session} ${chosen} ${s.start || ''}-${s.end || ''}`;
+  if (pointer) showLaneTip(pointer);
 }
 
 // Seconds from the session's start along the lanes, ticks at 1, 2 or 5 × a power of ten; the
@@ -149,14 +161,15 @@ function drawChart(t) {
 // What a lane's bucket held: its weight and the commonest call path, innermost frames kept.
 function laneTip(t, lane, b) {
   const at = t.start_s + (b + 0.5) * (t.end_s - t.start_s) / t.buckets;
-  const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid} · ${lane.activity[b]} ${t.weight === 'period' ? `${esc(t.event)} period` : 'samples'}</span>`;
+  const unit = unitOf(t), weight = unit === 'count' ? `${lane.activity[b]} ${t.weight === 'period' ? `${esc(t.event)} period` : lane.activity[b] === 1 ? 'sample' : 'samples'}` : amount(lane.activity[b], unit);
+  const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid} · ${weight}</span>`;
   const si = lane.top_stack?.[b] ?? -1;
   if (!lane.activity[b]) return `${head}<div>idle here</div>`;
   if (si < 0) return `${head}<div class="muted">no stack in the view here</div>`;
   const frames = t.stacks[si].map((fi) => t.stack_frames[fi]);
   const shown = frames.slice(-14), cut = frames.length - shown.length;
   const share = Math.round(100 * lane.top_weight[b] / lane.activity[b]);
-  return `${head}<div>commonest stack (${share} % here):</div><ol class="stack">${cut ? `<li class="muted">… ${cut} outer frames</li>` : ''}${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
+  return `${head}<div>commonest stack (${share} % here):</div>${cut ? `<div class="muted">… ${cut} outer frames</div>` : ''}<ol class="stack" start="${cut + 1}">${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
 }
 
 export function init() {
@@ -170,6 +183,7 @@ export function init() {
   window.addEventListener('mouseup', (e) => {
     if (!drag) return;
     const d = drag; drag = null;
+    $('#lane-band').hidden = true;
     const x1 = e.clientX - d.r.left;
     const t = timeline;
     if (Math.abs(x1 - d.x0) < 4 || !t) { setHash({ lane: d.tid }); return; }
@@ -195,12 +209,15 @@ export function init() {
       setHash(w.whole ? { start: null, end: null } : { start: w.start.toFixed(3), end: w.end.toFixed(3), last: null });
     }, 200);
   };
-  // The pointer on a lane: the time, the thread's weight there and its commonest stack.
-  $('#lanes').addEventListener('mousemove', (e) => {
-    const c = e.target.closest('.lane canvas');
+  // The pointer on a lane: the time, the thread's weight there and its commonest stack (told
+  // again when a live update redraws the lanes under a resting pointer).
+  $('#lanes').addEventListener('mousemove', (e) => { pointer = { clientX: e.clientX, clientY: e.clientY, target: e.target }; showLaneTip(pointer); });
+  showLaneTip = (e) => {
+    const c = e.target.isConnected ? e.target.closest('.lane canvas') : null;
     const tip = $('#lane-tip');
     const lane = c && timeline?.threads.find((l) => String(l.tid) === c.closest('.lane').dataset.tid);
-    if (!lane || drag) { tip.hidden = true; return; }
+    if (drag) { band(drag, e.clientX); tip.hidden = true; return; }
+    if (!lane) { tip.hidden = true; return; }
     const r = c.getBoundingClientRect(), box = $('#lanes-box').getBoundingClientRect();
     const at = Math.min(timeline.buckets - 1, Math.max(0, Math.floor((e.clientX - r.left) / r.width * timeline.buckets)));
     // On a sparse lane the nearest bucket with samples, within a few pixels, is the one meant.
@@ -211,8 +228,8 @@ export function init() {
     tip.hidden = false;
     tip.style.left = `${Math.min(e.clientX - box.left + 14, box.width - 430)}px`;
     tip.style.top = `${e.clientY - box.top + 16}px`;
-  });
-  $('#lanes').addEventListener('mouseleave', () => { $('#lane-tip').hidden = true; });
+  };
+  $('#lanes').addEventListener('mouseleave', () => { $('#lane-tip').hidden = true; pointer = null; });
   $('#lanes').addEventListener('wheel', onWheel, { passive: false });
   $('#ruler').addEventListener('wheel', onWheel, { passive: false });
   $('#timeline-reset').addEventListener('click', () => setHash({ start: null, end: null }));

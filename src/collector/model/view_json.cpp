@@ -595,14 +595,15 @@ std::uint64_t view_samples(const profile& p, const view_filter& f) {
 namespace {
 
 // Points within which two shares (percentages of n1 and n0 samples) differ by chance alone,
-// 95 times in 100: 1.96 standard errors of the difference of two proportions.
+// 95 times in 100: 1.96 standard errors of the difference of two proportions, both drawn from
+// the one share they have together (the pooled test: a function with a few samples on one
+// side and none on the other is not called a change; a share of 0 has no spread of its own).
 double noise_points(double now_pct, std::uint64_t n1, double base_pct, std::uint64_t n0) {
-    const double p1 = std::clamp(now_pct / 100.0, 0.0, 1.0);
-    const double p0 = std::clamp(base_pct / 100.0, 0.0, 1.0);
     if (!n1 || !n0)
         return 100.0;
-    return 196.0 * std::sqrt(p1 * (1 - p1) / static_cast<double>(n1) +
-                             p0 * (1 - p0) / static_cast<double>(n0));
+    const double a = static_cast<double>(n1), b = static_cast<double>(n0);
+    const double p = std::clamp((now_pct * a + base_pct * b) / (100.0 * (a + b)), 0.0, 1.0);
+    return 196.0 * std::sqrt(p * (1 - p) * (1 / a + 1 / b));
 }
 
 } // namespace

@@ -208,16 +208,49 @@ bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colo
         right = sp == std::string_view::npos ? std::string_view() : trim_blanks(right.substr(sp));
         return t;
     };
+    // "comm pid/tid [cpu] [misc] [flags]" left of the time (a record's may be "comm tid").
+    auto read_thread = [&]() {
+        auto [tok, rest] = pop_token(trim_blanks(l.substr(0, time_begin)));
+        if (is_flags(tok))
+            std::tie(tok, rest) = pop_token(rest);
+        if (is_misc(tok))
+            std::tie(tok, rest) = pop_token(rest);
+        if (tok.size() >= 3 && tok.front() == '[' && tok.back() == ']' &&
+            all_digits(tok.substr(1, tok.size() - 2)))
+            std::tie(tok, rest) = pop_token(rest);
+        const auto slash = tok.find('/');
+        const auto pid_text = tok.substr(0, slash);
+        const auto tid_text = slash == std::string_view::npos ? tok : tok.substr(slash + 1);
+        if (!all_digits(pid_text) || !all_digits(tid_text) || pid_text.size() > 10 ||
+            tid_text.size() > 10 || rest.size() > max_comm)
+            return false;
+        const auto pid = to_u64(pid_text), tid = to_u64(tid_text);
+        if (pid > 0xffffffffULL || tid > 0xffffffffULL)
+            return false;
+        out.comm = rest;
+        out.pid = static_cast<std::uint32_t>(pid);
+        out.tid = static_cast<std::uint32_t>(tid);
+        return true;
+    };
     auto first = take();
     if (first.rfind("PERF_RECORD_", 0) == 0) {
         // A side-band record (--show-lost-events, --show-task-events, …): not a sample; its
-        // thread may be -1/-1. The lost ones are counted.
+        // thread may be -1/-1. The lost ones are counted; a switch back in ends a wait.
         out = {};
         out.record = true;
         if (first.rfind("PERF_RECORD_LOST", 0) == 0 && take() == "lost") {
             const auto n = take();
             if (all_digits(n) && n.size() <= 19)
                 out.lost = to_u64(n);
+        } else if (first == "PERF_RECORD_SWITCH" || first == "PERF_RECORD_SWITCH_CPU_WIDE") {
+            const auto way = take();
+            const bool preempt = take() == "preempt";
+            if ((way == "IN" || way == "OUT") && read_thread() && out.tid != 0) {
+                out.switch_in = way == "IN";
+                out.switch_out = way == "OUT";
+                out.preempted = preempt;
+                out.time_ns = parse_time(l.substr(time_begin, colon - time_begin));
+            }
         }
         return true;
     }
@@ -237,29 +270,11 @@ bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colo
     if (first.size() < 2 || first.back() != ':')
         return false;
 
-    auto [tok, rest] = pop_token(trim_blanks(l.substr(0, time_begin)));
-    if (is_flags(tok))
-        std::tie(tok, rest) = pop_token(rest);
-    if (is_misc(tok))
-        std::tie(tok, rest) = pop_token(rest);
-    if (tok.size() >= 3 && tok.front() == '[' && tok.back() == ']' &&
-        all_digits(tok.substr(1, tok.size() - 2)))
-        std::tie(tok, rest) = pop_token(rest);
-    const auto slash = tok.find('/');
-    const auto pid_text = tok.substr(0, slash);
-    const auto tid_text = slash == std::string_view::npos ? tok : tok.substr(slash + 1);
-    if (!all_digits(pid_text) || !all_digits(tid_text) || pid_text.size() > 10 ||
-        tid_text.size() > 10 || rest.size() > max_comm)
+    if (!read_thread())
         return false;
-    const auto pid = to_u64(pid_text), tid = to_u64(tid_text);
-    if (pid > 0xffffffffULL || tid > 0xffffffffULL)
-        return false;
-
     out.record = false;
     out.lost = 0;
-    out.comm = rest;
-    out.pid = static_cast<std::uint32_t>(pid);
-    out.tid = static_cast<std::uint32_t>(tid);
+    out.switch_in = false;
     out.time_ns = parse_time(l.substr(time_begin, colon - time_begin));
     out.period = period;
     out.event = first.substr(0, first.size() - 1);
@@ -301,14 +316,23 @@ bool script_parser::header(std::string_view l) {
     if (h.record) {
         stats_.lost_events += h.lost;
         ++stats_.records;
+        if (h.switch_in)
+            end_wait(h.tid, h.time_ns);
+        else if (h.switch_out && !waits_.count(h.tid))
+            begin_unseen_wait(h);
         return true;
     }
+    // The thread runs: a wait of its still open ended by now (perf printed no switch back in).
+    end_wait(h.tid, h.time_ns);
+    switch_out_ = h.event == "sched:sched_switch";
+    if (switch_out_)
+        wait_kind_ = wait_kind(switch_prev_state(h.rest));
     time_ns_ = h.time_ns;
     pid_ = h.pid;
     tid_ = h.tid;
     period_ = h.period;
     comm_.assign(h.comm);
-    if (!have_event_ || h.event != last_event_name_) {
+    if (!switch_out_ && (!have_event_ || h.event != last_event_name_)) {
         event_ = profile_.intern_event(h.event);
         last_event_name_.assign(h.event);
         have_event_ = true;
@@ -481,8 +505,94 @@ void script_parser::commit() {
     last.offsets.swap(offsets_);
     frames_.clear();
     offsets_.clear();
+    if (switch_out_) {
+        // Not a sample of its own: the thread's wait begins here, topped by its kind.
+        const auto kind = profile_.intern_frame(wait_kind_, off_cpu_module);
+        if (waits_.size() >= max_waiting_threads && !waits_.count(tid_)) {
+            ++stats_.waits_dropped;
+            return;
+        }
+        auto& w = waits_[tid_];
+        w.since_ns = time_ns_;
+        w.site = profile_.child_site(site, kind, profile::no_offset);
+        w.pid = pid_;
+        w.comm = comm_;
+        return;
+    }
     profile_.add_sample_at(time_ns_, site, pid_, tid_, comm_, event_, period_);
     ++stats_.samples;
+}
+
+void script_parser::begin_unseen_wait(const header_fields& h) {
+    // perf kept the switch record but not its sched:sched_switch sample (it drops some while
+    // it is woken per sample): the wait counts, where it waited unknown.
+    if (waits_.size() >= max_waiting_threads) {
+        ++stats_.waits_dropped;
+        return;
+    }
+    if (unknown_frame_ == profile::no_frame)
+        unknown_frame_ = profile_.intern_frame("[unknown]", "[unknown]");
+    const auto kind =
+        profile_.intern_frame(h.preempted ? "[preempted]" : "[off-cpu]", off_cpu_module);
+    auto& w = waits_[h.tid];
+    w.since_ns = h.time_ns;
+    w.site = profile_.child_site(profile_.child_site(0, unknown_frame_, profile::no_offset), kind,
+                                 profile::no_offset);
+    w.pid = h.pid;
+    w.comm.assign(h.comm);
+}
+
+void script_parser::end_wait(std::uint32_t tid, std::uint64_t time_ns) {
+    const auto it = waits_.find(tid);
+    if (it == waits_.end())
+        return;
+    const auto& w = it->second;
+    if (time_ns < w.since_ns) { // out of order: no wait can be told
+        ++stats_.waits_dropped;
+    } else {
+        if (!have_off_cpu_) {
+            off_cpu_ = profile_.intern_event(off_cpu_event);
+            have_off_cpu_ = true;
+        }
+        profile_.add_sample_at(w.since_ns, w.site, w.pid, tid, w.comm, off_cpu_,
+                               time_ns - w.since_ns);
+        ++stats_.waits;
+    }
+    waits_.erase(it);
+}
+
+std::string_view wait_kind(std::string_view prev_state) noexcept {
+    if (prev_state == "S")
+        return "[sleeping]";
+    if (prev_state == "D")
+        return "[uninterruptible: I/O]";
+    if (!prev_state.empty() && prev_state.front() == 'R')
+        return "[preempted]";
+    if (prev_state.empty())
+        return "[off-cpu]";
+    if (prev_state.find('D') != std::string_view::npos)
+        return "[uninterruptible: I/O]";
+    if (prev_state.find('S') != std::string_view::npos)
+        return "[sleeping]";
+    if (prev_state.find_first_of("Tt") != std::string_view::npos)
+        return "[stopped]";
+    return "[off-cpu: other]";
+}
+
+std::string_view switch_prev_state(std::string_view args) noexcept {
+    // prev_comm may hold anything a thread name can, " prev_state=" too: the one followed by
+    // state letters and " ==> " is perf's.
+    constexpr std::string_view key = " prev_state=";
+    for (auto at = args.find(key); at != std::string_view::npos; at = args.find(key, at + 1)) {
+        const auto v = args.substr(at + key.size());
+        const auto end = v.find(' ');
+        const auto state = v.substr(0, end);
+        if (end != std::string_view::npos && v.substr(end).rfind(" ==> ", 0) == 0 &&
+            !state.empty() && state.size() <= 8 &&
+            state.find_first_not_of("RSDTtXZPIKWNn+|") == std::string_view::npos)
+            return state;
+    }
+    return {};
 }
 
 } // namespace collector

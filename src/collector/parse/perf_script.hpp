@@ -32,6 +32,21 @@
 
 namespace collector {
 
+// Waits: a thread leaving the CPU (a sched:sched_switch sample, in its own context, its stack
+// where it left) until it is back (its PERF_RECORD_SWITCH IN, else its next sample) is one
+// sample of the event `off-cpu`, weighed by the wait in ns, at the time it left, its stack
+// topped by what kind of wait it was (the kernel's prev_state).
+inline constexpr std::string_view off_cpu_event = "off-cpu";
+inline constexpr std::string_view off_cpu_module = "[off-cpu]";
+// Threads waiting at once, remembered; past it a new wait is not counted (waits_dropped).
+inline constexpr std::size_t max_waiting_threads = 65536;
+// The frame a wait's kind is: "[sleeping]" (S), "[uninterruptible: I/O]" (D), "[preempted]"
+// (R, R+), else "[off-cpu: X]".
+std::string_view wait_kind(std::string_view prev_state) noexcept;
+// The prev_state of a sched:sched_switch's arguments ("prev_comm=a prev_pid=1 prev_prio=120
+// prev_state=S ==> next_comm=…"); empty when there is none.
+std::string_view switch_prev_state(std::string_view args) noexcept;
+
 struct script_stats {
     std::uint64_t lines = 0;
     std::uint64_t samples = 0;
@@ -43,6 +58,8 @@ struct script_stats {
     std::uint64_t unnamed_kernel = 0; // kernel frames neither perf nor the namer could name
     // Samples whose callers' call sites were not kept: the profile held all the sites it may.
     std::uint64_t call_sites_dropped = 0;
+    std::uint64_t waits = 0;         // off-cpu samples made
+    std::uint64_t waits_dropped = 0; // past max_waiting_threads, or ending before they began
 };
 
 // Frames kept per sample, outermost ones dropped beyond it: perf's own limit is 127
@@ -67,6 +84,11 @@ struct header_fields {
     std::uint32_t pid = 0, tid = 0;
     bool record = false;    // a PERF_RECORD_* side-band line, not a sample
     std::uint64_t lost = 0; // for PERF_RECORD_LOST*
+    // A PERF_RECORD_SWITCH IN (perf record --switch-events): thread `tid` back on a CPU at
+    // `time_ns` (tid 0 when perf printed none).
+    bool switch_in = false;
+    // A PERF_RECORD_SWITCH OUT: `tid` left a CPU (`preempted`: perf said "preempt").
+    bool switch_out = false, preempted = false;
 };
 bool read_header(std::string_view line, header_fields& out) noexcept;
 
@@ -132,12 +154,29 @@ public:
         std::size_t told = apart_.capacity() * 4 + bases_.size() * 32 + apart_module_bytes_;
         for (const auto& a : apart_by_)
             told += 64 + a.starts.capacity() * 16 + a.by_page.size() * 32;
-        return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4 + told;
+        return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4 + told +
+               waits_.size() * 96;
     }
+
+    // Threads still off the CPU (their wait not yet ended).
+    std::size_t waiting() const noexcept { return waits_.size(); }
 
 private:
     void line(std::string_view l);
     bool header(std::string_view l);
+    // Thread `tid`'s wait, if one is open, ends at `time_ns`: an off-cpu sample.
+    void end_wait(std::uint32_t tid, std::uint64_t time_ns);
+    void begin_unseen_wait(const header_fields& h);
+    struct wait {
+        std::uint64_t since_ns = 0;
+        std::uint32_t site = 0, pid = 0;
+        std::string comm;
+    };
+    std::unordered_map<std::uint32_t, wait> waits_; // by tid
+    bool switch_out_ = false;   // the pending sample is a sched:sched_switch: a wait begins
+    std::string_view wait_kind_; // its kind's frame name (static text)
+    std::uint8_t off_cpu_ = 0;
+    bool have_off_cpu_ = false;
     bool frame_text(std::string_view text); // "ip sym+off (dso)"
     void commit();
 
