@@ -98,10 +98,10 @@ asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt
     auto record = settings_.record;
     record.prompt = prompt;
     auto rec = child::start(ex, perf_, record_args(record, "-", bound), {.out = fds[1]});
-    auto scr =
-        child::start(ex, perf_, script_args("-", settings_.script_fields, !settings_.record.pid,
-                                settings_.record.off_cpu),
-                     {.in = fds[0]});
+    auto scr = child::start(
+        ex, perf_,
+        script_args("-", settings_.script_fields, !settings_.record.pid, settings_.record.off_cpu),
+        {.in = fds[0]});
     ::close(fds[0]);
     ::close(fds[1]);
     if (!rec || !scr) {
@@ -328,9 +328,10 @@ asio::awaitable<void> collection::run_rounds() {
 
 asio::awaitable<void> collection::script_round(std::string file, std::string stat_text) {
     auto ex = co_await asio::this_coro::executor;
-    auto scr = child::start(ex, perf_,
-                            script_args(file, settings_.script_fields, !settings_.record.pid,
-                                        settings_.record.off_cpu), {});
+    auto scr = child::start(
+        ex, perf_,
+        script_args(file, settings_.script_fields, !settings_.record.pid, settings_.record.off_cpu),
+        {});
     if (scr) {
         script_ = std::move(*scr);
         co_await (read_script_output(*script_) && read_all(script_->err()));

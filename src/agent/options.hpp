@@ -34,7 +34,7 @@ struct config {
     // root, else $XDG_STATE_HOME (~/.local/state)/perfwire-agent.
     std::string state_dir;
     std::vector<std::string> events;
-    bool off_cpu = false; // --off-cpu: where threads wait too (the off-cpu event)
+    bool off_cpu = false;              // --off-cpu: where threads wait too (the off-cpu event)
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";

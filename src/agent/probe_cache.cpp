@@ -1,10 +1,12 @@
 #include "agent/probe_cache.hpp"
 
+#include "agent/perf_commands.hpp"
 #include "agent/procfs.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
@@ -93,6 +95,22 @@ std::optional<capabilities> capabilities_from_json(const json::object& o) {
     if (const auto* m = o.if_contains("callgraph_method"); m && m->is_string())
         c.callgraph = m->get_string();
     c.callgraph_modes = strings_of(o.if_contains("callgraph_modes"));
+    // What perf is run with comes from the file: only the events and modes a probe of this
+    // agent tries (perf takes a file name as an event and compiles it: never a stranger's).
+    const auto one_of = [](const std::vector<std::string>& known, const std::string& s) {
+        return std::find(known.begin(), known.end(), s) != known.end();
+    };
+    const auto known_event = [&](const std::string& e) {
+        return one_of(candidate_events, e) || one_of(software_clocks, e) ||
+               one_of(sampling_preference, e);
+    };
+    for (const auto* list : {&c.record_events, &c.stat_only_events})
+        if (!std::all_of(list->begin(), list->end(), known_event))
+            return std::nullopt;
+    if ((!c.callgraph.empty() && !one_of(callgraph_modes, c.callgraph)) ||
+        !std::all_of(c.callgraph_modes.begin(), c.callgraph_modes.end(),
+                     [&](const std::string& m) { return one_of(callgraph_modes, m); }))
+        return std::nullopt;
     const auto flag = [&](const char* key, bool otherwise) {
         const auto* v = o.if_contains(key);
         return v && v->is_bool() ? v->get_bool() : otherwise;
@@ -150,11 +168,15 @@ bool keep_probe(const std::string& dir, const std::string& fingerprint, const ca
                 std::optional<int> pid) {
     if (dir.empty() || fingerprint.empty() || (!caps.judged && pid))
         return false;
+    // Made private when this agent makes it; one that exists keeps its mode (--state-dir /tmp
+    // stays /tmp).
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec)
-        return false;
-    ::chmod(dir.c_str(), 0700);
+    if (!fs::exists(dir, ec)) {
+        fs::create_directories(dir, ec);
+        if (ec)
+            return false;
+        ::chmod(dir.c_str(), 0700);
+    }
     auto o = caps.to_json();
     o.erase("tried"); // what ran then: said by the probe that ran it
     o["judged"] = caps.judged;
@@ -167,7 +189,9 @@ bool keep_probe(const std::string& dir, const std::string& fingerprint, const ca
         {"fingerprint", fingerprint}, {"whole_system", !pid}, {"capabilities", std::move(o)}});
     // (Agents starting together each write a file of their own, then one takes the name.)
     const std::string path = dir + "/" + file_name, temp = path + "." + std::to_string(::getpid());
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // A new file of its own: never through a link or into a file someone planted there.
+    ::unlink(temp.c_str());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return false;
     const bool whole = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());

@@ -9,6 +9,7 @@
 #include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
 
@@ -26,6 +27,7 @@
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+namespace json = boost::json;
 using protocol::frame_flag;
 using test_support::agent_flavour;
 using test_support::each_agent;
@@ -538,6 +540,20 @@ TEST_CASE("what the probe found is kept for the next start with the same perf, w
     // The next takes it: no probe.
     const auto second = run({}, state);
     CHECK_THAT(second, Catch::Contains(earlier));
+    // A file naming an event no probe of this agent tries (perf would compile a file named
+    // as an event), or an unknown call-graph mode, is a stranger's: probed again.
+    for (const auto& [key, value] :
+         {std::pair{"record_events", json::value(json::array{"cpu-clock", "/tmp/evil.c"})},
+          std::pair{"callgraph_method", json::value("--exec")}}) {
+        INFO(key);
+        std::ifstream in(kept);
+        std::stringstream text;
+        text << in.rdbuf();
+        auto file = json::parse(text.str());
+        file.at("capabilities").as_object()[key] = value;
+        std::ofstream(kept, std::ios::trunc) << json::serialize(file);
+        CHECK_THAT(run({}, state), !Catch::Contains(earlier));
+    }
     // Another perf (a copy: another file) is probed.
     const auto other_perf = (dir.path / "perf").string();
     fs::copy_file("/usr/bin/perf", other_perf); // (Debian's: a script that runs this kernel's)

@@ -63,10 +63,10 @@ TEST_CASE("off-cpu: a thread's waits are on the stack it waited in and as long a
     test_support::spawned work(PERFWIRE_WAITS_BIN, {"60"}, measured_file.string());
     std::this_thread::sleep_for(300ms); // its threads named and waiting
     const auto recording = dir.path / "recording.txt";
-    auto agent = test_support::start_agent(
-        test_support::agent_flavour::cpp,
-        {"--output", recording.string(), "--pid", std::to_string(work.pid()), "--off-cpu",
-         "--duration", "3", "--rounds", "1", "--state-dir", ""});
+    auto agent = test_support::start_agent(test_support::agent_flavour::cpp,
+                                           {"--output", recording.string(), "--pid",
+                                            std::to_string(work.pid()), "--off-cpu", "--duration",
+                                            "3", "--rounds", "1", "--state-dir", ""});
     const auto status = agent->wait(90s);
     INFO(agent->stderr_text());
     REQUIRE(status == 0);
@@ -103,12 +103,12 @@ TEST_CASE("off-cpu: a thread's waits are on the stack it waited in and as long a
     for (const auto& [thread, function] :
          {std::pair{"napper", "clock_nanosleep"}, std::pair{"reader", "read"}}) {
         const auto& m = measured.at(thread);
-        const double self_mean =
-            static_cast<double>(m.total_ns) / static_cast<double>(std::max<std::uint64_t>(1, m.waits));
+        const double self_mean = static_cast<double>(m.total_ns) /
+                                 static_cast<double>(std::max<std::uint64_t>(1, m.waits));
         const auto [ns, waits] = waited_in(p, *off_cpu, m.tid, function);
         const auto [asleep, naps] = waited_in(p, *off_cpu, m.tid, "[sleeping]");
-        INFO(thread << ": " << waits << " waits, " << ns << " ns in " << function << "; "
-                    << naps << " asleep, " << asleep << " ns; measured " << m.waits << " waits, "
+        INFO(thread << ": " << waits << " waits, " << ns << " ns in " << function << "; " << naps
+                    << " asleep, " << asleep << " ns; measured " << m.waits << " waits, "
                     << m.total_ns << " ns");
         REQUIRE(waits > 20);
         const double mean = static_cast<double>(ns) / static_cast<double>(waits);

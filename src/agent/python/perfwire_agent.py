@@ -42,6 +42,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -1480,12 +1481,22 @@ def capabilities_from_json(o):
     if not isinstance(o, dict) or not isinstance(o.get("record_events"), list):
         return None
     c = Capabilities()
-    strings = lambda k: [x for x in o.get(k) or [] if isinstance(x, str)]
-    mapping = lambda k: {a: b for a, b in (o.get(k) or {}).items() if isinstance(b, str)}
+    strings = lambda k: [x for x in (o.get(k) if isinstance(o.get(k), list) else [])
+                         if isinstance(x, str)]
+    mapping = lambda k: {a: b for a, b in (o.get(k) if isinstance(o.get(k), dict) else {}).items()
+                         if isinstance(b, str)}
     c.record_events, c.stat_only_events = strings("record_events"), strings("stat_only_events")
     c.callgraph = o.get("callgraph_method") or ""
     c.callgraph_modes, c.warnings, c.cannot = strings("callgraph_modes"), strings("warnings"), \
         strings("cannot")
+    # What perf is run with comes from the file: only the events and modes a probe of this agent
+    # tries (perf takes a file name as an event and compiles it: never a stranger's).
+    known = set(CANDIDATE_EVENTS + SOFTWARE_CLOCKS + SAMPLING_PREFERENCE)
+    modes = CALLGRAPH_ORDER
+    if any(e not in known for e in c.record_events + c.stat_only_events) or \
+            not isinstance(c.callgraph, str) or (c.callgraph and c.callgraph not in modes) or \
+            any(m not in modes for m in c.callgraph_modes):
+        return None
     c.script_fields, c.pipe_mode = o.get("script_fields") is not False, o.get("pipe_mode") is not False
     c.judged = o.get("judged") is True
     if isinstance(o.get("perf_event_paranoid"), int):
@@ -1505,11 +1516,14 @@ def recall_kept_probe(state_dir, fingerprint, pid):
         return None
     try:
         path = os.path.join(state_dir, PROBE_FILE)
-        if os.path.getsize(path) > (1 << 20):
-            return None
-        with open(path) as f:
-            kept = json.load(f)
-    except (OSError, ValueError):
+        # A regular file of at most 1 MiB, opened without following a link or waiting on a FIFO.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > (1 << 20):
+                return None
+            kept = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError):
         return None
     if not isinstance(kept, dict) or kept.get("fingerprint") != fingerprint:
         return None
@@ -1532,9 +1546,15 @@ def keep_probe(state_dir, fingerprint, caps, pid):
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         temp = "%s.%d" % (path, os.getpid())  # agents starting together: a file each
-        with open(temp, "w") as f:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        # A new file of its own: never through a link or into a file someone planted there.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                     getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump({"fingerprint": fingerprint, "whole_system": pid is None, "capabilities": o}, f)
-        os.chmod(temp, 0o600)
         os.replace(temp, path)
         return True
     except OSError:

@@ -179,7 +179,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     // The pointer on a lane shows the commonest stack of that thread in the bucket under it:
     // weights per (lane, bucket, stack), bounded (past the bound a new stack is not counted:
     // the hover is a hint, the activity stays exact).
-    constexpr std::size_t max_cells = std::size_t{1} << 20;
+    constexpr std::size_t max_cells = std::size_t{1} << 18;
     std::unordered_map<std::uint64_t, std::uint64_t> cell_stacks;
     for_each_sample(p, all_threads, [&](const sample_row& s) {
         auto& l = lanes[s.tid];
@@ -213,13 +213,20 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     std::unordered_map<std::uint32_t, std::uint32_t> stack_frame_index;
     json::array stacks(sp), stack_frames(sp);
     std::vector<std::uint32_t> walked;
+    // Bounded whatever the recording: at most max_tip_stacks stacks (past them a bucket shows
+    // none), each its innermost max_tip_frames frames (the tip shows fewer).
+    constexpr std::size_t max_tip_stacks = 10000, max_tip_frames = 32;
     auto stack_of = [&](std::uint32_t node) -> std::int64_t {
+        if (stack_index.size() >= max_tip_stacks && !stack_index.count(node))
+            return -1;
         auto [it, fresh] = stack_index.try_emplace(node, -1);
         if (!fresh)
             return it->second;
         walked.resize(shaper.walk(node, walked));
         if (walked.empty())
             return -1; // outside a focus
+        if (walked.size() > max_tip_frames)
+            walked.resize(max_tip_frames); // (leaf first: the outermost go)
         json::array frames(sp);
         for (auto fr = walked.rbegin(); fr != walked.rend(); ++fr) {
             auto [fi, new_frame] = stack_frame_index.try_emplace(*fr, stack_frames.size());

@@ -173,7 +173,7 @@ private:
         std::string comm;
     };
     std::unordered_map<std::uint32_t, wait> waits_; // by tid
-    bool switch_out_ = false;   // the pending sample is a sched:sched_switch: a wait begins
+    bool switch_out_ = false;    // the pending sample is a sched:sched_switch: a wait begins
     std::string_view wait_kind_; // its kind's frame name (static text)
     std::uint8_t off_cpu_ = 0;
     bool have_off_cpu_ = false;
