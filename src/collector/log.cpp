@@ -93,6 +93,37 @@ std::string printable(std::string_view line) {
     return out;
 }
 
+std::string peer_text(std::string_view text, std::size_t max) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size();) {
+        const auto u = static_cast<unsigned char>(text[i]);
+        const std::size_t n = u < 0x80         ? 1
+                              : (u >> 5) == 6  ? 2
+                              : (u >> 4) == 14 ? 3
+                              : (u >> 3) == 30 ? 4
+                                               : 0;
+        bool valid = n != 0 && i + n <= text.size();
+        std::uint32_t cp = n == 1 ? u : n ? (u & (0x7f >> n)) : 0;
+        for (std::size_t k = 1; valid && k < n; ++k) {
+            const auto c = static_cast<unsigned char>(text[i + k]);
+            valid = (c & 0xc0) == 0x80;
+            cp = cp << 6 | (c & 0x3f);
+        }
+        // Overlong forms, surrogates and past U+10FFFF are not characters.
+        valid = valid && !(n == 2 && cp < 0x80) && !(n == 3 && cp < 0x800) &&
+                !(n == 4 && (cp < 0x10000 || cp > 0x10ffff)) && !(cp >= 0xd800 && cp < 0xe000);
+        const bool control = cp < 0x20 || (cp >= 0x7f && cp < 0xa0);
+        const bool bidi = (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+        const std::size_t take = valid ? n : 1;
+        const std::string_view as = valid && !control && !bidi ? text.substr(i, n) : "?";
+        if (out.size() + as.size() > max)
+            break;
+        out += as;
+        i += take;
+    }
+    return out;
+}
+
 void log(std::string_view what) {
     write(what, std::string(what));
 }

@@ -23,6 +23,11 @@ void log(std::string_view who, std::string_view what);
 // own or moves the terminal's cursor.
 std::string printable(std::string_view line);
 
+// A peer's short text (a reason, a label) as the collector keeps and shows it: at most `max`
+// bytes cut where a character ends, invalid UTF-8, control characters (C0, DEL, C1) and the
+// bidirectional overrides and isolates each one '?'.
+std::string peer_text(std::string_view text, std::size_t max);
+
 class log_limiter {
 public:
     struct rates {

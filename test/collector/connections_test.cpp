@@ -145,6 +145,31 @@ TEST_CASE("log: a peer's control characters are shown, not obeyed — no line of
     CHECK(printable("Gerät-Küche") == "Gerät-Küche");
 }
 
+TEST_CASE("a peer's short text is kept bounded, whole characters, nothing that moves or hides "
+          "text",
+          "[collector][log]") {
+    CHECK(peer_text("target process exited", 200) == "target process exited");
+    // Cut where a character ends: 199 bytes and an é of two would be 201.
+    const auto cut = peer_text(std::string(199, 'x') + "\xc3\xa9", 200);
+    CHECK(cut == std::string(199, 'x'));
+    CHECK(peer_text("Ger\xc3\xa4t \xe2\x82\xac", 200) == "Ger\xc3\xa4t \xe2\x82\xac");
+    // Controls (C0, DEL, C1), bidi overrides and invalid bytes are each one '?'.
+    CHECK(peer_text("a\nb\x7f\xc2\x85"
+                    "c",
+                    200) == "a?b?"
+                            "?c");
+    CHECK(peer_text("\xe2\x80\xae"
+                    "evil\xe2\x81\xa6",
+                    200) == "?evil?");
+    CHECK(peer_text("\xff\xc3(\xed\xa0\x80\xc0\xaf", 200) == "?"
+                                                             "?(?"
+                                                             "?"
+                                                             "?"
+                                                             "?"
+                                                             "?");
+    CHECK(peer_text(std::string(8 << 20, 'r'), 200).size() == 200);
+}
+
 TEST_CASE("log limiter: lines of one shape past their bucket are counted and told with the next "
           "one written, all lines share a bucket too",
           "[collector][log]") {

@@ -1,3 +1,4 @@
+#include "collector/model/reshape.hpp"
 #include "collector/model/views.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "support/fixtures.hpp"
@@ -1043,4 +1044,30 @@ TEST_CASE("off-cpu: the kind of wait is the kernel's prev_state", "[collector][p
                             "prev_state=S ==> next_comm=y") == "R");
     CHECK(switch_prev_state("prev_comm=x prev_state=<script> ==> n") == "");
     CHECK(switch_prev_state("no state here") == "");
+}
+
+TEST_CASE("an export's reshaped view of a folded session stays folded: its counts exact, its "
+          "samples never all held whole",
+          "[collector][model]") {
+    profile p;
+    const auto main_ = p.child(profile::root, p.intern_frame("main", "/app"));
+    const auto hot = p.child(main_, p.intern_frame("hot", "/app"));
+    const auto cold = p.child(main_, p.intern_frame("cold", "/app"));
+    const std::uint8_t clock = p.intern_event("cpu-clock");
+    constexpr std::uint64_t n = 1'500'000; // 1.5 s at 1 MHz: a session the budget folded
+    for (std::uint64_t t = 0; t < n; ++t)
+        p.add_sample(t * 1000, t % 3 ? hot : cold, 7, 7, "app", clock, 1000);
+    p.compact(0, 100'000'000);
+    REQUIRE(p.compacted_rows() > 0);
+    view_filter f;
+    const auto shaped = reshape(p, f, tree_shape{}, "hot");
+    REQUIRE(shaped);
+    CHECK(shaped->prof.compacted_rows() > 0);
+    CHECK(shaped->prof.raw_samples() < std::size_t{1} << 18);
+    CHECK(shaped->prof.sample_bytes() < p.sample_bytes() * 2);
+    std::map<std::string, std::uint64_t> self;
+    for (const auto& r : functions(shaped->prof, shaped->filter).rows)
+        self[std::string(shaped->prof.symbol(r.frame))] = r.self;
+    CHECK(self["hot"] == (n - (n + 2) / 3) * 1000); // every sample whose stack holds "hot"
+    CHECK(self.count("cold") == 0);
 }

@@ -505,11 +505,10 @@ void agent_link::on_frame(protocol::frame&& f) {
                 callgraph_.clear(); // a run the agent began itself: its mode as it says
             if (n->callgraph)
                 callgraph_ = known_callgraph(*n->callgraph);
-            log(peer_, "agent is " + n->state + (n->reason ? ": " + *n->reason : ""));
-            state_reason_ = n->reason ? n->reason->substr(0, 200) : std::string();
-            std::replace_if(
-                state_reason_.begin(), state_reason_.end(),
-                [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
+            // (Kept and logged bounded: an agent chooses its reasons.)
+            state_reason_ = n->reason ? peer_text(*n->reason, 200) : std::string();
+            log(peer_, "agent is " + peer_text(n->state, 32) +
+                           (state_reason_.empty() ? "" : ": " + state_reason_));
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
                 set_state(*st);

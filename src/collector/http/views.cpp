@@ -76,16 +76,26 @@ result<view_params> parse_view_params(const target_url& u) {
             return failure{"bad_parameter", "weight must be period or samples"};
     }
     bool bad = false;
-    if (const auto tid = number_param(u, "tid", bad))
+    if (const auto tid = number_param(u, "tid", bad)) {
+        if (!(*tid >= 0 && *tid <= 4294967295.0))
+            return failure{"bad_parameter", "tid must be a thread id"};
         v.tid = static_cast<std::uint32_t>(*tid);
+    }
+    // Seconds from the session's first sample, at most a billion (ns stay within 64 bits).
     v.start_s = number_param(u, "start", bad);
     v.end_s = number_param(u, "end", bad);
+    for (const auto& t : {v.start_s, v.end_s})
+        if (t && !(*t >= 0 && *t <= 1e9))
+            return failure{"bad_parameter", "start and end must be seconds from 0 to 1000000000"};
     v.last_s = number_param(u, "last", bad);
     if (v.last_s && !(*v.last_s > 0 && *v.last_s <= 1e9))
         return failure{"bad_parameter", "last must be a number of seconds above 0"};
     v.min_pct = number_param(u, "min_pct", bad);
-    if (const auto d = number_param(u, "max_depth", bad))
+    if (const auto d = number_param(u, "max_depth", bad)) {
+        if (!(*d >= 0 && *d <= 1e6))
+            return failure{"bad_parameter", "max_depth must be from 0 to 1000000"};
         v.max_depth = static_cast<int>(*d);
+    }
     if (const auto w = number_param(u, "width", bad); w && *w >= 1 && *w <= 1e6)
         v.width = static_cast<std::size_t>(*w);
     if (const auto it = u.query.find("sort"); it != u.query.end()) {

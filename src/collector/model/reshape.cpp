@@ -65,6 +65,7 @@ std::unique_ptr<reshaped_view> reshape(const profile& p, const view_filter& f,
         return at;
     };
     const auto& threads = p.threads();
+    constexpr std::size_t fold_every = std::size_t{1} << 18;
     for_each_sample(p, f, [&](const sample_row& r) {
         const auto site = image(r.site);
         if (!site)
@@ -73,12 +74,19 @@ std::unique_ptr<reshaped_view> reshape(const profile& p, const view_filter& f,
         const std::uint32_t pid = t == threads.end() ? r.tid : t->second.pid;
         const std::string_view comm =
             t == threads.end() ? std::string_view() : p.strings()[t->second.comm];
-        // A folded row stands for `count` samples: as many, its period shared among them.
+        // A folded row stands for `count` samples: as many, its period shared among them,
+        // folded again as they come (the source's intervals) so that a view of a folded
+        // session never holds its samples whole.
         const std::uint64_t each = r.count ? r.period / r.count : r.period;
-        for (std::uint32_t k = 0; k < std::max<std::uint32_t>(r.count, 1); ++k)
+        for (std::uint32_t k = 0; k < std::max<std::uint32_t>(r.count, 1); ++k) {
             dst.add_sample_at(r.time, site, pid, r.tid, comm, out->filter.event,
                               k ? each : r.period - each * (r.count ? r.count - 1 : 0));
+            if (p.compact_width() && dst.raw_samples() >= fold_every)
+                dst.compact(0, p.compact_width());
+        }
     });
+    if (p.compact_width())
+        dst.compact(0, p.compact_width());
     return out;
 }
 
