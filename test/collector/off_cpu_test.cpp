@@ -58,15 +58,16 @@ std::pair<std::uint64_t, std::uint64_t> waited_in(const profile& p, std::uint8_t
 TEST_CASE("off-cpu: a thread's waits are on the stack it waited in and as long as it measured "
           "them",
           "[agent][collector][perf][off-cpu][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
     test_support::temp_dir dir;
     const auto measured_file = dir.path / "measured.txt";
     test_support::spawned work(PERFWIRE_WAITS_BIN, {"60"}, measured_file.string());
     std::this_thread::sleep_for(300ms); // its threads named and waiting
     const auto recording = dir.path / "recording.txt";
-    auto agent = test_support::start_agent(test_support::agent_flavour::cpp,
-                                           {"--output", recording.string(), "--pid",
-                                            std::to_string(work.pid()), "--off-cpu", "--duration",
-                                            "3", "--rounds", "1", "--state-dir", ""});
+    auto agent = test_support::start_agent(
+        flavour, {"--output", recording.string(), "--pid", std::to_string(work.pid()), "--off-cpu",
+                  "--duration", "3", "--rounds", "1", "--state-dir", ""});
     const auto status = agent->wait(90s);
     INFO(agent->stderr_text());
     REQUIRE(status == 0);

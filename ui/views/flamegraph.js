@@ -60,6 +60,9 @@ export async function render(s, r) {
     if (s.event) q.set('event', s.event);
     v.baseFlame = await store.view(s.baseline, sessionUrl(s.baseline, 'flamegraph', q)).catch(() => null);
     r.stillWanted();
+    // Side by side, the same functions in the same places: the baseline's children in this
+    // session's order (what it has alone after).
+    if (v.baseFlame) keepOrder(v.baseFlame.root, flame.root);
   }
   v.baseId = s.baseline;
   draw();

@@ -932,6 +932,9 @@ class Settings(object):
         # Streaming perf record may take --no-buffering (up to PROMPT_MAX_HZ, where a wakeup
         # per sample costs perf nothing measurable); False once perf refused it.
         self.prompt = True
+        # Where the threads wait too: every scheduler switch of the target (its stack where it
+        # left the CPU) and perf's switch records (when it came back): the off-cpu event.
+        self.off_cpu = False
 
 
 FLUSH_INTERVAL = 0.333
@@ -959,18 +962,25 @@ def record_args(s, output, command=None, prompt=False):
     if s.callgraph:
         args.append("--call-graph=" + s.callgraph)
     args += ["-m", str(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))]
-    if prompt:
+    if prompt and not getattr(s, "off_cpu", False):  # (woken per sample, perf drops switches)
         args.append("--no-buffering")
+    if getattr(s, "off_cpu", False):
+        args += ["-e", "sched:sched_switch", "--switch-events"]
     args += target_args(s.pid) + ["-o", output]
     return args + (["--"] + command if command else [])
 
 
-def script_args(source, with_fields, with_cpu):
+def script_args(source, with_fields, with_cpu, off_cpu=False):
+    """`off_cpu`: the switch records and the tracepoint's arguments (the kind of wait) too."""
     args = ["script", "-i", source, "--show-lost-events"]
+    if off_cpu:
+        args.append("--show-switch-events")
     if with_fields:
         fields = SCRIPT_FIELDS
         if with_cpu:
             fields = "comm,tid,pid,cpu," + fields[len("comm,tid,pid,"):]
+        if off_cpu:  # (perf says 'trace' does not apply to the sampling event, and goes on)
+            fields = fields.replace(",event,", ",event,trace,", 1)
         args += ["-F", fields]
     return args
 
@@ -1771,7 +1781,7 @@ class Collection(object):
         self.error = "cannot run %s: %s" % (self.perf, os_message(e))
 
     def _script_args(self, source):
-        return script_args(source, self.s.script_fields, self.s.pid is None)
+        return script_args(source, self.s.script_fields, self.s.pid is None, self.s.off_cpu)
 
     def _start_stat(self):
         if self.s.stat_events:
@@ -2426,6 +2436,7 @@ class Run(object):
         self.lock = threading.RLock()
         self.state, self.current, self.lost_samples, self.id = "idle", None, 0, ""
         self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
+        self.settings.off_cpu = cfg.off_cpu
         self.outbox = Outbox(cfg.buffer_mb << 20)
         self.offline_max = cfg.offline_max
         self.owner = None  # the session attached
@@ -2792,6 +2803,7 @@ class Session(object):
                 # A collector that attaches starts from the command line's settings; a run
                 # that went on without a link keeps its own. (Not before it paired.)
                 run.settings = Settings(self.cfg.frequency, self.cfg.pid, self.cfg.duration)
+                run.settings.off_cpu = self.cfg.off_cpu
             run.owner = self
             if run.offline_timer is not None:
                 run.offline_timer.cancel()
@@ -3226,6 +3238,14 @@ class Session(object):
                 asked = callgraph if isinstance(callgraph, str) else ""
                 if asked != "none" and asked not in caps.callgraph_modes:
                     return response(rid, error=caps.why_not_callgraph(asked))
+            # Where the threads wait too: a process's, never the whole system's (every switch
+            # of every CPU would be more than the link takes).
+            off_cpu = args.get("off_cpu")
+            if off_cpu is not None and not isinstance(off_cpu, bool):
+                return response(rid, error="off_cpu must be true or false")
+            if (s.off_cpu if off_cpu is None else off_cpu) and pid is None:
+                return response(rid, error="off_cpu needs a process (pid): the whole system's "
+                                "switches are too many")
             # Rounds when perf cannot stream through a pipe, or when asked for.
             mode = args.get("mode")
             if mode is not None and mode not in ("rounds", "continuous"):
@@ -3237,6 +3257,8 @@ class Session(object):
             self._set_timing(timing)
             if callgraph is not None:
                 s.callgraph = "" if callgraph == "none" else callgraph
+            if off_cpu is not None:
+                s.off_cpu = off_cpu
             if events:
                 s.events = list(events)
             s.rounds = not caps.pipe_mode or mode == "rounds"
@@ -3247,7 +3269,8 @@ class Session(object):
         # clock.
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
                               "events": list(s.events), "callgraph": s.callgraph or "none",
-                              "mode": "rounds" if s.rounds else "continuous", "state": "profiling",
+                              "mode": "rounds" if s.rounds else "continuous",
+                              "off_cpu": s.off_cpu, "state": "profiling",
                               "run": self.profiling_run.id,
                               "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                                         "realtime": time.time()}})
@@ -3818,6 +3841,7 @@ def output_mode(cfg, stop):
         log("cannot write %s: %s" % (cfg.output, os_message(e)))
         return 1
     s = Settings(cfg.frequency, cfg.pid, cfg.duration)
+    s.off_cpu = cfg.off_cpu
     known = PROBED.recall(cfg.pid)  # what an earlier start found of this perf
     if known is not None:
         log("probe: perf as found at an earlier start, kept in " + cfg.state_dir)
@@ -3893,6 +3917,8 @@ Modes (exactly one):
   --frequency arg (=99) sampling frequency, Hz
   --duration arg (=8)   seconds per chunk or round
   --events arg          comma-separated perf events
+  --off-cpu             also record where the target's threads wait off the 
+                        CPU (the off-cpu event: scheduler switches, in ns)
   --offline-max arg (=21600)
                         seconds a run goes on without a link to the collector 
                         (its chunks kept for it)
@@ -3934,10 +3960,10 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "off-cpu", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
-FLAGS = ("listen", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
+FLAGS = ("listen", "off-cpu", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration", "offline-max", "buffer-mb")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
             "duration": "8", "perf": "perf", "offline-max": "21600", "buffer-mb": "16"}
@@ -4044,6 +4070,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.token = values["token"] if "token" in values else (env_token or None)
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     c.allow_kallsyms = "allow-kallsyms" in values
+    c.off_cpu = "off-cpu" in values
     c.name = values.get("name")
     if c.name is not None and (not c.name or len(c.name.encode("utf-8", "surrogateescape")) > 200
                                or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in c.name)):
@@ -4097,7 +4124,10 @@ def parse_command_line(argv, env_token, env_enroll=None):
                       "--offline-max must be 0-2592000 seconds (0: a lost link ends the run)"),
                      (not 1 <= c.buffer_mb <= 4096, "--buffer-mb must be 1-4096"),
                      (c.pid is not None and c.pid <= 0, "--pid must be positive"),
-                     (c.mode == "output" and c.pid is None, "--output needs --pid")):
+                     (c.mode == "output" and c.pid is None, "--output needs --pid"),
+                     (c.off_cpu and c.pid is None,
+                      "--off-cpu needs --pid: the whole system's scheduler switches are too "
+                      "many")):
         if bad:
             raise usage(why)
     return c
