@@ -52,7 +52,8 @@ struct session_model {
     std::uint64_t stat_intervals = 0;
     double stat_seconds = 0;
     std::uint64_t chunks = 0, bad_chunks = 0;
-    std::set<std::string> event_types;
+    std::set<std::string> event_types; // the profile's, and `wall` when it has what it needs
+    std::size_t noted_events = 0;
 
     // One data frame's payload: decompressed (bounded), split at the stat marker, parsed.
     // Returns false for a chunk that could not be decompressed. `added` sees the samples it

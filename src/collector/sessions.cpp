@@ -229,9 +229,13 @@ void session_model::note_stat(std::string_view stat) {
 }
 
 void session_model::note_events() {
-    for (std::uint8_t e = static_cast<std::uint8_t>(event_types.size()); e < prof.event_count();
-         ++e)
+    if (prof.event_count() == noted_events)
+        return;
+    noted_events = prof.event_count();
+    for (std::uint8_t e = 0; e < prof.event_count(); ++e)
         event_types.emplace(prof.event_name(e));
+    if (has_wall(prof)) // on-CPU and off-CPU together: each thread's wall-clock time
+        event_types.emplace(wall_event);
 }
 
 session_registry::session_registry(session_store& store, asio::thread_pool& pool,

@@ -1049,6 +1049,56 @@ TEST_CASE("API: a timeline lane names the commonest stack of each bucket, root f
     CHECK(stacks_of(focused) == want);
 }
 
+TEST_CASE("API: off-cpu is an event of its own in ns, wall adds it to the CPU clock, and the "
+          "view opens on the CPU",
+          "[collector][api][off-cpu]") {
+    fixture_app f;
+    // Thread 1 runs work for 3 ms of cpu-clock, then sleeps 20 ms in nap (2 waits of 10 ms).
+    std::string text = script_sample({"work", "main"}, 1000000, 1, "1.000000") +
+                       script_sample({"work", "main"}, 2000000, 1, "1.001000");
+    for (const char* at : {"1.002000", "1.013000"}) {
+        text += std::string("app 1/1 ") + at +
+                ": 1 sched:sched_switch: prev_comm=app prev_pid=1 prev_prio=120 prev_state=S "
+                "==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+                "\t1 nap (/bin/app)\n\t1 main (/bin/app)\n\n";
+        text += std::string("app 1 ") + (at == std::string("1.002000") ? "1.012000" : "1.023000") +
+                ": PERF_RECORD_SWITCH IN\n";
+    }
+    const auto id = f.import(text);
+    const auto meta = f.get_json("/api/sessions/" + id);
+    std::set<std::string> events;
+    for (const auto& e : meta.at("event_types").as_array())
+        events.emplace(e.as_string());
+    CHECK(events == std::set<std::string>{"cpu-clock", "off-cpu", "wall"});
+    auto totals = [&](const std::string& query) {
+        const auto t = f.get_json("/api/sessions/" + id + "/functions" + query);
+        std::map<std::string, std::uint64_t> m;
+        for (const auto& r : t.at("functions").as_array())
+            m[std::string(r.at("name").as_string())] = r.at("total").to_number<std::uint64_t>();
+        return std::pair{std::string(t.at("event").as_string()), m};
+    };
+    // More waits than samples, and still the CPU first.
+    const auto [opened, cpu] = totals("");
+    CHECK(opened == "cpu-clock");
+    CHECK(cpu.at("main") == 3'000'000);
+    const auto [off_name, off] = totals("?event=off-cpu");
+    CHECK(off_name == "off-cpu");
+    CHECK(off.at("nap") == 20'000'000);
+    CHECK(off.at("[sleeping]") == 20'000'000);
+    const auto [wall_name, wall] = totals("?event=wall");
+    CHECK(wall_name == "wall");
+    CHECK(wall.at("main") == 23'000'000);
+    CHECK(wall.at("work") == 3'000'000);
+    CHECK(wall.at("nap") == 20'000'000);
+    // The same in a window and per thread (the rows, not the running counters).
+    CHECK(totals("?event=wall&tid=1").second.at("main") == 23'000'000);
+    CHECK(totals("?event=wall&start=0.0015").second.at("main") == 20'000'000);
+    // A session without waits has no wall.
+    const auto plain = f.import(script_sample({"work", "main"}, 5));
+    CHECK(f.call(http::verb::get, "/api/sessions/" + plain + "/functions?event=wall").result() ==
+          http::status::bad_request);
+}
+
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
           "[collector][api]") {
     test_support::temp_dir agents;

@@ -79,11 +79,6 @@ private:
     std::vector<std::string> list_;
 };
 
-bool is_clock_event(std::string_view e) {
-    const auto base = event_base_name(e);
-    return base == "cpu-clock" || base == "task-clock";
-}
-
 // gzip (RFC 1952) of `in`, as pprof files are usually stored.
 std::string gzip(std::string_view in) {
     z_stream z{};
@@ -121,8 +116,8 @@ std::string pprof_profile(const profile& p, const view_filter& f, const pprof_so
 
     string_index strings;
     proto out;
-    const auto event = p.event_name(f.event);
-    const auto unit = is_clock_event(event) ? "nanoseconds" : "count";
+    const auto event = view_event_name(p, f);
+    const auto unit = is_time_event(event) ? "nanoseconds" : "count";
     auto value_type = [&](int field, std::string_view type, std::string_view u) {
         proto vt;
         vt.uint(1, strings.get(type));

@@ -71,9 +71,8 @@ std::string speedscope_json(const profile& p, const view_filter& f, const std::s
     });
     std::stable_sort(lanes.begin(), lanes.end(),
                      [](const lane& a, const lane& b) { return a.total > b.total; });
-    const auto base = event_base_name(p.event_name(f.event));
-    const bool clock = base == "cpu-clock" || base == "task-clock";
-    const std::string event(p.event_name(f.event));
+    const std::string event(view_event_name(p, f));
+    const bool clock = is_time_event(event);
 
     std::string out =
         R"({"$schema":"https://www.speedscope.app/file-format-schema.json","shared":{"frames":[)";

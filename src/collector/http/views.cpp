@@ -139,6 +139,7 @@ result<view_filter> make_filter(const profile& p, const view_params& v) {
     }
     view_filter f;
     f.event = *r.event;
+    f.also = r.also.value_or(view_filter::no_event);
     f.by_period = v.by_period;
     f.tid = v.tid;
     const auto base = p.first_time();
@@ -472,7 +473,7 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
             r.text = speedscope_json(ep, ef, title);
         } else if (kind == view_kind::export_svg) {
             r.text = flame_svg(ep, ef,
-                               title + " — " + std::string(ep.event_name(ef.event)) + " by " +
+                               title + " — " + std::string(view_event_name(ep, ef)) + " by " +
                                    (ef.by_period ? "period" : "samples"));
         } else {
             // Symbolized as the source view is (on this strand, which runs on the pool).

@@ -52,6 +52,10 @@ struct thread_info {
     std::uint64_t samples = 0;
 };
 
+// The event of the waits the parser makes of scheduler switches (parse/perf_script.hpp): a
+// thread's time off the CPU, in ns.
+inline constexpr std::string_view off_cpu_event_name = "off-cpu";
+
 class profile {
 public:
     static constexpr std::uint32_t root = 0;

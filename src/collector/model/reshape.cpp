@@ -17,7 +17,7 @@ std::unique_ptr<reshaped_view> reshape(const profile& p, const view_filter& f,
     const std::string needle = folded(match);
     auto out = std::make_unique<reshaped_view>();
     profile& dst = out->prof;
-    out->filter.event = dst.intern_event(p.event_name(f.event));
+    out->filter.event = dst.intern_event(view_event_name(p, f)); // (wall: one event of both)
     out->filter.by_period = f.by_period;
     // Each frame of the shape, interned once; whether it matches the text.
     std::vector<std::uint32_t> frame_of(shaper.frame_count(), profile::no_frame);

@@ -151,6 +151,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     // The lanes show every thread; the chart, the chosen one.
     view_filter all_threads;
     all_threads.event = f.event;
+    all_threads.also = f.also;
     all_threads.by_period = f.by_period;
     all_threads.start_ns = f.start_ns;
     all_threads.end_ns = f.end_ns;

@@ -14,7 +14,7 @@ namespace collector {
 
 json::object view_header(const profile& p, const view_filter& f, std::uint64_t total,
                          json::storage_ptr sp) {
-    return json::object({{"event", p.event_name(f.event)},
+    return json::object({{"event", view_event_name(p, f)},
                          {"weight", f.by_period ? "period" : "samples"},
                          {"total", total},
                          {"samples", p.sample_count()}},

@@ -19,12 +19,34 @@ event_resolution resolve_event(const profile& p, std::string_view name) {
     if (p.event_count() == 0)
         return r;
     if (name.empty()) {
+        // (The waits are many where a program waits: what it does on the CPU comes first.)
         std::vector<std::uint64_t> counts(p.event_count(), 0);
         for (std::uint8_t e = 0; e < p.event_count(); ++e)
             for (auto n : p.self_samples(e))
                 counts[e] += n;
+        for (std::uint8_t e = 0; e < p.event_count(); ++e)
+            if (p.event_name(e) == off_cpu_event_name && p.event_count() > 1)
+                counts[e] = 0;
         r.event = static_cast<std::uint8_t>(std::max_element(counts.begin(), counts.end()) -
                                             counts.begin());
+        return r;
+    }
+    if (name == wall_event) {
+        std::optional<std::uint8_t> clock, off;
+        for (std::uint8_t e = 0; e < p.event_count(); ++e) {
+            const auto base = event_base_name(p.event_name(e));
+            if (p.event_name(e) == off_cpu_event_name)
+                off = e;
+            else if (!clock && (base == "cpu-clock" || base == "task-clock"))
+                clock = e;
+        }
+        if (clock && off) {
+            r.event = clock;
+            r.also = off;
+            return r;
+        }
+        for (std::uint8_t e = 0; e < p.event_count(); ++e)
+            r.candidates.emplace_back(p.event_name(e));
         return r;
     }
     std::vector<std::uint8_t> by_base;
@@ -57,7 +79,7 @@ std::vector<std::uint64_t> self_weights(const profile& p, const view_filter& f, 
     std::vector<std::uint64_t> self(rows, 0);
     if (f.event >= p.event_count())
         return self;
-    if (!f.tid && !f.start_ns && !f.end_ns) {
+    if (!f.tid && !f.start_ns && !f.end_ns && f.also == view_filter::no_event) {
         const auto& agg = aggregate(f.by_period);
         std::copy(agg.begin(), agg.end(), self.begin());
         return self;
@@ -67,6 +89,10 @@ std::vector<std::uint64_t> self_weights(const profile& p, const view_filter& f, 
 }
 
 } // namespace
+
+bool has_wall(const profile& p) {
+    return resolve_event(p, wall_event).also.has_value();
+}
 
 std::vector<std::uint64_t> node_self_weights(const profile& p, const view_filter& f) {
     return self_weights(

@@ -17,15 +17,24 @@ std::string_view event_base_name(std::string_view event) noexcept;
 
 struct event_resolution {
     std::optional<std::uint8_t> event;
+    std::optional<std::uint8_t> also; // `wall`: the off-cpu event beside the clock's
     std::vector<std::string> candidates; // when the name is ambiguous or unknown
 };
 
-// Empty name: the event with the most samples. Otherwise an exact name, or a base name that
-// matches exactly one event.
+// The view of on-CPU samples and off-CPU waits together: each thread's wall-clock time.
+inline constexpr std::string_view wall_event = "wall";
+
+// Empty name: the event with the most samples (off-cpu only when there is no other). `wall`:
+// the CPU clock (cpu-clock, task-clock: a period in ns) with off-cpu. Otherwise an exact name,
+// or a base name that matches exactly one event.
 event_resolution resolve_event(const profile& p, std::string_view name);
+// Whether the profile has what `wall` needs (a CPU clock and off-cpu).
+bool has_wall(const profile& p);
 
 struct view_filter {
+    static constexpr std::uint8_t no_event = 0xFF;
     std::uint8_t event = 0;
+    std::uint8_t also = no_event; // a second event counted with `event` (wall: off-cpu)
     bool by_period = true; // weight: period (perf report's Overhead) or sample count
     std::optional<std::uint32_t> tid;
     std::optional<std::uint64_t> start_ns, end_ns; // on the profile's clock, inclusive
@@ -41,11 +50,23 @@ void for_each_sample(const profile& p, const view_filter& f, Fn fn) {
     const std::size_t rows = p.row_count();
     for (std::size_t r = 0; r < rows; ++r) {
         const sample_row s = p.row(r);
-        if (s.event != f.event || (f.tid && s.tid != *f.tid))
+        if ((s.event != f.event && s.event != f.also) || (f.tid && s.tid != *f.tid))
             continue;
         if (s.time >= lo && s.time <= hi)
             fn(s);
     }
+}
+
+// Whether an event's period is time in ns: the CPU clocks, the waits, the two together.
+inline bool is_time_event(std::string_view event) noexcept {
+    const auto base = event_base_name(event);
+    return base == "cpu-clock" || base == "task-clock" || base == off_cpu_event_name ||
+           base == wall_event;
+}
+
+// The name of what a view counts: its event's, or `wall`.
+inline std::string_view view_event_name(const profile& p, const view_filter& f) {
+    return f.also != view_filter::no_event ? wall_event : p.event_name(f.event);
 }
 
 // Self weight of every node under the filter.

@@ -36,7 +36,7 @@ namespace collector {
 // where it left) until it is back (its PERF_RECORD_SWITCH IN, else its next sample) is one
 // sample of the event `off-cpu`, weighed by the wait in ns, at the time it left, its stack
 // topped by what kind of wait it was (the kernel's prev_state).
-inline constexpr std::string_view off_cpu_event = "off-cpu";
+inline constexpr std::string_view off_cpu_event = off_cpu_event_name;
 inline constexpr std::string_view off_cpu_module = "[off-cpu]";
 // Threads waiting at once, remembered; past it a new wait is not counted (waits_dropped).
 inline constexpr std::size_t max_waiting_threads = 65536;

@@ -235,7 +235,7 @@ source_answer source_view(const profile& p, const view_filter& f, symbolizer& sy
         }
     }
 
-    json::object head{{"event", p.event_name(f.event)},
+    json::object head{{"event", view_event_name(p, f)},
                       {"weight", f.by_period ? "period" : "samples"},
                       {"session_total", total},
                       {"view_total", view_total},
