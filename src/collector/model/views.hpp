@@ -17,7 +17,7 @@ std::string_view event_base_name(std::string_view event) noexcept;
 
 struct event_resolution {
     std::optional<std::uint8_t> event;
-    std::optional<std::uint8_t> also; // `wall`: the off-cpu event beside the clock's
+    std::optional<std::uint8_t> also;    // `wall`: the off-cpu event beside the clock's
     std::vector<std::string> candidates; // when the name is ambiguous or unknown
 };
 
@@ -35,7 +35,7 @@ struct view_filter {
     static constexpr std::uint8_t no_event = 0xFF;
     std::uint8_t event = 0;
     std::uint8_t also = no_event; // a second event counted with `event` (wall: off-cpu)
-    bool by_period = true; // weight: period (perf report's Overhead) or sample count
+    bool by_period = true;        // weight: period (perf report's Overhead) or sample count
     std::optional<std::uint32_t> tid;
     std::optional<std::uint64_t> start_ns, end_ns; // on the profile's clock, inclusive
 };
