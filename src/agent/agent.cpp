@@ -190,6 +190,10 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
         log("no such process " + std::to_string(*c.pid));
         co_return 1;
     }
+    if (const auto why = c.off_cpu ? off_cpu_problem() : std::string(); !why.empty()) {
+        log(why);
+        co_return 1;
+    }
     std::FILE* out = c.output_path == "-" ? stdout : std::fopen(c.output_path.c_str(), "wb");
     if (!out) {
         log("cannot write " + c.output_path + ": " + std::strerror(errno));

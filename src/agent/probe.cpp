@@ -367,6 +367,18 @@ int read_perf_event_paranoid(const std::string& proc_root) {
     return text ? std::atoi(text->c_str()) : 2;
 }
 
+std::string off_cpu_problem(const std::string& proc_root, const std::string& sys_root) {
+    if (const int paranoid = read_perf_event_paranoid(proc_root); ::geteuid() != 0 && paranoid > -1)
+        return "off-CPU needs root, or perf_event_paranoid -1 for a tracepoint (it is " +
+               std::to_string(paranoid) + ")";
+    for (const char* tracing : {"/kernel/tracing", "/kernel/debug/tracing"})
+        if (::access((sys_root + tracing + "/events/sched/sched_switch/format").c_str(), R_OK) == 0)
+            return {};
+    return "off-CPU needs the sched:sched_switch tracepoint, which this kernel does not show "
+           "(tracefs is not mounted at " +
+           sys_root + "/kernel/tracing)";
+}
+
 asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid) {
     const auto started = std::chrono::steady_clock::now();
     capabilities caps;

@@ -80,6 +80,11 @@ struct probe_memory {
 
 int read_perf_event_paranoid(const std::string& proc_root = "/proc");
 
+// Why this device cannot record where threads wait (off-CPU: the sched:sched_switch
+// tracepoint), or empty when it can. `sys_root`: where /sys is (tests).
+std::string off_cpu_problem(const std::string& proc_root = "/proc",
+                            const std::string& sys_root = "/sys");
+
 // Finds what this perf can do for `pid` (or the whole system). About a second with a
 // well-behaved perf; an odd one takes a few more rounds of short runs, each bounded.
 asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid);

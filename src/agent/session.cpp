@@ -882,6 +882,12 @@ asio::awaitable<void> session::auto_start() {
         send_state(why);
         co_return;
     }
+    if (const auto why = run_->settings.record.off_cpu ? off_cpu_problem() : std::string();
+        !why.empty()) {
+        log(peer_, why + "; idle");
+        send_state(why);
+        co_return;
+    }
     run_->settings.record.pid = cfg_.pid;
     run_->settings.rounds = !caps_->pipe_mode;
     begin_collection();
@@ -1060,6 +1066,10 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     if (off_cpu.value_or(run_->settings.record.off_cpu) && !pid)
         co_return command_response::failure(
             id, "off_cpu needs a process (pid): the whole system's switches are too many");
+    if (const auto why =
+            off_cpu.value_or(run_->settings.record.off_cpu) ? off_cpu_problem() : std::string();
+        !why.empty())
+        co_return command_response::failure(id, why);
     // Rounds when perf cannot stream through a pipe, or when asked for.
     const auto* mode_arg = req.args.if_contains("mode");
     const std::string mode =

@@ -1,7 +1,12 @@
 #include "agent/perf_commands.hpp"
+#include "agent/probe.hpp"
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 using namespace agent;
 using test_support::fixture;
@@ -58,6 +63,40 @@ TEST_CASE("perf command lines", "[agent][perf]") {
     CHECK(mmap_pages_for(999, true) > mmap_pages_for(999, false));
     CHECK(perf_version_line("perf version 6.1.192\n") == "perf version 6.1.192");
     CHECK(perf_version_line("bash: perf: not found") == "");
+}
+
+TEST_CASE("off-CPU command lines: the switches recorded and printed with their kind, without "
+          "--no-buffering",
+          "[agent][perf][off-cpu]") {
+    record_settings s{{"cpu-clock"}, 99, "fp", 42};
+    s.prompt = true;
+    s.off_cpu = true;
+    const auto rec = record_args(s, "-");
+    const std::vector<std::string> want = {
+        "record",          "-e", "cpu-clock", "-F", "99",
+        "--call-graph=fp", "-m", "8",         "-e", "sched:sched_switch",
+        "--switch-events", "-p", "42",        "-o", "-"};
+    CHECK(rec == want);
+    const auto scr = script_args("-", true, false, true);
+    CHECK(std::find(scr.begin(), scr.end(), "--show-switch-events") != scr.end());
+    CHECK(scr.back() == "comm,tid,pid,time,period,event,trace,ip,sym,symoff,dso");
+    s.off_cpu = false;
+    const auto plain = record_args(s, "-");
+    CHECK(std::find(plain.begin(), plain.end(), "--no-buffering") != plain.end());
+}
+
+TEST_CASE("off-CPU is refused, saying why, where the kernel shows no sched_switch tracepoint",
+          "[agent][perf][off-cpu]") {
+    test_support::temp_dir sys;
+    CHECK_THAT(off_cpu_problem("/proc", sys.path.string()),
+               Catch::Contains("sched:sched_switch tracepoint"));
+    const auto events = sys.path / "kernel/tracing/events/sched/sched_switch";
+    std::filesystem::create_directories(events);
+    std::ofstream(events / "format") << "name: sched_switch\n";
+    if (::geteuid() == 0)
+        CHECK(off_cpu_problem("/proc", sys.path.string()).empty());
+    else
+        CHECK_THAT(off_cpu_problem("/proc", sys.path.string()), Catch::Contains("root"));
 }
 
 TEST_CASE("perf's complaint: the first line that says something, with the reason after a bare "

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -1093,6 +1094,20 @@ TEST_CASE("API: off-cpu is an event of its own in ns, wall adds it to the CPU cl
     // The same in a window and per thread (the rows, not the running counters).
     CHECK(totals("?event=wall&tid=1").second.at("main") == 23'000'000);
     CHECK(totals("?event=wall&start=0.0015").second.at("main") == 20'000'000);
+    // The timeline weighs a wait over the time it lasted, and says when the thread waited.
+    const auto t =
+        f.get_json("/api/sessions/" + id + "/timeline?event=off-cpu&weight=period&width=23");
+    CHECK(t.at("end_s").to_number<double>() == Approx(0.023)); // the last wait's end
+    const auto& lane = t.at("threads").as_array().at(0);
+    std::vector<std::uint64_t> activity;
+    for (const auto& a : lane.at("activity").as_array())
+        activity.push_back(a.to_number<std::uint64_t>());
+    REQUIRE(activity.size() == 23);
+    CHECK(std::accumulate(activity.begin(), activity.end(), std::uint64_t{0}) == 20'000'000);
+    CHECK(activity[5] == Approx(1'000'000).margin(1000));
+    CHECK(activity[1] == 0);
+    CHECK(json::serialize(lane.at("waits")) == "[[2,22,0]]");
+    CHECK(t.at("wait_kinds").as_array().at(0) == "sleeping");
     // A session without waits has no wall.
     const auto plain = f.import(script_sample({"work", "main"}, 5));
     CHECK(f.call(http::verb::get, "/api/sessions/" + plain + "/functions?event=wall").result() ==

@@ -1071,3 +1071,43 @@ TEST_CASE("an export's reshaped view of a folded session stays folded: its count
     CHECK(self["hot"] == (n - (n + 2) / 3) * 1000); // every sample whose stack holds "hot"
     CHECK(self.count("cold") == 0);
 }
+
+namespace {
+
+// Names /bin/app's address 0x1040 "nap", once it knows it.
+class late_nap final : public frame_namer {
+public:
+    bool knows = false;
+    std::optional<name> name_frame(std::string_view module, std::uint64_t address) override {
+        if (!knows || module != "/bin/app" || address != 0x1040)
+            return std::nullopt;
+        return name{"nap", 0};
+    }
+    bool names_all(std::string_view) const override { return false; }
+};
+
+} // namespace
+
+TEST_CASE("off-cpu: a wait open while the frames are named again ends on the named stack",
+          "[collector][parser][off-cpu]") {
+    profile p;
+    script_parser parser(p);
+    late_nap namer;
+    parser.name_frames_with(&namer);
+    parser.feed("app 10/11 [000] 100.000000: 1 sched:sched_switch: prev_comm=app prev_pid=11 "
+                "prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+                "\t1040 [unknown] (/bin/app)\n"
+                "\t1100 main+0x8 (/bin/app)\n\n");
+    parser.finish();
+    CHECK(parser.waiting() == 1);
+    namer.knows = true;
+    REQUIRE(parser.name_again() == script_parser::renaming::renamed);
+    parser.feed("app 11 100.020000: PERF_RECORD_SWITCH IN\n");
+    parser.finish();
+    REQUIRE(p.sample_count() == 1);
+    std::string stack;
+    for (auto s = p.sample_site(0); s != 0; s = p.site_parent(s))
+        stack = std::string(p.symbol(p.site_frame(s))) + (stack.empty() ? "" : ";") + stack;
+    CHECK(stack == "main;nap;[sleeping]");
+    CHECK(p.sample_period(0) == 20'000'000);
+}

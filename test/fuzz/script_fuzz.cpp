@@ -97,18 +97,29 @@ void renamed(std::string_view text) {
     script_parser in_place(a), fresh(b);
     in_place.name_frames_with(&late);
     fresh.name_frames_with(&knowing);
-    in_place.feed(text);
+    // Named again between two texts (as a live session's chunks): what is held across it (a
+    // wait not yet ended) is named as a fresh parse names it.
+    // (Chunks end where a sample does.)
+    auto cut = text.find("\n\n", text.size() / 2);
+    cut = cut == std::string_view::npos ? text.size() : cut + 2;
+    in_place.feed(text.substr(0, cut));
     in_place.finish();
     fresh.feed(text);
     fresh.finish();
     late.knows = true;
     if (in_place.name_again() == script_parser::renaming::reparse)
         return; // a caller kept no address: only a new parse names it
-    check(a.sample_count() == b.sample_count() && a.node_count() == b.node_count());
+    in_place.feed(text.substr(cut));
+    in_place.finish();
+    check(a.sample_count() == b.sample_count());
+    // (A wait that could not be told, its clock gone back, leaves call paths no sample has:
+    // a renaming lets them go.)
+    const bool orphans = in_place.stats().waits_dropped > 0;
+    check(orphans || a.node_count() == b.node_count());
     // (Past the allowance of call sites the two may keep different ones.)
     if (a.caller_sites_full() || b.caller_sites_full())
         return;
-    check(a.site_count() == b.site_count());
+    check(orphans || a.site_count() == b.site_count());
     for (std::size_t i = 0; i < a.sample_count(); ++i)
         check(stack_of(a, a.sample_site(i)) == stack_of(b, b.sample_site(i)) &&
               a.sample_period(i) == b.sample_period(i));
@@ -177,6 +188,10 @@ void structured(source in) {
 
     profile p;
     const auto stats = parse(line, line.size() + 1, p);
+    if (base == "sched:sched_switch") { // a wait begins, and nothing ends it: no sample
+        check(stats.samples == 0 && p.sample_count() == 0 && stats.waits == 0);
+        return;
+    }
     check(stats.samples == 1 && p.sample_count() == 1);
     check(p.sample_tid(0) == tid);
     check(p.threads().at(tid).pid == pid);

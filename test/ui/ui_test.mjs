@@ -5,7 +5,7 @@
 //
 // This file starts them, signs a browser in and runs the steps in order; the steps are the
 // views', one file per view under test/ui/views/ (landing, functions, source, flamegraph,
-// session, sandwich, call tree, transforms, wizard, health, sessions, timeline), each step given the state the
+// session, sandwich, call tree, transforms, wizard, health, sessions, timeline, off-cpu), each step given the state the
 // earlier ones left (the pages, the sessions they opened). A failure names the step, the
 // requests still under way and what each open page showed. Every wait is bounded.
 import { spawnSync } from 'node:child_process';
@@ -19,6 +19,7 @@ import * as flamegraph from './views/flamegraph.mjs';
 import * as functions from './views/functions.mjs';
 import * as health from './views/health.mjs';
 import * as landing from './views/landing.mjs';
+import * as offcpu from './views/offcpu.mjs';
 import * as sandwich from './views/sandwich.mjs';
 import * as session from './views/session.mjs';
 import * as sessions from './views/sessions.mjs';
@@ -66,6 +67,7 @@ const STEPS = [
   session.unknownSession,
   timeline.lanesAndChart,
   timeline.linkOutage,
+  offcpu.waitsEverywhere,
   session.outOfReach,
   session.stopAndStartAgain,
   session.restartWithDwarf,

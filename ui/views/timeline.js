@@ -15,6 +15,8 @@ let shownTab = false;
 let wheel = null; // a zoom by the wheel under way: {start, end, timer}
 let laneOrder = { session: null, rank: new Map() }; // tid -> its place, for the session shown
 let pointer = null; // where the pointer rests on the lanes, for the tip after a redraw
+// A wait's fill by its kind (the timeline's wait_kinds: sleeping, I/O, preempted, other).
+const WAIT_FILL = ['rgba(100, 116, 139, 0.35)', 'rgba(217, 119, 6, 0.55)', 'rgba(220, 38, 38, 0.45)', 'rgba(148, 163, 184, 0.35)'];
 let showLaneTip = () => {};
 
 // The window being dragged across the lanes, as a band over them.
@@ -44,7 +46,7 @@ export async function render(s, r) {
   const lanes = t.threads.slice(0, 24).sort((a, b) => laneOrder.rank.get(a.tid) - laneOrder.rank.get(b.tid));
   const max = lanes.reduce((m, l) => l.activity.reduce((a, x) => (x > a ? x : a), m), 1);
   const chosen = s.lane || s.tid || '';
-  $('#timeline-info').textContent = `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}`;
+  setHtml($('#timeline-info'), `${pct(t.start_s)}–${pct(t.end_s)} s of the session · ${t.threads.length} threads${t.threads.length > lanes.length ? ` (the ${lanes.length} busiest shown)` : ''}${t.wait_kinds ? ` · waiting: ${t.wait_kinds.map((k, i) => `<span class="swatch" style="background:${WAIT_FILL[i]}"></span> ${esc(k)}`).join(' ')}` : ''}`);
   // When the run's link was down (the samples are there: they came late), from the session.
   const meta = await store.view(s.session, sessionUrl(s.session)).catch(() => null);
   r.stillWanted();
@@ -69,6 +71,11 @@ export async function render(s, r) {
     if (c.width !== width) c.width = width;
     const g = c.getContext('2d');
     g.clearRect(0, 0, c.width, c.height);
+    // When it waited, under when it ran, coloured by why.
+    for (const [b0, b1, kind] of l.waits || []) {
+      g.fillStyle = WAIT_FILL[kind] ?? WAIT_FILL[3];
+      g.fillRect(b0, 0, b1 - b0 + 1, 18);
+    }
     g.fillStyle = accent;
     l.activity.forEach((x, px) => { if (x) { const h = Math.max(2, Math.round(18 * x / max)); g.fillRect(px, 18 - h, 1, h); } });
     if (box.children[i] !== el) box.insertBefore(el, box.children[i] ?? null);
@@ -163,13 +170,17 @@ function laneTip(t, lane, b) {
   const at = t.start_s + (b + 0.5) * (t.end_s - t.start_s) / t.buckets;
   const unit = unitOf(t), weight = unit === 'count' ? `${lane.activity[b]} ${t.weight === 'period' ? `${esc(t.event)} period` : lane.activity[b] === 1 ? 'sample' : 'samples'}` : amount(lane.activity[b], unit);
   const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid} · ${weight}</span>`;
-  const si = lane.top_stack?.[b] ?? -1;
-  if (!lane.activity[b]) return `${head}<div>idle here</div>`;
-  if (si < 0) return `${head}<div class="muted">no stack in the view here</div>`;
+  const wait = (lane.waits || []).find(([b0, b1]) => b >= b0 && b <= b1);
+  // Inside a wait that began earlier (its weight spread over its time): where it began.
+  const own = lane.top_stack?.[b] ?? -1, from = own < 0 && wait ? wait[0] : b;
+  const si = lane.top_stack?.[from] ?? -1;
+  const waiting = wait ? `<div>waiting here: ${esc(t.wait_kinds?.[wait[2]] ?? 'off the CPU')}</div>` : '';
+  if (!lane.activity[b]) return `${head}${waiting || '<div>idle here</div>'}`;
+  if (si < 0) return `${head}${waiting}<div class="muted">no stack in the view here</div>`;
   const frames = t.stacks[si].map((fi) => t.stack_frames[fi]);
   const shown = frames.slice(-14), cut = frames.length - shown.length;
   const share = Math.round(100 * lane.top_weight[b] / lane.activity[b]);
-  return `${head}<div>commonest stack (${share} % here):</div>${cut ? `<div class="muted">… ${cut} outer frames</div>` : ''}<ol class="stack" start="${cut + 1}">${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
+  return `${head}${waiting}<div>${from === b ? `commonest stack (${share} % here)` : `the stack it began waiting in, ${pct(t.start_s + from * (t.end_s - t.start_s) / t.buckets)} s`}:</div>${cut ? `<div class="muted">… ${cut} outer frames</div>` : ''}<ol class="stack" start="${cut + 1}">${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
 }
 
 export function init() {

@@ -508,6 +508,20 @@ def read_perf_event_paranoid():
     return int(m.group(1)) if m else (0 if text is not None else 2)
 
 
+def off_cpu_problem(sys_root="/sys"):
+    """Why this device cannot record where threads wait (the sched:sched_switch tracepoint),
+    or "" when it can."""
+    paranoid = read_perf_event_paranoid()
+    if os.geteuid() != 0 and paranoid > -1:
+        return ("off-CPU needs root, or perf_event_paranoid -1 for a tracepoint (it is %d)"
+                % paranoid)
+    for tracing in ("/kernel/tracing", "/kernel/debug/tracing"):
+        if os.access(sys_root + tracing + "/events/sched/sched_switch/format", os.R_OK):
+            return ""
+    return ("off-CPU needs the sched:sched_switch tracepoint, which this kernel does not show "
+            "(tracefs is not mounted at %s/kernel/tracing)" % sys_root)
+
+
 def read_build_id(path):
     """The GNU build-id (lowercase hex) from an ELF file's PT_NOTE segments, or None."""
     try:
@@ -3246,6 +3260,9 @@ class Session(object):
             if (s.off_cpu if off_cpu is None else off_cpu) and pid is None:
                 return response(rid, error="off_cpu needs a process (pid): the whole system's "
                                 "switches are too many")
+            why = off_cpu_problem() if (s.off_cpu if off_cpu is None else off_cpu) else ""
+            if why:
+                return response(rid, error=why)
             # Rounds when perf cannot stream through a pipe, or when asked for.
             mode = args.get("mode")
             if mode is not None and mode not in ("rounds", "continuous"):
@@ -3361,6 +3378,11 @@ class Session(object):
             if not self.settings.events:
                 why = "this perf cannot " + (self.caps.cannot[0] if self.caps.cannot
                                              else "sample any event")
+                self.log(why + "; idle")
+                self.send_state(why)
+                return
+            why = off_cpu_problem() if self.settings.off_cpu else ""
+            if why:
                 self.log(why + "; idle")
                 self.send_state(why)
                 return
@@ -3834,6 +3856,10 @@ def find_program(name):
 def output_mode(cfg, stop):
     if not os.path.exists("/proc/%d" % cfg.pid):
         log("no such process %d" % cfg.pid)
+        return 1
+    why = off_cpu_problem() if cfg.off_cpu else ""
+    if why:
+        log(why)
         return 1
     try:
         out = sys.stdout.buffer if cfg.output == "-" else open(cfg.output, "wb")

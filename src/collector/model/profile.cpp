@@ -190,7 +190,7 @@ void profile::add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint
     ++last_thread_->samples;
 }
 
-void profile::move_sites(const std::vector<renamed>& now) {
+void profile::move_sites(const std::vector<renamed>& now, std::vector<std::uint32_t>* held) {
     moving_ = true;
     struct done_moving {
         bool& flag;
@@ -204,6 +204,9 @@ void profile::move_sites(const std::vector<renamed>& now) {
         leaf[compacted_.site[r]] = true;
     for (std::size_t i = raw_begin_; i < time_.size(); ++i)
         leaf[site_[i]] = true;
+    if (held)
+        for (const auto s : *held)
+            leaf[s] = true;
     for (std::size_t s = 1; s < sites; ++s)
         caller[site_key_[s].parent] = true;
 
@@ -269,6 +272,9 @@ void profile::move_sites(const std::vector<renamed>& now) {
         compacted_.site.set(r, as_leaf[compacted_.site[r]]);
     for (std::size_t i = raw_begin_; i < time_.size(); ++i)
         site_.set(i, as_leaf[site_[i]]);
+    if (held)
+        for (auto& s : *held)
+            s = as_leaf[s];
     for (std::size_t e = 0; e < events_.size(); ++e) {
         self_samples_[e].assign(node_parent_.size(), 0);
         self_period_[e].assign(node_parent_.size(), 0);

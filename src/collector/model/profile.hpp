@@ -74,6 +74,11 @@ public:
     void add_sample_at(std::uint64_t time_ns, std::uint32_t site, std::uint32_t pid,
                        std::uint32_t tid, std::string_view comm, std::uint8_t event,
                        std::uint64_t period);
+    // The recording went on until `time_ns` (a wait added at its start ends there).
+    void extend_to(std::uint64_t time_ns) noexcept {
+        if (time_ns > last_time_)
+            last_time_ = time_ns;
+    }
     // A sample at `node`, only its leaf's offset known (`leaf_offset`, into the leaf
     // function's symbol): its callers' sites have no offset.
     void add_sample(std::uint64_t time_ns, std::uint32_t node, std::uint32_t pid, std::uint32_t tid,
@@ -125,12 +130,13 @@ public:
     // (the same for one that keeps its name; asked once per site). The parser's rules hold
     // for the new names: a named caller recurring closer to the root keeps no offset. The
     // tries are made again (node and site ids change), samples and folded rows move to their
-    // sites, per-node counts are counted again. Whether any site changed.
+    // sites, per-node counts are counted again. Whether any site changed. `held`: sites kept
+    // outside the samples (a wait not yet ended), kept and moved too.
     struct renamed {
         std::uint32_t frame, offset;
     };
     template <class To>
-    bool rename(To&& to) {
+    bool rename(To&& to, std::vector<std::uint32_t>* held = nullptr) {
         std::vector<renamed> now(site_count());
         bool any = false;
         for (std::size_t s = 1; s < now.size(); ++s) {
@@ -139,7 +145,7 @@ public:
                   now[s].offset != site_key_[s].offset;
         }
         if (any)
-            move_sites(now);
+            move_sites(now, held);
         return any;
     }
 
@@ -190,7 +196,7 @@ public:
     std::uint64_t last_time() const noexcept { return last_time_; }
 
 private:
-    void move_sites(const std::vector<renamed>& now);
+    void move_sites(const std::vector<renamed>& now, std::vector<std::uint32_t>* held);
     bool shape_full() const noexcept {
         return shape_room_ != SIZE_MAX && !moving_ && shape_bytes() > shape_room_;
     }

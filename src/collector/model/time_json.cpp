@@ -6,6 +6,7 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -182,13 +183,39 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     // the hover is a hint, the activity stays exact).
     constexpr std::size_t max_cells = std::size_t{1} << 18;
     std::unordered_map<std::uint64_t, std::uint64_t> cell_stacks;
+    // A wait is weighed over the time it lasted, not at its start.
+    std::optional<std::uint8_t> off;
+    for (std::uint8_t e = 0; e < p.event_count(); ++e)
+        if (p.event_name(e) == off_cpu_event_name)
+            off = e;
+    // (The part of a wait past the window is not in it.)
+    const auto spread = [&](std::vector<std::uint64_t>& into, std::uint64_t from,
+                            std::uint64_t ns) {
+        const std::uint64_t to = std::min(from + ns, t1);
+        from = std::max(from, t0);
+        for (auto b = bucket(from); from < to; ++b) {
+            const bool last = b + 1 >= width;
+            const auto edge =
+                last ? to
+                     : std::clamp<std::uint64_t>(
+                           t0 + static_cast<std::uint64_t>(per_bucket * static_cast<double>(b + 1)),
+                           from, to);
+            into[b] += edge - from;
+            from = edge;
+            if (last)
+                break;
+        }
+    };
     for_each_sample(p, all_threads, [&](const sample_row& s) {
         auto& l = lanes[s.tid];
         if (l.activity.empty())
             return;
         const auto b = bucket(s.time);
         const std::uint64_t w = s.weight(f.by_period);
-        l.activity[b] += w;
+        if (off && s.event == *off && f.by_period && s.count <= 1)
+            spread(l.activity, s.time, w);
+        else
+            l.activity[b] += w;
         const std::uint64_t key =
             (static_cast<std::uint64_t>(l.slot * width + b) << 32) | p.row_node(s);
         if (const auto it = cell_stacks.find(key); it != cell_stacks.end())
@@ -196,6 +223,41 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         else if (cell_stacks.size() < max_cells)
             cell_stacks.emplace(key, w);
     });
+    // When each thread waited and why: its waits as spans of buckets by kind (the frame atop a
+    // wait's stack), neighbours of one kind merged, at most 4 a bucket per lane.
+    std::vector<std::vector<std::array<std::uint64_t, 3>>> waits(order.size());
+    if (off) {
+        view_filter of_waits = all_threads;
+        of_waits.event = *off;
+        of_waits.also = view_filter::no_event;
+        std::unordered_map<std::uint32_t, std::uint64_t> kind_of_frame;
+        const auto kind_of = [&](std::uint32_t frame) {
+            const auto [it, fresh] = kind_of_frame.try_emplace(frame, 3);
+            if (fresh) {
+                const auto name = p.symbol(frame);
+                it->second = name == "[sleeping]"               ? 0
+                             : name == "[uninterruptible: I/O]" ? 1
+                             : name == "[preempted]"            ? 2
+                                                                : 3;
+            }
+            return it->second;
+        };
+        for_each_sample(p, of_waits, [&](const sample_row& s) {
+            const auto it = lanes.find(s.tid);
+            if (it == lanes.end() || it->second.activity.empty())
+                return;
+            auto& spans = waits[it->second.slot];
+            const std::uint64_t b0 = bucket(s.time), b1 = bucket(std::min(s.time + s.period, t1));
+            const auto node = p.row_node(s);
+            const auto kind = node == profile::root ? 3 : kind_of(p.node_frame(node));
+            if (!spans.empty() && spans.back()[1] + 1 >= b0 &&
+                (spans.back()[2] == kind || spans.size() >= 4 * width)) {
+                spans.back()[1] = std::max(spans.back()[1], b1);
+            } else {
+                spans.push_back({b0, b1, kind});
+            }
+        });
+    }
     struct commonest {
         std::uint32_t node = 0;
         std::uint64_t weight = 0;
@@ -261,6 +323,12 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         row["activity"] = std::move(activity);
         row["top_stack"] = std::move(commonest_stack);
         row["top_weight"] = std::move(commonest_weight);
+        if (off) {
+            json::array spans(sp);
+            for (const auto& w : waits[l->slot])
+                spans.push_back(json::array({w[0], w[1], w[2]}, sp));
+            row["waits"] = std::move(spans);
+        }
         threads.push_back(std::move(row));
     }
     json::object o = view_header(p, f, total, sp);
@@ -270,6 +338,8 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     o["buckets"] = width;
     o["threads"] = std::move(threads);
     o["threads_not_shown"] = hidden;
+    if (off)
+        o["wait_kinds"] = json::array({"sleeping", "I/O", "preempted", "other"}, sp);
     o["stacks"] = std::move(stacks);
     o["stack_frames"] = std::move(stack_frames);
     if (!chart_tid)

@@ -140,8 +140,13 @@ script_parser::renaming script_parser::name_again() {
     for (auto& l : last_)
         l = {};
     named_ = std::move(answers);
-    const bool renamed =
-        profile_.rename([this](std::uint32_t frame, std::uint32_t offset) -> profile::renamed {
+    // The waits not yet ended hold sites of their own: moved with the samples'.
+    std::vector<std::uint32_t> held;
+    held.reserve(waits_.size());
+    for (const auto& [tid, w] : waits_)
+        held.push_back(w.site);
+    const bool renamed = profile_.rename(
+        [this](std::uint32_t frame, std::uint32_t offset) -> profile::renamed {
             const auto module = profile_.module(frame);
             if (offset == profile::no_offset || module.empty() || module.front() != '/' ||
                 profile_.symbol(frame) != "[unknown]")
@@ -150,7 +155,11 @@ script_parser::renaming script_parser::name_again() {
             const auto now = named_frame(module, offset, named_offset);
             return now == profile::no_frame ? profile::renamed{frame, offset}
                                             : profile::renamed{now, named_offset};
-        });
+        },
+        &held);
+    auto moved = held.begin();
+    for (auto& [tid, w] : waits_) // (the same order: the map did not change)
+        w.site = *moved++;
     return renamed ? renaming::renamed : renaming::unchanged;
 }
 

@@ -433,6 +433,12 @@ void script_parser::commit() {
         frames_.push_back(unknown_frame_);
         offsets_.push_back(profile::no_offset);
     }
+    // A wait's stack is topped by its kind, its leaf then a caller like any other (the
+    // renaming's rules hold for it).
+    if (switch_out_) {
+        frames_.insert(frames_.begin(), profile_.intern_frame(wait_kind_, off_cpu_module));
+        offsets_.insert(offsets_.begin(), profile::no_offset);
+    }
     // The frames shared from the root with the thread's previous sample (same functions,
     // same offsets) keep their sites.
     const std::size_t n = frames_.size();
@@ -506,15 +512,14 @@ void script_parser::commit() {
     frames_.clear();
     offsets_.clear();
     if (switch_out_) {
-        // Not a sample of its own: the thread's wait begins here, topped by its kind.
-        const auto kind = profile_.intern_frame(wait_kind_, off_cpu_module);
+        // Not a sample of its own: the thread's wait begins here.
         if (waits_.size() >= max_waiting_threads && !waits_.count(tid_)) {
             ++stats_.waits_dropped;
             return;
         }
         auto& w = waits_[tid_];
         w.since_ns = time_ns_;
-        w.site = profile_.child_site(site, kind, profile::no_offset);
+        w.site = site;
         w.pid = pid_;
         w.comm = comm_;
         return;
@@ -556,6 +561,7 @@ void script_parser::end_wait(std::uint32_t tid, std::uint64_t time_ns) {
         }
         profile_.add_sample_at(w.since_ns, w.site, w.pid, tid, w.comm, off_cpu_,
                                time_ns - w.since_ns);
+        profile_.extend_to(time_ns);
         ++stats_.waits;
     }
     waits_.erase(it);
