@@ -1296,11 +1296,13 @@ TEST_CASE("API: last=N is a rolling window over the newest N seconds, and the me
     CHECK_FALSE(f.get_json(url).as_object().contains("view_samples"));
     CHECK(f.call(http::verb::get, url + "/functions?last=0").result() == http::status::bad_request);
     // A window or thread no clock or thread can have is refused, never cast past its range.
-    for (const char* q : {"start=inf", "end=nan", "start=1e300", "end=-1", "start=1e10", "tid=-1",
-                          "tid=1e12", "max_depth=1e300"})
+    for (const char* q : {"start=inf", "end=nan", "start=1e300", "end=-1e10", "start=1e10",
+                          "tid=-1", "tid=1e12", "max_depth=1e300"})
         CHECK(f.call(http::verb::get, url + "/functions?" + q).result() ==
               http::status::bad_request);
     CHECK(f.call(http::verb::get, url + "/functions?start=1e9").result() == http::status::ok);
+    CHECK(f.call(http::verb::get, url + "/functions?start=-0.6&end=1.3").result() ==
+          http::status::ok); // (a window drawn from before the first sample)
 }
 
 TEST_CASE("API: an export is the view: its transforms and text filter, titled with the "

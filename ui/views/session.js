@@ -238,7 +238,7 @@ async function renderControls(session, r) {
   agent.running = state !== 'ended';
   const allowed = { pause: state === 'profiling', resume: state === 'paused', stop: state === 'profiling' || state === 'paused' };
   for (const b of document.querySelectorAll('#controls button[data-cmd]')) {
-    if (b.dataset.cmd === 'start') { b.hidden = state !== 'ended' || !t.pid; continue; }
+    if (b.dataset.cmd === 'start') { b.hidden = state !== 'ended' || !t.pid; $('#control-offcpu-box').hidden = b.hidden; continue; }
     b.hidden = state === 'ended';
     b.disabled = !allowed[b.dataset.cmd];
   }
@@ -348,7 +348,7 @@ export function init(context) {
     if (!b || !agent.target) return;
     try {
       $('#control-result').textContent = '';
-      if (b.dataset.cmd === 'start' ? await startRun(agent.target, { pid: agent.pid }) : (await agentCommand(agent.target, { cmd: b.dataset.cmd }), false)) return;
+      if (b.dataset.cmd === 'start' ? await startRun(agent.target, { pid: agent.pid, off_cpu: $('#control-offcpu').checked }) : (await agentCommand(agent.target, { cmd: b.dataset.cmd }), false)) return;
     } catch (err) { $('#control-result').textContent = `${b.dataset.cmd}: ${err.message}`; }
     app.rerender(); // the target's state changed
   });

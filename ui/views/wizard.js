@@ -130,6 +130,7 @@ function review() {
     <tr><td>process</td><td>${state.pid} ${esc(state.comm)}</td></tr>
     <tr><td>events</td><td>${events.map(esc).join(', ') || '<span class="warn">none chosen: the agent picks</span>'}</td></tr>
     <tr><td>call graphs</td><td>${esc(callgraphLabel[chosenCallgraph()] || 'the agent picks')}</td></tr>
+    <tr><td>off-CPU</td><td>${$('#wz-offcpu').checked ? 'recorded: where the threads wait, and why' : 'not recorded'}</td></tr>
     <tr><td>frequency</td><td>${Number($('#wz-frequency').value)} Hz</td></tr>
     <tr><td>chunk length</td><td>${Number($('#wz-duration').value)} s</td></tr>
     <tr><td>binaries</td><td>${esc($('#wz-binary').value || '(the device paths)')}</td></tr></table>`;
@@ -140,6 +141,7 @@ async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
   if (chosenCallgraph()) args.callgraph = chosenCallgraph();
+  if ($('#wz-offcpu').checked) args.off_cpu = true;
   $('#wz-start-state').textContent = 'starting… (the agent checks what this perf can do first: up to a minute on some devices)';
   let answer;
   try { answer = await command('start', args); } finally { $('#wz-start-state').textContent = ''; }

@@ -81,12 +81,14 @@ result<view_params> parse_view_params(const target_url& u) {
             return failure{"bad_parameter", "tid must be a thread id"};
         v.tid = static_cast<std::uint32_t>(*tid);
     }
-    // Seconds from the session's first sample, at most a billion (ns stay within 64 bits).
+    // Seconds from the session's first sample, within a billion either way (ns stay within 64
+    // bits; a window the health charts drew before the first sample starts below 0).
     v.start_s = number_param(u, "start", bad);
     v.end_s = number_param(u, "end", bad);
     for (const auto& t : {v.start_s, v.end_s})
-        if (t && !(*t >= 0 && *t <= 1e9))
-            return failure{"bad_parameter", "start and end must be seconds from 0 to 1000000000"};
+        if (t && !(*t >= -1e9 && *t <= 1e9))
+            return failure{"bad_parameter",
+                           "start and end must be seconds within 1000000000 of the first sample"};
     v.last_s = number_param(u, "last", bad);
     if (v.last_s && !(*v.last_s > 0 && *v.last_s <= 1e9))
         return failure{"bad_parameter", "last must be a number of seconds above 0"};

@@ -165,6 +165,17 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         lanes[s.tid].weight += w;
         total += w;
     });
+    // A thread that only waited has a lane too (below the busy ones): when it waited shows.
+    std::optional<std::uint8_t> off;
+    for (std::uint8_t e = 0; e < p.event_count(); ++e)
+        if (p.event_name(e) == off_cpu_event_name)
+            off = e;
+    view_filter of_waits = all_threads;
+    if (off) {
+        of_waits.event = *off;
+        of_waits.also = view_filter::no_event;
+        for_each_sample(p, of_waits, [&](const sample_row& s) { lanes.try_emplace(s.tid); });
+    }
     std::vector<std::pair<std::uint32_t, lane*>> order;
     for (auto& [tid, l] : lanes)
         order.emplace_back(tid, &l);
@@ -184,10 +195,6 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     constexpr std::size_t max_cells = std::size_t{1} << 18;
     std::unordered_map<std::uint64_t, std::uint64_t> cell_stacks;
     // A wait is weighed over the time it lasted, not at its start.
-    std::optional<std::uint8_t> off;
-    for (std::uint8_t e = 0; e < p.event_count(); ++e)
-        if (p.event_name(e) == off_cpu_event_name)
-            off = e;
     // (The part of a wait past the window is not in it.)
     const auto spread = [&](std::vector<std::uint64_t>& into, std::uint64_t from,
                             std::uint64_t ns) {
@@ -227,9 +234,6 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
     // wait's stack), neighbours of one kind merged, at most 4 a bucket per lane.
     std::vector<std::vector<std::array<std::uint64_t, 3>>> waits(order.size());
     if (off) {
-        view_filter of_waits = all_threads;
-        of_waits.event = *off;
-        of_waits.also = view_filter::no_event;
         std::unordered_map<std::uint32_t, std::uint64_t> kind_of_frame;
         const auto kind_of = [&](std::uint32_t frame) {
             const auto [it, fresh] = kind_of_frame.try_emplace(frame, 3);

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { check, start, tableShows, until } from '../harness.mjs';
 
 export async function waitsEverywhere(t) {
-  const { build, bin, http, fetch, again } = t;
+  const { build, bin, http, fetch, again, session } = t;
   t.doing = 'recording waits with --off-cpu';
   const work = start(join(build, 'test/workloads/perfwire-waits'), ['60']);
   await new Promise((r) => setTimeout(r, 300)); // its threads named and waiting
@@ -39,7 +39,7 @@ export async function waitsEverywhere(t) {
   const names = [];
   const walk = (n) => { names.push(n.name); for (const c of n.children || []) walk(c); };
   walk(flame.root);
-  check(names.includes('[sleeping]') && names.includes('[off-cpu]') === false && flame.total > 1e9,
+  check(names.includes('[sleeping]') && names.some((n) => n.startsWith('clock_nanosleep')) && flame.total > 1e9,
     `the off-cpu flame graph draws the waits, ${(flame.total / 1e9).toFixed(1)} s of them, topped by their kind`);
 
   t.doing = 'the wall view';
@@ -59,4 +59,11 @@ export async function waitsEverywhere(t) {
   const tip = await again.locator('#lane-tip').textContent();
   await again.mouse.move(0, 0);
   check(/waiting here: sleeping/.test(tip), `a napping thread's lane shows it waiting, and why ("${tip.replace(/\s+/g, ' ').slice(0, 90)}")`);
+  await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'off-cpu-timeline.png') });
+  await again.goto(`${http}/#session=${id}&tab=flamegraph&event=off-cpu`);
+  await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 5, null, { timeout: 15000 });
+  await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'off-cpu-flame.png') });
+  // Back where the steps after this one expect the page.
+  await again.goto(`${http}/#session=${session}&tab=functions`);
+  await tableShows(again, { session });
 }
