@@ -1111,3 +1111,22 @@ TEST_CASE("off-cpu: a wait open while the frames are named again ends on the nam
     CHECK(stack == "main;nap;[sleeping]");
     CHECK(p.sample_period(0) == 20'000'000);
 }
+
+TEST_CASE("off-cpu: a switch record read before its sample is one wait, on the sample's stack",
+          "[collector][parser][off-cpu]") {
+    profile p;
+    script_parser parser(p);
+    parser.feed("app 10/11 100.000000: PERF_RECORD_SWITCH OUT\n"
+                "app 10/11 [000] 100.000002: 1 sched:sched_switch: prev_comm=app prev_pid=11 "
+                "prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+                "\t401000 nap+0x4 (/bin/app)\n\n"
+                "app 10/11 100.010000: PERF_RECORD_SWITCH IN\n");
+    parser.finish();
+    REQUIRE(p.sample_count() == 1);
+    CHECK(parser.stats().waits == 1);
+    CHECK(p.sample_period(0) == 10'000'000);
+    std::string stack;
+    for (auto s = p.sample_site(0); s != 0; s = p.site_parent(s))
+        stack = std::string(p.symbol(p.site_frame(s))) + (stack.empty() ? "" : ";") + stack;
+    CHECK(stack == "nap;[sleeping]");
+}

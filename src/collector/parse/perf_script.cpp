@@ -322,9 +322,12 @@ bool script_parser::header(std::string_view l) {
             begin_unseen_wait(h);
         return true;
     }
-    // The thread runs: a wait of its still open ended by now (perf printed no switch back in).
-    end_wait(h.tid, h.time_ns);
+    // The thread runs: a wait of its still open ended by now (perf printed no switch back in)
+    // — but for the sample of the switch whose record came first: the wait it began.
     switch_out_ = h.event == "sched:sched_switch";
+    const auto open = switch_out_ ? waits_.find(h.tid) : waits_.end();
+    if (open == waits_.end() || !open->second.unseen)
+        end_wait(h.tid, h.time_ns);
     if (switch_out_)
         wait_kind_ = wait_kind(switch_prev_state(h.rest));
     time_ns_ = h.time_ns;
@@ -518,7 +521,9 @@ void script_parser::commit() {
             return;
         }
         auto& w = waits_[tid_];
-        w.since_ns = time_ns_;
+        if (!w.unseen) // (one its switch record began keeps that time)
+            w.since_ns = time_ns_;
+        w.unseen = false;
         w.site = site;
         w.pid = pid_;
         w.comm = comm_;
@@ -541,6 +546,7 @@ void script_parser::begin_unseen_wait(const header_fields& h) {
         profile_.intern_frame(h.preempted ? "[preempted]" : "[off-cpu]", off_cpu_module);
     auto& w = waits_[h.tid];
     w.since_ns = h.time_ns;
+    w.unseen = true;
     w.site = profile_.child_site(profile_.child_site(0, unknown_frame_, profile::no_offset), kind,
                                  profile::no_offset);
     w.pid = h.pid;

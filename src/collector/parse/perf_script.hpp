@@ -171,6 +171,7 @@ private:
         std::uint64_t since_ns = 0;
         std::uint32_t site = 0, pid = 0;
         std::string comm;
+        bool unseen = false; // begun by its switch record, its sample not (yet) read
     };
     std::unordered_map<std::uint32_t, wait> waits_; // by tid
     bool switch_out_ = false;    // the pending sample is a sched:sched_switch: a wait begins
