@@ -112,9 +112,10 @@ void renamed(std::string_view text) {
     in_place.feed(text.substr(cut));
     in_place.finish();
     check(a.sample_count() == b.sample_count());
-    // (A wait that could not be told, its clock gone back, leaves call paths no sample has:
-    // a renaming lets them go.)
-    const bool orphans = in_place.stats().waits_dropped > 0;
+    // (Waits leave call paths no sample has — one that could not be told, a switch record's
+    // stand-in its sample took over — and a renaming lets them go.)
+    const bool orphans = in_place.stats().waits_dropped > 0 || in_place.stats().waits > 0 ||
+                         in_place.waiting() > 0 || fresh.waiting() > 0;
     check(orphans || a.node_count() == b.node_count());
     // (Past the allowance of call sites the two may keep different ones.)
     if (a.caller_sites_full() || b.caller_sites_full())
