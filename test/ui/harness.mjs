@@ -13,6 +13,10 @@ export function start(cmd, args) {
   const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   child.log = '';
   child.stderr.on('data', (d) => { child.log += d; });
+  // A program that cannot start fails the step that waits for it, and the servers already
+  // started are still stopped (an unhandled 'error' would end the test and leave them).
+  child.on('error', (e) => { child.log += `cannot start ${cmd}: ${e.message}
+`; });
   children.push(child);
   return child;
 }
