@@ -166,10 +166,7 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
         total += w;
     });
     // A thread that only waited has a lane too (below the busy ones): when it waited shows.
-    std::optional<std::uint8_t> off;
-    for (std::uint8_t e = 0; e < p.event_count(); ++e)
-        if (p.event_name(e) == off_cpu_event_name)
-            off = e;
+    const auto off = event_named(p, off_cpu_event_name);
     view_filter of_waits = all_threads;
     if (off) {
         of_waits.event = *off;

@@ -24,22 +24,19 @@ event_resolution resolve_event(const profile& p, std::string_view name) {
         for (std::uint8_t e = 0; e < p.event_count(); ++e)
             for (auto n : p.self_samples(e))
                 counts[e] += n;
-        for (std::uint8_t e = 0; e < p.event_count(); ++e)
-            if (p.event_name(e) == off_cpu_event_name && p.event_count() > 1)
-                counts[e] = 0;
+        if (const auto off = event_named(p, off_cpu_event_name); off && p.event_count() > 1)
+            counts[*off] = 0;
         r.event = static_cast<std::uint8_t>(std::max_element(counts.begin(), counts.end()) -
                                             counts.begin());
         return r;
     }
     if (name == wall_event) {
-        std::optional<std::uint8_t> clock, off;
-        for (std::uint8_t e = 0; e < p.event_count(); ++e) {
-            const auto base = event_base_name(p.event_name(e));
-            if (p.event_name(e) == off_cpu_event_name)
-                off = e;
-            else if (!clock && (base == "cpu-clock" || base == "task-clock"))
+        const auto off = event_named(p, off_cpu_event_name);
+        std::optional<std::uint8_t> clock;
+        for (std::uint8_t e = 0; e < p.event_count() && !clock; ++e)
+            if (const auto base = event_base_name(p.event_name(e));
+                base == "cpu-clock" || base == "task-clock")
                 clock = e;
-        }
         if (clock && off) {
             r.event = clock;
             r.also = off;
@@ -89,6 +86,13 @@ std::vector<std::uint64_t> self_weights(const profile& p, const view_filter& f, 
 }
 
 } // namespace
+
+std::optional<std::uint8_t> event_named(const profile& p, std::string_view name) {
+    for (std::uint8_t e = 0; e < p.event_count(); ++e)
+        if (p.event_name(e) == name)
+            return e;
+    return std::nullopt;
+}
 
 bool has_wall(const profile& p) {
     return resolve_event(p, wall_event).also.has_value();

@@ -28,6 +28,8 @@ inline constexpr std::string_view wall_event = "wall";
 // the CPU clock (cpu-clock, task-clock: a period in ns) with off-cpu. Otherwise an exact name,
 // or a base name that matches exactly one event.
 event_resolution resolve_event(const profile& p, std::string_view name);
+// The event of that exact name, if the profile has it.
+std::optional<std::uint8_t> event_named(const profile& p, std::string_view name);
 // Whether the profile has what `wall` needs (a CPU clock and off-cpu).
 bool has_wall(const profile& p);
 

@@ -554,6 +554,8 @@ void script_parser::begin_unseen_wait(const header_fields& h) {
 }
 
 void script_parser::end_wait(std::uint32_t tid, std::uint64_t time_ns) {
+    if (waits_.empty()) // (every sample asks: a profile without waits pays no lookup)
+        return;
     const auto it = waits_.find(tid);
     if (it == waits_.end())
         return;
