@@ -190,7 +190,7 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
         log("no such process " + std::to_string(*c.pid));
         co_return 1;
     }
-    if (const auto why = c.off_cpu ? off_cpu_problem() : std::string(); !why.empty()) {
+    if (const auto why = c.off_cpu ? off_cpu_problem(c.events) : std::string(); !why.empty()) {
         log(why);
         co_return 1;
     }

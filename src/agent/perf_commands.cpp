@@ -45,14 +45,49 @@ int mmap_pages_for(int frequency, bool dwarf) {
     return pages;
 }
 
+std::optional<std::string> at_own_rate(std::string_view event, int frequency) {
+    const auto colon = event.find(':');
+    const auto name = event.substr(0, colon);
+    const auto modifiers =
+        colon == std::string_view::npos ? std::string_view{} : event.substr(colon + 1);
+    const auto is_name_char = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '-' || c == '_' || c == '.';
+    };
+    if (name.empty() || !std::all_of(name.begin(), name.end(), is_name_char) ||
+        modifiers.find_first_not_of("ukhGHpPSDIWeb") != std::string_view::npos ||
+        (colon != std::string_view::npos && modifiers.empty()))
+        return std::nullopt;
+    return std::string(name) + "/freq=" + std::to_string(frequency) +
+           ",name=" + std::string(event) + "/" + std::string(modifiers);
+}
+
+std::string off_cpu_events_problem(const std::vector<std::string>& events) {
+    for (const auto& e : events)
+        if (!at_own_rate(e, 99))
+            return "off-CPU records every switch beside the sampled events, each at a rate of "
+                   "its own: '" +
+                   e + "' cannot take one (give a named event such as cpu-clock)";
+    return {};
+}
+
 std::vector<std::string> record_args(const record_settings& s, std::string_view output,
                                      const std::vector<std::string>& command) {
-    std::vector<std::string> args = {"record", "-e", join(s.events, ','), "-F",
-                                     std::to_string(s.frequency)};
+    // Off-CPU: each event at its rate, every switch kept (-c 1 holds for the tracepoint alone).
+    std::vector<std::string> events;
+    if (s.off_cpu && off_cpu_events_problem(s.events).empty())
+        for (const auto& e : s.events)
+            events.push_back(*at_own_rate(e, s.frequency));
+    std::vector<std::string> args = {"record", "-e", join(events.empty() ? s.events : events, ',')};
+    if (events.empty())
+        args.insert(args.end(), {"-F", std::to_string(s.frequency)});
+    else
+        args.insert(args.end(), {"-c", "1"});
     if (!s.callgraph.empty())
         args.push_back("--call-graph=" + s.callgraph);
-    args.insert(args.end(),
-                {"-m", std::to_string(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))});
+    // (Switches come at any rate: with them, at least perf's default of 128 pages.)
+    const int pages = mmap_pages_for(s.frequency, s.callgraph == "dwarf");
+    args.insert(args.end(), {"-m", std::to_string(s.off_cpu ? std::max(pages, 128) : pages)});
     // (Not with the switches: woken per sample, perf drops about half of them.)
     if (s.prompt && !s.off_cpu)
         args.push_back("--no-buffering");

@@ -48,6 +48,17 @@ struct record_settings {
 // several CPUs still takes seconds: streaming asks for `prompt` too.)
 int mmap_pages_for(int frequency, bool dwarf = false);
 
+// `event` sampled at `frequency` by a term of its own ("cpu-clock:u" →
+// "cpu-clock/freq=99,name=cpu-clock:u/u"), so that perf's -c 1 beside it holds for the switch
+// tracepoint alone: under a global -F perf would sample the tracepoint at that rate too,
+// throttling it to a fraction of the switches. None for an event that cannot take the term (a
+// tracepoint, or a PMU event already spelt with terms).
+std::optional<std::string> at_own_rate(std::string_view event, int frequency);
+
+// Why off-CPU cannot record beside `events` (one of them cannot take a rate of its own), or
+// empty.
+std::string off_cpu_events_problem(const std::vector<std::string>& events);
+
 // perf record writing to `output` ("-" for a pipe); `command` runs under it when non-empty
 // (the probe uses `sleep 0.2` to bound a recording).
 std::vector<std::string> record_args(const record_settings& s, std::string_view output,

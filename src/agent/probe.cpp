@@ -379,6 +379,11 @@ std::string off_cpu_problem(const std::string& proc_root, const std::string& sys
            sys_root + "/kernel/tracing)";
 }
 
+std::string off_cpu_problem(const std::vector<std::string>& events) {
+    auto why = off_cpu_problem();
+    return why.empty() ? off_cpu_events_problem(events) : why;
+}
+
 asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid) {
     const auto started = std::chrono::steady_clock::now();
     capabilities caps;

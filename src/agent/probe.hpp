@@ -84,6 +84,8 @@ int read_perf_event_paranoid(const std::string& proc_root = "/proc");
 // tracepoint), or empty when it can. `sys_root`: where /sys is (tests).
 std::string off_cpu_problem(const std::string& proc_root = "/proc",
                             const std::string& sys_root = "/sys");
+// The same, and why not beside these sampled events (perf_commands.hpp off_cpu_events_problem).
+std::string off_cpu_problem(const std::vector<std::string>& events);
 
 // Finds what this perf can do for `pid` (or the whole system). About a second with a
 // well-behaved perf; an odd one takes a few more rounds of short runs, each bounded.

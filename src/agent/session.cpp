@@ -882,7 +882,9 @@ asio::awaitable<void> session::auto_start() {
         send_state(why);
         co_return;
     }
-    if (const auto why = run_->settings.record.off_cpu ? off_cpu_problem() : std::string();
+    if (const auto why = run_->settings.record.off_cpu
+                             ? off_cpu_problem(run_->settings.record.events)
+                             : std::string();
         !why.empty()) {
         log(peer_, why + "; idle");
         send_state(why);
@@ -1067,7 +1069,9 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(
             id, "off_cpu needs a process (pid): the whole system's switches are too many");
     if (const auto why =
-            off_cpu.value_or(run_->settings.record.off_cpu) ? off_cpu_problem() : std::string();
+            off_cpu.value_or(run_->settings.record.off_cpu)
+                ? off_cpu_problem(events.empty() ? run_->settings.record.events : events)
+                : std::string();
         !why.empty())
         co_return command_response::failure(id, why);
     // Rounds when perf cannot stream through a pipe, or when asked for.

@@ -72,10 +72,23 @@ TEST_CASE("off-CPU command lines: the switches recorded and printed with their k
     s.prompt = true;
     s.off_cpu = true;
     const auto rec = record_args(s, "-");
-    const std::vector<std::string> want = {
-        "record",          "-e", "cpu-clock", "-F", "99",
-        "--call-graph=fp", "-m", "8",         "-e", "sched:sched_switch",
-        "--switch-events", "-p", "42",        "-o", "-"};
+    // The sampled event at its rate by a term of its own, every switch kept (a global -F would
+    // throttle the tracepoint to that rate: a thread napping 50 times a second kept 36 % of them).
+    const std::vector<std::string> want = {"record",
+                                           "-e",
+                                           "cpu-clock/freq=99,name=cpu-clock/",
+                                           "-c",
+                                           "1",
+                                           "--call-graph=fp",
+                                           "-m",
+                                           "128",
+                                           "-e",
+                                           "sched:sched_switch",
+                                           "--switch-events",
+                                           "-p",
+                                           "42",
+                                           "-o",
+                                           "-"};
     CHECK(rec == want);
     const auto scr = script_args("-", true, false, true);
     CHECK(std::find(scr.begin(), scr.end(), "--show-switch-events") != scr.end());
@@ -83,6 +96,28 @@ TEST_CASE("off-CPU command lines: the switches recorded and printed with their k
     s.off_cpu = false;
     const auto plain = record_args(s, "-");
     CHECK(std::find(plain.begin(), plain.end(), "--no-buffering") != plain.end());
+}
+
+TEST_CASE("off-CPU gives each sampled event a rate of its own, and refuses an event that "
+          "cannot take one",
+          "[agent][perf][off-cpu]") {
+    CHECK(at_own_rate("cpu-clock", 99) == "cpu-clock/freq=99,name=cpu-clock/");
+    CHECK(at_own_rate("cycles:u", 4999) == "cycles/freq=4999,name=cycles:u/u");
+    CHECK(at_own_rate("L1-dcache-load-misses", 99) ==
+          "L1-dcache-load-misses/freq=99,name=L1-dcache-load-misses/");
+    for (const char* e :
+         {"sched:sched_wakeup", "cpu/cycles/", "cpu-clock:", "", "cpu clock", "cpu-clock:u,k"})
+        CHECK_FALSE(at_own_rate(e, 99));
+    CHECK(off_cpu_events_problem({"cpu-clock", "task-clock:u"}).empty());
+    CHECK_THAT(off_cpu_events_problem({"cpu-clock", "cpu/cycles/"}),
+               Catch::Contains("'cpu/cycles/' cannot take one"));
+    // Never handed to perf as it is beside -c 1 (every event sampled at each occurrence): the
+    // rate stays global, as without off-CPU.
+    record_settings s{{"cpu/cycles/"}, 99, "fp", 42};
+    s.off_cpu = true;
+    const auto rec = record_args(s, "-");
+    CHECK(std::find(rec.begin(), rec.end(), "-c") == rec.end());
+    CHECK(std::find(rec.begin(), rec.end(), "-F") != rec.end());
 }
 
 TEST_CASE("off-CPU is refused, saying why, where the kernel shows no sched_switch tracepoint",

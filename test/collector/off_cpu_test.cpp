@@ -115,6 +115,14 @@ TEST_CASE("off-cpu: a thread's waits are on the stack it waited in and as long a
         const double mean = static_cast<double>(ns) / static_cast<double>(waits);
         CHECK(mean == Approx(self_mean).epsilon(0.10));
         CHECK(static_cast<double>(asleep) >= 0.9 * static_cast<double>(ns));
+        // Every wait, not a sample of them: the napper, asleep but for microseconds a nap, is
+        // seen asleep most of the recording (perf's rate throttling the switch tracepoint kept
+        // about a third of its naps).
+        if (std::string_view(thread) == "napper") {
+            const auto span = p.last_time() - p.first_time();
+            INFO("recording span " << span << " ns");
+            CHECK(static_cast<double>(asleep) >= 0.8 * static_cast<double>(span));
+        }
     }
     // The spinner's CPU is on-CPU samples, not waits; the on-CPU view is unchanged by them.
     view_filter on;

@@ -508,18 +508,43 @@ def read_perf_event_paranoid():
     return int(m.group(1)) if m else (0 if text is not None else 2)
 
 
-def off_cpu_problem(sys_root="/sys"):
+def off_cpu_problem(sys_root="/sys", events=()):
     """Why this device cannot record where threads wait (the sched:sched_switch tracepoint),
-    or "" when it can."""
+    or beside these sampled `events`; "" when it can."""
     paranoid = read_perf_event_paranoid()
     if os.geteuid() != 0 and paranoid > -1:
         return ("off-CPU needs root, or perf_event_paranoid -1 for a tracepoint (it is %d)"
                 % paranoid)
     for tracing in ("/kernel/tracing", "/kernel/debug/tracing"):
         if os.access(sys_root + tracing + "/events/sched/sched_switch/format", os.R_OK):
-            return ""
+            return off_cpu_events_problem(events)
     return ("off-CPU needs the sched:sched_switch tracepoint, which this kernel does not show "
             "(tracefs is not mounted at %s/kernel/tracing)" % sys_root)
+
+
+_EVENT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def at_own_rate(event, frequency):
+    """`event` sampled at `frequency` by a term of its own ("cpu-clock:u" ->
+    "cpu-clock/freq=99,name=cpu-clock:u/u"), so that perf's -c 1 beside it holds for the switch
+    tracepoint alone: under a global -F perf samples the tracepoint at that rate too, keeping a
+    fraction of the switches. None for an event that cannot take the term (a tracepoint, a PMU
+    event already spelt with terms)."""
+    name, colon, modifiers = event.partition(":")
+    if (not _EVENT_NAME.match(name) or (colon and not modifiers)
+            or any(m not in "ukhGHpPSDIWeb" for m in modifiers)):
+        return None
+    return "%s/freq=%d,name=%s/%s" % (name, frequency, event, modifiers)
+
+
+def off_cpu_events_problem(events):
+    """Why off-CPU cannot record beside `events` (one cannot take a rate of its own), or ""."""
+    for e in events:
+        if at_own_rate(e, 99) is None:
+            return ("off-CPU records every switch beside the sampled events, each at a rate of "
+                    "its own: '%s' cannot take one (give a named event such as cpu-clock)" % e)
+    return ""
 
 
 def read_build_id(path):
@@ -972,13 +997,22 @@ def target_args(pid):
 
 def record_args(s, output, command=None, prompt=False):
     """`prompt`: --no-buffering, perf hands each sample on as it is taken."""
-    args = ["record", "-e", ",".join(s.events), "-F", str(s.frequency)]
+    off_cpu = getattr(s, "off_cpu", False)
+    # Off-CPU: each event at its rate, every switch kept (-c 1 holds for the tracepoint alone).
+    own = ([at_own_rate(e, s.frequency) for e in s.events]
+           if off_cpu and not off_cpu_events_problem(s.events) else [])
+    if own:
+        args = ["record", "-e", ",".join(own), "-c", "1"]
+    else:
+        args = ["record", "-e", ",".join(s.events), "-F", str(s.frequency)]
     if s.callgraph:
         args.append("--call-graph=" + s.callgraph)
-    args += ["-m", str(mmap_pages_for(s.frequency, s.callgraph == "dwarf"))]
-    if prompt and not getattr(s, "off_cpu", False):  # (woken per sample, perf drops switches)
+    pages = mmap_pages_for(s.frequency, s.callgraph == "dwarf")
+    # (Switches come at any rate: with them, at least perf's default of 128 pages.)
+    args += ["-m", str(max(pages, 128) if off_cpu else pages)]
+    if prompt and not off_cpu:  # (woken per sample, perf drops switches)
         args.append("--no-buffering")
-    if getattr(s, "off_cpu", False):
+    if off_cpu:
         args += ["-e", "sched:sched_switch", "--switch-events"]
     args += target_args(s.pid) + ["-o", output]
     return args + (["--"] + command if command else [])
@@ -3260,7 +3294,8 @@ class Session(object):
             if (s.off_cpu if off_cpu is None else off_cpu) and pid is None:
                 return response(rid, error="off_cpu needs a process (pid): the whole system's "
                                 "switches are too many")
-            why = off_cpu_problem() if (s.off_cpu if off_cpu is None else off_cpu) else ""
+            why = (off_cpu_problem(events=events or s.events)
+                   if (s.off_cpu if off_cpu is None else off_cpu) else "")
             if why:
                 return response(rid, error=why)
             # Rounds when perf cannot stream through a pipe, or when asked for.
@@ -3381,7 +3416,8 @@ class Session(object):
                 self.log(why + "; idle")
                 self.send_state(why)
                 return
-            why = off_cpu_problem() if self.settings.off_cpu else ""
+            why = (off_cpu_problem(events=self.settings.events)
+                   if self.settings.off_cpu else "")
             if why:
                 self.log(why + "; idle")
                 self.send_state(why)
@@ -3857,7 +3893,7 @@ def output_mode(cfg, stop):
     if not os.path.exists("/proc/%d" % cfg.pid):
         log("no such process %d" % cfg.pid)
         return 1
-    why = off_cpu_problem() if cfg.off_cpu else ""
+    why = off_cpu_problem(events=cfg.events) if cfg.off_cpu else ""
     if why:
         log(why)
         return 1
