@@ -1,16 +1,19 @@
 // off_cpu: what recording where threads wait costs. The real agent (--output, the real perf)
 // records a workload for a few seconds without and with --off-cpu; for each, the text bytes a
-// second it makes (what goes over the link, before zstd) and the CPU it takes: the agent's own
-// process, and perf's (everything the agent ran, reaped by it).
+// second it makes (what goes over the link, before zstd), the wire bytes (that text compressed
+// as the link sends it: a zstd frame per third of a second of it) and the CPU it takes: the
+// agent's own process, and perf's (everything the agent ran, reaped by it). With --off-cpu the
+// agent folds the switches into waits on the device (src/agent/wait_folder.hpp).
 //
 //   demo       perfwire-demo: busy threads, few switches
 //   switcher   two threads of this program passing a byte back and forth through pipes,
 //              paced to about --rate switches a second (the rate reached is printed)
 //
 // The goal (docs/benchmarks.md): with --off-cpu at 10 k switches a second, at most 2x the
-// bytes of plain sampling and the agent at most 2 % of a core.
+// (wire) bytes of plain sampling and the agent at most 2 % of a core.
 //
 // Usage: off_cpu [--seconds N (5)] [--rate SWITCHES_PER_SECOND (10000)]
+#include "protocol/compression.hpp"
 #include "support.hpp"
 #include "support/spawn.hpp"
 
@@ -75,8 +78,22 @@ std::uint64_t switches(int pid) {
 }
 
 struct cost {
-    double bytes_per_s = 0, agent_pct = 0, perf_pct = 0;
+    double bytes_per_s = 0, wire_per_s = 0, agent_pct = 0, perf_pct = 0;
 };
+
+// `text` as the link carries it: a zstd frame per third of a second of it, each ending on a
+// sample boundary (a blank line).
+std::size_t wire_bytes(const std::string& text, int seconds) {
+    const std::size_t piece = std::max<std::size_t>(1, text.size() / (3 * seconds));
+    std::size_t wire = 0;
+    for (std::size_t at = 0; at < text.size();) {
+        auto end = text.find("\n\n", std::min(text.size(), at + piece));
+        end = end == std::string::npos ? text.size() : end + 2;
+        wire += protocol::compress(std::string_view(text).substr(at, end - at)).size();
+        at = end;
+    }
+    return wire;
+}
 
 // The agent recording `pid` for `seconds` (one round), with --off-cpu or not.
 cost record(int pid, int seconds, bool off_cpu, const fs::path& work) {
@@ -122,6 +139,10 @@ cost record(int pid, int seconds, bool off_cpu, const fs::path& work) {
     cost c;
     std::error_code ec;
     c.bytes_per_s = static_cast<double>(fs::file_size(out, ec)) / seconds;
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    c.wire_per_s = static_cast<double>(wire_bytes(text.str(), seconds)) / seconds;
     c.agent_pct = 100 * own / wall;
     c.perf_pct = 100 * std::max(0.0, all - own) / wall;
     return c;
@@ -156,17 +177,19 @@ int main(int argc, char** argv) {
     std::printf("recording where threads wait: the agent --output for %d s, without and with "
                 "--off-cpu\n",
                 seconds);
-    std::printf("%-22s %12s %10s %10s\n", "workload", "bytes/s", "agent %", "perf %");
+    std::printf("%-22s %12s %12s %10s %10s\n", "workload", "bytes/s", "wire B/s", "agent %",
+                "perf %");
     for (const auto& [name, pid] :
          {std::pair{"demo", demo.pid()}, std::pair{"switcher", sw.pid()}}) {
         const auto plain = record(pid, seconds, false, work);
         const auto off = record(pid, seconds, true, work);
-        std::printf("%-22s %12.0f %10.2f %10.2f\n", (std::string(name) + ", plain").c_str(),
-                    plain.bytes_per_s, plain.agent_pct, plain.perf_pct);
-        std::printf("%-22s %12.0f %10.2f %10.2f   (%.2fx the bytes)\n",
-                    (std::string(name) + ", --off-cpu").c_str(), off.bytes_per_s, off.agent_pct,
-                    off.perf_pct,
-                    plain.bytes_per_s > 0 ? off.bytes_per_s / plain.bytes_per_s : 0.0);
+        std::printf("%-22s %12.0f %12.0f %10.2f %10.2f\n", (std::string(name) + ", plain").c_str(),
+                    plain.bytes_per_s, plain.wire_per_s, plain.agent_pct, plain.perf_pct);
+        std::printf("%-22s %12.0f %12.0f %10.2f %10.2f   (%.2fx the bytes, %.2fx on the wire)\n",
+                    (std::string(name) + ", --off-cpu").c_str(), off.bytes_per_s, off.wire_per_s,
+                    off.agent_pct, off.perf_pct,
+                    plain.bytes_per_s > 0 ? off.bytes_per_s / plain.bytes_per_s : 0.0,
+                    plain.wire_per_s > 0 ? off.wire_per_s / plain.wire_per_s : 0.0);
         std::fflush(stdout);
     }
     std::printf("the switcher made %.0f switches a second (asked %d)\n", reached, rate);

@@ -227,6 +227,7 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     s.record = {c.events.empty() ? caps.record_events : c.events, c.frequency, caps.callgraph,
                 c.pid};
     s.record.off_cpu = c.off_cpu;
+    s.record.off_cpu_min_ns = static_cast<std::uint64_t>(c.off_cpu_min_us) * 1000;
     s.stat_events = s.record.events;
     s.stat_events.insert(s.stat_events.end(), caps.stat_only_events.begin(),
                          caps.stat_only_events.end());

@@ -41,14 +41,26 @@ chunker::chunker(encoding enc, int zstd_level)
 void chunker::emit(std::string_view complete) {
     if (complete.empty())
         return;
-    if (encoding_ == encoding::zstd)
-        compressor_.write(complete);
-    else
-        text_.append(complete);
-    chunk_bytes_ += complete.size();
     const auto lost = count_lost(complete);
     lost_total_ += lost;
     lost_chunk_ += lost;
+    if (!folder_) {
+        put(complete);
+        return;
+    }
+    folded_.clear();
+    folder_->fold(complete, folded_);
+    put(folded_);
+}
+
+void chunker::put(std::string_view text) {
+    if (text.empty())
+        return;
+    if (encoding_ == encoding::zstd)
+        compressor_.write(text);
+    else
+        text_.append(text);
+    chunk_bytes_ += text.size();
 }
 
 void chunker::append(std::string_view text) {
@@ -78,6 +90,11 @@ std::optional<std::string> chunker::cut(std::string_view perf_stat, bool final) 
     if (final) {
         emit(tail_);
         tail_.clear();
+    }
+    if (folder_) { // the waits summed so far go with the chunk
+        folded_.clear();
+        folder_->flush(folded_, final);
+        put(folded_);
     }
     if (chunk_bytes_ == 0 && perf_stat.empty())
         return std::nullopt;

@@ -8,6 +8,7 @@
 // last sample is held as text, so a chunk never sits uncompressed in memory.
 #pragma once
 
+#include "agent/wait_folder.hpp"
 #include "protocol/compression.hpp"
 #include "protocol/frame.hpp"
 
@@ -25,6 +26,11 @@ public:
     enum class encoding { zstd, text };
 
     explicit chunker(encoding enc = encoding::zstd, int zstd_level = protocol::default_zstd_level);
+
+    // An off-CPU recording: its switches folded into waits on the way (wait_folder.hpp), the
+    // sums held sent with each chunk.
+    void fold_waits(const wait_folder::options& o) { folder_.emplace(o); }
+    const wait_folder* folder() const noexcept { return folder_ ? &*folder_ : nullptr; }
 
     // Adds perf script output, in whatever pieces the pipe delivers.
     void append(std::string_view text);
@@ -46,11 +52,14 @@ public:
 
 private:
     void emit(std::string_view complete);
+    void put(std::string_view text);
 
     encoding encoding_;
     protocol::zstd_compressor compressor_;
     std::string text_; // the chunk itself in text mode
     std::string tail_; // unfinished sample
+    std::optional<wait_folder> folder_;
+    std::string folded_;
     std::size_t chunk_bytes_ = 0;
     std::uint64_t lost_total_ = 0;
     std::uint64_t lost_chunk_ = 0;

@@ -35,7 +35,10 @@ collection::collection(std::string perf, collection_settings settings, chunk_han
     , settings_(std::move(settings))
     , on_chunk_(std::move(on_chunk))
     , may_flush_(std::move(may_flush))
-    , chunker_(settings_.encoding) {}
+    , chunker_(settings_.encoding) {
+    if (settings_.record.off_cpu)
+        chunker_.fold_waits({settings_.record.off_cpu_min_ns});
+}
 
 void collection::start_stat(asio::any_io_executor ex) {
     if (settings_.stat_events.empty())

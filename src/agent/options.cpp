@@ -43,6 +43,8 @@ po::options_description describe_options() {
         ("events", po::value<std::string>(), "comma-separated perf events")
         ("off-cpu", po::bool_switch(), "also record where the target's threads wait off the CPU "
                                        "(the off-cpu event: scheduler switches, in ns)")
+        ("off-cpu-min-us", po::value<int>()->default_value(0),
+         "--off-cpu: waits shorter than this many microseconds are not sent")
         ("offline-max", po::value<int>()->default_value(6 * 3600),
          "seconds a run goes on without a link to the collector (its chunks kept for it)")
         ("buffer-mb", po::value<int>()->default_value(16),
@@ -164,6 +166,10 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     c.state_dir = vm.count("state-dir") ? vm["state-dir"].as<std::string>() : default_state_dir();
     if (vm.count("pid"))
         c.pid = vm["pid"].as<int>();
+    if (const auto us = vm["off-cpu-min-us"].as<int>(); us < 0 || us > 60'000'000)
+        return usage("--off-cpu-min-us must be 0-60000000 (a minute)");
+    else
+        c.off_cpu_min_us = us;
     if (c.off_cpu && !c.pid)
         return usage("--off-cpu needs --pid: the whole system's scheduler switches are too many");
     if (vm.count("events"))

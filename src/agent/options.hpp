@@ -35,6 +35,7 @@ struct config {
     std::string state_dir;
     std::vector<std::string> events;
     bool off_cpu = false;              // --off-cpu: where threads wait too (the off-cpu event)
+    int off_cpu_min_us = 0;            // --off-cpu-min-us: shorter waits not sent
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";

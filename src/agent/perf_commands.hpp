@@ -2,6 +2,7 @@
 // capability probe. Pure functions: the tests check them on captured perf output.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,7 @@ struct record_settings {
     // Also where threads wait: every scheduler switch of the target (sched:sched_switch, its
     // stack where the thread left the CPU) and perf's switch records (when it came back).
     bool off_cpu = false;
+    std::uint64_t off_cpu_min_ns = 0; // waits shorter are not sent (wait_folder.hpp)
 };
 
 // Ring-buffer pages per CPU for `perf record -m`: room for about a quarter of a second of

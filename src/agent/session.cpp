@@ -1065,6 +1065,9 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
             co_return command_response::failure(id, "off_cpu must be true or false");
         off_cpu = oc->as_bool();
     }
+    const auto off_cpu_min_us = int_arg(req.args, "off_cpu_min_us", 0, 60'000'000);
+    if (!off_cpu_min_us.error.empty())
+        co_return command_response::failure(id, off_cpu_min_us.error);
     if (off_cpu.value_or(run_->settings.record.off_cpu) && !pid)
         co_return command_response::failure(
             id, "off_cpu needs a process (pid): the whole system's switches are too many");
@@ -1089,6 +1092,9 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         run_->settings.record.callgraph = *callgraph;
     if (off_cpu)
         run_->settings.record.off_cpu = *off_cpu;
+    if (off_cpu_min_us.value)
+        run_->settings.record.off_cpu_min_ns =
+            static_cast<std::uint64_t>(*off_cpu_min_us.value) * 1000;
     if (freq)
         run_->settings.record.frequency = *freq;
     if (dur)
@@ -1110,6 +1116,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
     f["mode"] = run_->settings.rounds ? "rounds" : "continuous";
     f["off_cpu"] = run_->settings.record.off_cpu;
+    f["off_cpu_min_us"] = run_->settings.record.off_cpu_min_ns / 1000;
     f["state"] = "profiling";
     f["run"] = run_->id;
     // Lets the collector place perf's monotonic timestamps on the wall clock.
@@ -1221,6 +1228,8 @@ void session::attach_run() {
         run_->settings.record.frequency = cfg_.frequency;
         run_->settings.record.pid = cfg_.pid;
         run_->settings.record.off_cpu = cfg_.off_cpu;
+        run_->settings.record.off_cpu_min_ns =
+            static_cast<std::uint64_t>(cfg_.off_cpu_min_us) * 1000;
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;

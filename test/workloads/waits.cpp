@@ -2,8 +2,8 @@
 // time in nap(), thread "reader" blocks in read_pipe() on a pipe that thread "feeder" writes a
 // byte to every 30 ms, and thread "spinner" burns CPU. Each waiting thread measures its own
 // waits (the wall time of each nanosleep and read), and at the end (its argument's seconds, or
-// SIGTERM) the program prints per thread "<name> <tid> <waits> <total ns>" for the tests to
-// hold the profile against. Built with frame pointers, nothing inlined.
+// SIGTERM) the program prints per thread "<name> <tid> <waits> <total ns> <alive ns>" for the
+// tests to hold the profile against. Built with frame pointers, nothing inlined.
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,6 +24,7 @@ struct measured {
     const char* name;
     std::atomic<long> tid{0};
     std::atomic<unsigned long long> waits{0}, total_ns{0};
+    std::atomic<long long> born_ns{0}, alive_ns{0}; // the thread's life, to its loop's end
 };
 measured napper{"napper"}, reader{"reader"};
 
@@ -35,8 +36,10 @@ long long now_ns() {
 
 void named(const char* name, measured* m) {
     pthread_setname_np(pthread_self(), name);
-    if (m)
+    if (m) {
         m->tid = gettid();
+        m->born_ns = now_ns();
+    }
 }
 
 __attribute__((noinline)) void nap() {
@@ -73,11 +76,13 @@ int main(int argc, char** argv) {
         named("napper", &napper);
         while (!stop)
             nap();
+        napper.alive_ns = now_ns() - napper.born_ns;
     });
     std::thread b([] {
         named("reader", &reader);
         while (!stop && read_pipe()) {
         }
+        reader.alive_ns = now_ns() - reader.born_ns;
     });
     std::thread c([] {
         named("feeder", nullptr);
@@ -100,7 +105,7 @@ int main(int argc, char** argv) {
     for (auto* t : {&a, &b, &c, &d})
         t->join();
     for (const auto* m : {&napper, &reader})
-        std::printf("%s %ld %llu %llu\n", m->name, m->tid.load(), m->waits.load(),
-                    m->total_ns.load());
+        std::printf("%s %ld %llu %llu %lld\n", m->name, m->tid.load(), m->waits.load(),
+                    m->total_ns.load(), m->alive_ns.load());
     return 0;
 }

@@ -974,6 +974,7 @@ class Settings(object):
         # Where the threads wait too: every scheduler switch of the target (its stack where it
         # left the CPU) and perf's switch records (when it came back): the off-cpu event.
         self.off_cpu = False
+        self.off_cpu_min_us = 0  # shorter waits are not sent (WaitFolder)
 
 
 FLUSH_INTERVAL = 0.333
@@ -1672,6 +1673,185 @@ def last_boundary(s):
     return -1
 
 
+OFF_CPU_EVENT, OFF_CPU_MODULE = b"off-cpu", b"[off-cpu]"
+
+
+def wait_kind(prev_state):
+    """The frame a wait's kind is (as the collector names it): [sleeping] (S), [uninterruptible:
+    I/O] (D), [preempted] (R, R+), [off-cpu] when unknown, else [off-cpu: other]."""
+    if prev_state == b"S":
+        return b"[sleeping]"
+    if prev_state == b"D":
+        return b"[uninterruptible: I/O]"
+    if prev_state[:1] == b"R":
+        return b"[preempted]"
+    if not prev_state:
+        return b"[off-cpu]"
+    if b"D" in prev_state:
+        return b"[uninterruptible: I/O]"
+    if b"S" in prev_state:
+        return b"[sleeping]"
+    if b"T" in prev_state or b"t" in prev_state:
+        return b"[stopped]"
+    return b"[off-cpu: other]"
+
+
+PREV_STATE_RE = re.compile(rb" prev_state=([RSDTtXZPIKWNn+|]{1,8}) ==> ")
+# "comm pid/tid [cpu] time: rest": the first such thread within the first 64 bytes (a comm is at
+# most 15, perf may pad it), as the C++ agent's wait_folder reads it.
+HEAD_RE = re.compile(rb"^(.{0,64}?)(?:^| )(\d{1,10})(?:/(\d{1,10}))? +(?:\[\d+\] +)?"
+                     rb"(\d{1,11})\.(\d{1,12}):(.*)$", re.S)
+SWITCH_SAMPLE_RE = re.compile(rb" *(?:\d+ +)?sched:sched_switch:")
+
+
+class WaitFolder(object):
+    """Folds an off-CPU recording's scheduler switches into waits on the device, as the C++
+    agent does (src/agent/wait_folder.hpp): a thread off the CPU from its sched_switch sample
+    until it is back (its PERF_RECORD_SWITCH IN, else its next sample) is sent as time, a
+    sample of the event off-cpu weighed by the wait in ns, its stack topped by the wait's kind.
+    Waits shorter than the window are summed per thread, kind and stack within each window of
+    perf time; a longer one is a sample of its own; waits under min_ns are not sent (counted).
+    Every other line passes as it is."""
+
+    MAX_OPEN = MAX_SUMS = 4096
+    MAX_STACK = 16384
+    UNKNOWN = b"\t0 [unknown] ([unknown])"
+
+    def __init__(self, min_ns=0, window_ns=100000000):
+        self.min_ns, self.window_ns = min_ns, max(1, window_ns)
+        self.open = {}  # tid -> [since, pid, comm, kind, stack lines, unseen, stack bytes]
+        self.sums = {}  # (tid, kind, stack) -> [window, first, total, pid, comm]
+        self.block = None  # None; "pass"; or the tid of a switch sample whose frames come
+        self.waits = self.samples = self.short_waits = self.short_ns = self.dropped = 0
+
+    def fold(self, complete):
+        """Complete samples of perf script text in; what to send for them out."""
+        out = []
+        lines = complete.split(b"\n")
+        if complete.endswith(b"\n"):
+            lines.pop()
+        for l in lines:
+            if not l:  # the blank line that ends a sample with a call chain
+                if self.block == "pass":
+                    out.append(b"")
+                self.block = None
+            elif l[:1] == b"\t":
+                if self.block == "pass":
+                    out.append(l)
+                elif self.block is not None:
+                    w = self.open.get(self.block)
+                    if w is not None and w[6] + len(l) + 1 <= self.MAX_STACK:
+                        w[4].append(l)
+                        w[6] += len(l) + 1
+            else:
+                self._header(l, out)
+        return b"\n".join(out) + b"\n" if out else b""
+
+    def flush(self, ended=False):
+        """The sums held, as samples. Waits still open stay open, unless the recording ended
+        (a round's: the next is another perf)."""
+        if ended:
+            self.open.clear()
+            self.block = None
+        out = []
+        for key, s in sorted(self.sums.items(), key=lambda kv: kv[1][1]):
+            self._write(key[0], s, key[1], key[2], out)
+        self.sums.clear()
+        return b"\n".join(out) + b"\n" if out else b""
+
+    def _header(self, l, out):
+        m = HEAD_RE.match(l)
+        if m is None:
+            self.block = "pass"
+            out.append(l)
+            return
+        comm, pid, tid, sec, frac, rest = m.groups()
+        pid = int(pid)
+        tid = int(tid) if tid is not None else pid
+        t = int(sec) * 1000000000 + int((frac + b"000000000")[:9])
+        rest = rest.lstrip(b" ")
+        self.block = None
+        if rest.startswith(b"PERF_RECORD_SWITCH"):
+            way = rest.split(b" ")
+            way = way[1] if len(way) > 1 else b""
+            if way.startswith(b"IN"):
+                self._close(tid, t, out)
+            elif way == b"OUT":
+                # Its sample usually came first and opened the wait; else the wait begins
+                # here, where unknown until its sample follows (perf may have dropped it).
+                if tid not in self.open:
+                    if len(self.open) >= self.MAX_OPEN:
+                        self.dropped += 1
+                    else:
+                        kind = b"[preempted]" if b" preempt" in rest else b"[off-cpu]"
+                        self.open[tid] = [t, pid, comm.strip(b" "), kind, [self.UNKNOWN], True,
+                                          len(self.UNKNOWN) + 1]
+            else:
+                self.block = "pass"
+                out.append(l)
+            return
+        if rest.startswith(b"PERF_RECORD_"):
+            self.block = "pass"
+            out.append(l)
+            return
+        sw = SWITCH_SAMPLE_RE.match(rest)
+        if sw is None:
+            self._close(tid, t, out)  # it runs: back from any wait
+            self.block = "pass"
+            out.append(l)
+            return
+        state = PREV_STATE_RE.search(rest, sw.end() - 1)
+        kind = wait_kind(state.group(1) if state else b"")
+        w = self.open.get(tid)
+        if w is not None and w[5]:  # the wait its OUT record began
+            w[3], w[4], w[5], w[6] = kind, [], False, 0
+        else:
+            self._close(tid, t, out)
+            if len(self.open) >= self.MAX_OPEN:
+                self.dropped += 1
+                return
+            self.open[tid] = [t, pid, comm.strip(b" "), kind, [], False, 0]
+        self.block = tid
+
+    def _close(self, tid, t, out):
+        w = self.open.pop(tid, None)
+        if w is None:
+            return
+        since, pid, comm, kind, stack = w[0], w[1], w[2], w[3], w[4]
+        if t < since:
+            self.dropped += 1
+            return
+        ns = t - since
+        if ns < self.min_ns:
+            self.short_waits += 1
+            self.short_ns += ns
+            return
+        self.waits += 1
+        window = since // self.window_ns
+        stack = tuple(stack)
+        if ns >= self.window_ns:
+            self._write(tid, [window, since, ns, pid, comm], kind, stack, out)
+            return
+        key = (tid, kind, stack)
+        s = self.sums.get(key)
+        if s is not None:
+            if s[0] == window:
+                s[2] += ns
+                return
+            self._write(tid, s, kind, stack, out)  # its window is over
+        elif len(self.sums) >= self.MAX_SUMS:
+            out.extend(self.flush().split(b"\n")[:-1])
+        self.sums[key] = [window, since, ns, pid, comm]
+
+    def _write(self, tid, s, kind, stack, out):
+        self.samples += 1
+        out.append(b"%s %d/%d %d.%09d: %d %s:" % (s[4], s[3], tid, s[1] // 1000000000,
+                                                   s[1] % 1000000000, s[2], OFF_CPU_EVENT))
+        out.append(b"\t0 " + kind + b" (" + OFF_CPU_MODULE + b")")
+        out.extend(stack)
+        out.append(b"")
+
+
 class Chunker(object):
     """Cuts the endless perf script stream into chunks that end on sample boundaries.
     Complete samples go straight into the compressor; only the unfinished tail of the last
@@ -1679,16 +1859,21 @@ class Chunker(object):
 
     MAX_TAIL = 1 << 20
 
-    def __init__(self, compressor):
+    def __init__(self, compressor, folder=None):
         self.compressor = compressor
+        self.folder = folder  # an off-CPU recording's WaitFolder, its sums sent with each chunk
         self.tail = b""
         self.chunk_bytes = self.lost_total = 0
 
     def _emit(self, complete):
         if complete:
-            self.compressor.write(complete)
-            self.chunk_bytes += len(complete)
             self.lost_total += sum(int(n) for n in LOST_RE.findall(complete))
+            self._put(self.folder.fold(complete) if self.folder else complete)
+
+    def _put(self, text):
+        if text:
+            self.compressor.write(text)
+            self.chunk_bytes += len(text)
 
     def append(self, data):
         text = self.tail + data if self.tail else data
@@ -1707,6 +1892,8 @@ class Chunker(object):
         if final:
             self._emit(self.tail)
             self.tail = b""
+        if self.folder:  # the waits summed so far go with the chunk
+            self._put(self.folder.flush(final))
         if self.chunk_bytes == 0 and not perf_stat:
             return None
         if perf_stat:
@@ -1723,7 +1910,8 @@ class Collection(object):
     def __init__(self, perf, settings, compressor, on_chunk, on_done=None, may_flush=None):
         self.perf = perf
         self.s = copy.deepcopy(settings)
-        self.chunker = Chunker(compressor)
+        self.chunker = Chunker(compressor, WaitFolder(self.s.off_cpu_min_us * 1000)
+                               if self.s.off_cpu else None)
         self.on_chunk, self.on_done = on_chunk, on_done
         # Whether a flush may go now (the link has taken the earlier data): on a slow link
         # chunks grow instead of queueing up.
@@ -2485,6 +2673,7 @@ class Run(object):
         self.state, self.current, self.lost_samples, self.id = "idle", None, 0, ""
         self.settings = Settings(cfg.frequency, cfg.pid, cfg.duration)
         self.settings.off_cpu = cfg.off_cpu
+        self.settings.off_cpu_min_us = cfg.off_cpu_min_us
         self.outbox = Outbox(cfg.buffer_mb << 20)
         self.offline_max = cfg.offline_max
         self.owner = None  # the session attached
@@ -2852,6 +3041,7 @@ class Session(object):
                 # that went on without a link keeps its own. (Not before it paired.)
                 run.settings = Settings(self.cfg.frequency, self.cfg.pid, self.cfg.duration)
                 run.settings.off_cpu = self.cfg.off_cpu
+                run.settings.off_cpu_min_us = self.cfg.off_cpu_min_us
             run.owner = self
             if run.offline_timer is not None:
                 run.offline_timer.cancel()
@@ -3289,6 +3479,7 @@ class Session(object):
             # Where the threads wait too: a process's, never the whole system's (every switch
             # of every CPU would be more than the link takes).
             off_cpu = args.get("off_cpu")
+            off_cpu_min_us = int_arg(args, "off_cpu_min_us", 0, 60000000)
             if off_cpu is not None and not isinstance(off_cpu, bool):
                 return response(rid, error="off_cpu must be true or false")
             if (s.off_cpu if off_cpu is None else off_cpu) and pid is None:
@@ -3311,6 +3502,8 @@ class Session(object):
                 s.callgraph = "" if callgraph == "none" else callgraph
             if off_cpu is not None:
                 s.off_cpu = off_cpu
+            if off_cpu_min_us is not None:
+                s.off_cpu_min_us = off_cpu_min_us
             if events:
                 s.events = list(events)
             s.rounds = not caps.pipe_mode or mode == "rounds"
@@ -3322,7 +3515,8 @@ class Session(object):
         return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
                               "events": list(s.events), "callgraph": s.callgraph or "none",
                               "mode": "rounds" if s.rounds else "continuous",
-                              "off_cpu": s.off_cpu, "state": "profiling",
+                              "off_cpu": s.off_cpu, "off_cpu_min_us": s.off_cpu_min_us,
+                              "state": "profiling",
                               "run": self.profiling_run.id,
                               "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                                         "realtime": time.time()}})
@@ -3904,6 +4098,7 @@ def output_mode(cfg, stop):
         return 1
     s = Settings(cfg.frequency, cfg.pid, cfg.duration)
     s.off_cpu = cfg.off_cpu
+    s.off_cpu_min_us = cfg.off_cpu_min_us
     known = PROBED.recall(cfg.pid)  # what an earlier start found of this perf
     if known is not None:
         log("probe: perf as found at an earlier start, kept in " + cfg.state_dir)
@@ -3981,6 +4176,9 @@ Modes (exactly one):
   --events arg          comma-separated perf events
   --off-cpu             also record where the target's threads wait off the 
                         CPU (the off-cpu event: scheduler switches, in ns)
+  --off-cpu-min-us arg (=0)
+                        --off-cpu: waits shorter than this many microseconds 
+                        are not sent
   --offline-max arg (=21600)
                         seconds a run goes on without a link to the collector 
                         (its chunks kept for it)
@@ -4022,12 +4220,14 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "off-cpu", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "off-cpu", "off-cpu-min-us", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
 FLAGS = ("listen", "off-cpu", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
-INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration", "offline-max", "buffer-mb")
+INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration", "off-cpu-min-us", "offline-max",
+               "buffer-mb")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
+            "off-cpu-min-us": "0",
             "duration": "8", "perf": "perf", "offline-max": "21600", "buffer-mb": "16"}
 
 
@@ -4133,6 +4333,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.enroll = values["enroll"] if "enroll" in values else (env_enroll or None)
     c.allow_kallsyms = "allow-kallsyms" in values
     c.off_cpu = "off-cpu" in values
+    c.off_cpu_min_us = int(values["off-cpu-min-us"])
     c.name = values.get("name")
     if c.name is not None and (not c.name or len(c.name.encode("utf-8", "surrogateescape")) > 200
                                or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in c.name)):
@@ -4187,6 +4388,8 @@ def parse_command_line(argv, env_token, env_enroll=None):
                      (not 1 <= c.buffer_mb <= 4096, "--buffer-mb must be 1-4096"),
                      (c.pid is not None and c.pid <= 0, "--pid must be positive"),
                      (c.mode == "output" and c.pid is None, "--output needs --pid"),
+                     (not 0 <= c.off_cpu_min_us <= 60000000,
+                      "--off-cpu-min-us must be 0-60000000 (a minute)"),
                      (c.off_cpu and c.pid is None,
                       "--off-cpu needs --pid: the whole system's scheduler switches are too "
                       "many")):

@@ -27,6 +27,7 @@
 #include "collector/model/column.hpp"
 #include "collector/model/dense_index.hpp"
 #include "collector/model/strings.hpp"
+#include "protocol/off_cpu.hpp"
 
 #include <cstdint>
 #include <string_view>
@@ -52,9 +53,8 @@ struct thread_info {
     std::uint64_t samples = 0;
 };
 
-// The event of the waits the parser makes of scheduler switches (parse/perf_script.hpp): a
-// thread's time off the CPU, in ns.
-inline constexpr std::string_view off_cpu_event_name = "off-cpu";
+// The event of the waits (protocol/off_cpu.hpp): a thread's time off the CPU, in ns.
+using protocol::off_cpu_event_name;
 
 class profile {
 public:

@@ -32,20 +32,15 @@
 
 namespace collector {
 
-// Waits: a thread leaving the CPU (a sched:sched_switch sample, in its own context, its stack
-// where it left) until it is back (its PERF_RECORD_SWITCH IN, else its next sample) is one
-// sample of the event `off-cpu`, weighed by the wait in ns, at the time it left, its stack
-// topped by what kind of wait it was (the kernel's prev_state).
+// Waits (protocol/off_cpu.hpp): a thread leaving the CPU (a sched:sched_switch sample) until
+// it is back (its PERF_RECORD_SWITCH IN, else its next sample) is one sample of the event
+// `off-cpu`, at the time it left.
 inline constexpr std::string_view off_cpu_event = off_cpu_event_name;
-inline constexpr std::string_view off_cpu_module = "[off-cpu]";
+using protocol::off_cpu_module;
+using protocol::switch_prev_state;
+using protocol::wait_kind;
 // Threads waiting at once, remembered; past it a new wait is not counted (waits_dropped).
 inline constexpr std::size_t max_waiting_threads = 65536;
-// The frame a wait's kind is: "[sleeping]" (S), "[uninterruptible: I/O]" (D), "[preempted]"
-// (R, R+), else "[off-cpu: X]".
-std::string_view wait_kind(std::string_view prev_state) noexcept;
-// The prev_state of a sched:sched_switch's arguments ("prev_comm=a prev_pid=1 prev_prio=120
-// prev_state=S ==> next_comm=…"); empty when there is none.
-std::string_view switch_prev_state(std::string_view args) noexcept;
 
 struct script_stats {
     std::uint64_t lines = 0;

@@ -1,0 +1,290 @@
+#include "agent/wait_folder.hpp"
+
+#include "protocol/off_cpu.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace agent {
+namespace {
+
+// The frame line of a wait whose stack perf did not keep (as the collector names it).
+constexpr std::string_view unknown_frame = "\t0 [unknown] ([unknown])\n";
+
+bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+
+// Digits at `at` as a number (at most 19 of them); `at` moved past them.
+bool digits(std::string_view l, std::size_t& at, std::uint64_t& value) {
+    const auto from = at;
+    value = 0;
+    while (at < l.size() && is_digit(l[at]) && at - from < 19)
+        value = value * 10 + static_cast<std::uint64_t>(l[at++] - '0');
+    return at > from && (at == l.size() || !is_digit(l[at]));
+}
+
+void skip_blanks(std::string_view l, std::size_t& at) {
+    while (at < l.size() && l[at] == ' ')
+        ++at;
+}
+
+struct head {
+    enum class what { sample, switch_sample, switch_in, switch_out, record } is = what::sample;
+    std::string_view comm;
+    std::uint32_t pid = 0, tid = 0;
+    std::uint64_t time_ns = 0;
+    std::string_view args;  // a switch sample's arguments
+    bool preempted = false; // a switch out's
+};
+
+// "comm pid/tid time: …", in the fields the agent asks perf script for (protocol: the collector's
+// parser reads every shape; this one, the agent's own). The thread is the first "pid/tid time:"
+// after a blank within the first 64 bytes (a comm is at most 15, perf may pad it).
+bool read_head(std::string_view l, head& h) {
+    for (std::size_t p = 0; p < std::min<std::size_t>(l.size(), 64); ++p) {
+        if (!is_digit(l[p]) || (p > 0 && l[p - 1] != ' '))
+            continue;
+        std::size_t at = p;
+        std::uint64_t pid = 0, tid = 0, sec = 0, frac = 0;
+        if (!digits(l, at, pid))
+            continue;
+        tid = pid;
+        if (at < l.size() && l[at] == '/' && !digits(l, ++at, tid))
+            continue;
+        skip_blanks(l, at);
+        if (at < l.size() && l[at] == '[') { // a CPU
+            std::uint64_t cpu = 0;
+            if (!digits(l, ++at, cpu) || at >= l.size() || l[at] != ']')
+                continue;
+            skip_blanks(l, ++at);
+        }
+        if (!digits(l, at, sec) || at >= l.size() || l[at] != '.')
+            continue;
+        const auto frac_from = ++at;
+        if (!digits(l, at, frac) || at >= l.size() || l[at] != ':' || pid > 0xffffffffULL ||
+            tid > 0xffffffffULL || sec > 18'000'000'000ULL)
+            continue;
+        for (auto n = at - frac_from; n < 9; ++n)
+            frac *= 10;
+        for (auto n = at - frac_from; n > 9; --n)
+            frac /= 10;
+        h.comm = l.substr(0, p - (p > 0 ? 1 : 0));
+        while (!h.comm.empty() && h.comm.front() == ' ')
+            h.comm.remove_prefix(1);
+        h.pid = static_cast<std::uint32_t>(pid);
+        h.tid = static_cast<std::uint32_t>(tid);
+        h.time_ns = sec * 1'000'000'000ULL + frac;
+        skip_blanks(l, ++at);
+        const auto rest = l.substr(at);
+        if (rest.starts_with("PERF_RECORD_SWITCH")) {
+            const auto way = rest.find(' ');
+            const auto dir =
+                way == std::string_view::npos ? std::string_view{} : rest.substr(way + 1, 3);
+            h.is = dir.starts_with("IN") ? head::what::switch_in
+                   : dir == "OUT"        ? head::what::switch_out
+                                         : head::what::record;
+            h.preempted = h.is == head::what::switch_out &&
+                          rest.find(" preempt", way) != std::string_view::npos;
+            return true;
+        }
+        if (rest.starts_with("PERF_RECORD_")) {
+            h.is = head::what::record;
+            return true;
+        }
+        // [period] event: args
+        std::size_t e = 0;
+        std::uint64_t period = 0;
+        if (digits(rest, e, period))
+            skip_blanks(rest, e);
+        constexpr std::string_view switch_event = "sched:sched_switch:";
+        if (rest.substr(e).starts_with(switch_event)) {
+            h.is = head::what::switch_sample;
+            h.args = rest.substr(e + switch_event.size());
+        }
+        return true;
+    }
+    return false;
+}
+
+} // namespace
+
+wait_folder::wait_folder(options o)
+    : options_(o) {
+    if (options_.window_ns == 0)
+        options_.window_ns = 1;
+}
+
+void wait_folder::fold(std::string_view complete, std::string& out) {
+    while (!complete.empty()) {
+        const auto nl = complete.find('\n');
+        line(complete.substr(0, nl), out);
+        complete.remove_prefix(nl == std::string_view::npos ? complete.size() : nl + 1);
+    }
+}
+
+void wait_folder::line(std::string_view l, std::string& out) {
+    if (l.empty()) { // the blank line that ends a sample with a call chain
+        if (block_ == block::passed)
+            out += '\n';
+        block_ = block::none;
+        return;
+    }
+    if (l.front() == '\t') {
+        if (block_ == block::switch_sample) {
+            auto& stack = open_.at(block_tid_).stack;
+            if (stack.size() + l.size() + 1 <= max_stack_bytes) {
+                stack.append(l);
+                stack += '\n';
+            }
+        } else if (block_ == block::passed) {
+            out.append(l);
+            out += '\n';
+        }
+        return;
+    }
+    header(l, out);
+}
+
+void wait_folder::header(std::string_view l, std::string& out) {
+    head h;
+    if (!read_head(l, h)) {
+        block_ = block::passed;
+        out.append(l);
+        out += '\n';
+        return;
+    }
+    block_ = block::none;
+    switch (h.is) {
+    case head::what::switch_in:
+        close(h.tid, h.time_ns, out);
+        return;
+    case head::what::switch_out:
+        // Its sample usually came first and opened the wait; else the wait begins here, where
+        // unknown until its sample follows (perf may have dropped it).
+        if (!open_.count(h.tid)) {
+            if (open_.size() >= max_open) {
+                ++counts_.dropped;
+                return;
+            }
+            open_.emplace(h.tid, open_wait{h.time_ns, h.pid, std::string(h.comm),
+                                           h.preempted ? "[preempted]" : protocol::wait_kind({}),
+                                           std::string(unknown_frame), true});
+        }
+        return;
+    case head::what::switch_sample: {
+        const auto kind = protocol::wait_kind(protocol::switch_prev_state(h.args));
+        if (const auto it = open_.find(h.tid); it != open_.end() && it->second.unseen) {
+            it->second.unseen = false; // the wait its OUT record began
+            it->second.kind = kind;
+            it->second.stack.clear();
+        } else {
+            close(h.tid, h.time_ns, out);
+            if (open_.size() >= max_open) {
+                ++counts_.dropped;
+                block_ = block::none; // its frame lines go with it
+                return;
+            }
+            open_.emplace(h.tid, open_wait{h.time_ns, h.pid, std::string(h.comm), kind, {}, false});
+        }
+        block_ = block::switch_sample;
+        block_tid_ = h.tid;
+        return;
+    }
+    case head::what::sample:
+        close(h.tid, h.time_ns, out); // it runs: back from any wait
+        [[fallthrough]];
+    case head::what::record:
+        block_ = block::passed;
+        out.append(l);
+        out += '\n';
+        return;
+    }
+}
+
+void wait_folder::close(std::uint32_t tid, std::uint64_t time_ns, std::string& out) {
+    const auto it = open_.find(tid);
+    if (it == open_.end())
+        return;
+    auto w = std::move(it->second);
+    open_.erase(it);
+    if (time_ns < w.since_ns) {
+        ++counts_.dropped;
+        return;
+    }
+    const auto ns = time_ns - w.since_ns;
+    if (ns < options_.min_ns) {
+        ++counts_.short_waits;
+        counts_.short_ns += ns;
+        return;
+    }
+    ++counts_.waits;
+    const auto window = w.since_ns / options_.window_ns;
+    if (ns >= options_.window_ns) {
+        write({window, w.since_ns, ns, w.pid, tid, std::move(w.comm), w.kind, std::move(w.stack)},
+              out);
+        return;
+    }
+    key_.assign(reinterpret_cast<const char*>(&tid), sizeof tid);
+    key_.append(w.kind);
+    key_ += '\n';
+    key_.append(w.stack);
+    if (const auto s = sums_.find(key_); s != sums_.end()) {
+        if (s->second.window == window) {
+            s->second.total_ns += ns;
+            return;
+        }
+        write(s->second, out); // its window is over
+        s->second = {window, w.since_ns, ns, w.pid, tid, std::move(w.comm), w.kind, {}};
+        s->second.stack = std::move(w.stack);
+        return;
+    }
+    if (sums_.size() >= max_sums)
+        flush(out);
+    sums_.emplace(key_, sum{window, w.since_ns, ns, w.pid, tid, std::move(w.comm), w.kind,
+                            std::move(w.stack)});
+}
+
+void wait_folder::flush(std::string& out, bool ended) {
+    if (ended) {
+        open_.clear();
+        block_ = block::none;
+    }
+    std::vector<const sum*> order;
+    order.reserve(sums_.size());
+    for (const auto& [key, s] : sums_)
+        order.push_back(&s);
+    std::sort(order.begin(), order.end(),
+              [](const sum* a, const sum* b) { return a->first_ns < b->first_ns; });
+    for (const auto* s : order)
+        write(*s, out);
+    sums_.clear();
+}
+
+void wait_folder::write(const sum& s, std::string& out) {
+    ++counts_.samples;
+    const auto ns = std::to_string(s.first_ns % 1'000'000'000ULL);
+    out.append(s.comm);
+    out += ' ';
+    out += std::to_string(s.pid);
+    out += '/';
+    out += std::to_string(s.tid);
+    out += ' ';
+    out += std::to_string(s.first_ns / 1'000'000'000ULL);
+    out += '.';
+    out.append(9 - ns.size(), '0');
+    out += ns;
+    out += ": ";
+    out += std::to_string(s.total_ns);
+    out += ' ';
+    out.append(protocol::off_cpu_event_name);
+    out += ":\n\t0 ";
+    out.append(s.kind);
+    out += " (";
+    out.append(protocol::off_cpu_module);
+    out += ")\n";
+    out.append(s.stack);
+    out += '\n';
+}
+
+} // namespace agent

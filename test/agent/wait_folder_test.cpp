@@ -1,0 +1,187 @@
+#include "agent/chunker.hpp"
+#include "agent/wait_folder.hpp"
+#include "collector/model/views.hpp"
+#include "collector/parse/perf_script.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+
+using agent::wait_folder;
+
+namespace {
+
+// A thread (11) napping: its switch sample, OUT, back IN 20 ms later, 5 times; a spinner (12)
+// sampled on the CPU between; one wait of 300 ms; one of 40 µs.
+std::string naps() {
+    std::string t;
+    auto at = [](std::uint64_t ns) {
+        const auto frac = std::to_string(ns % 1'000'000'000);
+        return std::to_string(ns / 1'000'000'000) + "." + std::string(9 - frac.size(), '0') + frac;
+    };
+    auto nap = [&](std::uint64_t from, std::uint64_t ns, const char* state, const char* fn) {
+        t += "napper 10/11 " + at(from) + ":          1 sched:sched_switch: prev_comm=napper " +
+             "prev_pid=11 prev_prio=120 prev_state=" + state +
+             " ==> next_comm=swapper/0 next_pid=0 next_prio=120\n"
+             "\tffffffff8100 __schedule+0x10 ([kernel.kallsyms])\n"
+             "\t401000 " +
+             fn + "+0x4 (/bin/app)\n\t401100 main+0x8 (/bin/app)\n\n";
+        t += "spinner 10/12 " + at(from + 1000) +
+             ":    10101010 cpu-clock: \n"
+             "\t401200 spin+0x1 (/bin/app)\n\t401100 main+0x8 (/bin/app)\n\n";
+        t += "napper 10/11 " + at(from + 4000) + ": PERF_RECORD_SWITCH OUT\n";
+        t += "napper 10/11 " + at(from + ns) + ": PERF_RECORD_SWITCH IN\n";
+    };
+    const std::uint64_t t0 = 100'000'000'000;
+    for (int i = 0; i < 5; ++i)
+        nap(t0 + static_cast<std::uint64_t>(i) * 20'010'000, 20'000'000, "S", "nap");
+    nap(t0 + 200'000'000, 300'000'000, "D", "read_file");
+    nap(t0 + 600'000'000, 40'000, "R+", "nap");
+    return t;
+}
+
+struct totals {
+    std::map<std::string, std::uint64_t> off_cpu; // by function, ns
+    std::uint64_t on_cpu = 0, off_cpu_samples = 0;
+};
+
+totals parsed(std::string_view text) {
+    collector::profile p;
+    collector::script_parser parser(p);
+    parser.feed(text);
+    parser.finish();
+    CHECK(parser.stats().skipped_lines == 0);
+    totals t;
+    for (std::size_t e = 0; e < p.event_count(); ++e) {
+        collector::view_filter f;
+        f.event = static_cast<std::uint8_t>(e);
+        const bool off = p.event_name(f.event) == collector::off_cpu_event;
+        for (const auto& r : collector::functions(p, f).rows)
+            if (off)
+                t.off_cpu[std::string(p.symbol(r.frame))] += r.total;
+            else if (std::string(p.symbol(r.frame)) == "main")
+                t.on_cpu += r.total;
+        if (off) {
+            f.by_period = false;
+            for (const auto& r : collector::functions(p, f).rows)
+                if (p.symbol(r.frame) == "main")
+                    t.off_cpu_samples = r.total;
+        }
+    }
+    return t;
+}
+
+std::string folded(std::string_view text, wait_folder::options o = {}) {
+    wait_folder f(o);
+    std::string out;
+    f.fold(text, out);
+    f.flush(out, true);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("folded waits weigh what the switches did, in fewer samples, the CPU samples as they "
+          "were",
+          "[agent][off-cpu][wait_folder]") {
+    const auto raw = naps();
+    const auto fold = folded(raw);
+    INFO(fold);
+    const auto want = parsed(raw), got = parsed(fold);
+    REQUIRE(!want.off_cpu.empty());
+    CHECK(got.off_cpu == want.off_cpu);
+    CHECK(got.on_cpu == want.on_cpu);
+    CHECK(want.off_cpu.at("[sleeping]") == 100'000'000);
+    CHECK(want.off_cpu.at("[uninterruptible: I/O]") == 300'000'000);
+    // The five 20 ms naps in one window are one sample; the long read one of its own; the
+    // 40 µs preemption one more.
+    CHECK(want.off_cpu_samples == 7);
+    CHECK(got.off_cpu_samples == 3);
+    CHECK(fold.find("PERF_RECORD_SWITCH") == std::string::npos);
+    CHECK(fold.find("sched:sched_switch") == std::string::npos);
+    CHECK(fold.size() < raw.size() / 2);
+}
+
+TEST_CASE("waits under the minimum are not sent, and counted", "[agent][off-cpu][wait_folder]") {
+    wait_folder f({50'000, 100'000'000});
+    std::string out;
+    f.fold(naps(), out);
+    f.flush(out);
+    CHECK(f.stats().short_waits == 1);
+    CHECK(f.stats().short_ns == 40'000);
+    CHECK(f.stats().waits == 6);
+    CHECK(parsed(out).off_cpu.count("[preempted]") == 0);
+    CHECK(parsed(out).off_cpu.at("[sleeping]") == 100'000'000);
+}
+
+TEST_CASE("a switch record before its sample, and a wait ended by the thread's next sample",
+          "[agent][off-cpu][wait_folder]") {
+    const std::string raw =
+        "app 10/11 5.000000000: PERF_RECORD_SWITCH OUT\n"
+        "app 10/11 5.000000100:          1 sched:sched_switch: prev_comm=app prev_pid=11 "
+        "prev_prio=120 prev_state=S ==> next_comm=x next_pid=0 next_prio=120\n"
+        "\t401000 nap+0x4 (/bin/app)\n\n"
+        "app 10/11 5.002000000:    1000000 cpu-clock: \n\t401000 spin+0x4 (/bin/app)\n\n"
+        "app 10/12 6.000000000: PERF_RECORD_SWITCH OUT preempt\n"
+        "app 10/12 6.500000000: PERF_RECORD_SWITCH IN\n";
+    const auto got = parsed(folded(raw));
+    CHECK(got.off_cpu.at("nap") == 2'000'000); // from the record's time
+    CHECK(got.off_cpu.at("[sleeping]") == 2'000'000);
+    CHECK(got.off_cpu.at("[preempted]") == 500'000'000); // no sample: where unknown
+    CHECK(got.off_cpu.at("[unknown]") == 500'000'000);
+    CHECK(parsed(raw).off_cpu == got.off_cpu);
+}
+
+TEST_CASE("the folder holds what it may and passes what it cannot read",
+          "[agent][off-cpu][wait_folder]") {
+    // More threads waiting at once than it remembers: the rest are dropped, counted.
+    std::string raw;
+    for (std::uint32_t tid = 1; tid <= wait_folder::max_open + 10; ++tid)
+        raw += "app 1/" + std::to_string(tid) + " 7.000000: PERF_RECORD_SWITCH OUT\n";
+    wait_folder f({});
+    std::string out;
+    f.fold(raw, out);
+    CHECK(f.stats().dropped == 10);
+    // Lines it cannot read pass as they are; a switch back before it left is no wait.
+    const std::string odd = "not a header at all\n\tffff frame (x)\n\n"
+                            "app 1/1 6.000000: PERF_RECORD_SWITCH IN\n"
+                            "app 1/2 [003] 8.000000: PERF_RECORD_LOST lost 4\n";
+    out.clear();
+    f.fold(odd, out);
+    CHECK(out == "not a header at all\n\tffff frame (x)\n\n"
+                 "app 1/2 [003] 8.000000: PERF_RECORD_LOST lost 4\n");
+    CHECK(f.stats().dropped == 11);
+    // A stack past its bound is cut, not grown.
+    std::string deep = "app 1/9999 9.000000: 1 sched:sched_switch: prev_state=S ==> x\n";
+    for (int i = 0; i < 5000; ++i)
+        deep += "\t401000 f" + std::to_string(i) + "+0x1 (/bin/app)\n";
+    deep += "\napp 1/9999 9.000100: PERF_RECORD_SWITCH IN\n";
+    wait_folder g({});
+    out.clear();
+    g.fold(deep, out);
+    g.flush(out);
+    CHECK(g.stats().waits == 1);
+    CHECK(out.size() < wait_folder::max_stack_bytes + 200);
+}
+
+TEST_CASE("the chunker folds an off-CPU stream whatever pieces it comes in",
+          "[agent][off-cpu][wait_folder][chunker]") {
+    const auto raw = naps() + naps(); // (the second copy's waits go back in time: dropped alike)
+    std::mt19937 rng(7);
+    agent::chunker c(agent::chunker::encoding::text);
+    c.fold_waits({});
+    std::string whole;
+    for (std::size_t pos = 0; pos < raw.size();) {
+        const std::size_t n = std::min<std::size_t>(raw.size() - pos, 1 + rng() % 700);
+        c.append(std::string_view(raw).substr(pos, n));
+        pos += n;
+        if (rng() % 3 == 0)
+            if (auto chunk = c.cut())
+                whole += *chunk;
+    }
+    if (auto chunk = c.cut({}, true))
+        whole += *chunk;
+    CHECK(parsed(whole).off_cpu == parsed(folded(raw)).off_cpu);
+    CHECK(parsed(whole).on_cpu == parsed(raw).on_cpu);
+}
