@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace agent {
@@ -384,6 +386,38 @@ std::string off_cpu_problem(const std::vector<std::string>& events) {
     return why.empty() ? off_cpu_events_problem(events) : why;
 }
 
+void sweep_probe_dirs(const std::string& tmp, std::chrono::seconds older_than) {
+    // Only directories this user made as mkdtemp does (0700, its own): nobody else can have put
+    // anything in one, so its files go without a look at what they are (unlink never follows a
+    // link), and nothing deeper is entered.
+    DIR* d = ::opendir(tmp.c_str());
+    if (!d)
+        return;
+    const auto now = ::time(nullptr);
+    while (const dirent* e = ::readdir(d)) {
+        const std::string_view name = e->d_name;
+        struct stat st {};
+        if (!name.starts_with("perfwire-probe-") ||
+            ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0 ||
+            now - st.st_mtime < older_than.count())
+            continue;
+        const int fd = ::openat(::dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        if (DIR* inner = ::fdopendir(fd)) {
+            while (const dirent* f = ::readdir(inner))
+                if (std::string_view(f->d_name) != "." && std::string_view(f->d_name) != "..")
+                    ::unlinkat(fd, f->d_name, 0);
+            ::closedir(inner); // (closes fd)
+        } else {
+            ::close(fd);
+        }
+        ::unlinkat(::dirfd(d), e->d_name, AT_REMOVEDIR);
+    }
+    ::closedir(d);
+}
+
 asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> pid) {
     const auto started = std::chrono::steady_clock::now();
     capabilities caps;
@@ -393,6 +427,8 @@ asio::awaitable<capabilities> probe(const std::string& perf, std::optional<int> 
                                 std::to_string(caps.perf_event_paranoid) +
                                 ": profiling other users' processes and the kernel needs root "
                                 "or a value of 1 or less");
+    // An agent killed while it probed left its scratch directory: gone at the next probe.
+    sweep_probe_dirs("/tmp", std::chrono::minutes(10));
     std::string dir_template = "/tmp/perfwire-probe-XXXXXX";
     if (!::mkdtemp(dir_template.data()))
         dir_template = "/tmp";

@@ -16,6 +16,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -84,6 +85,10 @@ int read_perf_event_paranoid(const std::string& proc_root = "/proc");
 // tracepoint), or empty when it can. `sys_root`: where /sys is (tests).
 std::string off_cpu_problem(const std::string& proc_root = "/proc",
                             const std::string& sys_root = "/sys");
+// Removes the scratch directories of probes (perfwire-probe-*) in `tmp` that an agent killed
+// mid-probe left behind: this user's own (0700), untouched for `older_than`.
+void sweep_probe_dirs(const std::string& tmp, std::chrono::seconds older_than);
+
 // The same, and why not beside these sampled events (perf_commands.hpp off_cpu_events_problem).
 std::string off_cpu_problem(const std::vector<std::string>& events);
 

@@ -147,3 +147,32 @@ TEST_CASE("perf's complaint: the first line that says something, with the reason
     CHECK(perf_complaint("Error:\n") == "Error:");
     CHECK(perf_complaint("\n \n") == "");
 }
+
+TEST_CASE("a probe sweeps the scratch directories killed agents left, and nothing else",
+          "[agent][probe]") {
+    namespace fs = std::filesystem;
+    test_support::temp_dir tmp;
+    const auto made = [&](const std::string& name, fs::perms mode, bool old) {
+        const auto dir = tmp.path / name;
+        fs::create_directory(dir);
+        std::ofstream(dir / "perf.data") << "x";
+        fs::permissions(dir, mode);
+        if (old)
+            fs::last_write_time(dir, fs::file_time_type::clock::now() - std::chrono::hours(1));
+        return dir;
+    };
+    const auto left = made("perfwire-probe-ab12cd", fs::perms::owner_all, true);
+    const auto fresh = made("perfwire-probe-ef34gh", fs::perms::owner_all, false);
+    const auto shared =
+        made("perfwire-probe-open12", fs::perms::owner_all | fs::perms::others_all, true);
+    const auto other = made("someone-else", fs::perms::owner_all, true);
+    const auto target = made("kept", fs::perms::owner_all, true);
+    fs::create_directory_symlink(target, tmp.path / "perfwire-probe-link12");
+    agent::sweep_probe_dirs(tmp.path.string(), std::chrono::minutes(10));
+    CHECK_FALSE(fs::exists(left));
+    CHECK(fs::exists(fresh / "perf.data")); // (a probe under way)
+    CHECK(fs::exists(shared / "perf.data"));
+    CHECK(fs::exists(other / "perf.data"));
+    CHECK(fs::exists(target / "perf.data")); // a link is never followed
+    CHECK(fs::is_symlink(tmp.path / "perfwire-probe-link12"));
+}

@@ -1358,6 +1358,35 @@ class Prober(object):
         counted.extend(first + second)
 
 
+def sweep_probe_dirs(tmp, older_than):
+    """Removes the scratch folders of probes (perfwire-probe-*) in `tmp` that an agent killed
+    mid-probe left: only this user's own, made as mkdtemp makes them (0700: nobody else can have
+    put anything in one, so its files go unlooked at; nothing deeper is entered), untouched for
+    `older_than` seconds."""
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        if not name.startswith("perfwire-probe-"):
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+            if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+                    or st.st_mode & 0o77 or now - st.st_mtime < older_than):
+                continue
+            for inner in os.listdir(path):
+                try:
+                    os.unlink(os.path.join(path, inner))
+                except OSError:
+                    pass
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
 def probe(perf, pid):
     """What this perf can do for `pid` (or the whole system): about a second with a
     well-behaved perf; an odd one takes a few more rounds of short runs, each bounded."""
@@ -1368,6 +1397,7 @@ def probe(perf, pid):
         caps.warnings.append("perf_event_paranoid is %d: profiling other users' processes and "
                              "the kernel needs root or a value of 1 or less"
                              % caps.perf_event_paranoid)
+    sweep_probe_dirs("/tmp", 600)  # an agent killed while it probed left its scratch folder
     try:
         folder = tempfile.mkdtemp(prefix="perfwire-probe-", dir="/tmp")
     except OSError:
