@@ -583,7 +583,15 @@ asio::awaitable<command_response> session::cmd_reprobe(const protocol::command_r
     if (!pid)
         pid = run_->settings.record.pid;
     co_await ensure_probed(pid, true);
-    co_return command_response::success(id, caps_->to_json());
+    co_return command_response::success(id, capabilities_json());
+}
+
+json::object session::capabilities_json() const {
+    // What the probe found, and whether this device can record where threads wait (why not,
+    // else empty): the start form offers off-CPU only where it works.
+    auto o = caps_->to_json();
+    o["off_cpu_problem"] = off_cpu_problem(caps_->record_events);
+    return o;
 }
 
 asio::awaitable<command_response> session::cmd_stop(const protocol::command_request& req) {
@@ -788,7 +796,7 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
     f["update_policy"] = std::string(update_policy());
     f["platform"] = json::value_from(platform_);
     f["events"] = json::value_from(run_->settings.record.events);
-    f["capabilities"] = caps_ ? json::value(caps_->to_json()) : json::value(nullptr);
+    f["capabilities"] = caps_ ? json::value(capabilities_json()) : json::value(nullptr);
     f["probing"] = probing_;
     f["lost_samples"] = run_->lost_samples;
     f["dropped_chunks"] = dropped_chunks_;

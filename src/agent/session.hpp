@@ -110,6 +110,7 @@ private:
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
     bool recall_probe(std::optional<int> pid); // what an earlier probe found, when it holds
     void use_capabilities(capabilities caps, std::optional<int> pid);
+    boost::json::object capabilities_json() const;
     void probe_in_background();     // once authenticated: status has capabilities before a start
     void start_from_command_line(); // --server with --pid: auto_start beside the reader
     asio::awaitable<void> auto_start();

@@ -75,7 +75,17 @@ async function probePerf(pid) {
   $('#wz-callgraph').innerHTML = 'call graphs: ' + modes.map((m) => `<label title="${attr(callgraphHelp[m] || '')}"><input type="radio" name="callgraph" value="${attr(m)}" ${m === picked ? 'checked' : ''}> ${esc(callgraphLabel[m] || m)}</label>`).join(' ')
     + '<br><span id="wz-callgraph-help" class="muted"></span>';
   explainCallgraph();
+  // Off-CPU offered only where this device can record the switches; else why not.
+  const why = probe.off_cpu_problem || '';
+  $('#wz-offcpu').disabled = Boolean(why);
+  if (why) $('#wz-offcpu').checked = false;
+  $('#wz-offcpu-why').textContent = why;
+  // Its minimum wait beside it once chosen.
+  const sync = () => { $('#wz-offcpu-min-box').hidden = !$('#wz-offcpu').checked; };
+  $('#wz-offcpu').onchange = sync;
+  sync();
 }
+const offCpuMinUs = () => Math.max(0, Math.floor(Number($('#wz-offcpu-min').value) || 0));
 // What the chosen mode costs and gives, under the choice (a title alone is easy to miss).
 function explainCallgraph() {
   const help = $('#wz-callgraph-help');
@@ -130,7 +140,7 @@ function review() {
     <tr><td>process</td><td>${state.pid} ${esc(state.comm)}</td></tr>
     <tr><td>events</td><td>${events.map(esc).join(', ') || '<span class="warn">none chosen: the agent picks</span>'}</td></tr>
     <tr><td>call graphs</td><td>${esc(callgraphLabel[chosenCallgraph()] || 'the agent picks')}</td></tr>
-    <tr><td>off-CPU</td><td>${$('#wz-offcpu').checked ? 'recorded: where the threads wait, and why' : 'not recorded'}</td></tr>
+    <tr><td>off-CPU</td><td>${$('#wz-offcpu').checked ? 'recorded: where the threads wait, and why' + (offCpuMinUs() ? `, waits under ${offCpuMinUs()} µs left out` : '') : 'not recorded'}</td></tr>
     <tr><td>frequency</td><td>${Number($('#wz-frequency').value)} Hz</td></tr>
     <tr><td>chunk length</td><td>${Number($('#wz-duration').value)} s</td></tr>
     <tr><td>binaries</td><td>${esc($('#wz-binary').value || '(the device paths)')}</td></tr></table>`;
@@ -141,7 +151,10 @@ async function start() {
   const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
   if (state.events.length) args.events = state.events;
   if (chosenCallgraph()) args.callgraph = chosenCallgraph();
-  if ($('#wz-offcpu').checked) args.off_cpu = true;
+  if ($('#wz-offcpu').checked) {
+    args.off_cpu = true;
+    if (offCpuMinUs()) args.off_cpu_min_us = offCpuMinUs();
+  }
   $('#wz-start-state').textContent = 'starting… (the agent checks what this perf can do first: up to a minute on some devices)';
   let answer;
   try { answer = await command('start', args); } finally { $('#wz-start-state').textContent = ''; }

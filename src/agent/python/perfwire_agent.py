@@ -3291,7 +3291,7 @@ class Session(object):
         f = {"state": self.state, "pid": s.pid, "frequency": s.frequency,
              "duration": s.duration, "agent_version": VERSION, "platform": self.platform,
              "events": list(s.events),
-             "capabilities": None if self.caps is None else self.caps.to_json(),
+             "capabilities": None if self.caps is None else self._capabilities_json(),
              "probing": self.probing,
              "update": (self.update_policy()
                         if self.update_policy() in ("signed", "pinned") else "refused"),
@@ -3467,10 +3467,17 @@ class Session(object):
         f["error"] = None if check["code"] == 0 else check["err"][:500] + check["error"]
         return response(rid, f)
 
+    def _capabilities_json(self):
+        """What the probe found, and whether this device can record where threads wait (why
+        not, else ""): the start form offers off-CPU only where it works."""
+        o = self.caps.to_json()
+        o["off_cpu_problem"] = off_cpu_problem(events=self.caps.record_events)
+        return o
+
     def cmd_reprobe(self, rid, args):
         pid = int_arg(args, "pid", 1, MAX_PID)
         self._ensure_probed(self.settings.pid if pid is None else pid, True)
-        return response(rid, self.caps.to_json())
+        return response(rid, self._capabilities_json())
 
     def cmd_start(self, rid, args):
         if self.state != "idle":

@@ -1,5 +1,7 @@
 // Browser test of the UI, wizard: The Live Debug wizard, against the Python agent waiting with --listen and a pairing code.
 // Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { check, start, tableShows, until } from '../harness.mjs';
 
 export async function liveDebug(t) {
@@ -37,6 +39,9 @@ export async function liveDebug(t) {
   check(events.includes('cpu-clock') || events.includes('cycles'), `sampling events offered: ${events.join(', ')}`);
   const modes = await wz.locator('#wz-callgraph input[name=callgraph]').evaluateAll((l) => l.map((i) => `${i.value}${i.checked ? '*' : ''}`));
   check(modes.includes('fp*') && modes.includes('dwarf') && modes.includes('none'), `call-graph modes offered, the probe's checked: ${modes.join(', ')}`);
+  const offWhy = await wz.locator('#wz-offcpu-why').textContent();
+  check(!(await wz.locator('#wz-offcpu').isDisabled()) && offWhy === '', `off-CPU is offered where the device can record the switches ("${offWhy}")`);
+  await wz.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'wizard-perf.png') });
   t.doing = "the wizard's symbols step";
   await wz.click('#wz-perf-next');
   await wz.click('#wizard [data-browse="wz-source"]');
