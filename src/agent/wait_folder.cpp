@@ -3,6 +3,7 @@
 #include "protocol/off_cpu.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 namespace agent {
@@ -155,6 +156,7 @@ void wait_folder::header(std::string_view l, std::string& out) {
         return;
     }
     block_ = block::none;
+    last_ns_ = std::max(last_ns_, h.time_ns);
     switch (h.is) {
     case head::what::switch_in:
         close(h.tid, h.time_ns, out);
@@ -247,15 +249,23 @@ void wait_folder::close(std::uint32_t tid, std::uint64_t time_ns, std::string& o
 
 void wait_folder::flush(std::string& out, bool ended) {
     if (ended) {
-        open_.clear();
+        // A thread still waiting when the recording ended waited until then at least.
+        std::vector<std::uint32_t> tids;
+        for (const auto& [tid, w] : open_)
+            tids.push_back(tid);
+        std::sort(tids.begin(), tids.end());
+        for (const auto tid : tids)
+            close(tid, last_ns_, out);
         block_ = block::none;
     }
     std::vector<const sum*> order;
     order.reserve(sums_.size());
     for (const auto& [key, s] : sums_)
         order.push_back(&s);
-    std::sort(order.begin(), order.end(),
-              [](const sum* a, const sum* b) { return a->first_ns < b->first_ns; });
+    std::sort(order.begin(), order.end(), [](const sum* a, const sum* b) {
+        return std::tie(a->first_ns, a->tid, a->kind, a->stack) <
+               std::tie(b->first_ns, b->tid, b->kind, b->stack);
+    });
     for (const auto* s : order)
         write(*s, out);
     sums_.clear();

@@ -44,7 +44,8 @@ public:
     void fold(std::string_view complete, std::string& out);
 
     // Writes the sums held to `out`. Waits still open stay open, unless the recording `ended`
-    // (a round's: the next is another perf, whose first samples end no wait of this one's).
+    // (a round's: the next is another perf, whose first samples end no wait of this one's):
+    // then they end at the last time it printed.
     void flush(std::string& out, bool ended = false);
 
     const counts& stats() const noexcept { return counts_; }
@@ -85,6 +86,7 @@ private:
     // The block being read: a switch sample's (its frame lines taken), or one passed on.
     enum class block { none, passed, switch_sample } block_ = block::none;
     std::uint32_t block_tid_ = 0;
+    std::uint64_t last_ns_ = 0; // the latest time read
     std::string key_;
 };
 

@@ -51,6 +51,7 @@ totals parsed(std::string_view text) {
     collector::script_parser parser(p);
     parser.feed(text);
     parser.finish();
+    parser.end_waits();
     CHECK(parser.stats().skipped_lines == 0);
     totals t;
     for (std::size_t e = 0; e < p.event_count(); ++e) {
@@ -184,4 +185,22 @@ TEST_CASE("the chunker folds an off-CPU stream whatever pieces it comes in",
         whole += *chunk;
     CHECK(parsed(whole).off_cpu == parsed(folded(raw)).off_cpu);
     CHECK(parsed(whole).on_cpu == parsed(raw).on_cpu);
+}
+
+TEST_CASE("a thread still waiting when the recording ends waited until its last time",
+          "[agent][off-cpu][wait_folder]") {
+    const std::string raw =
+        "app 10/11 5.000000000:          1 sched:sched_switch: prev_comm=app prev_pid=11 "
+        "prev_prio=120 prev_state=S ==> next_comm=x next_pid=0 next_prio=120\n"
+        "\t401000 nap+0x4 (/bin/app)\n\n"
+        "app 10/11 5.000000100: PERF_RECORD_SWITCH OUT\n"
+        "app 10/12 5.300000000:    1000000 cpu-clock: \n\t401000 spin+0x4 (/bin/app)\n\n";
+    wait_folder f({});
+    std::string out;
+    f.fold(raw, out);
+    f.flush(out);
+    CHECK(parsed(out).off_cpu.empty()); // a chunk's end is no recording's
+    f.flush(out, true);
+    CHECK(parsed(out).off_cpu.at("nap") == 300'000'000);
+    CHECK(parsed(raw).off_cpu.at("nap") == 300'000'000); // the collector's, of the switches
 }

@@ -159,6 +159,7 @@ TEST_CASE("off-cpu: each wait of a recording of the switches is as long as the t
     script_parser parser(p);
     parser.feed(raw);
     parser.finish();
+    parser.end_waits();
     CHECK(parser.stats().skipped_lines == 0);
     CHECK(parser.stats().waits > 100);
     const auto [off_cpu, cpu] = events_of(p);

@@ -1752,6 +1752,7 @@ class WaitFolder(object):
         self.open = {}  # tid -> [since, pid, comm, kind, stack lines, unseen, stack bytes]
         self.sums = {}  # (tid, kind, stack) -> [window, first, total, pid, comm]
         self.block = None  # None; "pass"; or the tid of a switch sample whose frames come
+        self.last_ns = 0  # the latest time read
         self.waits = self.samples = self.short_waits = self.short_ns = self.dropped = 0
 
     def fold(self, complete):
@@ -1780,11 +1781,12 @@ class WaitFolder(object):
     def flush(self, ended=False):
         """The sums held, as samples. Waits still open stay open, unless the recording ended
         (a round's: the next is another perf)."""
-        if ended:
-            self.open.clear()
-            self.block = None
         out = []
-        for key, s in sorted(self.sums.items(), key=lambda kv: kv[1][1]):
+        if ended:  # a thread still waiting then waited until the last time printed at least
+            for tid in sorted(self.open):
+                self._close(tid, self.last_ns, out)
+            self.block = None
+        for key, s in sorted(self.sums.items(), key=lambda kv: (kv[1][1], kv[0])):
             self._write(key[0], s, key[1], key[2], out)
         self.sums.clear()
         return b"\n".join(out) + b"\n" if out else b""
@@ -1801,6 +1803,7 @@ class WaitFolder(object):
         t = int(sec) * 1000000000 + int((frac + b"000000000")[:9])
         rest = rest.lstrip(b" ")
         self.block = None
+        self.last_ns = max(self.last_ns, t)
         if rest.startswith(b"PERF_RECORD_SWITCH"):
             way = rest.split(b" ")
             way = way[1] if len(way) > 1 else b""

@@ -165,6 +165,15 @@ void script_parser::finish() {
     commit();
 }
 
+void script_parser::end_waits() {
+    std::vector<std::uint32_t> tids;
+    for (const auto& [tid, w] : waits_)
+        tids.push_back(tid);
+    std::sort(tids.begin(), tids.end());
+    for (const auto tid : tids)
+        end_wait(tid, last_ns_);
+}
+
 void script_parser::line(std::string_view l) {
     ++stats_.lines;
     if (!l.empty() && l.back() == '\r')
@@ -313,6 +322,7 @@ bool script_parser::header(std::string_view l) {
     header_fields h;
     if (!read_header(l, h))
         return false;
+    last_ns_ = std::max(last_ns_, h.time_ns);
     if (h.record) {
         stats_.lost_events += h.lost;
         ++stats_.records;

@@ -139,6 +139,9 @@ public:
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
     void finish();
+    // Ends the recording (its end, or a round's: the next is another perf): a thread still
+    // waiting waited until the last time read at least, and its wait counts so.
+    void end_waits();
 
     const script_stats& stats() const noexcept { return stats_; }
     // Bytes the remembered names hold (about).
@@ -183,6 +186,7 @@ private:
 
     bool pending_ = false;
     std::uint64_t time_ns_ = 0, period_ = 1;
+    std::uint64_t last_ns_ = 0; // the latest time read (samples and records)
     std::uint32_t pid_ = 0, tid_ = 0;
     std::uint8_t event_ = 0;
     std::string comm_;

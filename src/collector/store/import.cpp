@@ -379,6 +379,7 @@ struct import_stream::impl {
             parsed = upto;
             if (marker != std::string::npos) {
                 model->parser.finish();
+                model->parser.end_waits(); // a round ends at its perf stat report
                 in_stat = true;
                 marker_at = marker;
                 stat_begin = parsed = marker + stat_line.size();
@@ -481,6 +482,7 @@ struct import_stream::impl {
             } else {
                 model->parser.feed(std::string_view(pending).substr(parsed));
                 model->parser.finish();
+                model->parser.end_waits();
                 if (!pending.empty())
                     push_chunk(std::move(pending));
             }
