@@ -726,6 +726,58 @@ TEST_CASE("fleet backlog: samples the store could not keep, an import made while
     CHECK(devices.at("devices").as_array().size() == 2);
 }
 
+TEST_CASE("fleet store: off-cpu is an event of its own in ns, asked by name: every event is "
+          "every sampled one",
+          "[collector][fleet][clickhouse][off-cpu][integration]") {
+    test_support::clickhouse_proc ch;
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(
+        dir.path, {"--clickhouse", ch.url(), "--clickhouse-database", "fleet_waits"});
+    // Three CPU samples and two waits (20 ms asleep, 300 ms in I/O), as the agent folds them.
+    std::string text;
+    for (int i = 0; i < 3; ++i)
+        text += "app 10/12 100.00" + std::to_string(i) +
+                "000000:    10101010 cpu-clock: \n"
+                "\t401200 spin+0x1 (/bin/app)\n\t401100 main+0x8 (/bin/app)\n\n";
+    text += "app 10/11 100.100000000: 20000000 off-cpu:\n\t0 [sleeping] ([off-cpu])\n"
+            "\t401000 nap+0x4 (/bin/app)\n\t401100 main+0x8 (/bin/app)\n\n"
+            "app 10/11 100.200000000: 300000000 off-cpu:\n\t0 [uninterruptible: I/O] "
+            "([off-cpu])\n\t401300 read_file+0x4 (/bin/app)\n\t401100 main+0x8 (/bin/app)\n\n";
+    const auto up = test_support::http_call(coll.http_port, "POST",
+                                            "/api/sessions/import?name=waits.txt", text);
+    INFO(up.body);
+    REQUIRE(up.status == 200);
+    const auto status = test_support::wait_for(coll, "/api/status", 60s, [](const json::value& v) {
+        return v.at("fleet").at("written_samples").to_number<std::uint64_t>() == 5;
+    });
+    INFO(json::serialize(status));
+    const auto devices = coll.get("/api/fleet/devices");
+    INFO(json::serialize(devices));
+    REQUIRE(devices.at("devices").as_array().size() == 1);
+    std::set<std::string> events;
+    for (const auto& e : devices.at("devices").as_array()[0].at("events").as_array())
+        events.emplace(e.as_string());
+    CHECK(events == std::set<std::string>{"cpu-clock", "off-cpu"});
+    // Every event: the CPU's samples alone (waits summed with them would be neither).
+    const auto every = coll.get("/api/fleet/functions");
+    INFO(json::serialize(every));
+    CHECK(every.at("samples").to_number<std::uint64_t>() == 3);
+    CHECK(every.at("period").to_number<std::uint64_t>() == 3 * 10101010ULL);
+    // The waits by name, weighed in ns, each under its kind.
+    const auto waits = coll.get("/api/fleet/functions?event=off-cpu");
+    INFO(json::serialize(waits));
+    CHECK(waits.at("samples").to_number<std::uint64_t>() == 2);
+    CHECK(waits.at("period").to_number<std::uint64_t>() == 320'000'000ULL);
+    std::map<std::string, std::uint64_t> waited;
+    for (const auto& f : waits.at("functions").as_array())
+        waited[std::string(f.at("name").as_string())] =
+            f.at("total_period").to_number<std::uint64_t>();
+    CHECK(waited["[sleeping]"] == 20'000'000ULL);
+    CHECK(waited["[uninterruptible: I/O]"] == 300'000'000ULL);
+    CHECK(waited["main"] == 320'000'000ULL);
+    CHECK_FALSE(waited.count("spin"));
+}
+
 TEST_CASE("fleet questions run read-only within limits ClickHouse enforces: one past a limit is "
           "stopped and answered with the limit it passed",
           "[collector][fleet][clickhouse][integration]") {

@@ -1,6 +1,7 @@
 #include "collector/fleet/queries.hpp"
 
 #include "collector/fleet/clickhouse.hpp"
+#include "protocol/off_cpu.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -29,7 +30,9 @@ result<std::uint64_t> seconds_ns(const std::string& key, const std::string& v) {
     return static_cast<std::uint64_t>(s * 1e9);
 }
 
-std::string where(std::string_view db, const fleet_filter& f) {
+// `weighed`: the samples are summed (functions, stacks, frames), not listed: "every event" is
+// every sampled one, never the waits too (off-cpu: time off the CPU, chosen by name).
+std::string where(std::string_view db, const fleet_filter& f, bool weighed = true) {
     std::vector<std::string> terms;
     if (!f.devices.empty()) {
         std::string in;
@@ -44,6 +47,8 @@ std::string where(std::string_view db, const fleet_filter& f) {
                         std::to_string((*f.to_ns + 999'999'999) / 1'000'000'000) + ")");
     if (!f.event.empty())
         terms.push_back("event = " + clickhouse_quote(f.event));
+    else if (weighed)
+        terms.push_back("event != " + clickhouse_quote(protocol::off_cpu_event_name));
     // The stacks holding a frame that…
     const auto through = [&](const std::string& frame_is) {
         return "stack GLOBAL IN (SELECT stack FROM " + std::string(db) +
@@ -148,7 +153,7 @@ std::string fleet_devices_sql(std::string_view database, const fleet_filter& f) 
     return "SELECT device, count() AS n, toUInt32(min(time)), toUInt32(max(time)), "
            "groupUniqArray(event), "
            "groupUniqArray(build_id) FROM " +
-           db + ".samples" + where(db, f) +
+           db + ".samples" + where(db, f, false) +
            " GROUP BY device ORDER BY n DESC, device LIMIT 10000 "
            "FORMAT JSONCompact";
 }
@@ -158,7 +163,7 @@ std::string fleet_build_modules_sql(std::string_view database, const fleet_filte
     return "SELECT build_id, any(module) FROM " + db +
            ".frames WHERE build_id != '' AND build_id GLOBAL IN (SELECT DISTINCT build_id "
            "FROM " +
-           db + ".samples" + where(db, f) +
+           db + ".samples" + where(db, f, false) +
            ") GROUP BY build_id ORDER BY build_id LIMIT 10000 FORMAT JSONCompact";
 }
 
