@@ -96,7 +96,8 @@ export async function render() {
   const buildName = (b) => `${fileOf(b) || 'build'} ${b.slice(0, 8)}`;
   const builds = [...new Set(devices.flatMap((d) => d.builds))].sort((a, b) => fileOf(a).localeCompare(fileOf(b)) || a.localeCompare(b));
   options($('#fleet-range'), RANGES.map(([v, l]) => [v, l]), s.range);
-  options($('#fleet-event'), [['', 'every event'], ...events.map((e) => [e, e])], s.event);
+  // Every sampled event; the waits (off-cpu, in ns) by name only.
+  options($('#fleet-event'), [['', events.includes('off-cpu') ? 'every sampled event' : 'every event'], ...events.map((e) => [e, e])], s.event);
   options($('#fleet-build'), [['', 'every build'], ...builds.map((b) => [b, buildName(b)])], s.build);
   options($('#fleet-compare'), [['', 'nothing'], ...(s.range ? [['before', 'the period before']] : []), ['build', 'another build']], s.compare);
   $('#fleet-base-build').hidden = s.compare !== 'build';
