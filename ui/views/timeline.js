@@ -16,7 +16,7 @@ let wheel = null; // a zoom by the wheel under way: {start, end, timer}
 let laneOrder = { session: null, rank: new Map() }; // tid -> its place, for the session shown
 let pointer = null; // where the pointer rests on the lanes, for the tip after a redraw
 // A wait's fill by its kind (the timeline's wait_kinds: sleeping, I/O, preempted, other).
-const WAIT_FILL = ['rgba(100, 116, 139, 0.35)', 'rgba(217, 119, 6, 0.55)', 'rgba(220, 38, 38, 0.45)', 'rgba(148, 163, 184, 0.35)'];
+const WAIT_FILL = ['rgba(13, 148, 136, 0.4)', 'rgba(217, 119, 6, 0.55)', 'rgba(220, 38, 38, 0.45)', 'rgba(148, 163, 184, 0.35)'];
 let showLaneTip = () => {};
 
 // The window being dragged across the lanes, as a band over them.
