@@ -7,6 +7,7 @@
 #include "collector/model/views.hpp"
 #include "collector/parse/perf_script.hpp"
 #include "support/agents.hpp"
+#include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
 #include "support/spawn.hpp"
 
@@ -20,6 +21,7 @@
 
 using namespace std::chrono_literals;
 using namespace collector;
+namespace json = boost::json;
 
 namespace {
 
@@ -277,4 +279,49 @@ TEST_CASE("off-cpu: through either agent, the waiting threads are seen waiting a
         CHECK(asleep >= 0.9 * ns);
     }
     on_cpu_unchanged(p, cpu);
+}
+
+TEST_CASE("off-cpu live: a collector shows each waiting thread waiting as much as it measured, "
+          "through either agent",
+          "[agent][collector][perf][off-cpu][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    workload w;
+    test_support::collector_proc coll(w.dir.path / "sessions");
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                  std::to_string(w.work.pid()), "--off-cpu", "--duration", "1", "--state-dir", ""});
+    // Three seconds of waits, then the run ends.
+    const auto live = test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+        const auto& a = v.as_array();
+        if (a.size() != 1)
+            return false;
+        const auto* d = a[0].as_object().if_contains("duration_sec");
+        return d && d->to_number<double>() >= 3;
+    });
+    const std::string id(live.as_array()[0].at("id").as_string());
+    agent->signal(SIGTERM);
+    REQUIRE(agent->wait(30s));
+    test_support::wait_for(coll, "/api/sessions", 30s, [](const json::value& v) {
+        return !v.as_array()[0].at("live").as_bool();
+    });
+    const auto measured = w.stop();
+    const auto timeline = coll.get("/api/sessions/" + id + "/timeline?width=10");
+    const double span =
+        (timeline.at("end_s").to_number<double>() - timeline.at("start_s").to_number<double>()) *
+        1e9;
+    for (const auto& [thread, function] : waiting_in) {
+        const auto& m = measured.at(thread);
+        const auto table =
+            coll.get("/api/sessions/" + id +
+                     "/functions?event=off-cpu&limit=100&tid=" + std::to_string(m.tid));
+        double ns = 0;
+        for (const auto& f : table.at("functions").as_array())
+            if (std::string_view(f.at("name").as_string()).starts_with(function))
+                ns = std::max(ns, f.at("total").to_number<double>());
+        const double share = static_cast<double>(m.total_ns) / static_cast<double>(m.alive_ns);
+        INFO(thread << ": " << ns << " ns in " << function << " of " << span
+                    << " ns of session; measured " << m.total_ns << " of " << m.alive_ns);
+        CHECK(ns / span == Approx(share).epsilon(0.10));
+    }
 }
