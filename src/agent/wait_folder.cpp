@@ -16,18 +16,29 @@ bool is_digit(char c) {
     return c >= '0' && c <= '9';
 }
 
-// Digits at `at` as a number (at most 19 of them); `at` moved past them.
-bool digits(std::string_view l, std::size_t& at, std::uint64_t& value) {
+// 1 to `most` digits at `at`, not followed by another; `at` moved past them.
+bool digits(std::string_view l, std::size_t& at, std::uint64_t& value, std::size_t most) {
     const auto from = at;
     value = 0;
-    while (at < l.size() && is_digit(l[at]) && at - from < 19)
+    while (at < l.size() && is_digit(l[at]) && at - from < most)
         value = value * 10 + static_cast<std::uint64_t>(l[at++] - '0');
     return at > from && (at == l.size() || !is_digit(l[at]));
 }
 
-void skip_blanks(std::string_view l, std::size_t& at) {
+// One blank or more at `at`; `at` moved past them.
+bool blanks(std::string_view l, std::size_t& at) {
+    const auto from = at;
     while (at < l.size() && l[at] == ' ')
         ++at;
+    return at > from;
+}
+
+std::string_view trim_blanks(std::string_view s) {
+    while (!s.empty() && s.front() == ' ')
+        s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ')
+        s.remove_suffix(1);
+    return s;
 }
 
 struct head {
@@ -39,73 +50,91 @@ struct head {
     bool preempted = false; // a switch out's
 };
 
-// "comm pid/tid time: …", in the fields the agent asks perf script for (protocol: the collector's
-// parser reads every shape; this one, the agent's own). The thread is the first "pid/tid time:"
-// after a blank within the first 64 bytes (a comm is at most 15, perf may pad it).
+// "PID[/TID] +[[CPU] +]SEC.FRAC:" at `p` (10, 10, 10 and 12 digits at most); `at` past it.
+bool thread_and_time(std::string_view l, std::size_t p, std::size_t& at, std::uint64_t& pid,
+                     std::uint64_t& tid, std::uint64_t& sec, std::uint64_t& frac,
+                     std::size_t& frac_digits) {
+    at = p;
+    if (!digits(l, at, pid, 10))
+        return false;
+    tid = pid;
+    if (at < l.size() && l[at] == '/' && !digits(l, ++at, tid, 10))
+        return false;
+    if (!blanks(l, at))
+        return false;
+    if (at < l.size() && l[at] == '[') { // a CPU
+        std::uint64_t cpu = 0;
+        if (!digits(l, ++at, cpu, 19) || at >= l.size() || l[at] != ']' || !blanks(l, ++at))
+            return false;
+    }
+    if (!digits(l, at, sec, 10) || at >= l.size() || l[at] != '.')
+        return false;
+    const auto from = ++at;
+    if (!digits(l, at, frac, 12) || at >= l.size() || l[at] != ':')
+        return false;
+    frac_digits = at - from;
+    return true;
+}
+
+// "comm pid/tid time: …", in the fields the agent asks perf script for (the collector's parser
+// reads every shape; this one, the agent's own), read alike by the Python agent's HEAD_RE. The
+// thread is the last "pid/tid time:" that starts the line or follows a blank within its first
+// 66 bytes (a comm is at most 15, perf pads it): a thread's name that looks like one comes
+// before its own. Out of range (a pid past 32 bits): no header.
 bool read_head(std::string_view l, head& h) {
-    for (std::size_t p = 0; p < std::min<std::size_t>(l.size(), 64); ++p) {
-        if (!is_digit(l[p]) || (p > 0 && l[p - 1] != ' '))
-            continue;
-        std::size_t at = p;
-        std::uint64_t pid = 0, tid = 0, sec = 0, frac = 0;
-        if (!digits(l, at, pid))
-            continue;
-        tid = pid;
-        if (at < l.size() && l[at] == '/' && !digits(l, ++at, tid))
-            continue;
-        skip_blanks(l, at);
-        if (at < l.size() && l[at] == '[') { // a CPU
-            std::uint64_t cpu = 0;
-            if (!digits(l, ++at, cpu) || at >= l.size() || l[at] != ']')
-                continue;
-            skip_blanks(l, ++at);
+    if (l.empty())
+        return false;
+    std::size_t at = 0, frac_digits = 0;
+    std::uint64_t pid = 0, tid = 0, sec = 0, frac = 0;
+    for (std::size_t p = std::min<std::size_t>(l.size() - 1, 65);; --p) {
+        if ((p == 0 || l[p - 1] == ' ') &&
+            thread_and_time(l, p, at, pid, tid, sec, frac, frac_digits)) {
+            h.comm = trim_blanks(l.substr(0, p));
+            break;
         }
-        if (!digits(l, at, sec) || at >= l.size() || l[at] != '.')
-            continue;
-        const auto frac_from = ++at;
-        if (!digits(l, at, frac) || at >= l.size() || l[at] != ':' || pid > 0xffffffffULL ||
-            tid > 0xffffffffULL || sec > 18'000'000'000ULL)
-            continue;
-        for (auto n = at - frac_from; n < 9; ++n)
-            frac *= 10;
-        for (auto n = at - frac_from; n > 9; --n)
-            frac /= 10;
-        h.comm = l.substr(0, p - (p > 0 ? 1 : 0));
-        while (!h.comm.empty() && h.comm.front() == ' ')
-            h.comm.remove_prefix(1);
-        h.pid = static_cast<std::uint32_t>(pid);
-        h.tid = static_cast<std::uint32_t>(tid);
-        h.time_ns = sec * 1'000'000'000ULL + frac;
-        skip_blanks(l, ++at);
-        const auto rest = l.substr(at);
-        if (rest.starts_with("PERF_RECORD_SWITCH")) {
-            const auto way = rest.find(' ');
-            const auto dir =
-                way == std::string_view::npos ? std::string_view{} : rest.substr(way + 1, 3);
-            h.is = dir.starts_with("IN") ? head::what::switch_in
-                   : dir == "OUT"        ? head::what::switch_out
-                                         : head::what::record;
-            h.preempted = h.is == head::what::switch_out &&
-                          rest.find(" preempt", way) != std::string_view::npos;
-            return true;
-        }
-        if (rest.starts_with("PERF_RECORD_")) {
-            h.is = head::what::record;
-            return true;
-        }
-        // [period] event: args
-        std::size_t e = 0;
-        std::uint64_t period = 0;
-        if (digits(rest, e, period))
-            skip_blanks(rest, e);
-        constexpr std::string_view switch_event = "sched:sched_switch:";
-        if (rest.substr(e).starts_with(switch_event)) {
-            h.is = head::what::switch_sample;
-            h.args = rest.substr(e + switch_event.size());
-        }
+        if (p == 0)
+            return false;
+    }
+    if (pid > 0xffffffffULL || tid > 0xffffffffULL)
+        return false;
+    for (auto n = frac_digits; n < 9; ++n)
+        frac *= 10;
+    for (auto n = frac_digits; n > 9; --n)
+        frac /= 10;
+    h.pid = static_cast<std::uint32_t>(pid);
+    h.tid = static_cast<std::uint32_t>(tid);
+    h.time_ns = sec * 1'000'000'000ULL + frac;
+    ++at;
+    blanks(l, at);
+    const auto rest = l.substr(at);
+    if (rest.starts_with("PERF_RECORD_SWITCH")) {
+        // "PERF_RECORD_SWITCH[_CPU_WIDE] IN|OUT [preempt] …": the word after the first blank.
+        const auto way = rest.find(' ');
+        auto dir = way == std::string_view::npos ? std::string_view{} : rest.substr(way + 1);
+        dir = dir.substr(0, dir.find(' '));
+        h.is = dir == "IN"    ? head::what::switch_in
+               : dir == "OUT" ? head::what::switch_out
+                              : head::what::record;
+        h.preempted =
+            h.is == head::what::switch_out && rest.find(" preempt") != std::string_view::npos;
         return true;
     }
-    return false;
+    if (rest.starts_with("PERF_RECORD_")) {
+        h.is = head::what::record;
+        return true;
+    }
+    // [period +]event: args
+    std::size_t e = 0;
+    while (e < rest.size() && is_digit(rest[e]))
+        ++e;
+    if (e > 0 && !blanks(rest, e))
+        return true;
+    constexpr std::string_view switch_event = "sched:sched_switch:";
+    if (rest.substr(e).starts_with(switch_event)) {
+        h.is = head::what::switch_sample;
+        h.args = rest.substr(e + switch_event.size());
+    }
+    return true;
 }
 
 } // namespace
@@ -117,28 +146,44 @@ wait_folder::wait_folder(options o)
 }
 
 void wait_folder::fold(std::string_view complete, std::string& out) {
+    // A line cut between two pieces (the chunker's overlong tail) is read whole.
     while (!complete.empty()) {
         const auto nl = complete.find('\n');
-        line(complete.substr(0, nl), out);
-        complete.remove_prefix(nl == std::string_view::npos ? complete.size() : nl + 1);
+        if (nl == std::string_view::npos) {
+            carry_.append(complete);
+            if (carry_.size() > max_line) {
+                line(carry_, out);
+                carry_.clear();
+            }
+            return;
+        }
+        if (carry_.empty()) {
+            line(complete.substr(0, nl), out);
+        } else {
+            carry_.append(complete.substr(0, nl));
+            line(carry_, out);
+            carry_.clear();
+        }
+        complete.remove_prefix(nl + 1);
     }
 }
 
 void wait_folder::line(std::string_view l, std::string& out) {
-    if (l.empty()) { // the blank line that ends a sample with a call chain
-        if (block_ == block::passed)
+    if (l.empty()) { // the blank line that ends a sample with a call chain (a switch's taken)
+        if (block_ != block::switch_sample && block_ != block::skipped)
             out += '\n';
         block_ = block::none;
         return;
     }
     if (l.front() == '\t') {
         if (block_ == block::switch_sample) {
-            auto& stack = open_.at(block_tid_).stack;
-            if (stack.size() + l.size() + 1 <= max_stack_bytes) {
-                stack.append(l);
-                stack += '\n';
+            auto& w = open_.at(block_tid_);
+            if (w.stack.size() + l.size() + 1 <= max_stack_bytes && w.lines < max_stack_lines) {
+                w.stack.append(l);
+                w.stack += '\n';
+                ++w.lines;
             }
-        } else if (block_ == block::passed) {
+        } else if (block_ != block::skipped) {
             out.append(l);
             out += '\n';
         }
@@ -171,7 +216,7 @@ void wait_folder::header(std::string_view l, std::string& out) {
             }
             open_.emplace(h.tid, open_wait{h.time_ns, h.pid, std::string(h.comm),
                                            h.preempted ? "[preempted]" : protocol::wait_kind({}),
-                                           std::string(unknown_frame), true});
+                                           std::string(unknown_frame), 1, true});
         }
         return;
     case head::what::switch_sample: {
@@ -180,14 +225,16 @@ void wait_folder::header(std::string_view l, std::string& out) {
             it->second.unseen = false; // the wait its OUT record began
             it->second.kind = kind;
             it->second.stack.clear();
+            it->second.lines = 0;
         } else {
             close(h.tid, h.time_ns, out);
             if (open_.size() >= max_open) {
                 ++counts_.dropped;
-                block_ = block::none; // its frame lines go with it
+                block_ = block::skipped; // its frame lines go with it
                 return;
             }
-            open_.emplace(h.tid, open_wait{h.time_ns, h.pid, std::string(h.comm), kind, {}, false});
+            open_.emplace(h.tid,
+                          open_wait{h.time_ns, h.pid, std::string(h.comm), kind, {}, 0, false});
         }
         block_ = block::switch_sample;
         block_tid_ = h.tid;
@@ -249,6 +296,10 @@ void wait_folder::close(std::uint32_t tid, std::uint64_t time_ns, std::string& o
 
 void wait_folder::flush(std::string& out, bool ended) {
     if (ended) {
+        if (!carry_.empty()) { // its last line, if perf ended it without a newline
+            line(carry_, out);
+            carry_.clear();
+        }
         // A thread still waiting when the recording ended waited until then at least.
         std::vector<std::uint32_t> tids;
         for (const auto& [tid, w] : open_)
@@ -293,7 +344,7 @@ void wait_folder::write(const sum& s, std::string& out) {
     out += " (";
     out.append(protocol::off_cpu_module);
     out += ")\n";
-    out.append(s.stack);
+    out.append(s.stack.empty() ? unknown_frame : std::string_view(s.stack)); // (no call graph)
     out += '\n';
 }
 

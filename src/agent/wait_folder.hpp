@@ -52,9 +52,11 @@ public:
 
     // Threads waiting at once, and sums held, remembered at most: past the first a new wait is
     // dropped (counted), past the second the sums are flushed early. A stack's text is kept up
-    // to max_stack_bytes (its outermost frames past it are cut).
+    // to max_stack_bytes and max_stack_lines (its outermost frames past them are cut; perf
+    // prints 127 at most). A line is held across pieces up to max_line, then taken as it is.
     static constexpr std::size_t max_open = 4096, max_sums = 4096;
-    static constexpr std::size_t max_stack_bytes = 16384;
+    static constexpr std::size_t max_stack_bytes = 16384, max_stack_lines = 256;
+    static constexpr std::size_t max_line = std::size_t{1} << 20;
 
 private:
     struct open_wait {
@@ -63,7 +65,8 @@ private:
         std::string comm;
         std::string_view kind; // static text
         std::string stack;     // its frame lines, each "\t…\n"
-        bool unseen = false;   // from an OUT record; its sample may come after it
+        std::size_t lines = 0;
+        bool unseen = false; // from an OUT record; its sample may come after it
     };
     struct sum {
         std::uint64_t window = 0, first_ns = 0, total_ns = 0;
@@ -83,8 +86,10 @@ private:
     counts counts_;
     std::unordered_map<std::uint32_t, open_wait> open_;
     std::unordered_map<std::string, sum> sums_; // by tid, kind and stack
-    // The block being read: a switch sample's (its frame lines taken), or one passed on.
-    enum class block { none, passed, switch_sample } block_ = block::none;
+    // The block being read: a switch sample's (its frame lines taken), one passed on, or one
+    // dropped (a switch sample past max_open: its frame lines with it).
+    enum class block { none, passed, switch_sample, skipped } block_ = block::none;
+    std::string carry_; // a line not ended yet
     std::uint32_t block_tid_ = 0;
     std::uint64_t last_ns_ = 0; // the latest time read
     std::string key_;

@@ -1727,10 +1727,11 @@ def wait_kind(prev_state):
 
 
 PREV_STATE_RE = re.compile(rb" prev_state=([RSDTtXZPIKWNn+|]{1,8}) ==> ")
-# "comm pid/tid [cpu] time: rest": the first such thread within the first 64 bytes (a comm is at
-# most 15, perf may pad it), as the C++ agent's wait_folder reads it.
-HEAD_RE = re.compile(rb"^(.{0,64}?)(?:^| )(\d{1,10})(?:/(\d{1,10}))? +(?:\[\d+\] +)?"
-                     rb"(\d{1,11})\.(\d{1,12}):(.*)$", re.S)
+# "comm pid/tid [cpu] time: rest", read as the C++ agent's wait_folder reads it: the last such
+# thread starting the line or after a blank within its first 66 bytes (a comm is at most 15,
+# perf pads it; a thread's name that looks like one comes before its own).
+HEAD_RE = re.compile(rb"^(.{0,64})(?:^| )(\d{1,10})(?:/(\d{1,10}))? +(?:\[(\d{1,19})\] +)?"
+                     rb"(\d{1,10})\.(\d{1,12}):(.*)$", re.S)
 SWITCH_SAMPLE_RE = re.compile(rb" *(?:\d+ +)?sched:sched_switch:")
 
 
@@ -1744,7 +1745,8 @@ class WaitFolder(object):
     Every other line passes as it is."""
 
     MAX_OPEN = MAX_SUMS = 4096
-    MAX_STACK = 16384
+    MAX_STACK, MAX_STACK_LINES = 16384, 256
+    MAX_LINE = 1 << 20
     UNKNOWN = b"\t0 [unknown] ([unknown])"
 
     def __init__(self, min_ns=0, window_ns=100000000):
@@ -1753,40 +1755,53 @@ class WaitFolder(object):
         self.sums = {}  # (tid, kind, stack) -> [window, first, total, pid, comm]
         self.block = None  # None; "pass"; or the tid of a switch sample whose frames come
         self.last_ns = 0  # the latest time read
+        self.carry = b""  # a line not ended yet
         self.waits = self.samples = self.short_waits = self.short_ns = self.dropped = 0
 
     def fold(self, complete):
-        """Complete samples of perf script text in; what to send for them out."""
+        """Complete samples of perf script text in; what to send for them out. A line cut
+        between two pieces (the chunker's overlong tail) is read whole."""
         out = []
-        lines = complete.split(b"\n")
-        if complete.endswith(b"\n"):
-            lines.pop()
+        lines = (self.carry + complete).split(b"\n")
+        self.carry = lines.pop()  # b"" when the text ended a line
         for l in lines:
-            if not l:  # the blank line that ends a sample with a call chain
-                if self.block == "pass":
-                    out.append(b"")
-                self.block = None
-            elif l[:1] == b"\t":
-                if self.block == "pass":
-                    out.append(l)
-                elif self.block is not None:
-                    w = self.open.get(self.block)
-                    if w is not None and w[6] + len(l) + 1 <= self.MAX_STACK:
-                        w[4].append(l)
-                        w[6] += len(l) + 1
-            else:
-                self._header(l, out)
+            self._line(l, out)
+        if len(self.carry) > self.MAX_LINE:
+            self._line(self.carry, out)
+            self.carry = b""
         return b"\n".join(out) + b"\n" if out else b""
+
+    def _line(self, l, out):
+        if not l:  # the blank line that ends a sample with a call chain (a switch's taken)
+            if self.block is None or self.block == "pass":
+                out.append(b"")
+            self.block = None
+        elif l[:1] == b"\t":
+            if self.block is None or self.block == "pass":
+                out.append(l)
+            elif self.block != "skip":
+                w = self.open.get(self.block)
+                if (w is not None and w[6] + len(l) + 1 <= self.MAX_STACK
+                        and len(w[4]) < self.MAX_STACK_LINES):
+                    w[4].append(l)
+                    w[6] += len(l) + 1
+        else:
+            self._header(l, out)
 
     def flush(self, ended=False):
         """The sums held, as samples. Waits still open stay open, unless the recording ended
         (a round's: the next is another perf)."""
         out = []
-        if ended:  # a thread still waiting then waited until the last time printed at least
+        if ended:
+            if self.carry:  # its last line, if perf ended it without a newline
+                self._line(self.carry, out)
+                self.carry = b""
+            # A thread still waiting then waited until the last time printed at least.
             for tid in sorted(self.open):
                 self._close(tid, self.last_ns, out)
             self.block = None
-        for key, s in sorted(self.sums.items(), key=lambda kv: (kv[1][1], kv[0])):
+        for key, s in sorted(self.sums.items(), key=lambda kv: (
+                kv[1][1], kv[0][0], kv[0][1], b"".join(l + b"\n" for l in kv[0][2]))):
             self._write(key[0], s, key[1], key[2], out)
         self.sums.clear()
         return b"\n".join(out) + b"\n" if out else b""
@@ -1797,9 +1812,13 @@ class WaitFolder(object):
             self.block = "pass"
             out.append(l)
             return
-        comm, pid, tid, sec, frac, rest = m.groups()
+        comm, pid, tid, _, sec, frac, rest = m.groups()
         pid = int(pid)
         tid = int(tid) if tid is not None else pid
+        if pid > 0xffffffff or tid > 0xffffffff:  # out of range: no header
+            self.block = "pass"
+            out.append(l)
+            return
         t = int(sec) * 1000000000 + int((frac + b"000000000")[:9])
         rest = rest.lstrip(b" ")
         self.block = None
@@ -1807,7 +1826,7 @@ class WaitFolder(object):
         if rest.startswith(b"PERF_RECORD_SWITCH"):
             way = rest.split(b" ")
             way = way[1] if len(way) > 1 else b""
-            if way.startswith(b"IN"):
+            if way == b"IN":
                 self._close(tid, t, out)
             elif way == b"OUT":
                 # Its sample usually came first and opened the wait; else the wait begins
@@ -1842,6 +1861,7 @@ class WaitFolder(object):
             self._close(tid, t, out)
             if len(self.open) >= self.MAX_OPEN:
                 self.dropped += 1
+                self.block = "skip"  # its frame lines go with it
                 return
             self.open[tid] = [t, pid, comm.strip(b" "), kind, [], False, 0]
         self.block = tid
@@ -1881,7 +1901,7 @@ class WaitFolder(object):
         out.append(b"%s %d/%d %d.%09d: %d %s:" % (s[4], s[3], tid, s[1] // 1000000000,
                                                    s[1] % 1000000000, s[2], OFF_CPU_EVENT))
         out.append(b"\t0 " + kind + b" (" + OFF_CPU_MODULE + b")")
-        out.extend(stack)
+        out.extend(stack or (self.UNKNOWN,))  # (no call graph)
         out.append(b"")
 
 

@@ -139,8 +139,8 @@ public:
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
     void finish();
-    // Ends the recording (its end, or a round's: the next is another perf): a thread still
-    // waiting waited until the last time read at least, and its wait counts so.
+    // Ends the recording: a thread still waiting waited until the last time read at least, and
+    // its wait counts so.
     void end_waits();
 
     const script_stats& stats() const noexcept { return stats_; }

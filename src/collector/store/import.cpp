@@ -378,8 +378,7 @@ struct import_stream::impl {
             model->parser.feed(std::string_view(pending).substr(parsed, upto - parsed));
             parsed = upto;
             if (marker != std::string::npos) {
-                model->parser.finish();
-                model->parser.end_waits(); // a round ends at its perf stat report
+                model->parser.finish(); // (a period's report: waits go on, as on the device)
                 in_stat = true;
                 marker_at = marker;
                 stat_begin = parsed = marker + stat_line.size();
