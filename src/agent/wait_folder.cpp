@@ -301,12 +301,15 @@ void wait_folder::flush(std::string& out, bool ended) {
             carry_.clear();
         }
         // A thread still waiting when the recording ended waited until then at least.
+        // (One that began at the last time read is no wait.)
         std::vector<std::uint32_t> tids;
         for (const auto& [tid, w] : open_)
-            tids.push_back(tid);
+            if (w.since_ns < last_ns_)
+                tids.push_back(tid);
         std::sort(tids.begin(), tids.end());
         for (const auto tid : tids)
             close(tid, last_ns_, out);
+        open_.clear();
         block_ = block::none;
     }
     std::vector<const sum*> order;

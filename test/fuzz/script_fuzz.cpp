@@ -51,6 +51,7 @@ script_stats parse(std::string_view text, std::size_t piece, profile& p) {
     for (std::size_t pos = 0; pos < text.size(); pos += piece)
         parser.feed(text.substr(pos, piece));
     parser.finish();
+    parser.end_waits(); // (a thread still waiting counts to the last time)
     return parser.stats();
 }
 

@@ -1797,8 +1797,9 @@ class WaitFolder(object):
                 self._line(self.carry, out)
                 self.carry = b""
             # A thread still waiting then waited until the last time printed at least.
-            for tid in sorted(self.open):
-                self._close(tid, self.last_ns, out)
+            for tid in sorted(t for t, w in self.open.items() if w[0] < self.last_ns):
+                self._close(tid, self.last_ns, out)  # (one begun at the last time is no wait)
+            self.open.clear()
             self.block = None
         for key, s in sorted(self.sums.items(), key=lambda kv: (
                 kv[1][1], kv[0][0], kv[0][1], b"".join(l + b"\n" for l in kv[0][2]))):

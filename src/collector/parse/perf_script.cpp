@@ -166,12 +166,15 @@ void script_parser::finish() {
 }
 
 void script_parser::end_waits() {
+    // (One that began at the last time read is no wait.)
     std::vector<std::uint32_t> tids;
     for (const auto& [tid, w] : waits_)
-        tids.push_back(tid);
+        if (w.since_ns < last_ns_)
+            tids.push_back(tid);
     std::sort(tids.begin(), tids.end());
     for (const auto tid : tids)
         end_wait(tid, last_ns_);
+    waits_.clear();
 }
 
 void script_parser::line(std::string_view l) {
