@@ -24,6 +24,7 @@ export const KEYS = Object.freeze({
   inverted: { kind: 'bool', session: true },
   focus: { session: true },
   hide: { session: true },
+  drop: { session: true }, // functions whose stacks are left out whole, ';' between
   recursion: { session: true }, // 'collapse': a function calling itself is one frame
   collapse: { session: true }, // modules shown as one frame each, ';' between
   sort: { session: true }, // the function table's column (self % when absent)

@@ -87,19 +87,20 @@ export function blankCanvas(canvas) {
   canvas.width = 0; canvas.height = 0; canvas.style.height = '0px'; delete canvas.dataset.boxes;
 }
 
-// A ';'-joined list of the URL (hide=, collapse=) with `item` added last, or taken out (null
+// A ';'-joined list of the URL (hide=, drop=, collapse=) with `item` added last, or taken out (null
 // when nothing is left).
 export const addTo = (list, item) => [...(list ? list.split(';') : []).filter((x) => x !== item), item].join(';');
 export const takeFrom = (list, item) => (list ? list.split(';') : []).filter((x) => x !== item).join(';') || null;
 
 // The transforms the URL applies to every view of stacks (the function table, the trees, the
-// timeline's chart): a focus, functions merged into their callers, recursion collapsed,
+// timeline's chart): a focus, functions merged into their callers, stacks dropped, recursion collapsed,
 // modules collapsed — as the answers' parameters. `focus: false` leaves the focus out (a
 // view that sets its own).
 export function transformQuery(s, { focus = true } = {}) {
   const q = new URLSearchParams();
   if (focus && s.focus) q.set('focus', s.focus);
   if (s.hide) q.set('hide', s.hide);
+  if (s.drop) q.set('drop', s.drop);
   if (s.recursion) q.set('recursion', s.recursion);
   if (s.collapse) q.set('collapse', s.collapse);
   return q;

@@ -277,6 +277,8 @@ asio::awaitable<int> output_mode(const config& c, registry& reg, asio::steady_ti
     co_await (runner() && stopper());
     if (out != stdout)
         std::fclose(out);
+    if (const auto* waits = coll->waits())
+        log(waits->summary());
     if (write_failed) {
         log("write failed: " + c.output_path);
         co_return 1;

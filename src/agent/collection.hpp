@@ -81,6 +81,8 @@ public:
     const std::string& error() const noexcept { return error_; } // why it could not run
     std::string record_stderr() const { return record_err_; }
     std::uint64_t lost_samples() const noexcept { return chunker_.lost_total(); }
+    // An off-CPU run's waits as folded (nullptr without --off-cpu).
+    const wait_folder* waits() const noexcept { return chunker_.folder(); }
     std::uint64_t chunks() const noexcept { return chunks_; }
     // Bytes of samples perf script printed (a chunk may hold only perf stat's text).
     std::uint64_t script_bytes() const noexcept { return script_bytes_; }

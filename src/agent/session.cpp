@@ -1158,6 +1158,8 @@ std::string why_it_ended(const collection& c, const collection_settings& setting
 asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<collection> c) {
     co_await c->run();
     run->lost_samples += c->lost_samples();
+    if (const auto* waits = c->waits())
+        log("run " + run->id, waits->summary());
     if (c->prompt_refused())
         run->settings.prompt = false;
     if (run->current == c) {

@@ -351,4 +351,18 @@ void wait_folder::write(const sum& s, std::string& out) {
     out += '\n';
 }
 
+std::string wait_folder::summary() const {
+    const auto& c = counts_;
+    std::string s = "off-CPU: " + std::to_string(c.waits) + " waits sent in " +
+                    std::to_string(c.samples) + " samples";
+    if (options_.min_ns)
+        s += "; " + std::to_string(c.short_waits) + " shorter than " +
+             std::to_string(options_.min_ns / 1000) + " us left out (" +
+             std::to_string(c.short_ns / 1000000) + " ms in all)";
+    if (c.dropped)
+        s += "; " + std::to_string(c.dropped) +
+             " dropped (more threads waiting at once than the agent follows, or out of order)";
+    return s;
+}
+
 } // namespace agent

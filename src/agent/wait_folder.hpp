@@ -49,6 +49,9 @@ public:
     void flush(std::string& out, bool ended = false);
 
     const counts& stats() const noexcept { return counts_; }
+    // What the folding did, in a line for the log: waits sent in how many samples, the short
+    // ones left out (--off-cpu-min-us) and those dropped past the bounds.
+    std::string summary() const;
 
     // Threads waiting at once, and sums held, remembered at most: past the first a new wait is
     // dropped (counted), past the second the sums are flushed early. A stack's text is kept up

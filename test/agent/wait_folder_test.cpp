@@ -117,6 +117,8 @@ TEST_CASE("waits under the minimum are not sent, and counted", "[agent][off-cpu]
     CHECK(f.stats().short_waits == 1);
     CHECK(f.stats().short_ns == 40'000);
     CHECK(f.stats().waits == 6);
+    CHECK(f.summary() == "off-CPU: 6 waits sent in " + std::to_string(f.stats().samples) +
+                             " samples; 1 shorter than 50 us left out (0 ms in all)");
     CHECK(parsed(out).off_cpu.count("[preempted]") == 0);
     CHECK(parsed(out).off_cpu.at("[sleeping]") == 100'000'000);
 }
@@ -149,6 +151,8 @@ TEST_CASE("the folder holds what it may and passes what it cannot read",
     std::string out;
     f.fold(raw, out);
     CHECK(f.stats().dropped == 10);
+    CHECK(f.summary().ends_with("; 10 dropped (more threads waiting at once than the agent "
+                                "follows, or out of order)"));
     // Lines it cannot read pass as they are; a switch back before it left is no wait.
     const std::string odd = "not a header at all\n\tffff frame (x)\n\n"
                             "app 1/1 6.000000: PERF_RECORD_SWITCH IN\n"

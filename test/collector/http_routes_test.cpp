@@ -1114,6 +1114,72 @@ TEST_CASE("API: off-cpu is an event of its own in ns, wall adds it to the CPU cl
           http::status::bad_request);
 }
 
+TEST_CASE("API: drop leaves out every stack through a function and its weight from the total "
+          "(preemption kept or dropped)",
+          "[collector][api][off-cpu]") {
+    fixture_app f;
+    // Thread 1: 10 ms asleep in nap; 3 ms on the CPU in work (the sample at its end); 5 ms
+    // preempted in work (as the device folds waits).
+    auto wait = [](const char* at, const char* ns, const char* kind, const char* in) {
+        return std::string("app 1/1 ") + at + ": " + ns + " off-cpu:\n\t0 " + kind +
+               " ([off-cpu])\n\t1 " + in + " (/bin/app)\n\t1 main (/bin/app)\n\n";
+    };
+    const auto id = f.import(wait("1.000000000", "10000000", "[sleeping]", "nap") +
+                             script_sample({"work", "main"}, 3000000, 1, "1.013000000") +
+                             wait("1.013000000", "5000000", "[preempted]", "work"));
+    const auto base = "/api/sessions/" + id;
+    auto totals = [&](const std::string& query) {
+        const auto t = f.get_json(base + "/functions" + query);
+        std::map<std::string, std::uint64_t> m;
+        for (const auto& r : t.at("functions").as_array())
+            m[std::string(r.at("name").as_string())] = r.at("total").to_number<std::uint64_t>();
+        m["(view total)"] = t.at("total").to_number<std::uint64_t>();
+        return m;
+    };
+    const auto wall = totals("?event=wall");
+    CHECK(wall.at("(view total)") == 18'000'000);
+    CHECK(wall.at("work") == 8'000'000);
+    CHECK(wall.at("[preempted]") == 5'000'000);
+    const auto kept = totals("?event=wall&drop=%5Bpreempted%5D");
+    CHECK(kept.at("(view total)") == 13'000'000); // what remains is the view
+    CHECK(kept.at("main") == 13'000'000);
+    CHECK(kept.at("work") == 3'000'000);
+    CHECK(kept.count("[preempted]") == 0);
+    // By a caller's name, with other transforms, in every view of stacks.
+    CHECK(totals("?event=wall&drop=nap").at("(view total)") == 8'000'000);
+    CHECK(totals("?event=wall&drop=nap&hide=work").at("main") == 8'000'000);
+    CHECK(totals("?event=wall&drop=nap;work").count("main") == 0);
+    const auto flame = f.get_json(base + "/flamegraph?event=wall&drop=%5Bpreempted%5D");
+    CHECK(flame.at("root").at("value").to_number<std::uint64_t>() == 13'000'000);
+    CHECK(flame.at("drop").as_array().at(0).as_string() == "[preempted]");
+    CHECK(json::serialize(flame.at("root")).find("preempted") == std::string::npos);
+    const auto focus = f.get_json(base + "/flamegraph?event=wall&focus=work&drop=%5Bpreempted%5D");
+    CHECK(focus.at("root").at("value").to_number<std::uint64_t>() == 3'000'000);
+    const auto up = f.get_json(base + "/flamegraph?event=wall&inverted=1&drop=nap");
+    CHECK(up.at("root").at("value").to_number<std::uint64_t>() == 8'000'000);
+    const auto exported =
+        f.call(http::verb::get, base + "/export?format=collapsed&event=wall&drop=%5Bpreempted%5D");
+    CHECK(exported.body().find("preempted") == std::string::npos);
+    CHECK_THAT(exported.body(), Catch::Contains("main;nap;[sleeping] 10000000"));
+    // The flame chart leaves a dropped wait out; the lane of a wall view is when it ran, its
+    // waits the spans beside it.
+    const auto t = f.get_json(base + "/timeline?event=wall&width=18&tid=1&drop=%5Bpreempted%5D");
+    CHECK(json::serialize(t.at("chart")).find("preempted") == std::string::npos);
+    std::uint64_t ran = 0;
+    for (const auto& a : t.at("threads").as_array().at(0).at("activity").as_array())
+        ran += a.to_number<std::uint64_t>();
+    CHECK(ran == 3'000'000); // over the 3 ms before the sample: buckets 10 to 12
+    INFO(json::serialize(t.at("threads")));
+    CHECK(t.at("end_s").to_number<double>() == Approx(0.018)); // the last wait's end
+    CHECK(t.at("threads").as_array().at(0).at("activity").as_array().at(11) == 1'000'000);
+    CHECK(t.at("threads").as_array().at(0).at("waits").as_array().size() == 2);
+    std::string many = "?drop=";
+    for (int i = 0; i < 65; ++i)
+        many += "f" + std::to_string(i) + ";";
+    CHECK(f.call(http::verb::get, base + "/functions" + many).result() ==
+          http::status::bad_request);
+}
+
 TEST_CASE("API: agent executables are listed by architecture and served, nothing else",
           "[collector][api]") {
     test_support::temp_dir agents;

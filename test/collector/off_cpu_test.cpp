@@ -16,6 +16,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -279,6 +280,18 @@ TEST_CASE("off-cpu: through either agent, the waiting threads are seen waiting a
         CHECK(asleep >= 0.9 * ns);
     }
     on_cpu_unchanged(p, cpu);
+    // The agent says what it folded: as many samples as the recording holds.
+    view_filter waits;
+    waits.event = off_cpu;
+    waits.by_period = false;
+    std::uint64_t samples = 0;
+    for_each_sample(p, waits, [&](const sample_row& r) { samples += r.count; });
+    const std::regex said("off-CPU: ([0-9]+) waits sent in ([0-9]+) samples");
+    std::smatch m;
+    const auto log = agent->stderr_text();
+    REQUIRE(std::regex_search(log, m, said));
+    CHECK(std::stoull(m[2].str()) == samples);
+    CHECK(std::stoull(m[1].str()) >= samples);
 }
 
 TEST_CASE("off-cpu live: a collector shows each waiting thread waiting as much as it measured, "

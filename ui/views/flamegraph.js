@@ -112,12 +112,12 @@ function draw() {
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
   // The transforms of the answer drawn (a graph still on its way is not taken for it).
-  canvas.dataset.shape = [v.flame.focus || '', (v.flame.hide || []).join(';'), (v.flame.collapse || []).join(';'), v.flame.collapse_recursion ? 'collapse' : ''].join('|');
+  canvas.dataset.shape = [v.flame.focus || '', (v.flame.hide || []).join(';'), (v.flame.drop || []).join(';'), (v.flame.collapse || []).join(';'), v.flame.collapse_recursion ? 'collapse' : ''].join('|');
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.
   const unit = unitOf(v.flame);
   const share = (x) => `${amount(x, unit)} (${pct(100 * x / (v.flame.total || 1))} %)`;
   hoverTip(canvas, $('#flame-tip'), boxes, rowH, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide</span>${diffNote(b.n, v.flame.total)}`);
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)} · ${count(b.n.samples)} samples<br><span class="muted">right-click: focus, hide, drop</span>${diffNote(b.n, v.flame.total)}`);
   // The search's reach: the share of the total under frames that match (nested matches once).
   let matched = 0;
   if (re) {
@@ -131,7 +131,8 @@ function draw() {
   $('#flame-legend').innerHTML = through + (re ? `<b>matched ${pct(100 * matched / (root.value || 1))} %</b> of ${v.zoomPath.length ? 'this frame' : 'the total'} · ` : '') + legend + hiddenNote;
   const boxAt = (e) => boxAtPointer(canvas, boxes, e);
   // Right-click: focus on the frame's function (every stack through it, from there down) or
-  // hide it from every stack, as pprof's -focus and -hide do.
+  // hide it from every stack, as pprof's -focus and -hide do, or drop every sample through it
+  // (Firefox Profiler's "drop samples with this function": a wait kind such as [preempted]).
   canvas.oncontextmenu = (e) => {
     const b = boxAt(e);
     if (!b || b.y === 0 || b.dimmed) return;
@@ -142,7 +143,7 @@ function draw() {
     $('#flame-menu-name').textContent = visible(b.n.name);
     // The focused function itself: hiding it would leave nothing, focusing again changes nothing.
     const s = hashState(), focused = b.n.name === s.focus;
-    for (const act of ['focus', 'hide']) menu.querySelector(`[data-act="${act}"]`).hidden = focused;
+    for (const act of ['focus', 'hide', 'drop']) menu.querySelector(`[data-act="${act}"]`).hidden = focused;
     // A module already one frame, or none known, has nothing to collapse.
     menu.querySelector('[data-act="collapse"]').hidden = !b.n.module || (s.collapse || '').split(';').includes(b.n.module);
     menu.style.left = `${Math.min(e.clientX - r.left, r.width - 260)}px`;
@@ -205,6 +206,7 @@ export function init() {
       const name = $('#flame-menu').dataset.name, s = hashState();
       if (menu.dataset.act === 'focus') setHash({ focus: name, zoom: null });
       if (menu.dataset.act === 'hide') setHash({ hide: addTo(s.hide, name), zoom: null });
+      if (menu.dataset.act === 'drop') setHash({ drop: addTo(s.drop, name), zoom: null });
       if (menu.dataset.act === 'collapse') setHash({ collapse: addTo(s.collapse, $('#flame-menu').dataset.module), zoom: null });
       if (menu.dataset.act === 'sandwich') setHash({ tab: 'sandwich', fn: name });
     }

@@ -43,9 +43,10 @@ function showTransforms(s) {
   const list = (v) => (v ? v.split(';').filter(Boolean) : []);
   setHtml($('#transform-chips'), (s.focus ? `<span class="chip" title="only the stacks through it, from it down">focused on <b>${esc(s.focus)}</b> <button data-unfocus title="show every stack">✕</button></span>` : '')
     + list(s.hide).map((h) => `<span class="chip" title="left out of every stack: its time is its callers'">merged <b>${esc(h)}</b> <button data-unhide="${attr(h)}" title="show it again">✕</button></span>`).join('')
+    + list(s.drop).map((d) => `<span class="chip" title="every sample through it left out, and its time from the total">dropped <b>${esc(d)}</b> <button data-undrop="${attr(d)}" title="take its samples back">✕</button></span>`).join('')
     + list(s.collapse).map((m) => `<span class="chip" title="${attr(visible(m))}: one frame for each run of calls inside it">collapsed <b>${esc(moduleFile(m))}</b> <button data-uncollapse="${attr(m)}" title="show its functions again">✕</button></span>`).join(''));
   if (!RESHAPED.has(s.tab)) $('#transform-chips').innerHTML = ''; // they reshape no view here
-  $('#transforms').dataset.shows = [s.focus || '', s.hide || '', s.collapse || '', s.recursion || ''].join('|');
+  $('#transforms').dataset.shows = [s.focus || '', s.hide || '', s.drop || '', s.collapse || '', s.recursion || ''].join('|');
 }
 
 // What narrows every view, above them all, each undone with its ✕: the time window (or the
@@ -315,6 +316,7 @@ export function init(context) {
     if (!b) return;
     if ('unfocus' in b.dataset) setHash({ focus: null, zoom: null });
     if (b.dataset.unhide) setHash({ hide: takeFrom(s.hide, b.dataset.unhide), zoom: null });
+    if (b.dataset.undrop) setHash({ drop: takeFrom(s.drop, b.dataset.undrop), zoom: null });
     if (b.dataset.uncollapse) setHash({ collapse: takeFrom(s.collapse, b.dataset.uncollapse), zoom: null });
   });
   $('#thread').addEventListener('change', (e) => setHash({ tid: e.target.value || null }));

@@ -169,18 +169,19 @@ function drawChart(t) {
 function laneTip(t, lane, b) {
   const at = t.start_s + (b + 0.5) * (t.end_s - t.start_s) / t.buckets;
   const unit = unitOf(t), weight = unit === 'count' ? `${lane.activity[b]} ${t.weight === 'period' ? `${esc(t.event)} period` : lane.activity[b] === 1 ? 'sample' : 'samples'}` : amount(lane.activity[b], unit);
-  const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid} · ${weight}</span>`;
+  const head = `<span class="muted">${pct(at)} s · ${esc(lane.comm)} ${lane.tid}${lane.activity[b] ? ` · ${weight}` : ''}</span>`;
   const wait = (lane.waits || []).find(([b0, b1]) => b >= b0 && b <= b1);
   // Inside a wait that began earlier (its weight spread over its time): where it began.
   const own = lane.top_stack?.[b] ?? -1, from = own < 0 && wait ? wait[0] : b;
   const si = lane.top_stack?.[from] ?? -1;
   const waiting = wait ? `<div>waiting here: ${esc(t.wait_kinds?.[wait[2]] ?? 'off the CPU')}</div>` : '';
-  if (!lane.activity[b]) return `${head}${waiting || '<div>idle here</div>'}`;
+  // (In a wall view a lane's activity is when it ran: a wait there has none.)
+  if (!lane.activity[b] && !wait) return `${head}<div>idle here</div>`;
   if (si < 0) return `${head}${waiting}<div class="muted">no stack in the view here</div>`;
   const frames = t.stacks[si].map((fi) => t.stack_frames[fi]);
   const shown = frames.slice(-14), cut = frames.length - shown.length;
-  const share = Math.round(100 * lane.top_weight[b] / lane.activity[b]);
-  return `${head}${waiting}<div>${from === b ? `commonest stack (${share} % here)` : `the stack it began waiting in, ${pct(t.start_s + from * (t.end_s - t.start_s) / t.buckets)} s`}:</div>${cut ? `<div class="muted">… ${cut} outer frames</div>` : ''}<ol class="stack" start="${cut + 1}">${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
+  const share = lane.activity[b] ? Math.round(100 * lane.top_weight[b] / lane.activity[b]) : 100;
+  return `${head}${waiting}<div>${from === b && lane.activity[b] ? `commonest stack (${share} % here)` : `the stack it began waiting in, ${pct(t.start_s + from * (t.end_s - t.start_s) / t.buckets)} s`}:</div>${cut ? `<div class="muted">… ${cut} outer frames</div>` : ''}<ol class="stack" start="${cut + 1}">${shown.map((f, i) => `<li${i === shown.length - 1 ? ' class="here"' : ''}>${esc(f.name)} <span class="muted">${esc((f.module || '').split('/').pop())}</span></li>`).join('')}</ol>`;
 }
 
 export function init() {

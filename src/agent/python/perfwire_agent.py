@@ -1758,6 +1758,17 @@ class WaitFolder(object):
         self.carry = b""  # a line not ended yet
         self.waits = self.samples = self.short_waits = self.short_ns = self.dropped = 0
 
+    def summary(self):
+        """What the folding did, in a line for the log (as the C++ agent says it)."""
+        s = "off-CPU: %d waits sent in %d samples" % (self.waits, self.samples)
+        if self.min_ns:
+            s += "; %d shorter than %d us left out (%d ms in all)" % (
+                self.short_waits, self.min_ns // 1000, self.short_ns // 1000000)
+        if self.dropped:
+            s += ("; %d dropped (more threads waiting at once than the agent follows, or out of "
+                  "order)" % self.dropped)
+        return s
+
     def fold(self, complete):
         """Complete samples of perf script text in; what to send for them out. A line cut
         between two pieces (the chunker's overlong tail) is read whole."""
@@ -2745,6 +2756,8 @@ class Run(object):
         return owner is not None and owner.link_has_room()
 
     def collection_done(self, c):
+        if c.chunker.folder:
+            log("[run %s] %s" % (self.id, c.chunker.folder.summary()))
         with self.lock:
             self.lost_samples += c.lost_samples
             if c.prompt_refused:
@@ -4205,6 +4218,8 @@ def output_mode(cfg, stop):
             coll.request_stop()
     if out is not sys.stdout.buffer:
         out.close()
+    if coll.chunker.folder:
+        log(coll.chunker.folder.summary())
     if written["failed"]:
         log("write failed: " + cfg.output)
         return 1

@@ -31,7 +31,8 @@ struct view_params {
     source_request source;  // file=, function=
     std::string module;     // sandwich: module= narrows function= to one module
     bool by_thread = false; // collapsed export: threads=1 roots each stack at its thread
-    tree_shape shape;       // inverted=1, focus=NAME, hide=A;B, recursion=collapse, collapse=M;N
+    // inverted=1, focus=NAME, hide=A;B, drop=A;B, recursion=collapse, collapse=M;N
+    tree_shape shape;
     std::optional<std::size_t> width; // timeline: buckets across the window
     function_page page;               // functions: sort=, order=, match=, offset=, limit=
 };
@@ -67,6 +68,8 @@ result<view_params> parse_view_params(const target_url& u) {
     };
     if (!names("hide", v.shape.hide))
         return failure{"bad_parameter", "hide= names at most 64 functions"};
+    if (!names("drop", v.shape.drop))
+        return failure{"bad_parameter", "drop= names at most 64 functions"};
     if (!names("collapse", v.shape.collapse))
         return failure{"bad_parameter", "collapse= names at most 64 modules"};
     if (const auto it = u.query.find("weight"); it != u.query.end()) {
@@ -445,8 +448,7 @@ asio::awaitable<view_result> compute_body(std::shared_ptr<session_entry> e, app_
         // view's samples made a profile of their own when either is asked for.
         std::unique_ptr<reshaped_view> shaped;
         const tree_shape& sh = v.shape;
-        if (!sh.focus.empty() || !sh.hide.empty() || !sh.collapse.empty() ||
-            sh.collapse_recursion || !v.page.match.empty()) {
+        if (sh.reshapes() || !v.page.match.empty()) {
             shaped = reshape(m.prof, *f, sh, v.page.match);
             if (!shaped) {
                 r.failed =

@@ -40,6 +40,11 @@ std::unique_ptr<reshaped_view> reshape(const profile& p, const view_filter& f,
         std::size_t cut = 0;
         bool matched = needle.empty();
         for (auto m = site; m != 0; m = p.site_parent(m)) {
+            if (shaper.drops(p.site_frame(m))) { // the sample is left out whole
+                stack.clear();
+                cut = 0;
+                break;
+            }
             const auto fr = shaper.image(p.site_frame(m));
             if (fr == stack_shaper::dropped ||
                 (!stack.empty() && stack.back().frame == fr && shaper.merges(fr)))

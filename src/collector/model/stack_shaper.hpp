@@ -14,7 +14,9 @@ namespace collector {
 
 // A tree_shape resolved against one profile: what each frame becomes — itself, nothing when
 // hidden, or its module's one frame when the module is collapsed (such frames are numbered
-// from the profile's frame count on) — and which of those are the focus.
+// from the profile's frame count on) — which of those are the focus, and which call-tree
+// nodes are left out whole (their stack holds a dropped function, by its own name or by the
+// frame it became).
 class stack_shaper {
 public:
     static constexpr std::uint32_t dropped = 0xFFFFFFFFU;
@@ -44,7 +46,21 @@ public:
             for (auto& im : image_)
                 if (std::find(s.hide.begin(), s.hide.end(), name(im)) != s.hide.end())
                     im = dropped;
-        plain_ = !recursion_ && !focused_ && synthetic_.empty();
+        if (!s.drop.empty()) {
+            std::vector<char> drops(n, 0);
+            const auto named = [&](std::string_view name) {
+                return std::find(s.drop.begin(), s.drop.end(), name) != s.drop.end();
+            };
+            for (std::uint32_t fr = 0; fr < n; ++fr)
+                drops[fr] =
+                    named(p.symbol(fr)) || (image_[fr] != dropped && named(name(image_[fr])));
+            // (A node's parent comes before it.)
+            gone_.assign(p.node_count(), 0);
+            for (std::uint32_t m = 1; m < p.node_count(); ++m)
+                gone_[m] = gone_[p.node_parent(m)] || drops[p.node_frame(m)];
+            drops_frame_ = std::move(drops);
+        }
+        plain_ = !recursion_ && !focused_ && synthetic_.empty() && gone_.empty();
         for (std::uint32_t fr = 0; fr < n; ++fr)
             plain_ = plain_ && image_[fr] == fr;
         if (focused_) {
@@ -62,6 +78,17 @@ public:
     bool focused() const noexcept { return focused_; }
     bool is_focus(std::uint32_t frame) const { return focused_ && focus_[frame]; }
     std::uint32_t image(std::uint32_t frame) const { return image_[frame]; }
+    // Node `node`'s stack holds a dropped function: the sample is not in the view.
+    bool gone(std::uint32_t node) const { return !gone_.empty() && gone_[node]; }
+    // A frame of the profile that drops the stacks holding it.
+    bool drops(std::uint32_t frame) const { return !drops_frame_.empty() && drops_frame_[frame]; }
+    // Per-node weights with the dropped nodes' set to 0 (the view's total is what is kept).
+    void keep_only_kept(std::vector<std::uint64_t>& per_node) const {
+        if (!gone_.empty())
+            for (std::size_t m = 0; m < per_node.size() && m < gone_.size(); ++m)
+                if (gone_[m])
+                    per_node[m] = 0;
+    }
     // A frame right below another of itself is one frame with it.
     bool merges(std::uint32_t frame) const noexcept {
         return recursion_ || frame >= p_.frame_count();
@@ -78,9 +105,11 @@ public:
 
     // Node `node`'s stack as the shape keeps it, leaf first, into `out`; returns how many of
     // its frames are kept up to its outermost focus frame (0: the stack is not through the
-    // focus), or all of them without a focus.
+    // focus), or all of them without a focus; nothing for a dropped stack.
     std::size_t walk(std::uint32_t node, std::vector<std::uint32_t>& out) const {
         out.clear();
+        if (gone(node))
+            return 0;
         std::size_t cut = 0;
         for (auto m = node; m != profile::root; m = p_.node_parent(m)) {
             const auto fr = image_[p_.node_frame(m)];
@@ -98,6 +127,7 @@ private:
     bool recursion_, focused_, any_focus_ = false, plain_ = true;
     std::vector<std::uint32_t> image_;
     std::vector<bool> focus_;
+    std::vector<char> gone_, drops_frame_; // per node, per frame: empty without a drop
     std::vector<std::pair<std::string, std::string>> synthetic_; // name, module
 };
 

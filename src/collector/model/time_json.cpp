@@ -216,9 +216,16 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
             return;
         const auto b = bucket(s.time);
         const std::uint64_t w = s.weight(f.by_period);
-        if (off && s.event == *off && f.by_period && s.count <= 1)
+        const bool wait = off && s.event == *off;
+        // Wall: a lane's activity is when it ran, each clock sample over the period before it
+        // (time in ns, as its waits are); when it waited are its wait spans below (its waits'
+        // stacks are still the hover's).
+        const bool wall = off && f.also == *off;
+        if (wall && !wait && f.by_period && s.count <= 1)
+            spread(l.activity, s.time - std::min(s.time, w), w);
+        else if (wait && !wall && f.by_period && s.count <= 1)
             spread(l.activity, s.time, w);
-        else
+        else if (!wait || !wall)
             l.activity[b] += w;
         const std::uint64_t key =
             (static_cast<std::uint64_t>(l.slot * width + b) << 32) | p.row_node(s);

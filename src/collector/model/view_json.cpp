@@ -61,7 +61,8 @@ call_tree pruned_tree(const profile& p, const std::vector<std::uint64_t>& self,
 function_table shaped_functions(const profile& p, const view_filter& f, const stack_shaper& shape) {
     if (shape.plain())
         return functions(p, f);
-    const auto self = node_self_weights(p, f);
+    auto self = node_self_weights(p, f);
+    shape.keep_only_kept(self);
     function_table table;
     for (const auto w : self)
         table.total_weight += w;
@@ -86,6 +87,7 @@ void say_shape(json::object& o, const tree_shape& shape) {
         o[key] = std::move(a);
     };
     names("hide", shape.hide);
+    names("drop", shape.drop);
     names("collapse", shape.collapse);
 }
 
@@ -402,7 +404,10 @@ std::optional<shaped_tree> make_tree(const profile& p, const view_filter& f,
     auto self = node_self_weights(p, f);
     view_filter by_samples = f;
     by_samples.by_period = false;
+    shaper.keep_only_kept(self);
     auto self_samples = f.by_period ? node_self_weights(p, by_samples) : self;
+    if (f.by_period)
+        shaper.keep_only_kept(self_samples);
     for (const auto w : self)
         out.total += w;
     out.callers = shape.callers && shaper.focused();

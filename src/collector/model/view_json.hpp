@@ -29,14 +29,24 @@ double pct(std::uint64_t part, std::uint64_t whole);
 struct tree_shape {
     bool inverted = false; // bottom-up: the sampled frames first, each above its callers
     std::string focus;     // only stacks through this function, from its outermost call down
-    std::vector<std::string> hide;   // functions left out of every stack (callees move up)
+    std::vector<std::string> hide; // functions left out of every stack (callees move up)
+    // Functions whose stacks are left out whole (Firefox Profiler's "drop samples with this
+    // function"): what remains is the view, its total too — e.g. the preempted waits of an
+    // off-CPU or wall view ("[preempted]").
+    std::vector<std::string> drop;
     bool callers = false;            // with a focus: the focus at the root, its callers below it
     bool collapse_recursion = false; // a function calling itself directly is one frame
     // Modules (as the views name them) whose frames become one frame each, named after the
     // module ("[libc.so.6]"): a run of calls inside the library is one frame.
     std::vector<std::string> collapse;
+
+    // Anything beyond the direction: the stacks themselves change.
+    bool reshapes() const noexcept {
+        return !focus.empty() || !hide.empty() || !drop.empty() || !collapse.empty() ||
+               collapse_recursion;
+    }
 };
-// What a shape did (focus, hide, collapse, collapse_recursion), said in an answer.
+// What a shape did (focus, hide, drop, collapse, collapse_recursion), said in an answer.
 void say_shape(json::object& o, const tree_shape& shape);
 // The name a collapsed module's frame is shown by: "[file name]", or the module itself when
 // perf already bracketed it ("[kernel.kallsyms]").

@@ -352,7 +352,11 @@ bool script_parser::header(std::string_view l) {
         event_ = profile_.intern_event(h.event);
         last_event_name_.assign(h.event);
         have_event_ = true;
+        folded_wait_ = h.event == off_cpu_event;
     }
+    // A wait the device folded is a sample at its start: the recording went on to its end.
+    if (folded_wait_ && !switch_out_)
+        profile_.extend_to(h.time_ns + std::min<std::uint64_t>(h.period, UINT64_MAX - h.time_ns));
     frames_.clear();
     offsets_.clear();
     unplaced_.clear();

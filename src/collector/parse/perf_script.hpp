@@ -206,6 +206,8 @@ private:
     std::uint32_t generation_ = 0;
     std::string last_event_name_;
     bool have_event_ = false;
+    bool folded_wait_ =
+        false; // the event is the off-cpu one a device folded (time = a wait's start)
     std::uint32_t unknown_frame_ = profile::no_frame;
 
     // Frames named here: per module, address -> (frame, offset), or no_frame when unnamed.

@@ -68,7 +68,7 @@ export async function focusAndHide(t) {
   const under = await depth1();
   await again.mouse.click(under.x, under.y, { button: 'right' });
   await again.locator('#flame-menu button[data-act="focus"]').click();
-  await shapeShows(`${under.name}|||`);
+  await shapeShows(`${under.name}||||`);
   const legendShare = async () => Number((await again.locator('#flame-legend').textContent()).match(/stacks through .*: ([\d.]+) % of the total/)[1]);
   const focusShare = await legendShare();
   // A focus is by name, as pprof's is: a name several modules share ("[unknown]" where a
@@ -86,15 +86,15 @@ export async function focusAndHide(t) {
   const chipKept = await again.evaluate(() => document.querySelector('#transform-chips [data-unfocus]')?.perfwireMarked === true);
   check(chipKept, `the focus chip stays in place while the graph is redrawn (${shareBefore.match(/[\d.]+ %/)?.[0]} → ${(await shareText()).match(/[\d.]+ %/)?.[0]})`);
   await again.locator('#transform-chips [data-unfocus]').click();
-  await shapeShows('|||');
+  await shapeShows('||||');
   const top = await depth1();
   await again.mouse.click(top.x, top.y, { button: 'right' });
   await again.locator('#flame-menu button[data-act="hide"]').click();
-  await shapeShows(`|${top.name}||`);
+  await shapeShows(`|${top.name}|||`);
   const afterHide = await depth1();
   check(afterHide.name !== top.name && /merged/.test(await again.locator('#transform-chips').textContent()), `merging ${top.name} into its callers takes it out of the graph (${afterHide.name} in its place)`);
   await again.mouse.move(0, 0);
   await again.locator('#transform-chips [data-unhide]').click();
-  await shapeShows('|||');
+  await shapeShows('||||');
   Object.assign(t, { under, sum });
 }

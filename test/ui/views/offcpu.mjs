@@ -63,6 +63,42 @@ export async function waitsEverywhere(t) {
   await again.goto(`${http}/#session=${id}&tab=flamegraph&event=off-cpu`);
   await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 5, null, { timeout: 15000 });
   await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'off-cpu-flame.png') });
+
+  t.doing = 'dropping a kind of wait';
+  // Bottom-up, the kinds of wait are the first frames: the widest dropped from its menu.
+  await again.goto(`${http}/#session=${id}&tab=flamegraph&event=off-cpu&inverted=1`);
+  await again.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 3, null, { timeout: 15000 });
+  const fb = await again.locator('#flame').boundingBox();
+  await again.mouse.move(fb.x + fb.width / 2, fb.y + 18 + 9);
+  await again.locator('#flame-tip').waitFor({ timeout: 5000 });
+  const kind = await again.locator('#flame-tip b').textContent();
+  await again.mouse.click(fb.x + fb.width / 2, fb.y + 18 + 9, { button: 'right' });
+  await again.locator('#flame-menu button[data-act="drop"]').click();
+  await again.waitForFunction((k) => document.querySelector('#flame').dataset.shape === `||${k}||` && document.querySelector('#transforms').dataset.shows === `||${k}||`, kind, { timeout: 15000 });
+  const whole = (await (await fetch(`${http}/api/sessions/${id}/flamegraph?event=off-cpu`)).json()).total;
+  const kept = (await (await fetch(`${http}/api/sessions/${id}/flamegraph?event=off-cpu&drop=${encodeURIComponent(kind)}`)).json()).total;
+  const chip = await again.locator('#transform-chips').textContent();
+  check(/^\[/.test(kind) && /dropped/.test(chip) && kept < whole && new URL(again.url()).hash.includes('drop='),
+    `dropping ${kind} leaves its waits out, the total too (${(whole / 1e9).toFixed(2)} s → ${(kept / 1e9).toFixed(2)} s), said by a chip and kept in the URL`);
+  await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'off-cpu-drop.png') });
+  await again.locator('#transform-chips [data-undrop]').click();
+  await again.waitForFunction(() => document.querySelector('#flame').dataset.shape === '||||', null, { timeout: 15000 });
+
+  t.doing = 'the wall timeline';
+  // Wall: a lane is when the thread ran, its waits the spans under it; a wait still shows
+  // the stack it waited in.
+  await again.goto(`${http}/#session=${id}&tab=timeline&event=wall`);
+  await again.waitForFunction(() => /waiting:/.test(document.querySelector('#timeline-info').textContent) && document.querySelectorAll('#lanes .lane').length >= 3, null, { timeout: 15000 });
+  const wallTimeline = await (await fetch(`${http}/api/sessions/${id}/timeline?event=wall&width=200`)).json();
+  const napLane = wallTimeline.threads.find((l) => l.comm === 'napper');
+  const ranShare = napLane.activity.reduce((a, x) => a + x, 0) / napLane.weight;
+  const wallBox = await again.locator('#lanes .lane', { hasText: 'napper' }).locator('canvas').boundingBox();
+  await again.mouse.move(wallBox.x + wallBox.width * 0.5, wallBox.y + 9);
+  await again.locator('#lane-tip').waitFor({ timeout: 5000 });
+  const wallTip = await again.locator('#lane-tip').textContent();
+  await again.mouse.move(0, 0);
+  check(ranShare < 0.2 && /waiting here: sleeping/.test(wallTip) && /stack/.test(wallTip),
+    `in the wall view a napper's lane is when it ran (${(100 * ranShare).toFixed(1)} % of its wall time) and its tip says where it waited ("${wallTip.replace(/\s+/g, ' ').slice(0, 110)}")`);
   // Back where the steps after this one expect the page.
   await again.goto(`${http}/#session=${session}&tab=functions`);
   await tableShows(again, { session });

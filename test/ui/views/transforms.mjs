@@ -38,7 +38,7 @@ export async function everyView(t) {
   const b = await again.locator('#flame').boundingBox();
   await again.mouse.click(b.x + b.width * 0.3, b.y + 2 * 18 + 9, { button: 'right' });
   await again.locator('#flame-menu button[data-act="collapse"]').click();
-  await again.waitForFunction((m) => document.querySelector('#flame').dataset.shape === `||${m}|`, lib, { timeout: 15000 });
+  await again.waitForFunction((m) => document.querySelector('#flame').dataset.shape === `|||${m}|`, lib, { timeout: 15000 });
   const chip = await again.locator('#transform-chips').textContent();
   check(/collapsed libz\.so\.1/.test(chip) && new URLSearchParams(await again.evaluate(() => location.hash.slice(1))).get('collapse') === lib,
     `"collapse its module" puts the library in the URL and a chip above the views (${chip.trim()})`);
