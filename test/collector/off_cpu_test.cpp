@@ -45,6 +45,16 @@ std::map<std::string, self_measured> read_measured(const std::filesystem::path& 
 
 // A thread's off-cpu weight and count under the function whose name starts with `function`
 // (its total; "clock_nanosleep" is "clock_nanosleep@GLIBC_2.2.5" in some C libraries).
+// A frame of `function` (its name with glibc's internal prefixes taken off: the lock's wait
+// is __GI___lll_lock_wait where libc's local symbols are known, __lll_lock_wait where not).
+bool in_function(std::string_view symbol, std::string_view function) {
+    if (symbol.starts_with("__GI_"))
+        symbol.remove_prefix(5);
+    while (symbol.starts_with("_") && !function.starts_with("_"))
+        symbol.remove_prefix(1);
+    return symbol.starts_with(function);
+}
+
 std::pair<std::uint64_t, std::uint64_t> waited_in(const profile& p, std::uint8_t event,
                                                   std::uint32_t tid, std::string_view function) {
     std::pair<std::uint64_t, std::uint64_t> got{0, 0};
@@ -54,7 +64,7 @@ std::pair<std::uint64_t, std::uint64_t> waited_in(const profile& p, std::uint8_t
         f.tid = tid;
         f.by_period = by_period;
         for (const auto& r : functions(p, f).rows)
-            if (p.symbol(r.frame).starts_with(function))
+            if (in_function(p.symbol(r.frame), function))
                 (by_period ? got.first : got.second) = r.total;
     }
     return got;
@@ -73,6 +83,7 @@ struct workload {
         auto m = read_measured(measured_file);
         REQUIRE(m.count("napper"));
         REQUIRE(m.count("reader"));
+        REQUIRE(m.count("waiter"));
         return m;
     }
 };
@@ -127,8 +138,8 @@ void on_cpu_unchanged(const profile& p, std::uint8_t cpu) {
 
 // Where each waiting thread waited (the C library's call: frame pointers skip its caller,
 // nap() or read_pipe(), which keeps none) and how.
-constexpr std::pair<const char*, const char*> waiting_in[] = {{"napper", "clock_nanosleep"},
-                                                              {"reader", "read"}};
+constexpr std::pair<const char*, const char*> waiting_in[] = {
+    {"napper", "clock_nanosleep"}, {"reader", "read"}, {"waiter", "lll_lock_wait"}};
 
 // perf as the agent runs it with --off-cpu, for 2 s of `pid`, and perf script's text;
 // `switch_events` false: as a recording made elsewhere may be, with the tracepoint alone.
@@ -330,7 +341,7 @@ TEST_CASE("off-cpu live: a collector shows each waiting thread waiting as much a
                      "/functions?event=off-cpu&limit=100&tid=" + std::to_string(m.tid));
         double ns = 0;
         for (const auto& f : table.at("functions").as_array())
-            if (std::string_view(f.at("name").as_string()).starts_with(function))
+            if (in_function(f.at("name").as_string(), function))
                 ns = std::max(ns, f.at("total").to_number<double>());
         const double share = static_cast<double>(m.total_ns) / static_cast<double>(m.alive_ns);
         INFO(thread << ": " << ns << " ns in " << function << " of " << span

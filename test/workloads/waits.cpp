@@ -1,6 +1,7 @@
 // A workload whose waits are known, for the off-cpu tests: thread "napper" sleeps 20 ms at a
 // time in nap(), thread "reader" blocks in read_pipe() on a pipe that thread "feeder" writes a
-// byte to every 30 ms, and thread "spinner" burns CPU. Each waiting thread measures its own
+// byte to every 30 ms, thread "waiter" blocks in take_lock() on a mutex that thread "holder"
+// keeps 15 ms at a time, and thread "spinner" burns CPU. Each waiting thread measures its own
 // waits (the wall time of each nanosleep and read), and at the end (its argument's seconds, or
 // SIGTERM) the program prints per thread "<name> <tid> <waits> <total ns> <alive ns>" for the
 // tests to hold the profile against. Built with frame pointers, nothing inlined.
@@ -26,7 +27,8 @@ struct measured {
     std::atomic<unsigned long long> waits{0}, total_ns{0};
     std::atomic<long long> born_ns{0}, alive_ns{0}; // the thread's life, to its loop's end
 };
-measured napper{"napper"}, reader{"reader"};
+measured napper{"napper"}, reader{"reader"}, waiter{"waiter"};
+pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 long long now_ns() {
     timespec t{};
@@ -57,6 +59,14 @@ __attribute__((noinline)) bool read_pipe() {
     reader.total_ns += static_cast<unsigned long long>(now_ns() - t0);
     ++reader.waits;
     return n == 1;
+}
+
+__attribute__((noinline)) void take_lock() {
+    const auto t0 = now_ns();
+    pthread_mutex_lock(&lock);
+    waiter.total_ns += static_cast<unsigned long long>(now_ns() - t0);
+    ++waiter.waits;
+    pthread_mutex_unlock(&lock);
 }
 
 __attribute__((noinline)) void spin_a_while() {
@@ -93,6 +103,25 @@ int main(int argc, char** argv) {
         }
         close(fds[1]); // the reader's read ends
     });
+    std::thread e([] {
+        named("holder", nullptr);
+        while (!stop) {
+            pthread_mutex_lock(&lock);
+            const timespec held{0, 15'000'000}, between{0, 2'000'000};
+            nanosleep(&held, nullptr);
+            pthread_mutex_unlock(&lock);
+            nanosleep(&between, nullptr);
+        }
+    });
+    std::thread f([] {
+        named("waiter", &waiter);
+        const timespec between{0, 3'000'000}; // (back while the holder holds it)
+        while (!stop) {
+            take_lock();
+            nanosleep(&between, nullptr);
+        }
+        waiter.alive_ns = now_ns() - waiter.born_ns;
+    });
     std::thread d([] {
         named("spinner", nullptr);
         while (!stop)
@@ -102,9 +131,9 @@ int main(int argc, char** argv) {
     while (!stop && std::chrono::steady_clock::now() < end)
         usleep(10000);
     stop = true;
-    for (auto* t : {&a, &b, &c, &d})
+    for (auto* t : {&a, &b, &c, &d, &e, &f})
         t->join();
-    for (const auto* m : {&napper, &reader})
+    for (const auto* m : {&napper, &reader, &waiter})
         std::printf("%s %ld %llu %llu %lld\n", m->name, m->tid.load(), m->waits.load(),
                     m->total_ns.load(), m->alive_ns.load());
     return 0;
