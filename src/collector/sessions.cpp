@@ -617,9 +617,11 @@ std::unique_ptr<session_model> build_model(const session_store& store, const std
     const auto take = [&](bool compressed, std::string_view payload) {
         fresh->ingest(compressed, payload, hook);
     };
+    fresh->parser.memoize_frames(true); // (a whole session's text at once)
     (void)store.replay(id, take, max_chunks);
     for (const auto& [compressed, payload] : seed.unsaved)
         take(compressed, payload);
+    fresh->parser.memoize_frames(false);
     return fresh;
 }
 

@@ -501,10 +501,15 @@ std::vector<std::string> leaves(const profile& p) {
 TEST_CASE("functions perf names alike are told apart by where they start: by their place in a "
           "page, else by where a function of their own name places the module in the process",
           "[collector][parser]") {
+    // Frame lines memoized or not (an import's parse): a line read before is told apart again,
+    // by its process (the same line is work, then work (b.c) once main placed the module).
+    const bool memo = GENERATE(false, true);
+    INFO("memoized: " << memo);
     two_works names;
     profile p;
     script_parser parser(p);
     parser.name_frames_with(&names);
+    parser.memoize_frames(memo);
     // perf's file addresses (the module at 0): each by its place in a page.
     parser.feed(work_sample(1, 0x1150) + work_sample(1, 0x2170) + work_sample(1, 0x4150));
     // Loaded elsewhere in another process (runtime addresses): the page place still tells.
@@ -522,6 +527,7 @@ TEST_CASE("functions perf names alike are told apart by where they start: by the
     profile q;
     script_parser clashing(q);
     clashing.name_frames_with(&clash);
+    clashing.memoize_frames(memo);
     clashing.feed(work_sample(3, 0x5000002150) +               // not placed yet: as perf named it
                   work_sample(3, 0x5000001150, 0x5000003000) + // main places it
                   work_sample(3, 0x5000002150) + work_sample(4, 0x6000002150, 0x6000003000) +

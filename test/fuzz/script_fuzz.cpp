@@ -1,6 +1,7 @@
 // Fuzzes the perf script parser, the collector's reader of everything an agent or an import
 // sends. Three parts, chosen by the first byte:
-//  - raw text: never a crash, and feeding in pieces equals feeding whole;
+//  - raw text: never a crash, and feeding in pieces equals feeding whole, frame lines
+//    memoized or not (script_parser::memoize_frames);
 //  - raw text parsed while nothing names its nameless frames, then named in place once the
 //    namer knows them (script_parser::name_again): every sample's stack, frame by frame with
 //    its offset, is what a parse with the namer knowing them from the start makes;
@@ -46,8 +47,9 @@ struct source {
     bool coin() { return byte() & 1; }
 };
 
-script_stats parse(std::string_view text, std::size_t piece, profile& p) {
+script_stats parse(std::string_view text, std::size_t piece, profile& p, bool memo = false) {
     script_parser parser(p);
+    parser.memoize_frames(memo);
     for (std::size_t pos = 0; pos < text.size(); pos += piece)
         parser.feed(text.substr(pos, piece));
     parser.finish();
@@ -55,16 +57,29 @@ script_stats parse(std::string_view text, std::size_t piece, profile& p) {
     return parser.stats();
 }
 
+// A sample's stack, root first: each frame's symbol, module and offset.
+std::string stack_of(const profile& p, std::uint32_t site) {
+    std::string out;
+    for (auto s = site; s != 0; s = p.site_parent(s)) {
+        const auto f = p.site_frame(s);
+        out = std::string(p.symbol(f)) + " (" + std::string(p.module(f)) + ")+" +
+              std::to_string(p.site_offset(s)) + ";" + out;
+    }
+    return out;
+}
+
 void raw(std::string_view text, std::size_t piece) {
     profile whole, split;
     const auto a = parse(text, text.size() + 1, whole);
-    const auto b = parse(text, piece, split);
+    const auto b = parse(text, piece, split, true);
     check(a.samples == b.samples && a.skipped_lines == b.skipped_lines &&
-          a.lost_events == b.lost_events && a.records == b.records);
+          a.lost_events == b.lost_events && a.records == b.records &&
+          a.unnamed_kernel == b.unnamed_kernel);
     check(whole.sample_count() == split.sample_count() && whole.node_count() == split.node_count());
     for (std::size_t i = 0; i < whole.sample_count(); ++i)
         check(whole.sample_tid(i) == split.sample_tid(i) &&
-              whole.sample_node(i) == split.sample_node(i));
+              whole.sample_node(i) == split.sample_node(i) &&
+              stack_of(whole, whole.sample_site(i)) == stack_of(split, split.sample_site(i)));
 }
 
 // Names a module's addresses as functions of 64 bytes (every fifth one a gap nothing names),
@@ -79,17 +94,6 @@ public:
     }
     bool names_all(std::string_view) const override { return false; }
 };
-
-// A sample's stack, root first: each frame's symbol, module and offset.
-std::string stack_of(const profile& p, std::uint32_t site) {
-    std::string out;
-    for (auto s = site; s != 0; s = p.site_parent(s)) {
-        const auto f = p.site_frame(s);
-        out = std::string(p.symbol(f)) + " (" + std::string(p.module(f)) + ")+" +
-              std::to_string(p.site_offset(s)) + ";" + out;
-    }
-    return out;
-}
 
 void renamed(std::string_view text) {
     learning_namer late, knowing;

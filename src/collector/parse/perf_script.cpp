@@ -367,6 +367,13 @@ bool script_parser::header(std::string_view l) {
     return true;
 }
 
+void script_parser::memoize_frames(bool on) {
+    if (on && memo_.empty())
+        memo_.resize(memo_slots);
+    else if (!on)
+        std::vector<frame_memo>().swap(memo_);
+}
+
 bool script_parser::frame_text(std::string_view text) {
     if (frames_.size() >= max_stack_frames) {
         ++stats_.deep_frames;
@@ -374,6 +381,29 @@ bool script_parser::frame_text(std::string_view text) {
     }
     text = trim_blanks(text);
     const auto sp = text.find(' ');
+    // The same line read before (by its address's last 8 digits and its length; then whole).
+    frame_memo* memo = nullptr;
+    if (!memo_.empty() && sp != 0 && sp != std::string_view::npos && text.size() <= memo_line) {
+        std::uint64_t w = 0;
+        const auto n = std::min<std::size_t>(sp, 8);
+        std::memcpy(&w, text.data() + sp - n, n);
+        w ^= static_cast<std::uint64_t>(text.size()) << 56;
+        memo = &memo_[(w * 0x9E3779B97F4A7C15ULL) >> 52];
+        static_assert(memo_slots == 4096);
+        if (memo->line.size() == text.size() &&
+            std::memcmp(memo->line.data(), text.data(), text.size()) == 0) {
+            auto frame = memo->frame;
+            if (memo->unnamed_kernel)
+                ++stats_.unnamed_kernel;
+            if (memo->tell)
+                frame = told_apart(
+                    frame, std::string_view(memo->line).substr(memo->module_at, memo->module_size),
+                    text.substr(0, sp), memo->offset);
+            frames_.push_back(frame);
+            offsets_.push_back(memo->offset);
+            return true;
+        }
+    }
     if (sp == 0 || sp == std::string_view::npos) {
         // An ip with nothing after it: a frame perf could not name.
         if (text.empty() || !is_hex(text.front()))
@@ -433,8 +463,19 @@ bool script_parser::frame_text(std::string_view text) {
                      : profile::no_offset; // not "[unknown]", not the kernel's
     }
     auto frame = profile_.intern_frame(rest, module);
-    if (namer_ && rest != "[unknown]" && offset != profile::no_offset && !module.empty() &&
-        module.front() == '/' && sp <= 16)
+    const bool tell = namer_ && rest != "[unknown]" && offset != profile::no_offset &&
+                      !module.empty() && module.front() == '/' && sp <= 16;
+    // (Past the room, not the frame it would be later.)
+    if (memo && profile_.symbol(frame) != profile::past_room_symbol) {
+        memo->line.assign(text);
+        memo->frame = frame;
+        memo->offset = offset;
+        memo->tell = tell;
+        memo->unnamed_kernel = kernel && rest == "[unknown]";
+        memo->module_at = static_cast<std::uint16_t>(tell ? module.data() - text.data() : 0);
+        memo->module_size = static_cast<std::uint16_t>(tell ? module.size() : 0);
+    }
+    if (tell)
         frame = told_apart(frame, module, text.substr(0, sp), offset);
     frames_.push_back(frame);
     offsets_.push_back(offset);

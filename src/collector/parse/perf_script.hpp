@@ -120,7 +120,11 @@ public:
     // From now on, frames perf could not name (and every frame of a module the namer names
     // all of) are named by `namer` where it can; the others stay as perf printed them. Each
     // (module, address) is asked once.
-    void name_frames_with(frame_namer* namer) noexcept { namer_ = namer; }
+    void name_frames_with(frame_namer* namer) noexcept {
+        namer_ = namer;
+        for (auto& m : memo_) // (lines a namer now names are read again)
+            m.line.clear();
+    }
     // Each metrics record the text carries (a protocol::metrics_note line), in the order of
     // the text: the samples after it are named with what it says.
     void on_metrics_note(std::function<void(std::string_view)> take) { notes_ = std::move(take); }
@@ -135,6 +139,11 @@ public:
     // would have left out once full.
     enum class renaming { unchanged, renamed, reparse };
     renaming name_again();
+
+    // A large text (an import, a saved session read again): frame lines seen before are taken
+    // as they were read, not read again (a direct-mapped memo of 4096 lines of up to 256 bytes,
+    // about 1.1 MB, given back by memoize_frames(false)). Lines a namer names are always read.
+    void memoize_frames(bool on);
 
     void feed(std::string_view text);
     // Ends the text: a trailing line without '\n' and the last sample are committed.
@@ -153,7 +162,7 @@ public:
         for (const auto& a : apart_by_)
             told += 64 + a.starts.capacity() * 16 + a.by_page.size() * 32;
         return named_count_ * 48 + named_.size() * 256 + stacks + seen_.capacity() * 4 + told +
-               waits_.size() * 96;
+               waits_.size() * 96 + memo_.size() * (sizeof(frame_memo) + memo_line);
     }
 
     // Threads still off the CPU (their wait not yet ended).
@@ -177,6 +186,16 @@ private:
     std::uint8_t off_cpu_ = 0;
     bool have_off_cpu_ = false;
     bool frame_text(std::string_view text); // "ip sym+off (dso)"
+    // A frame line as it was read: its frame before telling apart, its offset, and where its
+    // module is in the line (for telling apart again: that depends on the process).
+    struct frame_memo {
+        std::string line;
+        std::uint32_t frame = 0, offset = 0;
+        std::uint16_t module_at = 0, module_size = 0;
+        bool tell = false, unnamed_kernel = false;
+    };
+    static constexpr std::size_t memo_slots = 4096, memo_line = 256;
+    std::vector<frame_memo> memo_; // empty: no memo
     void commit();
 
     profile& profile_;

@@ -134,6 +134,7 @@ struct import_stream::impl {
         , perf(std::move(p))
         , model(std::make_unique<session_model>(names)) {
         model->owner_recording = true;
+        model->parser.memoize_frames(true); // (given back at the end: the session keeps none)
     }
 
     enum class kind { unknown, text, perf_data };
@@ -487,6 +488,7 @@ struct import_stream::impl {
             }
             pending = {};
         }
+        model->parser.memoize_frames(false);
         if (sink) {
             if (auto ec = sink->close(); ec && ok())
                 fail("cannot store the session: " + ec.message(), false);
