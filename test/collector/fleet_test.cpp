@@ -66,6 +66,12 @@ std::string tree_text(const json::value& node) {
     return out + ")";
 }
 
+// A node's children as tree_text writes them, whatever its own name.
+std::string below(const json::value& node) {
+    const auto text = tree_text(node);
+    return text.substr(text.find('('));
+}
+
 template <class F>
 void walk_tree(const json::value& node, F&& f) {
     f(node.as_object());
@@ -190,12 +196,14 @@ TEST_CASE("fleet rows: a sample's time is never after its chunk came, whatever t
 TEST_CASE("fleet flame graph: stacks and frame names make the tree, a baseline its deltas, a bad "
           "answer an error",
           "[collector][fleet]") {
-    // Two stacks, leaf first: main → work (3 samples), and work alone (1).
-    const fleet_answers now{R"({"data":[[["1","2"],"3","30"],[["1"],"1","10"]]})",
+    // Two stacks of process app, leaf first: main → work (3 samples), and work alone (1).
+    const fleet_answers now{R"({"data":[[["1","2"],"app","3","30"],[["1"],"app","1","10"]]})",
                             R"({"data":[["1","work","app"],["2","main","app"]]})"};
-    const fleet_answers before{R"({"data":[[["1","2"],"1","10"]]})",
+    const fleet_answers before{R"({"data":[[["1","2"],"app","1","10"]]})",
                                R"({"data":[["1","work","app"],["2","main","app"]]})"};
-    auto flame = fleet_flame_json(now, &before, {}, 100);
+    fleet_flame_shape one_tree;
+    one_tree.by_process = false;
+    auto flame = fleet_flame_json(now, &before, one_tree, 100);
     REQUIRE(flame.has_value());
     INFO(json::serialize(*flame));
     CHECK(flame->at("total").to_number<int>() == 4);
@@ -225,6 +233,29 @@ TEST_CASE("fleet flame graph: stacks and frame names make the tree, a baseline i
     CHECK(leaf.at("value").to_number<int>() == 40);
     CHECK(leaf.at("children").as_array()[0].at("name") == "main");
     CHECK_FALSE(leaf.as_object().contains("delta_pct")); // no baseline, no deltas
+    // By process (the default): each process a frame under the root, at the stacks' ends
+    // bottom-up; two processes' mains are two trees.
+    const fleet_answers two{
+        R"({"data":[[["1","2"],"app","3","30"],[["1","2"],"db","2","20"],[["1"],"app","1","10"]]})",
+        now.frames};
+    const auto by_process = fleet_flame_json(two, nullptr, {}, 100);
+    REQUIRE(by_process.has_value());
+    const auto& processes = by_process->at("root").at("children").as_array();
+    REQUIRE(processes.size() == 2);
+    CHECK(processes[0].at("name") == "app");
+    CHECK(processes[0].at("module") == "[process]");
+    CHECK(processes[0].at("value").to_number<int>() == 4);
+    CHECK(processes[0].at("children").as_array()[0].at("name") == "main");
+    CHECK(processes[1].at("name") == "db");
+    CHECK(processes[1].at("value").to_number<int>() == 2);
+    fleet_flame_shape up_by_process;
+    up_by_process.inverted = true;
+    const auto ends = fleet_flame_json(two, nullptr, up_by_process, 100);
+    REQUIRE(ends.has_value());
+    const auto& work_up = ends->at("root").at("children").as_array()[0];
+    CHECK(work_up.at("name") == "work");
+    CHECK(work_up.at("children").as_array()[0].at("name") == "main");
+    CHECK(work_up.at("children").as_array()[0].at("children").as_array().size() == 2);
     // Times are seconds since the epoch, or refused.
     for (const char* bad : {".", "yesterday", "99999999999999999999", "1.2.3"})
         CHECK_FALSE(parse_fleet_filter({{"from", bad}}).has_value());
@@ -388,10 +419,18 @@ TEST_CASE("fleet store: a live session's samples reach ClickHouse with the total
 
     // The flame graph ClickHouse's stacks make is the session's own, node for node.
     const auto session_flame = coll.get("/api/sessions/" + id + "/flamegraph?weight=samples");
-    const auto fleet_flame =
-        coll.get("/api/fleet/flamegraph?devices=" + std::string(device.at("device").as_string()));
+    const auto fleet_flame = coll.get("/api/fleet/flamegraph?group=none&devices=" +
+                                      std::string(device.at("device").as_string()));
     CHECK(fleet_flame.at("total").to_number<std::uint64_t>() == samples);
     CHECK(tree_text(fleet_flame.at("root")) == tree_text(session_flame.at("root")));
+    // By process (the default): the demo is one process, its tree the session's under it.
+    const auto by_process =
+        coll.get("/api/fleet/flamegraph?devices=" + std::string(device.at("device").as_string()));
+    const auto& processes = by_process.at("root").at("children").as_array();
+    REQUIRE(processes.size() == 1);
+    CHECK(processes[0].at("name") == "perfwire-demo");
+    CHECK(processes[0].at("value").to_number<std::uint64_t>() == samples);
+    CHECK(below(processes[0]) == below(session_flame.at("root")));
     // Compared with itself: nothing moved.
     const auto same = coll.get("/api/fleet/flamegraph?base_event=cpu-clock");
     double most = 0;
@@ -958,9 +997,15 @@ TEST_CASE("fleet store sharded: a Distributed table over two clickhouse-server s
     CHECK(on_a + on_b == samples);
     // The Fleet API over the Distributed tables: the session's own flame graph and functions.
     const auto session_flame = coll.get("/api/sessions/" + id + "/flamegraph?weight=samples");
-    const auto fleet_flame = coll.get("/api/fleet/flamegraph");
+    const auto fleet_flame = coll.get("/api/fleet/flamegraph?group=none");
     CHECK(fleet_flame.at("total").to_number<std::uint64_t>() == samples);
     CHECK(tree_text(fleet_flame.at("root")) == tree_text(session_flame.at("root")));
+    // By process across the shards (the process named from a join over both): the demo's.
+    const auto by_process = coll.get("/api/fleet/flamegraph");
+    REQUIRE(by_process.at("root").at("children").as_array().size() == 1);
+    CHECK(by_process.at("root").at("children").as_array()[0].at("name") == "perfwire-demo");
+    CHECK(below(by_process.at("root").at("children").as_array()[0]) ==
+          below(session_flame.at("root")));
     const auto build = query(ca, "SELECT any(build_id) FROM frames WHERE module LIKE "
                                  "'%perfwire-demo' AND build_id != ''");
     REQUIRE_FALSE(build[0][0].empty());

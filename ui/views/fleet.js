@@ -21,7 +21,11 @@ let flame = null, boxes = [];
 const REFRESH_MS = 10000;
 const ask = (path) => store.view(FLEET, path, { lag: REFRESH_MS });
 
+// The flame graph's level per process (by name) under its root: a box of no function.
+const PROCESS = '[process]';
+
 // The view's state, from the URL.
+
 export function stateOf(hash = location.hash) {
   const s = parse(hash);
   return {
@@ -135,7 +139,7 @@ function draw() {
   const compared = flame.baseline_total != null;
   const share = (x) => `${amount(x, 'count')} (${pct(100 * x / (flame.total || 1))} %)`;
   hoverTip(canvas, $('#fleet-flame-tip'), boxes, ROW_H, (b) => `<b>${esc(b.n.name)}</b><br><span class="muted">${esc(b.n.module || '')}</span><br>
-    total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${pct(b.n.baseline_pct)} % → ${pct(100 * b.n.value / (flame.total || 1))} % (${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points)` : ''}<br><span class="muted">click: stacks through it</span>`);
+    total ${share(b.n.value)} · self ${share(b.n.self || 0)}${b.n.delta_pct != null ? `<br>${pct(b.n.baseline_pct)} % → ${pct(100 * b.n.value / (flame.total || 1))} % (${b.n.delta_pct > 0 ? '+' : ''}${pct(b.n.delta_pct)} points)` : ''}<br><span class="muted">${b.n.module === PROCESS ? 'a process: the stacks of every thread it ran' : 'click: stacks through it'}</span>`);
   const hidden = flame.small_frames_hidden ? ` · <span class="muted">${count(flame.small_frames_hidden)} small frames hidden</span>` : '';
   $('#fleet-flame-legend').innerHTML = (flame.root.value ? flameLegend(boxes) : 'no samples') + hidden;
 }
@@ -171,7 +175,7 @@ export function init() {
   });
   $('#fleet-flame').addEventListener('click', (e) => {
     const b = boxAt($('#fleet-flame'), boxes, e);
-    if (b && b.y > 0) go({ fn: b.n.name });
+    if (b && b.y > 0 && b.n.module !== PROCESS) go({ fn: b.n.name });
   });
   window.addEventListener('resize', () => { if (isFleet()) draw(); });
 }

@@ -302,6 +302,9 @@ struct flame_tree {
     }
 };
 
+// A process's frame: its name, in no module of its own.
+constexpr std::string_view process_module = "[process]";
+
 result<flame_tree> build_flame(const fleet_answers& a, const fleet_flame_shape& shape,
                                std::size_t max_stacks) {
     auto frames = rows_of(a.frames);
@@ -326,15 +329,18 @@ result<flame_tree> build_flame(const fleet_answers& a, const fleet_flame_shape& 
     const auto unknown = t.function_of("[unknown]", "");
     std::vector<std::uint32_t> path;
     for (const auto& r : *stacks) {
-        if (!r.is_array() || r.as_array().size() != 3 || !r.as_array()[0].is_array())
+        if (!r.is_array() || r.as_array().size() != 4 || !r.as_array()[0].is_array() ||
+            !r.as_array()[1].is_string())
             return unexpected();
         const auto& row = r.as_array();
-        const auto n = number(row[1]), w = shape.period ? number(row[2]) : n;
+        const auto n = number(row[2]), w = shape.period ? number(row[3]) : n;
         path.clear();
         for (const auto& id : row[0].as_array()) { // leaf first
             const auto it = by_frame.find(number(id));
             path.push_back(it == by_frame.end() ? unknown : it->second);
         }
+        if (const auto& process = row[1].as_string(); shape.by_process && !process.empty())
+            path.push_back(t.function_of(std::string(process), std::string(process_module)));
         if (!shape.inverted)
             std::reverse(path.begin(), path.end());
         std::uint32_t node = 0;
@@ -373,10 +379,22 @@ void fleet_compare_functions(json::object& body, const json::object& baseline) {
 }
 
 std::string fleet_stacks_sql(std::string_view database, const fleet_filter& f,
-                             std::size_t max_stacks) {
+                             std::size_t max_stacks, bool by_process) {
     const std::string db(database), filtered = where(db, f);
-    return "SELECT frames, n, p FROM (SELECT stack, count() AS n, sum(period) AS p FROM " + db +
-           ".samples" + filtered + " GROUP BY stack ORDER BY n DESC LIMIT " +
+    // A process is named by its main thread (tid = pid), in its session on its device.
+    const std::string stacks =
+        by_process
+            ? "SELECT stack, if(main_comm != '', main_comm, some_comm) AS process, count() AS n, "
+              "sum(period) AS p FROM " +
+                  db +
+                  ".samples GLOBAL ANY LEFT JOIN (SELECT device, session, pid, anyIf(comm, tid = "
+                  "pid) AS "
+                  "main_comm, any(comm) AS some_comm FROM " +
+                  db + ".samples" + filtered + " GROUP BY device, session, pid) USING (device, " +
+                  "session, pid)" + filtered + " GROUP BY stack, process"
+            : "SELECT stack, '' AS process, count() AS n, sum(period) AS p FROM " + db +
+                  ".samples" + filtered + " GROUP BY stack";
+    return "SELECT frames, process, n, p FROM (" + stacks + " ORDER BY n DESC LIMIT " +
            std::to_string(max_stacks) +
            ") ANY LEFT JOIN (SELECT stack, any(frames) AS frames FROM " + db + ".stacks" +
            used_stacks(db, filtered) + " GROUP BY stack) USING stack FORMAT JSONCompact";

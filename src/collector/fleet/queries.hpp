@@ -56,14 +56,18 @@ result<boost::json::object> fleet_functions_json(std::string_view answer);
 void fleet_compare_functions(boost::json::object& body, const boost::json::object& baseline);
 
 // The flame graph: the stacks the filter selects with their samples and period (the busiest
-// `max_stacks`), and the names of their frames.
+// `max_stacks`), each with its process (`by_process`: the name of its process's main thread,
+// else of any of its threads; else ''), and the names of their frames.
 std::string fleet_stacks_sql(std::string_view database, const fleet_filter& f,
-                             std::size_t max_stacks);
+                             std::size_t max_stacks, bool by_process = true);
 std::string fleet_frames_sql(std::string_view database, const fleet_filter& f);
 struct fleet_flame_shape {
     bool inverted = false; // callers under their callees (the leaf at the root's children)
-    bool period = false;   // weighed by period (ns for the clocks), not samples
-    double min_pct = 0;    // frames under this share of the whole are not sent (counted)
+    // A level per process (by name) under the root (top-down) or at the stacks' ends
+    // (bottom-up): one device's whole system, or several programs, are not one tree.
+    bool by_process = true;
+    bool period = false; // weighed by period (ns for the clocks), not samples
+    double min_pct = 0;  // frames under this share of the whole are not sent (counted)
 };
 // As the sessions' flame graph answers: {"root": {name, module, value, self, samples,
 // children}, "total", "samples", "inverted", "small_frames_hidden", "stacks_left_out"}; with a

@@ -111,12 +111,13 @@ asio::awaitable<http_response> get_fleet_flamegraph(request_context& c) {
     shape.inverted = c.url.query.count("inverted") && c.url.query.at("inverted") == "1";
     shape.period = c.url.query.count("weight") && c.url.query.at("weight") == "period";
     shape.min_pct = min_pct.value_or(0.0);
+    shape.by_process = !(c.url.query.count("group") && c.url.query.at("group") == "none");
     fleet_work work = [q = std::move(*q),
                        shape](const clickhouse_client& ch) -> result<json::object> {
         constexpr std::size_t max_stacks = 200'000; // the busiest; the rest are counted
         const auto& db = ch.config().database;
         const auto answers = [&](const fleet_filter& f) -> result<fleet_answers> {
-            auto stacks = ch.ask(fleet_stacks_sql(db, f, max_stacks));
+            auto stacks = ch.ask(fleet_stacks_sql(db, f, max_stacks, shape.by_process));
             if (!stacks)
                 return stacks.error();
             auto frames = ch.ask(fleet_frames_sql(db, f));
