@@ -8,6 +8,10 @@
 
 export const KINDS = ['status', 'targets', 'targets_changed', 'data_version', 'sessions', 'import', 'metrics'];
 
+// The collector says something at least every 15 s (a keep-alive comment when nothing else):
+// silent longer, it is stopped or hung with its socket open — what the page shows is stale.
+export const SILENT_MS = 25000;
+
 // One WebSocket message ("event: KIND\ndata: JSON\n\n", or a ": keep-alive" comment) as
 // [kind, data], or null for a comment.
 export function parseEvent(text) {
@@ -32,14 +36,20 @@ export function openLiveStream() {
   };
   const overWebSocket = () => {
     const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/ws`);
-    ws.onopen = () => { opened = true; wait = 500; say('open'); };
-    ws.onmessage = (e) => { const ev = parseEvent(e.data); if (ev) say(ev[0], ev[1]); };
-    ws.onclose = () => {
+    let quiet = 0;
+    const lost = () => {
+      clearTimeout(quiet);
+      ws.onclose = ws.onmessage = null;
       say('error');
       if (!opened) { overEventSource(); return; } // never open here: EventSource does its own reconnecting
       setTimeout(overWebSocket, wait); // the collector restarted, or dropped a page that fell behind
       wait = Math.min(wait * 2, 10000);
     };
+    // (A socket whose peer is silent is given up without waiting for its close.)
+    const heard = () => { clearTimeout(quiet); quiet = setTimeout(() => { lost(); ws.close(); }, SILENT_MS); };
+    ws.onopen = () => { opened = true; wait = 500; heard(); say('open'); };
+    ws.onmessage = (e) => { heard(); const ev = parseEvent(e.data); if (ev) say(ev[0], ev[1]); };
+    ws.onclose = lost;
   };
   overWebSocket();
   return target;

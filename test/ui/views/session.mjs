@@ -124,6 +124,24 @@ export async function outOfReach(t) {
   await again.locator('#view-error').waitFor({ state: 'hidden', timeout: 10000 });
 }
 
+export async function frozenCollector(t) {
+  const { collector, again } = t;
+  // A collector stopped with its sockets open (SIGSTOP: as one hung) sends nothing, not even
+  // its keep-alive: the page marks what it shows stale, and is live again once it answers.
+  t.doing = 'a collector that stopped answering';
+  await again.waitForFunction(() => document.querySelector('#conn').textContent === 'live', null, { timeout: 20000 });
+  const stoppedAt = Date.now();
+  collector.kill('SIGSTOP');
+  try {
+    await again.waitForFunction(() => /reconnecting/.test(document.querySelector('#conn').textContent) && document.body.dataset.offline === '1', null, { timeout: 45000 });
+  } finally {
+    collector.kill('SIGCONT');
+  }
+  const staleAfter = (Date.now() - stoppedAt) / 1000;
+  await again.waitForFunction(() => document.querySelector('#conn').textContent === 'live' && !document.body.dataset.offline, null, { timeout: 30000 });
+  check(staleAfter < 40, `a collector that stops answering is marked out of reach after ${staleAfter.toFixed(1)} s of silence, and live again once it answers`);
+}
+
 export async function stopAndStartAgain(t) {
   const { session, again, after } = t;
   // Stop ends the run: the session is no longer live, and "start again" opens the next one.
