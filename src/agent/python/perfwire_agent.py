@@ -1683,6 +1683,374 @@ class ProbeMemory(object):
 PROBED = ProbeMemory()
 
 
+# ================================================================================ log lines
+
+class LinePattern(object):
+    """What a log line must hold for --trigger-log FILE:REGEX to fire: a pattern compiled to a
+    program whose threads all run in step over the line (a Pike VM without captures), so time is
+    linear in the line times the program whatever the pattern (re backtracks: (a+)+$ would stall
+    the agent on one line). The C++ agent's line_pattern reads and matches alike: the syntax,
+    limits, errors and program listing are the same (src/agent/line_pattern.hpp)."""
+
+    MAX_PATTERN, MAX_PROGRAM, MAX_LINE, MAX_REPEAT = 512, 4096, 65536, 100
+    BYTE, ANY, SET, SPLIT, JUMP, BOL, EOL, MATCH = range(8)
+    NAMES = ("byte", "any", "set", "split", "jump", "bol", "eol", "match")
+
+    class Error(Exception):
+        pass
+
+    def __init__(self, pattern):
+        """`pattern`: bytes. Raises LinePattern.Error with the reason when it cannot be used."""
+        if len(pattern) > self.MAX_PATTERN:
+            raise self.Error("the pattern is longer than %d bytes" % self.MAX_PATTERN)
+        self.p, self.at, self.sets, self.prog = pattern, 0, [], []
+        tree = self._alternation(0)
+        if self.at < len(self.p):
+            raise self.Error("unbalanced ')'")
+        self._emit(tree)
+        self._push([self.MATCH, 0, 0, 0])
+        del self.p
+
+    # ---- parsing: ("empty",) ("byte", c) ("any",) ("set", i) ("bol",) ("eol",)
+    # ("cat", [..]) ("alt", [..]) ("rep", node, min, max)
+    def _peek(self):
+        return self.p[self.at] if self.at < len(self.p) else None
+
+    def _alternation(self, depth):
+        if depth > 100:
+            raise self.Error("groups nested deeper than 100")
+        first = self._concatenation(depth)
+        if self._peek() != 0x7c:
+            return first
+        kids = [first]
+        while self._peek() == 0x7c:
+            self.at += 1
+            kids.append(self._concatenation(depth))
+        return ("alt", kids)
+
+    def _digit_after(self, i):
+        return i + 1 < len(self.p) and 0x30 <= self.p[i + 1] <= 0x39
+
+    def _concatenation(self, depth):
+        kids = []
+        while self.at < len(self.p) and self.p[self.at] not in (0x7c, 0x29):
+            c = self.p[self.at]
+            if c in (0x2a, 0x2b, 0x3f) or (c == 0x7b and self._digit_after(self.at)):
+                raise self.Error("nothing to repeat before '%s'" % chr(c))
+            a = self._atom(depth)
+            while self.at < len(self.p):
+                q = self._quantified(a)
+                if q is None:
+                    break
+                a = q
+            kids.append(a)
+        return ("cat", kids)
+
+    def _number(self):
+        n = 0
+        while self.at < len(self.p) and 0x30 <= self.p[self.at] <= 0x39 and n <= 1000:
+            n = n * 10 + self.p[self.at] - 0x30
+            self.at += 1
+        return n
+
+    def _quantified(self, a):
+        c = self.p[self.at]
+        lo, hi = 0, -1
+        if c == 0x2a:
+            self.at += 1
+        elif c == 0x2b:
+            lo = 1
+            self.at += 1
+        elif c == 0x3f:
+            hi = 1
+            self.at += 1
+        elif c == 0x7b and self._digit_after(self.at):
+            self.at += 1
+            lo = self._number()
+            hi = lo
+            if self._peek() == 0x2c:
+                self.at += 1
+                p = self._peek()
+                hi = self._number() if p is not None and 0x30 <= p <= 0x39 else -1
+            if self._peek() != 0x7d:
+                raise self.Error("a repetition {m,n} without its '}'")
+            self.at += 1
+            if lo > self.MAX_REPEAT or hi > self.MAX_REPEAT or (0 <= hi < lo):
+                raise self.Error("a repetition {m,n} needs m <= n <= %d" % self.MAX_REPEAT)
+        else:
+            return None
+        return ("rep", a, lo, hi)
+
+    def _set_node(self, words):
+        self.sets.append(words)
+        return ("set", len(self.sets) - 1)
+
+    def _atom(self, depth):
+        c = self.p[self.at]
+        self.at += 1
+        if c == 0x28:
+            inside = self._alternation(depth + 1)
+            if self._peek() != 0x29:
+                raise self.Error("unbalanced '('")
+            self.at += 1
+            return inside
+        if c == 0x2e:
+            return ("any",)
+        if c == 0x5e:
+            return ("bol",)
+        if c == 0x24:
+            return ("eol",)
+        if c == 0x5b:
+            return self._bracket()
+        if c == 0x5c:
+            return self._escape()
+        return ("byte", c)
+
+    @staticmethod
+    def _punctuation(c):
+        return (0x21 <= c <= 0x2f or 0x3a <= c <= 0x40 or 0x5b <= c <= 0x60 or
+                0x7b <= c <= 0x7e or c == 0x20)
+
+    @staticmethod
+    def _class_escape(e, s):
+        """\\d \\w \\s (upper case: their complements) added to the set of bytes `s`; False for
+        another letter."""
+        low = e | 0x20
+        if low == 0x64:
+            c = set(range(0x30, 0x3a))
+        elif low == 0x77:
+            c = set(range(0x30, 0x3a)) | set(range(0x61, 0x7b)) | set(range(0x41, 0x5b)) | {0x5f}
+        elif low == 0x73:
+            c = {0x20, 0x09, 0x0a, 0x0d, 0x0c, 0x0b}
+        else:
+            return False
+        if 0x41 <= e <= 0x5a:
+            c = set(range(256)) - c
+        s |= c
+        return True
+
+    def _escape(self):
+        if self.at >= len(self.p):
+            raise self.Error("a '\\' at the end")
+        e = self.p[self.at]
+        self.at += 1
+        s = set()
+        if self._class_escape(e, s):
+            return self._set_node(s)
+        if 0x31 <= e <= 0x39:
+            raise self.Error("back-references (\\%s) are not supported" % chr(e))
+        if e in (0x74, 0x6e, 0x72):
+            return ("byte", {0x74: 9, 0x6e: 10, 0x72: 13}[e])
+        if self._punctuation(e):
+            return ("byte", e)
+        raise self.Error("unknown escape \\%s" % chr(e))
+
+    def _named_class(self, name, s):
+        if name == b"digit":
+            return self._class_escape(0x64, s)
+        if name == b"space":
+            return self._class_escape(0x73, s)
+        if name in (b"alpha", b"alnum", b"upper", b"lower", b"xdigit"):
+            if name in (b"alpha", b"alnum", b"upper"):
+                s |= set(range(0x41, 0x5b))
+            if name in (b"alpha", b"alnum", b"lower"):
+                s |= set(range(0x61, 0x7b))
+            if name in (b"alnum", b"xdigit"):
+                s |= set(range(0x30, 0x3a))
+            if name == b"xdigit":
+                s |= set(range(0x61, 0x67)) | set(range(0x41, 0x47))
+            return True
+        if name == b"punct":
+            s |= set(c for c in range(0x21, 0x7f) if self._punctuation(c))
+            return True
+        return False
+
+    def _bracket(self):
+        s = set()
+        negate = False
+        if self._peek() == 0x5e:
+            negate = True
+            self.at += 1
+        first = True
+        while True:
+            if self.at >= len(self.p):
+                raise self.Error("a '[' without its ']'")
+            c = self.p[self.at]
+            if c == 0x5d and not first:
+                self.at += 1
+                break
+            first = False
+            if c == 0x5b and self.at + 1 < len(self.p) and self.p[self.at + 1] == 0x3a:
+                end = self.p.find(b":]", self.at + 2)
+                if end < 0:
+                    raise self.Error("a '[:' without its ':]'")
+                name = self.p[self.at + 2:end]
+                if not self._named_class(name, s):
+                    raise self.Error("unknown class [:%s:]" % name.decode("latin-1"))
+                self.at = end + 2
+                continue
+            self.at += 1
+            lo = c
+            if c == 0x5c:
+                if self.at >= len(self.p):
+                    raise self.Error("a '\\' at the end")
+                e = self.p[self.at]
+                self.at += 1
+                if self._class_escape(e, s):
+                    continue
+                if e in (0x74, 0x6e, 0x72):
+                    lo = {0x74: 9, 0x6e: 10, 0x72: 13}[e]
+                elif self._punctuation(e):
+                    lo = e
+                else:
+                    raise self.Error("unknown escape \\%s" % chr(e))
+            if self.at + 1 < len(self.p) and self.p[self.at] == 0x2d and self.p[self.at + 1] != 0x5d:
+                hi = self.p[self.at + 1]
+                self.at += 2
+                if hi == 0x5c:
+                    if self.at >= len(self.p) or not self._punctuation(self.p[self.at]):
+                        raise self.Error("a range's end must be a character")
+                    hi = self.p[self.at]
+                    self.at += 1
+                if hi < lo:
+                    raise self.Error("a range from '%s' down to '%s'" % (chr(lo), chr(hi)))
+                s |= set(range(lo, hi + 1))
+            else:
+                s.add(lo)
+        if negate:
+            s = set(range(256)) - s
+        return self._set_node(s)
+
+    # ---- the program: [op, byte, x, y]
+    def _push(self, inst):
+        if len(self.prog) >= self.MAX_PROGRAM:
+            raise self.Error("the pattern makes more than %d steps (its repetitions multiply)"
+                             % self.MAX_PROGRAM)
+        self.prog.append(inst)
+        return len(self.prog) - 1
+
+    def _emit(self, n):
+        k = n[0]
+        if k == "empty":
+            return
+        if k == "byte":
+            self._push([self.BYTE, n[1], 0, 0])
+        elif k == "any":
+            self._push([self.ANY, 0, 0, 0])
+        elif k == "set":
+            self._push([self.SET, 0, n[1], 0])
+        elif k == "bol":
+            self._push([self.BOL, 0, 0, 0])
+        elif k == "eol":
+            self._push([self.EOL, 0, 0, 0])
+        elif k == "cat":
+            for kid in n[1]:
+                self._emit(kid)
+        elif k == "alt":
+            jumps = []
+            kids = n[1]
+            for i, kid in enumerate(kids):
+                if i + 1 < len(kids):
+                    split = self._push([self.SPLIT, 0, 0, 0])
+                    self.prog[split][2] = len(self.prog)
+                    self._emit(kid)
+                    jumps.append(self._push([self.JUMP, 0, 0, 0]))
+                    self.prog[split][3] = len(self.prog)
+                else:
+                    self._emit(kid)
+            for j in jumps:
+                self.prog[j][2] = len(self.prog)
+        else:  # rep
+            body, lo, hi = n[1], n[2], n[3]
+            for _ in range(lo):
+                self._emit(body)
+            if hi < 0:
+                loop = self._push([self.SPLIT, 0, 0, 0])
+                self.prog[loop][2] = len(self.prog)
+                self._emit(body)
+                self._push([self.JUMP, 0, loop, 0])
+                self.prog[loop][3] = len(self.prog)
+                return
+            splits = []
+            for _ in range(lo, hi):
+                splits.append(self._push([self.SPLIT, 0, 0, 0]))
+                self.prog[splits[-1]][2] = len(self.prog)
+                self._emit(body)
+            for s in splits:
+                self.prog[s][3] = len(self.prog)
+
+    def matches(self, line):
+        """Whether the pattern matches somewhere in `line` (bytes; its first MAX_LINE)."""
+        line = line[:self.MAX_LINE]
+        prog, size = self.prog, len(self.prog)
+        mark = [0] * size
+        state = {"gen": 0, "matched": False}
+
+        def add(lst, start, pos):
+            gen = state["gen"]
+            stack = [start]
+            while stack:
+                pc = stack.pop()
+                if pc >= size or mark[pc] == gen:
+                    continue
+                mark[pc] = gen
+                op, _, x, y = prog[pc]
+                if op == self.JUMP:
+                    stack.append(x)
+                elif op == self.SPLIT:
+                    stack.append(y)
+                    stack.append(x)
+                elif op == self.BOL:
+                    if pos == 0:
+                        stack.append(pc + 1)
+                elif op == self.EOL:
+                    if pos == len(line):
+                        stack.append(pc + 1)
+                elif op == self.MATCH:
+                    state["matched"] = True
+                else:
+                    lst.append(pc)
+
+        state["gen"] += 1
+        now = []
+        add(now, 0, 0)
+        sets = self.sets
+        for pos in range(len(line)):
+            if state["matched"]:
+                break
+            c = line[pos]
+            state["gen"] += 1
+            nxt = []
+            for pc in now:
+                op, b, x, _ = prog[pc]
+                if (op == self.BYTE and b == c) or op == self.ANY or (op == self.SET and c in sets[x]):
+                    add(nxt, pc + 1, pos + 1)
+            add(nxt, 0, pos + 1)
+            now = nxt
+        return state["matched"]
+
+    def listing(self):
+        """The program, one instruction a line, as the C++ agent writes it."""
+        out = []
+        for pc, (op, b, x, y) in enumerate(self.prog):
+            name = self.NAMES[op]
+            if op == self.BYTE:
+                out.append("%d %s %d\n" % (pc, name, b))
+            elif op == self.SET:
+                words = [0, 0, 0, 0]
+                for c in self.sets[x]:
+                    words[c >> 6] |= 1 << (c & 63)
+                out.append("%d %s %016x%016x%016x%016x\n" % (pc, name, words[3], words[2],
+                                                             words[1], words[0]))
+            elif op == self.SPLIT:
+                out.append("%d %s %d %d\n" % (pc, name, x, y))
+            elif op == self.JUMP:
+                out.append("%d %s %d\n" % (pc, name, x))
+            else:
+                out.append("%d %s\n" % (pc, name))
+        return "".join(out)
+
+
 # ================================================================================ perf: collection
 
 LOST_RE = re.compile(rb"PERF_RECORD_LOST lost (\d+)")
