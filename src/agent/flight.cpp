@@ -5,9 +5,11 @@
 
 namespace agent {
 
-flight_ring::flight_ring(flight_clock::duration window, std::size_t memory_cap)
+flight_ring::flight_ring(flight_clock::duration window, std::size_t memory_cap,
+                         std::optional<flight_clock::time_point> began)
     : window_(window)
-    , cap_(memory_cap) {}
+    , cap_(memory_cap)
+    , before_front_(began) {}
 
 void flight_ring::add(flight_clock::time_point at, std::string chunk) {
     bytes_ += chunk.size();

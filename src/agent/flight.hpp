@@ -27,7 +27,9 @@ using flight_clock = std::chrono::steady_clock;
 // asked: counted, and said by held_span() — never silently.
 class flight_ring {
 public:
-    flight_ring(flight_clock::duration window, std::size_t memory_cap);
+    // `began`: when the recording began (what the first chunk holds is from then on).
+    flight_ring(flight_clock::duration window, std::size_t memory_cap,
+                std::optional<flight_clock::time_point> began = std::nullopt);
 
     // Keeps `chunk`, made at `at` (it holds what perf printed up to then).
     void add(flight_clock::time_point at, std::string chunk);

@@ -1,4 +1,6 @@
 #include "agent/options.hpp"
+
+#include "agent/flight.hpp"
 #include "agent/probe_cache.hpp"
 
 #include "agent/version.hpp"
@@ -45,6 +47,16 @@ po::options_description describe_options() {
                                        "(the off-cpu event: scheduler switches, in ns)")
         ("off-cpu-min-us", po::value<int>()->default_value(0),
          "--off-cpu: waits shorter than this many microseconds are not sent")
+        ("flight-recorder", po::value<int>()->default_value(0),
+         "profile on but send nothing: keep the last this many seconds (1-3600) and send them when "
+         "a trigger fires (--trigger-cpu, SIGUSR1, the collector's capture), then --after more")
+        ("after", po::value<int>()->default_value(10),
+         "--flight-recorder: seconds sent after a trigger (0-3600); one firing meanwhile extends it")
+        ("flight-memory-mb", po::value<int>()->default_value(16),
+         "--flight-recorder: the most memory its window holds (1-1024)")
+        ("trigger-cpu", po::value<std::string>(),
+         "--flight-recorder: fire when the --pid process uses PCT % of a core for SECONDS "
+         "(PCT[:SECONDS], 1 s by default)")
         ("offline-max", po::value<int>()->default_value(6 * 3600),
          "seconds a run goes on without a link to the collector (its chunks kept for it)")
         ("buffer-mb", po::value<int>()->default_value(16),
@@ -172,6 +184,28 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         c.off_cpu_min_us = us;
     if (c.off_cpu && !c.pid)
         return usage("--off-cpu needs --pid: the whole system's scheduler switches are too many");
+    c.flight_recorder_sec = vm["flight-recorder"].as<int>();
+    c.after_sec = vm["after"].as<int>();
+    c.flight_memory_mb = vm["flight-memory-mb"].as<int>();
+    if (c.flight_recorder_sec < 0 || c.flight_recorder_sec > 3600)
+        return usage("--flight-recorder must be 1-3600 seconds (0: none)");
+    if (c.after_sec < 0 || c.after_sec > 3600)
+        return usage("--after must be 0-3600 seconds");
+    if (c.flight_memory_mb < 1 || c.flight_memory_mb > 1024)
+        return usage("--flight-memory-mb must be 1-1024");
+    if (vm.count("trigger-cpu")) {
+        c.trigger_cpu = vm["trigger-cpu"].as<std::string>();
+        if (const auto r = parse_threshold(c.trigger_cpu, 100.0 * 4096);
+            std::holds_alternative<std::string>(r))
+            return usage("--trigger-cpu: " + std::get<std::string>(r));
+        if (!c.pid)
+            return usage("--trigger-cpu needs --pid: the process whose CPU it watches");
+    }
+    if (!c.flight_recorder_sec && (vm.count("trigger-cpu") || !vm["after"].defaulted() ||
+                                   !vm["flight-memory-mb"].defaulted()))
+        return usage("--trigger-cpu, --after and --flight-memory-mb go with --flight-recorder");
+    if (c.flight_recorder_sec && c.run_mode == mode::output)
+        return usage("--flight-recorder sends its captures to a collector (--server or --listen)");
     if (vm.count("events"))
         c.events = split_events(vm["events"].as<std::string>());
     if (vm.count("token"))

@@ -314,4 +314,22 @@ std::string make_run_id() {
     return id;
 }
 
+namespace {
+std::atomic<bool> signalled{false}; // (constant-initialized: safe to set from a handler)
+} // namespace
+
+std::atomic<bool>& flight_signalled() noexcept {
+    return signalled;
+}
+
+flight_state::flight_state(const flight_settings& s)
+    : settings(s)
+    , ring(s.window, s.memory_bytes, flight_clock::now())
+    , plan({s.after, s.min_gap, std::chrono::minutes(10)}) {
+    if (!s.trigger_cpu.empty())
+        if (const auto spec = parse_threshold(s.trigger_cpu, 100.0 * 4096);
+            std::holds_alternative<threshold_spec>(spec))
+            cpu.emplace(std::get<threshold_spec>(spec).level, std::get<threshold_spec>(spec).hold);
+}
+
 } // namespace agent

@@ -12,9 +12,11 @@
 #pragma once
 
 #include "agent/collection.hpp"
+#include "agent/flight.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -131,6 +133,34 @@ private:
 // 128 random bits as 32 lowercase hex digits (protocol::valid_run_id).
 std::string make_run_id();
 
+// Set by SIGUSR1 (a script on the device asking a flight recorder to capture), taken by its
+// watch.
+std::atomic<bool>& flight_signalled() noexcept;
+
+// A flight recorder's settings (--flight-recorder, or `flight_recorder` in start).
+struct flight_settings {
+    std::chrono::seconds window{0}; // 0: not a flight recorder
+    std::chrono::seconds after{10};
+    std::size_t memory_bytes = std::size_t{16} << 20;
+    std::string trigger_cpu; // PCT[:SECONDS] of the process profiled; "" none
+    std::chrono::seconds min_gap{60};
+};
+
+// A flight recorder under way: the window held, the captures, the triggers. While no capture
+// runs the run's chunks go to the ring, not the outbox; a capture is a run of its own (a new
+// id), its window then its chunks in the outbox as any run's.
+struct flight_state {
+    explicit flight_state(const flight_settings& s);
+    flight_settings settings;
+    flight_ring ring;
+    capture_plan plan;
+    std::optional<threshold_trigger> cpu;
+    std::uint64_t captures = 0;
+    // The process's CPU as last read: its ticks and when.
+    std::optional<std::pair<std::uint64_t, flight_clock::time_point>> cpu_seen;
+    double cpu_pct = 0; // the last reading, % of a core
+};
+
 struct run_state {
     enum class state { idle, profiling, paused };
 
@@ -155,6 +185,13 @@ struct run_state {
     std::function<void()> on_chunk;
     std::function<bool()> may_flush;
     std::function<void(const std::string& why)> on_end;
+    // A flight recorder's news for the link attached: a capture begins (what fired, when, the
+    // window's seconds) or ends (empty `capture`: armed again).
+    std::function<void(const std::string& reason, const std::string& capture, double at,
+                       double window_s)>
+        on_flight;
+    flight_settings flight_asked;         // for the next run
+    std::shared_ptr<flight_state> flight; // the run under way's, if it is a flight recorder
     // Why the run ended while no link was attached: said to the next one, after its data.
     std::optional<std::string> ended_offline;
 

@@ -117,6 +117,15 @@ json::object state_fields(std::string_view state) {
     return {{"state", state}};
 }
 
+// What the run is doing, as the collector is told: a flight recorder between captures is armed.
+std::string_view run_state_name(const run_state& r) {
+    if (r.now == run_state::state::idle)
+        return "idle";
+    if (r.now == run_state::state::paused)
+        return "paused";
+    return r.flight && !r.flight->plan.capturing() ? "armed" : "profiling";
+}
+
 json::object clock_fields() {
     return {{"monotonic", monotonic_seconds()}, {"realtime", wall_seconds()}};
 }
@@ -299,9 +308,7 @@ void session::send(frame_flag flag, std::string_view payload, bool droppable, bo
 
 void session::send_state(std::string reason) {
     protocol::state_notice n;
-    n.state = run_->now == run_state::state::idle     ? "idle"
-              : run_->now == run_state::state::paused ? "paused"
-                                                      : "profiling";
+    n.state = run_state_name(*run_);
     n.reason = std::move(reason);
     n.pid = run_->settings.record.pid;
     n.lost_samples = run_->lost_samples;
@@ -545,6 +552,7 @@ asio::awaitable<command_response> session::handle(const protocol::command_reques
         {protocol::cmd::update_apply, &session::cmd_update_apply},
         {protocol::cmd::sequence, &session::cmd_sequence},
         {protocol::cmd::ack, &session::cmd_ack},
+        {protocol::cmd::capture, &session::cmd_capture},
     };
     for (const auto& [name, run] : commands)
         if (req.cmd == name)
@@ -625,7 +633,7 @@ asio::awaitable<command_response> session::cmd_resume(const protocol::command_re
         co_return command_response::failure(id, "not paused");
     begin_collection();
     log(peer_, "profiling resumed");
-    co_return command_response::success(id, state_fields("profiling"));
+    co_return command_response::success(id, state_fields(run_state_name(*run_)));
 }
 
 asio::awaitable<command_response> session::cmd_configure(const protocol::command_request& req) {
@@ -778,9 +786,7 @@ asio::awaitable<command_response> session::cmd_kallsyms(const protocol::command_
 asio::awaitable<command_response> session::cmd_status(const protocol::command_request& req) {
     const auto& id = req.id;
     json::object f;
-    f["state"] = run_->now == run_state::state::idle     ? "idle"
-                 : run_->now == run_state::state::paused ? "paused"
-                                                         : "profiling";
+    f["state"] = run_state_name(*run_);
     f["pid"] =
         run_->settings.record.pid ? json::value(*run_->settings.record.pid) : json::value(nullptr);
     f["frequency"] = run_->settings.record.frequency;
@@ -799,6 +805,23 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
     f["capabilities"] = caps_ ? json::value(capabilities_json()) : json::value(nullptr);
     f["probing"] = probing_;
     f["lost_samples"] = run_->lost_samples;
+    if (const auto& fl = run_->flight) {
+        // A flight recorder: what its window holds now, and what fired.
+        json::object w{{"window_s", fl->settings.window.count()},
+                       {"held_s", std::chrono::duration<double>(fl->ring.held_span()).count()},
+                       {"held_bytes", fl->ring.bytes()},
+                       {"memory_bytes", fl->settings.memory_bytes},
+                       {"cut_for_room", fl->ring.dropped_for_room()},
+                       {"after_s", fl->settings.after.count()},
+                       {"captures", fl->captures},
+                       {"capturing", fl->plan.capturing()},
+                       {"refused", fl->plan.refused()},
+                       {"trigger_cpu", fl->settings.trigger_cpu},
+                       {"cpu_pct", fl->cpu_pct}};
+        if (!fl->plan.fires().empty())
+            w["last_fired"] = fl->plan.fires().front().what;
+        f["flight"] = std::move(w);
+    }
     f["dropped_chunks"] = dropped_chunks_;
     f["chunks"] = run_->current ? run_->current->chunks() : 0;
     // The run's chunks not yet stored by the collector, and those its outbox let go.
@@ -1125,7 +1148,9 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["mode"] = run_->settings.rounds ? "rounds" : "continuous";
     f["off_cpu"] = run_->settings.record.off_cpu;
     f["off_cpu_min_us"] = run_->settings.record.off_cpu_min_ns / 1000;
-    f["state"] = "profiling";
+    f["state"] = run_state_name(*run_);
+    if (run_->flight)
+        f["flight_recorder"] = run_->flight->settings.window.count();
     f["run"] = run_->id;
     // Lets the collector place perf's monotonic timestamps on the wall clock.
     f["clock"] = clock_fields();
@@ -1180,6 +1205,87 @@ asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<co
     run->collection_done.cancel();
 }
 
+// A trigger fired: a capture begins (the window held goes out first, as a run of its own), or
+// the one under way grows, or it is refused (too soon after the last).
+void fire(run_state& run, flight_state& f, const std::string& what) {
+    const auto now = flight_clock::now();
+    switch (f.plan.fire(now, what)) {
+    case capture_plan::answer::refused:
+        log("flight recorder", what + ": not captured (the last capture began under " +
+                                   std::to_string(f.settings.min_gap.count()) + " s ago)");
+        return;
+    case capture_plan::answer::extended:
+        log("flight recorder", what + ": the capture under way goes on");
+        return;
+    case capture_plan::answer::begun:
+        break;
+    }
+    ++f.captures;
+    run.id = make_run_id();
+    const double window_s = std::chrono::duration<double>(f.ring.held_span()).count();
+    const auto window = f.ring.take();
+    log("flight recorder", what + ": capture " + std::to_string(f.captures) + " (run " + run.id +
+                               "), " + std::to_string(window.size()) + " chunks held before it");
+    if (run.on_flight) // said before the window, which follows it
+        run.on_flight("flight recorder: " + what, what, wall_seconds(), window_s);
+    for (auto chunk : window)
+        run.kept.add(run.id, std::move(chunk));
+    if (run.on_chunk)
+        run.on_chunk();
+}
+
+// The process's CPU in % of a core since the last reading (nullopt on the first, or when gone).
+std::optional<double> process_cpu(flight_state& f, int pid) {
+    const auto text = procfs::read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
+    if (!st)
+        return std::nullopt;
+    const auto ticks = st->utime + st->stime;
+    const auto now = flight_clock::now();
+    const auto before = std::exchange(f.cpu_seen, std::pair{ticks, now});
+    if (!before || now <= before->second)
+        return std::nullopt;
+    static const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    const double seconds = std::chrono::duration<double>(now - before->second).count();
+    return 100.0 * static_cast<double>(ticks - std::min(ticks, before->first)) / hz / seconds;
+}
+
+// A flight recorder's watch, four times a second for as long as its run: the triggers, and the
+// end of a capture.
+asio::awaitable<void> flight_loop(std::shared_ptr<run_state> run, std::shared_ptr<flight_state> f) {
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    for (;;) { // (spawned before the run says it profiles)
+        tick.expires_after(std::chrono::milliseconds(250));
+        co_await tick.async_wait(use_nothrow);
+        if (run->flight != f || run->now == run_state::state::idle)
+            break;
+        if (f->cpu && run->settings.record.pid)
+            if (const auto pct = process_cpu(*f, *run->settings.record.pid)) {
+                f->cpu_pct = *pct;
+                if (f->cpu->feed(flight_clock::now(), *pct)) {
+                    char what[160];
+                    std::snprintf(what, sizeof what,
+                                  "process %d at %.0f %% of a core for %.1f s (--trigger-cpu %s)",
+                                  *run->settings.record.pid, *pct,
+                                  std::chrono::duration<double>(f->cpu->hold()).count(),
+                                  f->settings.trigger_cpu.c_str());
+                    fire(*run, *f, what);
+                }
+            }
+        if (flight_signalled().exchange(false))
+            fire(*run, *f, "SIGUSR1");
+        if (f->plan.over(flight_clock::now())) {
+            log("flight recorder", "capture " + std::to_string(f->captures) +
+                                       " over; holding the last " +
+                                       std::to_string(f->settings.window.count()) + " s again");
+            if (run->on_flight)
+                run->on_flight("flight recorder: capture over; holding the last " +
+                                   std::to_string(f->settings.window.count()) + " s",
+                               "", 0, 0);
+        }
+    }
+}
+
 // --offline-max: the run ends when no link came back in time.
 asio::awaitable<void> end_when_offline_too_long(std::shared_ptr<run_state> run) {
     run->offline_timer.expires_after(run->offline_max);
@@ -1208,17 +1314,31 @@ void session::begin_collection() {
             if (std::find(run_->settings.stat_events.begin(), run_->settings.stat_events.end(),
                           e) == run_->settings.stat_events.end())
                 run_->settings.stat_events.push_back(e);
-    if (run_->now == run_state::state::idle) // a new run (not a resume after pause)
+    if (run_->now == run_state::state::idle) { // a new run (not a resume after pause)
         run_->id = make_run_id();
+        run_->flight.reset();
+        if (run_->flight_asked.window.count() > 0) {
+            run_->flight = std::make_shared<flight_state>(run_->flight_asked);
+            asio::co_spawn(ex_, flight_loop(run_, run_->flight), asio::detached);
+        }
+    }
     auto run = run_;
     auto on_chunk = [run](std::string payload) {
+        // A flight recorder between captures keeps its chunks to itself.
+        if (run->flight && !run->flight->plan.capturing()) {
+            run->flight->ring.add(flight_clock::now(), std::move(payload));
+            return;
+        }
         run->kept.add(run->id, std::move(payload));
         if (run->on_chunk)
             run->on_chunk();
     };
     // A flush waits while the link still holds earlier data, or there is no link: the chunks
-    // grow instead of queueing up.
-    auto may_flush = [run] { return run->may_flush && run->may_flush(); };
+    // grow instead of queueing up (a flight recorder's window takes them whatever the link).
+    auto may_flush = [run] {
+        return (run->flight && !run->flight->plan.capturing()) ||
+               (run->may_flush && run->may_flush());
+    };
     run_->current =
         std::make_shared<collection>(cfg_.perf_path, run_->settings, on_chunk, may_flush);
     run_->now = run_state::state::profiling;
@@ -1240,6 +1360,10 @@ void session::attach_run() {
         run_->settings.record.off_cpu = cfg_.off_cpu;
         run_->settings.record.off_cpu_min_ns =
             static_cast<std::uint64_t>(cfg_.off_cpu_min_us) * 1000;
+        run_->flight_asked.window = std::chrono::seconds(cfg_.flight_recorder_sec);
+        run_->flight_asked.after = std::chrono::seconds(cfg_.after_sec);
+        run_->flight_asked.memory_bytes = static_cast<std::size_t>(cfg_.flight_memory_mb) << 20;
+        run_->flight_asked.trigger_cpu = cfg_.trigger_cpu;
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;
@@ -1261,6 +1385,29 @@ void session::attach_run() {
             self->send_state(why);
         }
     };
+    run_->on_flight = [weak](const std::string& reason, const std::string& capture, double at,
+                             double window_s) {
+        if (auto self = weak.lock())
+            self->send_flight(reason, capture, at, window_s);
+    };
+}
+
+void session::send_flight(const std::string& reason, const std::string& capture, double at,
+                          double window_s) {
+    protocol::state_notice n;
+    n.state = run_state_name(*run_);
+    n.reason = reason;
+    n.pid = run_->settings.record.pid;
+    n.run = run_->id;
+    n.callgraph =
+        run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
+    if (!capture.empty()) {
+        n.capture = capture;
+        n.capture_at = at;
+        n.capture_window = window_s;
+    }
+    // After the chunks made before it: the capture's window follows it.
+    send(frame_flag::response, protocol::serialize(n), false, true);
 }
 
 void session::detach_run() {
@@ -1271,6 +1418,7 @@ void session::detach_run() {
     run_->on_chunk = nullptr;
     run_->may_flush = nullptr;
     run_->on_end = nullptr;
+    run_->on_flight = nullptr;
     if (run_->now != run_state::state::idle && data_mode_ != data_mode::legacy) {
         auto task = end_when_offline_too_long(run_);
         asio::co_spawn(ex_, std::move(task), asio::detached);
@@ -1328,9 +1476,7 @@ asio::awaitable<command_response> session::cmd_sequence(const protocol::command_
     // collector has them, and numbers the rest after them.
     f["sent"] = legacy_run_ == run_->id && !run_->id.empty() ? legacy_seq_ : 0;
     // What the run is doing: a collector that meets it again takes its state from here.
-    f["state"] = run_->now == run_state::state::idle     ? "idle"
-                 : run_->now == run_state::state::paused ? "paused"
-                                                         : "profiling";
+    f["state"] = run_state_name(*run_);
     f["pid"] =
         run_->settings.record.pid ? json::value(*run_->settings.record.pid) : json::value(nullptr);
     if (run_->now != run_state::state::idle && !run.empty())
@@ -1342,6 +1488,25 @@ asio::awaitable<command_response> session::cmd_sequence(const protocol::command_
         send_state(*why);
     }
     co_return command_response::success(req.id, std::move(f));
+}
+
+asio::awaitable<command_response> session::cmd_capture(const protocol::command_request& req) {
+    // The collector's user asks a flight recorder for what it holds, now.
+    const auto f = run_->flight;
+    if (!f || run_->now != run_state::state::profiling)
+        co_return command_response::failure(
+            req.id, "not a flight recorder under way (start with --flight-recorder SECONDS, or "
+                    "flight_recorder in start)");
+    const bool was = f->plan.capturing();
+    const auto refused = f->plan.refused();
+    fire(*run_, *f, "asked by the collector");
+    json::object out{{"state", run_state_name(*run_)}, {"run", run_->id}};
+    out["capture"] = f->plan.refused() > refused ? "refused" : was ? "extended" : "begun";
+    if (f->plan.refused() > refused)
+        co_return command_response::failure(
+            req.id, "the last capture began under " + std::to_string(f->settings.min_gap.count()) +
+                        " s ago: try again later");
+    co_return command_response::success(req.id, std::move(out));
 }
 
 asio::awaitable<command_response> session::cmd_ack(const protocol::command_request& req) {

@@ -105,6 +105,7 @@ private:
     cmd_update_apply(const protocol::command_request& req);
     asio::awaitable<protocol::command_response> cmd_sequence(const protocol::command_request& req);
     asio::awaitable<protocol::command_response> cmd_ack(const protocol::command_request& req);
+    asio::awaitable<protocol::command_response> cmd_capture(const protocol::command_request& req);
 
     asio::awaitable<void> ensure_probed(std::optional<int> pid, bool again = false);
     asio::awaitable<void> run_probe(std::optional<int> pid); // probing_ set by the caller
@@ -132,6 +133,9 @@ private:
               bool ordered = false);
     std::string_view update_policy() const; // protocol::updates: what it takes, or why not
     void send_state(std::string reason);
+    // A flight recorder's capture begins (`capture`: what fired) or ends ("").
+    void send_flight(const std::string& reason, const std::string& capture, double at,
+                     double window_s);
 
     // This agent dialled over TLS and checked the collector's key against its --tls-pin.
     bool pinned_link() const noexcept;

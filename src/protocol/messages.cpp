@@ -271,13 +271,15 @@ std::string_view to_string(agent_state s) noexcept {
         return "profiling";
     case agent_state::paused:
         return "paused";
+    case agent_state::armed:
+        return "armed";
     }
     return "idle";
 }
 
 std::optional<agent_state> agent_state_from(std::string_view s) noexcept {
     for (auto st : {agent_state::connecting, agent_state::authenticating, agent_state::idle,
-                    agent_state::profiling, agent_state::paused})
+                    agent_state::profiling, agent_state::paused, agent_state::armed})
         if (to_string(st) == s)
             return st;
     return std::nullopt;

@@ -32,13 +32,15 @@ inline constexpr std::string_view auth = "auth", ping = "ping", status = "status
                                   configure = "configure", configure_metrics = "configure_metrics",
                                   update = "update", update_data = "update_data",
                                   update_apply = "update_apply", kallsyms = "kallsyms",
-                                  sequence = "sequence", ack = "ack";
+                                  sequence = "sequence", ack = "ack", capture = "capture";
 } // namespace cmd
 
 // What an agent is doing. The agent reports idle, profiling or paused (state notices, and the
 // "state" of its answers to start, stop, pause and resume); before that the collector knows it
 // only as connecting, then authenticating while its pairing code is checked.
-enum class agent_state { connecting, authenticating, idle, profiling, paused };
+// armed: a flight recorder (--flight-recorder) profiles and keeps the last seconds on the
+// device, sending nothing until a trigger fires; a capture then is a run of its own (profiling).
+enum class agent_state { connecting, authenticating, idle, profiling, paused, armed };
 std::string_view to_string(agent_state s) noexcept;
 std::optional<agent_state> agent_state_from(std::string_view s) noexcept;
 
@@ -127,14 +129,21 @@ std::string serialize(const command_response& r);
 // Unsolicited flag-3 notice: the agent's state changed on its own (the target exited, perf
 // failed), e.g. {"type":"state","state":"idle","reason":"target process exited","pid":42}.
 struct state_notice {
-    std::string state; // idle, profiling, paused
+    std::string state; // idle, profiling, paused, armed
     std::optional<std::string> reason;
     std::optional<int> pid;
     std::optional<std::uint64_t> lost_samples;
     std::optional<std::string> callgraph; // of the run under way: fp, dwarf, lbr or none
     std::optional<std::string> run;       // its id (run_info), from an agent that resumes runs
+    // A flight recorder's capture begins (state profiling, its own run): what fired, when (wall
+    // clock, seconds since the epoch), and the seconds before it the window holds.
+    std::optional<std::string> capture;
+    std::optional<double> capture_at;
+    std::optional<double> capture_window;
 };
-BOOST_DESCRIBE_STRUCT(state_notice, (), (state, reason, pid, lost_samples, callgraph, run))
+BOOST_DESCRIBE_STRUCT(state_notice, (),
+                      (state, reason, pid, lost_samples, callgraph, run, capture, capture_at,
+                       capture_window))
 
 std::string serialize(const state_notice& n);
 

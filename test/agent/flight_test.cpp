@@ -43,6 +43,10 @@ TEST_CASE("the flight ring holds the last window of chunks, and says when its me
     CHECK(small.bytes() == 90);
     CHECK(small.dropped_for_room() == 27);
     CHECK(small.held_span() == 3 * 333ms);
+    // From when the recording began, before any chunk was let go.
+    flight_ring fresh(10s, 1000, t0);
+    fresh.add(t0 + 2s, "x");
+    CHECK(fresh.held_span() == 2s);
     // One chunk larger than the cap is kept (the newest is never let go).
     small.add(t0 + 31 * 333ms, std::string(500, 'y'));
     CHECK(small.count() == 1);

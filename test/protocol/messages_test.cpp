@@ -137,17 +137,36 @@ TEST_CASE("a flag-3 payload is told apart as hello or response", "[protocol][mes
     CHECK(std::holds_alternative<command_response>(*r));
     CHECK(parse_agent_reply(R"({"type":"hello","agent":"x"})").has_error());
 
-    const std::string notice = serialize(state_notice{"idle", "target process exited", 42,
-                                                      std::nullopt, std::nullopt, std::nullopt});
+    state_notice exited;
+    exited.state = "idle";
+    exited.reason = "target process exited";
+    exited.pid = 42;
+    const std::string notice = serialize(exited);
     CHECK(notice == R"({"type":"state","state":"idle","reason":"target process exited","pid":42})");
     auto n = parse_agent_reply(notice);
     REQUIRE(n.has_value());
     REQUIRE(std::holds_alternative<state_notice>(*n));
     CHECK(std::get<state_notice>(*n).pid == 42);
-    const auto running = parse_agent_reply(serialize(
-        state_notice{"profiling", "started from the command line", 7, 0, "dwarf", std::nullopt}));
+    state_notice started;
+    started.state = "profiling";
+    started.reason = "started from the command line";
+    started.pid = 7;
+    started.lost_samples = 0;
+    started.callgraph = "dwarf";
+    const auto running = parse_agent_reply(serialize(started));
     REQUIRE(running.has_value());
     CHECK(std::get<state_notice>(*running).callgraph == "dwarf");
+    // A flight recorder's capture: what fired, when, and the window before it.
+    state_notice capture = started;
+    capture.capture = "SIGUSR1";
+    capture.capture_at = 1795762356.5;
+    capture.capture_window = 19.7;
+    const auto captured = parse_agent_reply(serialize(capture));
+    REQUIRE(captured.has_value());
+    CHECK(std::get<state_notice>(*captured).capture == "SIGUSR1");
+    CHECK(std::get<state_notice>(*captured).capture_at == 1795762356.5);
+    CHECK(std::get<state_notice>(*captured).capture_window == 19.7);
+    CHECK(agent_state_from("armed") == agent_state::armed);
     CHECK(parse_agent_reply(R"({"type":"state"})").has_error());
 }
 

@@ -22,6 +22,7 @@
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 namespace collector {
@@ -398,6 +399,8 @@ bool agent_link::open_session() {
         meta["callgraph"] = callgraph_;
     if (continuous_run_)
         meta["continuous"] = true;
+    if (!pending_capture_.empty()) // what fired a flight recorder's capture
+        meta["capture"] = std::exchange(pending_capture_, {});
     if (!run_id_.empty()) { // found again by its device and id when the link comes back
         meta["run_id"] = run_id_;
         meta["run_device"] = device_key_;
@@ -454,7 +457,7 @@ void agent_link::on_frame(protocol::frame&& f) {
     switch (f.flag) {
     case frame_flag::text:
     case frame_flag::zstd: {
-        if (state_ == agent_state::idle)
+        if (state_ == agent_state::idle || state_ == agent_state::armed)
             set_state(agent_state::profiling);
         const std::size_t n = f.payload.size();
         undigested_bytes_ += n;
@@ -509,6 +512,15 @@ void agent_link::on_frame(protocol::frame&& f) {
             state_reason_ = n->reason ? peer_text(*n->reason, 200) : std::string();
             log(peer_, "agent is " + peer_text(n->state, 32) +
                            (state_reason_.empty() ? "" : ": " + state_reason_));
+            // A flight recorder's capture begins: said in the session it opens.
+            if (n->capture && n->state == "profiling") {
+                json::object c{{"trigger", peer_text(*n->capture, 200)}};
+                if (n->capture_at && std::isfinite(*n->capture_at))
+                    c["fired_at"] = *n->capture_at;
+                if (n->capture_window && std::isfinite(*n->capture_window))
+                    c["window_s"] = std::clamp(*n->capture_window, 0.0, 86400.0);
+                pending_capture_ = std::move(c);
+            }
             if (const auto st = protocol::agent_state_from(n->state);
                 st && *st != agent_state::connecting && *st != agent_state::authenticating)
                 set_state(*st);
@@ -651,7 +663,8 @@ void agent_link::set_state(agent_state now) {
         return;
     const bool running = state_ == agent_state::profiling || state_ == agent_state::paused;
     state_ = now;
-    if (running && now == agent_state::idle) {
+    // (A flight recorder armed again: its capture, a run of its own, is over.)
+    if (running && (now == agent_state::idle || now == agent_state::armed)) {
         end_session(); // everything of the run arrived before the answer or notice that says so
         if (!run_id_.empty()) { // the run is over: what comes of it later is sent twice
             if (auto* r = app_.agents.runs().find(run_key())) {
@@ -885,7 +898,7 @@ void agent_link::on_sequenced(protocol::frame&& f) {
                        " never came (the device's buffer let them go)");
     }
     const auto seq = chunk->seq;
-    if (state_ == agent_state::idle)
+    if (state_ == agent_state::idle || state_ == agent_state::armed)
         set_state(agent_state::profiling);
     if (!open_session())
         return; // (closed: the agent sends it again, to this collector or the next)

@@ -188,9 +188,10 @@ private:
     boost::json::object session_meta_; // from the hello, written when the session opens
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
-    std::string callgraph_;       // of the run, as the start's answer said ("": not said)
-    std::string state_reason_;    // why it is in its state, as its last state notice said
-    bool continuous_run_ = false; // the run is --continuous's
+    std::string callgraph_;               // of the run, as the start's answer said ("": not said)
+    std::string state_reason_;            // why it is in its state, as its last state notice said
+    boost::json::object pending_capture_; // a flight recorder's capture, for the session it opens
+    bool continuous_run_ = false;         // the run is --continuous's
     std::chrono::steady_clock::time_point session_opened_;
     asio::steady_timer idle_wake_;   // cancelled when the agent goes idle or the link closes
     asio::steady_timer closed_wake_; // cancelled when the link closes

@@ -1,0 +1,104 @@
+// The flight recorder end to end: the real agent profiling a real process with real perf,
+// keeping its window on the device, and the real collector given nothing until a trigger fires,
+// then one session holding the window, the spike and the time after.
+#include "support/agents.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+namespace json = boost::json;
+
+namespace {
+
+std::string text_of(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// The total of the function whose name ends with `name` (0 when absent), and the view's total.
+std::pair<double, double> function_total(test_support::collector_proc& coll, const std::string& id,
+                                         const std::string& query, std::string_view name) {
+    const auto t = coll.get("/api/sessions/" + id + "/functions?limit=1000" + query);
+    double total = 0;
+    for (const auto& f : t.at("functions").as_array())
+        if (std::string_view(f.at("name").as_string()).ends_with(name))
+            total = std::max(total, f.at("total").to_number<double>());
+    return {total, t.at("total").to_number<double>()};
+}
+
+} // namespace
+
+TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the agent is not "
+          "told of, then one session holds the window before it, the spike and after",
+          "[agent][collector][perf][flight][integration][long]") {
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    // 23 s quiet (2 % of a core), 3 s at 100 %, 6 s quiet again.
+    const auto out = dir.path / "spike.txt";
+    test_support::spawned work(PERFWIRE_SPIKE_BIN, {"23", "3", "6"}, out.string());
+    auto agent =
+        test_support::start_agent(test_support::agent_flavour::cpp,
+                                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
+                                   "--pid", std::to_string(work.pid()), "--flight-recorder", "20",
+                                   "--after", "4", "--trigger-cpu", "50", "--state-dir", ""});
+    // Armed, and silent: no session while the process is quiet.
+    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
+        const auto& a = v.is_array() ? v.as_array() : v.at("targets").as_array();
+        return a.size() == 1 && a[0].at("state") == "armed";
+    });
+    int quiet_polls = 0;
+    while (text_of(out).find("spiking") == std::string::npos) {
+        INFO("a session before the spike");
+        REQUIRE(coll.get("/api/sessions").as_array().empty());
+        ++quiet_polls;
+        REQUIRE(quiet_polls < 200); // (40 s)
+        std::this_thread::sleep_for(200ms);
+    }
+    CHECK(quiet_polls > 20); // it was watched while quiet
+    // The capture: opened by the trigger, ended after --after, the agent armed again.
+    const auto sessions =
+        test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
+        });
+    const auto& s = sessions.as_array()[0].as_object();
+    const std::string id(s.at("id").as_string());
+    INFO(json::serialize(s));
+    REQUIRE(s.contains("capture"));
+    CHECK_THAT(std::string(s.at("capture").at("trigger").as_string()),
+               Catch::Contains("--trigger-cpu 50"));
+    CHECK(s.at("capture").at("window_s").to_number<double>() >= 18);
+    REQUIRE(work.wait(60s) == 0);
+    // "spike <tid> <cpu ns> <start> <end>"
+    std::istringstream said(text_of(out).substr(text_of(out).find("spike ")));
+    std::string word;
+    long long tid = 0, cpu_ns = 0, start = 0, end = 0;
+    said >> word >> tid >> cpu_ns >> start >> end;
+    REQUIRE(cpu_ns > 2'000'000'000);
+    // The spike's CPU time is in the session (its clock samples, in ns): at least 90 %.
+    const auto [spike, whole] = function_total(coll, id, "", "spike_hot");
+    INFO("spike_hot " << spike << " ns of " << whole << "; measured " << cpu_ns);
+    CHECK(spike >= 0.9 * static_cast<double>(cpu_ns));
+    // The 20 s before it: the session's first 18 s hold the quiet ticks and no spike.
+    const auto [early_spike, early] = function_total(coll, id, "&end=18", "spike_hot");
+    const auto [ticks, ignored] = function_total(coll, id, "&end=18", "idle_tick");
+    CHECK(early_spike == 0);
+    CHECK(ticks > 0);
+    const auto timeline = coll.get("/api/sessions/" + id + "/timeline?width=10");
+    CHECK(timeline.at("end_s").to_number<double>() - timeline.at("start_s").to_number<double>() >=
+          18 + 3);
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}

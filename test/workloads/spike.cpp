@@ -1,0 +1,57 @@
+// A workload that idles, then spikes, for the flight recorder's tests: "ticks" a little
+// (2 ms of work every 100 ms, so the quiet time has samples) for its first argument's seconds,
+// then spins in spike_hot() for its second's, then ticks again for its third's. It prints
+// "spiking" as the spike begins, and "spike <tid> <cpu ns> <start ns> <end ns>" once it is
+// over: the spike's own CPU time
+// (CLOCK_THREAD_CPUTIME_ID) and when it began and ended (CLOCK_MONOTONIC, perf's clock).
+// Built with frame pointers, nothing inlined.
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <unistd.h>
+
+namespace {
+
+long long now_ns(clockid_t clock) {
+    timespec t{};
+    clock_gettime(clock, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+__attribute__((noinline)) void work_for(long long ns) {
+    const auto end = now_ns(CLOCK_MONOTONIC) + ns;
+    volatile unsigned x = 0;
+    while (now_ns(CLOCK_MONOTONIC) < end)
+        for (int i = 0; i < 1000; ++i)
+            x = x * 3 + 1;
+}
+
+__attribute__((noinline)) void idle_tick(double seconds) {
+    const auto end = now_ns(CLOCK_MONOTONIC) + static_cast<long long>(seconds * 1e9);
+    while (now_ns(CLOCK_MONOTONIC) < end) {
+        work_for(2'000'000);
+        usleep(98'000);
+    }
+}
+
+__attribute__((noinline)) void spike_hot(double seconds) {
+    work_for(static_cast<long long>(seconds * 1e9));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const double quiet = argc > 1 ? std::atof(argv[1]) : 25,
+                 spike = argc > 2 ? std::atof(argv[2]) : 3,
+                 after = argc > 3 ? std::atof(argv[3]) : 15;
+    idle_tick(quiet);
+    std::printf("spiking\n");
+    std::fflush(stdout);
+    const auto cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), t0 = now_ns(CLOCK_MONOTONIC);
+    spike_hot(spike);
+    const auto cpu1 = now_ns(CLOCK_THREAD_CPUTIME_ID), t1 = now_ns(CLOCK_MONOTONIC);
+    std::printf("spike %d %lld %lld %lld\n", static_cast<int>(gettid()), cpu1 - cpu0, t0, t1);
+    std::fflush(stdout);
+    idle_tick(after);
+    return 0;
+}
