@@ -36,9 +36,11 @@ export const count = (n) => (n == null ? '' : Number(n).toLocaleString());
 export const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 // How a session's recording reads in a list: the process (pid), the imported file, or the
 // whole system profiled continuously (--continuous); its events.
+// A flight recorder's capture says what fired it.
 export const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
   : s.continuous && !s.pid ? '<span class="muted">continuous</span> whole system'
-    : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`);
+    : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`)
+  + (s.capture?.trigger ? ` <span class="capture" title="${attr(`a flight recorder's capture: ${s.capture.trigger}${s.capture.window_s != null ? `; ${Math.round(s.capture.window_s)} s held before it` : ''}`)}">captured: ${esc(s.capture.trigger)}</span>` : '');
 export const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
 // A session named by what it is, as plain text (escape it to show it): the process (pid) on
 // its host, an import by its file, a continuous run as the whole system; its events, how long.

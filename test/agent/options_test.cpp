@@ -111,3 +111,31 @@ TEST_CASE("agent flags: --name names the device, within the hello's bounds", "[a
     CHECK(exit_code(parse({"--server", "h", "--name", "a\tb"})) == 2);
     CHECK(exit_code(parse({"--server", "h", "--name", ""})) == 2);
 }
+
+TEST_CASE("agent flags: a flight recorder's window, triggers and limits, refused with the reason",
+          "[agent][options][flight]") {
+    const auto c = std::get<agent::config>(
+        parse({"--server", "h", "--pid", "7", "--flight-recorder", "20", "--after", "5",
+               "--trigger-cpu", "80:2", "--flight-memory-mb", "8"}));
+    CHECK(c.flight_recorder_sec == 20);
+    CHECK(c.after_sec == 5);
+    CHECK(c.trigger_cpu == "80:2");
+    CHECK(c.flight_memory_mb == 8);
+    const auto said = [](std::vector<const char*> args) {
+        const auto r = parse(std::move(args));
+        REQUIRE(std::holds_alternative<agent::exit_now>(r));
+        CHECK(std::get<agent::exit_now>(r).code == 2);
+        return std::get<agent::exit_now>(r).output;
+    };
+    CHECK_THAT(said({"--server", "h", "--pid", "7", "--flight-recorder", "4000"}),
+               Catch::Contains("--flight-recorder must be 1-3600 seconds"));
+    CHECK_THAT(
+        said({"--server", "h", "--pid", "7", "--flight-recorder", "20", "--trigger-cpu", "lots"}),
+        Catch::Contains("--trigger-cpu: the level must be a number"));
+    CHECK_THAT(said({"--server", "h", "--flight-recorder", "20", "--trigger-cpu", "50"}),
+               Catch::Contains("--trigger-cpu needs --pid"));
+    CHECK_THAT(said({"--server", "h", "--pid", "7", "--trigger-cpu", "50"}),
+               Catch::Contains("go with --flight-recorder"));
+    CHECK_THAT(said({"--output", "-", "--pid", "7", "--flight-recorder", "20"}),
+               Catch::Contains("sends its captures to a collector"));
+}

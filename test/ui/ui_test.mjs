@@ -72,6 +72,7 @@ const STEPS = [
   session.stopAndStartAgain,
   session.restartWithDwarf,
   landing.updateAgent,
+  landing.flightCapture,
   session.frozenCollector,
 ];
 // The state the steps share, and the step in progress (named in a failure).

@@ -87,18 +87,20 @@ function targetRow(t) {
   const link = l.encrypted
     ? ` <span class="link-tls" title="${attr(`${l.tls || 'TLS'}${l.pinned ? `, key pinned: ${l.pinned}` : ''}`)}">encrypted (${esc(l.tls || 'TLS')})</span>`
     : ' <span class="muted link-plain" title="plain TCP: profiles and commands cross the network readable (collector --tls, agent --tls-pin)">plain TCP</span>';
+  // A flight recorder holds its last seconds on the device: "capture now" sends them.
+  const armed = t.state === 'armed' ? ` <button data-capture-target="${attr(t.id)}" title="send what the flight recorder holds (its last seconds), then --after seconds more, as a session of its own">capture now</button>` : '';
   // Back after its link was down: what the device kept comes first, live data behind it.
   const c = t.catching_up;
   const behind = c && c.chunks ? ` <span class="catching-up" title="the device kept recording while its link was down (${attr(Math.round((c.bytes || 0) / 1024))} KiB held): it sends that first, live data behind it">catching up: ${count(c.chunks_left)} of ${count(c.chunks)} chunks left</span>` : '';
   return `<tr class="link" data-session="${attr(t.session_id || t.last_session_id || '')}">
     <td>${esc(t.id)}</td><td>${esc(t.hostname ?? '')}</td><td>${esc(t.agent ?? '')} ${esc(t.agent_version ?? '')}${update}</td>
-    <td>${esc(t.state === 'idle' && t.state_reason ? (t.state_reason === 'probing perf' ? 'probing perf…' : `idle: ${t.state_reason}`) : t.state)}${behind}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td>
+    <td>${esc(t.state === 'idle' && t.state_reason ? (t.state_reason === 'probing perf' ? 'probing perf…' : `idle: ${t.state_reason}`) : t.state === 'armed' ? 'flight recorder armed' : t.state)}${armed}${behind}${link}</td><td>${esc(t.pid ?? '')}</td><td>${esc(t.session_id ?? '')}</td>
     <td class="num">${t.session_id ? count(store.counts(t.session_id)?.samples ?? 0) : ''}</td></tr>`;
 }
 
 // Hundreds of targets stay usable: a search over what a row shows, an order, a page at a time
 // and a count. All from the store (the stream keeps it current): no request.
-const STATE_ORDER = { profiling: 0, paused: 1, authenticating: 2, idle: 3 };
+const STATE_ORDER = { profiling: 0, paused: 1, armed: 2, authenticating: 3, idle: 4 };
 export function pickTargets(all, { q = '', sort = 'activity', limit = Infinity, samples = () => 0 } = {}) {
   const needle = q.trim().toLowerCase();
   const hay = (t) => [t.id, t.hostname, t.agent, t.agent_version, t.peer, t.pid, t.session_id, t.state].map((x) => String(x ?? '').toLowerCase());
@@ -176,12 +178,27 @@ async function updateAgent(b) {
   } finally { updating.delete(target); app.rerender(); }
 }
 
+// A flight recorder's "capture now": its window goes out as a session, which the row then opens.
+async function capture(b) {
+  const target = b.dataset.captureTarget;
+  b.disabled = true;
+  const said = $('#targets-result');
+  try {
+    const r = await api(targetUrl(target, 'capture'), { method: 'POST', body: {} });
+    said.textContent = `${target}: capture ${r.capture || 'begun'}: its window, then the seconds after it, go out as a session`;
+  } catch (err) {
+    said.textContent = `${target}: capture refused: ${err.message}`;
+  } finally { b.disabled = false; }
+}
+
 export function init(context) {
   app = context;
   // A target's or a session's row opens its session.
   $('#landing').addEventListener('click', (e) => {
     const upd = e.target.closest('[data-update-target]');
     if (upd) { updateAgent(upd); return; }
+    const cap = e.target.closest('[data-capture-target]');
+    if (cap) { capture(cap); return; }
     const row = e.target.closest('tr[data-session]');
     if (row && row.dataset.session) setHash({ session: row.dataset.session, tab: 'functions' });
   });

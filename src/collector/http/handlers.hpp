@@ -41,6 +41,7 @@ asio::awaitable<http_response> list_targets(request_context& c);
 asio::awaitable<http_response> connect_target(request_context& c);
 asio::awaitable<http_response> disconnect_target(request_context& c);
 asio::awaitable<http_response> command_target(request_context& c);
+asio::awaitable<http_response> capture_target(request_context& c);
 asio::awaitable<http_response> update_target(request_context& c);
 
 // http/fleet_routes.cpp

@@ -324,6 +324,7 @@ constexpr route route_table[] = {
     {http::verb::post, "/api/targets/connect", connect_target},
     {http::verb::delete_, "/api/targets/:id", disconnect_target},
     {http::verb::post, "/api/targets/:id/command", command_target},
+    {http::verb::post, "/api/targets/:id/capture", capture_target},
     {http::verb::post, "/api/targets/:id/update", update_target},
     {http::verb::get, "/api/sessions", list_sessions},
     {http::verb::post, "/api/sessions/import", import_session},

@@ -108,6 +108,19 @@ asio::awaitable<http_response> command_target(request_context& c) {
     co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
 }
 
+asio::awaitable<http_response> capture_target(request_context& c) {
+    // A flight recorder's "capture now": what it holds goes out as a session of its own.
+    auto link = target_of(c);
+    if (!link)
+        co_return no_target(c);
+    const auto r = co_await agents::run_command(link, std::string(protocol::cmd::capture), {});
+    json::object out = r.fields;
+    out["ok"] = r.ok;
+    if (!r.ok)
+        out["error"] = r.error;
+    co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
+}
+
 asio::awaitable<http_response> update_target(request_context& c) {
     auto link = target_of(c);
     if (!link)

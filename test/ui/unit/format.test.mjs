@@ -45,6 +45,10 @@ test('a session reads as its process, its imported file, or the whole system pro
   assert.equal(processOf({ imported: true, source: '/tmp/<x>.data' }), '<span class="muted">import</span> &lt;x&gt;.data');
   assert.equal(processOf({ continuous: true, pid: null }), '<span class="muted">continuous</span> whole system');
   assert.equal(processOf({ continuous: true, pid: 7, process: 'p' }), 'p <span class="muted">7</span>');
+  // A flight recorder's capture says what fired it, its text escaped.
+  const captured = processOf({ process: 'demo', pid: 12, capture: { trigger: 'log: <b>watchdog</b>', window_s: 19.6 } });
+  assert.match(captured, /captured: log: &lt;b&gt;watchdog&lt;\/b&gt;<\/span>$/);
+  assert.match(captured, /title="a flight recorder's capture: log: &lt;b&gt;watchdog&lt;\/b&gt;; 20 s held before it"/);
 });
 
 test('sessions are named by what they are: process (pid) on host, an import by its file', () => {

@@ -3,6 +3,7 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { check, start, until } from '../harness.mjs';
 
@@ -136,4 +137,30 @@ export async function updateAgent(t) {
   check(offered === `update to ${laterVersion}` && agentCell.includes(laterVersion),
     `"${offered}" updates the agent, which comes back as "${agentCell.trim()}" (${await updPage.locator('#targets-result').textContent()})`);
   await updContext.close();
+}
+
+export async function flightCapture(t) {
+  const { bin, http, fetch, agentPort, demo, again } = t;
+  // A flight recorder on the demo: armed, its row offers "capture now", which opens a session
+  // of the seconds it held, said to be the collector's capture.
+  t.doing = 'a flight recorder captured from its row';
+  const recorder = start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--flight-recorder', '6', '--after', '2', '--state-dir', '', '--name', 'recorder']);
+  try {
+    await again.goto(`${http}/`);
+    const button = again.locator('#targets tr', { hasText: 'recorder' }).locator('[data-capture-target]');
+    await button.waitFor({ timeout: 30000 });
+    const rowText = await again.locator('#targets tr', { hasText: 'recorder' }).textContent();
+    await again.waitForTimeout(6500); // (its window fills)
+    const before = new Set((await (await fetch(`${http}/api/sessions`)).json()).map((s) => s.id));
+    await button.click();
+    const captured = await until('the capture\'s session', async () => {
+      const list = await (await fetch(`${http}/api/sessions`)).json();
+      return list.find((s) => !before.has(s.id) && s.capture && !s.live);
+    }, 30000);
+    await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'flight-capture.png') });
+    check(/flight recorder armed/.test(rowText) && captured.capture.trigger === 'asked by the collector' && captured.capture.window_s >= 5 && captured.duration_sec >= 6,
+      `"capture now" on an armed flight recorder opens a session of the ${captured.capture.window_s.toFixed(1)} s it held and the 2 s after (${captured.duration_sec.toFixed(1)} s in all)`);
+  } finally {
+    recorder.kill('SIGTERM');
+  }
 }
