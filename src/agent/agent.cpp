@@ -344,8 +344,10 @@ asio::awaitable<void> stop_sessions(registry& reg) {
 
 int run(const config& c) {
     std::signal(SIGPIPE, SIG_IGN);
-    // A script on the device asks a flight recorder to capture now (its watch takes it).
-    std::signal(SIGUSR1, [](int) { flight_signalled().store(true); });
+    // A script on the device asks a flight recorder to capture now (its watch takes it). (Any
+    // other agent keeps SIGUSR1's default.)
+    if (c.flight_recorder_sec > 0)
+        std::signal(SIGUSR1, [](int) { flight_signalled().store(true); });
     asio::io_context io(1);
     registry reg;
     // The run's chunks the collector lacks: in memory, then (--spool-dir) on disk, where an

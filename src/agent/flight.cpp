@@ -47,12 +47,17 @@ flight_clock::duration flight_ring::held_span() const {
 }
 
 capture_plan::capture_plan(settings s)
-    : s_(s) {}
+    : s_(s) {
+    s_.after = std::min(s_.after, s_.max_length);
+}
 
 capture_plan::answer capture_plan::fire(flight_clock::time_point now, std::string what) {
     if (capturing_) {
-        fires_.push_back({std::move(what), now});
-        until_ = std::min(std::max(until_, now + s_.after), began_ + s_.max_length);
+        ++fired_;
+        if (fires_.size() < max_fires)
+            fires_.push_back({std::move(what), now});
+        // Never shorter than it was; never past max_length from its beginning.
+        until_ = std::max(until_, std::min(now + s_.after, began_ + s_.max_length));
         return answer::extended;
     }
     if (last_began_ && now - *last_began_ < s_.min_gap) {
@@ -65,7 +70,13 @@ capture_plan::answer capture_plan::fire(flight_clock::time_point now, std::strin
     until_ = now + s_.after;
     fires_.clear();
     fires_.push_back({std::move(what), now});
+    fired_ = 1;
     return answer::begun;
+}
+
+void capture_plan::extend(flight_clock::time_point now) {
+    if (capturing_)
+        until_ = std::max(until_, std::min(now + s_.after, began_ + s_.max_length));
 }
 
 bool capture_plan::over(flight_clock::time_point now) {

@@ -35,6 +35,8 @@ public:
     void add(flight_clock::time_point at, std::string chunk);
     // What is held, oldest first; the ring is empty after.
     std::vector<std::string> take();
+    // What it holds from now on begins at `at` (a capture's end: what came before was sent).
+    void restart(flight_clock::time_point at) { before_front_ = at; }
 
     std::size_t count() const noexcept { return held_.size(); }
     std::size_t bytes() const noexcept { return bytes_; }
@@ -77,14 +79,20 @@ public:
     explicit capture_plan(settings s);
 
     answer fire(flight_clock::time_point now, std::string what);
+    // The condition that fired still holds: the running capture goes on to `after` past now
+    // (within max_length), nothing new said.
+    void extend(flight_clock::time_point now);
     // True once, when the running capture's time is over (then none runs).
     bool over(flight_clock::time_point now);
 
     bool capturing() const noexcept { return capturing_; }
     flight_clock::time_point until() const noexcept { return until_; }
     flight_clock::time_point began() const noexcept { return began_; }
-    // What fired during the running (or last) capture, the first its cause.
+    // What fired during the running (or last) capture, the first its cause (at most
+    // max_fires kept; fired() counts them all).
     const std::vector<fire_record>& fires() const noexcept { return fires_; }
+    std::uint64_t fired() const noexcept { return fired_; }
+    static constexpr std::size_t max_fires = 16;
     std::uint64_t refused() const noexcept { return refused_; }
 
 private:
@@ -93,7 +101,7 @@ private:
     flight_clock::time_point began_{}, until_{};
     std::optional<flight_clock::time_point> last_began_;
     std::vector<fire_record> fires_;
-    std::uint64_t refused_ = 0;
+    std::uint64_t fired_ = 0, refused_ = 0;
 };
 
 // A reading (a process's CPU in % of a core, the device's memory in use, its load) that stays
@@ -103,6 +111,10 @@ public:
     threshold_trigger(double level, flight_clock::duration hold);
     // True when this reading makes it fire.
     bool feed(flight_clock::time_point at, double value);
+    // Its firing was not taken (a capture refused): the next reading still above fires again.
+    void unlatch() noexcept { fired_ = false; }
+    // The last reading was at or above the level.
+    bool above() const noexcept { return above_since_.has_value(); }
     double level() const noexcept { return level_; }
     flight_clock::duration hold() const noexcept { return hold_; }
 

@@ -358,6 +358,11 @@ private:
     }
 
     void emit(const node& n) {
+        // (Counted too: a repetition of a part that makes no step, ((){100}){100}…, would
+        // otherwise be walked without end.)
+        if (++emitted_ > 16 * line_pattern::max_program && error_.empty())
+            error_ = "the pattern makes more than " + std::to_string(line_pattern::max_program) +
+                     " steps (its repetitions multiply)";
         if (!error_.empty())
             return;
         switch (n.k) {
@@ -426,7 +431,7 @@ private:
     }
 
     std::string_view p_;
-    std::size_t at_ = 0;
+    std::size_t at_ = 0, emitted_ = 0;
     std::string error_;
     line_pattern out_;
 };

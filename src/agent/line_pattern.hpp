@@ -32,7 +32,8 @@ public:
     // Whether the pattern matches somewhere in `line` (its first max_line bytes).
     bool matches(std::string_view line) const;
 
-    static constexpr std::size_t max_pattern = 512, max_program = 4096, max_line = 65536;
+    // (A line costs its bytes times the program's steps at worst: 16 Mi steps.)
+    static constexpr std::size_t max_pattern = 512, max_program = 1024, max_line = 16384;
     static constexpr int max_repeat = 100;
 
     // The program, one instruction a line (what the tests compare between the two agents).

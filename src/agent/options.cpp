@@ -204,6 +204,10 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
     if (!c.flight_recorder_sec && (vm.count("trigger-cpu") || !vm["after"].defaulted() ||
                                    !vm["flight-memory-mb"].defaulted()))
         return usage("--trigger-cpu, --after and --flight-memory-mb go with --flight-recorder");
+    if (c.flight_recorder_sec && c.flight_memory_mb > c.buffer_mb && c.spool_dir.empty())
+        return usage("--flight-memory-mb (" + std::to_string(c.flight_memory_mb) +
+                     ") past --buffer-mb (" + std::to_string(c.buffer_mb) +
+                     "): a capture's window would not fit where the link sends it from");
     if (c.flight_recorder_sec && c.run_mode == mode::output)
         return usage("--flight-recorder sends its captures to a collector (--server or --listen)");
     if (vm.count("events"))

@@ -156,6 +156,12 @@ struct flight_state {
     capture_plan plan;
     std::optional<threshold_trigger> cpu;
     std::uint64_t captures = 0;
+    // A capture's time is over and its last chunk is being cut: that chunk is the capture's;
+    // armed again once it came (or half a second passed with nothing to cut).
+    std::optional<flight_clock::time_point> draining;
+    bool refusing = false; // the last firing was refused (said once, not every reading)
+    // Chunks go to the ring (armed), not the outbox.
+    bool holding() const { return !plan.capturing() && !draining; }
     // The process's CPU as last read: its ticks and when.
     std::optional<std::pair<std::uint64_t, flight_clock::time_point>> cpu_seen;
     double cpu_pct = 0; // the last reading, % of a core

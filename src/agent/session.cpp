@@ -123,7 +123,7 @@ std::string_view run_state_name(const run_state& r) {
         return "idle";
     if (r.now == run_state::state::paused)
         return "paused";
-    return r.flight && !r.flight->plan.capturing() ? "armed" : "profiling";
+    return r.flight && r.flight->holding() ? "armed" : "profiling";
 }
 
 json::object clock_fields() {
@@ -1179,6 +1179,8 @@ std::string why_it_ended(const collection& c, const collection_settings& setting
     return "perf exited";
 }
 
+capture_plan::answer fire(run_state& run, flight_state& f, const std::string& what);
+
 // One collection of the run, to its end; the run, not a link, holds it.
 asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<collection> c) {
     co_await c->run();
@@ -1191,6 +1193,10 @@ asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<co
         run->current.reset();
         const bool expired = std::exchange(run->offline_expired, false);
         if ((!c->stop_requested() || expired) && run->now == run_state::state::profiling) {
+            // A flight recorder's run that ends by itself (the target exited, perf failed) sends
+            // what it held: the moments before are what it is for.
+            if (run->flight && run->flight->holding() && !expired && run->flight->ring.count())
+                fire(*run, *run->flight, "the run ended: " + why_it_ended(*c, run->settings));
             run->now = run_state::state::idle;
             const auto reason = expired ? "no link to the collector for " +
                                               std::to_string(run->offline_max.count()) +
@@ -1207,31 +1213,50 @@ asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<co
 
 // A trigger fired: a capture begins (the window held goes out first, as a run of its own), or
 // the one under way grows, or it is refused (too soon after the last).
-void fire(run_state& run, flight_state& f, const std::string& what) {
+capture_plan::answer fire(run_state& run, flight_state& f, const std::string& what) {
     const auto now = flight_clock::now();
-    switch (f.plan.fire(now, what)) {
+    const auto answer = f.plan.fire(now, what);
+    switch (answer) {
     case capture_plan::answer::refused:
-        log("flight recorder", what + ": not captured (the last capture began under " +
-                                   std::to_string(f.settings.min_gap.count()) + " s ago)");
-        return;
+        if (!std::exchange(f.refusing, true))
+            log("flight recorder", what + ": not captured (the last capture began under " +
+                                       std::to_string(f.settings.min_gap.count()) + " s ago)");
+        return answer;
     case capture_plan::answer::extended:
-        log("flight recorder", what + ": the capture under way goes on");
-        return;
+        if (f.plan.fired() <= capture_plan::max_fires)
+            log("flight recorder", what + ": the capture under way goes on");
+        return answer;
     case capture_plan::answer::begun:
         break;
     }
+    f.refusing = false;
+    f.draining.reset();
     ++f.captures;
     run.id = make_run_id();
     const double window_s = std::chrono::duration<double>(f.ring.held_span()).count();
-    const auto window = f.ring.take();
+    auto window = f.ring.take();
     log("flight recorder", what + ": capture " + std::to_string(f.captures) + " (run " + run.id +
                                "), " + std::to_string(window.size()) + " chunks held before it");
     if (run.on_flight) // said before the window, which follows it
         run.on_flight("flight recorder: " + what, what, wall_seconds(), window_s);
-    for (auto chunk : window)
+    for (auto& chunk : window)
         run.kept.add(run.id, std::move(chunk));
     if (run.on_chunk)
         run.on_chunk();
+    return answer;
+}
+
+// A capture's last chunk came (or there was none to cut): armed again, the ring holding from
+// now on.
+void armed_again(run_state& run, flight_state& f) {
+    f.draining.reset();
+    f.ring.restart(flight_clock::now());
+    log("flight recorder", "capture " + std::to_string(f.captures) + " over; holding the last " +
+                               std::to_string(f.settings.window.count()) + " s again");
+    if (run.on_flight)
+        run.on_flight("flight recorder: capture over; holding the last " +
+                          std::to_string(f.settings.window.count()) + " s",
+                      "", 0, 0);
 }
 
 // The process's CPU in % of a core since the last reading (nullopt on the first, or when gone).
@@ -1259,6 +1284,8 @@ asio::awaitable<void> flight_loop(std::shared_ptr<run_state> run, std::shared_pt
         co_await tick.async_wait(use_nothrow);
         if (run->flight != f || run->now == run_state::state::idle)
             break;
+        if (run->now != run_state::state::profiling)
+            continue; // paused: no trigger fires, no capture ends
         if (f->cpu && run->settings.record.pid)
             if (const auto pct = process_cpu(*f, *run->settings.record.pid)) {
                 f->cpu_pct = *pct;
@@ -1269,19 +1296,22 @@ asio::awaitable<void> flight_loop(std::shared_ptr<run_state> run, std::shared_pt
                                   *run->settings.record.pid, *pct,
                                   std::chrono::duration<double>(f->cpu->hold()).count(),
                                   f->settings.trigger_cpu.c_str());
-                    fire(*run, *f, what);
+                    if (fire(*run, *f, what) == capture_plan::answer::refused)
+                        f->cpu->unlatch(); // (tried again while it stays above)
+                } else if (f->cpu->above()) {
+                    f->plan.extend(flight_clock::now()); // a spike lasts: so does its capture
                 }
             }
         if (flight_signalled().exchange(false))
             fire(*run, *f, "SIGUSR1");
-        if (f->plan.over(flight_clock::now())) {
-            log("flight recorder", "capture " + std::to_string(f->captures) +
-                                       " over; holding the last " +
-                                       std::to_string(f->settings.window.count()) + " s again");
-            if (run->on_flight)
-                run->on_flight("flight recorder: capture over; holding the last " +
-                                   std::to_string(f->settings.window.count()) + " s",
-                               "", 0, 0);
+        const auto now = flight_clock::now();
+        if (f->plan.over(now)) {
+            // The chunk being made is the capture's: cut it now, whatever the link holds.
+            f->draining = now;
+            if (run->current)
+                run->current->request_cut();
+        } else if (f->draining && now - *f->draining >= std::chrono::milliseconds(500)) {
+            armed_again(*run, *f); // nothing was left to cut
         }
     }
 }
@@ -1318,6 +1348,7 @@ void session::begin_collection() {
         run_->id = make_run_id();
         run_->flight.reset();
         if (run_->flight_asked.window.count() > 0) {
+            flight_signalled().store(false); // (one from before this run asks nothing of it)
             run_->flight = std::make_shared<flight_state>(run_->flight_asked);
             asio::co_spawn(ex_, flight_loop(run_, run_->flight), asio::detached);
         }
@@ -1325,19 +1356,20 @@ void session::begin_collection() {
     auto run = run_;
     auto on_chunk = [run](std::string payload) {
         // A flight recorder between captures keeps its chunks to itself.
-        if (run->flight && !run->flight->plan.capturing()) {
+        if (run->flight && run->flight->holding()) {
             run->flight->ring.add(flight_clock::now(), std::move(payload));
             return;
         }
         run->kept.add(run->id, std::move(payload));
         if (run->on_chunk)
             run->on_chunk();
+        if (run->flight && run->flight->draining) // the capture's last chunk
+            armed_again(*run, *run->flight);
     };
     // A flush waits while the link still holds earlier data, or there is no link: the chunks
     // grow instead of queueing up (a flight recorder's window takes them whatever the link).
     auto may_flush = [run] {
-        return (run->flight && !run->flight->plan.capturing()) ||
-               (run->may_flush && run->may_flush());
+        return (run->flight && run->flight->holding()) || (run->may_flush && run->may_flush());
     };
     run_->current =
         std::make_shared<collection>(cfg_.perf_path, run_->settings, on_chunk, may_flush);
@@ -1419,7 +1451,9 @@ void session::detach_run() {
     run_->may_flush = nullptr;
     run_->on_end = nullptr;
     run_->on_flight = nullptr;
-    if (run_->now != run_state::state::idle && data_mode_ != data_mode::legacy) {
+    // (A flight recorder holding its window needs no link: it ends only when asked.)
+    if (run_->now != run_state::state::idle && data_mode_ != data_mode::legacy &&
+        !(run_->flight && run_->flight->holding())) {
         auto task = end_when_offline_too_long(run_);
         asio::co_spawn(ex_, std::move(task), asio::detached);
     }
@@ -1495,17 +1529,14 @@ asio::awaitable<command_response> session::cmd_capture(const protocol::command_r
     const auto f = run_->flight;
     if (!f || run_->now != run_state::state::profiling)
         co_return command_response::failure(
-            req.id, "not a flight recorder under way (start with --flight-recorder SECONDS, or "
-                    "flight_recorder in start)");
-    const bool was = f->plan.capturing();
-    const auto refused = f->plan.refused();
-    fire(*run_, *f, "asked by the collector");
-    json::object out{{"state", run_state_name(*run_)}, {"run", run_->id}};
-    out["capture"] = f->plan.refused() > refused ? "refused" : was ? "extended" : "begun";
-    if (f->plan.refused() > refused)
+            req.id, "not a flight recorder under way (the agent's --flight-recorder SECONDS)");
+    const auto answer = fire(*run_, *f, "asked by the collector");
+    if (answer == capture_plan::answer::refused)
         co_return command_response::failure(
             req.id, "the last capture began under " + std::to_string(f->settings.min_gap.count()) +
                         " s ago: try again later");
+    json::object out{{"state", run_state_name(*run_)}, {"run", run_->id}};
+    out["capture"] = answer == capture_plan::answer::begun ? "begun" : "extended";
     co_return command_response::success(req.id, std::move(out));
 }
 

@@ -77,6 +77,20 @@ TEST_CASE("a capture begins once, grows while its trigger fires again, ends, and
     CHECK(plan.fire(t0 + 60s, "later") == capture_plan::answer::begun);
     REQUIRE(plan.fires().size() == 1);
     CHECK(plan.fires()[0].what == "later");
+    // A condition that lasts keeps the capture going, --after past its last reading.
+    plan.extend(t0 + 65s);
+    CHECK(plan.until() == t0 + 75s);
+    // Firings kept bounded, all counted.
+    for (int i = 0; i < 100; ++i)
+        plan.fire(t0 + 61s, "again");
+    CHECK(plan.fires().size() == capture_plan::max_fires);
+    CHECK(plan.fired() == 101);
+    // An extension never shortens a capture: --after past max_length is max_length.
+    capture_plan long_after({3600s, 60s, 600s});
+    CHECK(long_after.fire(t0, "first") == capture_plan::answer::begun);
+    CHECK(long_after.until() == t0 + 600s);
+    CHECK(long_after.fire(t0 + 10s, "second") == capture_plan::answer::extended);
+    CHECK(long_after.until() == t0 + 600s);
 }
 
 TEST_CASE("a threshold fires once its reading held long enough, and again only after it fell "
@@ -90,9 +104,13 @@ TEST_CASE("a threshold fires once its reading held long enough, and again only a
     CHECK_FALSE(cpu.feed(t0 + 1500ms, 50));
     CHECK(cpu.feed(t0 + 2s, 70));
     CHECK_FALSE(cpu.feed(t0 + 3s, 99)); // fired already: not again while it stays
+    CHECK(cpu.above());
     CHECK_FALSE(cpu.feed(t0 + 4s, 10));
     CHECK_FALSE(cpu.feed(t0 + 5s, 55));
     CHECK(cpu.feed(t0 + 6s, 55));
+    // A firing not taken (its capture refused) fires again at the next reading still above.
+    cpu.unlatch();
+    CHECK(cpu.feed(t0 + 6250ms, 60));
     threshold_trigger at_once(80, 0s);
     CHECK(at_once.feed(t0, 81));
     CHECK_FALSE(at_once.feed(t0, std::nan("")));

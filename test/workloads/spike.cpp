@@ -1,7 +1,7 @@
 // A workload that idles, then spikes, for the flight recorder's tests: "ticks" a little
 // (2 ms of work every 100 ms, so the quiet time has samples) for its first argument's seconds,
-// then spins in spike_hot() for its second's, then ticks again for its third's. It prints
-// "spiking" as the spike begins, and "spike <tid> <cpu ns> <start ns> <end ns>" once it is
+// then spins in spike_hot() until it had its second's of CPU, then ticks again for its third's. It
+// prints "spiking" as the spike begins, and "spike <tid> <cpu ns> <start ns> <end ns>" once it is
 // over: the spike's own CPU time
 // (CLOCK_THREAD_CPUTIME_ID) and when it began and ended (CLOCK_MONOTONIC, perf's clock).
 // Built with frame pointers, nothing inlined.
@@ -34,8 +34,13 @@ __attribute__((noinline)) void idle_tick(double seconds) {
     }
 }
 
+// Until the thread has had `seconds` of CPU (a loaded machine gives it less than a core),
+// at most ten times as long on the clock.
 __attribute__((noinline)) void spike_hot(double seconds) {
-    work_for(static_cast<long long>(seconds * 1e9));
+    const auto cpu_end = now_ns(CLOCK_THREAD_CPUTIME_ID) + static_cast<long long>(seconds * 1e9);
+    const auto wall_end = now_ns(CLOCK_MONOTONIC) + static_cast<long long>(10 * seconds * 1e9);
+    while (now_ns(CLOCK_THREAD_CPUTIME_ID) < cpu_end && now_ns(CLOCK_MONOTONIC) < wall_end)
+        work_for(1'000'000);
 }
 
 } // namespace

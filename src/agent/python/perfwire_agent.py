@@ -1692,7 +1692,7 @@ class LinePattern(object):
     the agent on one line). The C++ agent's line_pattern reads and matches alike: the syntax,
     limits, errors and program listing are the same (src/agent/line_pattern.hpp)."""
 
-    MAX_PATTERN, MAX_PROGRAM, MAX_LINE, MAX_REPEAT = 512, 4096, 65536, 100
+    MAX_PATTERN, MAX_PROGRAM, MAX_LINE, MAX_REPEAT = 512, 1024, 16384, 100
     BYTE, ANY, SET, SPLIT, JUMP, BOL, EOL, MATCH = range(8)
     NAMES = ("byte", "any", "set", "split", "jump", "bol", "eol", "match")
 
@@ -1703,7 +1703,7 @@ class LinePattern(object):
         """`pattern`: bytes. Raises LinePattern.Error with the reason when it cannot be used."""
         if len(pattern) > self.MAX_PATTERN:
             raise self.Error("the pattern is longer than %d bytes" % self.MAX_PATTERN)
-        self.p, self.at, self.sets, self.prog = pattern, 0, [], []
+        self.p, self.at, self.sets, self.prog, self.emitted = pattern, 0, [], [], 0
         tree = self._alternation(0)
         if self.at < len(self.p):
             raise self.Error("unbalanced ')'")
@@ -1930,6 +1930,11 @@ class LinePattern(object):
         return len(self.prog) - 1
 
     def _emit(self, n):
+        # (Counted too: a repetition of a part that makes no step would be walked without end.)
+        self.emitted += 1
+        if self.emitted > 16 * self.MAX_PROGRAM:
+            raise self.Error("the pattern makes more than %d steps (its repetitions multiply)"
+                             % self.MAX_PROGRAM)
         k = n[0]
         if k == "empty":
             return

@@ -516,7 +516,7 @@ void agent_link::on_frame(protocol::frame&& f) {
             if (n->capture && n->state == "profiling") {
                 json::object c{{"trigger", peer_text(*n->capture, 200)}};
                 if (n->capture_at && std::isfinite(*n->capture_at))
-                    c["fired_at"] = *n->capture_at;
+                    c["fired_at"] = std::clamp(*n->capture_at, 0.0, 1e11);
                 if (n->capture_window && std::isfinite(*n->capture_window))
                     c["window_s"] = std::clamp(*n->capture_window, 0.0, 86400.0);
                 pending_capture_ = std::move(c);
@@ -664,6 +664,8 @@ void agent_link::set_state(agent_state now) {
     const bool running = state_ == agent_state::profiling || state_ == agent_state::paused;
     state_ = now;
     // (A flight recorder armed again: its capture, a run of its own, is over.)
+    if (now == agent_state::idle || now == agent_state::armed)
+        pending_capture_ = {}; // (a capture never opened is no later session's)
     if (running && (now == agent_state::idle || now == agent_state::armed)) {
         end_session(); // everything of the run arrived before the answer or notice that says so
         if (!run_id_.empty()) { // the run is over: what comes of it later is sent twice
