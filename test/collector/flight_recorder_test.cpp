@@ -12,6 +12,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <signal.h>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -46,30 +47,42 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
           "[agent][collector][perf][flight][integration][long]") {
     test_support::temp_dir dir;
     test_support::collector_proc coll(dir.path / "sessions");
-    // 23 s quiet (2 % of a core), 3 s of CPU as fast as the machine gives it, 6 s quiet again.
-    // The trigger at 10 % of a core: five times the quiet ticks, below what the spike gets beside
-    // the rest of the suite.
+    // Quiet (2 % of a core) until the test says, 3 s of CPU as fast as the machine gives it,
+    // 6 s quiet again. The trigger at 10 % of a core: five times the quiet ticks, below what the
+    // spike gets beside the rest of the suite.
     const auto out = dir.path / "spike.txt";
-    test_support::spawned work(PERFWIRE_SPIKE_BIN, {"23", "3", "6"}, out.string());
+    test_support::spawned work(PERFWIRE_SPIKE_BIN, {"120", "3", "6"}, out.string());
     auto agent =
         test_support::start_agent(test_support::agent_flavour::cpp,
                                   {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
                                    "--pid", std::to_string(work.pid()), "--flight-recorder", "20",
                                    "--after", "4", "--trigger-cpu", "10", "--state-dir", ""});
-    // Armed, and silent: no session while the process is quiet.
-    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
-        const auto& a = v.is_array() ? v.as_array() : v.at("targets").as_array();
-        return a.size() == 1 && a[0].at("state") == "armed";
-    });
+    // Armed, and silent: no session while the process is quiet, until the agent holds its 20 s.
+    const auto targets =
+        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
+            const auto& a = v.is_array() ? v.as_array() : v.at("targets").as_array();
+            return a.size() == 1 && a[0].at("state") == "armed";
+        });
+    const auto& listed = targets.is_array() ? targets.as_array() : targets.at("targets").as_array();
+    const std::string target(listed[0].at("id").as_string());
     int quiet_polls = 0;
-    while (text_of(out).find("spiking") == std::string::npos) {
+    for (double held = 0; held < 20.5;) {
         INFO("a session before the spike");
         REQUIRE(coll.get("/api/sessions").as_array().empty());
+        const auto status = test_support::http_call(
+            coll.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"status"})");
+        REQUIRE(status.status == 200);
+        held = json::parse(status.body).at("flight").at("held_s").to_number<double>();
         ++quiet_polls;
-        REQUIRE(quiet_polls < 200); // (40 s)
+        REQUIRE(quiet_polls < 300); // (a minute at least)
         std::this_thread::sleep_for(200ms);
     }
-    CHECK(quiet_polls > 20); // it was watched while quiet
+    // The spike, at a moment the agent is not told of.
+    REQUIRE(::kill(work.pid(), SIGUSR1) == 0);
+    while (text_of(out).find("spiking") == std::string::npos) {
+        REQUIRE(coll.get("/api/sessions").as_array().empty());
+        std::this_thread::sleep_for(20ms);
+    }
     // The capture: opened by the trigger, ended after --after, the agent armed again.
     const auto sessions =
         test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
@@ -82,7 +95,7 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
     CHECK_THAT(std::string(s.at("capture").at("trigger").as_string()),
                Catch::Contains("--trigger-cpu 10"));
     CHECK(s.at("capture").at("window_s").to_number<double>() >= 18);
-    REQUIRE(work.wait(60s) == 0);
+    REQUIRE(work.wait(90s) == 0);
     // "spike <tid> <cpu ns> <start> <end>"
     std::istringstream said(text_of(out).substr(text_of(out).find("spike ")));
     std::string word;

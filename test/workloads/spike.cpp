@@ -1,16 +1,21 @@
 // A workload that idles, then spikes, for the flight recorder's tests: "ticks" a little
-// (2 ms of work every 100 ms, so the quiet time has samples) for its first argument's seconds,
-// then spins in spike_hot() until it had its second's of CPU, then ticks again for its third's. It
+// (2 ms of work every 100 ms, so the quiet time has samples) until SIGUSR1 comes (or its first
+// argument's seconds pass), then spins in spike_hot() until it had its second's of CPU, then
+// ticks again for its third's. It
 // prints "spiking" as the spike begins, and "spike <tid> <cpu ns> <start ns> <end ns>" once it is
 // over: the spike's own CPU time
 // (CLOCK_THREAD_CPUTIME_ID) and when it began and ended (CLOCK_MONOTONIC, perf's clock).
 // Built with frame pointers, nothing inlined.
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <unistd.h>
 
 namespace {
+
+std::atomic<bool> go{false};
 
 long long now_ns(clockid_t clock) {
     timespec t{};
@@ -26,9 +31,9 @@ __attribute__((noinline)) void work_for(long long ns) {
             x = x * 3 + 1;
 }
 
-__attribute__((noinline)) void idle_tick(double seconds) {
+__attribute__((noinline)) void idle_tick(double seconds, bool until_told = false) {
     const auto end = now_ns(CLOCK_MONOTONIC) + static_cast<long long>(seconds * 1e9);
-    while (now_ns(CLOCK_MONOTONIC) < end) {
+    while (now_ns(CLOCK_MONOTONIC) < end && !(until_told && go)) {
         work_for(2'000'000);
         usleep(98'000);
     }
@@ -49,7 +54,8 @@ int main(int argc, char** argv) {
     const double quiet = argc > 1 ? std::atof(argv[1]) : 25,
                  spike = argc > 2 ? std::atof(argv[2]) : 3,
                  after = argc > 3 ? std::atof(argv[3]) : 15;
-    idle_tick(quiet);
+    signal(SIGUSR1, [](int) { go = true; });
+    idle_tick(quiet, true);
     std::printf("spiking\n");
     std::fflush(stdout);
     const auto cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), t0 = now_ns(CLOCK_MONOTONIC);
