@@ -117,6 +117,12 @@ json::object state_fields(std::string_view state) {
     return {{"state", state}};
 }
 
+// The last chunk the run under way made (0: none yet — a flight recorder's capture whose
+// window was empty has a new id before its first chunk).
+std::uint64_t last_seq_of_run(const run_state& r) {
+    return r.kept.last_run() == r.id ? r.kept.last_seq() : 0;
+}
+
 // What the run is doing, as the collector is told: a flight recorder between captures is armed.
 std::string_view run_state_name(const run_state& r) {
     if (r.now == run_state::state::idle)
@@ -218,7 +224,7 @@ asio::awaitable<void> session::run() {
             oldest->run, run_->kept.last_run() == oldest->run ? run_->kept.last_seq() : oldest->seq,
             static_cast<double>(run_->offline_max.count())};
     else if (!run_->id.empty() && run_->now != run_state::state::idle)
-        h.run = protocol::run_info{run_->id, run_->kept.last_seq(),
+        h.run = protocol::run_info{run_->id, last_seq_of_run(*run_),
                                    static_cast<double>(run_->offline_max.count())};
     // A run to resume: its chunks wait for the collector to say which it has. Otherwise they
     // go as flag 1 until it asks for `sequence` (an older collector never does).
@@ -1502,7 +1508,7 @@ asio::awaitable<command_response> session::cmd_sequence(const protocol::command_
     wake_writer_.cancel_one();
     json::object f;
     f["run"] = run_->id.empty() ? json::value(nullptr) : json::value(run_->id);
-    f["seq"] = run_->kept.last_seq();
+    f["seq"] = last_seq_of_run(*run_);
     f["held"] = run_->kept.count();
     f["held_bytes"] = run_->kept.bytes();
     f["dropped_chunks"] = run_->kept.dropped_chunks();
