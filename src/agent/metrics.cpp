@@ -100,8 +100,7 @@ std::optional<protocol::process_metrics> metrics_sampler::process(int pid, doubl
     const std::uint64_t ticks = stat->utime + stat->stime;
     const double hz = static_cast<double>(clk_tck_);
     if (last_process_ && last_process_->pid == pid && ts > last_process_->ts) {
-        m.cpu_pct = 100.0 * static_cast<double>(ticks - std::min(ticks, last_process_->ticks)) /
-                    hz / (ts - last_process_->ts);
+        m.cpu_pct = procfs::cpu_pct(last_process_->ticks, ticks, ts - last_process_->ts);
     } else {
         // First sample: the average since the process started.
         const double alive =

@@ -299,4 +299,12 @@ std::string parse_kallsyms(std::string_view text) {
     return any_address ? out : std::string();
 }
 
+double cpu_pct(std::uint64_t ticks_before, std::uint64_t ticks_now, double seconds) {
+    static const double hz = static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)));
+    if (!(seconds > 0))
+        return 0;
+    return 100.0 * static_cast<double>(ticks_now - std::min(ticks_now, ticks_before)) / hz /
+           seconds;
+}
+
 } // namespace agent::procfs

@@ -70,6 +70,10 @@ std::vector<std::string> parse_maps_executables(std::string_view text);
 // kernel.kptr_restrict) or lists none.
 std::string parse_kallsyms(std::string_view text);
 
+// A process's CPU in % of one core: its utime+stime clock ticks then and now, `seconds` apart
+// (0 when no time passed).
+double cpu_pct(std::uint64_t ticks_before, std::uint64_t ticks_now, double seconds);
+
 // CPU % of a delta between two cpu_times samples (0 when no time passed).
 double busy_pct(const cpu_times& before, const cpu_times& after);
 

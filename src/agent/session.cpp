@@ -312,7 +312,7 @@ void session::send(frame_flag flag, std::string_view payload, bool droppable, bo
     wake_writer_.cancel_one();
 }
 
-void session::send_state(std::string reason) {
+protocol::state_notice session::state_now(std::string reason) const {
     protocol::state_notice n;
     n.state = run_state_name(*run_);
     n.reason = std::move(reason);
@@ -323,7 +323,11 @@ void session::send_state(std::string reason) {
             run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
         n.run = run_->id;
     }
-    send(frame_flag::response, protocol::serialize(n), false, true);
+    return n;
+}
+
+void session::send_state(std::string reason) {
+    send(frame_flag::response, protocol::serialize(state_now(std::move(reason))), false, true);
 }
 
 asio::awaitable<void> session::writer() {
@@ -1276,9 +1280,8 @@ std::optional<double> process_cpu(flight_state& f, int pid) {
     const auto before = std::exchange(f.cpu_seen, std::pair{ticks, now});
     if (!before || now <= before->second)
         return std::nullopt;
-    static const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
-    const double seconds = std::chrono::duration<double>(now - before->second).count();
-    return 100.0 * static_cast<double>(ticks - std::min(ticks, before->first)) / hz / seconds;
+    return procfs::cpu_pct(before->first, ticks,
+                           std::chrono::duration<double>(now - before->second).count());
 }
 
 // A flight recorder's watch, four times a second for as long as its run: the triggers, and the
@@ -1432,13 +1435,7 @@ void session::attach_run() {
 
 void session::send_flight(const std::string& reason, const std::string& capture, double at,
                           double window_s) {
-    protocol::state_notice n;
-    n.state = run_state_name(*run_);
-    n.reason = reason;
-    n.pid = run_->settings.record.pid;
-    n.run = run_->id;
-    n.callgraph =
-        run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
+    auto n = state_now(reason);
     if (!capture.empty()) {
         n.capture = capture;
         n.capture_at = at;

@@ -132,6 +132,8 @@ private:
     void send(protocol::frame_flag flag, std::string_view payload, bool droppable = false,
               bool ordered = false);
     std::string_view update_policy() const; // protocol::updates: what it takes, or why not
+    // The run's state as a notice says it (idle, profiling, paused, armed), with `reason`.
+    protocol::state_notice state_now(std::string reason) const;
     void send_state(std::string reason);
     // A flight recorder's capture begins (`capture`: what fired) or ends ("").
     void send_flight(const std::string& reason, const std::string& capture, double at,

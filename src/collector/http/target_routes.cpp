@@ -23,6 +23,20 @@ http_response no_target(request_context& c) {
                       "no connected agent " + c.params[0]);
 }
 
+// An agent's answer to a relayed command: its fields and "ok" (200), or "error" (409); with
+// the session the target is in now when it says its state, for the UI.
+http_response command_answer(request_context& c, const agent_link& link,
+                             const protocol::command_response& r) {
+    json::object out = r.fields;
+    out["ok"] = r.ok;
+    if (!r.ok)
+        out["error"] = r.error;
+    else if (r.fields.contains("state")) // the run it is in now (or just ended)
+        out["session_id"] =
+            link.session_id().empty() ? json::value(nullptr) : json::value(link.session_id());
+    return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
+}
+
 } // namespace
 
 asio::awaitable<http_response> list_targets(request_context& c) {
@@ -97,15 +111,8 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
     std::string name(cmd->as_string());
-    const auto r = co_await agents::run_command(link, std::move(name), std::move(args));
-    json::object out = r.fields;
-    out["ok"] = r.ok;
-    if (!r.ok)
-        out["error"] = r.error;
-    else if (r.fields.contains("state")) // the run it is in now (or just ended), for the UI
-        out["session_id"] =
-            link->session_id().empty() ? json::value(nullptr) : json::value(link->session_id());
-    co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
+    co_return command_answer(c, *link,
+                             co_await agents::run_command(link, std::move(name), std::move(args)));
 }
 
 asio::awaitable<http_response> capture_target(request_context& c) {
@@ -113,12 +120,8 @@ asio::awaitable<http_response> capture_target(request_context& c) {
     auto link = target_of(c);
     if (!link)
         co_return no_target(c);
-    const auto r = co_await agents::run_command(link, std::string(protocol::cmd::capture), {});
-    json::object out = r.fields;
-    out["ok"] = r.ok;
-    if (!r.ok)
-        out["error"] = r.error;
-    co_return make_json(c.req, r.ok ? http::status::ok : http::status::conflict, out);
+    co_return command_answer(
+        c, *link, co_await agents::run_command(link, std::string(protocol::cmd::capture), {}));
 }
 
 asio::awaitable<http_response> update_target(request_context& c) {

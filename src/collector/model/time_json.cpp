@@ -216,16 +216,14 @@ json::value timeline_json(const profile& p, const view_filter& f, std::size_t wi
             return;
         const auto b = bucket(s.time);
         const std::uint64_t w = s.weight(f.by_period);
-        const bool wait = off && s.event == *off;
-        // Wall: a lane's activity is when it ran, each clock sample over the period before it
-        // (time in ns, as its waits are); when it waited are its wait spans below (its waits'
-        // stacks are still the hover's).
-        const bool wall = off && f.also == *off;
-        if (wall && !wait && f.by_period && s.count <= 1)
-            spread(l.activity, s.time - std::min(s.time, w), w);
-        else if (wait && !wall && f.by_period && s.count <= 1)
-            spread(l.activity, s.time, w);
-        else if (!wait || !wall)
+        // A wait is weighed over the time after its start; in a wall view a lane's activity
+        // is when it ran, each clock sample over the period before it (ns, as waits are), and
+        // its waits are the spans below (their stacks still the hover's).
+        const bool wait = off && s.event == *off, wall = off && f.also == *off;
+        const bool over_time = f.by_period && s.count <= 1; // (one sample: it has a period)
+        if (over_time && wait != wall)
+            spread(l.activity, wait ? s.time : s.time - std::min(s.time, w), w);
+        else if (!(wait && wall))
             l.activity[b] += w;
         const std::uint64_t key =
             (static_cast<std::uint64_t>(l.slot * width + b) << 32) | p.row_node(s);
