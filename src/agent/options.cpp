@@ -49,7 +49,7 @@ po::options_description describe_options() {
          "--off-cpu: waits shorter than this many microseconds are not sent")
         ("flight-recorder", po::value<int>()->default_value(0),
          "profile on but send nothing: keep the last this many seconds (1-3600) and send them when "
-         "a trigger fires (--trigger-cpu, SIGUSR1, the collector's capture), then --after more")
+         "a trigger fires (a --trigger-* below, SIGUSR1, the collector's capture), then --after more")
         ("after", po::value<int>()->default_value(10),
          "--flight-recorder: seconds sent after a trigger (0-3600); one firing meanwhile extends it")
         ("flight-memory-mb", po::value<int>()->default_value(16),
@@ -57,6 +57,18 @@ po::options_description describe_options() {
         ("trigger-cpu", po::value<std::string>(),
          "--flight-recorder: fire when the --pid process uses PCT % of a core for SECONDS "
          "(PCT[:SECONDS], 1 s by default)")
+        ("trigger-memory", po::value<std::string>(),
+         "--flight-recorder: fire when the device's memory in use is PCT % for SECONDS")
+        ("trigger-load", po::value<std::string>(),
+         "--flight-recorder: fire when the 1-minute load average is LOAD for SECONDS "
+         "(LOAD[:SECONDS])")
+        ("trigger-log", po::value<std::string>(),
+         "--flight-recorder: fire when a line added to the log FILE matches REGEX (FILE:REGEX, "
+         "grep -E syntax; a rotated log is followed)")
+        ("trigger-process", po::value<std::string>(),
+         "--flight-recorder: fire when a process of this name (as ps shows it) starts or exits")
+        ("trigger-file", po::value<std::string>(),
+         "--flight-recorder: fire when this file appears or is touched (for scripts)")
         ("offline-max", po::value<int>()->default_value(6 * 3600),
          "seconds a run goes on without a link to the collector (its chunks kept for it)")
         ("buffer-mb", po::value<int>()->default_value(16),
@@ -193,17 +205,23 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         return usage("--after must be 0-3600 seconds");
     if (c.flight_memory_mb < 1 || c.flight_memory_mb > 1024)
         return usage("--flight-memory-mb must be 1-1024");
-    if (vm.count("trigger-cpu")) {
-        c.trigger_cpu = vm["trigger-cpu"].as<std::string>();
-        if (const auto r = parse_threshold(c.trigger_cpu, 100.0 * 4096);
-            std::holds_alternative<std::string>(r))
-            return usage("--trigger-cpu: " + std::get<std::string>(r));
-        if (!c.pid)
-            return usage("--trigger-cpu needs --pid: the process whose CPU it watches");
-    }
-    if (!c.flight_recorder_sec && (vm.count("trigger-cpu") || !vm["after"].defaulted() ||
-                                   !vm["flight-memory-mb"].defaulted()))
-        return usage("--trigger-cpu, --after and --flight-memory-mb go with --flight-recorder");
+    bool any_trigger = false;
+    for (auto [flag, field] : {std::pair{"trigger-cpu", &c.triggers.cpu},
+                               {"trigger-memory", &c.triggers.memory},
+                               {"trigger-load", &c.triggers.load},
+                               {"trigger-log", &c.triggers.log},
+                               {"trigger-process", &c.triggers.process},
+                               {"trigger-file", &c.triggers.file}})
+        if (vm.count(flag)) {
+            *field = vm[flag].as<std::string>();
+            any_trigger = true;
+        }
+    if (const auto why = check_triggers(c.triggers, c.pid.has_value()); !why.empty())
+        return usage(why);
+    if (!c.flight_recorder_sec &&
+        (any_trigger || !vm["after"].defaulted() || !vm["flight-memory-mb"].defaulted()))
+        return usage("the --trigger-* flags, --after and --flight-memory-mb go with "
+                     "--flight-recorder");
     if (c.flight_recorder_sec && c.flight_memory_mb > c.buffer_mb && c.spool_dir.empty())
         return usage("--flight-memory-mb (" + std::to_string(c.flight_memory_mb) +
                      ") past --buffer-mb (" + std::to_string(c.buffer_mb) +

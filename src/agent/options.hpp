@@ -1,6 +1,8 @@
 // Command-line configuration of perfwire-agent.
 #pragma once
 
+#include "agent/triggers.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,11 +40,11 @@ struct config {
     int off_cpu_min_us = 0; // --off-cpu-min-us: shorter waits not sent
     // A flight recorder (--flight-recorder SECONDS; 0: none): profiles on, keeps the last
     // seconds on the device and sends them, then --after seconds more, when a trigger fires
-    // (--trigger-cpu PCT[:SECONDS] of the --pid process, SIGUSR1, the collector's capture).
+    // (the --trigger-* flags, SIGUSR1, the collector's capture).
     int flight_recorder_sec = 0;
     int after_sec = 10;
     int flight_memory_mb = 16;
-    std::string trigger_cpu;           // "" none
+    trigger_settings triggers;
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";

@@ -322,14 +322,10 @@ std::atomic<bool>& flight_signalled() noexcept {
     return signalled;
 }
 
-flight_state::flight_state(const flight_settings& s)
+flight_state::flight_state(const flight_settings& s, std::optional<int> pid)
     : settings(s)
     , ring(s.window, s.memory_bytes, flight_clock::now())
-    , plan({s.after, s.min_gap, std::chrono::minutes(10)}) {
-    if (!s.trigger_cpu.empty())
-        if (const auto spec = parse_threshold(s.trigger_cpu, 100.0 * 4096);
-            std::holds_alternative<threshold_spec>(spec))
-            cpu.emplace(std::get<threshold_spec>(spec).level, std::get<threshold_spec>(spec).hold);
-}
+    , plan({s.after, s.min_gap, std::chrono::minutes(10)})
+    , watch(s.triggers, pid) {}
 
 } // namespace agent

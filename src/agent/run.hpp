@@ -13,6 +13,7 @@
 
 #include "agent/collection.hpp"
 #include "agent/flight.hpp"
+#include "agent/triggers.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -142,7 +143,7 @@ struct flight_settings {
     std::chrono::seconds window{0}; // 0: not a flight recorder
     std::chrono::seconds after{10};
     std::size_t memory_bytes = std::size_t{16} << 20;
-    std::string trigger_cpu; // PCT[:SECONDS] of the process profiled; "" none
+    trigger_settings triggers; // what fires on the device (check_triggers passed)
     std::chrono::seconds min_gap{60};
 };
 
@@ -150,11 +151,12 @@ struct flight_settings {
 // runs the run's chunks go to the ring, not the outbox; a capture is a run of its own (a new
 // id), its window then its chunks in the outbox as any run's.
 struct flight_state {
-    explicit flight_state(const flight_settings& s);
+    // `pid`: the process profiled (--trigger-cpu's).
+    flight_state(const flight_settings& s, std::optional<int> pid);
     flight_settings settings;
     flight_ring ring;
     capture_plan plan;
-    std::optional<threshold_trigger> cpu;
+    trigger_watch watch;
     std::uint64_t captures = 0;
     // A capture's time is over and its last chunk is being cut: that chunk is the capture's;
     // armed again once it came (or half a second passed with nothing to cut).
@@ -162,9 +164,6 @@ struct flight_state {
     bool refusing = false; // the last firing was refused (said once, not every reading)
     // Chunks go to the ring (armed), not the outbox.
     bool holding() const { return !plan.capturing() && !draining; }
-    // The process's CPU as last read: its ticks and when.
-    std::optional<std::pair<std::uint64_t, flight_clock::time_point>> cpu_seen;
-    double cpu_pct = 0; // the last reading, % of a core
 };
 
 struct run_state {

@@ -132,6 +132,20 @@ std::string_view run_state_name(const run_state& r) {
     return r.flight && r.flight->holding() ? "armed" : "profiling";
 }
 
+// A flight recorder's triggers as set (status, start's answer): only those set.
+json::object triggers_json(const trigger_settings& t) {
+    json::object o;
+    for (const auto& [key, value] : {std::pair{"cpu", &t.cpu},
+                                     {"memory", &t.memory},
+                                     {"load", &t.load},
+                                     {"log", &t.log},
+                                     {"process", &t.process},
+                                     {"file", &t.file}})
+        if (!value->empty())
+            o[key] = *value;
+    return o;
+}
+
 json::object clock_fields() {
     return {{"monotonic", monotonic_seconds()}, {"realtime", wall_seconds()}};
 }
@@ -826,8 +840,15 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
                        {"captures", fl->captures},
                        {"capturing", fl->plan.capturing()},
                        {"refused", fl->plan.refused()},
-                       {"trigger_cpu", fl->settings.trigger_cpu},
-                       {"cpu_pct", fl->cpu_pct}};
+                       {"triggers", triggers_json(fl->settings.triggers)}};
+        // The last readings of the levels watched (absent before the first).
+        for (const auto& [key, value] : {std::pair{"cpu_pct", fl->watch.cpu_pct()},
+                                         {"memory_pct", fl->watch.memory_pct()},
+                                         {"load", fl->watch.load()}})
+            if (std::isfinite(value))
+                w[key] = value;
+        if (const auto why = fl->watch.log_problem(); !why.empty())
+            w["log_problem"] = why;
         if (!fl->plan.fires().empty())
             w["last_fired"] = fl->plan.fires().front().what;
         f["flight"] = std::move(w);
@@ -1269,21 +1290,6 @@ void armed_again(run_state& run, flight_state& f) {
                       "", 0, 0);
 }
 
-// The process's CPU in % of a core since the last reading (nullopt on the first, or when gone).
-std::optional<double> process_cpu(flight_state& f, int pid) {
-    const auto text = procfs::read_file("/proc/" + std::to_string(pid) + "/stat");
-    const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
-    if (!st)
-        return std::nullopt;
-    const auto ticks = st->utime + st->stime;
-    const auto now = flight_clock::now();
-    const auto before = std::exchange(f.cpu_seen, std::pair{ticks, now});
-    if (!before || now <= before->second)
-        return std::nullopt;
-    return procfs::cpu_pct(before->first, ticks,
-                           std::chrono::duration<double>(now - before->second).count());
-}
-
 // A flight recorder's watch, four times a second for as long as its run: the triggers, and the
 // end of a capture.
 asio::awaitable<void> flight_loop(std::shared_ptr<run_state> run, std::shared_ptr<flight_state> f) {
@@ -1295,22 +1301,12 @@ asio::awaitable<void> flight_loop(std::shared_ptr<run_state> run, std::shared_pt
             break;
         if (run->now != run_state::state::profiling)
             continue; // paused: no trigger fires, no capture ends
-        if (f->cpu && run->settings.record.pid)
-            if (const auto pct = process_cpu(*f, *run->settings.record.pid)) {
-                f->cpu_pct = *pct;
-                if (f->cpu->feed(flight_clock::now(), *pct)) {
-                    char what[160];
-                    std::snprintf(what, sizeof what,
-                                  "process %d at %.0f %% of a core for %.1f s (--trigger-cpu %s)",
-                                  *run->settings.record.pid, *pct,
-                                  std::chrono::duration<double>(f->cpu->hold()).count(),
-                                  f->settings.trigger_cpu.c_str());
-                    if (fire(*run, *f, what) == capture_plan::answer::refused)
-                        f->cpu->unlatch(); // (tried again while it stays above)
-                } else if (f->cpu->above()) {
-                    f->plan.extend(flight_clock::now()); // a spike lasts: so does its capture
-                }
-            }
+        const auto reading = f->watch.poll(flight_clock::now());
+        for (const auto& what : reading.fired)
+            if (fire(*run, *f, what) == capture_plan::answer::refused)
+                f->watch.refused(); // (tried again while a level stays above)
+        if (reading.holding)
+            f->plan.extend(flight_clock::now()); // a spike lasts: so does its capture
         if (flight_signalled().exchange(false))
             fire(*run, *f, "SIGUSR1");
         const auto now = flight_clock::now();
@@ -1358,7 +1354,8 @@ void session::begin_collection() {
         run_->flight.reset();
         if (run_->flight_asked.window.count() > 0) {
             flight_signalled().store(false); // (one from before this run asks nothing of it)
-            run_->flight = std::make_shared<flight_state>(run_->flight_asked);
+            run_->flight =
+                std::make_shared<flight_state>(run_->flight_asked, run_->settings.record.pid);
             asio::co_spawn(ex_, flight_loop(run_, run_->flight), asio::detached);
         }
     }
@@ -1404,7 +1401,7 @@ void session::attach_run() {
         run_->flight_asked.window = std::chrono::seconds(cfg_.flight_recorder_sec);
         run_->flight_asked.after = std::chrono::seconds(cfg_.after_sec);
         run_->flight_asked.memory_bytes = static_cast<std::size_t>(cfg_.flight_memory_mb) << 20;
-        run_->flight_asked.trigger_cpu = cfg_.trigger_cpu;
+        run_->flight_asked.triggers = cfg_.triggers;
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;

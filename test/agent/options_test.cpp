@@ -116,10 +116,15 @@ TEST_CASE("agent flags: a flight recorder's window, triggers and limits, refused
           "[agent][options][flight]") {
     const auto c = std::get<agent::config>(
         parse({"--server", "h", "--pid", "7", "--flight-recorder", "20", "--after", "5",
-               "--trigger-cpu", "80:2", "--flight-memory-mb", "8"}));
+               "--trigger-cpu", "80:2", "--flight-memory-mb", "8", "--trigger-load", "4",
+               "--trigger-process", "watchdog", "--trigger-file", "/tmp/capture-now"}));
     CHECK(c.flight_recorder_sec == 20);
     CHECK(c.after_sec == 5);
-    CHECK(c.trigger_cpu == "80:2");
+    CHECK(c.triggers.cpu == "80:2");
+    CHECK(c.triggers.load == "4");
+    CHECK(c.triggers.process == "watchdog");
+    CHECK(c.triggers.file == "/tmp/capture-now");
+    CHECK(c.triggers.log.empty());
     CHECK(c.flight_memory_mb == 8);
     const auto said = [](std::vector<const char*> args) {
         const auto r = parse(std::move(args));
@@ -135,6 +140,10 @@ TEST_CASE("agent flags: a flight recorder's window, triggers and limits, refused
     CHECK_THAT(said({"--server", "h", "--flight-recorder", "20", "--trigger-cpu", "50"}),
                Catch::Contains("--trigger-cpu needs --pid"));
     CHECK_THAT(said({"--server", "h", "--pid", "7", "--trigger-cpu", "50"}),
+               Catch::Contains("go with --flight-recorder"));
+    CHECK_THAT(said({"--server", "h", "--flight-recorder", "20", "--trigger-log", "/tmp/x.log:(a"}),
+               Catch::Contains("--trigger-log: "));
+    CHECK_THAT(said({"--server", "h", "--trigger-memory", "90"}),
                Catch::Contains("go with --flight-recorder"));
     CHECK_THAT(said({"--output", "-", "--pid", "7", "--flight-recorder", "20"}),
                Catch::Contains("sends its captures to a collector"));

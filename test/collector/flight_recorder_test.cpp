@@ -40,11 +40,30 @@ std::pair<double, double> function_total(test_support::collector_proc& coll, con
     return {total, t.at("total").to_number<double>()};
 }
 
+// The one target, once it is armed (its flight recorder holding its window): its id.
+std::string armed_target(test_support::collector_proc& coll) {
+    const auto targets =
+        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
+            return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
+        });
+    return std::string(targets.as_array()[0].at("id").as_string());
+}
+
+// The agent's status now: its flight recorder's part.
+json::value flight_status(test_support::collector_proc& coll, const std::string& target) {
+    const auto status = test_support::http_call(
+        coll.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"status"})");
+    REQUIRE(status.status == 200);
+    return json::parse(status.body).at("flight");
+}
+
 } // namespace
 
 TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the agent is not "
           "told of, then one session holds the window before it, the spike and after",
           "[agent][collector][perf][flight][integration][long]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
     test_support::temp_dir dir;
     test_support::collector_proc coll(dir.path / "sessions");
     // Quiet (2 % of a core) until the test says, 3 s of CPU as fast as the machine gives it,
@@ -52,27 +71,17 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
     // spike gets beside the rest of the suite.
     const auto out = dir.path / "spike.txt";
     test_support::spawned work(PERFWIRE_SPIKE_BIN, {"120", "3", "6"}, out.string());
-    auto agent =
-        test_support::start_agent(test_support::agent_flavour::cpp,
-                                  {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
-                                   "--pid", std::to_string(work.pid()), "--flight-recorder", "20",
-                                   "--after", "4", "--trigger-cpu", "10", "--state-dir", ""});
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                  std::to_string(work.pid()), "--flight-recorder", "20", "--after", "4",
+                  "--trigger-cpu", "10", "--state-dir", ""});
     // Armed, and silent: no session while the process is quiet, until the agent holds its 20 s.
-    const auto targets =
-        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
-            const auto& a = v.is_array() ? v.as_array() : v.at("targets").as_array();
-            return a.size() == 1 && a[0].at("state") == "armed";
-        });
-    const auto& listed = targets.is_array() ? targets.as_array() : targets.at("targets").as_array();
-    const std::string target(listed[0].at("id").as_string());
+    const auto target = armed_target(coll);
     int quiet_polls = 0;
     for (double held = 0; held < 20.5;) {
         INFO("a session before the spike");
         REQUIRE(coll.get("/api/sessions").as_array().empty());
-        const auto status = test_support::http_call(
-            coll.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"status"})");
-        REQUIRE(status.status == 200);
-        held = json::parse(status.body).at("flight").at("held_s").to_number<double>();
+        held = flight_status(coll, target).at("held_s").to_number<double>();
         ++quiet_polls;
         REQUIRE(quiet_polls < 300); // (a minute at least)
         std::this_thread::sleep_for(200ms);
@@ -114,6 +123,51 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
     const auto timeline = coll.get("/api/sessions/" + id + "/timeline?width=10");
     CHECK(timeline.at("end_s").to_number<double>() - timeline.at("start_s").to_number<double>() >=
           18 + 3);
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}
+
+TEST_CASE("flight recorder: a line in a log the device's owner named fires a capture of the "
+          "seconds before it, said with the line",
+          "[agent][collector][perf][flight][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    auto demo = test_support::start_demo(120);
+    const auto log = dir.path / "app.log";
+    std::ofstream(log) << "watchdog fired (before the agent: old news)\n";
+    auto agent = test_support::start_agent(
+        flavour,
+        {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+         std::to_string(demo->pid()), "--flight-recorder", "6", "--after", "1", "--duration", "1",
+         "--trigger-log", log.string() + ":watchdog (fired|bit)", "--state-dir", ""});
+    const auto target = armed_target(coll);
+    // Wait until the window holds a few seconds, saying its trigger.
+    for (double held = 0; held < 3;) {
+        const auto f = flight_status(coll, target);
+        CHECK(std::string(f.at("triggers").at("log").as_string()) ==
+              log.string() + ":watchdog (fired|bit)");
+        held = f.at("held_s").to_number<double>();
+        std::this_thread::sleep_for(200ms);
+    }
+    REQUIRE(coll.get("/api/sessions").as_array().empty());
+    std::ofstream(log, std::ios::app) << "all well\nthe watchdog bit \x1b[31mhard\n";
+    const auto sessions =
+        test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
+        });
+    const auto& s = sessions.as_array()[0].as_object();
+    INFO(json::serialize(s));
+    REQUIRE(s.contains("capture"));
+    CHECK(std::string(s.at("capture").at("trigger").as_string()) ==
+          "log " + log.string() + ": the watchdog bit ?[31mhard");
+    CHECK(s.at("capture").at("window_s").to_number<double>() >= 3);
+    CHECK(s.at("samples").to_number<double>() > 0);
+    // Armed again afterwards.
+    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
+    });
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }

@@ -2061,6 +2061,442 @@ class LinePattern(object):
 LOST_RE = re.compile(rb"PERF_RECORD_LOST lost (\d+)")
 
 
+# ================================================================================ flight recorder
+# flight.hpp and triggers.hpp in the C++ agent: the window kept on the device, when a capture
+# begins, grows and ends, and what fires it.
+
+
+class FlightRing(object):
+    """The last `window` seconds of chunks, oldest first, within `cap` bytes; past the cap the
+    oldest go too, counted, and held_span() says how much is left — never silently."""
+
+    def __init__(self, window, cap, began=None):
+        self.window, self.cap = window, cap
+        self.held = collections.deque()  # (at, chunk)
+        self.bytes = self.dropped_for_room = 0
+        self.before_front = began  # the chunk let go last: its time
+
+    def _let_go(self):
+        at, chunk = self.held.popleft()
+        self.before_front = at
+        self.bytes -= len(chunk)
+
+    def add(self, at, chunk):
+        self.bytes += len(chunk)
+        self.held.append((at, chunk))
+        while len(self.held) > 1 and self.held[0][0] < at - self.window:
+            self._let_go()  # ended before the window began: holds nothing of it
+        while len(self.held) > 1 and self.bytes > self.cap:
+            self.dropped_for_room += 1
+            self._let_go()
+
+    def take(self):
+        out = [chunk for _, chunk in self.held]
+        if self.held:
+            self.before_front = self.held[-1][0]
+        self.held.clear()
+        self.bytes = 0
+        return out
+
+    def restart(self, at):
+        self.before_front = at
+
+    def held_span(self):
+        if not self.held:
+            return 0.0
+        front = self.before_front if self.before_front is not None else self.held[0][0]
+        return self.held[-1][0] - front
+
+
+class CapturePlan(object):
+    """When captures begin, grow and end: a firing while none runs begins one (its window,
+    then `after`); one during a capture extends it to `after` past then, up to `max_length`
+    from its beginning; at most one begins per `min_gap`."""
+    MAX_FIRES = 16
+
+    def __init__(self, after=10.0, min_gap=60.0, max_length=600.0):
+        self.after, self.min_gap, self.max_length = min(after, max_length), min_gap, max_length
+        self.capturing, self.began, self.until, self.last_began = False, 0.0, 0.0, None
+        self.fires, self.fired, self.refused = [], 0, 0
+
+    def fire(self, now, what):
+        if self.capturing:
+            self.fired += 1
+            if len(self.fires) < self.MAX_FIRES:
+                self.fires.append((what, now))
+            self.until = max(self.until, min(now + self.after, self.began + self.max_length))
+            return "extended"
+        if self.last_began is not None and now - self.last_began < self.min_gap:
+            self.refused += 1
+            return "refused"
+        self.capturing, self.began, self.last_began = True, now, now
+        self.until = now + self.after
+        self.fires, self.fired = [(what, now)], 1
+        return "begun"
+
+    def extend(self, now):
+        if self.capturing:
+            self.until = max(self.until, min(now + self.after, self.began + self.max_length))
+
+    def over(self, now):
+        if not self.capturing or now < self.until:
+            return False
+        self.capturing = False
+        return True
+
+
+class ThresholdTrigger(object):
+    """A reading at or above `level` for `hold` seconds fires once; again only after it fell
+    below (or unlatch(): its firing was refused)."""
+
+    def __init__(self, level, hold):
+        self.level, self.hold = level, hold
+        self.above_since, self.fired = None, False
+
+    def feed(self, at, value):
+        if not value >= self.level:  # (NaN is below)
+            self.above_since, self.fired = None, False
+            return False
+        if self.above_since is None:
+            self.above_since = at
+        if self.fired or at - self.above_since < self.hold:
+            return False
+        self.fired = True
+        return True
+
+    def unlatch(self):
+        self.fired = False
+
+    def above(self):
+        return self.above_since is not None
+
+
+THRESHOLD_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def parse_threshold(spec, max_level):
+    """"PCT[:SECONDS]": (level, hold seconds), or the reason it is not one."""
+    level_text, colon, hold_text = spec.partition(":")
+
+    def number(t):
+        if not THRESHOLD_NUMBER.match(t):
+            return None
+        v = float(t)
+        return v if math.isfinite(v) else None
+    level = number(level_text)
+    if level is None or not 0 < level <= max_level:
+        return None, "the level must be a number above 0 and at most %d: '%s'" % (
+            int(max_level), level_text)
+    hold = 1.0
+    if colon:
+        hold = number(hold_text)
+        if hold is None or not 0 <= hold <= 3600:
+            return None, "how long it must hold is seconds from 0 to 3600: '%s'" % hold_text
+    return (level, hold), None
+
+
+MAX_CPU_LEVEL, MAX_LOAD_LEVEL = 100.0 * 4096, 100000.0
+TRIGGER_FLAGS = (("cpu", "trigger-cpu"), ("memory", "trigger-memory"), ("load", "trigger-load"),
+                 ("log", "trigger-log"), ("process", "trigger-process"),
+                 ("file", "trigger-file"))
+
+
+def split_log_trigger(spec):
+    path, colon, pattern = (spec or "").partition(":")
+    return (path, pattern) if colon else None
+
+
+def valid_process_name(name):
+    raw = name.encode("utf-8", "surrogateescape")
+    return 0 < len(raw) <= 15 and not any(b < 0x20 or b == 0x7f or b == 0x2f for b in
+                                          bytearray(raw))
+
+
+def _path_problem(path, flag):
+    if not path.startswith("/"):
+        return "%s takes an absolute path: '%s'" % (flag, path)
+    folder = path[:max(path.rfind("/"), 1)]
+    if not os.path.isdir(folder):
+        return "%s: no directory %s" % (flag, folder)
+    return ""
+
+
+def check_triggers(t, has_pid):
+    """Why these triggers (a dict: cpu, memory, load, log, process, file) cannot work; ""
+    when they can."""
+    for key, flag, most in (("cpu", "--trigger-cpu", MAX_CPU_LEVEL),
+                            ("memory", "--trigger-memory", 100.0),
+                            ("load", "--trigger-load", MAX_LOAD_LEVEL)):
+        if t.get(key):
+            _, why = parse_threshold(t[key], most)
+            if why:
+                return flag + ": " + why
+            if key == "cpu" and not has_pid:
+                return "--trigger-cpu needs --pid: the process whose CPU it watches"
+    if t.get("log"):
+        parts = split_log_trigger(t["log"])
+        if parts is None:
+            return "--trigger-log takes FILE:REGEX (a ':' between the log and the pattern)"
+        why = _path_problem(parts[0], "--trigger-log")
+        if why:
+            return why
+        try:
+            LinePattern(parts[1].encode("utf-8", "surrogateescape"))
+        except LinePattern.Error as e:
+            return "--trigger-log: %s" % e
+    if t.get("process") and not valid_process_name(t["process"]):
+        return ("--trigger-process takes a process name as ps shows it (1-15 bytes, no '/'): "
+                "'%s'" % t["process"])
+    if t.get("file"):
+        return _path_problem(t["file"], "--trigger-file")
+    return ""
+
+
+class LogTail(object):
+    """A log read as it grows (log_tail in the C++ agent): the complete lines added since the
+    last poll; a rotated one read to its end then the new from its start, a truncated one from
+    its start, a missing one waited for; at most MAX_READ bytes a poll."""
+    MAX_READ = 1 << 20
+
+    def __init__(self, path):
+        self.path, self.fd, self.ident, self.offset = path, None, None, 0
+        self.partial, self.skipping, self.first_open, self.problem = b"", False, True, ""
+
+    def _close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.partial, self.skipping = None, b"", False
+
+    def _read(self, out, budget):
+        while budget[0] > 0:
+            try:
+                got = os.pread(self.fd, min(65536, budget[0]), self.offset)
+            except OSError:
+                return
+            if not got:
+                return
+            self.offset += len(got)
+            budget[0] -= len(got)
+            while got:
+                nl = got.find(b"\n")
+                piece = got if nl < 0 else got[:nl]
+                if not self.skipping:
+                    room = LinePattern.MAX_LINE - len(self.partial)
+                    self.partial += piece[:room]
+                    self.skipping = len(piece) > room
+                if nl < 0:
+                    break
+                out.append(self.partial)
+                self.partial, self.skipping = b"", False
+                got = got[nl + 1:]
+
+    def poll(self):
+        out, budget = [], [self.MAX_READ]
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            if self.fd is not None:
+                self._read(out, budget)
+                self._close()
+            self.first_open = False
+            self.problem = ("no file %s (waiting for it)" % self.path if e.errno == errno.ENOENT
+                            else "cannot see %s: %s" % (self.path, os_message(e)))
+            return out
+        if self.fd is not None and (st.st_dev, st.st_ino) != self.ident:
+            self._read(out, budget)  # rotated: the old one's last lines first
+            self._close()
+        if self.fd is None:
+            first, self.first_open = self.first_open, False
+            if not stat.S_ISREG(st.st_mode):
+                self.problem = self.path + " is not a regular file"
+                return out
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK |
+                                  getattr(os, "O_CLOEXEC", 0))
+                opened = os.fstat(self.fd)
+            except OSError as e:
+                self._close()
+                self.problem = "cannot read %s: %s" % (self.path, os_message(e))
+                return out
+            if not stat.S_ISREG(opened.st_mode):
+                self._close()
+                self.problem = "cannot read %s: not a regular file" % self.path
+                return out
+            self.ident = (opened.st_dev, opened.st_ino)
+            self.offset = opened.st_size if first else 0  # what it held at the start is old
+            self.problem = ""
+        else:
+            try:
+                if os.fstat(self.fd).st_size < self.offset:  # cut short (copytruncate)
+                    self.offset, self.partial, self.skipping = 0, b"", False
+            except OSError:
+                pass
+        self._read(out, budget)
+        return out
+
+
+class ProcessWatch(object):
+    """Processes whose name (comm) is `name`: [(pid, started)] since the last poll."""
+
+    def __init__(self, name, proc_root="/proc"):
+        self.name, self.root, self.first, self.seen = name, proc_root, True, {}
+
+    def poll(self):
+        now = {}
+        try:
+            entries = os.listdir(self.root)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if not entry.isdigit():
+                continue
+            comm = read_text("%s/%s/comm" % (self.root, entry))
+            if comm is None or comm.rstrip("\n") != self.name:
+                continue
+            st = parse_pid_stat(read_text("%s/%s/stat" % (self.root, entry)))
+            if st is not None and st["state"] != "Z":  # a zombie has exited
+                now[int(entry)] = st["start_time"]
+        out = []
+        if not self.first:
+            out = [(pid, False) for pid, start in sorted(self.seen.items())
+                   if now.get(pid) != start]
+            out += [(pid, True) for pid, start in sorted(now.items())
+                    if self.seen.get(pid) != start]
+        self.first, self.seen = False, now
+        return out
+
+
+class FileWatch(object):
+    """A file that appears or is touched: poll() is True once per change (not at the first)."""
+
+    def __init__(self, path):
+        self.path, self.first, self.seen = path, True, None
+
+    def poll(self):
+        try:
+            now = os.stat(self.path).st_mtime_ns
+        except OSError:
+            now = None
+        changed = not self.first and now is not None and now != self.seen
+        self.first, self.seen = False, now
+        return changed
+
+
+def line_said(line):
+    text = line[:160].decode("utf-8", "replace")
+    text = "".join("?" if ord(c) < 0x20 or ord(c) == 0x7f else c for c in text)
+    return text + ("\u2026" if len(line) > 160 else "")
+
+
+class TriggerWatch(object):
+    """Every trigger of a flight recorder on the device, polled together (trigger_watch)."""
+
+    def __init__(self, t, pid):
+        self.t, self.pid = dict(t), pid
+        self.levels = {}
+        for key, most in (("cpu", MAX_CPU_LEVEL), ("memory", 100.0), ("load", MAX_LOAD_LEVEL)):
+            if t.get(key):
+                spec, _ = parse_threshold(t[key], most)
+                if spec is not None:
+                    self.levels[key] = ThresholdTrigger(spec[0], spec[1])
+        self.cpu_pct = self.memory_pct = self.load = None
+        self.cpu_seen = None
+        self.log = self.pattern = self.processes = self.file = None
+        parts = split_log_trigger(t.get("log"))
+        if parts is not None:
+            try:
+                self.pattern = LinePattern(parts[1].encode("utf-8", "surrogateescape"))
+                self.log = LogTail(parts[0])
+                self.log.poll()  # from here on: what it holds now is old news
+            except LinePattern.Error:
+                pass
+        if t.get("process"):
+            self.processes = ProcessWatch(t["process"])
+            self.processes.poll()
+        if t.get("file"):
+            self.file = FileWatch(t["file"])
+            self.file.poll()
+        self.next_process_scan = 0.0
+
+    def poll(self, now):
+        fired, holding = [], [False]
+
+        def level(key, value, say):
+            t = self.levels[key]
+            if t.feed(now, value):
+                fired.append(say(value, t.hold))
+            elif t.above():
+                holding[0] = True  # a spike that lasts: so does its capture
+        if "cpu" in self.levels and self.pid is not None:
+            st = parse_pid_stat(read_text("/proc/%d/stat" % self.pid))
+            if st is not None:
+                ticks = st["utime"] + st["stime"]
+                before, self.cpu_seen = self.cpu_seen, (ticks, now)
+                if before is not None and now > before[1]:
+                    self.cpu_pct = 100.0 * (ticks - min(ticks, before[0])) / float(CLK_TCK) / \
+                        (now - before[1])
+                    level("cpu", self.cpu_pct, lambda v, h: (
+                        "process %d at %.0f %% of a core for %.1f s (--trigger-cpu %s)"
+                        % (self.pid, v, h, self.t["cpu"])))
+        if "memory" in self.levels:
+            text = read_text("/proc/meminfo")
+            if text is not None:
+                self.memory_pct = parse_meminfo(text)["used_pct"]
+                level("memory", self.memory_pct, lambda v, h: (
+                    "memory in use at %.0f %% for %.1f s (--trigger-memory %s)"
+                    % (v, h, self.t["memory"])))
+        if "load" in self.levels:
+            text = read_text("/proc/loadavg")
+            if text is not None:
+                self.load = to_float((text.split() or ["0"])[0])
+                level("load", self.load, lambda v, h: (
+                    "load average %.2f for %.1f s (--trigger-load %s)" % (v, h, self.t["load"])))
+        if self.log is not None:
+            for line in self.log.poll():
+                if self.pattern.matches(line):
+                    fired.append("log %s: %s" % (self.log.path, line_said(line)))
+                    break  # (one capture: the first line that matched says why)
+        if self.processes is not None and now >= self.next_process_scan:
+            self.next_process_scan = now + 1.0  # every process read: once a second
+            for pid, started in self.processes.poll():
+                fired.append("process %s %s (pid %d)" % (self.t["process"],
+                                                         "started" if started else "exited", pid))
+        if self.file is not None and self.file.poll():
+            fired.append(self.t["file"] + " touched (--trigger-file)")
+        return fired, holding[0]
+
+    def refused(self):
+        for t in self.levels.values():
+            t.unlatch()
+
+    def log_problem(self):
+        return self.log.problem if self.log is not None else ""
+
+
+def triggers_json(t):
+    return dict((k, v) for k, v in t.items() if v)
+
+
+class FlightState(object):
+    """A flight recorder under way (flight_state): the window held, the captures, the
+    triggers. While no capture runs the run's chunks go to the ring, not the outbox."""
+
+    def __init__(self, asked, pid):
+        self.settings = asked
+        self.ring = FlightRing(asked["window"], asked["memory_bytes"], monotonic())
+        self.plan = CapturePlan(asked["after"], asked.get("min_gap", 60.0))
+        self.watch = TriggerWatch(asked["triggers"], pid)
+        self.captures = 0
+        self.draining = None  # a capture's time is over, its last chunk being cut
+        self.refusing = False
+
+    def holding(self):
+        return not self.plan.capturing and self.draining is None
+
+
+FLIGHT_SIGNALLED = threading.Event()  # SIGUSR1: a script on the device asks for a capture
+
+
 def last_boundary(s):
     """Index just past the last sample boundary in `s`, or -1. A line that does not start
     with TAB starts a sample; a blank line ends one that has a call chain."""
@@ -2371,6 +2807,7 @@ class Collection(object):
         self.record_err = b""  # what perf record said on stderr (its start, bounded)
         self.script_bytes = 0  # perf script text received
         self.discard = False  # stopped without draining: the unprinted rest is dropped
+        self.cut_requested = False  # the chunk being made goes now (a capture's end)
         self.done = threading.Event()
 
     @property
@@ -2392,6 +2829,11 @@ class Collection(object):
                 self.discard = self.discard or not drain
                 self._interrupt()
         self.gap.set()
+
+    def request_cut(self):
+        """The chunk being made goes at the next tick, whatever the link (continuous mode; a
+        round is cut at its end)."""
+        self.cut_requested = True
 
     def _record_ended(self, returncode):
         """perf record ended: its status, and whether the target is why."""
@@ -2574,8 +3016,8 @@ class Collection(object):
                         return  # the last period: perf record ends it; the drain's final cut
                 self.last_cut = now
                 self._send(self.chunker.cut(self._finish_stat(True)))
-            elif state["cut_now"] or self._flush_due():
-                state["cut_now"] = False
+            elif state["cut_now"] or self.cut_requested or self._flush_due():
+                state["cut_now"] = self.cut_requested = False
                 self._flush()
 
         pump({scr.stdout.fileno(): "out", rec.stderr.fileno(): "rerr",
@@ -3117,16 +3559,114 @@ class Run(object):
         self.owner = None  # the session attached
         self.ended_offline = None  # why it ended while no link was there
         self.offline_timer, self.offline_expired = None, False
+        self.flight_asked = flight_asked(cfg)  # for the next run (None: not a flight recorder)
+        self.flight = None  # the run under way's FlightState, if it is a flight recorder
+
+    def state_name(self):
+        """What the run is doing, as the collector is told: a flight recorder between captures
+        is armed."""
+        f = self.flight
+        return "armed" if self.state == "profiling" and f is not None and f.holding() \
+            else self.state
 
     def add(self, payload):
-        self.outbox.add(self.id, payload)
-        owner = self.owner
-        if owner is not None:
-            owner.wake_writer()
+        with self.lock:
+            f = self.flight
+            if f is not None and f.holding():  # armed: the chunks stay on the device
+                f.ring.add(monotonic(), payload)
+                return
+            self.outbox.add(self.id, payload)
+            owner = self.owner
+            if owner is not None:
+                owner.wake_writer()
+            if f is not None and f.draining is not None:  # the capture's last chunk
+                self.armed_again(f)
 
     def may_flush(self):
-        owner = self.owner
-        return owner is not None and owner.link_has_room()
+        # (A flight recorder's window takes its chunks whatever the link.)
+        f, owner = self.flight, self.owner
+        return (f is not None and f.holding()) or (owner is not None and owner.link_has_room())
+
+    # ---- flight recorder
+
+    def begin_flight(self):
+        """A new run: a flight recorder's window and watch, when one is asked for."""
+        self.flight = None
+        if self.flight_asked is not None:
+            FLIGHT_SIGNALLED.clear()  # (one from before this run asks nothing of it)
+            self.flight = FlightState(self.flight_asked, self.settings.pid)
+            start_thread(self._flight_loop, "flight", (self.flight,))
+
+    def fire(self, f, what):
+        """A trigger fired: a capture begins (the window held goes out first, as a run of its
+        own), or the one under way grows, or it is refused (too soon after the last)."""
+        with self.lock:
+            answer = f.plan.fire(monotonic(), what)
+            if answer == "refused":
+                if not f.refusing:
+                    f.refusing = True
+                    log("flight recorder: %s: not captured (the last capture began under %d s "
+                        "ago)" % (what, f.plan.min_gap))
+                return answer
+            if answer == "extended":
+                if f.plan.fired <= CapturePlan.MAX_FIRES:
+                    log("flight recorder: %s: the capture under way goes on" % what)
+                return answer
+            f.refusing, f.draining = False, None
+            f.captures += 1
+            self.id = os.urandom(16).hex()
+            window_s = f.ring.held_span()
+            window = f.ring.take()
+            log("flight recorder: %s: capture %d (run %s), %d chunks held before it"
+                % (what, f.captures, self.id, len(window)))
+            owner = self.owner
+            if owner is not None:  # said before the window, which follows it
+                owner.send_flight("flight recorder: " + what, what, time.time(), window_s)
+            for chunk in window:
+                self.outbox.add(self.id, chunk)
+            if owner is not None:
+                owner.wake_writer()
+            return answer
+
+    def armed_again(self, f):
+        """A capture's last chunk came (or there was none to cut): the ring holds from now."""
+        with self.lock:
+            f.draining = None
+            f.ring.restart(monotonic())
+            log("flight recorder: capture %d over; holding the last %d s again"
+                % (f.captures, f.settings["window"]))
+            owner = self.owner
+            if owner is not None:
+                owner.send_flight("flight recorder: capture over; holding the last %d s"
+                                  % f.settings["window"], "", 0, 0)
+
+    def _flight_loop(self, f):
+        """Four times a second for as long as the run: the triggers, and a capture's end."""
+        while True:
+            time.sleep(0.25)
+            with self.lock:
+                if self.flight is not f or self.state == "idle":
+                    return
+                if self.state != "profiling":
+                    continue  # paused: no trigger fires, no capture ends
+            fired, holding = f.watch.poll(monotonic())
+            for what in fired:
+                if self.fire(f, what) == "refused":
+                    f.watch.refused()  # (tried again while a level stays above)
+            if FLIGHT_SIGNALLED.is_set():
+                FLIGHT_SIGNALLED.clear()
+                self.fire(f, "SIGUSR1")
+            with self.lock:
+                if holding:
+                    f.plan.extend(monotonic())  # a spike lasts: so does its capture
+                now = monotonic()
+                if f.plan.over(now):
+                    # The chunk being made is the capture's: cut it now, whatever the link.
+                    f.draining = now
+                    if self.current is not None:
+                        self.current.request_cut()
+                elif f.draining is not None and now - f.draining >= 0.5:
+                    self.armed_again(f)  # nothing was left to cut
 
     def collection_done(self, c):
         if c.chunker.folder:
@@ -3160,6 +3700,13 @@ class Run(object):
                     "" if pid is None else " while process %d still runs" % pid)
             else:
                 reason = "perf exited"
+            f = self.flight
+            if f is not None and f.holding() and not expired and f.ring.held:
+                # A flight recorder's run that ends by itself sends what it held: the moments
+                # before are what it is for.
+                self.state = "profiling"
+                self.fire(f, "the run ended: " + reason)
+                self.state = "idle"
             owner = self.owner
             if owner is None:
                 self.ended_offline = reason
@@ -3168,9 +3715,12 @@ class Run(object):
             owner.send_state(reason)
 
     def detached(self):
-        """No link: the run ends after --offline-max unless one comes back."""
+        """No link: the run ends after --offline-max unless one comes back (a flight recorder
+        holding its window needs no link: it ends only when asked)."""
         if self.offline_timer is not None:
             self.offline_timer.cancel()
+        if self.flight is not None and self.flight.holding():
+            return
         self.offline_timer = threading.Timer(self.offline_max, self._offline_too_long)
         self.offline_timer.daemon = True
         self.offline_timer.start()
@@ -3188,6 +3738,15 @@ class Run(object):
                 self.state = "idle"
                 self.ended_offline = ("no link to the collector for %d s (--offline-max)"
                                       % self.offline_max)
+
+
+def flight_asked(cfg):
+    """A flight recorder's settings from the command line; None when it is not one."""
+    if not getattr(cfg, "flight_recorder", 0):
+        return None
+    return {"window": cfg.flight_recorder, "after": cfg.after,
+            "memory_bytes": cfg.flight_memory_mb << 20, "triggers": dict(cfg.triggers),
+            "min_gap": 60.0}
 
 
 def _run_property(name):
@@ -3282,14 +3841,26 @@ class Session(object):
     def send_json(self, value, flag=FLAG_RESPONSE, droppable=False, ordered=False):
         self.send(flag, to_json(value), droppable, ordered)
 
-    def send_state(self, reason):
-        notice = {"type": "state", "state": self.state, "reason": reason}
+    def state_now(self, reason):
+        """The state notice of the run as it is now."""
+        notice = {"type": "state", "state": self.profiling_run.state_name(), "reason": reason}
         if self.settings.pid is not None:
             notice["pid"] = self.settings.pid
         notice["lost_samples"] = self.lost_samples
         if self.state != "idle":
             notice["callgraph"] = self.settings.callgraph or "none"
             notice["run"] = self.profiling_run.id
+        return notice
+
+    def send_state(self, reason):
+        self.send_json(self.state_now(reason), ordered=True)
+
+    def send_flight(self, reason, capture, at, window_s):
+        """A flight recorder's capture begins (what fired, when, the window's seconds) or is
+        over (`capture` empty): after the chunks made before it."""
+        notice = self.state_now(reason)
+        if capture:
+            notice.update(capture=capture, capture_at=at, capture_window=window_s)
         self.send_json(notice, ordered=True)
 
     def wake_writer(self):
@@ -3482,6 +4053,7 @@ class Session(object):
                 run.settings = Settings(self.cfg.frequency, self.cfg.pid, self.cfg.duration)
                 run.settings.off_cpu = self.cfg.off_cpu
                 run.settings.off_cpu_min_us = self.cfg.off_cpu_min_us
+                run.flight_asked = flight_asked(self.cfg)
             run.owner = self
             if run.offline_timer is not None:
                 run.offline_timer.cancel()
@@ -3677,7 +4249,7 @@ class Session(object):
              "held_bytes": box.bytes, "dropped_chunks": box.dropped_chunks,
              # Chunks of the run under way this link sent before it was asked (flag 1).
              "sent": self.legacy_seq if run.id and self.legacy_run == run.id else 0,
-             "state": self.state, "pid": self.settings.pid}
+             "state": run.state_name(), "pid": self.settings.pid}
         if self.state != "idle" and named:
             self.log("resuming run %s: %d chunks to send (%d KiB)"
                      % (named, len(box.held), box.bytes >> 10))
@@ -3698,7 +4270,7 @@ class Session(object):
 
     def cmd_status(self, rid, args):
         s = self.settings
-        f = {"state": self.state, "pid": s.pid, "frequency": s.frequency,
+        f = {"state": self.profiling_run.state_name(), "pid": s.pid, "frequency": s.frequency,
              "duration": s.duration, "agent_version": VERSION, "platform": self.platform,
              "events": list(s.events),
              "capabilities": None if self.caps is None else self._capabilities_json(),
@@ -3712,7 +4284,36 @@ class Session(object):
                  chunks=current.chunks if current is not None else 0,
                  run=self.profiling_run.id or None, held_chunks=len(box.held), held_bytes=box.bytes,
                  outbox_dropped_chunks=box.dropped_chunks, spooled_bytes=0)
+        fl = self.profiling_run.flight
+        if fl is not None:  # a flight recorder: what its window holds now, and what fired
+            w = {"window_s": fl.settings["window"], "held_s": fl.ring.held_span(),
+                 "held_bytes": fl.ring.bytes, "memory_bytes": fl.settings["memory_bytes"],
+                 "cut_for_room": fl.ring.dropped_for_room, "after_s": fl.settings["after"],
+                 "captures": fl.captures, "capturing": fl.plan.capturing,
+                 "refused": fl.plan.refused, "triggers": triggers_json(fl.settings["triggers"])}
+            for key, value in (("cpu_pct", fl.watch.cpu_pct), ("memory_pct", fl.watch.memory_pct),
+                               ("load", fl.watch.load)):
+                if value is not None:
+                    w[key] = value
+            if fl.watch.log_problem():
+                w["log_problem"] = fl.watch.log_problem()
+            if fl.plan.fires:
+                w["last_fired"] = fl.plan.fires[0][0]
+            f["flight"] = w
         return response(rid, f)
+
+    def cmd_capture(self, rid, args):
+        """The collector's user asks a flight recorder for what it holds, now."""
+        f = self.profiling_run.flight
+        if f is None or self.state != "profiling":
+            return response(rid, error="not a flight recorder under way (the agent's "
+                                       "--flight-recorder SECONDS)")
+        answer = self.profiling_run.fire(f, "asked by the collector")
+        if answer == "refused":
+            return response(rid, error="the last capture began under %d s ago: try again later"
+                            % f.plan.min_gap)
+        return response(rid, {"state": self.profiling_run.state_name(), "capture": answer,
+                              "run": self.profiling_run.id})
 
     # ---- updates over the link: a new version of this script (docs/protocol.md)
 
@@ -4147,6 +4748,7 @@ class Session(object):
         with self.lock:
             if self.state == "idle":  # a new run (not a resume after pause)
                 run.id = os.urandom(16).hex()
+                run.begin_flight()
         # The chunks go to the run's outbox; a flush waits while the link still holds
         # earlier data, or there is no link.
         c = Collection(self.cfg.perf, s, self.compression.make(), run.add, run.collection_done,
@@ -4628,6 +5230,29 @@ Modes (exactly one):
   --off-cpu-min-us arg (=0)
                         --off-cpu: waits shorter than this many microseconds 
                         are not sent
+  --flight-recorder arg (=0)
+                        profile on but send nothing: keep the last this many
+                        seconds (1-3600) and send them when a trigger fires (a
+                        --trigger-* below, SIGUSR1, the collector's capture),
+                        then --after more
+  --after arg (=10)     --flight-recorder: seconds sent after a trigger
+                        (0-3600); one firing meanwhile extends it
+  --flight-memory-mb arg (=16)
+                        --flight-recorder: the most memory its window holds
+                        (1-1024)
+  --trigger-cpu arg     --flight-recorder: fire when the --pid process uses PCT
+                        % of a core for SECONDS (PCT[:SECONDS], 1 s by default)
+  --trigger-memory arg  --flight-recorder: fire when the device's memory in use
+                        is PCT % for SECONDS
+  --trigger-load arg    --flight-recorder: fire when the 1-minute load average
+                        is LOAD for SECONDS (LOAD[:SECONDS])
+  --trigger-log arg     --flight-recorder: fire when a line added to the log
+                        FILE matches REGEX (FILE:REGEX, grep -E syntax; a
+                        rotated log is followed)
+  --trigger-process arg --flight-recorder: fire when a process of this name (as
+                        ps shows it) starts or exits
+  --trigger-file arg    --flight-recorder: fire when this file appears or is
+                        touched (for scripts)
   --offline-max arg (=21600)
                         seconds a run goes on without a link to the collector 
                         (its chunks kept for it)
@@ -4669,14 +5294,18 @@ Modes (exactly one):
 """
 
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
-           "duration", "events", "off-cpu", "off-cpu-min-us", "offline-max", "buffer-mb", "state-dir", "name", "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
+           "duration", "events", "off-cpu", "off-cpu-min-us", "flight-recorder", "after",
+           "flight-memory-mb", "trigger-cpu", "trigger-memory", "trigger-load", "trigger-log",
+           "trigger-process", "trigger-file", "offline-max", "buffer-mb", "state-dir", "name",
+           "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
 FLAGS = ("listen", "off-cpu", "allow-kallsyms", "tls", "no-update", "version", "help")  # without a value
 INT_OPTIONS = ("port", "rounds", "pid", "frequency", "duration", "off-cpu-min-us", "offline-max",
-               "buffer-mb")
+               "buffer-mb", "flight-recorder", "after", "flight-memory-mb")
 DEFAULTS = {"bind": "0.0.0.0", "port": "9999", "rounds": "1", "frequency": "99",
-            "off-cpu-min-us": "0",
+            "off-cpu-min-us": "0", "flight-recorder": "0", "after": "10",
+            "flight-memory-mb": "16",
             "duration": "8", "perf": "perf", "offline-max": "21600", "buffer-mb": "16"}
 
 
@@ -4769,6 +5398,7 @@ def parse_command_line(argv, env_token, env_enroll=None):
             c.server_port = int(port)
         if not c.server_host:
             raise usage("--server needs a host")
+    given_names = set(values)
     for key, default in DEFAULTS.items():
         values.setdefault(key, default)
     c.bind, c.perf = values["bind"], values["perf"]
@@ -4783,6 +5413,9 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.allow_kallsyms = "allow-kallsyms" in values
     c.off_cpu = "off-cpu" in values
     c.off_cpu_min_us = int(values["off-cpu-min-us"])
+    c.flight_recorder = int(values["flight-recorder"])
+    c.after, c.flight_memory_mb = int(values["after"]), int(values["flight-memory-mb"])
+    c.triggers = dict((key, values.get(flag, "")) for key, flag in TRIGGER_FLAGS)
     c.name = values.get("name")
     if c.name is not None and (not c.name or len(c.name.encode("utf-8", "surrogateescape")) > 200
                                or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in c.name)):
@@ -4841,9 +5474,25 @@ def parse_command_line(argv, env_token, env_enroll=None):
                       "--off-cpu-min-us must be 0-60000000 (a minute)"),
                      (c.off_cpu and c.pid is None,
                       "--off-cpu needs --pid: the whole system's scheduler switches are too "
-                      "many")):
+                      "many"),
+                     (not 0 <= c.flight_recorder <= 3600,
+                      "--flight-recorder must be 1-3600 seconds (0: none)"),
+                     (not 0 <= c.after <= 3600, "--after must be 0-3600 seconds"),
+                     (not 1 <= c.flight_memory_mb <= 1024, "--flight-memory-mb must be 1-1024")):
         if bad:
             raise usage(why)
+    why = check_triggers(c.triggers, c.pid is not None)
+    if why:
+        raise usage(why)
+    if not c.flight_recorder and (any(c.triggers.values()) or "after" in given_names or
+                                  "flight-memory-mb" in given_names):
+        raise usage("the --trigger-* flags, --after and --flight-memory-mb go with "
+                    "--flight-recorder")
+    if c.flight_recorder and c.flight_memory_mb > c.buffer_mb:
+        raise usage("--flight-memory-mb (%d) past --buffer-mb (%d): a capture's window would "
+                    "not fit where the link sends it from" % (c.flight_memory_mb, c.buffer_mb))
+    if c.flight_recorder and c.mode == "output":
+        raise usage("--flight-recorder sends its captures to a collector (--server or --listen)")
     return c
 
 
@@ -4872,6 +5521,8 @@ def main(argv=None):
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if cfg.flight_recorder:  # a script on the device asks the flight recorder for a capture
+        signal.signal(signal.SIGUSR1, lambda signum, frame: FLIGHT_SIGNALLED.set())
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     PROBED.state_dir, PROBED.perf = cfg.state_dir, cfg.perf
     # A perf that is not there: --output fails now, not after a misleading probe; a serving
