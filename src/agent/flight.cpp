@@ -46,6 +46,12 @@ flight_clock::duration flight_ring::held_span() const {
     return held_.back().at - before_front_.value_or(held_.front().at);
 }
 
+flight_clock::duration flight_ring::span_to(flight_clock::time_point now) const {
+    if (held_.empty())
+        return {};
+    return std::max(now - before_front_.value_or(held_.front().at), held_span());
+}
+
 capture_plan::capture_plan(settings s)
     : s_(s) {
     s_.after = std::min(s_.after, s_.max_length);

@@ -42,6 +42,8 @@ public:
     std::size_t bytes() const noexcept { return bytes_; }
     // From the oldest chunk's start (the chunk before it's time, as far as known) to the newest.
     flight_clock::duration held_span() const;
+    // From the oldest chunk's start to `now` (a capture's window: up to the moment it fired).
+    flight_clock::duration span_to(flight_clock::time_point now) const;
     // Chunks let go while younger than the window (the memory cap), and their bytes.
     std::uint64_t dropped_for_room() const noexcept { return dropped_for_room_; }
     flight_clock::duration window() const noexcept { return window_; }

@@ -19,6 +19,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/value_from.hpp>
 
 #include <algorithm>
@@ -84,6 +85,64 @@ int_value int_arg(const json::object& args, std::string_view key, std::int64_t l
         {}};
 }
 
+// A flight recorder as the command line sets it (window 0: none).
+flight_settings flight_of_config(const config& cfg) {
+    flight_settings f;
+    f.window = std::chrono::seconds(cfg.flight_recorder_sec);
+    f.after = std::chrono::seconds(cfg.after_sec);
+    f.memory_bytes = static_cast<std::size_t>(cfg.flight_memory_mb) << 20;
+    f.triggers = cfg.triggers;
+    return f;
+}
+
+// A start's flight recorder: flight_recorder (seconds; 0 none), after, flight_memory_mb and
+// the levels and process name to watch (trigger_cpu, trigger_memory, trigger_load,
+// trigger_process), over the command line's. A log or a file to watch is the device owner's to
+// name (--trigger-log, --trigger-file), never a request's: those stay as the command line says.
+std::variant<flight_settings, std::string> flight_of_start(const json::object& args,
+                                                           const config& cfg, bool has_pid) {
+    for (const char* key : {"trigger_log", "trigger_file"})
+        if (args.contains(key))
+            return std::string(key) +
+                   ": a log or file to watch is the device owner's to name (the agent's "
+                   "--trigger-log and --trigger-file), not a start's";
+    auto f = flight_of_config(cfg);
+    const auto window = int_arg(args, "flight_recorder", 0, 3600);
+    const auto after = int_arg(args, "after", 0, 3600);
+    const auto memory = int_arg(args, "flight_memory_mb", 1, 1024);
+    for (const auto* a : {&window, &after, &memory})
+        if (!a->error.empty())
+            return a->error;
+    bool asked = after.value || memory.value;
+    if (window.value)
+        f.window = std::chrono::seconds(*window.value);
+    if (after.value)
+        f.after = std::chrono::seconds(*after.value);
+    if (memory.value)
+        f.memory_bytes = static_cast<std::size_t>(*memory.value) << 20;
+    for (auto [key, field] : {std::pair{"trigger_cpu", &f.triggers.cpu},
+                              {"trigger_memory", &f.triggers.memory},
+                              {"trigger_load", &f.triggers.load},
+                              {"trigger_process", &f.triggers.process}})
+        if (const auto* v = args.if_contains(key); v && !v->is_null()) {
+            if (!v->is_string())
+                return std::string(key) + " must be a string (\"\": none)";
+            *field = std::string(v->as_string());
+            asked = true;
+        }
+    if (f.window.count() == 0) {
+        if (asked)
+            return std::string("after, flight_memory_mb and the triggers go with flight_recorder");
+        return f;
+    }
+    if (auto why = check_triggers(f.triggers, has_pid); !why.empty())
+        return why;
+    if (f.memory_bytes > static_cast<std::size_t>(cfg.buffer_mb) << 20 && cfg.spool_dir.empty())
+        return "flight_memory_mb past the agent's --buffer-mb (" + std::to_string(cfg.buffer_mb) +
+               "): a capture's window would not fit where the link sends it from";
+    return f;
+}
+
 // A process that exited but was not yet reaped by its parent is a zombie: gone for profiling.
 bool pid_exists(int pid) {
     if (pid <= 0)
@@ -132,9 +191,9 @@ std::string_view run_state_name(const run_state& r) {
     return r.flight && r.flight->holding() ? "armed" : "profiling";
 }
 
-// A flight recorder's triggers as set (status, start's answer): only those set.
-json::object triggers_json(const trigger_settings& t) {
-    json::object o;
+// A flight recorder's triggers as set: only those set.
+std::map<std::string, std::string> triggers_of(const trigger_settings& t) {
+    std::map<std::string, std::string> o;
     for (const auto& [key, value] : {std::pair{"cpu", &t.cpu},
                                      {"memory", &t.memory},
                                      {"load", &t.load},
@@ -144,6 +203,34 @@ json::object triggers_json(const trigger_settings& t) {
         if (!value->empty())
             o[key] = *value;
     return o;
+}
+
+// A flight recorder's window now, what fires it and what fired (metrics and status).
+protocol::flight_metrics flight_record(const flight_state& fl, double ts) {
+    protocol::flight_metrics m;
+    m.ts = ts;
+    m.window_s = static_cast<double>(fl.settings.window.count());
+    m.held_s = std::chrono::duration<double>(fl.ring.held_span()).count();
+    m.after_s = static_cast<double>(fl.settings.after.count());
+    m.held_bytes = fl.ring.bytes();
+    m.memory_bytes = fl.settings.memory_bytes;
+    m.cut_for_room = fl.ring.dropped_for_room();
+    m.captures = fl.captures;
+    m.refused = fl.plan.refused();
+    m.capturing = fl.plan.capturing();
+    m.triggers = triggers_of(fl.settings.triggers);
+    // The last readings of the levels watched (absent before the first).
+    const auto reading = [](double v) {
+        return std::isfinite(v) ? std::optional(v) : std::nullopt;
+    };
+    m.cpu_pct = reading(fl.watch.cpu_pct());
+    m.memory_pct = reading(fl.watch.memory_pct());
+    m.load = reading(fl.watch.load());
+    if (auto why = fl.watch.log_problem(); !why.empty())
+        m.log_problem = std::move(why);
+    if (!fl.plan.fires().empty())
+        m.last_fired = fl.plan.fires().front().what;
+    return m;
 }
 
 json::object clock_fields() {
@@ -500,6 +587,9 @@ asio::awaitable<void> session::metrics_loop() {
                 send(frame_flag::metrics, protocol::serialize(sampler_.network(ts)), true);
             if (metrics_disk_)
                 send(frame_flag::metrics, protocol::serialize(sampler_.disk(ts)), true);
+            if (run_->flight && run_->now != run_state::state::idle)
+                send(frame_flag::metrics, protocol::serialize(flight_record(*run_->flight, ts)),
+                     true);
         }
         metrics_timer_.expires_after(authenticated_ ? metrics_interval_
                                                     : std::chrono::milliseconds(auth_timeout));
@@ -829,28 +919,9 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
     f["capabilities"] = caps_ ? json::value(capabilities_json()) : json::value(nullptr);
     f["probing"] = probing_;
     f["lost_samples"] = run_->lost_samples;
-    if (const auto& fl = run_->flight) {
-        // A flight recorder: what its window holds now, and what fired.
-        json::object w{{"window_s", fl->settings.window.count()},
-                       {"held_s", std::chrono::duration<double>(fl->ring.held_span()).count()},
-                       {"held_bytes", fl->ring.bytes()},
-                       {"memory_bytes", fl->settings.memory_bytes},
-                       {"cut_for_room", fl->ring.dropped_for_room()},
-                       {"after_s", fl->settings.after.count()},
-                       {"captures", fl->captures},
-                       {"capturing", fl->plan.capturing()},
-                       {"refused", fl->plan.refused()},
-                       {"triggers", triggers_json(fl->settings.triggers)}};
-        // The last readings of the levels watched (absent before the first).
-        for (const auto& [key, value] : {std::pair{"cpu_pct", fl->watch.cpu_pct()},
-                                         {"memory_pct", fl->watch.memory_pct()},
-                                         {"load", fl->watch.load()}})
-            if (std::isfinite(value))
-                w[key] = value;
-        if (const auto why = fl->watch.log_problem(); !why.empty())
-            w["log_problem"] = why;
-        if (!fl->plan.fires().empty())
-            w["last_fired"] = fl->plan.fires().front().what;
+    if (const auto& fl = run_->flight) { // a flight recorder: what its window holds now
+        auto w = json::parse(protocol::serialize(flight_record(*fl, wall_seconds()))).as_object();
+        w.erase("type");
         f["flight"] = std::move(w);
     }
     f["dropped_chunks"] = dropped_chunks_;
@@ -1149,6 +1220,10 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
         co_return command_response::failure(id, "this perf cannot write perf.data to a pipe (" +
                                                     caps_->pipe_problem +
                                                     "): only mode rounds works here");
+    auto flight = flight_of_start(req.args, cfg_, pid.has_value());
+    if (const auto* why = std::get_if<std::string>(&flight))
+        co_return command_response::failure(id, *why);
+    run_->flight_asked = std::get<flight_settings>(std::move(flight));
     run_->settings.record.pid = pid;
     if (callgraph)
         run_->settings.record.callgraph = *callgraph;
@@ -1180,8 +1255,11 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["off_cpu"] = run_->settings.record.off_cpu;
     f["off_cpu_min_us"] = run_->settings.record.off_cpu_min_ns / 1000;
     f["state"] = run_state_name(*run_);
-    if (run_->flight)
+    if (run_->flight) {
         f["flight_recorder"] = run_->flight->settings.window.count();
+        f["after"] = run_->flight->settings.after.count();
+        f["triggers"] = json::value_from(triggers_of(run_->flight->settings.triggers));
+    }
     f["run"] = run_->id;
     // Lets the collector place perf's monotonic timestamps on the wall clock.
     f["clock"] = clock_fields();
@@ -1264,7 +1342,9 @@ capture_plan::answer fire(run_state& run, flight_state& f, const std::string& wh
     f.draining.reset();
     ++f.captures;
     run.id = make_run_id();
-    const double window_s = std::chrono::duration<double>(f.ring.held_span()).count();
+    // (The window up to the firing: the session's first sample is its start, so the moment
+    // falls this far into the session.)
+    const double window_s = std::chrono::duration<double>(f.ring.span_to(now)).count();
     auto window = f.ring.take();
     log("flight recorder", what + ": capture " + std::to_string(f.captures) + " (run " + run.id +
                                "), " + std::to_string(window.size()) + " chunks held before it");
@@ -1398,10 +1478,7 @@ void session::attach_run() {
         run_->settings.record.off_cpu = cfg_.off_cpu;
         run_->settings.record.off_cpu_min_ns =
             static_cast<std::uint64_t>(cfg_.off_cpu_min_us) * 1000;
-        run_->flight_asked.window = std::chrono::seconds(cfg_.flight_recorder_sec);
-        run_->flight_asked.after = std::chrono::seconds(cfg_.after_sec);
-        run_->flight_asked.memory_bytes = static_cast<std::size_t>(cfg_.flight_memory_mb) << 20;
-        run_->flight_asked.triggers = cfg_.triggers;
+        run_->flight_asked = flight_of_config(cfg_);
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;

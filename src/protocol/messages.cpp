@@ -391,8 +391,8 @@ parse_result<agent_reply> parse_agent_reply(std::string_view payload) {
 }
 
 std::string_view metrics_type(const health_metrics& m) noexcept {
-    constexpr std::string_view names[] = {"system", "process", "network",
-                                          "disk",   "threads", "binaries"};
+    constexpr std::string_view names[] = {"system",  "process",  "network", "disk",
+                                          "threads", "binaries", "flight"};
     return names[m.index()];
 }
 
@@ -431,6 +431,15 @@ parse_result<health_metrics> parse_metrics(std::string_view payload) {
                 if (b.build_id.size() > 128 ||
                     b.build_id.find_first_not_of("0123456789abcdef") != std::string::npos)
                     return invalid("a build_id must be lowercase hex (at most 128 digits)");
+    } else if (t == "flight") {
+        read_as(flight_metrics{});
+        // Only the triggers there are, each said in at most 1 KiB.
+        if (out)
+            for (const auto& [key, value] : std::get<flight_metrics>(*out).triggers)
+                if (value.size() > 1024 || (key != "cpu" && key != "memory" && key != "load" &&
+                                            key != "log" && key != "process" && key != "file"))
+                    return invalid("a flight trigger must be cpu, memory, load, log, process or "
+                                   "file, said in at most 1024 bytes");
     } else
         return parse_error{make_error_code(errc::unknown_message_type),
                            "metrics type '" + std::string(t) + "'"};

@@ -257,10 +257,31 @@ struct binaries_metrics {
 };
 BOOST_DESCRIBE_STRUCT(binaries_metrics, (), (ts, pid, binaries))
 
-using health_metrics = std::variant<system_metrics, process_metrics, network_metrics, disk_metrics,
-                                    threads_metrics, binaries_metrics>;
+// A flight recorder's window now (docs/protocol.md, "Flight recorder"): sent every metrics
+// interval while one runs (and in the agent's status), so the target list shows what it holds.
+struct flight_metrics {
+    double ts = 0;
+    double window_s = 0, held_s = 0, after_s = 0;
+    std::uint64_t held_bytes = 0, memory_bytes = 0;
+    std::uint64_t cut_for_room = 0; // chunks its memory let go while younger than the window
+    std::uint64_t captures = 0, refused = 0;
+    bool capturing = false;
+    // What fires it, as set: cpu, memory, load (PCT[:SECONDS]), log (FILE:REGEX), process, file.
+    std::map<std::string, std::string> triggers;
+    // The last readings of the levels watched; why the log is not read now; what fired last.
+    std::optional<double> cpu_pct, memory_pct, load;
+    std::optional<std::string> log_problem, last_fired;
+};
+BOOST_DESCRIBE_STRUCT(flight_metrics, (),
+                      (ts, window_s, held_s, after_s, held_bytes, memory_bytes, cut_for_room,
+                       captures, refused, capturing, triggers, cpu_pct, memory_pct, load,
+                       log_problem, last_fired))
 
-// The "type" string of each alternative: system, process, network, disk, threads, binaries.
+using health_metrics = std::variant<system_metrics, process_metrics, network_metrics, disk_metrics,
+                                    threads_metrics, binaries_metrics, flight_metrics>;
+
+// The "type" string of each alternative: system, process, network, disk, threads, binaries,
+// flight.
 std::string_view metrics_type(const health_metrics& m) noexcept;
 
 parse_result<health_metrics> parse_metrics(std::string_view payload);

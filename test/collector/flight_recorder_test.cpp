@@ -49,6 +49,15 @@ std::string armed_target(test_support::collector_proc& coll) {
     return std::string(targets.as_array()[0].at("id").as_string());
 }
 
+// The one session, once it ended (a capture's).
+json::object only_ended_session(test_support::collector_proc& coll) {
+    const auto sessions =
+        test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
+            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
+        });
+    return sessions.as_array()[0].as_object();
+}
+
 // The agent's status now: its flight recorder's part.
 json::value flight_status(test_support::collector_proc& coll, const std::string& target) {
     const auto status = test_support::http_call(
@@ -93,11 +102,7 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
         std::this_thread::sleep_for(20ms);
     }
     // The capture: opened by the trigger, ended after --after, the agent armed again.
-    const auto sessions =
-        test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
-            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
-        });
-    const auto& s = sessions.as_array()[0].as_object();
+    const auto s = only_ended_session(coll);
     const std::string id(s.at("id").as_string());
     INFO(json::serialize(s));
     REQUIRE(s.contains("capture"));
@@ -153,11 +158,7 @@ TEST_CASE("flight recorder: a line in a log the device's owner named fires a cap
     }
     REQUIRE(coll.get("/api/sessions").as_array().empty());
     std::ofstream(log, std::ios::app) << "all well\nthe watchdog bit \x1b[31mhard\n";
-    const auto sessions =
-        test_support::wait_for(coll, "/api/sessions", 60s, [](const json::value& v) {
-            return v.as_array().size() == 1 && !v.as_array()[0].at("live").as_bool();
-        });
-    const auto& s = sessions.as_array()[0].as_object();
+    const auto s = only_ended_session(coll);
     INFO(json::serialize(s));
     REQUIRE(s.contains("capture"));
     CHECK(std::string(s.at("capture").at("trigger").as_string()) ==
@@ -168,6 +169,69 @@ TEST_CASE("flight recorder: a line in a log the device's owner named fires a cap
     test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
         return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
     });
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}
+
+TEST_CASE("flight recorder: started from the collector with its window and levels; a log or "
+          "file to watch is refused, the device owner's to name",
+          "[agent][collector][perf][flight][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    auto demo = test_support::start_demo(120);
+    auto agent = test_support::start_agent(flavour, {"--server",
+                                                     "127.0.0.1:" + std::to_string(coll.agent_port),
+                                                     "--duration", "1", "--state-dir", ""});
+    const auto targets =
+        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
+            return v.as_array().size() == 1 && v.as_array()[0].at("state") == "idle";
+        });
+    const std::string target(targets.as_array()[0].at("id").as_string());
+    const auto start = [&](const std::string& extra) {
+        return test_support::http_call(
+            coll.http_port, "POST", "/api/targets/" + target + "/command",
+            R"({"cmd":"start","args":{"pid":)" + std::to_string(demo->pid()) + extra + "}}");
+    };
+    const auto log = start(R"(,"flight_recorder":5,"trigger_log":"/etc/shadow:root")");
+    CHECK(log.status == 409);
+    CHECK_THAT(log.body, Catch::Contains("the device owner's to name"));
+    const auto big = start(R"(,"flight_recorder":5,"flight_memory_mb":64)");
+    CHECK(big.status == 409);
+    CHECK_THAT(big.body, Catch::Contains("--buffer-mb"));
+    const auto loose = start(R"(,"after":5)");
+    CHECK(loose.status == 409);
+    CHECK_THAT(loose.body, Catch::Contains("go with flight_recorder"));
+    const auto bad = start(R"(,"flight_recorder":5,"trigger_cpu":"lots")");
+    CHECK(bad.status == 409);
+    CHECK_THAT(bad.body, Catch::Contains("--trigger-cpu: the level must be a number"));
+    REQUIRE(coll.get("/api/targets").as_array()[0].at("state") == "idle");
+
+    const auto ok = start(
+        R"(,"flight_recorder":5,"after":1,"trigger_cpu":"100000:2","trigger_process":"no-such-name")");
+    INFO(ok.body);
+    REQUIRE(ok.status == 200);
+    const auto answer = json::parse(ok.body);
+    CHECK(answer.at("state") == "armed");
+    CHECK(answer.at("flight_recorder") == 5);
+    CHECK(answer.at("triggers").at("cpu") == "100000:2");
+    CHECK(answer.at("triggers").at("process") == "no-such-name");
+    // The target list says what it holds once its metrics come.
+    const auto listed = test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
+        const auto& t = v.as_array()[0];
+        return t.at("state") == "armed" && t.at("flight").is_object() &&
+               t.at("flight").at("held_s").to_number<double>() >= 3;
+    });
+    const auto& f = listed.as_array()[0].at("flight");
+    CHECK(f.at("window_s").to_number<double>() == 5);
+    CHECK(f.at("triggers").at("cpu") == "100000:2");
+    CHECK(f.at("held_bytes").to_number<double>() > 0);
+    CHECK(coll.get("/api/sessions").as_array().empty());
+    const auto captured = test_support::http_call(coll.http_port, "POST",
+                                                  "/api/targets/" + target + "/capture", "{}");
+    CHECK(captured.status == 200);
+    CHECK(only_ended_session(coll).at("capture").at("trigger") == "asked by the collector");
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }

@@ -4,7 +4,7 @@
 // collector can hand out.
 import { update as setHash } from '../state.js';
 import { store } from '../store.js';
-import { attr, count, duration, esc, processOf, eventsOf, started } from '../format.js';
+import { attr, count, duration, esc, mib as mibOf, processOf, eventsOf, started } from '../format.js';
 import { api, sessionPage, targetUrl } from '../api.js';
 import { $, syncRows } from '../util.js';
 
@@ -76,6 +76,33 @@ const updating = new Set(); // targets being updated: no second update button me
 const updateProgress = (u) => (u.applying ? `installing ${esc(u.version)}…`
   : `updating to ${esc(u.version)}… ${u.size ? Math.floor((100 * u.sent) / u.size) : 0}%`);
 
+// What fires a flight recorder, in words (its agent's --trigger-* or the start's).
+const levelWords = (spec, unit) => { const [v, hold] = String(spec).split(':'); return `${v}${unit}${hold ? ` for ${hold} s` : ''}`; };
+const TRIGGER_WORDS = {
+  cpu: (v) => `process CPU ≥ ${levelWords(v, ' % of a core')}`,
+  memory: (v) => `memory in use ≥ ${levelWords(v, ' %')}`,
+  load: (v) => `load ≥ ${levelWords(v, '')}`,
+  log: (v) => { const i = String(v).indexOf(':'); return `a line of ${v.slice(0, i)} matching ${v.slice(i + 1)}`; },
+  process: (v) => `process ${v} starting or exiting`,
+  file: (v) => `${v} touched`,
+};
+export const triggerWords = (triggers) => Object.entries(triggers || {}).map(([k, v]) => (TRIGGER_WORDS[k] ? TRIGGER_WORDS[k](v) : `${k} ${v}`));
+
+const size = (b) => (b < 1048576 ? `${Math.round(b / 1024)} KiB` : `${mibOf(b)} MiB`);
+
+// A flight recorder's window as its agent last said: seconds and memory held, what fires it.
+function flightOf(t) {
+  const f = t.flight;
+  if (!f || (t.state !== 'armed' && t.state !== 'profiling')) return '';
+  const fires = [...triggerWords(f.triggers), 'capture now', 'SIGUSR1'];
+  const short = f.cut_for_room ? ` <span class="warn" title="its --flight-memory-mb let ${attr(f.cut_for_room)} chunks go before they were ${attr(Math.round(f.window_s))} s old: the window held is shorter than asked">memory-bound</span>` : '';
+  const problem = f.log_problem ? ` <span class="warn">${esc(f.log_problem)}</span>` : '';
+  const held = t.state === 'armed'
+    ? `holds ${Math.round(f.held_s)} of ${Math.round(f.window_s)} s · ${size(f.held_bytes)} of ${size(f.memory_bytes)}`
+    : `capturing${f.last_fired ? `: ${esc(f.last_fired)}` : ''}`;
+  return ` <span class="flight" title="${attr(`fires on: ${fires.join('; ')}${f.captures ? `; ${f.captures} captures so far` : ''}`)}">${held}</span>${short}${problem}`;
+}
+
 function targetRow(t) {
   const update = t.updating ? ` <span class="muted">${updateProgress(t.updating)}</span>`
     : updating.has(t.id) ? ' <span class="muted">updating…</span>'
@@ -88,7 +115,7 @@ function targetRow(t) {
     ? ` <span class="link-tls" title="${attr(`${l.tls || 'TLS'}${l.pinned ? `, key pinned: ${l.pinned}` : ''}`)}">encrypted (${esc(l.tls || 'TLS')})</span>`
     : ' <span class="muted link-plain" title="plain TCP: profiles and commands cross the network readable (collector --tls, agent --tls-pin)">plain TCP</span>';
   // A flight recorder holds its last seconds on the device: "capture now" sends them.
-  const armed = t.state === 'armed' ? ` <button data-capture-target="${attr(t.id)}" title="send what the flight recorder holds (its last seconds), then --after seconds more, as a session of its own">capture now</button>` : '';
+  const armed = flightOf(t) + (t.state === 'armed' ? ` <button data-capture-target="${attr(t.id)}" title="send what the flight recorder holds (its last seconds), then --after seconds more, as a session of its own">capture now</button>` : '');
   // Back after its link was down: what the device kept comes first, live data behind it.
   const c = t.catching_up;
   const behind = c && c.chunks ? ` <span class="catching-up" title="the device kept recording while its link was down (${attr(Math.round((c.bytes || 0) / 1024))} KiB held): it sends that first, live data behind it">catching up: ${count(c.chunks_left)} of ${count(c.chunks)} chunks left</span>` : '';

@@ -50,7 +50,7 @@ export async function render(s, r) {
   // When the run's link was down (the samples are there: they came late), from the session.
   const meta = await store.view(s.session, sessionUrl(s.session)).catch(() => null);
   r.stillWanted();
-  drawRuler(t, width, Array.isArray(meta?.link_gaps_s) ? meta.link_gaps_s : []);
+  drawRuler(t, width, Array.isArray(meta?.link_gaps_s) ? meta.link_gaps_s : [], captureMark(meta));
   // Each thread keeps its lane and canvas from one live update to the next, redrawn in place:
   // a drag across a lane, or a click on it, never meets an element replaced under it.
   const box = $('#lanes');
@@ -88,9 +88,14 @@ export async function render(s, r) {
   if (pointer) showLaneTip(pointer);
 }
 
+// A flight recorder's capture: the moment its trigger fired, on the session's clock (the
+// window held before it opens the session), and what fired.
+const captureMark = (meta) => (meta?.capture && Number.isFinite(meta.capture.window_s) ? { at: meta.capture.window_s, what: String(meta.capture.trigger || '') } : null);
+
 // Seconds from the session's start along the lanes, ticks at 1, 2 or 5 × a power of ten; the
-// times the run's link was down as hatched bands (`gaps`: [from_s, to_s] on the same clock).
-function drawRuler(t, width, gaps = []) {
+// times the run's link was down as hatched bands (`gaps`: [from_s, to_s] on the same clock); a
+// capture's firing as a red line.
+function drawRuler(t, width, gaps = [], capture = null) {
   const c = $('#ruler');
   c.width = width * devicePixelRatio; c.height = 20 * devicePixelRatio;
   c.style.height = '20px';
@@ -105,7 +110,15 @@ function drawRuler(t, width, gaps = []) {
     g.fillRect(x0, 0, Math.max(2, x1 - x0), 20);
   }
   c.dataset.gaps = shown.length;
-  c.title = shown.length ? `the orange bands: the device's link was down, its samples sent when it was back (${shown.map(([a, b]) => `${a.toFixed(1)}–${b.toFixed(1)} s`).join(', ')})` : '';
+  const titles = shown.length ? [`the orange bands: the device's link was down, its samples sent when it was back (${shown.map(([a, b]) => `${a.toFixed(1)}–${b.toFixed(1)} s`).join(', ')})`] : [];
+  const fired = capture && capture.at >= t.start_s && capture.at <= t.end_s;
+  if (fired) {
+    g.fillStyle = '#dc2626';
+    g.fillRect(Math.min(width - 2, (capture.at - t.start_s) / span * width), 0, 2, 20);
+    titles.push(`the red line: the flight recorder's trigger fired at ${capture.at.toFixed(1)} s (${capture.what}); what came before it is the window the device held`);
+  }
+  c.dataset.capture = fired ? capture.at.toFixed(1) : '';
+  c.title = titles.join('\n');
   const step = tickStep(span, width);
   const digits = Math.max(0, -Math.floor(Math.log10(step)));
   g.font = '10px ui-monospace, monospace';

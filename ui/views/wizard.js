@@ -143,12 +143,29 @@ function review() {
     <tr><td>off-CPU</td><td>${$('#wz-offcpu').checked ? 'recorded: where the threads wait, and why' + (offCpuMinUs() ? `, waits under ${offCpuMinUs()} µs left out` : '') : 'not recorded'}</td></tr>
     <tr><td>frequency</td><td>${Number($('#wz-frequency').value)} Hz</td></tr>
     <tr><td>chunk length</td><td>${Number($('#wz-duration').value)} s</td></tr>
+    <tr><td>flight recorder</td><td>${esc(flightWords(flightArgs()))}</td></tr>
     <tr><td>binaries</td><td>${esc($('#wz-binary').value || '(the device paths)')}</td></tr></table>`;
   step('review');
 }
 
+// A flight recorder's start arguments (none when not chosen): the window, the seconds after,
+// and the levels and process name that fire it.
+function flightArgs() {
+  if (!$('#wz-flight').checked) return {};
+  const n = (sel) => $(sel).value.trim() === '' ? null : Number($(sel).value);
+  const hold = Math.max(0, Number($('#wz-trigger-hold').value) || 0);
+  const level = (v) => (v > 0 ? `${v}:${hold}` : undefined);
+  const args = { flight_recorder: Math.max(1, Math.floor(n('#wz-flight-window') || 60)), after: Math.max(0, Math.floor(n('#wz-flight-after') ?? 10)),
+    trigger_cpu: level(n('#wz-trigger-cpu')), trigger_memory: level(n('#wz-trigger-memory')), trigger_load: level(n('#wz-trigger-load')),
+    trigger_process: $('#wz-trigger-process').value.trim() || undefined };
+  return Object.fromEntries(Object.entries(args).filter(([, v]) => v !== undefined));
+}
+const flightWords = (a) => (a.flight_recorder ? `keeps the last ${a.flight_recorder} s, sends them and ${a.after} s more when ${[
+  a.trigger_cpu && `the process uses ${a.trigger_cpu.split(':')[0]} % of a core`, a.trigger_memory && `memory in use reaches ${a.trigger_memory.split(':')[0]} %`,
+  a.trigger_load && `the load reaches ${a.trigger_load.split(':')[0]}`, a.trigger_process && `a process ${a.trigger_process} starts or exits`, 'you press capture now'].filter(Boolean).join(', or ')}` : 'off: everything is sent as it is recorded');
+
 async function start() {
-  const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value) };
+  const args = { pid: state.pid, frequency: Number($('#wz-frequency').value), duration: Number($('#wz-duration').value), ...flightArgs() };
   if (state.events.length) args.events = state.events;
   if (chosenCallgraph()) args.callgraph = chosenCallgraph();
   if ($('#wz-offcpu').checked) {
@@ -158,6 +175,8 @@ async function start() {
   $('#wz-start-state').textContent = 'starting… (the agent checks what this perf can do first: up to a minute on some devices)';
   let answer;
   try { answer = await command('start', args); } finally { $('#wz-start-state').textContent = ''; }
+  // A flight recorder sends nothing yet: its target, armed, is where its captures will be.
+  if (answer.state === 'armed') { location.hash = ''; return; }
   // The run is a session from the start's answer on; if it already ended (the target exited
   // at once), the session it left.
   const t = answer.session_id ? null : (await api('/api/targets')).find((x) => x.id === state.target);
@@ -187,6 +206,7 @@ export function init() {
   on('#wz-rate-next', async () => review());
   on('#wz-start', start);
   $('#wz-filter').addEventListener('input', renderProcesses);
+  $('#wz-flight').addEventListener('change', () => { $('#wz-flight-box').hidden = !$('#wz-flight').checked; });
   $('#wz-callgraph').addEventListener('change', explainCallgraph);
   $('#wz-processes').addEventListener('click', (e) => {
     const row = e.target.closest('tr[data-pid]');

@@ -2107,6 +2107,13 @@ class FlightRing(object):
         front = self.before_front if self.before_front is not None else self.held[0][0]
         return self.held[-1][0] - front
 
+    def span_to(self, now):
+        """From the oldest chunk's start to `now` (a capture's window, up to its firing)."""
+        if not self.held:
+            return 0.0
+        front = self.before_front if self.before_front is not None else self.held[0][0]
+        return max(now - front, self.held_span())
+
 
 class CapturePlan(object):
     """When captures begin, grow and end: a firing while none runs begins one (its window,
@@ -2475,6 +2482,25 @@ class TriggerWatch(object):
 
 def triggers_json(t):
     return dict((k, v) for k, v in t.items() if v)
+
+
+def flight_record(fl, ts):
+    """A flight recorder's window now, what fires it and what fired (metrics and status)."""
+    w = {"type": "flight", "ts": ts, "window_s": float(fl.settings["window"]),
+         "held_s": fl.ring.held_span(), "after_s": float(fl.settings["after"]),
+         "held_bytes": fl.ring.bytes, "memory_bytes": fl.settings["memory_bytes"],
+         "cut_for_room": fl.ring.dropped_for_room, "captures": fl.captures,
+         "refused": fl.plan.refused, "capturing": fl.plan.capturing,
+         "triggers": triggers_json(fl.settings["triggers"])}
+    for key, value in (("cpu_pct", fl.watch.cpu_pct), ("memory_pct", fl.watch.memory_pct),
+                       ("load", fl.watch.load)):
+        if value is not None:
+            w[key] = value
+    if fl.watch.log_problem():
+        w["log_problem"] = fl.watch.log_problem()
+    if fl.plan.fires:
+        w["last_fired"] = fl.plan.fires[0][0]
+    return w
 
 
 class FlightState(object):
@@ -3601,7 +3627,8 @@ class Run(object):
         """A trigger fired: a capture begins (the window held goes out first, as a run of its
         own), or the one under way grows, or it is refused (too soon after the last)."""
         with self.lock:
-            answer = f.plan.fire(monotonic(), what)
+            now = monotonic()
+            answer = f.plan.fire(now, what)
             if answer == "refused":
                 if not f.refusing:
                     f.refusing = True
@@ -3615,7 +3642,7 @@ class Run(object):
             f.refusing, f.draining = False, None
             f.captures += 1
             self.id = os.urandom(16).hex()
-            window_s = f.ring.held_span()
+            window_s = f.ring.span_to(now)  # the moment falls this far into the session
             window = f.ring.take()
             log("flight recorder: %s: capture %d (run %s), %d chunks held before it"
                 % (what, f.captures, self.id, len(window)))
@@ -3744,9 +3771,52 @@ def flight_asked(cfg):
     """A flight recorder's settings from the command line; None when it is not one."""
     if not getattr(cfg, "flight_recorder", 0):
         return None
-    return {"window": cfg.flight_recorder, "after": cfg.after,
-            "memory_bytes": cfg.flight_memory_mb << 20, "triggers": dict(cfg.triggers),
-            "min_gap": 60.0}
+    return flight_of_config(cfg)
+
+
+def flight_of_config(cfg):
+    return {"window": getattr(cfg, "flight_recorder", 0), "after": getattr(cfg, "after", 10),
+            "memory_bytes": getattr(cfg, "flight_memory_mb", 16) << 20,
+            "triggers": dict(getattr(cfg, "triggers", {})), "min_gap": 60.0}
+
+
+def flight_of_start(args, cfg, has_pid):
+    """A start's flight recorder over the command line's (flight_of_start in the C++ agent):
+    (settings or None, "") or (None, why not). A log or file to watch is the device owner's to
+    name, never a request's."""
+    for key in ("trigger_log", "trigger_file"):
+        if key in args:
+            return None, ("%s: a log or file to watch is the device owner's to name (the "
+                          "agent's --trigger-log and --trigger-file), not a start's" % key)
+    f = flight_of_config(cfg)
+    window = int_arg(args, "flight_recorder", 0, 3600)
+    after = int_arg(args, "after", 0, 3600)
+    memory = int_arg(args, "flight_memory_mb", 1, 1024)
+    asked = after is not None or memory is not None
+    if window is not None:
+        f["window"] = window
+    if after is not None:
+        f["after"] = after
+    if memory is not None:
+        f["memory_bytes"] = memory << 20
+    for key in ("cpu", "memory", "load", "process"):
+        v = args.get("trigger_" + key)
+        if v is not None:
+            if not isinstance(v, str):
+                return None, "trigger_%s must be a string (\"\": none)" % key
+            f["triggers"][key] = v
+            asked = True
+    if not f["window"]:
+        if asked:
+            return None, "after, flight_memory_mb and the triggers go with flight_recorder"
+        return None, ""
+    why = check_triggers(f["triggers"], has_pid)
+    if why:
+        return None, why
+    if f["memory_bytes"] > cfg.buffer_mb << 20:
+        return None, ("flight_memory_mb past the agent's --buffer-mb (%d): a capture's window "
+                      "would not fit where the link sends it from" % cfg.buffer_mb)
+    return f, ""
 
 
 def _run_property(name):
@@ -4173,6 +4243,9 @@ class Session(object):
             self._send_metric(sampler.network(ts))
         if self.metrics["disk"]:
             self._send_metric(sampler.disk(ts))
+        fl = self.profiling_run.flight
+        if fl is not None and self.state != "idle":
+            self._send_metric(flight_record(fl, ts))
 
     def _send_metric(self, value, droppable=True):
         if value is not None:
@@ -4285,21 +4358,9 @@ class Session(object):
                  run=self.profiling_run.id or None, held_chunks=len(box.held), held_bytes=box.bytes,
                  outbox_dropped_chunks=box.dropped_chunks, spooled_bytes=0)
         fl = self.profiling_run.flight
-        if fl is not None:  # a flight recorder: what its window holds now, and what fired
-            w = {"window_s": fl.settings["window"], "held_s": fl.ring.held_span(),
-                 "held_bytes": fl.ring.bytes, "memory_bytes": fl.settings["memory_bytes"],
-                 "cut_for_room": fl.ring.dropped_for_room, "after_s": fl.settings["after"],
-                 "captures": fl.captures, "capturing": fl.plan.capturing,
-                 "refused": fl.plan.refused, "triggers": triggers_json(fl.settings["triggers"])}
-            for key, value in (("cpu_pct", fl.watch.cpu_pct), ("memory_pct", fl.watch.memory_pct),
-                               ("load", fl.watch.load)):
-                if value is not None:
-                    w[key] = value
-            if fl.watch.log_problem():
-                w["log_problem"] = fl.watch.log_problem()
-            if fl.plan.fires:
-                w["last_fired"] = fl.plan.fires[0][0]
-            f["flight"] = w
+        if fl is not None:  # a flight recorder: what its window holds now
+            f["flight"] = flight_record(fl, time.time())
+            del f["flight"]["type"]
         return response(rid, f)
 
     def cmd_capture(self, rid, args):
@@ -4544,6 +4605,10 @@ class Session(object):
             if mode == "continuous" and not caps.pipe_mode:
                 return response(rid, error="this perf cannot write perf.data to a pipe (%s): only "
                                 "mode rounds works here" % caps.pipe_problem)
+            flight, why = flight_of_start(args, self.cfg, pid is not None)
+            if why:
+                return response(rid, error=why)
+            self.profiling_run.flight_asked = flight
             s.pid = pid
             self._set_timing(timing)
             if callgraph is not None:
@@ -4560,14 +4625,19 @@ class Session(object):
                                             s.frequency))
         # The clock lets the collector place perf's timestamps (CLOCK_MONOTONIC) on the wall
         # clock.
-        return response(rid, {"pid": pid, "frequency": s.frequency, "duration": s.duration,
-                              "events": list(s.events), "callgraph": s.callgraph or "none",
-                              "mode": "rounds" if s.rounds else "continuous",
-                              "off_cpu": s.off_cpu, "off_cpu_min_us": s.off_cpu_min_us,
-                              "state": "profiling",
-                              "run": self.profiling_run.id,
-                              "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
-                                        "realtime": time.time()}})
+        f = {"pid": pid, "frequency": s.frequency, "duration": s.duration,
+             "events": list(s.events), "callgraph": s.callgraph or "none",
+             "mode": "rounds" if s.rounds else "continuous",
+             "off_cpu": s.off_cpu, "off_cpu_min_us": s.off_cpu_min_us,
+             "state": self.profiling_run.state_name(),
+             "run": self.profiling_run.id,
+             "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
+                       "realtime": time.time()}}
+        fl = self.profiling_run.flight
+        if fl is not None:
+            f.update(flight_recorder=fl.settings["window"], after=fl.settings["after"],
+                     triggers=triggers_json(fl.settings["triggers"]))
+        return response(rid, f)
 
     def cmd_stop(self, rid, args):
         # "drain": false ends the run at once, dropping what perf script has not printed yet.

@@ -487,6 +487,18 @@ void agent_link::on_frame(protocol::frame&& f) {
                 log(peer_, "metrics refused (logged once): " + refused);
             break;
         }
+        if (auto* fl = std::get_if<protocol::flight_metrics>(&*parsed)) {
+            // (Said bounded and printable: an agent chooses its words.)
+            for (auto* text : {&fl->log_problem, &fl->last_fired})
+                if (*text)
+                    **text = peer_text(**text, 200);
+            for (auto& [key, value] : fl->triggers)
+                value = peer_text(value, 600);
+            if (state_ != agent_state::idle) {
+                flight_ = *fl;
+                app_.changed(change::targets, id_);
+            }
+        }
         auto record = protocol::serialize(*parsed);
         kept_metrics_.keep(*parsed, record);
         if (session_)
@@ -666,6 +678,8 @@ void agent_link::set_state(agent_state now) {
     // (A flight recorder armed again: its capture, a run of its own, is over.)
     if (now == agent_state::idle || now == agent_state::armed)
         pending_capture_ = {}; // (a capture never opened is no later session's)
+    if (now == agent_state::idle)
+        flight_.reset();
     if (running && (now == agent_state::idle || now == agent_state::armed)) {
         end_session(); // everything of the run arrived before the answer or notice that says so
         if (!run_id_.empty()) { // the run is over: what comes of it later is sent twice

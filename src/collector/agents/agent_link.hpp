@@ -127,6 +127,8 @@ public:
     // Why the agent is in its state, as it last said ("probing perf", "no such process: 42";
     // printable, at most 200 bytes; "" when it said nothing).
     const std::string& state_reason() const noexcept { return state_reason_; }
+    // A flight recorder's window as its agent last said (its metrics), while it runs.
+    const std::optional<protocol::flight_metrics>& flight() const noexcept { return flight_; }
     double connected_at() const noexcept { return connected_at_; }
     std::optional<int> pid() const noexcept { return pid_; }
     // The link: encrypted or not, and the key pinned — by the collector when it dialled (the
@@ -188,8 +190,9 @@ private:
     boost::json::object session_meta_; // from the hello, written when the session opens
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
-    std::string callgraph_;               // of the run, as the start's answer said ("": not said)
-    std::string state_reason_;            // why it is in its state, as its last state notice said
+    std::string callgraph_;    // of the run, as the start's answer said ("": not said)
+    std::string state_reason_; // why it is in its state, as its last state notice said
+    std::optional<protocol::flight_metrics> flight_; // (cleared when the run ends)
     boost::json::object pending_capture_; // a flight recorder's capture, for the session it opens
     bool continuous_run_ = false;         // the run is --continuous's
     std::chrono::steady_clock::time_point session_opened_;

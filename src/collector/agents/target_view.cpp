@@ -3,6 +3,8 @@
 #include "collector/agents/agent_link.hpp"
 #include "collector/agents/agent_update.hpp"
 
+#include <boost/json/value_from.hpp>
+
 namespace collector::agents {
 namespace json = boost::json;
 
@@ -51,6 +53,24 @@ json::object target_json(const agent_link& link, const app_context& app) {
     o["state_reason"] = or_null(link.state_reason());
     o["pid"] = link.pid() ? json::value(*link.pid()) : json::value(nullptr);
     o["continuous"] = link.in_continuous_run();
+    // A flight recorder: what its window holds, what fires it, what fired last.
+    if (const auto& fl = link.flight()) {
+        json::object f;
+        f["window_s"] = fl->window_s;
+        f["held_s"] = fl->held_s;
+        f["after_s"] = fl->after_s;
+        f["held_bytes"] = fl->held_bytes;
+        f["memory_bytes"] = fl->memory_bytes;
+        f["cut_for_room"] = fl->cut_for_room;
+        f["captures"] = fl->captures;
+        f["capturing"] = fl->capturing;
+        f["triggers"] = json::value_from(fl->triggers);
+        f["last_fired"] = fl->last_fired ? json::value(*fl->last_fired) : json::value(nullptr);
+        f["log_problem"] = fl->log_problem ? json::value(*fl->log_problem) : json::value(nullptr);
+        o["flight"] = std::move(f);
+    } else {
+        o["flight"] = nullptr;
+    }
     if (const auto c = link.catch_up()) {
         json::object progress;
         progress["chunks_left"] = c->chunks_left;

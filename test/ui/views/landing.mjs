@@ -144,13 +144,17 @@ export async function flightCapture(t) {
   // A flight recorder on the demo: armed, its row offers "capture now", which opens a session
   // of the seconds it held, said to be the collector's capture.
   t.doing = 'a flight recorder captured from its row';
-  const recorder = start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--flight-recorder', '6', '--after', '2', '--state-dir', '', '--name', 'recorder']);
+  const recorder = start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--flight-recorder', '6', '--after', '2', '--trigger-load', '100000:5', '--state-dir', '', '--name', 'recorder']);
   try {
     await again.goto(`${http}/`);
-    const button = again.locator('#targets tr', { hasText: 'recorder' }).locator('[data-capture-target]');
+    const row = again.locator('#targets tr', { hasText: 'recorder' });
+    const button = row.locator('[data-capture-target]');
     await button.waitFor({ timeout: 30000 });
-    const rowText = await again.locator('#targets tr', { hasText: 'recorder' }).textContent();
-    await again.waitForTimeout(6500); // (its window fills)
+    const rowText = await row.textContent();
+    // The row says what the window holds as it fills (the agent's metrics), and what fires it.
+    await again.waitForFunction(() => [...document.querySelectorAll('#targets tr')].some((tr) => /recorder/.test(tr.textContent) && /holds [5-9] of 6 s/.test(tr.textContent)), null, { timeout: 30000 });
+    const held = await row.locator('.flight').textContent();
+    const fires = await row.locator('.flight').getAttribute('title');
     const before = new Set((await (await fetch(`${http}/api/sessions`)).json()).map((s) => s.id));
     await button.click();
     const captured = await until('the capture\'s session', async () => {
@@ -158,8 +162,18 @@ export async function flightCapture(t) {
       return list.find((s) => !before.has(s.id) && s.capture && !s.live);
     }, 30000);
     await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'flight-capture.png') });
+    check(/holds [5-9] of 6 s · \d+ KiB of 16 MiB/.test(held) && /load ≥ 100000 for 5 s; capture now; SIGUSR1/.test(fires),
+      `an armed flight recorder's row says what it holds ("${held}") and what fires it ("${fires}")`);
     check(/flight recorder armed/.test(rowText) && captured.capture.trigger === 'asked by the collector' && captured.capture.window_s >= 5 && captured.duration_sec >= 6,
       `"capture now" on an armed flight recorder opens a session of the ${captured.capture.window_s.toFixed(1)} s it held and the 2 s after (${captured.duration_sec.toFixed(1)} s in all)`);
+    // Its timeline marks the moment it fired: the window held before it, the seconds after.
+    await again.goto(`${http}/#session=${encodeURIComponent(captured.id)}&tab=timeline`);
+    await again.waitForFunction(() => document.querySelector('#ruler')?.dataset.capture, null, { timeout: 30000 });
+    const mark = Number(await again.locator('#ruler').getAttribute('data-capture'));
+    const markTitle = await again.locator('#ruler').getAttribute('title');
+    await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'flight-timeline.png') });
+    check(Math.abs(mark - captured.capture.window_s) < 0.1 && mark > 4 && mark < captured.duration_sec && /trigger fired at [\d.]+ s \(asked by the collector\)/.test(markTitle),
+      `the capture's timeline marks its firing at ${mark} s of ${captured.duration_sec.toFixed(1)} ("${markTitle}")`);
   } finally {
     recorder.kill('SIGTERM');
   }
