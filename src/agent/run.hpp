@@ -197,6 +197,17 @@ struct run_state {
         on_flight;
     flight_settings flight_asked;         // for the next run
     std::shared_ptr<flight_state> flight; // the run under way's, if it is a flight recorder
+    // The last captures (each a run of its own): what fired, when, the window before it, and
+    // its last chunk once it is over. A link that comes back is told them with `sequence`, so
+    // a capture that began or ended while no link was there is still one session, said to be
+    // a capture (the live notices were lost with the link).
+    struct capture_note {
+        std::string run, trigger;
+        double at = 0, window_s = 0;
+        std::optional<std::uint64_t> last_seq; // set once over
+    };
+    std::deque<capture_note> capture_notes;
+    static constexpr std::size_t max_capture_notes = 16;
     // Why the run ended while no link was attached: said to the next one, after its data.
     std::optional<std::string> ended_offline;
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <set>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -1348,8 +1349,11 @@ capture_plan::answer fire(run_state& run, flight_state& f, const std::string& wh
     auto window = f.ring.take();
     log("flight recorder", what + ": capture " + std::to_string(f.captures) + " (run " + run.id +
                                "), " + std::to_string(window.size()) + " chunks held before it");
+    run.capture_notes.push_back({run.id, what, wall_seconds(), window_s, std::nullopt});
+    if (run.capture_notes.size() > run_state::max_capture_notes)
+        run.capture_notes.pop_front();
     if (run.on_flight) // said before the window, which follows it
-        run.on_flight("flight recorder: " + what, what, wall_seconds(), window_s);
+        run.on_flight("flight recorder: " + what, what, run.capture_notes.back().at, window_s);
     for (auto& chunk : window)
         run.kept.add(run.id, std::move(chunk));
     if (run.on_chunk)
@@ -1361,6 +1365,8 @@ capture_plan::answer fire(run_state& run, flight_state& f, const std::string& wh
 // now on.
 void armed_again(run_state& run, flight_state& f) {
     f.draining.reset();
+    if (!run.capture_notes.empty() && run.capture_notes.back().run == run.id)
+        run.capture_notes.back().last_seq = last_seq_of_run(run);
     f.ring.restart(flight_clock::now());
     log("flight recorder", "capture " + std::to_string(f.captures) + " over; holding the last " +
                                std::to_string(f.settings.window.count()) + " s again");
@@ -1590,6 +1596,7 @@ asio::awaitable<command_response> session::cmd_sequence(const protocol::command_
     f["state"] = run_state_name(*run_);
     f["pid"] =
         run_->settings.record.pid ? json::value(*run_->settings.record.pid) : json::value(nullptr);
+    f["captures"] = capture_notes_ahead();
     if (run_->now != run_state::state::idle && !run.empty())
         log(peer_, "resuming run " + run + ": " + std::to_string(run_->kept.count()) +
                        " chunks to send (" + std::to_string(run_->kept.bytes() >> 10) + " KiB)");
@@ -1599,6 +1606,23 @@ asio::awaitable<command_response> session::cmd_sequence(const protocol::command_
         send_state(*why);
     }
     co_return command_response::success(req.id, std::move(f));
+}
+
+json::array session::capture_notes_ahead() const {
+    // The captures whose chunks this link is still to send: what fired each, and where each
+    // ends (a capture that began or ended while no link was there).
+    std::set<std::string> ahead;
+    for (auto* h = run_->kept.after(sent_pos_); h; h = run_->kept.after(h->pos))
+        ahead.insert(h->run);
+    json::array out;
+    for (const auto& n : run_->capture_notes)
+        if (ahead.count(n.run)) {
+            json::object o{
+                {"run", n.run}, {"trigger", n.trigger}, {"at", n.at}, {"window_s", n.window_s}};
+            o["last_seq"] = n.last_seq ? json::value(*n.last_seq) : json::value(nullptr);
+            out.push_back(std::move(o));
+        }
+    return out;
 }
 
 asio::awaitable<command_response> session::cmd_capture(const protocol::command_request& req) {

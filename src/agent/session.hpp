@@ -136,6 +136,8 @@ private:
     protocol::state_notice state_now(std::string reason) const;
     void send_state(std::string reason);
     // A flight recorder's capture begins (`capture`: what fired) or ends ("").
+    // The captures whose chunks this link is still to send (sequence's answer).
+    boost::json::array capture_notes_ahead() const;
     void send_flight(const std::string& reason, const std::string& capture, double at,
                      double window_s);
 

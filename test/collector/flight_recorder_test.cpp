@@ -4,6 +4,7 @@
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
+#include "support/relay.hpp"
 #include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
@@ -232,6 +233,45 @@ TEST_CASE("flight recorder: started from the collector with its window and level
                                                   "/api/targets/" + target + "/capture", "{}");
     CHECK(captured.status == 200);
     CHECK(only_ended_session(coll).at("capture").at("trigger") == "asked by the collector");
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}
+
+TEST_CASE("flight recorder: a capture that begins and ends while the link is down is still one "
+          "session, said to be a capture, ended, and the agent armed again",
+          "[agent][collector][perf][flight][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    test_support::relay link(coll.agent_port);
+    auto demo = test_support::start_demo(120);
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(link.port()), "--pid",
+                  std::to_string(demo->pid()), "--flight-recorder", "5", "--after", "1",
+                  "--duration", "1", "--state-dir", ""});
+    const auto target = armed_target(coll);
+    for (double held = 0; held < 3;)
+        held = flight_status(coll, target).at("held_s").to_number<double>();
+    // The link goes; meanwhile a capture begins and ends on the device.
+    link.refuse_for(60s);
+    link.reset();
+    test_support::wait_for(coll, "/api/targets", 30s,
+                           [](const json::value& v) { return v.as_array().empty(); });
+    agent->signal(SIGUSR1);
+    REQUIRE(agent->wait_for_stderr("capture 1 over", 30s));
+    REQUIRE(coll.get("/api/sessions").as_array().empty());
+    link.refuse_for(0ms); // back
+    const auto s = only_ended_session(coll);
+    INFO(json::serialize(s));
+    REQUIRE(s.contains("capture"));
+    CHECK(std::string(s.at("capture").at("trigger").as_string()) == "SIGUSR1");
+    CHECK(s.at("capture").at("window_s").to_number<double>() >= 3);
+    CHECK(s.at("samples").to_number<double>() > 0);
+    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
+        return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
+    });
+    CHECK(coll.get("/api/sessions").as_array().size() == 1);
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }

@@ -3587,6 +3587,8 @@ class Run(object):
         self.offline_timer, self.offline_expired = None, False
         self.flight_asked = flight_asked(cfg)  # for the next run (None: not a flight recorder)
         self.flight = None  # the run under way's FlightState, if it is a flight recorder
+        # The last captures: told again to a link that comes back (capture_notes in run.hpp).
+        self.capture_notes = collections.deque(maxlen=16)  # [run, trigger, at, window_s, last]
 
     def state_name(self):
         """What the run is doing, as the collector is told: a flight recorder between captures
@@ -3646,9 +3648,11 @@ class Run(object):
             window = f.ring.take()
             log("flight recorder: %s: capture %d (run %s), %d chunks held before it"
                 % (what, f.captures, self.id, len(window)))
+            at = time.time()
+            self.capture_notes.append([self.id, what, at, window_s, None])
             owner = self.owner
             if owner is not None:  # said before the window, which follows it
-                owner.send_flight("flight recorder: " + what, what, time.time(), window_s)
+                owner.send_flight("flight recorder: " + what, what, at, window_s)
             for chunk in window:
                 self.outbox.add(self.id, chunk)
             if owner is not None:
@@ -3659,6 +3663,9 @@ class Run(object):
         """A capture's last chunk came (or there was none to cut): the ring holds from now."""
         with self.lock:
             f.draining = None
+            if self.capture_notes and self.capture_notes[-1][0] == self.id:
+                box = self.outbox
+                self.capture_notes[-1][4] = box.last_seq if box.last_run == self.id else 0
             f.ring.restart(monotonic())
             log("flight recorder: capture %d over; holding the last %d s again"
                 % (f.captures, f.settings["window"]))
@@ -4322,7 +4329,8 @@ class Session(object):
              "held_bytes": box.bytes, "dropped_chunks": box.dropped_chunks,
              # Chunks of the run under way this link sent before it was asked (flag 1).
              "sent": self.legacy_seq if run.id and self.legacy_run == run.id else 0,
-             "state": run.state_name(), "pid": self.settings.pid}
+             "state": run.state_name(), "pid": self.settings.pid,
+             "captures": self._capture_notes_ahead()}
         if self.state != "idle" and named:
             self.log("resuming run %s: %d chunks to send (%d KiB)"
                      % (named, len(box.held), box.bytes >> 10))
@@ -4332,6 +4340,15 @@ class Session(object):
             self.log(why + "; idle")
             self.send_state(why)
         return response(rid, f)
+
+    def _capture_notes_ahead(self):
+        """The captures whose chunks this link is still to send: what fired each, and where
+        each ends (one that began or ended while no link was there)."""
+        box = self.profiling_run.outbox
+        with box.lock:
+            ahead = set(h[1] for h in box.held if h[0] > self.sent_pos)
+        return [{"run": n[0], "trigger": n[1], "at": n[2], "window_s": n[3], "last_seq": n[4]}
+                for n in list(self.profiling_run.capture_notes) if n[0] in ahead]
 
     def cmd_ack(self, rid, args):
         run, seq = args.get("run"), args.get("seq")

@@ -401,6 +401,8 @@ bool agent_link::open_session() {
         meta["continuous"] = true;
     if (!pending_capture_.empty()) // what fired a flight recorder's capture
         meta["capture"] = std::exchange(pending_capture_, {});
+    else if (const auto note = capture_notes_.find(run_id_); note != capture_notes_.end())
+        meta["capture"] = note->second.capture; // one that began while the link was down
     if (!run_id_.empty()) { // found again by its device and id when the link comes back
         meta["run_id"] = run_id_;
         meta["run_device"] = device_key_;
@@ -622,6 +624,8 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
             run_id_ = std::string(run->as_string());
     }
     if (asked.cmd == protocol::cmd::sequence) {
+        take_capture_notes(answer.fields.if_contains("captures"));
+        sequence_state_ = now;
         // The run's chunks the agent sent before it was asked, unnumbered: taken already.
         const auto* run = answer.fields.if_contains("run");
         const auto* sent = answer.fields.if_contains("sent");
@@ -668,6 +672,40 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
     }
     if (now)
         set_state(*now); // a started run is a session from now on, before its first data
+}
+
+void agent_link::take_capture_notes(const json::value* notes) {
+    capture_notes_.clear();
+    if (!notes || !notes->is_array())
+        return;
+    for (const auto& v : notes->as_array()) {
+        const auto* o = v.if_object();
+        const auto* run = o ? o->if_contains("run") : nullptr;
+        const auto* trigger = o ? o->if_contains("trigger") : nullptr;
+        if (!run || !run->is_string() || !protocol::valid_run_id(run->as_string()) || !trigger ||
+            !trigger->is_string())
+            continue;
+        capture_note n;
+        n.capture["trigger"] = peer_text(trigger->as_string(), 200);
+        const auto number = [&](const char* key, double most) -> std::optional<double> {
+            const auto* x = o->if_contains(key);
+            if (!x || !x->is_number())
+                return std::nullopt;
+            const double d = x->to_number<double>();
+            return std::isfinite(d) ? std::optional(std::clamp(d, 0.0, most)) : std::nullopt;
+        };
+        if (const auto at = number("at", 1e11))
+            n.capture["fired_at"] = *at;
+        if (const auto w = number("window_s", 86400))
+            n.capture["window_s"] = *w;
+        if (const auto* last = o->if_contains("last_seq"); last && last->is_uint64())
+            n.last_seq = last->as_uint64();
+        else if (last && last->is_int64() && last->as_int64() >= 0)
+            n.last_seq = static_cast<std::uint64_t>(last->as_int64());
+        capture_notes_[std::string(run->as_string())] = std::move(n);
+        if (capture_notes_.size() >= 16)
+            break; // (an agent keeps its last 16)
+    }
 }
 
 void agent_link::set_state(agent_state now) {
@@ -941,6 +979,13 @@ void agent_link::on_sequenced(protocol::frame&& f) {
             self->ack_run(run);
         },
         seq);
+    // A capture that ended while the link was down: its session ends with its last chunk, and
+    // the agent is as it said when the link came back (armed again, or idle).
+    if (const auto note = capture_notes_.find(run_id_);
+        note != capture_notes_.end() && note->second.last_seq && seq >= *note->second.last_seq) {
+        capture_notes_.erase(note);
+        set_state(sequence_state_ == agent_state::idle ? agent_state::idle : agent_state::armed);
+    }
 }
 
 void agent_link::ack_run(const std::string& run) {

@@ -194,7 +194,17 @@ private:
     std::string state_reason_; // why it is in its state, as its last state notice said
     std::optional<protocol::flight_metrics> flight_; // (cleared when the run ends)
     boost::json::object pending_capture_; // a flight recorder's capture, for the session it opens
-    bool continuous_run_ = false;         // the run is --continuous's
+    // Captures whose chunks the agent still had to send when the link came back (sequence's
+    // answer): what fired each, for the session it opens, and its last chunk once over.
+    struct capture_note {
+        boost::json::object capture;
+        std::optional<std::uint64_t> last_seq;
+    };
+    std::map<std::string, capture_note> capture_notes_;
+    std::optional<protocol::agent_state>
+        sequence_state_; // what the agent said it does, at that answer
+    void take_capture_notes(const boost::json::value* notes);
+    bool continuous_run_ = false; // the run is --continuous's
     std::chrono::steady_clock::time_point session_opened_;
     asio::steady_timer idle_wake_;   // cancelled when the agent goes idle or the link closes
     asio::steady_timer closed_wake_; // cancelled when the link closes
