@@ -69,6 +69,9 @@ po::options_description describe_options() {
          "--flight-recorder: fire when a process of this name (as ps shows it) starts or exits")
         ("trigger-file", po::value<std::string>(),
          "--flight-recorder: fire when this file appears or is touched (for scripts)")
+        ("max-overhead", po::value<double>(),
+         "keep what profiling costs (perf and this agent) within PCT % of one core: the sampling "
+         "rate goes down (DWARF stacks give way to frame pointers first), each change said")
         ("offline-max", po::value<int>()->default_value(6 * 3600),
          "seconds a run goes on without a link to the collector (its chunks kept for it)")
         ("buffer-mb", po::value<int>()->default_value(16),
@@ -205,6 +208,13 @@ std::variant<config, exit_now> parse_command_line(int argc, const char* const ar
         return usage("--after must be 0-3600 seconds");
     if (c.flight_memory_mb < 1 || c.flight_memory_mb > 1024)
         return usage("--flight-memory-mb must be 1-1024");
+    if (vm.count("max-overhead")) {
+        c.max_overhead_pct = vm["max-overhead"].as<double>();
+        if (!(c.max_overhead_pct >= 0.1 && c.max_overhead_pct <= 100))
+            return usage("--max-overhead must be 0.1-100 (% of one core)");
+        if (c.run_mode == mode::output)
+            return usage("--max-overhead adapts a run a collector sees (--server or --listen)");
+    }
     bool any_trigger = false;
     for (auto [flag, field] : {std::pair{"trigger-cpu", &c.triggers.cpu},
                                {"trigger-memory", &c.triggers.memory},

@@ -45,6 +45,9 @@ struct config {
     int after_sec = 10;
     int flight_memory_mb = 16;
     trigger_settings triggers;
+    // --max-overhead PCT: what profiling costs (perf and the agent) kept within PCT % of one
+    // core by lowering the sampling rate (and giving up DWARF stacks); 0: no budget.
+    double max_overhead_pct = 0;
     std::optional<std::string> token;  // --token or PERFWIRE_TOKEN
     std::optional<std::string> enroll; // --enroll or PERFWIRE_ENROLL_TOKEN (--server only)
     std::string perf_path = "perf";

@@ -13,6 +13,7 @@
 
 #include "agent/collection.hpp"
 #include "agent/flight.hpp"
+#include "agent/overhead.hpp"
 #include "agent/triggers.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -207,6 +208,12 @@ struct run_state {
         std::optional<std::uint64_t> last_seq; // set once over
     };
     std::deque<capture_note> capture_notes;
+    // --max-overhead (or a start's max_overhead): the budget for the next run (0: none), and
+    // the run under way's governor and meter while one holds it to a budget.
+    double overhead_asked = 0;
+    std::optional<overhead_governor> governor;
+    cost_meter meter;
+    bool governing = false; // a session's loop is watching the cost
     static constexpr std::size_t max_capture_notes = 16;
     // Why the run ended while no link was attached: said to the next one, after its data.
     std::optional<std::string> ended_offline;

@@ -424,6 +424,7 @@ protocol::state_notice session::state_now(std::string reason) const {
         n.callgraph =
             run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
         n.run = run_->id;
+        n.frequency = run_->settings.record.frequency;
     }
     return n;
 }
@@ -920,6 +921,15 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
     f["capabilities"] = caps_ ? json::value(capabilities_json()) : json::value(nullptr);
     f["probing"] = probing_;
     f["lost_samples"] = run_->lost_samples;
+    if (const auto& g = run_->governor) { // a budget: what profiling costs, the rate it takes
+        json::object o{{"budget_pct", g->asked().budget_pct},
+                       {"cost_pct", g->last_cost()},
+                       {"asked_hz", g->asked().asked_hz}};
+        o["frequency"] = run_->settings.record.frequency;
+        o["callgraph"] = run_->settings.record.callgraph.empty() ? std::string("none")
+                                                                 : run_->settings.record.callgraph;
+        f["overhead"] = std::move(o);
+    }
     if (const auto& fl = run_->flight) { // a flight recorder: what its window holds now
         auto w = json::parse(protocol::serialize(flight_record(*fl, wall_seconds()))).as_object();
         w.erase("type");
@@ -1224,6 +1234,15 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     auto flight = flight_of_start(req.args, cfg_, pid.has_value());
     if (const auto* why = std::get_if<std::string>(&flight))
         co_return command_response::failure(id, *why);
+    // A budget for what profiling costs (% of one core; 0 none), over the command line's.
+    double overhead = cfg_.max_overhead_pct;
+    if (const auto* mo = req.args.if_contains("max_overhead"); mo && !mo->is_null()) {
+        overhead = mo->is_number() ? mo->to_number<double>() : -1;
+        if (!(overhead == 0 || (overhead >= 0.1 && overhead <= 100)))
+            co_return command_response::failure(
+                id, "max_overhead must be a number from 0.1 to 100 (% of one core; 0: none)");
+    }
+    run_->overhead_asked = overhead;
     run_->flight_asked = std::get<flight_settings>(std::move(flight));
     run_->settings.record.pid = pid;
     if (callgraph)
@@ -1256,6 +1275,7 @@ asio::awaitable<command_response> session::cmd_start(const protocol::command_req
     f["off_cpu"] = run_->settings.record.off_cpu;
     f["off_cpu_min_us"] = run_->settings.record.off_cpu_min_ns / 1000;
     f["state"] = run_state_name(*run_);
+    f["max_overhead"] = run_->overhead_asked;
     if (run_->flight) {
         f["flight_recorder"] = run_->flight->settings.window.count();
         f["after"] = run_->flight->settings.after.count();
@@ -1437,6 +1457,15 @@ void session::begin_collection() {
                 run_->settings.stat_events.push_back(e);
     if (run_->now == run_state::state::idle) { // a new run (not a resume after pause)
         run_->id = make_run_id();
+        run_->governor.reset();
+        if (run_->overhead_asked > 0) {
+            const auto& modes = caps_ ? caps_->callgraph_modes : std::vector<std::string>{};
+            run_->governor.emplace(overhead_governor::settings{
+                run_->overhead_asked, run_->settings.record.frequency,
+                run_->settings.record.callgraph == "dwarf",
+                std::find(modes.begin(), modes.end(), "fp") != modes.end(), 1});
+            run_->meter = cost_meter();
+        }
         run_->flight.reset();
         if (run_->flight_asked.window.count() > 0) {
             flight_signalled().store(false); // (one from before this run asks nothing of it)
@@ -1466,6 +1495,7 @@ void session::begin_collection() {
     run_->current =
         std::make_shared<collection>(cfg_.perf_path, run_->settings, on_chunk, may_flush);
     run_->now = run_state::state::profiling;
+    watch_overhead();
     auto task = collect(run_, run_->current);
     asio::co_spawn(ex_, std::move(task), [peer = peer_](std::exception_ptr e) {
         if (e)
@@ -1485,6 +1515,7 @@ void session::attach_run() {
         run_->settings.record.off_cpu_min_ns =
             static_cast<std::uint64_t>(cfg_.off_cpu_min_us) * 1000;
         run_->flight_asked = flight_of_config(cfg_);
+        run_->overhead_asked = cfg_.max_overhead_pct;
         run_->settings.chunk_duration = std::chrono::seconds(cfg_.duration_sec);
     }
     run_->attached = true;
@@ -1511,6 +1542,43 @@ void session::attach_run() {
         if (auto self = weak.lock())
             self->send_flight(reason, capture, at, window_s);
     };
+    if (run_->now != run_state::state::idle)
+        watch_overhead(); // (a run that went on without a link: watched again from here)
+}
+
+void session::watch_overhead() {
+    if (run_->governor && !run_->governing && owns_run() && !closed_) {
+        run_->governing = true; // (claimed now: a coroutine may run later)
+        asio::co_spawn(ex_, overhead_loop(), asio::detached);
+    }
+}
+
+asio::awaitable<void> session::overhead_loop() {
+    auto self = shared_from_this();
+    asio::steady_timer tick(ex_);
+    (void)run_->meter.read(monotonic_seconds()); // from now
+    while (!closed_ && owns_run() && run_->governor && run_->now != run_state::state::idle) {
+        tick.expires_after(std::chrono::seconds(5));
+        co_await tick.async_wait(use_nothrow);
+        if (closed_ || !owns_run() || !run_->governor || run_->now == run_state::state::idle)
+            break;
+        const auto cost = run_->meter.read(monotonic_seconds());
+        if (!cost || run_->now != run_state::state::profiling || !run_->current)
+            continue; // (paused: nothing to judge)
+        const auto change = run_->governor->feed(*cost, run_->settings.record.frequency);
+        if (!change)
+            continue;
+        log(peer_, change->why);
+        run_->settings.record.frequency = change->frequency;
+        if (change->to_fp)
+            run_->settings.record.callgraph = "fp";
+        co_await end_collection();
+        if (closed_ || run_->now != run_state::state::profiling)
+            break; // stopped or paused meanwhile: the next start or resume takes the new rate
+        begin_collection();
+        send_state(change->why);
+    }
+    run_->governing = false;
 }
 
 void session::send_flight(const std::string& reason, const std::string& capture, double at,

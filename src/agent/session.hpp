@@ -116,6 +116,10 @@ private:
     void start_from_command_line(); // --server with --pid: auto_start beside the reader
     asio::awaitable<void> auto_start();
     void begin_collection();
+    // --max-overhead: every 5 s the cost of profiling against the budget; a change of rate
+    // restarts the collection and is said in a state notice.
+    asio::awaitable<void> overhead_loop();
+    void watch_overhead();
     // Stops and waits until drained (without `drain`: until perf is killed, the rest dropped).
     asio::awaitable<void> end_collection(bool drain = true);
     // The run's data: this link sends it from now on, sequenced (the collector can resume)

@@ -402,6 +402,38 @@ void live_session::link_down(double at) {
     app_.changed(change::sessions, entry_->id);
 }
 
+void live_session::rate_change(double at, int from_hz, int to_hz, const std::string& callgraph,
+                               const std::string& why) {
+    app_.changed(change::sessions, entry_->id);
+    in_order(
+        entry_, app_,
+        [e = entry_, app = &app_, at, from_hz, to_hz, callgraph, why](std::string_view) {
+            if (!e->writer)
+                return;
+            auto meta = app->store.meta(e->id).value_or(json::object());
+            json::array all;
+            if (const auto* before = meta.if_contains("rate_changes"); before && before->is_array())
+                all = before->as_array();
+            if (all.size() >= 64)
+                return; // (a run's first 64 changes tell its story)
+            json::object c{{"at", at},
+                           {"from_hz", from_hz},
+                           {"to_hz", to_hz},
+                           {"callgraph", callgraph},
+                           {"why", why}};
+            // On the session's clock: after its last sample so far.
+            if (e->model && e->model->prof.sample_count())
+                c["at_s"] =
+                    static_cast<double>(e->model->prof.last_time() - e->model->prof.first_time()) /
+                    1e9;
+            all.push_back(std::move(c));
+            meta["rate_changes"] = std::move(all);
+            meta.erase("chunks");
+            meta.erase("ended_at");
+            (void)e->writer->write_meta(meta);
+        });
+}
+
 void live_session::link_gap(double down, double up, std::uint64_t late) {
     entry_->link_down_since = 0;
     app_.changed(change::sessions, entry_->id);

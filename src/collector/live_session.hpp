@@ -67,6 +67,11 @@ public:
     // on the device, `late` chunks made meanwhile still to come: added to its metadata at once
     // (link_gaps, and link_gaps_s on the session's own clock for the timeline).
     void link_gap(double down, double up, std::uint64_t late = 0);
+    // The agent changed the run's sampling rate at `at` (seconds since the epoch: its budget,
+    // --max-overhead), and why: added to its metadata at once (rate_changes, with `at_s` on the
+    // session's own clock).
+    void rate_change(double at, int from_hz, int to_hz, const std::string& callgraph,
+                     const std::string& why);
     // The collector stops while the run goes on on the device: its metadata says so
     // (run_open), and the run continues the session when its agent is back.
     void keep_run_open() { run_open_ = true; }

@@ -140,10 +140,12 @@ struct state_notice {
     std::optional<std::string> capture;
     std::optional<double> capture_at;
     std::optional<double> capture_window;
+    // The sampling rate of the run under way (Hz): a change (--max-overhead) says it here.
+    std::optional<int> frequency;
 };
 BOOST_DESCRIBE_STRUCT(state_notice, (),
                       (state, reason, pid, lost_samples, callgraph, run, capture, capture_at,
-                       capture_window))
+                       capture_window, frequency))
 
 std::string serialize(const state_notice& n);
 

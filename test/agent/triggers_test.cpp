@@ -3,8 +3,8 @@
 // checks a bad trigger meets at start.
 #include "agent/triggers.hpp"
 
+#include "support/agents.hpp"
 #include "support/fixtures.hpp"
-#include "support/spawn.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -252,8 +252,7 @@ TEST_CASE("the Python agent refuses the same triggers with the same words, and f
         {"file", "tmp/x", true},
         {"file", d + "/now", true},
     };
-    std::string want, script = "import sys; sys.path.insert(0, sys.argv[1]); "
-                               "import perfwire_agent as a\n";
+    std::string want, script;
     for (const auto& [field, value, pid] : cases) {
         trigger_settings t;
         for (auto [name, member] : {std::pair{"cpu", &trigger_settings::cpu},
@@ -298,14 +297,5 @@ TEST_CASE("the Python agent refuses the same triggers with the same words, and f
             log.string() +
             " (waiting for it)\n"
             "['back'] \n";
-    const auto out = dir.path / "out";
-    test_support::spawned python(
-        PERFWIRE_PYTHON,
-        {"-c", script, std::filesystem::path(PERFWIRE_PYTHON_AGENT).parent_path().string()},
-        out.string());
-    REQUIRE(python.wait(std::chrono::seconds(60)) == 0);
-    std::ifstream got(out);
-    std::stringstream text;
-    text << got.rdbuf();
-    CHECK(text.str() == want);
+    CHECK(test_support::python_agent_output(script) == want);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "protocol/messages.hpp"
+#include "support/fixtures.hpp"
 #include "support/framing_peer.hpp"
 #include "support/programs.hpp"
 #include "support/spawn.hpp"
@@ -13,10 +14,12 @@
 
 #include <chrono>
 #include <cstdlib>
-
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -61,6 +64,24 @@ inline std::vector<agent_flavour> agent_flavours() {
 }
 inline agent_flavour each_agent() {
     return GENERATE(Catch::Generators::from_range(agent_flavours()));
+}
+
+// What `script` prints, run by the Python agent's interpreter with the agent importable as
+// `import perfwire_agent as a` (done before it); a clean exit within a minute is required.
+// The tests that hold the two agents to the same answers use it.
+inline std::string python_agent_output(const std::string& script) {
+    temp_dir dir;
+    const auto out = dir.path / "out";
+    spawned python(
+        PERFWIRE_PYTHON,
+        {"-c", "import sys; sys.path.insert(0, sys.argv[1]); import perfwire_agent as a\n" + script,
+         std::filesystem::path(PERFWIRE_PYTHON_AGENT).parent_path().string()},
+        out.string());
+    REQUIRE(python.wait(std::chrono::seconds(60)) == 0);
+    std::ifstream got(out);
+    std::stringstream text;
+    text << got.rdbuf();
+    return text.str();
 }
 
 // The hello an agent sends first.

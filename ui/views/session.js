@@ -153,6 +153,14 @@ function statCards(meta) {
     const late = gaps.reduce((n, g) => n + (Number(g[2]) || 0), 0);
     cards.push(`<div class="card" data-card="link-gaps" title="the device kept recording while its link was down and sent it when it was back: the samples are there; the timeline marks when">link down ${gaps.length} ${gaps.length === 1 ? 'time' : 'times'}<b>${esc(duration(down))}</b><small>${late ? `${count(late)} chunks came late` : 'nothing lost'}</small></div>`);
   }
+  // The agent changed the rate to stay within its --max-overhead budget: the views weigh each
+  // sample by its period, so shares stay right across the change.
+  const rates = Array.isArray(meta.rate_changes) ? meta.rate_changes : [];
+  if (rates.length) {
+    const last = rates[rates.length - 1];
+    const said = rates.map((c) => `${c.at_s != null ? `at ${Number(c.at_s).toFixed(1)} s: ` : ''}${c.from_hz} → ${c.to_hz} Hz${c.why ? ` (${c.why})` : ''}`).join('\n');
+    cards.push(`<div class="card" data-card="rate-changes" title="${attr(`the agent kept what profiling costs within its budget (--max-overhead): samples are weighed by their period, so shares stay right across a change\n${said}`)}">sampling rate changed ${rates.length} ${rates.length === 1 ? 'time' : 'times'}<b>${esc(last.to_hz)} Hz</b><small>from ${esc(rates[0].from_hz)} Hz asked${last.callgraph ? `, call graphs ${esc(last.callgraph)}` : ''}</small></div>`);
+  }
   if (meta.unsaved_chunks) {
     const what = `${meta.unsaved_chunks} ${meta.unsaved_chunks === 1 ? 'chunk' : 'chunks'}${meta.unsaved_samples ? `, ${Number(meta.unsaved_samples).toLocaleString()} samples` : ''}`;
     cards.push(`<div class="card warn" title="${meta.live ? 'shown here, kept in memory and written when there is room' : 'missing from the recording on disk'}">${meta.live ? 'not on disk yet' : 'incomplete recording'}<b>${what}: ${esc(meta.store_error || '')}</b></div>`);

@@ -2523,6 +2523,101 @@ class FlightState(object):
 FLIGHT_SIGNALLED = threading.Event()  # SIGUSR1: a script on the device asks for a capture
 
 
+class OverheadGovernor(object):
+    """An overhead budget (--max-overhead PCT of one core; overhead_governor in the C++ agent):
+    given what profiling cost over each interval at the rate in use, the rate to use next —
+    down at once when over by a tenth (DWARF given up for frame pointers first), back up only
+    when well under, at most doubling, never past what was asked; the interval after a change is
+    not judged (the restart's own cost)."""
+
+    def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1):
+        self.budget, self.asked_hz, self.dwarf, self.fp_works = budget_pct, asked_hz, dwarf, \
+            fp_works
+        self.min_hz = max(1, min(min_hz, asked_hz))
+        self.skip_next, self.last_cost = False, 0.0
+
+    def feed(self, cost, hz):
+        """(frequency, to_fp, why) for a change, else None."""
+        self.last_cost = cost
+        skip, self.skip_next = self.skip_next, False
+        if skip or not cost >= 0 or hz <= 0:
+            return None
+        budget = self.budget
+        if cost > budget * 1.1:
+            if self.dwarf and self.fp_works:
+                self.dwarf, self.skip_next = False, True
+                return hz, True, ("profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
+                                  "frame-pointer call graphs instead of DWARF" % (cost, budget))
+            nxt = min(max(int(math.floor(hz * budget * 0.9 / cost)), self.min_hz), hz)
+            if nxt == hz:
+                return None
+            self.skip_next = True
+            return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, over --max-overhead "
+                                "%.2f %%: sampling at %d Hz" % (cost, hz, budget, nxt))
+        if cost < budget * 0.6 and hz < self.asked_hz:
+            room = budget * 0.9 / cost if cost > 0 else 2.0
+            nxt = min(max(int(math.floor(hz * min(room, 2.0))), hz), self.asked_hz)
+            if nxt == hz:
+                return None
+            self.skip_next = True
+            return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, under --max-overhead "
+                                "%.2f %%: sampling at %d Hz (asked: %d)"
+                                % (cost, hz, budget, nxt, self.asked_hz))
+        return None
+
+
+class CostMeter(object):
+    """The CPU this agent and its children (perf) used, from /proc/PID/task/*/schedstat (ns;
+    clock ticks where there is none): % of one core since the last reading."""
+
+    def __init__(self, proc_root="/proc"):
+        self.root, self.seen, self.last_at = proc_root, {}, None
+
+    def _cpu_ns(self, pid):
+        base = "%s/%d" % (self.root, pid)
+        total, any_ = 0, False
+        try:
+            tasks = os.listdir(base + "/task")
+        except OSError:
+            tasks = []
+        for t in tasks:
+            text = read_text("%s/task/%s/schedstat" % (base, t))
+            if text:
+                total += u64(text.split()[0])
+                any_ = True
+        if any_:
+            return total
+        st = parse_pid_stat(read_text(base + "/stat"))
+        return int((st["utime"] + st["stime"]) * 1e9 / CLK_TCK) if st else 0
+
+    def read(self, now):
+        me = os.getpid()
+        pids = [me]
+        try:
+            entries = os.listdir(self.root)
+        except OSError:
+            entries = []
+        for e in entries:
+            if not e.isdigit() or int(e) == me:
+                continue
+            text = read_text("%s/%s/stat" % (self.root, e)) or ""
+            close = text.rfind(")")
+            fields = text[close + 1:].split() if close >= 0 else []
+            if len(fields) > 1 and fields[1] == str(me):
+                pids.append(int(e))
+        now_ns, used = {}, 0
+        for pid in pids:
+            ns = self._cpu_ns(pid)
+            now_ns[pid] = ns
+            before = self.seen.get(pid)
+            used += ns if before is None else ns - min(ns, before)
+        self.seen = now_ns
+        before, self.last_at = self.last_at, now
+        if before is None or now <= before:
+            return None
+        return 100.0 * used / 1e9 / (now - before)
+
+
 def last_boundary(s):
     """Index just past the last sample boundary in `s`, or -1. A line that does not start
     with TAB starts a sample; a blank line ends one that has a call chain."""
@@ -3589,6 +3684,9 @@ class Run(object):
         self.flight = None  # the run under way's FlightState, if it is a flight recorder
         # The last captures: told again to a link that comes back (capture_notes in run.hpp).
         self.capture_notes = collections.deque(maxlen=16)  # [run, trigger, at, window_s, last]
+        # --max-overhead: the budget for the next run (0 none), the run's governor and meter.
+        self.overhead_asked = getattr(cfg, "max_overhead", 0.0)
+        self.governor, self.meter, self.governing = None, CostMeter(), False
 
     def state_name(self):
         """What the run is doing, as the collector is told: a flight recorder between captures
@@ -3927,6 +4025,7 @@ class Session(object):
         if self.state != "idle":
             notice["callgraph"] = self.settings.callgraph or "none"
             notice["run"] = self.profiling_run.id
+            notice["frequency"] = self.settings.frequency
         return notice
 
     def send_state(self, reason):
@@ -4131,10 +4230,13 @@ class Session(object):
                 run.settings.off_cpu = self.cfg.off_cpu
                 run.settings.off_cpu_min_us = self.cfg.off_cpu_min_us
                 run.flight_asked = flight_asked(self.cfg)
+                run.overhead_asked = self.cfg.max_overhead
             run.owner = self
             if run.offline_timer is not None:
                 run.offline_timer.cancel()
         self.wake_writer()
+        if run.state != "idle":
+            self._watch_overhead()  # (a run that went on without a link: watched from here)
 
     def _detach_run(self):
         run = self.profiling_run
@@ -4374,6 +4476,11 @@ class Session(object):
                  chunks=current.chunks if current is not None else 0,
                  run=self.profiling_run.id or None, held_chunks=len(box.held), held_bytes=box.bytes,
                  outbox_dropped_chunks=box.dropped_chunks, spooled_bytes=0)
+        g = self.profiling_run.governor
+        if g is not None:  # a budget: what profiling costs, the rate it takes
+            f["overhead"] = {"budget_pct": g.budget, "cost_pct": g.last_cost,
+                             "asked_hz": g.asked_hz, "frequency": s.frequency,
+                             "callgraph": s.callgraph or "none"}
         fl = self.profiling_run.flight
         if fl is not None:  # a flight recorder: what its window holds now
             f["flight"] = flight_record(fl, time.time())
@@ -4625,6 +4732,14 @@ class Session(object):
             flight, why = flight_of_start(args, self.cfg, pid is not None)
             if why:
                 return response(rid, error=why)
+            overhead = args.get("max_overhead", self.cfg.max_overhead)
+            if overhead is None:
+                overhead = self.cfg.max_overhead
+            if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or \
+                    not (overhead == 0 or 0.1 <= overhead <= 100):
+                return response(rid, error="max_overhead must be a number from 0.1 to 100 (% "
+                                           "of one core; 0: none)")
+            self.profiling_run.overhead_asked = float(overhead)
             self.profiling_run.flight_asked = flight
             s.pid = pid
             self._set_timing(timing)
@@ -4650,6 +4765,7 @@ class Session(object):
              "run": self.profiling_run.id,
              "clock": {"monotonic": time.clock_gettime(time.CLOCK_MONOTONIC),
                        "realtime": time.time()}}
+        f["max_overhead"] = self.profiling_run.overhead_asked
         fl = self.profiling_run.flight
         if fl is not None:
             f.update(flight_recorder=fl.settings["window"], after=fl.settings["after"],
@@ -4836,6 +4952,12 @@ class Session(object):
             if self.state == "idle":  # a new run (not a resume after pause)
                 run.id = os.urandom(16).hex()
                 run.begin_flight()
+                run.governor = None
+                if run.overhead_asked > 0:
+                    modes = self.caps.callgraph_modes if self.caps else []
+                    run.governor = OverheadGovernor(run.overhead_asked, s.frequency,
+                                                    s.callgraph == "dwarf", "fp" in modes)
+                    run.meter = CostMeter()
         # The chunks go to the run's outbox; a flush waits while the link still holds
         # earlier data, or there is no link.
         c = Collection(self.cfg.perf, s, self.compression.make(), run.add, run.collection_done,
@@ -4844,6 +4966,46 @@ class Session(object):
             self.current = c
             self.state = "profiling"
         c.start()
+        self._watch_overhead()
+
+    def _watch_overhead(self):
+        run = self.profiling_run
+        with run.lock:
+            if run.governor is None or run.governing or run.owner is not self or self.closed:
+                return
+            run.governing = True  # (claimed now)
+        start_thread(self._overhead_loop, "overhead")
+
+    def _overhead_loop(self):
+        """--max-overhead: every 5 s the cost of profiling against the budget; a change of
+        rate restarts the collection and is said in a state notice."""
+        run = self.profiling_run
+        try:
+            run.meter.read(monotonic())  # from now
+            while True:
+                self.finished.wait(5.0)
+                if self.closed or run.owner is not self or run.governor is None or \
+                        self.state == "idle":
+                    return
+                cost = run.meter.read(monotonic())
+                if cost is None or self.state != "profiling" or self.current is None:
+                    continue  # (paused: nothing to judge)
+                change = run.governor.feed(cost, self.settings.frequency)
+                if change is None:
+                    continue
+                frequency, to_fp, why = change
+                self.log(why)
+                self.settings.frequency = frequency
+                if to_fp:
+                    self.settings.callgraph = "fp"
+                self.end_collection()
+                with self.lock:
+                    if self.closed or self.state != "profiling":
+                        return  # stopped or paused meanwhile: the next start takes the rate
+                    self._begin_collection()
+                self.send_state(why)
+        finally:
+            run.governing = False
 
     def end_collection(self, drain=True):
         """Stops the collection and waits until its last chunk is made."""
@@ -5340,6 +5502,9 @@ Modes (exactly one):
                         ps shows it) starts or exits
   --trigger-file arg    --flight-recorder: fire when this file appears or is
                         touched (for scripts)
+  --max-overhead arg    keep what profiling costs (perf and this agent) within PCT
+                        % of one core: the sampling rate goes down (DWARF stacks
+                        give way to frame pointers first), each change said
   --offline-max arg (=21600)
                         seconds a run goes on without a link to the collector 
                         (its chunks kept for it)
@@ -5383,7 +5548,7 @@ Modes (exactly one):
 OPTIONS = ["server", "listen", "output", "bind", "port", "rounds", "pid", "frequency",
            "duration", "events", "off-cpu", "off-cpu-min-us", "flight-recorder", "after",
            "flight-memory-mb", "trigger-cpu", "trigger-memory", "trigger-load", "trigger-log",
-           "trigger-process", "trigger-file", "offline-max", "buffer-mb", "state-dir", "name",
+           "trigger-process", "trigger-file", "max-overhead", "offline-max", "buffer-mb", "state-dir", "name",
            "token", "enroll", "perf", "allow-kallsyms", "tls-pin",
            "tls-ca", "tls", "tls-key", "update-pubkey", "update-key", "no-update", "launcher",
            "version", "help"]
@@ -5500,6 +5665,16 @@ def parse_command_line(argv, env_token, env_enroll=None):
     c.allow_kallsyms = "allow-kallsyms" in values
     c.off_cpu = "off-cpu" in values
     c.off_cpu_min_us = int(values["off-cpu-min-us"])
+    c.max_overhead = 0.0
+    if "max-overhead" in values:
+        try:
+            c.max_overhead = float(values["max-overhead"])
+        except ValueError:
+            c.max_overhead = -1.0
+        if not 0.1 <= c.max_overhead <= 100:
+            raise usage("--max-overhead must be 0.1-100 (% of one core)")
+        if c.mode == "output":
+            raise usage("--max-overhead adapts a run a collector sees (--server or --listen)")
     c.flight_recorder = int(values["flight-recorder"])
     c.after, c.flight_memory_mb = int(values["after"]), int(values["flight-memory-mb"])
     c.triggers = dict((key, values.get(flag, "")) for key, flag in TRIGGER_FLAGS)

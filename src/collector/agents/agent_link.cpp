@@ -522,6 +522,15 @@ void agent_link::on_frame(protocol::frame&& f) {
                 callgraph_.clear(); // a run the agent began itself: its mode as it says
             if (n->callgraph)
                 callgraph_ = known_callgraph(*n->callgraph);
+            // The agent changed the rate of the run under way (its --max-overhead): said in
+            // the session, whose views weigh samples by their period.
+            if (n->frequency && *n->frequency > 0 && *n->frequency <= 100000) {
+                if (frequency_ && *frequency_ != *n->frequency && session_ &&
+                    n->state == "profiling")
+                    session_->rate_change(wall_seconds(), *frequency_, *n->frequency, callgraph_,
+                                          n->reason ? peer_text(*n->reason, 200) : std::string());
+                frequency_ = *n->frequency;
+            }
             // (Kept and logged bounded: an agent chooses its reasons.)
             state_reason_ = n->reason ? peer_text(*n->reason, 200) : std::string();
             log(peer_, "agent is " + peer_text(n->state, 32) +
@@ -616,6 +625,10 @@ void agent_link::on_answer(const pending& asked, const command_response& answer)
             pid_ = asked.asked_pid; // none: the whole system
         const auto* cg = answer.fields.if_contains("callgraph");
         callgraph_ = cg && cg->is_string() ? known_callgraph(cg->as_string()) : std::string();
+        const auto* hz = answer.fields.if_contains("frequency");
+        frequency_ = hz && hz->is_int64() && hz->as_int64() > 0 && hz->as_int64() <= 100000
+                         ? std::optional<int>(static_cast<int>(hz->as_int64()))
+                         : std::nullopt;
         continuous_run_ = asked.continuous;
         // The run's id, so its session is found again when the link comes back.
         if (const auto* run = answer.fields.if_contains("run");
@@ -716,8 +729,10 @@ void agent_link::set_state(agent_state now) {
     // (A flight recorder armed again: its capture, a run of its own, is over.)
     if (now == agent_state::idle || now == agent_state::armed)
         pending_capture_ = {}; // (a capture never opened is no later session's)
-    if (now == agent_state::idle)
+    if (now == agent_state::idle) {
         flight_.reset();
+        frequency_.reset();
+    }
     if (running && (now == agent_state::idle || now == agent_state::armed)) {
         end_session(); // everything of the run arrived before the answer or notice that says so
         if (!run_id_.empty()) { // the run is over: what comes of it later is sent twice

@@ -193,6 +193,7 @@ private:
     std::string callgraph_;    // of the run, as the start's answer said ("": not said)
     std::string state_reason_; // why it is in its state, as its last state notice said
     std::optional<protocol::flight_metrics> flight_; // (cleared when the run ends)
+    std::optional<int> frequency_;        // the run's sampling rate, as the agent last said
     boost::json::object pending_capture_; // a flight recorder's capture, for the session it opens
     // Captures whose chunks the agent still had to send when the link came back (sequence's
     // answer): what fired each, for the session it opens, and its last chunk once over.

@@ -1,0 +1,130 @@
+#include "agent/overhead.hpp"
+
+#include "agent/procfs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include <dirent.h>
+#include <unistd.h>
+
+namespace agent {
+
+overhead_governor::overhead_governor(settings s)
+    : s_(s)
+    , dwarf_(s.dwarf) {
+    s_.min_hz = std::max(1, std::min(s_.min_hz, s_.asked_hz));
+}
+
+std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct, int hz) {
+    last_cost_ = cost_pct;
+    if (std::exchange(skip_next_, false) || !(cost_pct >= 0) || hz <= 0)
+        return std::nullopt; // (the interval of a restart: its own cost, not the rate's)
+    char why[200];
+    const double budget = s_.budget_pct;
+    if (cost_pct > budget * 1.1) {
+        if (dwarf_ && s_.fp_works) {
+            dwarf_ = false;
+            skip_next_ = true;
+            std::snprintf(why, sizeof why,
+                          "profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
+                          "frame-pointer call graphs instead of DWARF",
+                          cost_pct, budget);
+            return change{hz, true, why};
+        }
+        // Aim a little under the budget: the cost is about proportional to the rate.
+        const int next =
+            std::clamp(static_cast<int>(std::floor(hz * budget * 0.9 / cost_pct)), s_.min_hz, hz);
+        if (next == hz)
+            return std::nullopt; // already as low as it goes
+        skip_next_ = true;
+        std::snprintf(why, sizeof why,
+                      "profiling cost %.2f %% of a core at %d Hz, over --max-overhead %.2f %%: "
+                      "sampling at %d Hz",
+                      cost_pct, hz, budget, next);
+        return change{next, false, why};
+    }
+    if (cost_pct < budget * 0.6 && hz < s_.asked_hz) {
+        const double room = cost_pct > 0 ? budget * 0.9 / cost_pct : 2.0;
+        const int next =
+            std::clamp(static_cast<int>(std::floor(hz * std::min(room, 2.0))), hz, s_.asked_hz);
+        if (next == hz)
+            return std::nullopt;
+        skip_next_ = true;
+        std::snprintf(why, sizeof why,
+                      "profiling cost %.2f %% of a core at %d Hz, under --max-overhead %.2f %%: "
+                      "sampling at %d Hz (asked: %d)",
+                      cost_pct, hz, budget, next, s_.asked_hz);
+        return change{next, false, why};
+    }
+    return std::nullopt;
+}
+
+cost_meter::cost_meter(std::string proc_root)
+    : root_(std::move(proc_root)) {}
+
+std::uint64_t cost_meter::cpu_ns_of(int pid) const {
+    // Every thread's on-CPU nanoseconds (the first field of schedstat).
+    const auto base = root_ + "/" + std::to_string(pid);
+    std::uint64_t ns = 0;
+    bool any = false;
+    if (DIR* d = ::opendir((base + "/task").c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            if (const auto text = procfs::read_file(base + "/task/" + e->d_name + "/schedstat")) {
+                ns += std::strtoull(text->c_str(), nullptr, 10);
+                any = true;
+            }
+        }
+        ::closedir(d);
+    }
+    if (any)
+        return ns;
+    // No schedstat (a kernel without CONFIG_SCHED_INFO): the clock ticks of stat.
+    const auto text = procfs::read_file(base + "/stat");
+    const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
+    static const double tick_ns = 1e9 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)));
+    return st ? static_cast<std::uint64_t>(static_cast<double>(st->utime + st->stime) * tick_ns)
+              : 0;
+}
+
+std::optional<double> cost_meter::read(double now_s) {
+    const int self = static_cast<int>(::getpid());
+    std::vector<int> pids{self};
+    if (DIR* d = ::opendir(root_.c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+            char* end = nullptr;
+            const long pid = std::strtol(e->d_name, &end, 10);
+            if (pid <= 0 || *end || pid == self || pid > std::numeric_limits<int>::max())
+                continue;
+            // The parent's pid: the second field after the command's closing parenthesis.
+            const auto text = procfs::read_file(root_ + "/" + e->d_name + "/stat");
+            const auto close = text ? text->rfind(')') : std::string::npos;
+            if (close == std::string::npos || close + 4 >= text->size())
+                continue;
+            if (std::atoi(text->c_str() + close + 4) == self)
+                pids.push_back(static_cast<int>(pid));
+        }
+        ::closedir(d);
+    }
+    std::map<int, std::uint64_t> now;
+    std::uint64_t used = 0;
+    for (const int pid : pids) {
+        const auto ns = cpu_ns_of(pid);
+        now[pid] = ns;
+        const auto before = seen_.find(pid);
+        used += before == seen_.end() ? ns : ns - std::min(ns, before->second);
+    }
+    seen_ = std::move(now);
+    const auto before = std::exchange(last_at_, now_s);
+    if (!before || now_s <= *before)
+        return std::nullopt;
+    return 100.0 * static_cast<double>(used) / 1e9 / (now_s - *before);
+}
+
+} // namespace agent

@@ -1,0 +1,73 @@
+// An overhead budget the device's owner sets (--max-overhead PCT of one core): what profiling
+// costs the device — perf record, perf script and perf stat (the agent's children) and the
+// agent itself — measured from the kernel's own accounting, and the sampling rate (and
+// call-graph mode) it takes to stay within it.
+//
+//   cost_meter (CPU ns of the agent and its children, from /proc) ──cost %──▶ overhead_governor
+//                                                                              │ a change: the
+//                                                                              ▼ run restarts
+//                                                                     at the rate it answers
+//
+// The governor holds no I/O: given the cost of each interval at the rate in use, it answers
+// with the rate to use next. The cost of sampling is about proportional to the rate (perf
+// script names every sample; the agent compresses it), so it aims at the budget from the last
+// reading: down at once when over by a tenth, with DWARF stacks given up for frame pointers
+// first (their stack copies cost the most); back up, never past what was asked, only when well
+// under, a step at most doubling. A change is followed by one interval it does not judge (the
+// restart's own cost).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace agent {
+
+class overhead_governor {
+public:
+    struct settings {
+        double budget_pct = 1; // of one core
+        int asked_hz = 99;     // the rate asked for: never more
+        bool dwarf = false;    // DWARF call graphs asked for
+        bool fp_works = true;  // frame pointers are there to fall back to
+        int min_hz = 1;
+    };
+    struct change {
+        int frequency;
+        bool to_fp = false; // DWARF given up for frame pointers
+        std::string why;    // for the session: what it cost, what it does now
+    };
+
+    explicit overhead_governor(settings s);
+    // The cost of the last interval (% of one core) at `hz`: a change to make, if any.
+    std::optional<change> feed(double cost_pct, int hz);
+    bool dwarf() const noexcept { return dwarf_; }
+    double last_cost() const noexcept { return last_cost_; }
+    const settings& asked() const noexcept { return s_; }
+
+private:
+    settings s_;
+    bool dwarf_;
+    bool skip_next_ = false;
+    double last_cost_ = 0;
+};
+
+// The CPU the agent and its children (perf) used, in ns, from /proc/PID/task/*/schedstat
+// (nanoseconds the kernel counted; utime+stime clock ticks where schedstat is missing).
+class cost_meter {
+public:
+    explicit cost_meter(std::string proc_root = "/proc");
+    // % of one core used since the last reading by this process and its children (nullopt at
+    // the first reading). A child that began meanwhile counts from its start.
+    std::optional<double> read(double now_s);
+
+private:
+    std::uint64_t cpu_ns_of(int pid) const;
+
+    std::string root_;
+    std::map<int, std::uint64_t> seen_; // pid → CPU ns at the last reading
+    std::optional<double> last_at_;
+};
+
+} // namespace agent

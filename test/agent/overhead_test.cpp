@@ -1,0 +1,140 @@
+// An overhead budget (agent/overhead.hpp): the rate a governor answers for each interval's cost,
+// and the meter that reads what the agent and its children used.
+#include "agent/overhead.hpp"
+
+#include "support/agents.hpp"
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace agent;
+
+TEST_CASE("the overhead governor gives up DWARF first, then aims the rate under the budget",
+          "[agent][overhead]") {
+    overhead_governor g({1.0, 999, true, true, 1});
+    // Over: DWARF goes first, the rate stays; the restart's interval is not judged.
+    auto c = g.feed(12.0, 999);
+    REQUIRE(c);
+    CHECK(c->to_fp);
+    CHECK(c->frequency == 999);
+    CHECK_THAT(c->why, Catch::Contains("frame-pointer call graphs instead of DWARF"));
+    CHECK_FALSE(g.dwarf());
+    CHECK_FALSE(g.feed(12.0, 999));
+    // Still over: the rate the cost says, a tenth under the budget.
+    c = g.feed(4.0, 999);
+    REQUIRE(c);
+    CHECK_FALSE(c->to_fp);
+    CHECK(c->frequency == 224); // 999 × 1 × 0.9 / 4
+    CHECK_THAT(c->why, Catch::Contains("4.00 % of a core at 999 Hz, over --max-overhead 1.00 %: "
+                                       "sampling at 224 Hz"));
+    CHECK_FALSE(g.feed(0.1, 224)); // (the restart)
+    // Within the band: left alone.
+    CHECK_FALSE(g.feed(0.95, 224));
+    CHECK_FALSE(g.feed(1.05, 224));
+    CHECK_FALSE(g.feed(0.7, 224));
+    // Well under: up, at most doubling, never past what was asked.
+    c = g.feed(0.3, 224);
+    REQUIRE(c);
+    CHECK(c->frequency == 448);
+    CHECK_FALSE(g.feed(0.5, 448));
+    c = g.feed(0.4, 800);
+    REQUIRE(c);
+    CHECK(c->frequency == 999);
+    CHECK_FALSE(g.feed(0.1, 999));
+    CHECK_FALSE(g.feed(0.1, 999)); // at what was asked: stays
+
+    // Without frame pointers to fall back to, and at the floor.
+    overhead_governor h({0.5, 50, true, false, 10});
+    c = h.feed(5.0, 50);
+    REQUIRE(c);
+    CHECK_FALSE(c->to_fp);
+    CHECK(c->frequency == 10);
+    CHECK_FALSE(h.feed(5.0, 10));
+    CHECK_FALSE(h.feed(5.0, 10)); // as low as it goes: said once
+}
+
+TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agent][overhead]") {
+    cost_meter m;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto now = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    CHECK_FALSE(m.read(now()));
+    // A child that spins for 0.4 s of CPU, waited for by a parent that sleeps.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        timespec ts{};
+        do
+            ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        while (ts.tv_sec * 1'000'000'000L + ts.tv_nsec < 400'000'000L);
+        ::pause(); // (alive while the parent reads: a child's CPU counts while it runs)
+        ::_exit(0);
+    }
+    ::usleep(900'000);
+    const auto pct = m.read(now());
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    REQUIRE(pct);
+    CHECK(*pct > 30);  // 0.4 s of CPU in about 0.9 s
+    CHECK(*pct < 110); // (and not the whole machine's)
+    ::usleep(300'000);
+    const auto idle = m.read(now());
+    REQUIRE(idle);
+    CHECK(*idle < 20); // the child gone, this process sleeping
+}
+
+TEST_CASE("the Python agent's governor answers the same readings alike",
+          "[agent][overhead][python]") {
+    // budget, asked, dwarf, fp works, floor; then (cost, hz) readings
+    struct reading {
+        double cost;
+        int hz;
+    };
+    const std::vector<std::pair<overhead_governor::settings, std::vector<reading>>> cases = {
+        {{1.0, 999, true, true, 1},
+         {{12, 999},
+          {12, 999},
+          {4, 999},
+          {0.1, 224},
+          {0.95, 224},
+          {0.3, 224},
+          {0.5, 448},
+          {0.4, 800},
+          {0.1, 999},
+          {0.1, 999}}},
+        {{0.5, 50, true, false, 10}, {{5, 50}, {5, 10}, {5, 10}}},
+        {{2.5, 4000, false, true, 1}, {{30, 4000}, {9, 333}, {2.6, 333}, {1, 333}, {0, 666}}},
+    };
+    std::string want, script;
+    for (const auto& [s, readings] : cases) {
+        overhead_governor g(s);
+        char line[64];
+        std::snprintf(line, sizeof line, "g = a.OverheadGovernor(%g, %d, %s, %s, %d)\n",
+                      s.budget_pct, s.asked_hz, s.dwarf ? "True" : "False",
+                      s.fp_works ? "True" : "False", s.min_hz);
+        script += line;
+        for (const auto& r : readings) {
+            const auto c = g.feed(r.cost, r.hz);
+            want += c ? std::to_string(c->frequency) + (c->to_fp ? " fp " : " - ") + c->why
+                      : std::string("none");
+            want += "\n";
+            std::snprintf(line, sizeof line, "c = g.feed(%g, %d)\n", r.cost, r.hz);
+            script += line;
+            script += "print('none' if c is None else '%d %s %s' % (c[0], 'fp' if c[1] else "
+                      "'-', c[2]))\n";
+        }
+    }
+    CHECK(test_support::python_agent_output(script) == want);
+}

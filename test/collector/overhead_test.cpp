@@ -1,0 +1,64 @@
+// An overhead budget end to end: the real agent profiling a busy process at 999 Hz with real
+// perf, told --max-overhead 1, lowers its rate, says so in the session, and the views stay
+// right (weighed by period).
+#include "support/agents.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <string>
+
+using namespace std::chrono_literals;
+namespace json = boost::json;
+
+TEST_CASE("--max-overhead: a 999 Hz run that costs more than its budget goes down in rate, each "
+          "change said in the session",
+          "[agent][collector][perf][overhead][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    auto demo = test_support::start_demo(120);
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                  std::to_string(demo->pid()), "--frequency", "999", "--max-overhead", "0.5",
+                  "--duration", "1", "--state-dir", ""});
+    // The first change: within a few of its 5 s readings.
+    const auto targets =
+        test_support::wait_for(coll, "/api/targets", 90s, [](const json::value& v) {
+            const auto& a = v.as_array();
+            return a.size() == 1 && a[0].at("state_reason").is_string() &&
+                   std::string_view(a[0].at("state_reason").as_string()).find("--max-overhead") !=
+                       std::string_view::npos;
+        });
+    const auto& t = targets.as_array()[0];
+    INFO(json::serialize(t));
+    CHECK_THAT(
+        std::string(t.at("state_reason").as_string()),
+        Catch::Matches(".*over --max-overhead 0.50 %: (sampling at \\d+ Hz|frame-pointer .*)"));
+    const std::string target(t.at("id").as_string());
+    const std::string id(t.at("session_id").as_string());
+    const auto status = test_support::http_call(
+        coll.http_port, "POST", "/api/targets/" + target + "/command", R"({"cmd":"status"})");
+    REQUIRE(status.status == 200);
+    const auto o = json::parse(status.body).at("overhead");
+    CHECK(o.at("budget_pct").to_number<double>() == 0.5);
+    CHECK(o.at("asked_hz") == 999);
+    CHECK(o.at("frequency").to_number<int>() < 999);
+    // The session says when and why its rate changed.
+    const auto meta = coll.get("/api/sessions/" + id);
+    INFO(json::serialize(meta));
+    REQUIRE(meta.as_object().contains("rate_changes"));
+    const auto& first = meta.at("rate_changes").as_array()[0];
+    CHECK(first.at("from_hz") == 999);
+    CHECK(first.at("to_hz").to_number<int>() < 999);
+    CHECK_THAT(std::string(first.at("why").as_string()), Catch::Contains("--max-overhead"));
+    CHECK(first.at("at_s").to_number<double>() > 0);
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}
