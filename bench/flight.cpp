@@ -37,14 +37,6 @@ struct cost {
     long chunks_sent = 0;
 };
 
-// The CPU-seconds of the agent's perf children now.
-double perf_seconds(int agent) {
-    double s = 0;
-    for (const int pid : test_support::children_of(agent, "perf"))
-        s += bench::cpu_seconds(pid);
-    return s;
-}
-
 // Reads what the agent sends for `d` (chunks counted, the rest dropped).
 void drain(test_support::framing_peer& peer, milliseconds d, cost& c) {
     const auto until = steady_clock::now() + d;
@@ -75,12 +67,13 @@ cost measure(int window, int seconds) {
     // The window fills (streaming: the same warm-up, so both are measured alike).
     drain(peer, seconds_to_ms(window ? window + 5 : 10), c);
     c.chunks_sent = 0;
-    const double agent0 = bench::cpu_seconds(agent.pid()), perf0 = perf_seconds(agent.pid());
+    const double agent0 = bench::cpu_seconds(agent.pid()),
+                 perf0 = bench::children_cpu_seconds(agent.pid(), "perf");
     const auto t0 = steady_clock::now();
     drain(peer, seconds_to_ms(seconds), c);
     const double elapsed = duration<double>(steady_clock::now() - t0).count();
     c.agent_pct = 100 * (bench::cpu_seconds(agent.pid()) - agent0) / elapsed;
-    c.perf_pct = 100 * (perf_seconds(agent.pid()) - perf0) / elapsed;
+    c.perf_pct = 100 * (bench::children_cpu_seconds(agent.pid(), "perf") - perf0) / elapsed;
     c.rss_mib = static_cast<double>(test_support::status_kb(agent.pid(), "VmRSS:")) / 1024;
     c.hwm_mib = static_cast<double>(test_support::status_kb(agent.pid(), "VmHWM:")) / 1024;
     if (const auto status = peer.command("status", "{}", milliseconds(10000)); status && status->ok)

@@ -63,4 +63,21 @@ double cpu_seconds(int pid) {
     return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+double children_cpu_seconds(int parent, const std::string& prefix) {
+    double s = 0;
+    // Reaped: fields 16 and 17 of /proc/PID/stat, in clock ticks.
+    const std::string text = test_support::proc_file(parent, "stat");
+    if (const auto close = text.rfind(')'); close != std::string::npos) {
+        std::istringstream rest(text.substr(close + 2));
+        std::string field;
+        for (int i = 3; i <= 17 && rest >> field; ++i)
+            if (i == 16 || i == 17)
+                s += static_cast<double>(std::stoull(field)) /
+                     static_cast<double>(::sysconf(_SC_CLK_TCK));
+    }
+    for (const int pid : test_support::children_of(parent, prefix))
+        s += cpu_seconds(pid);
+    return s;
+}
+
 } // namespace bench

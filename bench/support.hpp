@@ -32,5 +32,8 @@ std::optional<boost::json::value> get_json(std::uint16_t http, const std::string
 
 // CPU-seconds a process used itself (utime + stime of /proc/PID/stat; its children not).
 double cpu_seconds(int pid);
+// The CPU-seconds of `parent`'s children: those running whose name begins with `prefix`
+// ("perf": an agent's), and all it has reaped (cutime + cstime: a perf restarted meanwhile).
+double children_cpu_seconds(int parent, const std::string& prefix);
 
 } // namespace bench
