@@ -20,6 +20,17 @@ overhead_governor::overhead_governor(settings s)
     s_.min_hz = std::max(1, std::min(s_.min_hz, s_.asked_hz));
 }
 
+double overhead_governor::aim(double cost, int hz, double budget) const {
+    if (before_ && before_->hz != hz) {
+        // Two rates read: the part that grows with the rate, and the part that does not.
+        const double per_hz = (cost - before_->cost) / (hz - before_->hz);
+        const double fixed = cost - per_hz * hz;
+        if (per_hz > 0 && fixed >= 0)
+            return (budget - fixed) / per_hz; // (below 1 when the fixed part alone is over)
+    }
+    return cost > 0 ? hz * budget / cost : 2.0 * hz;
+}
+
 std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct, int hz) {
     last_cost_ = cost_pct;
     if (std::exchange(skip_next_, false) || !(cost_pct >= 0) || hz <= 0)
@@ -36,12 +47,14 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
                           cost_pct, budget);
             return change{hz, true, why};
         }
-        // Aim a little under the budget: the cost is about proportional to the rate.
+        // Aim a little under the budget.
         const int next =
-            std::clamp(static_cast<int>(std::floor(hz * budget * 0.9 / cost_pct)), s_.min_hz, hz);
+            static_cast<int>(std::clamp(std::floor(aim(cost_pct, hz, budget * 0.9)),
+                                        static_cast<double>(s_.min_hz), static_cast<double>(hz)));
         if (next == hz)
             return std::nullopt; // already as low as it goes
         skip_next_ = true;
+        before_ = reading{hz, cost_pct};
         std::snprintf(why, sizeof why,
                       "profiling cost %.2f %% of a core at %d Hz, over --max-overhead %.2f %%: "
                       "sampling at %d Hz",
@@ -49,12 +62,13 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
         return change{next, false, why};
     }
     if (cost_pct < budget * 0.6 && hz < s_.asked_hz) {
-        const double room = cost_pct > 0 ? budget * 0.9 / cost_pct : 2.0;
-        const int next =
-            std::clamp(static_cast<int>(std::floor(hz * std::min(room, 2.0))), hz, s_.asked_hz);
+        const int next = static_cast<int>(
+            std::clamp(std::floor(std::min(aim(cost_pct, hz, budget * 0.9), 2.0 * hz)),
+                       static_cast<double>(hz), static_cast<double>(s_.asked_hz)));
         if (next == hz)
             return std::nullopt;
         skip_next_ = true;
+        before_ = reading{hz, cost_pct};
         std::snprintf(why, sizeof why,
                       "profiling cost %.2f %% of a core at %d Hz, under --max-overhead %.2f %%: "
                       "sampling at %d Hz (asked: %d)",

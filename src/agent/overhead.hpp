@@ -9,12 +9,13 @@
 //                                                                     at the rate it answers
 //
 // The governor holds no I/O: given the cost of each interval at the rate in use, it answers
-// with the rate to use next. The cost of sampling is about proportional to the rate (perf
-// script names every sample; the agent compresses it), so it aims at the budget from the last
-// reading: down at once when over by a tenth, with DWARF stacks given up for frame pointers
-// first (their stack copies cost the most); back up, never past what was asked, only when well
-// under, a step at most doubling. A change is followed by one interval it does not judge (the
-// restart's own cost).
+// with the rate to use next. The cost is a part that grows with the rate (perf script names
+// every sample; the agent compresses it) and a part that does not (perf stat, the agent's
+// metrics): from one reading it takes all of it for the rate's; once it has read two rates it
+// fits both parts (cost = fixed + per_hz × rate) and aims at the budget with them. Down at once
+// when over by a tenth, with DWARF stacks given up for frame pointers first (their stack copies
+// cost the most); back up, never past what was asked, only when well under, a step at most
+// doubling. A change is followed by one interval it does not judge (the restart's own cost).
 #pragma once
 
 #include <cstdint>
@@ -49,8 +50,17 @@ public:
 private:
     settings s_;
     bool dwarf_;
+    // The rate to aim at for `budget` from the cost `cost` at `hz` (and the reading at the rate
+    // before, when there is one).
+    double aim(double cost, int hz, double budget) const;
+
     bool skip_next_ = false;
     double last_cost_ = 0;
+    struct reading {
+        int hz;
+        double cost;
+    };
+    std::optional<reading> before_; // the last reading at the rate before this one
 };
 
 // The CPU the agent and its children (perf) used, in ns, from /proc/PID/task/*/schedstat

@@ -64,6 +64,27 @@ TEST_CASE("the overhead governor gives up DWARF first, then aims the rate under 
     CHECK_FALSE(h.feed(5.0, 10)); // as low as it goes: said once
 }
 
+TEST_CASE("the overhead governor fits the part of the cost that does not grow with the rate",
+          "[agent][overhead]") {
+    overhead_governor g({1.0, 999, false, true, 1});
+    auto c = g.feed(3.0, 999); // one reading: all of it the rate's
+    REQUIRE(c);
+    CHECK(c->frequency == 299);
+    CHECK_FALSE(g.feed(1.0, 299));
+    // At 299 Hz it still costs 1.4 %: 0.72 % of it does not go with the rate.
+    c = g.feed(1.4, 299);
+    REQUIRE(c);
+    CHECK(c->frequency == 80); // (0.9 − 0.717) / 0.00229 per Hz
+    // A fixed part over the budget alone: as low as it goes, once.
+    overhead_governor h({1.0, 999, false, true, 5});
+    REQUIRE(h.feed(3.0, 999));
+    CHECK_FALSE(h.feed(2.0, 299));
+    c = h.feed(2.8, 299);
+    REQUIRE(c);
+    CHECK(c->frequency == 5);
+    CHECK_FALSE(h.feed(2.7, 5));
+}
+
 TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agent][overhead]") {
     cost_meter m;
     const auto t0 = std::chrono::steady_clock::now();
@@ -116,6 +137,8 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
           {0.1, 999}}},
         {{0.5, 50, true, false, 10}, {{5, 50}, {5, 10}, {5, 10}}},
         {{2.5, 4000, false, true, 1}, {{30, 4000}, {9, 333}, {2.6, 333}, {1, 333}, {0, 666}}},
+        {{1.0, 999, false, true, 1}, {{3.0, 999}, {1, 299}, {1.4, 299}, {0.5, 80}, {0.95, 80}}},
+        {{1.0, 999, false, true, 5}, {{3.0, 999}, {2, 299}, {2.8, 299}, {2.7, 5}}},
     };
     std::string want, script;
     for (const auto& [s, readings] : cases) {

@@ -2528,13 +2528,23 @@ class OverheadGovernor(object):
     given what profiling cost over each interval at the rate in use, the rate to use next —
     down at once when over by a tenth (DWARF given up for frame pointers first), back up only
     when well under, at most doubling, never past what was asked; the interval after a change is
-    not judged (the restart's own cost)."""
+    not judged (the restart's own cost). From one reading all of the cost is the rate's; once
+    two rates were read, cost = fixed + per_hz x rate."""
 
     def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1):
         self.budget, self.asked_hz, self.dwarf, self.fp_works = budget_pct, asked_hz, dwarf, \
             fp_works
         self.min_hz = max(1, min(min_hz, asked_hz))
         self.skip_next, self.last_cost = False, 0.0
+        self.before = None  # (hz, cost): the last reading at the rate before this one
+
+    def _aim(self, cost, hz, budget):
+        if self.before is not None and self.before[0] != hz:
+            per_hz = (cost - self.before[1]) / (hz - self.before[0])
+            fixed = cost - per_hz * hz
+            if per_hz > 0 and fixed >= 0:
+                return (budget - fixed) / per_hz
+        return hz * budget / cost if cost > 0 else 2.0 * hz
 
     def feed(self, cost, hz):
         """(frequency, to_fp, why) for a change, else None."""
@@ -2548,18 +2558,18 @@ class OverheadGovernor(object):
                 self.dwarf, self.skip_next = False, True
                 return hz, True, ("profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
                                   "frame-pointer call graphs instead of DWARF" % (cost, budget))
-            nxt = min(max(int(math.floor(hz * budget * 0.9 / cost)), self.min_hz), hz)
+            nxt = int(min(max(math.floor(self._aim(cost, hz, budget * 0.9)), self.min_hz), hz))
             if nxt == hz:
                 return None
-            self.skip_next = True
+            self.skip_next, self.before = True, (hz, cost)
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, over --max-overhead "
                                 "%.2f %%: sampling at %d Hz" % (cost, hz, budget, nxt))
         if cost < budget * 0.6 and hz < self.asked_hz:
-            room = budget * 0.9 / cost if cost > 0 else 2.0
-            nxt = min(max(int(math.floor(hz * min(room, 2.0))), hz), self.asked_hz)
+            nxt = int(min(max(math.floor(min(self._aim(cost, hz, budget * 0.9), 2.0 * hz)), hz),
+                          self.asked_hz))
             if nxt == hz:
                 return None
-            self.skip_next = True
+            self.skip_next, self.before = True, (hz, cost)
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, under --max-overhead "
                                 "%.2f %%: sampling at %d Hz (asked: %d)"
                                 % (cost, hz, budget, nxt, self.asked_hz))
