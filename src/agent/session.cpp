@@ -1381,6 +1381,21 @@ capture_plan::answer fire(run_state& run, flight_state& f, const std::string& wh
     return answer;
 }
 
+// A flight recorder's memory holds less than its window: said at once, in the log and to the
+// collector (the target's reason), never a shorter window in silence.
+void memory_bound(run_state& run, const flight_state& f) {
+    char what[240];
+    std::snprintf(what, sizeof what,
+                  "flight recorder: its %zu MiB hold only %.0f s of the %lld s asked "
+                  "(--flight-memory-mb, or a shorter --flight-recorder)",
+                  f.settings.memory_bytes >> 20,
+                  std::chrono::duration<double>(f.ring.held_span()).count(),
+                  static_cast<long long>(f.settings.window.count()));
+    log("flight recorder", std::string(what));
+    if (run.on_flight)
+        run.on_flight(what, "", 0, 0);
+}
+
 // A capture's last chunk came (or there was none to cut): armed again, the ring holding from
 // now on.
 void armed_again(run_state& run, flight_state& f) {
@@ -1478,7 +1493,11 @@ void session::begin_collection() {
     auto on_chunk = [run](std::string payload) {
         // A flight recorder between captures keeps its chunks to itself.
         if (run->flight && run->flight->holding()) {
-            run->flight->ring.add(flight_clock::now(), std::move(payload));
+            auto& f = *run->flight;
+            const bool was_whole = f.ring.dropped_for_room() == 0;
+            f.ring.add(flight_clock::now(), std::move(payload));
+            if (was_whole && f.ring.dropped_for_room() > 0)
+                memory_bound(*run, f); // said once: the window held is shorter than asked
             return;
         }
         run->kept.add(run->id, std::move(payload));

@@ -275,3 +275,37 @@ TEST_CASE("flight recorder: a capture that begins and ends while the link is dow
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }
+
+TEST_CASE("flight recorder: a window its memory cannot hold is said at once, never a shorter "
+          "window in silence",
+          "[agent][collector][perf][flight][integration]") {
+    const auto flavour = test_support::each_agent();
+    INFO(flavour);
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    auto demo = test_support::start_demo(120);
+    // A minute of the demo at 4999 Hz is far more than a MiB.
+    auto agent = test_support::start_agent(
+        flavour, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
+                  std::to_string(demo->pid()), "--frequency", "4999", "--flight-recorder", "60",
+                  "--flight-memory-mb", "1", "--duration", "1", "--state-dir", ""});
+    const auto said = test_support::wait_for(coll, "/api/targets", 90s, [](const json::value& v) {
+        const auto& a = v.as_array();
+        return a.size() == 1 && a[0].at("state") == "armed" &&
+               a[0].at("state_reason").is_string() &&
+               std::string_view(a[0].at("state_reason").as_string()).find("hold only") !=
+                   std::string_view::npos;
+    });
+    const auto& t = said.as_array()[0];
+    INFO(json::serialize(t));
+    CHECK_THAT(std::string(t.at("state_reason").as_string()),
+               Catch::Matches("flight recorder: its 1 MiB hold only \\d+ s of the 60 s asked "
+                              "\\(--flight-memory-mb, or a shorter --flight-recorder\\)"));
+    const auto f = flight_status(coll, std::string(t.at("id").as_string()));
+    CHECK(f.at("cut_for_room").to_number<double>() > 0);
+    CHECK(f.at("held_s").to_number<double>() < 60);
+    CHECK(f.at("held_bytes").to_number<double>() <= 1 << 20);
+    CHECK(coll.get("/api/sessions").as_array().empty());
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}

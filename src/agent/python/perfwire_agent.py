@@ -3709,7 +3709,18 @@ class Run(object):
         with self.lock:
             f = self.flight
             if f is not None and f.holding():  # armed: the chunks stay on the device
+                was_whole = f.ring.dropped_for_room == 0
                 f.ring.add(monotonic(), payload)
+                if was_whole and f.ring.dropped_for_room:
+                    # Said once, in the log and to the collector: never a shorter window in
+                    # silence.
+                    what = ("flight recorder: its %d MiB hold only %.0f s of the %d s asked "
+                            "(--flight-memory-mb, or a shorter --flight-recorder)"
+                            % (f.settings["memory_bytes"] >> 20, f.ring.held_span(),
+                               f.settings["window"]))
+                    log(what)
+                    if self.owner is not None:
+                        self.owner.send_flight(what, "", 0, 0)
                 return
             self.outbox.add(self.id, payload)
             owner = self.owner
