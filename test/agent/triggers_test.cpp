@@ -62,7 +62,7 @@ TEST_CASE("a log is followed as it grows: only lines added, whole, a long one cu
     CHECK(tail.poll().empty());
 }
 
-TEST_CASE("a rotated log is read to its end, then the new one from its start; a truncated one "
+TEST_CASE("a rotated log is read to its end, then the new one from its start — a truncated one "
           "from its start again",
           "[agent][triggers]") {
     test_support::temp_dir dir;
@@ -165,7 +165,7 @@ TEST_CASE("a trigger file fires when it appears or is touched", "[agent][trigger
     CHECK_FALSE(there.poll());
 }
 
-TEST_CASE("a log line that matches fires, said with the line; levels held extend",
+TEST_CASE("a log line that matches fires, said with the line — levels held extend",
           "[agent][triggers]") {
     test_support::temp_dir dir;
     const auto log = dir.path / "app.log";

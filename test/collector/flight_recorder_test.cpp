@@ -174,7 +174,7 @@ TEST_CASE("flight recorder: a line in a log the device's owner named fires a cap
     CHECK(agent->wait(30s));
 }
 
-TEST_CASE("flight recorder: started from the collector with its window and levels; a log or "
+TEST_CASE("flight recorder: started from the collector with its window and levels — a log or "
           "file to watch is refused, the device owner's to name",
           "[agent][collector][perf][flight][integration]") {
     const auto flavour = test_support::each_agent();

@@ -73,6 +73,7 @@ const STEPS = [
   session.restartWithDwarf,
   landing.updateAgent,
   landing.flightCapture,
+  session.overheadRate,
   session.frozenCollector,
 ];
 // The state the steps share, and the step in progress (named in a failure).

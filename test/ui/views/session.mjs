@@ -1,6 +1,8 @@
 // Browser test of the UI, session: A session's header: the health checks, the agent's controls (pause, resume, stop, start again, restart with dwarf), the thread choice, errors of a session that does not exist or a collector out of reach.
 // Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
-import { check, start, tableShows } from '../harness.mjs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { check, start, tableShows, until } from '../harness.mjs';
 
 export async function healthChecks(t) {
   const { again } = t;
@@ -194,4 +196,32 @@ export async function restartWithDwarf(t) {
   const cells = await endedRow.locator('td').allTextContents();
   check(/perfwire-demo \d+/.test(cells[1]) && cells[3] === 'cpu-clock' && / s$/.test(cells[4]) && Number(cells[5].replace(/\D/g, '')) > 0 && cells[6] === 'saved',
     `a session row names its process, pid, event, duration and samples (${cells.join(' | ')})`);
+}
+
+export async function overheadRate(t) {
+  const { bin, http, fetch, agentPort, demo, again } = t;
+  // An agent held to a budget it cannot meet at 999 Hz lowers its rate; the session says so in
+  // a card, its title listing each change and why.
+  t.doing = 'a session whose agent lowered its rate for --max-overhead';
+  const agent = start(bin('agent/perfwire-agent'), ['--server', `127.0.0.1:${agentPort}`, '--pid', String(demo.pid), '--frequency', '999', '--max-overhead', '0.2', '--duration', '1', '--state-dir', '', '--name', 'budget']);
+  try {
+    const changed = await until('a rate change in the session', async () => {
+      const list = await (await fetch(`${http}/api/sessions`)).json();
+      const s = list.find((x) => x.hostname === 'budget' && x.live);
+      if (!s) return null;
+      const meta = await (await fetch(`${http}/api/sessions/${encodeURIComponent(s.id)}`)).json();
+      return meta.rate_changes?.length ? meta : null;
+    }, 60000);
+    await again.goto(`${http}/#session=${encodeURIComponent(changed.id)}&tab=functions`);
+    const card = again.locator('[data-card="rate-changes"]');
+    await card.waitFor({ timeout: 20000 });
+    const text = await card.textContent();
+    const title = await card.getAttribute('title');
+    await again.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS || tmpdir(), 'rate-change.png') });
+    const to = changed.rate_changes[changed.rate_changes.length - 1].to_hz;
+    check(/sampling rate changed \d+ times?/.test(text) && text.includes(`${to} Hz`) && /from 999 Hz asked/.test(text) && /999 → \d+ Hz \(profiling cost [\d.]+ % of a core at 999 Hz, over --max-overhead 0\.20 %/.test(title),
+      `an agent over its --max-overhead says so in the session: "${text}" ("${title.split('\n')[1]}")`);
+  } finally {
+    agent.kill('SIGTERM');
+  }
 }
