@@ -16,7 +16,8 @@ namespace agent {
 
 overhead_governor::overhead_governor(settings s)
     : s_(s)
-    , dwarf_(s.dwarf) {
+    , dwarf_(s.dwarf)
+    , hz_(s.asked_hz) {
     s_.min_hz = std::max(1, std::min(s_.min_hz, s_.asked_hz));
 }
 

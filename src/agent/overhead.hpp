@@ -43,6 +43,22 @@ public:
     explicit overhead_governor(settings s);
     // The cost of the last interval (% of one core) at `hz`: a change to make, if any.
     std::optional<change> feed(double cost_pct, int hz);
+    // The cost of the last interval at the rate it holds now; a change is taken as made.
+    std::optional<change> feed(double cost_pct) {
+        auto c = feed(cost_pct, hz_);
+        if (c)
+            hz_ = c->frequency;
+        return c;
+    }
+    // The rate to sample at now, and whether DWARF stacks are still taken (what the run was
+    // asked stays the run's: a next run starts from it).
+    int hz() const noexcept { return hz_; }
+    // The user set another rate (configure): asked and used from now, readings before forgotten.
+    void ask(int hz) {
+        s_.asked_hz = hz_ = std::max(1, hz);
+        s_.min_hz = std::min(s_.min_hz, s_.asked_hz);
+        before_.reset();
+    }
     bool dwarf() const noexcept { return dwarf_; }
     double last_cost() const noexcept { return last_cost_; }
     const settings& asked() const noexcept { return s_; }
@@ -56,6 +72,7 @@ private:
 
     bool skip_next_ = false;
     double last_cost_ = 0;
+    int hz_;
     struct reading {
         int hz;
         double cost;

@@ -213,7 +213,17 @@ struct run_state {
     double overhead_asked = 0;
     std::optional<overhead_governor> governor;
     cost_meter meter;
-    bool governing = false; // a session's loop is watching the cost
+    const void* watcher = nullptr; // the session whose loop watches the cost (one at a time)
+    // The settings a collection runs with: the run's, at the governor's rate and call graphs.
+    collection_settings effective() const {
+        auto s = settings;
+        if (governor) {
+            s.record.frequency = governor->hz();
+            if (!governor->dwarf() && s.record.callgraph == "dwarf")
+                s.record.callgraph = "fp";
+        }
+        return s;
+    }
     static constexpr std::size_t max_capture_notes = 16;
     // Why the run ended while no link was attached: said to the next one, after its data.
     std::optional<std::string> ended_offline;

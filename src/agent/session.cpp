@@ -183,6 +183,14 @@ std::uint64_t last_seq_of_run(const run_state& r) {
     return r.kept.last_run() == r.id ? r.kept.last_seq() : 0;
 }
 
+// A run that ends while a capture is under way: the capture's last chunk is the run's last (a
+// link that comes back is told where it ends).
+void capture_ended(run_state& run) {
+    if (!run.capture_notes.empty() && run.capture_notes.back().run == run.id &&
+        !run.capture_notes.back().last_seq)
+        run.capture_notes.back().last_seq = last_seq_of_run(run);
+}
+
 // What the run is doing, as the collector is told: a flight recorder between captures is armed.
 std::string_view run_state_name(const run_state& r) {
     if (r.now == run_state::state::idle)
@@ -421,10 +429,10 @@ protocol::state_notice session::state_now(std::string reason) const {
     n.pid = run_->settings.record.pid;
     n.lost_samples = run_->lost_samples;
     if (run_->now != run_state::state::idle) {
-        n.callgraph =
-            run_->settings.record.callgraph.empty() ? "none" : run_->settings.record.callgraph;
+        const auto now = run_->effective();
+        n.callgraph = now.record.callgraph.empty() ? "none" : now.record.callgraph;
         n.run = run_->id;
-        n.frequency = run_->settings.record.frequency;
+        n.frequency = now.record.frequency;
     }
     return n;
 }
@@ -729,6 +737,7 @@ asio::awaitable<command_response> session::cmd_stop(const protocol::command_requ
         co_return command_response::failure(id, "not profiling");
     co_await end_collection(drain);
     run_->now = run_state::state::idle;
+    capture_ended(*run_);
     log(peer_, drain ? "profiling stopped" : "profiling stopped (not drained)");
     co_return command_response::success(id, state_fields("idle"));
 }
@@ -761,8 +770,11 @@ asio::awaitable<command_response> session::cmd_configure(const protocol::command
                                                                        : freq_arg.error);
     const auto freq = freq_arg.value;
     const auto dur = dur_arg.value;
-    if (freq)
+    if (freq) {
         run_->settings.record.frequency = *freq;
+        if (run_->governor)
+            run_->governor->ask(*freq); // (the budget holds from this rate)
+    }
     if (dur)
         run_->settings.chunk_duration = std::chrono::seconds(*dur);
     if (run_->now == run_state::state::profiling) {
@@ -925,9 +937,9 @@ asio::awaitable<command_response> session::cmd_status(const protocol::command_re
         json::object o{{"budget_pct", g->asked().budget_pct},
                        {"cost_pct", g->last_cost()},
                        {"asked_hz", g->asked().asked_hz}};
-        o["frequency"] = run_->settings.record.frequency;
-        o["callgraph"] = run_->settings.record.callgraph.empty() ? std::string("none")
-                                                                 : run_->settings.record.callgraph;
+        const auto now = run_->effective();
+        o["frequency"] = now.record.frequency;
+        o["callgraph"] = now.record.callgraph.empty() ? std::string("none") : now.record.callgraph;
         f["overhead"] = std::move(o);
     }
     if (const auto& fl = run_->flight) { // a flight recorder: what its window holds now
@@ -1328,6 +1340,7 @@ asio::awaitable<void> collect(std::shared_ptr<run_state> run, std::shared_ptr<co
             if (run->flight && run->flight->holding() && !expired && run->flight->ring.count())
                 fire(*run, *run->flight, "the run ended: " + why_it_ended(*c, run->settings));
             run->now = run_state::state::idle;
+            capture_ended(*run);
             const auto reason = expired ? "no link to the collector for " +
                                               std::to_string(run->offline_max.count()) +
                                               " s (--offline-max)"
@@ -1512,7 +1525,7 @@ void session::begin_collection() {
         return (run->flight && run->flight->holding()) || (run->may_flush && run->may_flush());
     };
     run_->current =
-        std::make_shared<collection>(cfg_.perf_path, run_->settings, on_chunk, may_flush);
+        std::make_shared<collection>(cfg_.perf_path, run_->effective(), on_chunk, may_flush);
     run_->now = run_state::state::profiling;
     watch_overhead();
     auto task = collect(run_, run_->current);
@@ -1566,8 +1579,10 @@ void session::attach_run() {
 }
 
 void session::watch_overhead() {
-    if (run_->governor && !run_->governing && owns_run() && !closed_) {
-        run_->governing = true; // (claimed now: a coroutine may run later)
+    // One loop at a time, the attached session's: a loop of a session gone ends at its next
+    // reading (the new one watches from now).
+    if (run_->governor && run_->watcher != this && owns_run() && !closed_) {
+        run_->watcher = this;
         asio::co_spawn(ex_, overhead_loop(), asio::detached);
     }
 }
@@ -1576,28 +1591,34 @@ asio::awaitable<void> session::overhead_loop() {
     auto self = shared_from_this();
     asio::steady_timer tick(ex_);
     (void)run_->meter.read(monotonic_seconds()); // from now
-    while (!closed_ && owns_run() && run_->governor && run_->now != run_state::state::idle) {
+    const auto watching = [this] {
+        return !closed_ && run_->watcher == this && owns_run() && run_->governor &&
+               run_->now != run_state::state::idle;
+    };
+    while (watching()) {
         tick.expires_after(std::chrono::seconds(5));
         co_await tick.async_wait(use_nothrow);
-        if (closed_ || !owns_run() || !run_->governor || run_->now == run_state::state::idle)
+        if (!watching())
             break;
         const auto cost = run_->meter.read(monotonic_seconds());
         if (!cost || run_->now != run_state::state::profiling || !run_->current)
-            continue; // (paused: nothing to judge)
-        const auto change = run_->governor->feed(*cost, run_->settings.record.frequency);
+            continue;                                    // (paused: nothing to judge)
+        const auto change = run_->governor->feed(*cost); // (the governor holds the rate now)
         if (!change)
             continue;
         log(peer_, change->why);
-        run_->settings.record.frequency = change->frequency;
-        if (change->to_fp)
-            run_->settings.record.callgraph = "fp";
+        // The collection restarts at the new rate: the run's, whatever the link does meanwhile
+        // (a stop or pause meanwhile ends it; the next start begins from what was asked).
         co_await end_collection();
-        if (closed_ || run_->now != run_state::state::profiling)
-            break; // stopped or paused meanwhile: the next start or resume takes the new rate
+        if (run_->now != run_state::state::profiling || run_->current ||
+            (closed_ && data_mode_ == data_mode::legacy))
+            break;
         begin_collection();
-        send_state(change->why);
+        if (!closed_)
+            send_state(change->why);
     }
-    run_->governing = false;
+    if (run_->watcher == this)
+        run_->watcher = nullptr;
 }
 
 void session::send_flight(const std::string& reason, const std::string& capture, double at,

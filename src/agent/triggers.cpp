@@ -188,6 +188,18 @@ std::vector<std::string> log_tail::poll() {
             first_open_ = false;
             return out;
         }
+        // A link in a directory anyone may write to (/tmp) could be anyone's, to any file this
+        // agent (root) may read: not followed.
+        struct stat link {
+        }, dir{};
+        const auto slash = path_.rfind('/');
+        if (::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode) &&
+            ::stat(path_.substr(0, std::max<std::size_t>(slash, 1)).c_str(), &dir) == 0 &&
+            (dir.st_mode & S_IWOTH) && link.st_uid != 0) {
+            problem_ = path_ + " is a link in a directory anyone may write to: not followed";
+            first_open_ = false;
+            return out;
+        }
         fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         struct stat opened {};
         if (fd_ < 0 || ::fstat(fd_, &opened) != 0 || !S_ISREG(opened.st_mode)) {

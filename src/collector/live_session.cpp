@@ -404,6 +404,8 @@ void live_session::link_down(double at) {
 
 void live_session::rate_change(double at, int from_hz, int to_hz, const std::string& callgraph,
                                const std::string& why) {
+    if (++rate_changes_ > 64)
+        return; // (a run's first 64 changes tell its story; an agent chooses how many it says)
     app_.changed(change::sessions, entry_->id);
     in_order(
         entry_, app_,
@@ -414,8 +416,6 @@ void live_session::rate_change(double at, int from_hz, int to_hz, const std::str
             json::array all;
             if (const auto* before = meta.if_contains("rate_changes"); before && before->is_array())
                 all = before->as_array();
-            if (all.size() >= 64)
-                return; // (a run's first 64 changes tell its story)
             json::object c{{"at", at},
                            {"from_hz", from_hz},
                            {"to_hz", to_hz},

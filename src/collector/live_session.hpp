@@ -89,6 +89,7 @@ private:
     std::function<void()> kernel_wanted_;
     bool ended_ = false;
     bool run_open_ = false;
+    std::size_t rate_changes_ = 0; // said so far (the first 64 kept: a peer chooses them)
 };
 
 // The collector's symbols changed (a setting, a debuginfod answer): every session in memory

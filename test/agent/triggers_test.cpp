@@ -92,6 +92,28 @@ TEST_CASE("a rotated log is read to its end, then the new one from its start —
     CHECK_THAT(tail.problem(), Catch::Contains("not a regular file"));
 }
 
+TEST_CASE("a log that is someone else's link in a directory anyone may write to is not followed",
+          "[agent][triggers]") {
+    test_support::temp_dir dir;
+    const auto open_dir = dir.path / "tmp";
+    fs::create_directory(open_dir);
+    fs::permissions(open_dir, fs::perms::all);
+    const auto secret = dir.path / "secret";
+    append(secret, "root only\n");
+    const auto log = open_dir / "app.log";
+    fs::create_symlink(secret, log);
+    REQUIRE(::lchown(log.c_str(), 65534, 65534) == 0); // (another user's link)
+    log_tail tail(log.string());
+    (void)tail.poll();
+    append(secret, "watchdog fired: the secret\n");
+    CHECK(tail.poll().empty());
+    CHECK_THAT(tail.problem(), Catch::Contains("a link in a directory anyone may write to"));
+    // The owner's own link (root's) is followed: from its start, as a log that appeared.
+    REQUIRE(::lchown(log.c_str(), 0, 0) == 0);
+    CHECK(tail.poll() == std::vector<std::string>{"root only", "watchdog fired: the secret"});
+    CHECK(tail.problem().empty());
+}
+
 TEST_CASE("a log flooded between polls is read a bounded amount at a time", "[agent][triggers]") {
     test_support::temp_dir dir;
     const auto log = dir.path / "app.log";

@@ -2317,6 +2317,18 @@ class LogTail(object):
             if not stat.S_ISREG(st.st_mode):
                 self.problem = self.path + " is not a regular file"
                 return out
+            # A link in a directory anyone may write to (/tmp) could be anyone's, to any file
+            # this agent (root) may read: not followed.
+            try:
+                link = os.lstat(self.path)
+                folder = os.stat(self.path[:max(self.path.rfind("/"), 1)])
+                if stat.S_ISLNK(link.st_mode) and folder.st_mode & stat.S_IWOTH and \
+                        link.st_uid != 0:
+                    self.problem = (self.path + " is a link in a directory anyone may write to: "
+                                    "not followed")
+                    return out
+            except OSError:
+                pass
             try:
                 self.fd = os.open(self.path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK |
                                   getattr(os, "O_CLOEXEC", 0))
@@ -2537,6 +2549,28 @@ class OverheadGovernor(object):
         self.min_hz = max(1, min(min_hz, asked_hz))
         self.skip_next, self.last_cost = False, 0.0
         self.before = None  # (hz, cost): the last reading at the rate before this one
+        self.hz = asked_hz  # the rate to sample at now (what was asked stays the run's)
+
+    def feed_now(self, cost):
+        """The cost of the last interval at the rate held now; a change is taken as made."""
+        change = self.feed(cost, self.hz)
+        if change is not None:
+            self.hz = change[0]
+        return change
+
+    def ask(self, hz):
+        """The user set another rate (configure): asked and used from now."""
+        self.asked_hz = self.hz = max(1, hz)
+        self.min_hz = min(self.min_hz, self.asked_hz)
+        self.before = None
+
+    def effective(self, settings):
+        """`settings` at the rate and call graphs it holds now (a copy)."""
+        s = copy.copy(settings)
+        s.frequency = self.hz
+        if not self.dwarf and s.callgraph == "dwarf":
+            s.callgraph = "fp"
+        return s
 
     def _aim(self, cost, hz, budget):
         if self.before is not None and self.before[0] != hz:
@@ -3696,7 +3730,22 @@ class Run(object):
         self.capture_notes = collections.deque(maxlen=16)  # [run, trigger, at, window_s, last]
         # --max-overhead: the budget for the next run (0 none), the run's governor and meter.
         self.overhead_asked = getattr(cfg, "max_overhead", 0.0)
-        self.governor, self.meter, self.governing = None, CostMeter(), False
+        self.governor, self.meter, self.watcher = None, CostMeter(), None
+        # Held across a collection's end and the next one's start (stop, pause, resume,
+        # configure, start, a rate change), so two of them never interleave.
+        self.control = threading.Lock()
+
+    def effective(self):
+        """The settings a collection runs with: the run's, at the governor's rate."""
+        g = self.governor
+        return self.settings if g is None else g.effective(self.settings)
+
+    def capture_ended(self):
+        """A run that ends while a capture is under way: its last chunk is the capture's."""
+        n = self.capture_notes[-1] if self.capture_notes else None
+        if n is not None and n[0] == self.id and n[4] is None:
+            box = self.outbox
+            n[4] = box.last_seq if box.last_run == self.id else 0
 
     def state_name(self):
         """What the run is doing, as the collector is told: a flight recorder between captures
@@ -3836,6 +3885,7 @@ class Run(object):
                 return
             # perf ended on its own (the target exited, or perf failed), or no link came back.
             self.state = "idle"
+            self.capture_ended()
             pid = self.settings.pid
             if expired:
                 reason = "no link to the collector for %d s (--offline-max)" % self.offline_max
@@ -4044,9 +4094,10 @@ class Session(object):
             notice["pid"] = self.settings.pid
         notice["lost_samples"] = self.lost_samples
         if self.state != "idle":
-            notice["callgraph"] = self.settings.callgraph or "none"
+            now = self.profiling_run.effective()
+            notice["callgraph"] = now.callgraph or "none"
             notice["run"] = self.profiling_run.id
-            notice["frequency"] = self.settings.frequency
+            notice["frequency"] = now.frequency
         return notice
 
     def send_state(self, reason):
@@ -4196,7 +4247,8 @@ class Session(object):
                          "(%d held)" % len(self.profiling_run.outbox.held))
             else:
                 if owner:
-                    self.end_collection()
+                    with self.profiling_run.control:
+                        self.end_collection()
                     self._detach_run()
                 self.log("disconnected")
             for t in threads:
@@ -4225,11 +4277,12 @@ class Session(object):
     def shutdown(self):
         """Stops profiling (the last chunk is made), drains the queue briefly, closes. (The
         Python agent keeps its outbox in memory only: what is not sent by then is lost.)"""
-        running = self.profiling_run.owner is self and self.state != "idle"
-        self.end_collection()
-        if running:  # the run ends with the agent: said after its last chunk
-            self.state = "idle"
-            self.send_state("the agent stopped")
+        with self.profiling_run.control:
+            running = self.profiling_run.owner is self and self.state != "idle"
+            self.end_collection()
+            if running:  # the run ends with the agent: said after its last chunk
+                self.state = "idle"
+                self.send_state("the agent stopped")
         for _ in range(20):
             with self.cond:
                 unsent = self.queue or (self._data_flows() and
@@ -4499,9 +4552,10 @@ class Session(object):
                  outbox_dropped_chunks=box.dropped_chunks, spooled_bytes=0)
         g = self.profiling_run.governor
         if g is not None:  # a budget: what profiling costs, the rate it takes
+            now = g.effective(s)
             f["overhead"] = {"budget_pct": g.budget, "cost_pct": g.last_cost,
-                             "asked_hz": g.asked_hz, "frequency": s.frequency,
-                             "callgraph": s.callgraph or "none"}
+                             "asked_hz": g.asked_hz, "frequency": now.frequency,
+                             "callgraph": now.callgraph or "none"}
         fl = self.profiling_run.flight
         if fl is not None:  # a flight recorder: what its window holds now
             f["flight"] = flight_record(fl, time.time())
@@ -4711,7 +4765,7 @@ class Session(object):
             return response(rid, error="no such process: %d" % pid)
         self._ensure_probed(pid)
         # A start from the command line may have begun while this one waited for the probe.
-        with self.lock:
+        with self.profiling_run.control, self.lock:
             if self.state != "idle":
                 return response(rid, error="already profiling")
             s, caps = self.settings, self.caps
@@ -4798,32 +4852,41 @@ class Session(object):
         drain = args.get("drain", True)
         if not isinstance(drain, bool):
             return response(rid, error="drain must be true or false")
-        return self._halt(rid, self.state != "idle", "idle",
+        return self._halt(rid, lambda: self.state != "idle", "idle",
                           "stopped" if drain else "stopped (not drained)", drain)
 
     def cmd_pause(self, rid, args):
-        return self._halt(rid, self.state == "profiling", "paused", "paused")
+        return self._halt(rid, lambda: self.state == "profiling", "paused", "paused")
 
     def _halt(self, rid, allowed, state, what, drain=True):
-        if not allowed:
-            return response(rid, error="not profiling")
-        self.end_collection(drain)
-        self.state = state
+        with self.profiling_run.control:
+            if not allowed():
+                return response(rid, error="not profiling")
+            self.end_collection(drain)
+            self.state = state
+            if state == "idle":
+                self.profiling_run.capture_ended()
         self.log("profiling " + what)
         return response(rid, {"state": state})
 
     def cmd_resume(self, rid, args):
-        if self.state != "paused":
-            return response(rid, error="not paused")
-        self._begin_collection()
+        with self.profiling_run.control:
+            if self.state != "paused":
+                return response(rid, error="not paused")
+            self._begin_collection()
         self.log("profiling resumed")
         return response(rid, {"state": "profiling"})
 
     def cmd_configure(self, rid, args):
-        self._set_timing(timing_args(args))
-        if self.state == "profiling":  # takes effect now: restart with the new settings
-            self.end_collection()
-            self._begin_collection()
+        timing = timing_args(args)
+        with self.profiling_run.control:
+            self._set_timing(timing)
+            g = self.profiling_run.governor
+            if g is not None and timing[0] is not None:
+                g.ask(timing[0])  # (the budget holds from this rate)
+            if self.state == "profiling":  # takes effect now: restart with the new settings
+                self.end_collection()
+                self._begin_collection()
         return response(rid, {"frequency": self.settings.frequency,
                               "duration": self.settings.duration})
 
@@ -4873,7 +4936,7 @@ class Session(object):
             self.send_state("no such process: %d" % pid)
             return
         self._ensure_probed(pid)
-        with self.lock:
+        with self.profiling_run.control, self.lock:
             if self.state != "idle" or self.closed:
                 return  # a start command came first, or the collector left
             if not self.settings.events:
@@ -4960,8 +5023,8 @@ class Session(object):
                 self.probing = False
                 self.probe_cond.notify_all()
 
-    def _begin_collection(self):
-        if self.closed:
+    def _begin_collection(self, force=False):
+        if self.closed and not force:
             return  # the connection is gone: nobody would receive the chunks
         s, run = self.settings, self.profiling_run
         # perf stat counts the sampling events and the probe's extras alongside.
@@ -4981,8 +5044,8 @@ class Session(object):
                     run.meter = CostMeter()
         # The chunks go to the run's outbox; a flush waits while the link still holds
         # earlier data, or there is no link.
-        c = Collection(self.cfg.perf, s, self.compression.make(), run.add, run.collection_done,
-                       run.may_flush)
+        c = Collection(self.cfg.perf, run.effective(), self.compression.make(), run.add,
+                       run.collection_done, run.may_flush)
         with self.lock:
             self.current = c
             self.state = "profiling"
@@ -4990,43 +5053,50 @@ class Session(object):
         self._watch_overhead()
 
     def _watch_overhead(self):
+        # One loop at a time, the attached session's: a loop of a session gone ends at its
+        # next reading (the new one watches from now).
         run = self.profiling_run
         with run.lock:
-            if run.governor is None or run.governing or run.owner is not self or self.closed:
+            if run.governor is None or run.watcher is self or run.owner is not self or \
+                    self.closed:
                 return
-            run.governing = True  # (claimed now)
+            run.watcher = self
         start_thread(self._overhead_loop, "overhead")
 
     def _overhead_loop(self):
         """--max-overhead: every 5 s the cost of profiling against the budget; a change of
-        rate restarts the collection and is said in a state notice."""
+        rate restarts the collection (the run's, whatever the link does meanwhile) and is said
+        in a state notice."""
         run = self.profiling_run
+
+        def watching():
+            return not self.closed and run.watcher is self and run.owner is self and \
+                run.governor is not None and self.state != "idle"
         try:
             run.meter.read(monotonic())  # from now
-            while True:
+            while watching():
                 self.finished.wait(5.0)
-                if self.closed or run.owner is not self or run.governor is None or \
-                        self.state == "idle":
+                if not watching():
                     return
                 cost = run.meter.read(monotonic())
                 if cost is None or self.state != "profiling" or self.current is None:
                     continue  # (paused: nothing to judge)
-                change = run.governor.feed(cost, self.settings.frequency)
+                change = run.governor.feed_now(cost)  # (the governor holds the rate now)
                 if change is None:
                     continue
-                frequency, to_fp, why = change
-                self.log(why)
-                self.settings.frequency = frequency
-                if to_fp:
-                    self.settings.callgraph = "fp"
-                self.end_collection()
-                with self.lock:
-                    if self.closed or self.state != "profiling":
-                        return  # stopped or paused meanwhile: the next start takes the rate
-                    self._begin_collection()
-                self.send_state(why)
+                self.log(change[2])
+                with run.control:
+                    self.end_collection()
+                    if self.state != "profiling" or self.current is not None or \
+                            (self.closed and self.data_mode == "legacy"):
+                        return  # stopped or paused meanwhile, or a run that ends with its link
+                    self._begin_collection(force=True)
+                if not self.closed:
+                    self.send_state(change[2])
         finally:
-            run.governing = False
+            with run.lock:
+                if run.watcher is self:
+                    run.watcher = None
 
     def end_collection(self, drain=True):
         """Stops the collection and waits until its last chunk is made."""

@@ -731,6 +731,7 @@ void agent_link::set_state(agent_state now) {
         pending_capture_ = {}; // (a capture never opened is no later session's)
     if (now == agent_state::idle) {
         flight_.reset();
+        kept_metrics_.forget("flight");
         frequency_.reset();
     }
     if (running && (now == agent_state::idle || now == agent_state::armed)) {

@@ -26,6 +26,9 @@ public:
                 records_.erase(old);
         records_[key] = record;
     }
+    // A type's record no later session should start with (a flight recorder's, once its run
+    // is over).
+    void forget(const std::string& type) { records_.erase(type); }
     // By type (and process), for a new session.
     const std::map<std::string, std::string>& records() const noexcept { return records_; }
 

@@ -52,8 +52,20 @@ export async function liveDebug(t) {
   await wz.fill('#wz-source', '');
   await wz.click('#wz-symbols-next');
   await wz.fill('#wz-frequency', '199');
+  // A flight recorder, chosen then reviewed: what it keeps and what fires it; then left off.
+  check(await wz.locator('#wz-flight-box').isHidden(), 'the flight recorder\'s settings wait for it to be chosen');
+  await wz.check('#wz-flight');
+  await wz.fill('#wz-flight-window', '30');
+  await wz.fill('#wz-trigger-cpu', '80');
+  await wz.fill('#wz-trigger-process', 'watchdog');
   await wz.click('#wz-rate-next');
-  check((await wz.locator('#wz-review').textContent()).includes('199 Hz') && (await wz.locator('#wz-review').textContent()).includes('frame pointers'),
+  const flightReview = await wz.locator('#wz-review').textContent();
+  check(/keeps the last 30 s, sends them and 10 s more when the process uses 80 % of a core, or a process watchdog starts or exits, or you press capture now/.test(flightReview),
+    `the review says what the flight recorder keeps and what fires it ("${flightReview.match(/flight recorder(.*)/)?.[1]}")`);
+  await wz.click('#wizard [data-back="rate"]');
+  await wz.uncheck('#wz-flight');
+  await wz.click('#wz-rate-next');
+  check((await wz.locator('#wz-review').textContent()).includes('199 Hz') && (await wz.locator('#wz-review').textContent()).includes('frame pointers') && (await wz.locator('#wz-review').textContent()).includes('off: everything is sent as it is recorded'),
     'the review shows the chosen rate and call-graph mode');
   t.doing = "starting from the wizard";
   await wz.click('#wz-start');
