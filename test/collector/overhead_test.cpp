@@ -16,7 +16,8 @@
 using namespace std::chrono_literals;
 namespace json = boost::json;
 
-TEST_CASE("--max-overhead: a 999 Hz run that costs more than its budget goes down in rate, each "
+TEST_CASE("an overhead budget (--max-overhead): a 999 Hz run that costs more than its budget goes "
+          "down in rate, each "
           "change said in the session",
           "[agent][collector][perf][overhead][integration]") {
     const auto flavour = test_support::each_agent();
