@@ -131,7 +131,12 @@ void zstd_compressor::write(std::string_view text) {
 std::string zstd_compressor::finish() {
     pump(static_cast<ZSTD_CCtx*>(ctx_.get()), out_, {}, ZSTD_e_end);
     input_bytes_ = 0;
-    return std::exchange(out_, std::string());
+    // Its room for zstd's next output block (128 KiB) goes: a chunk kept a while (a flight
+    // recorder's window, an outbox while the link is down) costs its bytes, not the block's.
+    auto out = std::exchange(out_, std::string());
+    if (out.capacity() > out.size() + out.size() / 4 + 64)
+        out.shrink_to_fit();
+    return out;
 }
 
 } // namespace protocol
