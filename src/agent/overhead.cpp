@@ -34,46 +34,62 @@ double overhead_governor::aim(double cost, int hz, double budget) const {
 
 std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct, int hz) {
     last_cost_ = cost_pct;
-    if (std::exchange(skip_next_, false) || !(cost_pct >= 0) || hz <= 0)
-        return std::nullopt; // (the interval of a restart: its own cost, not the rate's)
+    if (skip_ > 0) {
+        --skip_;
+        return std::nullopt; // (the intervals of a start or restart: its own cost, not the rate's)
+    }
+    if (!(cost_pct >= 0) || hz <= 0)
+        return std::nullopt;
+    // The readings at this rate, averaged: one noisy interval moves nothing the others deny.
+    if (at_.hz != hz)
+        at_ = {hz, 0, 0};
+    at_.sum += cost_pct;
+    ++at_.n;
+    const double cost = at_.sum / at_.n;
+    const auto changed = [&](int next) {
+        skip_ = settle_intervals;
+        before_ = reading{hz, cost};
+        at_ = {};
+        return next;
+    };
     char why[200];
     const double budget = s_.budget_pct;
-    if (cost_pct > budget * 1.1) {
+    if (cost > budget * 1.1 && (at_.n >= 2 || cost > budget * 2)) {
         if (dwarf_ && s_.fp_works) {
             dwarf_ = false;
-            skip_next_ = true;
+            changed(hz);
+            before_.reset(); // (another call-graph mode: another cost per Hz)
             std::snprintf(why, sizeof why,
                           "profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
                           "frame-pointer call graphs instead of DWARF",
-                          cost_pct, budget);
+                          cost, budget);
             return change{hz, true, why};
         }
         // Aim a little under the budget.
         const int next =
-            static_cast<int>(std::clamp(std::floor(aim(cost_pct, hz, budget * 0.9)),
+            static_cast<int>(std::clamp(std::floor(aim(cost, hz, budget * 0.9)),
                                         static_cast<double>(s_.min_hz), static_cast<double>(hz)));
         if (next == hz)
             return std::nullopt; // already as low as it goes
-        skip_next_ = true;
-        before_ = reading{hz, cost_pct};
+        changed(next);
         std::snprintf(why, sizeof why,
                       "profiling cost %.2f %% of a core at %d Hz, over --max-overhead %.2f %%: "
                       "sampling at %d Hz",
-                      cost_pct, hz, budget, next);
+                      cost, hz, budget, next);
         return change{next, false, why};
     }
-    if (cost_pct < budget * 0.6 && hz < s_.asked_hz) {
-        const int next = static_cast<int>(
-            std::clamp(std::floor(std::min(aim(cost_pct, hz, budget * 0.9), 2.0 * hz)),
-                       static_cast<double>(hz), static_cast<double>(s_.asked_hz)));
+    // Up only when six readings say so (a restart costs: a rate must be worth it).
+    if (at_.n >= 6 && cost < budget * 0.6 && hz < s_.asked_hz) {
+        const int next =
+            static_cast<int>(std::clamp(std::floor(std::min(aim(cost, hz, budget * 0.9), 2.0 * hz)),
+                                        static_cast<double>(hz), static_cast<double>(s_.asked_hz)));
         if (next == hz)
             return std::nullopt;
-        skip_next_ = true;
-        before_ = reading{hz, cost_pct};
+        changed(next);
         std::snprintf(why, sizeof why,
                       "profiling cost %.2f %% of a core at %d Hz, under --max-overhead %.2f %%: "
                       "sampling at %d Hz (asked: %d)",
-                      cost_pct, hz, budget, next, s_.asked_hz);
+                      cost, hz, budget, next, s_.asked_hz);
         return change{next, false, why};
     }
     return std::nullopt;

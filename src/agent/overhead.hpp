@@ -8,14 +8,18 @@
 //                                                                              ▼ run restarts
 //                                                                     at the rate it answers
 //
-// The governor holds no I/O: given the cost of each interval at the rate in use, it answers
-// with the rate to use next. The cost is a part that grows with the rate (perf script names
-// every sample; the agent compresses it) and a part that does not (perf stat, the agent's
-// metrics): from one reading it takes all of it for the rate's; once it has read two rates it
-// fits both parts (cost = fixed + per_hz × rate) and aims at the budget with them. Down at once
-// when over by a tenth, with DWARF stacks given up for frame pointers first (their stack copies
-// cost the most); back up, never past what was asked, only when well under, a step at most
-// doubling. A change is followed by one interval it does not judge (the restart's own cost).
+// The governor holds no I/O: given the cost of each interval at the rate in use (the first two
+// after a start or a change not judged: perf's own start costs a third of a second or more), it
+// answers with the rate to use next, from the readings at that rate averaged. A restart costs
+// about what a minute at the budget allows, so it changes seldom: down after two readings
+// (one, when over twice the budget), up only after six. The cost is a part
+// that grows with the rate (perf script names every sample; the agent compresses it) and a part
+// that does not (perf stat, the agent's metrics): from one reading it takes all of it for the
+// rate's; once it has read two rates it fits both parts (cost = fixed + per_hz × rate) and aims at
+// the budget with them. Down at once when over by a tenth, with DWARF stacks given up for frame
+// pointers first (their stack copies cost the most); back up, never past what was asked, only when
+// well under, a step at most doubling. A change is followed by one interval it does not judge (the
+// restart's own cost).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +44,11 @@ public:
         std::string why;    // for the session: what it cost, what it does now
     };
 
+    // Intervals not judged after a start or a change: perf's start, and its symbol tables
+    // loaded as the first samples name them, cost a third of a second or more, spread over the
+    // first seconds.
+    static constexpr int settle_intervals = 2;
+
     explicit overhead_governor(settings s);
     // The cost of the last interval (% of one core) at `hz`: a change to make, if any.
     std::optional<change> feed(double cost_pct, int hz);
@@ -58,6 +67,8 @@ public:
         s_.asked_hz = hz_ = std::max(1, hz);
         s_.min_hz = std::min(s_.min_hz, s_.asked_hz);
         before_.reset();
+        at_ = {};
+        skip_ = settle_intervals; // (the restart's)
     }
     bool dwarf() const noexcept { return dwarf_; }
     double last_cost() const noexcept { return last_cost_; }
@@ -70,9 +81,14 @@ private:
     // before, when there is one).
     double aim(double cost, int hz, double budget) const;
 
-    bool skip_next_ = false;
+    int skip_ = settle_intervals;
     double last_cost_ = 0;
     int hz_;
+    struct at_rate {
+        int hz = -1;
+        double sum = 0;
+        int n = 0;
+    } at_; // the readings at the rate in use since it was set
     struct reading {
         int hz;
         double cost;

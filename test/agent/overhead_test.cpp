@@ -20,69 +20,106 @@
 
 using namespace agent;
 
+namespace {
+
+// The intervals after a start or a change, which the governor does not judge.
+void settle(overhead_governor& g, double cost) {
+    for (int i = 0; i < overhead_governor::settle_intervals; ++i)
+        CHECK_FALSE(g.feed(cost));
+}
+
+} // namespace
+
 TEST_CASE("the overhead governor gives up DWARF first, then aims the rate under the budget",
           "[agent][overhead]") {
     overhead_governor g({1.0, 999, true, true, 1});
-    // Over: DWARF goes first, the rate stays; the restart's interval is not judged.
-    auto c = g.feed(12.0, 999);
+    settle(g, 50.0); // perf starting is not judged
+    CHECK(g.hz() == 999);
+    // Far over: DWARF goes first at once, the rate stays.
+    auto c = g.feed(12.0);
     REQUIRE(c);
     CHECK(c->to_fp);
     CHECK(c->frequency == 999);
     CHECK_THAT(c->why, Catch::Contains("frame-pointer call graphs instead of DWARF"));
     CHECK_FALSE(g.dwarf());
-    CHECK_FALSE(g.feed(12.0, 999));
-    // Still over: the rate the cost says, a tenth under the budget.
-    c = g.feed(4.0, 999);
+    settle(g, 12.0);
+    // Still far over: the rate the cost says, a tenth under the budget.
+    c = g.feed(4.0);
     REQUIRE(c);
     CHECK_FALSE(c->to_fp);
     CHECK(c->frequency == 224); // 999 × 1 × 0.9 / 4
+    CHECK(g.hz() == 224);
     CHECK_THAT(c->why, Catch::Contains("4.00 % of a core at 999 Hz, over --max-overhead 1.00 %: "
                                        "sampling at 224 Hz"));
-    CHECK_FALSE(g.feed(0.1, 224)); // (the restart)
-    // Within the band: left alone.
-    CHECK_FALSE(g.feed(0.95, 224));
-    CHECK_FALSE(g.feed(1.05, 224));
-    CHECK_FALSE(g.feed(0.7, 224));
-    // Well under: up, at most doubling, never past what was asked.
-    c = g.feed(0.3, 224);
+    settle(g, 3.0);
+    // A little over once, then not: averaged, nothing moves.
+    CHECK_FALSE(g.feed(1.3));
+    CHECK_FALSE(g.feed(0.8));
+    CHECK_FALSE(g.feed(1.1));
+    CHECK(g.hz() == 224);
+    // A little over twice: down.
+    overhead_governor o({1.0, 400, false, true, 1});
+    settle(o, 9.0);
+    CHECK_FALSE(o.feed(1.5));
+    c = o.feed(1.5);
     REQUIRE(c);
-    CHECK(c->frequency == 448);
-    CHECK_FALSE(g.feed(0.5, 448));
-    c = g.feed(0.4, 800);
-    REQUIRE(c);
-    CHECK(c->frequency == 999);
-    CHECK_FALSE(g.feed(0.1, 999));
-    CHECK_FALSE(g.feed(0.1, 999)); // at what was asked: stays
+    CHECK(c->frequency == 240);
+
+    // Well under, six readings: up, at most doubling, never past what was asked.
+    overhead_governor u({1.0, 600, false, true, 1});
+    settle(u, 9.0);
+    REQUIRE(u.feed(5.0));
+    CHECK(u.hz() == 108);
+    for (const int want : {216, 432, 600}) {
+        settle(u, 2.0);
+        for (int i = 0; i < 5; ++i)
+            CHECK_FALSE(u.feed(0.1)); // five readings are not yet enough
+        c = u.feed(0.1);
+        REQUIRE(c);
+        CHECK(c->frequency == want);
+    }
+    CHECK_THAT(c->why,
+               Catch::Contains("under --max-overhead 1.00 %: sampling at 600 Hz (asked: 600)"));
+    settle(u, 2.0);
+    for (int i = 0; i < 8; ++i)
+        CHECK_FALSE(u.feed(0.1)); // at what was asked: stays
 
     // Without frame pointers to fall back to, and at the floor.
     overhead_governor h({0.5, 50, true, false, 10});
-    c = h.feed(5.0, 50);
+    settle(h, 5.0);
+    c = h.feed(5.0);
     REQUIRE(c);
     CHECK_FALSE(c->to_fp);
     CHECK(c->frequency == 10);
-    CHECK_FALSE(h.feed(5.0, 10));
-    CHECK_FALSE(h.feed(5.0, 10)); // as low as it goes: said once
+    settle(h, 5.0);
+    for (int i = 0; i < 3; ++i)
+        CHECK_FALSE(h.feed(5.0)); // as low as it goes: said once
 }
 
 TEST_CASE("the overhead governor fits the part of the cost that does not grow with the rate",
           "[agent][overhead]") {
     overhead_governor g({1.0, 999, false, true, 1});
-    auto c = g.feed(3.0, 999); // one reading: all of it the rate's
+    settle(g, 9.0);
+    auto c = g.feed(3.0); // one rate read: all of it the rate's
     REQUIRE(c);
     CHECK(c->frequency == 299);
-    CHECK_FALSE(g.feed(1.0, 299));
+    settle(g, 1.0);
     // At 299 Hz it still costs 1.4 %: 0.72 % of it does not go with the rate.
-    c = g.feed(1.4, 299);
+    CHECK_FALSE(g.feed(1.4));
+    c = g.feed(1.4);
     REQUIRE(c);
     CHECK(c->frequency == 80); // (0.9 − 0.717) / 0.00229 per Hz
     // A fixed part over the budget alone: as low as it goes, once.
     overhead_governor h({1.0, 999, false, true, 5});
-    REQUIRE(h.feed(3.0, 999));
-    CHECK_FALSE(h.feed(2.0, 299));
-    c = h.feed(2.8, 299);
+    settle(h, 9.0);
+    REQUIRE(h.feed(3.0));
+    settle(h, 2.0);
+    c = h.feed(2.8);
     REQUIRE(c);
     CHECK(c->frequency == 5);
-    CHECK_FALSE(h.feed(2.7, 5));
+    settle(h, 2.7);
+    CHECK_FALSE(h.feed(2.7));
+    CHECK_FALSE(h.feed(2.7));
 }
 
 TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agent][overhead]") {

@@ -2538,17 +2538,20 @@ FLIGHT_SIGNALLED = threading.Event()  # SIGUSR1: a script on the device asks for
 class OverheadGovernor(object):
     """An overhead budget (--max-overhead PCT of one core; overhead_governor in the C++ agent):
     given what profiling cost over each interval at the rate in use, the rate to use next —
-    down at once when over by a tenth (DWARF given up for frame pointers first), back up only
-    when well under, at most doubling, never past what was asked; the interval after a change is
-    not judged (the restart's own cost). From one reading all of the cost is the rate's; once
-    two rates were read, cost = fixed + per_hz x rate."""
+    down when over by a tenth (DWARF given up for frame pointers first), after two readings
+    (one when over twice the budget), back up only when six say it is well under, at most
+    doubling, never past what was asked; the two intervals after a start or a change are not
+    judged (perf starting). From one rate read all of the cost is the rate's; once two rates
+    were read, cost = fixed + per_hz x rate."""
+    SETTLE = 2  # intervals not judged after a start or a change
 
     def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1):
         self.budget, self.asked_hz, self.dwarf, self.fp_works = budget_pct, asked_hz, dwarf, \
             fp_works
         self.min_hz = max(1, min(min_hz, asked_hz))
-        self.skip_next, self.last_cost = False, 0.0
-        self.before = None  # (hz, cost): the last reading at the rate before this one
+        self.skip, self.last_cost = self.SETTLE, 0.0  # (perf's start, its symbols loaded)
+        self.before = None  # (hz, cost): the readings at the rate before this one, averaged
+        self.at = [-1, 0.0, 0]  # the rate in use, its readings' sum and count
         self.hz = asked_hz  # the rate to sample at now (what was asked stays the run's)
 
     def feed_now(self, cost):
@@ -2562,7 +2565,7 @@ class OverheadGovernor(object):
         """The user set another rate (configure): asked and used from now."""
         self.asked_hz = self.hz = max(1, hz)
         self.min_hz = min(self.min_hz, self.asked_hz)
-        self.before = None
+        self.before, self.at, self.skip = None, [-1, 0.0, 0], self.SETTLE
 
     def effective(self, settings):
         """`settings` at the rate and call graphs it holds now (a copy)."""
@@ -2581,34 +2584,47 @@ class OverheadGovernor(object):
         return hz * budget / cost if cost > 0 else 2.0 * hz
 
     def feed(self, cost, hz):
-        """(frequency, to_fp, why) for a change, else None."""
+        """(frequency, to_fp, why) for a change, else None. The first interval after a start
+        or a change is not judged; the readings at a rate are averaged; up only when three
+        say so."""
         self.last_cost = cost
-        skip, self.skip_next = self.skip_next, False
-        if skip or not cost >= 0 or hz <= 0:
+        if self.skip > 0:
+            self.skip -= 1
             return None
+        if not cost >= 0 or hz <= 0:
+            return None
+        if self.at[0] != hz:
+            self.at = [hz, 0.0, 0]
+        self.at[1] += cost
+        self.at[2] += 1
+        cost = self.at[1] / self.at[2]
         budget = self.budget
-        if cost > budget * 1.1:
+
+        def changed():
+            self.skip, self.before, self.at = self.SETTLE, (hz, cost), [-1, 0.0, 0]
+        if cost > budget * 1.1 and (self.at[2] >= 2 or cost > budget * 2):
             if self.dwarf and self.fp_works:
-                self.dwarf, self.skip_next = False, True
+                self.dwarf = False
+                changed()
+                self.before = None  # (another call-graph mode: another cost per Hz)
                 return hz, True, ("profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
                                   "frame-pointer call graphs instead of DWARF" % (cost, budget))
             nxt = int(min(max(math.floor(self._aim(cost, hz, budget * 0.9)), self.min_hz), hz))
             if nxt == hz:
                 return None
-            self.skip_next, self.before = True, (hz, cost)
+            changed()
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, over --max-overhead "
                                 "%.2f %%: sampling at %d Hz" % (cost, hz, budget, nxt))
-        if cost < budget * 0.6 and hz < self.asked_hz:
+        if self.at[2] >= 6 and cost < budget * 0.6 and hz < self.asked_hz:
             nxt = int(min(max(math.floor(min(self._aim(cost, hz, budget * 0.9), 2.0 * hz)), hz),
                           self.asked_hz))
             if nxt == hz:
                 return None
-            self.skip_next, self.before = True, (hz, cost)
+            changed()
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, under --max-overhead "
                                 "%.2f %%: sampling at %d Hz (asked: %d)"
                                 % (cost, hz, budget, nxt, self.asked_hz))
         return None
-
 
 class CostMeter(object):
     """The CPU this agent and its children (perf) used, from /proc/PID/task/*/schedstat (ns;
