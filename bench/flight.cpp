@@ -48,15 +48,9 @@ void drain(test_support::framing_peer& peer, milliseconds d, cost& c) {
 
 cost measure(int window, int seconds) {
     cost c;
-    test_support::listener l;
-    test_support::spawned agent(PERFWIRE_AGENT_BIN,
-                                {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration",
-                                 "2", "--state-dir", ""});
-    const int fd = l.accept(milliseconds(10000));
-    if (fd < 0)
-        throw std::runtime_error("the agent did not connect");
-    test_support::framing_peer peer(fd);
-    peer.next(milliseconds(5000)); // hello
+    auto dialled = bench::dial_agent(PERFWIRE_AGENT_BIN, {"--duration", "2"});
+    auto& agent = *dialled.proc;
+    auto& peer = *dialled.peer;
     std::string args = R"({"pid":null,"frequency":99,"callgraph":"fp")";
     if (window)
         args += R"(,"flight_recorder":)" + std::to_string(window);

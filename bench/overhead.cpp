@@ -56,15 +56,10 @@ int chunk_seconds = 8;
 
 cost measure(int demo, double budget, int settle, int seconds) {
     cost c;
-    test_support::listener l;
-    test_support::spawned agent(PERFWIRE_AGENT_BIN,
-                                {"--server", "127.0.0.1:" + std::to_string(l.port()), "--duration",
-                                 "2", "--state-dir", ""});
-    const int fd = l.accept(milliseconds(10000));
-    if (fd < 0)
-        throw std::runtime_error("the agent did not connect");
-    test_support::framing_peer peer(fd);
-    peer.next(milliseconds(5000)); // hello
+    auto dialled =
+        bench::dial_agent(PERFWIRE_AGENT_BIN, {"--duration", std::to_string(chunk_seconds)});
+    auto& agent = *dialled.proc;
+    auto& peer = *dialled.peer;
     char args[160];
     std::snprintf(args, sizeof args,
                   R"({"pid":%d,"frequency":999,"callgraph":"fp","max_overhead":%g})", demo, budget);

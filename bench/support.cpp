@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <unistd.h>
 
 namespace bench {
@@ -78,6 +79,21 @@ double children_cpu_seconds(int parent, const std::string& prefix) {
     for (const int pid : test_support::children_of(parent, prefix))
         s += cpu_seconds(pid);
     return s;
+}
+
+dialled_agent dial_agent(const std::string& agent_bin, const std::vector<std::string>& extra) {
+    test_support::listener l;
+    std::vector<std::string> args{"--server", "127.0.0.1:" + std::to_string(l.port()),
+                                  "--state-dir", ""};
+    args.insert(args.end(), extra.begin(), extra.end());
+    dialled_agent d;
+    d.proc = std::make_unique<test_support::spawned>(agent_bin, args);
+    const int fd = l.accept(std::chrono::milliseconds(10000));
+    if (fd < 0)
+        throw std::runtime_error("the agent did not connect");
+    d.peer = std::make_unique<test_support::framing_peer>(fd);
+    d.peer->next(std::chrono::milliseconds(5000)); // hello
+    return d;
 }
 
 } // namespace bench

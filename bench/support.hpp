@@ -1,6 +1,7 @@
 // What the benchmarks share: the real collector, started on loopback.
 #pragma once
 
+#include "support/framing_peer.hpp"
 #include "support/spawn.hpp"
 
 #include <boost/json/value.hpp>
@@ -26,6 +27,14 @@ std::optional<collector> start_collector(const std::string& exe,
                                          const std::filesystem::path& sessions,
                                          const std::vector<std::string>& extra = {},
                                          const std::vector<std::string>& env = {});
+
+// The real agent at `agent_bin`, dialling a loopback peer this program holds: the agent and
+// the peer once its hello came (throws when it did not connect in 10 s).
+struct dialled_agent {
+    std::unique_ptr<test_support::spawned> proc;
+    std::unique_ptr<test_support::framing_peer> peer;
+};
+dialled_agent dial_agent(const std::string& agent_bin, const std::vector<std::string>& extra = {});
 
 // GET `target` from the collector on `http`, parsed; nullopt unless 200 with JSON.
 std::optional<boost::json::value> get_json(std::uint16_t http, const std::string& target);
