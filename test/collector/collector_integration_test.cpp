@@ -361,13 +361,10 @@ TEST_CASE("a run that ends as it starts leaves no session open", "[collector][in
     CHECK(start.status == 200);
     // The notice came after the answer: the agent is idle and no session stays open (an empty
     // run is not kept).
-    const auto after = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
-    });
-    REQUIRE(after.as_array().size() == 1);
-    CHECK(after.as_array()[0].at("session_id").is_null());
+    const auto after = one_target(coll, "idle", 10s);
+    CHECK(after.at("session_id").is_null());
     // Why, as the agent said it: on the target's row.
-    CHECK(after.as_array()[0].at("state_reason") == "target process exited");
+    CHECK(after.at("state_reason") == "target process exited");
     const auto sessions = wait_for(coll, "/api/sessions", 10s,
                                    [](const json::value& v) { return v.as_array().empty(); });
     CHECK(sessions.as_array().empty());
@@ -602,11 +599,7 @@ TEST_CASE("a start may probe perf past 15 s, and an answer after its deadline st
     CHECK_THAT(late.body, Catch::Contains("no answer from the agent in time"));
     CHECK(late_waited < 17s); // it gave up at its own deadline, before the answers came
     // The late answer still says what the agent is doing.
-    const auto after = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
-    });
-    REQUIRE(after.as_array().size() == 1);
-    CHECK(after.as_array()[0].at("state").as_string() == "idle");
+    CHECK(one_target(coll, "idle", 10s).at("state") == "idle");
 }
 
 TEST_CASE("the wizard dials a listening agent with its pairing code",
@@ -1112,16 +1105,12 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
                                {"--token", code, "--agents-dir", dist.string()});
         spawned keyed(exe.string(), {"--server", "127.0.0.1:" + std::to_string(unkeyed.agent_port),
                                      "--token", code, "--update-pubkey", pubkey});
-        const auto listed = wait_for(unkeyed, "/api/targets", 10s, [](const json::value& v) {
-            return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
-        });
-        REQUIRE(listed.as_array().size() == 1);
-        CHECK_THAT(std::string(listed.as_array()[0].at("update_blocked").as_string()),
+        const auto listed = one_target(unkeyed, "idle", 10s);
+        CHECK_THAT(std::string(listed.at("update_blocked").as_string()),
                    Catch::Contains("--agent-update-key"));
-        const auto refused = http_call(
-            unkeyed.http_port, "POST",
-            "/api/targets/" + std::string(listed.as_array()[0].at("id").as_string()) + "/update",
-            "{}");
+        const auto refused =
+            http_call(unkeyed.http_port, "POST",
+                      "/api/targets/" + std::string(listed.at("id").as_string()) + "/update", "{}");
         CHECK(refused.status == 409);
         CHECK_THAT(refused.body, Catch::Contains("--agent-update-key"));
     }
@@ -1132,15 +1121,11 @@ TEST_CASE("the collector pushes its later agent build: an agent that dials in an
     {
         spawned keyless(exe.string(), {"--server", "127.0.0.1:" + std::to_string(coll.agent_port),
                                        "--token", code});
-        const auto listed = wait_for(coll, "/api/targets", 10s, [](const json::value& v) {
-            return v.as_array().size() == 1 && v.as_array()[0].at("state").as_string() == "idle";
-        });
-        REQUIRE(listed.as_array().size() == 1);
-        CHECK_THAT(std::string(listed.as_array()[0].at("update_blocked").as_string()),
+        const auto listed = one_target(coll, "idle", 10s);
+        CHECK_THAT(std::string(listed.at("update_blocked").as_string()),
                    Catch::Contains("--update-pubkey"));
         CHECK(http_call(coll.http_port, "POST",
-                        "/api/targets/" + std::string(listed.as_array()[0].at("id").as_string()) +
-                            "/update",
+                        "/api/targets/" + std::string(listed.at("id").as_string()) + "/update",
                         "{}")
                   .status == 409);
     }

@@ -43,11 +43,7 @@ std::pair<double, double> function_total(test_support::collector_proc& coll, con
 
 // The one target, once it is armed (its flight recorder holding its window): its id.
 std::string armed_target(test_support::collector_proc& coll) {
-    const auto targets =
-        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
-            return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
-        });
-    return std::string(targets.as_array()[0].at("id").as_string());
+    return std::string(test_support::one_target(coll, "armed", 60s).at("id").as_string());
 }
 
 // The one session, once it ended (a capture's).
@@ -167,9 +163,7 @@ TEST_CASE("flight recorder: a line in a log the device's owner named fires a cap
     CHECK(s.at("capture").at("window_s").to_number<double>() >= 3);
     CHECK(s.at("samples").to_number<double>() > 0);
     // Armed again afterwards.
-    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
-    });
+    test_support::one_target(coll, "armed", 30s);
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }
@@ -185,11 +179,7 @@ TEST_CASE("flight recorder: started from the collector with its window and level
     auto agent = test_support::start_agent(flavour, {"--server",
                                                      "127.0.0.1:" + std::to_string(coll.agent_port),
                                                      "--duration", "1", "--state-dir", ""});
-    const auto targets =
-        test_support::wait_for(coll, "/api/targets", 60s, [](const json::value& v) {
-            return v.as_array().size() == 1 && v.as_array()[0].at("state") == "idle";
-        });
-    const std::string target(targets.as_array()[0].at("id").as_string());
+    const std::string target(test_support::one_target(coll, "idle", 60s).at("id").as_string());
     const auto start = [&](const std::string& extra) {
         return test_support::http_call(
             coll.http_port, "POST", "/api/targets/" + target + "/command",
@@ -268,9 +258,7 @@ TEST_CASE("flight recorder: a capture that begins and ends while the link is dow
     CHECK(std::string(s.at("capture").at("trigger").as_string()) == "SIGUSR1");
     CHECK(s.at("capture").at("window_s").to_number<double>() >= 3);
     CHECK(s.at("samples").to_number<double>() > 0);
-    test_support::wait_for(coll, "/api/targets", 30s, [](const json::value& v) {
-        return v.as_array().size() == 1 && v.as_array()[0].at("state") == "armed";
-    });
+    test_support::one_target(coll, "armed", 30s);
     CHECK(coll.get("/api/sessions").as_array().size() == 1);
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
@@ -289,14 +277,7 @@ TEST_CASE("flight recorder: a window its memory cannot hold is said at once, nev
         flavour, {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--pid",
                   std::to_string(demo->pid()), "--frequency", "4999", "--flight-recorder", "60",
                   "--flight-memory-mb", "1", "--duration", "1", "--state-dir", ""});
-    const auto said = test_support::wait_for(coll, "/api/targets", 90s, [](const json::value& v) {
-        const auto& a = v.as_array();
-        return a.size() == 1 && a[0].at("state") == "armed" &&
-               a[0].at("state_reason").is_string() &&
-               std::string_view(a[0].at("state_reason").as_string()).find("hold only") !=
-                   std::string_view::npos;
-    });
-    const auto& t = said.as_array()[0];
+    const auto t = test_support::one_target(coll, "armed", 90s, "hold only");
     INFO(json::serialize(t));
     CHECK_THAT(std::string(t.at("state_reason").as_string()),
                Catch::Matches("flight recorder: its 1 MiB hold only \\d+ s of the 60 s asked "

@@ -30,14 +30,7 @@ TEST_CASE("an overhead budget (--max-overhead): a 999 Hz run that costs more tha
                   std::to_string(demo->pid()), "--frequency", "999", "--max-overhead", "0.5",
                   "--duration", "1", "--state-dir", ""});
     // The first change: within a few of its 5 s readings.
-    const auto targets =
-        test_support::wait_for(coll, "/api/targets", 90s, [](const json::value& v) {
-            const auto& a = v.as_array();
-            return a.size() == 1 && a[0].at("state_reason").is_string() &&
-                   std::string_view(a[0].at("state_reason").as_string()).find("--max-overhead") !=
-                       std::string_view::npos;
-        });
-    const auto& t = targets.as_array()[0];
+    const auto t = test_support::one_target(coll, "", 90s, "--max-overhead");
     INFO(json::serialize(t));
     CHECK_THAT(
         std::string(t.at("state_reason").as_string()),

@@ -13,12 +13,14 @@
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -96,6 +98,28 @@ template <class Pred>
 boost::json::value wait_for(collector_proc& c, const std::string& target,
                             std::chrono::seconds timeout, Pred pred) {
     return poll_json(c.http_port, target, timeout, pred);
+}
+
+// The one target the collector lists, once it is in `state` ("" for any) and, when `reason` is
+// given, its state_reason says it. The test fails if that does not come within `timeout`.
+inline boost::json::object one_target(collector_proc& c, std::string_view state,
+                                      std::chrono::seconds timeout, std::string_view reason = {}) {
+    const auto ready = [&](const boost::json::value& v) {
+        if (!v.is_array() || v.as_array().size() != 1)
+            return false;
+        const auto& t = v.as_array()[0].as_object();
+        const auto* st = t.if_contains("state");
+        if (!state.empty() && !(st && st->is_string() && st->as_string() == state))
+            return false;
+        const auto* r = t.if_contains("state_reason");
+        return reason.empty() || (r && r->is_string() &&
+                                  std::string_view(r->as_string()).find(reason) != reason.npos);
+    };
+    const auto list = wait_for(c, "/api/targets", timeout, ready);
+    INFO("targets: " << boost::json::serialize(list) << "; waited for one " << state << " "
+                     << reason);
+    REQUIRE(ready(list));
+    return list.as_array()[0].as_object();
 }
 
 // The session folders under `sessions` (dot files such as the tokens are not sessions).
