@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -77,6 +78,11 @@ cost measure(int demo, double budget, int settle, int seconds) {
     c.pct = 100 * (used() - u0) / duration<double>(steady_clock::now() - t0).count();
     c.hz_after = rate(peer, 999, &c.said);
     peer.command("stop", R"({"drain":false})", milliseconds(30000));
+    // The governor's changes, as the agent logged them.
+    std::istringstream log(agent.stderr_text());
+    for (std::string line; std::getline(log, line);)
+        if (line.find("max-overhead") != std::string::npos)
+            std::printf("    %s\n", line.c_str());
     return c;
 }
 

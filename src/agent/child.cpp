@@ -1,5 +1,7 @@
 #include "agent/child.hpp"
 
+#include "agent/overhead.hpp"
+
 #include "protocol/descriptors.hpp"
 #include "protocol/use_nothrow.hpp"
 
@@ -178,9 +180,27 @@ boost::system::result<std::unique_ptr<child>> child::start(asio::any_io_executor
     return c;
 }
 
+namespace {
+
+// Once `pid` has exited (waited for when `block`), and before it is reaped: its CPU, for the
+// overhead meter (a zombie's /proc still has it; a reaped child's is gone).
+void note_exit(pid_t pid, bool block) {
+    siginfo_t info{};
+    int r;
+    while ((r = ::waitid(P_PID, static_cast<id_t>(pid), &info,
+                         WEXITED | WNOWAIT | (block ? 0 : WNOHANG))) < 0 &&
+           errno == EINTR) {
+    }
+    if (r == 0 && info.si_pid == pid)
+        note_child_exit(pid);
+}
+
+} // namespace
+
 child::~child() {
     if (pid_ > 0 && !reap()) {
         ::kill(pid_, SIGKILL);
+        note_exit(pid_, true);
         int status = 0;
         while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
         }
@@ -192,6 +212,7 @@ bool child::reap() {
         return true;
     if (pid_ <= 0)
         return true;
+    note_exit(pid_, false);
     int status = 0;
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR))

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 #include <dirent.h>
@@ -98,9 +100,35 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
 cost_meter::cost_meter(std::string proc_root)
     : root_(std::move(proc_root)) {}
 
-std::uint64_t cost_meter::cpu_ns_of(int pid) const {
+namespace {
+
+// Children that exited: pid and own CPU ns at the end, until the meter takes them.
+std::mutex exits_mutex;
+std::deque<std::pair<int, std::uint64_t>> exits;
+
+std::uint64_t stat_cpu_ns(const std::string& base) {
+    // utime + stime of the whole thread group, its ended threads included (clock ticks).
+    const auto text = procfs::read_file(base + "/stat");
+    const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
+    static const double tick_ns = 1e9 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)));
+    return st ? static_cast<std::uint64_t>(static_cast<double>(st->utime + st->stime) * tick_ns)
+              : 0;
+}
+
+} // namespace
+
+void note_child_exit(int pid, const std::string& proc_root) {
+    // A zombie has no threads left to read schedstat from: its stat still sums them all.
+    const auto ns = stat_cpu_ns(proc_root + "/" + std::to_string(pid));
+    const std::lock_guard lock(exits_mutex);
+    exits.emplace_back(pid, ns);
+    if (exits.size() > 256)
+        exits.pop_front();
+}
+
+std::uint64_t cpu_ns_of(const std::string& root, int pid) {
     // Every thread's on-CPU nanoseconds (the first field of schedstat).
-    const auto base = root_ + "/" + std::to_string(pid);
+    const auto base = root + "/" + std::to_string(pid);
     std::uint64_t ns = 0;
     bool any = false;
     if (DIR* d = ::opendir((base + "/task").c_str())) {
@@ -114,19 +142,19 @@ std::uint64_t cost_meter::cpu_ns_of(int pid) const {
         }
         ::closedir(d);
     }
-    if (any)
-        return ns;
     // No schedstat (a kernel without CONFIG_SCHED_INFO): the clock ticks of stat.
-    const auto text = procfs::read_file(base + "/stat");
-    const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
-    static const double tick_ns = 1e9 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)));
-    return st ? static_cast<std::uint64_t>(static_cast<double>(st->utime + st->stime) * tick_ns)
-              : 0;
+    return any ? ns : stat_cpu_ns(base);
 }
 
 std::optional<double> cost_meter::read(double now_s) {
+    std::deque<std::pair<int, std::uint64_t>> ended;
+    {
+        const std::lock_guard lock(exits_mutex);
+        ended.swap(exits);
+    }
     const int self = static_cast<int>(::getpid());
     std::vector<int> pids{self};
+    std::vector<int> zombies; // (their end is noted as they are reaped)
     if (DIR* d = ::opendir(root_.c_str())) {
         while (const dirent* e = ::readdir(d)) {
             char* end = nullptr;
@@ -139,17 +167,34 @@ std::optional<double> cost_meter::read(double now_s) {
             if (close == std::string::npos || close + 4 >= text->size())
                 continue;
             if (std::atoi(text->c_str() + close + 4) == self)
-                pids.push_back(static_cast<int>(pid));
+                ((*text)[close + 2] == 'Z' ? zombies : pids).push_back(static_cast<int>(pid));
         }
         ::closedir(d);
     }
     std::map<int, std::uint64_t> now;
     std::uint64_t used = 0;
-    for (const int pid : pids) {
-        const auto ns = cpu_ns_of(pid);
-        now[pid] = ns;
+    const auto since = [&](int pid, std::uint64_t ns) {
         const auto before = seen_.find(pid);
-        used += before == seen_.end() ? ns : ns - std::min(ns, before->second);
+        return before == seen_.end() ? ns : ns - std::min(ns, before->second);
+    };
+    // Those that ended since the last reading (taken before the children were listed): what they
+    // used up to their end. A pid among them that is listed again is another child's, from 0.
+    for (const auto& [pid, ns] : ended) {
+        used += since(pid, ns);
+        seen_.erase(pid);
+    }
+    for (const int pid : zombies)
+        if (const auto before = seen_.find(pid); before != seen_.end())
+            now[pid] = before->second;
+    for (const int pid : pids) {
+        const auto ns = cpu_ns_of(root_, pid);
+        const auto before = seen_.find(pid);
+        if (ns == 0 && before != seen_.end()) {
+            now[pid] = before->second; // (ended while listed: its end is counted from here)
+            continue;
+        }
+        now[pid] = ns;
+        used += since(pid, ns);
     }
     seen_ = std::move(now);
     const auto before = std::exchange(last_at_, now_s);

@@ -102,15 +102,23 @@ class cost_meter {
 public:
     explicit cost_meter(std::string proc_root = "/proc");
     // % of one core used since the last reading by this process and its children (nullopt at
-    // the first reading). A child that began meanwhile counts from its start.
+    // the first reading). A child that began meanwhile counts from its start; one that ended
+    // meanwhile, up to its end (note_child_exit).
     std::optional<double> read(double now_s);
 
 private:
-    std::uint64_t cpu_ns_of(int pid) const;
-
     std::string root_;
     std::map<int, std::uint64_t> seen_; // pid → CPU ns at the last reading
     std::optional<double> last_at_;
 };
+
+// A child's own CPU at its exit (ns; its descendants' not counted: a command perf record runs is
+// the user's program, not profiling's cost), read while it is a zombie, before it is reaped —
+// once reaped, /proc has nothing left to read, and a perf that a rate change restarted, or a perf
+// stat that ran between two readings, would go uncounted. The last 256 are kept for the meter.
+void note_child_exit(int pid, const std::string& proc_root = "/proc");
+
+// The CPU `pid` used (every thread's, those ended included), ns; 0 when it is gone.
+std::uint64_t cpu_ns_of(const std::string& proc_root, int pid);
 
 } // namespace agent

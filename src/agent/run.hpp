@@ -219,6 +219,9 @@ struct run_state {
         auto s = settings;
         if (governor) {
             s.record.frequency = governor->hz();
+            // Not woken per sample: at 300 Hz that costs more than 999 Hz buffered does, and a
+            // cost that falls as the rate rises cannot be governed.
+            s.prompt = false;
             if (!governor->dwarf() && s.record.callgraph == "dwarf")
                 s.record.callgraph = "fp";
         }

@@ -2,8 +2,13 @@
 // and the meter that reads what the agent and its children used.
 #include "agent/overhead.hpp"
 
+#include "agent/child.hpp"
+#include "agent/run.hpp"
 #include "support/agents.hpp"
 #include "support/fixtures.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -12,8 +17,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -122,14 +129,37 @@ TEST_CASE("the overhead governor fits the part of the cost that does not grow wi
     CHECK_FALSE(h.feed(2.7));
 }
 
+namespace {
+
+// The meter's clock: seconds since the first call.
+double now() {
+    static const auto t0 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds of this process, and of its children reaped so far.
+std::pair<double, double> own_and_reaped() {
+    rusage self{}, children{};
+    ::getrusage(RUSAGE_SELF, &self);
+    ::getrusage(RUSAGE_CHILDREN, &children);
+    const auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+    return {s(self.ru_utime) + s(self.ru_stime), s(children.ru_utime) + s(children.ru_stime)};
+}
+
+// A shell that counts: CPU time without a descendant (its loop is built in).
+const std::vector<std::string> counting_shell = {
+    "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"};
+
+} // namespace
+
 TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agent][overhead]") {
     cost_meter m;
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto now = [&] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
-    CHECK_FALSE(m.read(now()));
-    // A child that spins for 0.4 s of CPU, waited for by a parent that sleeps.
+    const double first = now();
+    CHECK_FALSE(m.read(first));
+    // A child that spins for 0.4 s of CPU, then says so and waits, alive while the parent reads
+    // (a child's CPU counts while it runs): the parent sleeps in read(2) meanwhile.
+    int done[2];
+    REQUIRE(::pipe(done) == 0);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
@@ -137,20 +167,85 @@ TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agen
         do
             ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
         while (ts.tv_sec * 1'000'000'000L + ts.tv_nsec < 400'000'000L);
-        ::pause(); // (alive while the parent reads: a child's CPU counts while it runs)
+        (void)!::write(done[1], "x", 1);
+        ::pause();
         ::_exit(0);
     }
-    ::usleep(900'000);
-    const auto pct = m.read(now());
+    ::close(done[1]);
+    char byte;
+    REQUIRE(::read(done[0], &byte, 1) == 1);
+    ::close(done[0]);
+    const double second = now();
+    const auto pct = m.read(second);
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
     REQUIRE(pct);
-    CHECK(*pct > 30);  // 0.4 s of CPU in about 0.9 s
-    CHECK(*pct < 110); // (and not the whole machine's)
+    const double cpu = *pct / 100 * (second - first);
+    CHECK(cpu >= 0.39);
+    CHECK(cpu < 0.6); // (this process slept: not the whole machine's)
     ::usleep(300'000);
     const auto idle = m.read(now());
     REQUIRE(idle);
     CHECK(*idle < 20); // the child gone, this process sleeping
+}
+
+TEST_CASE("the cost meter counts a child that ended between two readings, up to its end",
+          "[agent][overhead]") {
+    // A perf stat that runs between two readings, or a perf the governor restarted, is gone from
+    // /proc by the next reading: the agent's child handling notes its CPU before reaping it.
+    cost_meter m;
+    const double first = now();
+    CHECK_FALSE(m.read(first));
+    const auto [self0, reaped0] = own_and_reaped();
+    boost::asio::io_context io;
+    std::optional<run_result> r;
+    boost::asio::co_spawn(io, run_command("/bin/sh", counting_shell, std::chrono::seconds(60)),
+                          [&](std::exception_ptr e, run_result v) {
+                              if (!e)
+                                  r = std::move(v);
+                          });
+    io.run();
+    REQUIRE(r);
+    REQUIRE(r->exit_code == 0);
+    const double second = now();
+    const auto pct = m.read(second);
+    const auto [self1, reaped1] = own_and_reaped();
+    REQUIRE(pct);
+    const double child = reaped1 - reaped0; // the kernel's own account of the shell
+    const double counted = *pct / 100 * (second - first);
+    INFO("the shell used " << child << " s, this process " << self1 - self0 << " s; counted "
+                           << counted << " s");
+    REQUIRE(child > 0.1);
+    CHECK(counted >= child - 0.03); // (clock ticks of 10 ms)
+    CHECK(counted <= child + (self1 - self0) + 0.03);
+}
+
+TEST_CASE("the Python agent's cost meter counts a child that ended between two readings",
+          "[agent][overhead][python]") {
+    // The shell spawned and polled as the agent does: the meter's second reading, as CPU seconds.
+    const std::string script =
+        "import os\n"
+        "m = a.CostMeter()\n"
+        "first = a.monotonic()\n"
+        "m.read(first)\n"
+        "t0 = os.times()\n"
+        "p = a.spawn(['/bin/sh', '-c', '" +
+        counting_shell[1] +
+        "'])\n"
+        "while p.poll() is None:\n"
+        "    a.time.sleep(0.01)\n"
+        "second = a.monotonic()\n"
+        "pct = m.read(second)\n"
+        "t1 = os.times()\n"
+        "child = t1.children_user + t1.children_system - t0.children_user - "
+        "t0.children_system\n"
+        "own = t1.user + t1.system - t0.user - t0.system\n"
+        "counted = pct / 100 * (second - first)\n"
+        "print(child > 0.1, counted >= child - 0.03, counted <= child + own + 0.03, child, "
+        "own, counted)\n";
+    const auto out = test_support::python_agent_output(script);
+    INFO(out);
+    CHECK(out.rfind("True True True ", 0) == 0);
 }
 
 TEST_CASE("the Python agent's governor answers the same readings alike",
@@ -197,4 +292,26 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
         }
     }
     CHECK(test_support::python_agent_output(script) == want);
+}
+
+TEST_CASE("a run held to an overhead budget is not woken per sample", "[agent][overhead]") {
+    // perf woken for every sample (--no-buffering, live views within half a second) costs more
+    // at 300 Hz than buffered at 999 Hz: a cost that falls as the rate rises cannot be governed.
+    boost::asio::io_context io;
+    run_state run(io.get_executor(), outbox(1 << 20), std::chrono::seconds(60));
+    run.settings.prompt = true;
+    run.settings.record.frequency = 999;
+    run.settings.record.callgraph = "dwarf";
+    CHECK(run.effective().prompt);
+    run.governor.emplace(overhead_governor::settings{1.0, 999, true, true, 1});
+    settle(*run.governor, 9);
+    REQUIRE(run.governor->feed(9)); // DWARF given up
+    CHECK_FALSE(run.effective().prompt);
+    CHECK(run.effective().record.callgraph == "fp");
+    CHECK(run.settings.record.callgraph == "dwarf"); // (the run keeps what was asked)
+    // The Python agent alike.
+    CHECK(test_support::python_agent_output("s = a.Settings()\n"
+                                            "g = a.OverheadGovernor(1.0, 999, False, True, 1)\n"
+                                            "e = g.effective(s)\n"
+                                            "print(s.prompt, e.prompt)\n") == "True False\n");
 }

@@ -794,11 +794,55 @@ def _child_setup():
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+_exits = collections.deque(maxlen=256)  # (pid, own CPU ns at its end), for CostMeter
+
+
+def note_child_exit(pid, proc_root="/proc"):
+    """A child's own CPU at its end (its descendants' not counted), read while it is a
+    zombie: once reaped, /proc has nothing left of it."""
+    st = parse_pid_stat(read_text("%s/%d/stat" % (proc_root, pid)))
+    _exits.append((pid, int((st["utime"] + st["stime"]) * 1e9 / CLK_TCK) if st else 0))
+
+
+class Child(subprocess.Popen):
+    """A perf (or zstd) child whose CPU up to its end the overhead meter counts: poll and wait
+    (communicate's too) note it while it is a zombie, before reaping it."""
+
+    def _exited(self, block):
+        if self.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid,
+                             os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG))
+        except (OSError, AttributeError):
+            return False
+        if info is None or info.si_pid != self.pid:
+            return False
+        if not getattr(self, "_noted", False):
+            self._noted = True
+            note_child_exit(self.pid)
+        return True
+
+    def poll(self):
+        self._exited(False)
+        return super(Child, self).poll()
+
+    def wait(self, timeout=None):
+        if timeout is None:
+            self._exited(True)
+        else:
+            until, pause = monotonic() + timeout, 0.0005
+            while not self._exited(False) and monotonic() < until:
+                time.sleep(min(pause, max(0.0, until - monotonic())))
+                pause = min(pause * 2, 0.05)
+        return super(Child, self).wait(timeout)
+
+
 def spawn(argv, stdin=None, stdout=None, stderr=None):
     """Starts a child (stdin and unset outputs default to /dev/null). Raises OSError.
     PR_SET_PDEATHSIG follows the thread that forks: call this from a thread that outlives
     the child."""
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
+    p = Child(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
                          stdout=subprocess.DEVNULL if stdout is None else stdout,
                          stderr=subprocess.DEVNULL if stderr is None else stderr,
                          preexec_fn=_child_setup, close_fds=True)
@@ -968,8 +1012,9 @@ class Settings(object):
         # What perf script printed is sent this often, whatever `duration` (a period: perf
         # stat's report, a round); 0: only at the end of a period.
         self.flush_interval = FLUSH_INTERVAL
-        # Streaming perf record may take --no-buffering (up to PROMPT_MAX_HZ, where a wakeup
-        # per sample costs perf nothing measurable); False once perf refused it.
+        # Streaming perf record may take --no-buffering (up to PROMPT_MAX_HZ): live views
+        # within half a second, at a cost (perf woken per sample; a run held to an overhead
+        # budget gives it up). False once perf refused it.
         self.prompt = True
         # Where the threads wait too: every scheduler switch of the target (its stack where it
         # left the CPU) and perf's switch records (when it came back): the off-cpu event.
@@ -2571,6 +2616,7 @@ class OverheadGovernor(object):
         """`settings` at the rate and call graphs it holds now (a copy)."""
         s = copy.copy(settings)
         s.frequency = self.hz
+        s.prompt = False  # (perf woken per sample costs more at 300 Hz than buffered at 999)
         if not self.dwarf and s.callgraph == "dwarf":
             s.callgraph = "fp"
         return s
@@ -2651,8 +2697,11 @@ class CostMeter(object):
         return int((st["utime"] + st["stime"]) * 1e9 / CLK_TCK) if st else 0
 
     def read(self, now):
+        ended = []
+        while _exits:
+            ended.append(_exits.popleft())
         me = os.getpid()
-        pids = [me]
+        pids, zombies = [me], []
         try:
             entries = os.listdir(self.root)
         except OSError:
@@ -2664,13 +2713,27 @@ class CostMeter(object):
             close = text.rfind(")")
             fields = text[close + 1:].split() if close >= 0 else []
             if len(fields) > 1 and fields[1] == str(me):
-                pids.append(int(e))
+                (zombies if fields[0] == "Z" else pids).append(int(e))
         now_ns, used = {}, 0
+
+        def since(pid, ns):
+            before = self.seen.get(pid)
+            return ns if before is None else ns - min(ns, before)
+        # Those that ended since the last reading (taken before the children were listed):
+        # what they used up to their end. A pid among them listed again is another child's.
+        for pid, ns in ended:
+            used += since(pid, ns)
+            self.seen.pop(pid, None)
+        for pid in zombies:  # (their end is noted as they are reaped)
+            if pid in self.seen:
+                now_ns[pid] = self.seen[pid]
         for pid in pids:
             ns = self._cpu_ns(pid)
+            if ns == 0 and pid in self.seen:
+                now_ns[pid] = self.seen[pid]  # (ended while listed: its end counts from here)
+                continue
             now_ns[pid] = ns
-            before = self.seen.get(pid)
-            used += ns if before is None else ns - min(ns, before)
+            used += since(pid, ns)
         self.seen = now_ns
         before, self.last_at = self.last_at, now
         if before is None or now <= before:
