@@ -9,7 +9,7 @@
 //
 // The goal (docs/benchmarks.md): with --max-overhead 1, within 1 % ± 0.3 of a core.
 //
-// Usage: overhead [--settle SECONDS (60)] [--seconds SECONDS (30)] [--budget PCT (1)]
+// Usage: overhead [--settle SECONDS (90)] [--seconds SECONDS (30)] [--budget PCT (1)]
 //                 [--duration SECONDS (8, the agent's default: perf stat's period)]
 #include "support.hpp"
 #include "support/framing_peer.hpp"
@@ -89,7 +89,7 @@ cost measure(int demo, double budget, int settle, int seconds) {
 } // namespace
 
 int main(int argc, char** argv) {
-    int settle = 60, seconds = 30;
+    int settle = 90, seconds = 30;
     double budget = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--settle"))

@@ -58,7 +58,8 @@ if(HELP2MAN)
     set(what_perfwire-collector "receive profiles from perfwire agents and serve the perfwire UI")
     set(what_perfwire-agent "profile processes with perf and stream them to a perfwire collector")
     set(what_perfwire-demo "a multi-threaded CPU workload to try perfwire on")
-    foreach(prog perfwire-collector perfwire-agent perfwire-demo)
+    set(what_perfwire "compare perfwire recordings for a verdict a CI pipeline acts on")
+    foreach(prog perfwire-collector perfwire-agent perfwire-demo perfwire)
         add_custom_command(
             OUTPUT ${package_dir}/${prog}.1.gz
             COMMAND ${HELP2MAN} --no-info --no-discard-stderr --version-string=${PROJECT_VERSION}

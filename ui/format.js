@@ -36,11 +36,20 @@ export const count = (n) => (n == null ? '' : Number(n).toLocaleString());
 export const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 // How a session's recording reads in a list: the process (pid), the imported file, or the
 // whole system profiled continuously (--continuous); its events.
-// A flight recorder's capture says what fired it.
+// A flight recorder's capture says what fired it; a run a CI job asked for, the job (its
+// commit, and a link to it when its URL is one).
+const originOf = (o) => {
+  if (!o || typeof o !== 'object') return '';
+  const what = [o.job, o.commit ? String(o.commit).slice(0, 12) : ''].filter(Boolean).join(' @ ') || o.by || 'CI';
+  const title = attr(Object.entries(o).map(([k, v]) => `${k}: ${v}`).join('\n'));
+  const linked = /^https?:\/\//.test(o.url || '') ? `<a href="${attr(o.url)}" rel="noopener noreferrer" target="_blank">${esc(what)}</a>` : esc(what);
+  return ` <span class="origin" title="${title}">asked by ${linked}</span>`;
+};
 export const processOf = (s) => (s.imported ? `<span class="muted">import</span> ${esc((s.source || '').split('/').pop())}`
   : s.continuous && !s.pid ? '<span class="muted">continuous</span> whole system'
     : `${esc(s.process || '')}${s.pid ? ` <span class="muted">${esc(s.pid)}</span>` : ''}`)
-  + (s.capture?.trigger ? ` <span class="capture" title="${attr(`a flight recorder's capture: ${s.capture.trigger}${s.capture.window_s != null ? `; ${Math.round(s.capture.window_s)} s held before it` : ''}`)}">captured: ${esc(s.capture.trigger)}</span>` : '');
+  + (s.capture?.trigger ? ` <span class="capture" title="${attr(`a flight recorder's capture: ${s.capture.trigger}${s.capture.window_s != null ? `; ${Math.round(s.capture.window_s)} s held before it` : ''}`)}">captured: ${esc(s.capture.trigger)}</span>` : '')
+  + originOf(s.origin);
 export const eventsOf = (s) => (s.event_types || []).map(eventName).join(', ');
 // A session named by what it is, as plain text (escape it to show it): the process (pid) on
 // its host, an import by its file, a continuous run as the whole system; its events, how long.

@@ -8,7 +8,7 @@
 //                                                                              ▼ run restarts
 //                                                                     at the rate it answers
 //
-// The governor holds no I/O: given the cost of each interval at the rate in use (the first two
+// The governor holds no I/O: given the cost of each interval at the rate in use (the first three
 // after a start or a change not judged: perf's own start costs a third of a second or more), it
 // answers with the rate to use next, from the readings at that rate averaged. A restart costs
 // about what a minute at the budget allows, so it changes seldom: down after two readings
@@ -47,7 +47,7 @@ public:
     // Intervals not judged after a start or a change: perf's start, and its symbol tables
     // loaded as the first samples name them, cost a third of a second or more, spread over the
     // first seconds.
-    static constexpr int settle_intervals = 2;
+    static constexpr int settle_intervals = 3;
 
     explicit overhead_governor(settings s);
     // The cost of the last interval (% of one core) at `hz`: a change to make, if any.

@@ -23,13 +23,6 @@ namespace json = boost::json;
 
 namespace {
 
-std::string text_of(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 // The total of the function whose name ends with `name` (0 when absent), and the view's total.
 std::pair<double, double> function_total(test_support::collector_proc& coll, const std::string& id,
                                          const std::string& query, std::string_view name) {
@@ -94,7 +87,7 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
     }
     // The spike, at a moment the agent is not told of.
     REQUIRE(::kill(work.pid(), SIGUSR1) == 0);
-    while (text_of(out).find("spiking") == std::string::npos) {
+    while (test_support::file_bytes(out).find("spiking") == std::string::npos) {
         REQUIRE(coll.get("/api/sessions").as_array().empty());
         std::this_thread::sleep_for(20ms);
     }
@@ -108,7 +101,8 @@ TEST_CASE("flight recorder: nothing reaches the collector before a CPU spike the
     CHECK(s.at("capture").at("window_s").to_number<double>() >= 18);
     REQUIRE(work.wait(90s) == 0);
     // "spike <tid> <cpu ns> <start> <end>"
-    std::istringstream said(text_of(out).substr(text_of(out).find("spike ")));
+    std::istringstream said(
+        test_support::file_bytes(out).substr(test_support::file_bytes(out).find("spike ")));
     std::string word;
     long long tid = 0, cpu_ns = 0, start = 0, end = 0;
     said >> word >> tid >> cpu_ns >> start >> end;

@@ -10,12 +10,13 @@ ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for f in usr/bin/perfwire-collector usr/bin/perfwire-agent usr/bin/perfwire-demo \
+for f in usr/bin/perfwire-collector usr/bin/perfwire-agent usr/bin/perfwire-demo usr/bin/perfwire \
     lib/systemd/system/perfwire-collector.service lib/systemd/system/perfwire-agent.service \
     etc/default/perfwire-collector usr/share/doc/perfwire/copyright \
     usr/share/doc/perfwire/changelog.gz usr/share/doc/perfwire/examples/perfwire-agent.default.example \
     usr/share/man/man1/perfwire-collector.1.gz usr/share/man/man1/perfwire-agent.1.gz \
-    usr/share/man/man1/perfwire-demo.1.gz usr/share/perfwire/perfwire_agent.py; do
+    usr/share/man/man1/perfwire-demo.1.gz usr/share/man/man1/perfwire.1.gz \
+    usr/share/perfwire/perfwire_agent.py; do
     grep -qx "./$f" <<<"$contents" && ok "holds /$f" || bad "no /$f in the package"
 done
 for arch in x86_64 aarch64 armv7 s390x; do
@@ -41,7 +42,7 @@ fi
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$deb" "$root"
-for p in perfwire-collector perfwire-agent; do
+for p in perfwire-collector perfwire-agent perfwire; do
     [[ "$("$root/usr/bin/$p" --version)" == "$p "* ]] && ok "$p runs from the package" || bad "$p --version"
 done
 grep -q "^ExecStart=/usr/bin/perfwire-collector " "$root/lib/systemd/system/perfwire-collector.service" &&

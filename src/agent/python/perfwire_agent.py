@@ -2585,10 +2585,10 @@ class OverheadGovernor(object):
     given what profiling cost over each interval at the rate in use, the rate to use next —
     down when over by a tenth (DWARF given up for frame pointers first), after two readings
     (one when over twice the budget), back up only when six say it is well under, at most
-    doubling, never past what was asked; the two intervals after a start or a change are not
+    doubling, never past what was asked; the three intervals after a start or a change are not
     judged (perf starting). From one rate read all of the cost is the rate's; once two rates
     were read, cost = fixed + per_hz x rate."""
-    SETTLE = 2  # intervals not judged after a start or a change
+    SETTLE = 3  # intervals not judged after a start or a change
 
     def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1):
         self.budget, self.asked_hz, self.dwarf, self.fp_works = budget_pct, asked_hz, dwarf, \

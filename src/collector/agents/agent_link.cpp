@@ -397,6 +397,10 @@ bool agent_link::open_session() {
         meta["pid"] = *pid_;
     if (!callgraph_.empty())
         meta["callgraph"] = callgraph_;
+    if (frequency_)
+        meta["frequency"] = *frequency_;
+    if (!origin_.empty())
+        meta["origin"] = std::exchange(origin_, {});
     if (continuous_run_)
         meta["continuous"] = true;
     if (!pending_capture_.empty()) // what fired a flight recorder's capture
@@ -605,8 +609,11 @@ agent_link::command(std::string cmd, json::object args,
 }
 
 void agent_link::on_answer(const pending& asked, const command_response& answer) {
-    if (!answer.ok)
+    if (!answer.ok) {
+        if (asked.cmd == protocol::cmd::start)
+            origin_.clear(); // (not this run's: there is none)
         return;
+    }
     // What the agent is doing now, for /api/targets: what its answer says ("state"); an
     // agent that does not say is taken at its word that the command did what it names.
     std::optional<agent_state> now;

@@ -97,6 +97,10 @@ public:
     void set_updating(std::optional<update_progress> u);
     const std::optional<update_progress>& updating() const noexcept { return updating_; }
 
+    // What asks for the next run (a CI job): its session's metadata `origin`. Forgotten when
+    // the start is refused or the session opens.
+    void note_origin(boost::json::object origin) { origin_ = std::move(origin); }
+
     // For a dialled agent: where it listens, and the code it was given (to dial it again).
     void set_dial_address(std::string host, std::string port) {
         dial_host_ = std::move(host);
@@ -188,6 +192,7 @@ private:
     std::string session_id_;
     std::string last_session_id_;      // the run before, ended: "start again" continues from it
     boost::json::object session_meta_; // from the hello, written when the session opens
+    boost::json::object origin_;       // what asked for the next run (note_origin)
     protocol::agent_state state_ = protocol::agent_state::connecting;
     std::optional<int> pid_;
     std::string callgraph_;    // of the run, as the start's answer said ("": not said)

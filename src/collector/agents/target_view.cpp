@@ -5,6 +5,8 @@
 
 #include <boost/json/value_from.hpp>
 
+#include <algorithm>
+
 namespace collector::agents {
 namespace json = boost::json;
 
@@ -102,6 +104,25 @@ json::object target_json(const agent_link& link, const app_context& app) {
         o["updating"] = nullptr;
     }
     return o;
+}
+
+result<json::object> origin_of(const json::value& v) {
+    static constexpr std::string_view keys[] = {"job", "url", "commit", "branch", "pipeline", "by"};
+    if (!v.is_object() || v.as_object().size() > std::size(keys))
+        return failure("bad_origin", "origin must be an object of job, url, commit, branch, "
+                                     "pipeline and by");
+    json::object out;
+    for (const auto& [key, value] : v.as_object()) {
+        if (std::find(std::begin(keys), std::end(keys), std::string_view(key)) == std::end(keys))
+            return failure("bad_origin", "origin takes job, url, commit, branch, pipeline and by");
+        if (!value.is_string() || value.as_string().size() > 512 ||
+            std::any_of(value.as_string().begin(), value.as_string().end(),
+                        [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+            return failure("bad_origin", "origin's " + std::string(key) +
+                                             " must be text of at most 512 bytes, one line");
+        out[key] = value;
+    }
+    return out;
 }
 
 } // namespace collector::agents

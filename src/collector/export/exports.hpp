@@ -19,6 +19,9 @@ std::string collapsed_text(const profile& p, const view_filter& f, bool by_threa
 // order they were taken, each weighing its period (or 1), stacks outermost frame first.
 std::string speedscope_json(const profile& p, const view_filter& f, const std::string& name);
 
+// `s` as XML text or attribute value (control characters, which XML 1.0 refuses, left out).
+void xml_escape(std::string& out, std::string_view s);
+
 // A static flame graph (root at the bottom), one <rect> per call path wide enough to see, each
 // with a <title> tooltip; no script, no external reference.
 std::string flame_svg(const profile& p, const view_filter& f, const std::string& title);

@@ -4,10 +4,6 @@
 #include <cstdio>
 
 namespace collector {
-namespace {
-
-constexpr double width = 1200, row_height = 16, margin = 10, min_px = 0.3;
-constexpr int max_rows = 512;
 
 void xml_escape(std::string& out, std::string_view s) {
     for (char c : s) {
@@ -31,6 +27,11 @@ void xml_escape(std::string& out, std::string_view s) {
         }
     }
 }
+
+namespace {
+
+constexpr double width = 1200, row_height = 16, margin = 10, min_px = 0.3;
+constexpr int max_rows = 512;
 
 std::string colour(std::string_view module) {
     const auto h = hash_bytes(module);

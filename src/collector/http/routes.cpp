@@ -75,6 +75,11 @@ std::size_t select_page(std::vector<json::object>& metas, const page_params& p, 
                     if (ev.is_string() &&
                         std::string(ev.as_string()).find(p.q) != std::string::npos)
                         return false;
+            // What asked for it (a CI job: its name, URL, commit).
+            if (const auto* o = m.if_contains("origin"); o && o->is_object())
+                for (const auto& [key, v] : o->as_object())
+                    if (field(o->as_object(), key.data()).find(p.q) != std::string::npos)
+                        return false;
             return true;
         });
     auto started = [when](const json::object& m) {

@@ -111,6 +111,15 @@ asio::awaitable<http_response> command_target(request_context& c) {
     if (const auto* a = body->if_contains("args"); a && a->is_object())
         args = a->as_object();
     std::string name(cmd->as_string());
+    // What asks for a run (a CI job): kept in its session's metadata, listed and searched.
+    if (const auto* o = body->if_contains("origin")) {
+        auto origin = agents::origin_of(*o);
+        if (!origin || name != protocol::cmd::start)
+            co_return make_error(c.req, http::status::bad_request, "bad_origin",
+                                 !origin ? origin.error().message
+                                         : std::string("origin goes with a start"));
+        link->note_origin(std::move(*origin));
+    }
     co_return command_answer(c, *link,
                              co_await agents::run_command(link, std::move(name), std::move(args)));
 }

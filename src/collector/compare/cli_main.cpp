@@ -1,0 +1,394 @@
+// perfwire: what a CI job runs. `perfwire record` asks a collector's agent for a session and
+// prints its id; `perfwire compare BASELINE CANDIDATE` compares recordings (files, session
+// folders, a collector's sessions) and answers with a verdict a pipeline acts on: exit 0 (pass),
+// 1 (a regression), 2 (could not compare: too few samples for the threshold, a run that cannot be
+// read, usage).
+#include "collector/compare/client.hpp"
+#include "collector/compare/compare.hpp"
+#include "collector/compare/sources.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace po = boost::program_options;
+namespace cmp = collector::compare;
+
+namespace {
+
+constexpr int pass = 0, regression = 1, cannot = 2;
+
+const char* const usage = R"(usage: perfwire compare [options] BASELINE CANDIDATE
+       perfwire record --url URL --agent NAME (--pid PID | --process NAME | --system)
+                       --seconds N [options]
+
+compare: two sides function by function, each a recording or several joined by commas and
+pooled (more runs, more power) — a saved session folder (the collector's --sessions-dir has
+one per session), a perf script text file, a perf.data file (read with perf script), or with
+--url the id of a session the collector holds.
+
+A function whose share of the time grew by more than --threshold (% of what it was) and by
+more than the noise band is a regression. The band is the one the UI shows (two shares that
+sampling alone makes differ), widened for the number of functions checked so that a whole
+report's false alarms stay within 100 - --confidence %.
+
+Exit status: 0 pass, 1 a regression, 2 could not compare (said why: too few samples for the
+threshold asked, with the number needed; a run that cannot be read; a bad option).
+
+)";
+
+std::vector<std::string> split(const std::string& list) {
+    std::vector<std::string> out;
+    std::size_t from = 0;
+    for (;;) {
+        const auto comma = list.find(',', from);
+        const auto item = list.substr(from, comma - from);
+        if (!item.empty())
+            out.push_back(item);
+        if (comma == std::string::npos)
+            return out;
+        from = comma + 1;
+    }
+}
+
+bool write_to(const std::string& path, const std::string& text) {
+    if (path == "-") {
+        std::cout << text;
+        return true;
+    }
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+        std::cerr << "perfwire: cannot write " << path << "\n";
+        return false;
+    }
+    return true;
+}
+
+// The API token: --token, else the file --token-file names, else $PERFWIRE_TOKEN.
+std::string token_of(const std::string& token, const std::string& file) {
+    if (!token.empty())
+        return token;
+    if (!file.empty()) {
+        std::ifstream in(file);
+        std::string t;
+        std::getline(in, t);
+        return t;
+    }
+    const char* env = std::getenv("PERFWIRE_TOKEN");
+    return env ? env : "";
+}
+
+std::string env_or(const char* name, const std::string& given) {
+    if (!given.empty())
+        return given;
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+// What asks for the run, for its session: the options given, else the CI's own variables
+// (GitLab CI's, GitHub Actions').
+boost::json::object origin_from(std::string job, std::string url, std::string commit,
+                                std::string branch) {
+    job = env_or("CI_JOB_NAME", env_or("GITHUB_JOB", job));
+    commit = env_or("CI_COMMIT_SHA", env_or("GITHUB_SHA", commit));
+    branch = env_or("CI_COMMIT_REF_NAME", env_or("GITHUB_REF_NAME", branch));
+    if (url.empty()) {
+        url = env_or("CI_JOB_URL", "");
+        const char *server = std::getenv("GITHUB_SERVER_URL"),
+                   *repo = std::getenv("GITHUB_REPOSITORY"), *run = std::getenv("GITHUB_RUN_ID");
+        if (url.empty() && server && repo && run)
+            url = std::string(server) + "/" + repo + "/actions/runs/" + run;
+    }
+    boost::json::object o{{"by", "perfwire record"}};
+    for (const auto& [key, value] :
+         {std::pair{"job", &job}, {"url", &url}, {"commit", &commit}, {"branch", &branch}})
+        if (!value->empty())
+            o[key] = value->substr(0, 512);
+    return o;
+}
+
+int record(int argc, char** argv) {
+    std::string url, token, token_file, agent, process, callgraph, job, job_url, commit, branch;
+    std::optional<int> pid;
+    int seconds = 0, frequency = 0;
+    po::options_description opts("record options");
+    opts.add_options()("help,h", "this text")("url", po::value(&url),
+                                              "the collector: http://HOST:PORT")(
+        "token", po::value(&token), "its API token (else --token-file, else $PERFWIRE_TOKEN)")(
+        "token-file", po::value(&token_file),
+        "FILE holding the token (the collector's .http-token)")(
+        "agent", po::value(&agent), "the target: its host name, enrolled name or id")(
+        "pid", po::value<int>(), "the process to profile")(
+        "process", po::value(&process),
+        "the process to profile, by name (the busiest of that name)")("system", "the whole system")(
+        "seconds", po::value(&seconds), "how long")("frequency", po::value(&frequency),
+                                                    "samples a second (default: the agent's)")(
+        "callgraph", po::value(&callgraph), "fp, dwarf, lbr or none (default: the agent's)")(
+        "job", po::value(&job), "what asks (default: $CI_JOB_NAME, $GITHUB_JOB)")(
+        "job-url", po::value(&job_url), "its URL (default: $CI_JOB_URL, the Actions run)")(
+        "commit", po::value(&commit), "the commit (default: $CI_COMMIT_SHA, $GITHUB_SHA)")(
+        "branch", po::value(&branch),
+        "the branch (default: $CI_COMMIT_REF_NAME, $GITHUB_REF_NAME)");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        if (vm.count("help")) {
+            std::cout << usage << opts;
+            return pass;
+        }
+        po::notify(vm);
+        if (vm.count("pid"))
+            pid = vm["pid"].as<int>();
+    } catch (const std::exception& e) {
+        std::cerr << "perfwire record: " << e.what() << "\n";
+        return cannot;
+    }
+    const int targets = (pid ? 1 : 0) + (process.empty() ? 0 : 1) + (vm.count("system") ? 1 : 0);
+    if (url.empty() || agent.empty() || targets != 1 || seconds < 1 || seconds > 86400) {
+        std::cerr << "perfwire record: --url, --agent, one of --pid, --process and --system, and "
+                     "--seconds (1 to 86400) are needed\n";
+        return cannot;
+    }
+    const auto api = cmp::api_client::at(url, token_of(token, token_file));
+    const auto fail = [](const collector::failure& f) {
+        std::cerr << "perfwire record: " << f.message << "\n";
+        return cannot;
+    };
+    if (!api)
+        return fail(api.error());
+    // The target, by what it is called.
+    const auto listed = api->get("/api/targets");
+    if (!listed)
+        return fail(listed.error());
+    std::string id, names;
+    for (const auto& t : listed->as_array()) {
+        const auto& o = t.as_object();
+        std::vector<std::string> called;
+        for (const char* key : {"id", "hostname", "enrolled_as", "agent", "name"})
+            if (const auto* v = o.if_contains(key); v && v->is_string())
+                called.emplace_back(v->as_string());
+        if (std::find(called.begin(), called.end(), agent) != called.end()) {
+            if (!id.empty())
+                return fail(
+                    {"ambiguous", "more than one target is called " + agent + ": name it by id"});
+            id = std::string(o.at("id").as_string());
+        }
+        names += (names.empty() ? "" : ", ") + (called.size() > 1 ? called[1] : called[0]);
+    }
+    if (id.empty())
+        return fail({"not_found",
+                     "no target is called " + agent +
+                         (names.empty() ? " (none is connected)" : " (there are " + names + ")")});
+    const std::string command = "/api/targets/" + id + "/command";
+    if (!process.empty()) {
+        const auto ps = api->post(command, boost::json::object{{"cmd", "list_processes"}});
+        if (!ps)
+            return fail(ps.error());
+        double busiest = -1;
+        if (const auto* list = ps->as_object().if_contains("processes"); list && list->is_array())
+            for (const auto& p : list->as_array()) {
+                const auto& o = p.as_object();
+                const auto* comm = o.if_contains("comm");
+                const auto* cpu = o.if_contains("cpu");
+                const double c = cpu && cpu->is_number() ? cpu->to_number<double>() : 0;
+                if (comm && comm->is_string() && comm->as_string() == process && c > busiest) {
+                    busiest = c;
+                    pid = static_cast<int>(o.at("pid").to_number<std::int64_t>());
+                }
+            }
+        if (!pid)
+            return fail({"not_found", "no process called " + process + " on " + agent});
+    }
+    boost::json::object args;
+    if (pid)
+        args["pid"] = *pid;
+    if (frequency > 0)
+        args["frequency"] = frequency;
+    if (!callgraph.empty())
+        args["callgraph"] = callgraph;
+    const auto started = api->post(
+        command, boost::json::object{{"cmd", "start"},
+                                     {"args", args},
+                                     {"origin", origin_from(job, job_url, commit, branch)}});
+    if (!started)
+        return fail(started.error());
+    // Its session, once the first samples made one; then the seconds asked, then a stop that
+    // lets perf name what it has.
+    const auto session_of = [&]() -> std::string {
+        const auto now = api->get("/api/targets");
+        if (now)
+            for (const auto& t : now->as_array())
+                if (t.as_object().at("id").as_string() == id)
+                    if (const auto* s = t.as_object().if_contains("session_id");
+                        s && s->is_string())
+                        return std::string(s->as_string());
+        return {};
+    };
+    std::string session;
+    for (int i = 0; i < 240 && session.empty(); ++i) {
+        session = session_of();
+        if (session.empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    if (session.empty()) {
+        (void)api->post(command, boost::json::object{{"cmd", "stop"}});
+        return fail({"no_session", "the agent started but no samples came in 60 s"});
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    const auto stopped = api->post(command, boost::json::object{{"cmd", "stop"}});
+    if (!stopped)
+        return fail(stopped.error());
+    for (int i = 0; i < 480; ++i) {
+        const auto meta = api->get("/api/sessions/" + session);
+        if (meta && meta->is_object())
+            if (const auto* live = meta->as_object().if_contains("live");
+                live && live->is_bool() && !live->as_bool()) {
+                std::cout << session << "\n";
+                return pass;
+            }
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return fail({"not_ended", "session " + session + " did not end within 2 minutes of the stop"});
+}
+
+int compare(int argc, char** argv) {
+    cmp::options o;
+    cmp::source_options src;
+    std::string junit, markdown, json_path, link, share = "self", url, token, token_file;
+    std::vector<std::string> sides;
+    po::options_description opts("options");
+    opts.add_options()("help,h",
+                       "this text")("share", po::value(&share)->default_value("self"),
+                                    "self (the function's own time) or total (with what it calls)")(
+        "threshold", po::value(&o.threshold_pct)->default_value(5),
+        "PCT: a smaller change of a function's share passes")(
+        "min-share", po::value(&o.min_share_pct)->default_value(1),
+        "PCT: functions under this share on both sides are not checked")(
+        "confidence", po::value(&o.confidence_pct)->default_value(99),
+        "PCT: the report's false alarms stay within 100 - PCT %")(
+        "anchor", po::value(&o.anchor),
+        "NAME: shares of this function's total (a benchmark's main loop), not of the whole")(
+        "ignore", po::value(&o.ignore)->composing(),
+        "GLOB: functions, or modules (their file name), not checked; repeatable")(
+        "event", po::value(&src.event), "the event to compare (default: the most sampled)")(
+        "junit", po::value(&junit), "FILE: JUnit XML, a test case per function")(
+        "markdown", po::value(&markdown), "FILE: a summary for a merge request")(
+        "json", po::value(&json_path), "FILE: the whole report for other tools")(
+        "link", po::value(&link), "URL: where the comparison is seen, put in the reports")(
+        "perf", po::value(&src.perf)->default_value("perf"), "perf, to read perf.data files")(
+        "url", po::value(&url), "a collector (http://HOST:PORT): runs may be its session ids")(
+        "token", po::value(&token), "its API token (else --token-file, else $PERFWIRE_TOKEN)")(
+        "token-file", po::value(&token_file), "FILE holding the token");
+    po::options_description hidden;
+    hidden.add_options()("side", po::value(&sides));
+    po::options_description all;
+    all.add(opts).add(hidden);
+    po::positional_options_description positional;
+    positional.add("side", 2);
+    try {
+        po::variables_map vm;
+        po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(),
+                  vm);
+        if (vm.count("help")) {
+            std::cout << usage << opts;
+            return pass;
+        }
+        po::notify(vm);
+    } catch (const std::exception& e) {
+        std::cerr << "perfwire compare: " << e.what() << "\n" << usage << opts;
+        return cannot;
+    }
+    if (sides.size() != 2 || (share != "self" && share != "total") || !(o.threshold_pct >= 0) ||
+        !(o.min_share_pct >= 0) || !(o.confidence_pct > 0 && o.confidence_pct < 100)) {
+        std::cerr << "perfwire compare: "
+                  << (sides.size() != 2 ? "a BASELINE and a CANDIDATE are needed"
+                      : share != "self" && share != "total"
+                          ? "--share is self or total"
+                          : "--threshold and --min-share are 0 or more, --confidence "
+                            "between 0 and 100")
+                  << "\n\n"
+                  << usage << opts;
+        return cannot;
+    }
+    o.total = share == "total";
+    std::optional<cmp::api_client> api;
+    if (!url.empty()) {
+        auto a = cmp::api_client::at(url, token_of(token, token_file));
+        if (!a) {
+            std::cerr << "perfwire compare: " << a.error().message << "\n";
+            return cannot;
+        }
+        api = std::move(*a);
+    }
+    std::vector<std::string> ids[2]; // the collector's sessions on each side
+    cmp::side base, cand;
+    for (int i = 0; i < 2; ++i) {
+        const auto paths = split(sides[i]);
+        if (paths.empty()) {
+            std::cerr << "perfwire compare: the " << (i ? "candidate" : "baseline")
+                      << " names no run\n";
+            return cannot;
+        }
+        for (const auto& p : paths) {
+            std::error_code ec;
+            const bool local = !api || std::filesystem::exists(p, ec);
+            auto run = local ? cmp::run_from_path(p, src) : cmp::run_from_session(*api, p, src);
+            if (!local)
+                ids[i].push_back(p);
+            if (!run) {
+                std::cerr << "perfwire compare: " << run.error().message << "\n";
+                return cannot;
+            }
+            cmp::add_run(i ? cand : base, *run);
+        }
+    }
+    // Where a person sees it: the collector's diff view of the first session of each side.
+    if (link.empty() && api && !ids[0].empty() && !ids[1].empty())
+        link = api->base() + "/#session=" + ids[1][0] + "&baseline=" + ids[0][0] + "&tab=functions";
+    const auto r = cmp::judge(base, cand, o);
+    bool written = true;
+    if (!junit.empty())
+        written &= write_to(junit, cmp::to_junit(r, base, cand));
+    if (!markdown.empty())
+        written &= write_to(markdown, cmp::to_markdown(r, base, cand, link));
+    if (!json_path.empty())
+        written &= write_to(json_path, cmp::to_json(r, base, cand, link));
+    if (markdown != "-" && json_path != "-" && junit != "-")
+        std::cout << cmp::to_markdown(r, base, cand, link);
+    return written ? r.status : cannot;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+        char name[] = "compare", help[] = "--help";
+        char* args[] = {name, help, nullptr};
+        compare(2, args);
+        return argc < 2 ? cannot : pass;
+    }
+    if (std::string(argv[1]) == "--version") {
+        std::cout << "perfwire " PERFWIRE_VERSION "\n";
+        return pass;
+    }
+    if (std::string(argv[1]) == "compare")
+        return compare(argc - 1, argv + 1);
+    if (std::string(argv[1]) == "record")
+        return record(argc - 1, argv + 1);
+    std::cerr << "perfwire: unknown command " << argv[1] << " (compare, record)\n";
+    return cannot;
+}

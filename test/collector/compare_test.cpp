@@ -1,0 +1,346 @@
+// perfwire compare: the verdict on pooled function tables (regressions beyond a threshold and
+// the noise band, "cannot tell" with the samples needed), its reports, and the command on real
+// perf recordings of a benchmark whose one function a variant slows.
+#include "collector/compare/compare.hpp"
+
+#include "support/agents.hpp"
+#include "support/ci_work.hpp"
+#include "support/collector_proc.hpp"
+#include "support/fixtures.hpp"
+#include "support/spawn.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace collector::compare;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A run whose functions have these self weights (each sample weighing 1), under a main loop.
+run_table run_of(std::string source, std::vector<std::pair<std::string, double>> self) {
+    run_table t;
+    t.source = std::move(source);
+    double all = 0;
+    for (const auto& [name, w] : self)
+        all += w;
+    for (const auto& [name, w] : self)
+        t.rows.push_back({name, "/build/bench", w, w});
+    t.rows.push_back({"main_loop", "/build/bench", 0, all});
+    t.samples = static_cast<std::uint64_t>(all);
+    t.weight = all;
+    return t;
+}
+
+side side_of(std::initializer_list<run_table> runs) {
+    side s;
+    for (const auto& r : runs)
+        add_run(s, r);
+    return s;
+}
+
+const finding* named(const report& r, std::string_view name) {
+    for (const auto& f : r.checked)
+        if (f.name == name)
+            return &f;
+    return nullptr;
+}
+
+} // namespace
+
+TEST_CASE("compare: the same shares pass, a function 30 % slower is the one regression",
+          "[compare]") {
+    const auto base =
+        side_of({run_of("a", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}}),
+                 run_of("b", {{"parse", 30100}, {"hash", 44900}, {"render", 25000}})});
+    const auto same =
+        side_of({run_of("c", {{"parse", 29900}, {"hash", 45100}, {"render", 25000}})});
+    const auto r = judge(base, same, {});
+    CHECK(r.status == 0);
+    CHECK(r.regressions == 0);
+    CHECK(r.checked.size() == 3); // (the main loop's self share is 0: not checked)
+    CHECK(base.samples == 200000);
+    CHECK(base.sources.size() == 2);
+
+    const auto slow =
+        side_of({run_of("d", {{"parse", 30000}, {"hash", 58500}, {"render", 25000}})});
+    const auto s = judge(base, slow, {});
+    CHECK(s.status == 1);
+    CHECK(s.regressions == 1);
+    REQUIRE(named(s, "hash"));
+    CHECK(named(s, "hash")->what == verdict::regression);
+    CHECK(named(s, "hash")->change_pct == Approx(100 * (58.5 / 113.5 - 0.45) / 0.45).epsilon(0.01));
+    // The others' shares shrank as hash's grew: improvements by share, never failures.
+    CHECK(named(s, "parse")->what == verdict::improvement);
+    // Shares of the whole hide what did not change; of the main loop's total alike. Ignored,
+    // hash is no regression.
+    options ignoring;
+    ignoring.ignore = {"ha*"};
+    CHECK(judge(base, slow, ignoring).regressions == 0);
+    CHECK_FALSE(named(judge(base, slow, ignoring), "hash"));
+    // Total shares: the main loop is the whole on both sides, hash the regression again.
+    options total;
+    total.total = true;
+    const auto t = judge(base, slow, total);
+    CHECK(t.status == 1);
+    CHECK(named(t, "main_loop")->what == verdict::unchanged);
+}
+
+TEST_CASE("compare: a change within the threshold passes, one within the noise is no verdict",
+          "[compare]") {
+    const auto base =
+        side_of({run_of("a", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}})});
+    // hash 3 % slower: its share +1.6 %.
+    const auto bit = side_of({run_of("b", {{"parse", 30000}, {"hash", 46350}, {"render", 25000}})});
+    CHECK(judge(base, bit, {}).status == 0);
+    options tight;
+    tight.threshold_pct = 1;
+    CHECK(judge(base, bit, tight).status == 1);
+    // A small function that doubles on few samples: beyond the threshold, within the noise.
+    const auto few = side_of({run_of("c", {{"a", 9000}, {"b", 1000}, {"c", 40}}),
+                              run_of("d", {{"a", 9000}, {"b", 1000}, {"c", 40}})});
+    const auto more = side_of({run_of("e", {{"a", 9000}, {"b", 1000}, {"c", 60}})});
+    options small;
+    small.min_share_pct = 0.1;
+    small.threshold_pct = 20;
+    const auto r = judge(few, more, small);
+    REQUIRE(named(r, "c"));
+    CHECK(named(r, "c")->what == verdict::within_noise);
+    CHECK(named(r, "c")->noise_pts > named(r, "c")->delta_pts);
+}
+
+TEST_CASE("compare: too few samples for the threshold asked cannot be told, with the number "
+          "needed",
+          "[compare]") {
+    const auto base = side_of({run_of("a", {{"parse", 30}, {"hash", 45}, {"render", 25}})});
+    const auto cand = side_of({run_of("b", {{"parse", 31}, {"hash", 44}, {"render", 25}})});
+    const auto r = judge(base, cand, {});
+    CHECK(r.status == 2);
+    CHECK(r.samples_needed > 1000);
+    CHECK_THAT(r.reason, Catch::Contains(std::to_string(r.samples_needed) + " on each side"));
+    CHECK_THAT(r.reason, Catch::Contains("hash"));
+    // With the samples it asked for, the same shares pass.
+    const double k = static_cast<double>(r.samples_needed) / 100 + 1;
+    const auto big = [&](const char* n, double p, double h, double re) {
+        return run_of(n, {{"parse", p * k}, {"hash", h * k}, {"render", re * k}});
+    };
+    CHECK(judge(side_of({big("a", 30, 45, 25)}), side_of({big("b", 30, 45, 25)}), {}).status == 0);
+    // No samples, no anchor, nothing above the smallest share: said so.
+    CHECK(judge(side{}, cand, {}).status == 2);
+    options anchored;
+    anchored.anchor = "no_such_function";
+    CHECK_THAT(judge(base, cand, anchored).reason, Catch::Contains("no_such_function"));
+}
+
+TEST_CASE("compare: an anchor's total is what shares are of; the sides' differences are warned of",
+          "[compare]") {
+    auto a = run_of("a", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}});
+    auto b = run_of("b", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}});
+    // The candidate's process also did other work beside the benchmark's loop.
+    b.rows.push_back({"logger", "/usr/lib/libc.so.6", 50000, 50000});
+    b.samples += 50000;
+    b.weight += 50000;
+    a.facts = {{"frequency", "999"}, {"kernel", "6.1"}};
+    b.facts = {{"frequency", "99"}, {"kernel", "6.1"}};
+    const auto base = side_of({a}), cand = side_of({b});
+    options anchored;
+    anchored.anchor = "main_loop";
+    const auto r = judge(base, cand, anchored);
+    CHECK(named(r, "hash")->cand_pct == Approx(45));
+    CHECK(named(r, "hash")->what == verdict::unchanged);
+    // The new work is said, as half the loop's time again.
+    CHECK(r.regressions == 1);
+    CHECK(named(r, "logger")->what == verdict::regression);
+    CHECK(named(r, "logger")->cand_pct == Approx(50));
+    REQUIRE(r.warnings.size() == 1);
+    CHECK(r.warnings[0] == "the baseline's frequency is 999, the candidate's 99");
+    // Of the whole, every function of the benchmark seems to shrink.
+    CHECK(judge(base, cand, {}).improvements == 3);
+}
+
+TEST_CASE("compare: globs match whole names in linear time", "[compare]") {
+    CHECK(glob_match("hash*", "hash_blocks"));
+    CHECK(glob_match("*blocks", "hash_blocks"));
+    CHECK(glob_match("h?sh_*", "hash_blocks"));
+    CHECK_FALSE(glob_match("hash", "hash_blocks"));
+    CHECK(glob_match("*", ""));
+    const std::string as(5000, 'a');
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_FALSE(glob_match("*a*a*a*a*a*a*a*a*b", as));
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s); // (exponential would never end)
+    CHECK(z_for(0.95) == Approx(1.959964).epsilon(1e-6));
+    CHECK(z_for(0.999) == Approx(3.290527).epsilon(1e-6));
+}
+
+TEST_CASE("compare: reports name the regression, and a hostile name stays text", "[compare]") {
+    const std::string hostile = "<script>alert(1)</script>|x\x01\xff`";
+    const auto base =
+        side_of({run_of("a", {{"parse", 30000}, {hostile, 45000}, {"render", 25000}})});
+    const auto cand =
+        side_of({run_of("b", {{"parse", 30000}, {hostile, 60000}, {"render", 25000}})});
+    const auto r = judge(base, cand, {});
+    REQUIRE(r.status == 1);
+    const auto junit = to_junit(r, base, cand);
+    CHECK_THAT(junit, Catch::Contains("failures=\"1\""));
+    CHECK_THAT(junit, Catch::Contains("<testcase name=\"&lt;script&gt;alert(1)&lt;/script&gt;|x"
+                                      "\xEF\xBF\xBD`\" classname=\"perfwire.bench\""));
+    CHECK(junit.find('\x01') == std::string::npos);
+    CHECK(junit.find("<script>") == std::string::npos);
+    const auto md = to_markdown(r, base, cand, "http://lab:8080/#session=b&baseline=a");
+    CHECK_THAT(md, Catch::Contains("\\<script\\>alert\\(1\\)\\</script\\>\\|x"));
+    CHECK_THAT(md, Catch::Contains("**regression**"));
+    CHECK_THAT(md, Catch::Contains("[the comparison]("));
+    const auto json = to_json(r, base, cand, "");
+    CHECK_THAT(json, Catch::Contains("\"status\":1"));
+    CHECK_THAT(json, Catch::Contains("\"verdict\":\"regression\""));
+    CHECK(json.find('\xff') == std::string::npos);
+}
+
+namespace {
+
+void record(const std::filesystem::path& dir, const std::string& name, int rounds,
+            const std::string& variant = {}) {
+    REQUIRE(test_support::record_ci_work(dir, name, rounds, variant).empty());
+}
+
+struct outcome {
+    int status;
+    std::string out;
+};
+
+outcome perfwire_compare(const std::filesystem::path& dir, std::vector<std::string> args) {
+    args.insert(args.begin(), "compare");
+    const auto out = dir / "compare.out";
+    test_support::spawned cli(PERFWIRE_CLI_BIN, args, out.string());
+    const auto status = cli.wait(120s);
+    REQUIRE(status);
+    return {*status, test_support::file_bytes(out) + cli.stderr_text()};
+}
+
+} // namespace
+
+TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass, one function "
+          "30 % slower fails naming it alone, 3 % slower passes at 5 %, too few samples cannot "
+          "be told",
+          "[compare][perf][integration]") {
+    test_support::temp_dir dir;
+    const auto at = [&](const std::string& name) { return (dir.path / name).string(); };
+    constexpr int runs = 8;
+    for (int i = 0; i < runs; ++i)
+        record(dir.path, "base" + std::to_string(i), 400);
+    // Twenty pairs of runs of the same workload: no false alarm at the defaults.
+    int pairs = 0;
+    for (int i = 0; i < runs && pairs < 20; ++i)
+        for (int j = i + 1; j < runs && pairs < 20; ++j, ++pairs) {
+            const auto r = perfwire_compare(dir.path, {at("base" + std::to_string(i) + ".txt"),
+                                                       at("base" + std::to_string(j) + ".txt")});
+            INFO("base" << i << " against base" << j << "\n" << r.out);
+            CHECK(r.status == 0);
+        }
+    CHECK(pairs == 20);
+
+    record(dir.path, "slow30", 400, "hash_blocks:30");
+    const auto slow =
+        perfwire_compare(dir.path, {at("base0.txt") + "," + at("base1.txt"), at("slow30.data"),
+                                    "--junit", at("slow30.xml"), "--json", at("slow30.json")});
+    INFO(slow.out);
+    CHECK(slow.status == 1);
+    const auto junit = test_support::file_bytes(at("slow30.xml"));
+    CHECK_THAT(junit, Catch::Contains("failures=\"1\""));
+    const auto failure = junit.find("<failure");
+    REQUIRE(failure != std::string::npos);
+    CHECK(junit.find("<failure", failure + 1) == std::string::npos);
+    const auto testcase = junit.rfind("<testcase name=\"", failure);
+    CHECK_THAT(junit.substr(testcase, failure - testcase), Catch::Contains("hash_blocks"));
+    CHECK_THAT(test_support::file_bytes(at("slow30.json")), Catch::Contains("\"status\":1"));
+
+    record(dir.path, "slow3", 400, "hash_blocks:3");
+    const auto bit = perfwire_compare(
+        dir.path, {at("base2.txt") + "," + at("base3.txt"), at("slow3.txt"), "--threshold", "5"});
+    INFO(bit.out);
+    CHECK(bit.status == 0);
+
+    record(dir.path, "tiny", 10);
+    const auto tiny = perfwire_compare(dir.path, {at("base4.txt"), at("tiny.txt")});
+    INFO(tiny.out);
+    CHECK(tiny.status == 2);
+    CHECK_THAT(tiny.out, Catch::Matches("(.|\\n)*too few samples to tell a 5 % change: \\d+ on "
+                                        "each side are needed(.|\\n)*"));
+    // A run that cannot be read is no verdict either.
+    const auto missing = perfwire_compare(dir.path, {at("base0.txt"), at("nothing-here.data")});
+    CHECK(missing.status == 2);
+    CHECK_THAT(missing.out, Catch::Contains("no such file or session folder"));
+}
+
+TEST_CASE("perfwire record asks a collector's agent for a session that says what asked for it; "
+          "perfwire compare takes the collector's sessions by id and links their diff view",
+          "[compare][perf][integration]") {
+    test_support::temp_dir dir;
+    test_support::collector_proc coll(dir.path / "sessions");
+    auto demo = test_support::start_demo(120);
+    auto agent = test_support::start_agent(
+        test_support::agent_flavour::cpp,
+        {"--server", "127.0.0.1:" + std::to_string(coll.agent_port), "--state-dir", ""});
+    const auto target = test_support::one_target(coll, "idle", 60s);
+    const std::string url = "http://127.0.0.1:" + std::to_string(coll.http_port);
+    const std::string token = test_support::api_token(coll.http_port);
+    const auto record_one = [&](const std::string& commit) {
+        const auto out = dir.path / "record.out";
+        test_support::spawned cli(
+            PERFWIRE_CLI_BIN,
+            {"record", "--url", url, "--token", token, "--agent",
+             std::string(target.at("hostname").as_string()), "--pid", std::to_string(demo->pid()),
+             "--seconds", "3", "--frequency", "999", "--job", "bench <lab>", "--commit", commit},
+            out.string(), {"CI_JOB_NAME=", "CI_COMMIT_SHA=", "GITHUB_JOB=", "GITHUB_SHA="});
+        const auto status = cli.wait(120s);
+        INFO(cli.stderr_text());
+        REQUIRE(status == 0);
+        auto id = test_support::file_bytes(out);
+        REQUIRE(!id.empty());
+        id.pop_back(); // (its line's end)
+        return id;
+    };
+    const auto first = record_one("c0ffee1");
+    const auto second = record_one("c0ffee2");
+    // What asked for it: in the session's metadata, searchable.
+    const auto meta = coll.get("/api/sessions/" + second);
+    REQUIRE(meta.as_object().contains("origin"));
+    CHECK(meta.at("origin").at("job") == "bench <lab>");
+    CHECK(meta.at("origin").at("commit") == "c0ffee2");
+    CHECK(meta.at("origin").at("by") == "perfwire record");
+    CHECK(meta.at("frequency") == 999);
+    const auto found = coll.get("/api/sessions?q=c0ffee1");
+    REQUIRE(found.as_array().size() == 1);
+    CHECK(found.as_array()[0].at("id").as_string() == first);
+    // A start's origin is checked.
+    const auto bad = test_support::http_call(
+        coll.http_port, "POST",
+        "/api/targets/" + std::string(target.at("id").as_string()) + "/command",
+        R"({"cmd":"start","args":{},"origin":{"job":"a\nb"}})");
+    CHECK(bad.status == 400);
+    CHECK_THAT(bad.body, Catch::Contains("one line"));
+    // The two sessions compared by id: the demo against itself, at a threshold its 3 s resolve.
+    const auto r =
+        perfwire_compare(dir.path, {"--url", url, "--token", token, "--threshold", "50", "--json",
+                                    (dir.path / "r.json").string(), first, second});
+    INFO(r.out);
+    CHECK(r.status == 0);
+    const auto json = test_support::file_bytes(dir.path / "r.json");
+    CHECK_THAT(json,
+               Catch::Contains("#session=" + second + "&baseline=" + first + "&tab=functions"));
+    CHECK_THAT(json, Catch::Contains("\"frequency\":[\"999\"]"));
+    // A session id it does not hold, or no token: could not compare.
+    CHECK(perfwire_compare(dir.path, {"--url", url, "--token", token, first, "20990101_000000_x"})
+              .status == 2);
+    CHECK(perfwire_compare(dir.path, {"--url", url, "--token", "wrong", first, second}).status ==
+          2);
+    agent->signal(SIGTERM);
+    CHECK(agent->wait(30s));
+}
