@@ -199,7 +199,9 @@ TEST_CASE("the cost meter counts a child that ended between two readings, up to 
     const auto [self0, reaped0] = own_and_reaped();
     boost::asio::io_context io;
     std::optional<run_result> r;
-    boost::asio::co_spawn(io, run_command("/bin/sh", counting_shell, std::chrono::seconds(60)),
+    const std::string shell =
+        "/bin/sh"; // (the coroutine holds it by reference: it must outlive it)
+    boost::asio::co_spawn(io, run_command(shell, counting_shell, std::chrono::seconds(60)),
                           [&](std::exception_ptr e, run_result v) {
                               if (!e)
                                   r = std::move(v);
