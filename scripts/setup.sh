@@ -4,8 +4,9 @@
 #   scripts/setup.sh          build and run
 #   scripts/setup.sh --test   also what the test run needs (format check, sanitizers, fuzzer,
 #                             the Python agent's interpreter and zstandard module, Go's pprof
-#                             to read our exports, help2man and lintian for the Debian package, and the
-#                             browser test: Debian's chromium, playwright-core from npm)
+#                             to read our exports, help2man and lintian for the Debian package,
+#                             xmllint for the JUnit reports, and the browser test: Debian's
+#                             chromium, playwright-core from npm)
 set -euo pipefail
 
 packages=(
@@ -16,7 +17,7 @@ packages=(
 )
 if [[ "${1:-}" == "--test" ]]; then
     packages+=(clang-format clang libclang-rt-14-dev zstd chromium python3 python3-zstandard systemd
-        golang-go lintian help2man debuginfod clickhouse-server)
+        golang-go lintian help2man debuginfod clickhouse-server libxml2-utils)
     # The machine's own Node.js is used when there is one; otherwise Debian's.
     if ! command -v npm >/dev/null; then
         packages+=(nodejs npm)

@@ -100,9 +100,18 @@ TEST_CASE("compare: a change within the threshold passes, one within the noise i
     // hash 3 % slower: its share +1.6 %.
     const auto bit = side_of({run_of("b", {{"parse", 30000}, {"hash", 46350}, {"render", 25000}})});
     CHECK(judge(base, bit, {}).status == 0);
+    // At a 1 % threshold: too few samples to tell; with ten times the samples, a regression.
     options tight;
     tight.threshold_pct = 1;
-    CHECK(judge(base, bit, tight).status == 1);
+    const auto r1 = judge(base, bit, tight);
+    CHECK(r1.status == 2);
+    const auto more_base =
+        side_of({run_of("a", {{"parse", 300000}, {"hash", 450000}, {"render", 250000}})});
+    const auto more_bit =
+        side_of({run_of("b", {{"parse", 300000}, {"hash", 463500}, {"render", 250000}})});
+    CHECK(r1.samples_needed > 100000);
+    CHECK(r1.samples_needed < 1000000);
+    CHECK(judge(more_base, more_bit, tight).status == 1);
     // A small function that doubles on few samples: beyond the threshold, within the noise.
     const auto few = side_of({run_of("c", {{"a", 9000}, {"b", 1000}, {"c", 40}}),
                               run_of("d", {{"a", 9000}, {"b", 1000}, {"c", 40}})});
@@ -132,6 +141,11 @@ TEST_CASE("compare: too few samples for the threshold asked cannot be told, with
         return run_of(n, {{"parse", p * k}, {"hash", h * k}, {"render", re * k}});
     };
     CHECK(judge(side_of({big("a", 30, 45, 25)}), side_of({big("b", 30, 45, 25)}), {}).status == 0);
+    // Underpowered, it says so whatever it saw: a short run's shares are listed, no verdict.
+    const auto doubled = side_of({run_of("c", {{"parse", 30}, {"hash", 90}, {"render", 25}})});
+    const auto u = judge(base, doubled, {});
+    CHECK(u.status == 2);
+    CHECK(u.samples_needed > 0);
     // No samples, no anchor, nothing above the smallest share: said so.
     CHECK(judge(side{}, cand, {}).status == 2);
     options anchored;
@@ -139,7 +153,8 @@ TEST_CASE("compare: too few samples for the threshold asked cannot be told, with
     CHECK_THAT(judge(base, cand, anchored).reason, Catch::Contains("no_such_function"));
 }
 
-TEST_CASE("compare: an anchor's total is what shares are of; the sides' differences are warned of",
+TEST_CASE("compare: an anchor's total is what shares are of, and the sides' differences are warned "
+          "of",
           "[compare]") {
     auto a = run_of("a", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}});
     auto b = run_of("b", {{"parse", 30000}, {"hash", 45000}, {"render", 25000}});
@@ -210,6 +225,17 @@ void record(const std::filesystem::path& dir, const std::string& name, int round
     REQUIRE(test_support::record_ci_work(dir, name, rounds, variant).empty());
 }
 
+// Whether `file` is JUnit XML as CI servers read it (test/collector/fixtures/junit.xsd).
+bool valid_junit(const std::filesystem::path& file) {
+    test_support::spawned lint("/usr/bin/xmllint",
+                               {"--noout", "--schema",
+                                std::string(PERFWIRE_TEST_DIR) + "/collector/fixtures/junit.xsd",
+                                file.string()});
+    const auto status = lint.wait(60s);
+    INFO(lint.stderr_text());
+    return status == 0;
+}
+
 struct outcome {
     int status;
     std::string out;
@@ -247,9 +273,9 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     CHECK(pairs == 20);
 
     record(dir.path, "slow30", 400, "hash_blocks:30");
-    const auto slow =
-        perfwire_compare(dir.path, {at("base0.txt") + "," + at("base1.txt"), at("slow30.data"),
-                                    "--junit", at("slow30.xml"), "--json", at("slow30.json")});
+    const auto slow = perfwire_compare(
+        dir.path, {at("base0.txt") + "," + at("base1.txt"), at("slow30.data"), "--junit",
+                   at("slow30.xml"), "--json", at("slow30.json"), "--svg", at("slow30.svg")});
     INFO(slow.out);
     CHECK(slow.status == 1);
     const auto junit = test_support::file_bytes(at("slow30.xml"));
@@ -260,6 +286,12 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     const auto testcase = junit.rfind("<testcase name=\"", failure);
     CHECK_THAT(junit.substr(testcase, failure - testcase), Catch::Contains("hash_blocks"));
     CHECK_THAT(test_support::file_bytes(at("slow30.json")), Catch::Contains("\"status\":1"));
+    CHECK(valid_junit(at("slow30.xml")));
+    // The diff flame graph: hash_blocks red (its share grew beyond the noise).
+    const auto svg = test_support::file_bytes(at("slow30.svg"));
+    const auto hash = svg.find("<title>(anonymous namespace)::hash_blocks — ");
+    REQUIRE(hash != std::string::npos);
+    CHECK_THAT(svg.substr(hash, svg.find("</g>", hash) - hash), Catch::Contains("fill=\"hsl(0,"));
 
     record(dir.path, "slow3", 400, "hash_blocks:3");
     const auto bit = perfwire_compare(
@@ -268,7 +300,11 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     CHECK(bit.status == 0);
 
     record(dir.path, "tiny", 10);
-    const auto tiny = perfwire_compare(dir.path, {at("base4.txt"), at("tiny.txt")});
+    const auto tiny =
+        perfwire_compare(dir.path, {at("base4.txt"), at("tiny.txt"), "--junit", at("tiny.xml")});
+    CHECK(valid_junit(at("tiny.xml"))); // (an error, not a failure)
+    CHECK_THAT(test_support::file_bytes(at("tiny.xml")),
+               Catch::Contains("<error message=\"too few"));
     INFO(tiny.out);
     CHECK(tiny.status == 2);
     CHECK_THAT(tiny.out, Catch::Matches("(.|\\n)*too few samples to tell a 5 % change: \\d+ on "
@@ -279,7 +315,7 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     CHECK_THAT(missing.out, Catch::Contains("no such file or session folder"));
 }
 
-TEST_CASE("perfwire record asks a collector's agent for a session that says what asked for it; "
+TEST_CASE("perfwire record asks a collector's agent for a session that says what asked for it — "
           "perfwire compare takes the collector's sessions by id and links their diff view",
           "[compare][perf][integration]") {
     test_support::temp_dir dir;
@@ -343,4 +379,26 @@ TEST_CASE("perfwire record asks a collector's agent for a session that says what
           2);
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
+}
+
+TEST_CASE("compare: JUnit reports are what CI servers read, hostile names and all", "[compare]") {
+    test_support::temp_dir dir;
+    const std::string hostile = "<b>\"x\"</b> & \x01\x7f\xff\xfe";
+    const auto base =
+        side_of({run_of("a", {{"parse", 30000}, {hostile, 45000}, {"render", 25000}})});
+    const auto cand =
+        side_of({run_of("b<&>", {{"parse", 30000}, {hostile, 60000}, {"render", 25000}})});
+    const auto failing = judge(base, cand, {});
+    REQUIRE(failing.status == 1);
+    std::ofstream(dir.path / "failing.xml") << to_junit(failing, base, cand);
+    CHECK(valid_junit(dir.path / "failing.xml"));
+    const auto few = side_of({run_of("c", {{"parse", 3}, {"hash", 4}})});
+    const auto cannot = judge(few, few, {});
+    REQUIRE(cannot.status == 2);
+    std::ofstream(dir.path / "cannot.xml") << to_junit(cannot, few, few);
+    CHECK(valid_junit(dir.path / "cannot.xml"));
+    // (The schema refuses what is not a report: the check can fail.)
+    std::ofstream(dir.path / "bad.xml") << "<testsuites><testsuite name=\"x\" tests=\"many\"/>"
+                                           "</testsuites>";
+    CHECK_FALSE(valid_junit(dir.path / "bad.xml"));
 }

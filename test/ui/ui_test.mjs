@@ -61,6 +61,7 @@ const STEPS = [
   source.sourceFolders,
   session.threadFilter,
   sessions.svgExport,
+  sessions.compareReport,
   landing.theme,
   landing.searchSessions,
   functions.halfTypedFilter,

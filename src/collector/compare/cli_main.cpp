@@ -268,7 +268,7 @@ int record(int argc, char** argv) {
 int compare(int argc, char** argv) {
     cmp::options o;
     cmp::source_options src;
-    std::string junit, markdown, json_path, link, share = "self", url, token, token_file;
+    std::string junit, markdown, json_path, svg, link, share = "self", url, token, token_file;
     std::vector<std::string> sides;
     po::options_description opts("options");
     opts.add_options()("help,h",
@@ -288,6 +288,7 @@ int compare(int argc, char** argv) {
         "junit", po::value(&junit), "FILE: JUnit XML, a test case per function")(
         "markdown", po::value(&markdown), "FILE: a summary for a merge request")(
         "json", po::value(&json_path), "FILE: the whole report for other tools")(
+        "svg", po::value(&svg), "FILE: the diff flame graph (any browser)")(
         "link", po::value(&link), "URL: where the comparison is seen, put in the reports")(
         "perf", po::value(&src.perf)->default_value("perf"), "perf, to read perf.data files")(
         "url", po::value(&url), "a collector (http://HOST:PORT): runs may be its session ids")(
@@ -367,7 +368,10 @@ int compare(int argc, char** argv) {
         written &= write_to(markdown, cmp::to_markdown(r, base, cand, link));
     if (!json_path.empty())
         written &= write_to(json_path, cmp::to_json(r, base, cand, link));
-    if (markdown != "-" && json_path != "-" && junit != "-")
+    if (!svg.empty())
+        written &= write_to(
+            svg, cmp::to_svg(base, cand, "perfwire compare: " + sides[1] + " against " + sides[0]));
+    if (markdown != "-" && json_path != "-" && junit != "-" && svg != "-")
         std::cout << cmp::to_markdown(r, base, cand, link);
     return written ? r.status : cannot;
 }

@@ -44,8 +44,8 @@ result<api_client> api_client::at(const std::string& url, std::string token) {
     return c;
 }
 
-result<boost::json::value> api_client::call(const char* method, const std::string& target,
-                                            const std::string& body) const {
+result<std::pair<int, std::string>>
+api_client::exchange(const char* method, const std::string& target, const std::string& body) const {
     try {
         asio::io_context io;
         asio::ip::tcp::resolver resolver(io);
@@ -66,24 +66,51 @@ result<boost::json::value> api_client::call(const char* method, const std::strin
         http::response_parser<http::string_body> parser;
         parser.body_limit(std::uint64_t{1} << 30);
         http::read(stream, buffer, parser);
-        const auto& res = parser.get();
-        boost::system::error_code ec;
-        auto v = boost::json::parse(res.body(), ec);
-        const int status = static_cast<int>(res.result_int());
-        if (status >= 200 && status < 300) {
-            if (ec)
-                return failure("bad_answer", base_ + target + ": the answer is not JSON", 502);
-            return v;
-        }
-        std::string why = "HTTP " + std::to_string(status);
-        if (!ec && v.is_object())
-            if (const auto* e = v.as_object().if_contains("error"); e && e->is_object())
-                if (const auto* m = e->as_object().if_contains("message"); m && m->is_string())
-                    why += ": " + std::string(m->as_string());
-        return failure("http_" + std::to_string(status), base_ + target + ": " + why, status);
+        return std::pair{static_cast<int>(parser.get().result_int()),
+                         std::move(parser.get().body())};
     } catch (const std::exception& e) {
         return failure("unreachable", base_ + ": " + e.what(), 502);
     }
+}
+
+namespace {
+
+// A failure for an answer that is not 2xx, with the API's own message.
+failure refused(const std::string& where, int status, const std::string& body) {
+    std::string why = "HTTP " + std::to_string(status);
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(body, ec);
+    if (!ec && v.is_object())
+        if (const auto* e = v.as_object().if_contains("error"); e && e->is_object())
+            if (const auto* m = e->as_object().if_contains("message"); m && m->is_string())
+                why += ": " + std::string(m->as_string());
+    return failure("http_" + std::to_string(status), where + ": " + why, status);
+}
+
+} // namespace
+
+result<boost::json::value> api_client::call(const char* method, const std::string& target,
+                                            const std::string& body) const {
+    const auto answer = exchange(method, target, body);
+    if (!answer)
+        return answer.error();
+    const auto& [status, text] = *answer;
+    if (status < 200 || status >= 300)
+        return refused(base_ + target, status, text);
+    boost::system::error_code ec;
+    auto v = boost::json::parse(text, ec);
+    if (ec)
+        return failure("bad_answer", base_ + target + ": the answer is not JSON", 502);
+    return v;
+}
+
+result<std::string> api_client::get_text(const std::string& target) const {
+    auto answer = exchange("GET", target, {});
+    if (!answer)
+        return answer.error();
+    if (answer->first < 200 || answer->first >= 300)
+        return refused(base_ + target, answer->first, answer->second);
+    return std::move(answer->second);
 }
 
 result<boost::json::value> api_client::get(const std::string& target) const {

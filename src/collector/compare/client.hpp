@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 namespace collector::compare {
 
@@ -20,12 +21,17 @@ public:
     result<boost::json::value> get(const std::string& target) const;
     result<boost::json::value> post(const std::string& target,
                                     const boost::json::value& body) const;
+    // The answer's body as it is, for a 2xx (an export).
+    result<std::string> get_text(const std::string& target) const;
 
     const std::string& base() const noexcept { return base_; } // "http://host:port"
 
 private:
     result<boost::json::value> call(const char* method, const std::string& target,
                                     const std::string& body) const;
+    // Status and body; a failure only when no answer came.
+    result<std::pair<int, std::string>> exchange(const char* method, const std::string& target,
+                                                 const std::string& body) const;
     std::string host_, port_, base_, token_;
     std::chrono::seconds timeout_{120};
 };

@@ -37,7 +37,13 @@ struct run_table {
     // What the run was, for the warnings when the sides differ: event, frequency, call-graph
     // mode, kernel, … (key → value; a key a source cannot say is absent).
     std::map<std::string, std::string> facts;
+    // Its call paths, root first, names between ';' (perf's collapsed stacks) → weight: the
+    // diff flame graph's. Empty when the source has none.
+    std::map<std::string, double> stacks;
 };
+
+// Collapsed stacks ("a;b;c 42" lines) added into `stacks`; lines that are not, skipped.
+void add_collapsed(std::map<std::string, double>& stacks, std::string_view text);
 
 struct function_weight {
     std::string name, module;
@@ -52,6 +58,7 @@ struct side {
     double weight{};
     std::map<std::string, function_weight> functions;      // by key
     std::map<std::string, std::vector<std::string>> facts; // each value seen, in order
+    std::map<std::string, double> stacks;                  // every run's, summed
 };
 void add_run(side& s, const run_table& run);
 // The key two sides' functions meet at: "name\x1fmodule's file name".
@@ -108,5 +115,10 @@ std::string to_markdown(const report& r, const side& base, const side& cand,
 // JUnit XML (the schema Jenkins and GitLab read): a test case per function checked, a failure
 // for each regression naming the change; "could not compare" an error.
 std::string to_junit(const report& r, const side& base, const side& cand);
+
+// The diff flame graph as a static SVG (any browser): the candidate's call paths, each as wide as
+// its share there, red where its share grew and blue where it shrank beyond the noise (the UI's
+// 95 % band), grey within it; a tooltip with both shares.
+std::string to_svg(const side& base, const side& cand, const std::string& title);
 
 } // namespace collector::compare

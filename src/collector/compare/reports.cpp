@@ -8,7 +8,11 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <vector>
 
 namespace collector::compare {
 
@@ -268,6 +272,119 @@ std::string to_junit(const report& r, const side& base, const side& cand) {
                xml(message) + "\n" + xml("module: " + f.module) + "</failure>\n    </testcase>\n";
     }
     out += "  </testsuite>\n</testsuites>\n";
+    return out;
+}
+
+std::string to_svg(const side& base, const side& cand, const std::string& title) {
+    // The union of both sides' call paths, each node with its weight on each side.
+    struct node {
+        std::string name;
+        double b = 0, c = 0;
+        std::map<std::string, std::size_t> kids;
+    };
+    std::vector<node> nodes(1);
+    nodes[0].name = "all";
+    double bt = 0, ct = 0;
+    const auto insert = [&](const std::string& path, double w, bool candidate) {
+        std::size_t at = 0;
+        (candidate ? nodes[0].c : nodes[0].b) += w;
+        for (std::size_t from = 0; from <= path.size();) {
+            auto semi = path.find(';', from);
+            if (semi == std::string::npos)
+                semi = path.size();
+            const std::string name = path.substr(from, semi - from);
+            from = semi + 1;
+            auto it = nodes[at].kids.find(name);
+            if (it == nodes[at].kids.end()) {
+                it = nodes[at].kids.emplace(name, nodes.size()).first;
+                nodes.push_back({name, 0, 0, {}});
+            }
+            at = it->second;
+            (candidate ? nodes[at].c : nodes[at].b) += w;
+        }
+    };
+    for (const auto& [path, w] : base.stacks) {
+        insert(path, w, false);
+        bt += w;
+    }
+    for (const auto& [path, w] : cand.stacks) {
+        insert(path, w, true);
+        ct += w;
+    }
+    constexpr double width = 1200, row = 16, margin = 10, min_px = 0.3;
+    struct box {
+        std::size_t node;
+        int depth;
+        double x, w;
+    };
+    std::vector<box> boxes, todo{{0, 0, margin, width - 2 * margin}};
+    int deepest = 0;
+    std::size_t gone = 0;
+    while (!todo.empty() && boxes.size() < 200000) {
+        const auto b = todo.back();
+        todo.pop_back();
+        boxes.push_back(b);
+        deepest = std::max(deepest, b.depth);
+        double x = b.x;
+        for (const auto& [name, k] : nodes[b.node].kids) {
+            if (!(nodes[k].c > 0)) {
+                gone += nodes[k].b > 0;
+                continue;
+            }
+            const double w = ct > 0 ? (width - 2 * margin) * nodes[k].c / ct : 0;
+            if (w >= min_px && b.depth < 511)
+                todo.push_back({k, b.depth + 1, x, w});
+            x += w;
+        }
+    }
+    const double n0 = static_cast<double>(base.samples), n1 = static_cast<double>(cand.samples);
+    const double height = (deepest + 1) * row + 4 * row + margin;
+    std::string out =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+        "width=\"" +
+        num("%.0f", width) + "\" height=\"" + num("%.0f", height) +
+        "\" font-family=\"monospace\" font-size=\"11\">\n"
+        "<rect width=\"100%\" height=\"100%\" fill=\"#fdfdfd\"/>\n"
+        "<text x=\"600\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">" +
+        xml(title) + "</text>\n<text x=\"600\" y=\"38\" text-anchor=\"middle\">" +
+        xml("as wide as in the candidate; red: a larger share than in the baseline, "
+            "blue: smaller, grey: within the noise" +
+            (gone ? "; " + std::to_string(gone) + " call paths of the baseline are gone"
+                  : std::string())) +
+        "</text>\n";
+    for (const auto& b : boxes) {
+        const auto& n = nodes[b.node];
+        const double was = bt > 0 ? 100 * n.b / bt : 0, now = ct > 0 ? 100 * n.c / ct : 0;
+        const double delta = now - was;
+        const double p =
+            n0 + n1 > 0 ? std::clamp((was * n0 + now * n1) / (100 * (n0 + n1)), 0.0, 1.0) : 0.0;
+        const double noise =
+            n0 > 0 && n1 > 0 ? 196 * std::sqrt(p * (1 - p) * (1 / n0 + 1 / n1)) : 100;
+        std::string fill = "hsl(0,0%,82%)";
+        if (std::abs(delta) > noise) {
+            const double k = std::min(1.0, std::abs(delta) / 5);
+            fill = "hsl(" + std::string(delta > 0 ? "0" : "220") + ",75%," +
+                   num("%.0f", 88 - 40 * k) + "%)";
+        }
+        const double y = height - margin - (b.depth + 1) * row;
+        out += "<g><title>" + xml(n.name) + " — baseline " + num("%.2f", was) + " %, candidate " +
+               num("%.2f", now) + " % (" + (delta >= 0 ? "+" : "") + num("%.2f", delta) +
+               " points)</title><rect x=\"" + num("%.2f", b.x) + "\" y=\"" + num("%.1f", y) +
+               "\" width=\"" + num("%.2f", std::max(b.w - 0.5, 0.1)) + "\" height=\"" +
+               num("%.1f", row - 1) + "\" fill=\"" + fill + "\" rx=\"1\"/>";
+        const auto fits = static_cast<std::size_t>((b.w - 6) / 6.6);
+        if (fits >= 3) {
+            const auto name = utf8(n.name);
+            std::size_t cut = std::min(name.size(), fits);
+            while (cut > 0 && cut < name.size() &&
+                   (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80)
+                --cut;
+            out += "<text x=\"" + num("%.2f", b.x + 3) + "\" y=\"" + num("%.1f", y + row - 4) +
+                   "\">" + xml(name.substr(0, cut)) + (cut < name.size() ? ".." : "") + "</text>";
+        }
+        out += "</g>\n";
+    }
+    out += "</svg>\n";
     return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "collector/compare/client.hpp"
 
+#include "collector/export/exports.hpp"
 #include "collector/model/view_json.hpp"
 #include "collector/model/views.hpp"
 #include "collector/session_model.hpp"
@@ -74,6 +75,7 @@ result<run_table> table_of(const session_model& m, const std::string& event, std
         t.rows.push_back({std::string(p.symbol(r.frame)), std::string(p.module(r.frame)),
                           static_cast<double>(r.self), static_cast<double>(r.total)});
     t.facts["event"] = std::string(view_event_name(p, f));
+    add_collapsed(t.stacks, collapsed_text(p, f));
     return t;
 }
 
@@ -148,6 +150,12 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
     const auto meta = api.get("/api/sessions/" + id);
     if (!meta)
         return meta.error();
+    const auto collapsed = api.get_text("/api/sessions/" + id + "/export?format=collapsed" +
+                                        query.substr(query.find("&event=") == std::string::npos
+                                                         ? query.size()
+                                                         : query.find("&event=")));
+    if (!collapsed)
+        return collapsed.error();
     run_table t;
     t.source = id;
     try {
@@ -166,6 +174,7 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
         return failure("bad_answer",
                        api.base() + ": the functions of " + id + " are not as the API says", 502);
     }
+    add_collapsed(t.stacks, *collapsed);
     if (meta->is_object()) {
         const auto& m = meta->as_object();
         fact(t, m, "frequency", "frequency");

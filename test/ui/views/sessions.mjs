@@ -1,6 +1,8 @@
 // Browser test of the UI, sessions: The Sessions tab: import, compare against a baseline, delete; perf 5.x+ text; the svg export.
 // Steps run in order by test/ui/ui_test.mjs, which passes each the state the earlier ones left (t).
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { check, tableShows } from '../harness.mjs';
 
 export async function importCompareDelete(t) {
@@ -165,4 +167,32 @@ export async function svgExport(t) {
   await svgPage.close();
   await again.bringToFront();
   Object.assign(t, { after });
+}
+
+// `perfwire compare` on two of the collector's saved sessions (by id, through its API): its diff
+// flame graph, a file a CI job keeps, opens in the browser with its frames coloured.
+export async function compareReport(t) {
+  const { http, fetch, errors, context, build, token, work, again } = t;
+  t.doing = 'opening the diff flame graph of perfwire compare';
+  const saved = (await (await fetch(`${http}/api/sessions`)).json()).filter((s) => !s.live && s.samples > 0);
+  check(saved.length >= 2, `two saved sessions to compare (${saved.length})`);
+  if (saved.length < 2) return;
+  const out = join(work, 'diff.svg');
+  const r = spawnSync(join(build, 'src', 'collector', 'perfwire'),
+    ['compare', '--url', http, '--token', token, '--svg', out, saved[1].id, saved[0].id], { encoding: 'utf8', timeout: 120000 });
+  check([0, 1, 2].includes(r.status) && existsSync(out), `perfwire compare answers with a verdict and writes the svg (status ${r.status}: ${(r.stderr || '').trim()})`);
+  if (!existsSync(out)) return;
+  const svgPage = await context.newPage();
+  svgPage.on('pageerror', (e) => errors.push(e.message));
+  await svgPage.route('**/diff.svg', (x) => x.fulfill({ contentType: 'image/svg+xml', body: readFileSync(out, 'utf8') }));
+  await svgPage.goto(http + '/diff.svg');
+  const drawn = await svgPage.evaluate(() => ({
+    frames: document.querySelectorAll('svg g rect').length,
+    fills: [...new Set([...document.querySelectorAll('svg g rect')].map((x) => x.getAttribute('fill')))].length,
+    width: document.querySelector('svg')?.getBoundingClientRect().width || 0,
+  }));
+  if (process.env.PERFWIRE_UI_SHOTS) await svgPage.screenshot({ path: join(process.env.PERFWIRE_UI_SHOTS, 'compare-diff.png') });
+  check(drawn.frames >= 3 && drawn.width >= 1000, `the diff flame graph opens in the browser (${drawn.frames} frames, ${drawn.fills} colours, ${drawn.width} px)`);
+  await svgPage.close();
+  await again.bringToFront();
 }
