@@ -372,6 +372,15 @@ TEST_CASE("perfwire record asks a collector's agent for a session that says what
     CHECK_THAT(json,
                Catch::Contains("#session=" + second + "&baseline=" + first + "&tab=functions"));
     CHECK_THAT(json, Catch::Contains("\"frequency\":[\"999\"]"));
+    // The same sessions read from the collector's folder while it runs: read only — an import
+    // it has under way (a staged folder) is left alone.
+    const auto sessions = dir.path / "sessions";
+    std::filesystem::create_directories(sessions / ".staging-under-way");
+    const auto local = perfwire_compare(
+        dir.path, {"--threshold", "50", (sessions / first).string(), (sessions / second).string()});
+    INFO(local.out);
+    CHECK(local.status == 0);
+    CHECK(std::filesystem::exists(sessions / ".staging-under-way"));
     // A session id it does not hold, or no token: could not compare.
     CHECK(perfwire_compare(dir.path, {"--url", url, "--token", token, first, "20990101_000000_x"})
               .status == 2);

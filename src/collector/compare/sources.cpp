@@ -90,7 +90,7 @@ result<run_table> run_from_path(const std::string& path, const source_options& o
         if (!session_store::valid_id(id) || !fs::exists(where / "meta.json", ec))
             return failure("not_a_session",
                            path + ": a folder, but not a saved session (no meta.json)");
-        session_store store(root.empty() ? fs::path(".") : root);
+        const session_store store(root.empty() ? fs::path(".") : root, session_store::read_only);
         const auto meta = store.meta(id);
         if (!meta)
             return failure("not_a_session", path + ": its meta.json cannot be read");

@@ -75,6 +75,12 @@ private:
 class session_store {
 public:
     explicit session_store(std::filesystem::path root);
+    // A sessions folder another process may be writing (perfwire compare reads a running
+    // collector's): read only — no folder made, no unfinished import or removal cleared away.
+    struct read_only_t {};
+    static constexpr read_only_t read_only{};
+    session_store(std::filesystem::path root, read_only_t)
+        : root_(std::move(root)) {}
 
     const std::filesystem::path& root() const noexcept { return root_; }
     // Bounds what the folder may take from now on (counting what it holds when there is a
