@@ -133,27 +133,26 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
                                    const source_options& o) {
     if (!session_store::valid_id(id))
         return failure("not_found", id + ": no such file, session folder or session id", 404);
-    std::string query = "/api/sessions/" + id + "/functions?limit=100000000";
+    // The event asked, as a query parameter both requests share (percent-encoded).
+    std::string event;
     if (!o.event.empty()) {
-        query += "&event=";
+        event = "&event=";
         for (const unsigned char c : o.event) {
             static constexpr char hex[] = "0123456789ABCDEF";
             if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
-                query += static_cast<char>(c);
+                event += static_cast<char>(c);
             else
-                query += {'%', hex[c >> 4], hex[c & 15]};
+                event += {'%', hex[c >> 4], hex[c & 15]};
         }
     }
+    const std::string query = "/api/sessions/" + id + "/functions?limit=100000000" + event;
     const auto table = api.get(query);
     if (!table)
         return table.error();
     const auto meta = api.get("/api/sessions/" + id);
     if (!meta)
         return meta.error();
-    const auto collapsed = api.get_text("/api/sessions/" + id + "/export?format=collapsed" +
-                                        query.substr(query.find("&event=") == std::string::npos
-                                                         ? query.size()
-                                                         : query.find("&event=")));
+    const auto collapsed = api.get_text("/api/sessions/" + id + "/export?format=collapsed" + event);
     if (!collapsed)
         return collapsed.error();
     run_table t;
