@@ -89,7 +89,7 @@ export function clear() {
   $('#flame-sandwich').hidden = true; $('#flame-menu').hidden = true;
   v = { flame: null, zoomPath: [], key: null, base: null, wanted: null, pending: null, baseFlame: null, baseId: null };
   $('#flame-panes').classList.remove('compared'); $('#flame-base-box').hidden = true; $('#flame-diff-title').hidden = true; blankCanvas($('#flame-base'));
-  blankCanvas($('#flame'));
+  blankCanvas($('#flame')); delete $('#flame').dataset.baseline;
 }
 
 function draw() {
@@ -111,6 +111,7 @@ function draw() {
   const boxes = paintFlame(canvas, root, { match: re, rootLabel: v.flame.focus ? `all stacks through ${visible(v.flame.focus)}` : null, dim: ancestors, total: v.flame.total });
   const rowH = ROW_H;
   canvas.dataset.inverted = v.flame.inverted ? '1' : '';
+  canvas.dataset.baseline = v.baseFlame ? v.baseId : ''; // the baseline drawn beside, for a reader that waits on it
   // The transforms of the answer drawn (a graph still on its way is not taken for it).
   canvas.dataset.shape = [v.flame.focus || '', (v.flame.hide || []).join(';'), (v.flame.drop || []).join(';'), (v.flame.collapse || []).join(';'), v.flame.collapse_recursion ? 'collapse' : ''].join('|');
   // A floating tooltip: the frame, its module, self and total in the view's unit and share.

@@ -51,8 +51,8 @@ export async function importCompareDelete(t) {
   // change, a frame within the noise grey, and every delta's noise band in the answer.
   t.doing = "the flame graph compared with a baseline";
   await wz.locator('#tabs button[data-tab="flamegraph"]').click();
-  await wz.waitForFunction(() => document.querySelector('#flame-panes').classList.contains('compared') &&
-    Number(document.querySelector('#flame-base').dataset.boxes) > 2 && Number(document.querySelector('#flame').dataset.boxes) > 2, null, { timeout: 15000 });
+  await wz.waitForFunction((b) => document.querySelector('#flame-panes').classList.contains('compared') && document.querySelector('#flame').dataset.baseline === b &&
+    Number(document.querySelector('#flame-base').dataset.boxes) > 2 && Number(document.querySelector('#flame').dataset.boxes) > 2, liveSession, { timeout: 15000 });
   const diff = await (await fetch(`${http}/api/sessions/${imported}/flamegraph?baseline=${liveSession}&min_pct=0.5`)).json();
   const nodes = [];
   const walk = (n) => { for (const c of n.children || []) { nodes.push(c); walk(c); } };
@@ -74,7 +74,9 @@ export async function importCompareDelete(t) {
     await goneRow.locator('td.delta').first().evaluate((td) => td.classList.contains('shrank')),
     `a function of the baseline alone is the biggest shrink, a row of its own (${goneCells.slice(0, 5).join(' | ')} ${await goneRow.getAttribute('data-function')})`);
   await wz.locator('#tabs button[data-tab="flamegraph"]').click();
-  await wz.waitForFunction(() => Number(document.querySelector('#flame').dataset.boxes) > 2 && document.querySelector('#flame-panes').classList.contains('compared'), null, { timeout: 15000 });
+  // The graph drawn against this baseline, not the one still shown from before.
+  await wz.waitForFunction((b) => Number(document.querySelector('#flame').dataset.boxes) > 2 && document.querySelector('#flame-panes').classList.contains('compared') &&
+    document.querySelector('#flame').dataset.baseline === b, withGone, { timeout: 15000 });
   // Row 1 of the canvas (the root's children): the vanished frame is there, painted blue.
   const blue = await wz.locator('#flame').evaluate((c) => {
     const g = c.getContext('2d'), y = Math.round(27 * devicePixelRatio), row = g.getImageData(0, y, c.width, 1).data;
