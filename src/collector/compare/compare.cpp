@@ -42,12 +42,6 @@ double normal_quantile(double p) {
            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
 }
 
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
-
 std::string joined(const std::vector<std::string>& values) {
     std::string out;
     for (const auto& v : values)
@@ -212,7 +206,7 @@ report judge(const side& base, const side& cand, const options& o) {
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     if (keys.empty())
-        return cannot("no function has " + fmt("%g", o.min_share_pct) +
+        return cannot("no function has " + num("%g", o.min_share_pct) +
                       " % of the time or more on either side (--min-share)");
     // Each function's band at the confidence the whole report holds (Bonferroni over them).
     const double per_function = (1 - o.confidence_pct / 100) / static_cast<double>(keys.size());
@@ -259,16 +253,22 @@ report judge(const side& base, const side& cand, const options& o) {
             needed * (o.anchor.empty()
                           ? 1.0
                           : std::max(base.samples / sb->samples, cand.samples / sc->samples)));
-        return cannot("too few samples to tell a " + fmt("%g", o.threshold_pct) +
+        return cannot("too few samples to tell a " + num("%g", o.threshold_pct) +
                       " % change: " + std::to_string(r.samples_needed) +
                       " on each side are needed for the heaviest function " + top.name + " (" +
-                      fmt("%.1f", std::max(top.base_pct, top.cand_pct)) + " %); the baseline has " +
+                      num("%.1f", std::max(top.base_pct, top.cand_pct)) + " %); the baseline has " +
                       std::to_string(base.samples) + ", the candidate " +
                       std::to_string(cand.samples) +
                       " (record longer, at a higher rate, or pool more runs on each side)");
     }
     r.status = r.regressions ? 1 : 0;
     return r;
+}
+
+std::string num(const char* format, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
 }
 
 } // namespace collector::compare

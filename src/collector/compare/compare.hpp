@@ -103,6 +103,9 @@ report judge(const side& base, const side& cand, const options& o);
 // Standard errors that hold `confidence` (two-sided) of a normal draw: 1.96 for 0.95.
 double z_for(double confidence);
 
+// `v` printed by a printf `format` of one double ("%.2f"), as the reports write numbers.
+std::string num(const char* format, double v);
+
 // Whether `text` matches a glob of * and ? (the whole of it).
 bool glob_match(std::string_view glob, std::string_view text) noexcept;
 

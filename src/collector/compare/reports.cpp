@@ -55,12 +55,6 @@ std::string utf8(std::string_view s) {
     return out;
 }
 
-std::string num(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
-
 std::string what_changed(const finding& f) {
     return num("%.2f", f.base_pct) + " % → " + num("%.2f", f.cand_pct) + " % (" +
            (f.delta_pts >= 0 ? "+" : "") + num("%.2f", f.delta_pts) + " points, " +

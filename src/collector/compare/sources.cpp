@@ -3,6 +3,7 @@
 #include "collector/compare/client.hpp"
 
 #include "collector/export/exports.hpp"
+#include "collector/http/target.hpp"
 #include "collector/model/view_json.hpp"
 #include "collector/model/views.hpp"
 #include "collector/session_model.hpp"
@@ -134,17 +135,7 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
     if (!session_store::valid_id(id))
         return failure("not_found", id + ": no such file, session folder or session id", 404);
     // The event asked, as a query parameter both requests share (percent-encoded).
-    std::string event;
-    if (!o.event.empty()) {
-        event = "&event=";
-        for (const unsigned char c : o.event) {
-            static constexpr char hex[] = "0123456789ABCDEF";
-            if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
-                event += static_cast<char>(c);
-            else
-                event += {'%', hex[c >> 4], hex[c & 15]};
-        }
-    }
+    const std::string event = o.event.empty() ? "" : "&event=" + url_encode(o.event);
     const std::string query = "/api/sessions/" + id + "/functions?limit=100000000" + event;
     const auto table = api.get(query);
     if (!table)

@@ -1,5 +1,6 @@
 #include "collector/fleet/clickhouse.hpp"
 
+#include "collector/http/target.hpp"
 #include "protocol/digest.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -25,23 +26,6 @@ using asio::ip::tcp;
 namespace {
 
 constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
-
-std::string url_encode(std::string_view s) {
-    static constexpr char hex[] = "0123456789ABCDEF";
-    std::string out;
-    out.reserve(s.size() * 3 / 2);
-    for (const unsigned char c : s) {
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~') {
-            out += static_cast<char>(c);
-        } else {
-            out += '%';
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        }
-    }
-    return out;
-}
 
 // ClickHouse's message without its stack trace: the first line, at most 500 bytes.
 std::string first_line(std::string_view body) {

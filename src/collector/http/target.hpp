@@ -18,6 +18,8 @@ struct target_url {
 };
 
 target_url split_target(std::string_view target);
+// `s` as one query value or path segment: every byte but letters, digits and -_.~ as %XX.
+std::string url_encode(std::string_view s);
 // A numeric parameter: nullopt when absent or empty; `bad` set when present but not a number.
 std::optional<double> number_param(const target_url& u, const std::string& key, bool& bad);
 
