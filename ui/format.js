@@ -41,7 +41,7 @@ export const eventName = (e) => String(e).replace(/:[a-zA-Z]+$/, '');
 const originOf = (o) => {
   if (!o || typeof o !== 'object') return '';
   const what = [o.job, o.commit ? String(o.commit).slice(0, 12) : ''].filter(Boolean).join(' @ ') || o.by || 'CI';
-  const title = attr(Object.entries(o).map(([k, v]) => `${k}: ${v}`).join('\n'));
+  const title = attr(Object.entries(o).map(([k, v]) => `${k}: ${visible(v)}`).join('\n'));
   const linked = /^https?:\/\//.test(o.url || '') ? `<a href="${attr(o.url)}" rel="noopener noreferrer" target="_blank">${esc(what)}</a>` : esc(what);
   return ` <span class="origin" title="${title}">asked by ${linked}</span>`;
 };

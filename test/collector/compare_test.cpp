@@ -11,13 +11,22 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace collector::compare;
 using namespace std::chrono_literals;
@@ -180,6 +189,50 @@ TEST_CASE("compare: an anchor's total is what shares are of, and the sides' diff
     CHECK(judge(base, cand, {}).improvements == 3);
 }
 
+TEST_CASE("compare: runs that differ more than sampling does widen the band, runs that do not "
+          "leave it",
+          "[compare]") {
+    // Three runs a side, 100,000 samples each: `work`'s share moves 10 points from run to run
+    // on the baseline (the machine, not sampling), so a 5-point rise is no verdict.
+    const auto runs = [](double a, double b, double c) {
+        return side_of({run_of("1", {{"work", a}, {"rest", 100000 - a}}),
+                        run_of("2", {{"work", b}, {"rest", 100000 - b}}),
+                        run_of("3", {{"work", c}, {"rest", 100000 - c}})});
+    };
+    const auto noisy = judge(runs(20000, 30000, 40000), runs(35000, 35000, 35000), {});
+    CHECK(noisy.dispersion_df == 8); // (work and rest, each two degrees of freedom a side)
+    CHECK(noisy.dispersion > 100);
+    const auto* work = named(noisy, "work");
+    REQUIRE(work);
+    CHECK(work->what != verdict::regression);
+    CHECK(noisy.status != 1);
+    // The same rise between runs that agree (sampling's own spread: ±0.15 points) fails.
+    const auto steady = judge(runs(29900, 30000, 30100), runs(35000, 35000, 35000), {});
+    CHECK(steady.dispersion == 1);
+    CHECK(steady.status == 1);
+    REQUIRE(named(steady, "work"));
+    CHECK(named(steady, "work")->what == verdict::regression);
+    CHECK(named(steady, "work")->noise_pts < 1);
+    // One run a side: nothing to estimate it from.
+    const auto single = judge(side_of({run_of("a", {{"work", 30000}, {"rest", 70000}})}),
+                              side_of({run_of("b", {{"work", 35000}, {"rest", 65000}})}), {});
+    CHECK(single.dispersion_df == 0);
+    CHECK(single.dispersion == 1);
+}
+
+TEST_CASE("compare: a side mostly in code with no name is warned of, with how to name it",
+          "[compare]") {
+    auto stripped = run_of("device", {{"perfwire-demo+0x1234", 60000}, {"render", 40000}});
+    stripped.unnamed = 60000;
+    stripped.unnamed_modules = {"perfwire-demo"};
+    const auto r = judge(side_of({run_of("twin", {{"hash", 60000}, {"render", 40000}})}),
+                         side_of({stripped}), {});
+    REQUIRE(r.warnings.size() == 1);
+    CHECK_THAT(r.warnings[0], Catch::Contains("60.0 % of the candidate's time is in code with no "
+                                              "name (in perfwire-demo)"));
+    CHECK_THAT(r.warnings[0], Catch::Contains("--binary"));
+}
+
 TEST_CASE("compare: globs match whole names in linear time", "[compare]") {
     CHECK(glob_match("hash*", "hash_blocks"));
     CHECK(glob_match("*blocks", "hash_blocks"));
@@ -210,6 +263,16 @@ TEST_CASE("compare: reports name the regression, and a hostile name stays text",
     CHECK(junit.find("<script>") == std::string::npos);
     const auto md = to_markdown(r, base, cand, "http://lab:8080/#session=b&baseline=a");
     CHECK_THAT(md, Catch::Contains("\\<script\\>alert\\(1\\)\\</script\\>\\|x"));
+    // Nothing in a name a merge request acts on: no mention, no bare link, no reordering.
+    const auto sly = side_of({run_of("c", {{"@all https://evil.example \xE2\x80\xAE"
+                                            "fdp",
+                                            45000},
+                                           {"render", 55000}})});
+    const auto sly_md = to_markdown(judge(sly, sly, {}), sly, sly, "http://lab:8080/#a b(c)");
+    CHECK_THAT(sly_md,
+               Catch::Contains("@\u2060all https:\u2060//evil.example \u27E8U+202E\u27E9fdp"));
+    CHECK(sly_md.find("\xE2\x80\xAE") == std::string::npos);
+    CHECK_THAT(sly_md, Catch::Contains("[the comparison](http://lab:8080/#a%20b%28c%29)"));
     CHECK_THAT(md, Catch::Contains("**regression**"));
     CHECK_THAT(md, Catch::Contains("[the comparison]("));
     const auto json = to_json(r, base, cand, "");
@@ -250,7 +313,151 @@ outcome perfwire_compare(const std::filesystem::path& dir, std::vector<std::stri
     return {*status, test_support::file_bytes(out) + cli.stderr_text()};
 }
 
+// A collector that answers as a test says: each request's path (before '?') picks a status and
+// body; "" for a path never answered (the request read, the connection held open). Loopback,
+// one connection at a time, stopped with the object.
+class fake_collector {
+public:
+    explicit fake_collector(std::map<std::string, std::pair<int, std::string>> answers)
+        : answers_(std::move(answers)) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0);
+        REQUIRE(::listen(fd_, 8) == 0);
+        REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+        port = ntohs(a.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~fake_collector() {
+        stop_ = true;
+        thread_.join();
+        for (const int c : held_)
+            ::close(c);
+        ::close(fd_);
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+    std::uint16_t port = 0;
+
+private:
+    void serve() {
+        while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 50) <= 0)
+                continue;
+            const int c = ::accept(fd_, nullptr, nullptr);
+            if (c < 0)
+                continue;
+            std::string head;
+            char buf[4096];
+            while (head.find("\r\n\r\n") == std::string::npos) {
+                pollfd q{c, POLLIN, 0};
+                if (::poll(&q, 1, 2000) <= 0)
+                    break;
+                const auto n = ::read(c, buf, sizeof buf);
+                if (n <= 0)
+                    break;
+                head.append(buf, static_cast<std::size_t>(n));
+            }
+            const auto path_at = head.find(' ') + 1;
+            auto path = head.substr(path_at, head.find(' ', path_at) - path_at);
+            path = path.substr(0, path.find('?'));
+            const auto it = answers_.find(path);
+            if (it != answers_.end() && it->second.first == 0) {
+                held_.push_back(c); // (never answered)
+                continue;
+            }
+            const auto [status, body] =
+                it == answers_.end() ? std::pair<int, std::string>{404, "{}"} : it->second;
+            const auto reply = "HTTP/1.1 " + std::to_string(status) +
+                               " X\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+            (void)!::write(c, reply.data(), reply.size());
+            ::close(c);
+        }
+    }
+    std::map<std::string, std::pair<int, std::string>> answers_;
+    int fd_ = -1;
+    std::vector<int> held_;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+outcome perfwire_cli(const std::filesystem::path& dir, std::vector<std::string> args) {
+    const auto out = dir / "cli.out";
+    test_support::spawned cli(PERFWIRE_CLI_BIN, args, out.string());
+    const auto status = cli.wait(120s);
+    REQUIRE(status);
+    return {*status, test_support::file_bytes(out) + cli.stderr_text()};
+}
+
 } // namespace
+
+TEST_CASE("perfwire against a collector that answers wrongly: no hang, no crash, no answer "
+          "taken as a path, nothing it says printed raw",
+          "[compare]") {
+    test_support::temp_dir dir;
+    const std::string functions =
+        R"({"samples":100000,"total":100000,"event":"cpu-clock","functions":[)"
+        R"({"name":"work","module":"/bin/app","self":60000,"total":100000},)"
+        R"({"name":"@all","module":"/usr/lib/libx.so","self":40000,"total":40000}]})";
+    fake_collector coll({
+        {"/api/sessions/a_1/functions", {200, functions}},
+        {"/api/sessions/b_2/functions", {200, functions}},
+        // A frequency no integer holds; ids a peer made up.
+        {"/api/sessions/a_1", {200, R"({"frequency":99.5,"platform":{"kernel":1e300}})"}},
+        {"/api/sessions/b_2", {200, R"({"frequency":99.5,"platform":{"kernel":1e300}})"}},
+        {"/api/sessions/a_1/export", {200, "work 60000\n@all 40000\n"}},
+        {"/api/sessions/b_2/export", {200, "work 60000\n@all 40000\n"}},
+        {"/api/sessions/a_1/quality",
+         {200, R"({"checks":[{"id":"unknown","pct":40,"detail":[{"name":"/usr/lib/libx.so"}]}]})"}},
+        {"/api/sessions/silent_3/functions", {0, ""}},
+        {"/api/targets", {200, R"([{"x":1},{"id":5},"no",{"id":"t1","hostname":"lab\u001b[2J"}])"}},
+    });
+    const auto base = std::vector<std::string>{"compare", "--url", coll.url(), "--token", "t"};
+    const auto with = [&](std::vector<std::string> more) {
+        auto args = base;
+        args.insert(args.end(), more.begin(), more.end());
+        return args;
+    };
+    // A collector that never answers: a clear failure within the timeout, not a hung job.
+    const auto silent = perfwire_cli(dir.path, with({"--timeout", "1", "a_1", "silent_3"}));
+    INFO(silent.out);
+    CHECK(silent.status == 2);
+    CHECK_THAT(silent.out, Catch::Contains("no answer within 1 s"));
+    // Odd numbers in its metadata are facts still; code it could not name is warned of.
+    const auto odd = perfwire_cli(dir.path, with({"--threshold", "50", "a_1", "b_2"}));
+    INFO(odd.out);
+    CHECK(odd.status == 0);
+    CHECK_THAT(odd.out, Catch::Contains("40.0 % of the baseline's time is in code with no name "
+                                        "\\(in libx.so\\)"));
+    CHECK(odd.out.find("@all") == std::string::npos); // (a mention, broken by a word joiner)
+    // A threshold of 0 asks for infinitely many samples: refused as an option.
+    CHECK(perfwire_cli(dir.path, with({"--threshold", "0", "a_1", "b_2"})).status == 2);
+    // A token is one line; a file's line end is not part of it.
+    const auto bad_token = perfwire_cli(
+        dir.path, {"compare", "--url", coll.url(), "--token", "t\r\nX-Evil: 1", "a_1", "b_2"});
+    CHECK(bad_token.status == 2);
+    CHECK_THAT(bad_token.out, Catch::Contains("control character"));
+    // record: targets of every wrong shape are passed over, their names printed safely.
+    const auto targets = perfwire_cli(dir.path, {"record", "--url", coll.url(), "--token", "t",
+                                                 "--agent", "x", "--pid", "1", "--seconds", "1"});
+    INFO(targets.out);
+    CHECK(targets.status == 2);
+    CHECK_THAT(targets.out, Catch::Contains("no target is called x (there are lab?[2J)"));
+    CHECK(targets.out.find('\x1b') == std::string::npos);
+    // A session id that is also a file here: said, not guessed.
+    std::ofstream(dir.path / "a_1") << "work 1\n";
+    const auto both = perfwire_cli(dir.path, with({(dir.path / "a_1").string(), "b_2"}));
+    CHECK_THAT(both.out, !Catch::Contains("both a file")); // (a path is no id)
+    test_support::spawned here("/bin/sh",
+                               {"-c", "cd '" + dir.path.string() + "' && exec " + PERFWIRE_CLI_BIN +
+                                          " compare --url " + coll.url() + " --token t a_1 b_2"});
+    CHECK(here.wait(120s) == 2);
+    CHECK_THAT(here.stderr_text(), Catch::Contains("a_1 is both a file here and a session id"));
+}
 
 TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass, one function "
           "30 % slower fails naming it alone, 3 % slower passes at 5 %, too few samples cannot "
@@ -309,6 +516,37 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     CHECK(tiny.status == 2);
     CHECK_THAT(tiny.out, Catch::Matches("(.|\\n)*too few samples to tell a 5 % change: \\d+ on "
                                         "each side are needed(.|\\n)*"));
+    // A stripped build (the device's) against its unstripped twin: with the twin given (matched
+    // by the recording's build-id) the functions meet; without, the nameless code is warned of.
+    // perf's build-id cache elsewhere (an empty HOME): it holds the twin by that build-id.
+    const auto home = dir.path / "home";
+    std::filesystem::create_directories(home);
+    std::filesystem::create_directories(dir.path / "device");
+    const auto device = (dir.path / "device" / "perfwire-ci-work").string();
+    REQUIRE(
+        test_support::spawned("/usr/bin/strip", {"--strip-all", "-o", device, PERFWIRE_CI_WORK_BIN})
+            .wait(60s) == 0);
+    const std::vector<std::string> env{"HOME=" + home.string(), "DEBUGINFOD_URLS="};
+    REQUIRE(test_support::record_ci_work(dir.path, "stripped", 400, {}, device, env).empty());
+    const auto stripped_cmp = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), "compare");
+        const auto out = dir.path / "stripped.out";
+        test_support::spawned cli(PERFWIRE_CLI_BIN, args, out.string(), env);
+        const auto status = cli.wait(120s);
+        REQUIRE(status);
+        return outcome{*status, test_support::file_bytes(out) + cli.stderr_text()};
+    };
+    const auto unnamed = stripped_cmp({at("base5.txt"), at("stripped.data")});
+    INFO(unnamed.out);
+    CHECK_THAT(unnamed.out, Catch::Contains("in code with no name \\(in perfwire-ci-work\\)"));
+    const auto named_twin = stripped_cmp({at("base5.txt"), at("stripped.data"), "--binary",
+                                          PERFWIRE_CI_WORK_BIN, "--json", at("stripped.json")});
+    INFO(named_twin.out);
+    CHECK(named_twin.status == 0);
+    CHECK(named_twin.out.find("no name") == std::string::npos);
+    CHECK_THAT(test_support::file_bytes(at("stripped.json")),
+               Catch::Contains("(anonymous namespace)::hash_blocks"));
+
     // A run that cannot be read is no verdict either.
     const auto missing = perfwire_compare(dir.path, {at("base0.txt"), at("nothing-here.data")});
     CHECK(missing.status == 2);
@@ -386,13 +624,35 @@ TEST_CASE("perfwire record asks a collector's agent for a session that says what
               .status == 2);
     CHECK(perfwire_compare(dir.path, {"--url", url, "--token", "wrong", first, second}).status ==
           2);
+    // A job's origin names its own run only: a start stopped at once, then a person's start
+    // without one — that session says nothing asked for it.
+    const auto command = "/api/targets/" + std::string(target.at("id").as_string()) + "/command";
+    const auto pid = std::to_string(demo->pid());
+    CHECK(test_support::http_call(coll.http_port, "POST", command,
+                                  R"({"cmd":"start","args":{"pid":)" + pid +
+                                      R"(},"origin":{"job":"stale"}})")
+              .status == 200);
+    CHECK(test_support::http_call(coll.http_port, "POST", command, R"({"cmd":"stop"})").status ==
+          200);
+    test_support::one_target(coll, "idle", 60s);
+    const auto before = coll.get("/api/sessions").as_array().size();
+    CHECK(test_support::http_call(coll.http_port, "POST", command,
+                                  R"({"cmd":"start","args":{"pid":)" + pid + "}}")
+              .status == 200);
+    const auto listed = test_support::wait_for(coll, "/api/sessions", 60s, [&](const auto& v) {
+        return v.as_array().size() > before && v.as_array()[0].at("live").as_bool();
+    });
+    CHECK_FALSE(listed.as_array()[0].as_object().contains("origin"));
+    CHECK(test_support::http_call(coll.http_port, "POST", command, R"({"cmd":"stop"})").status ==
+          200);
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }
 
 TEST_CASE("compare: JUnit reports are what CI servers read, hostile names and all", "[compare]") {
     test_support::temp_dir dir;
-    const std::string hostile = "<b>\"x\"</b> & \x01\x7f\xff\xfe";
+    // (U+FFFE is no XML character; U+202E reorders what follows)
+    const std::string hostile = "<b>\"x\"</b> & \x01\x7f\xff\xfe \xEF\xBF\xBE \xE2\x80\xAE";
     const auto base =
         side_of({run_of("a", {{"parse", 30000}, {hostile, 45000}, {"render", 25000}})});
     const auto cand =

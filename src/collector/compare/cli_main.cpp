@@ -6,6 +6,9 @@
 #include "collector/compare/client.hpp"
 #include "collector/compare/compare.hpp"
 #include "collector/compare/sources.hpp"
+#include "collector/http/target.hpp"
+#include "collector/store/session_store.hpp"
+#include "collector/symbols/symbolizer.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -99,6 +102,21 @@ std::string env_or(const char* name, const std::string& given) {
     return v ? v : "";
 }
 
+// `text` as the collector takes an origin's value: one line (control characters as spaces),
+// at most `bytes`, cut where a UTF-8 character begins.
+std::string one_line(std::string text, std::size_t bytes) {
+    for (auto& c : text)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            c = ' ';
+    if (text.size() > bytes) {
+        std::size_t cut = bytes;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+            --cut;
+        text.resize(cut);
+    }
+    return text;
+}
+
 // What asks for the run, for its session: the options given, else the CI's own variables
 // (GitLab CI's, GitHub Actions').
 boost::json::object origin_from(std::string job, std::string url, std::string commit,
@@ -117,14 +135,14 @@ boost::json::object origin_from(std::string job, std::string url, std::string co
     for (const auto& [key, value] :
          {std::pair{"job", &job}, {"url", &url}, {"commit", &commit}, {"branch", &branch}})
         if (!value->empty())
-            o[key] = value->substr(0, 512);
+            o[key] = one_line(*value, 512);
     return o;
 }
 
 int record(int argc, char** argv) {
     std::string url, token, token_file, agent, process, callgraph, job, job_url, commit, branch;
     std::optional<int> pid;
-    int seconds = 0, frequency = 0;
+    int seconds = 0, frequency = 0, timeout = 120;
     po::options_description opts("record options");
     opts.add_options()("help,h", "this text")("url", po::value(&url),
                                               "the collector: http://HOST:PORT")(
@@ -142,7 +160,9 @@ int record(int argc, char** argv) {
         "job-url", po::value(&job_url), "its URL (default: $CI_JOB_URL, the Actions run)")(
         "commit", po::value(&commit), "the commit (default: $CI_COMMIT_SHA, $GITHUB_SHA)")(
         "branch", po::value(&branch),
-        "the branch (default: $CI_COMMIT_REF_NAME, $GITHUB_REF_NAME)");
+        "the branch (default: $CI_COMMIT_REF_NAME, $GITHUB_REF_NAME)")(
+        "timeout", po::value(&timeout)->default_value(120),
+        "SECONDS: the longest wait for one answer of the collector");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -158,14 +178,16 @@ int record(int argc, char** argv) {
         return cannot;
     }
     const int targets = (pid ? 1 : 0) + (process.empty() ? 0 : 1) + (vm.count("system") ? 1 : 0);
-    if (url.empty() || agent.empty() || targets != 1 || seconds < 1 || seconds > 86400) {
+    if (url.empty() || agent.empty() || targets != 1 || seconds < 1 || seconds > 86400 ||
+        timeout < 1 || timeout > 86400) {
         std::cerr << "perfwire record: --url, --agent, one of --pid, --process and --system, and "
                      "--seconds (1 to 86400) are needed\n";
         return cannot;
     }
-    const auto api = cmp::api_client::at(url, token_of(token, token_file));
+    const auto api =
+        cmp::api_client::at(url, token_of(token, token_file), std::chrono::seconds(timeout));
     const auto fail = [](const collector::failure& f) {
-        std::cerr << "perfwire record: " << f.message << "\n";
+        std::cerr << "perfwire record: " << cmp::printable(f.message) << "\n";
         return cannot;
     };
     if (!api)
@@ -175,8 +197,15 @@ int record(int argc, char** argv) {
     if (!listed)
         return fail(listed.error());
     std::string id, names;
+    if (!listed->is_array())
+        return fail({"bad_answer", url + "/api/targets: not a list of targets"});
     for (const auto& t : listed->as_array()) {
+        if (!t.is_object())
+            continue;
         const auto& o = t.as_object();
+        const auto* target_id = o.if_contains("id");
+        if (!target_id || !target_id->is_string())
+            continue;
         std::vector<std::string> called;
         for (const char* key : {"id", "hostname", "enrolled_as", "agent", "name"})
             if (const auto* v = o.if_contains(key); v && v->is_string())
@@ -185,29 +214,35 @@ int record(int argc, char** argv) {
             if (!id.empty())
                 return fail(
                     {"ambiguous", "more than one target is called " + agent + ": name it by id"});
-            id = std::string(o.at("id").as_string());
+            id = std::string(target_id->as_string());
         }
-        names += (names.empty() ? "" : ", ") + (called.size() > 1 ? called[1] : called[0]);
+        names +=
+            (names.empty() ? "" : ", ") + cmp::printable(called.size() > 1 ? called[1] : called[0]);
     }
     if (id.empty())
         return fail({"not_found",
                      "no target is called " + agent +
                          (names.empty() ? " (none is connected)" : " (there are " + names + ")")});
-    const std::string command = "/api/targets/" + id + "/command";
+    const std::string command = "/api/targets/" + collector::url_encode(id) + "/command";
     if (!process.empty()) {
         const auto ps = api->post(command, boost::json::object{{"cmd", "list_processes"}});
         if (!ps)
             return fail(ps.error());
         double busiest = -1;
-        if (const auto* list = ps->as_object().if_contains("processes"); list && list->is_array())
+        const auto* answer = ps->if_object();
+        if (const auto* list = answer ? answer->if_contains("processes") : nullptr;
+            list && list->is_array())
             for (const auto& p : list->as_array()) {
-                const auto& o = p.as_object();
-                const auto* comm = o.if_contains("comm");
-                const auto* cpu = o.if_contains("cpu");
+                const auto* o = p.if_object();
+                const auto* comm = o ? o->if_contains("comm") : nullptr;
+                const auto* cpu = o ? o->if_contains("cpu") : nullptr;
+                const auto* number = o ? o->if_contains("pid") : nullptr;
                 const double c = cpu && cpu->is_number() ? cpu->to_number<double>() : 0;
-                if (comm && comm->is_string() && comm->as_string() == process && c > busiest) {
+                if (comm && comm->is_string() && comm->as_string() == process && c > busiest &&
+                    number && number->is_int64() && number->as_int64() > 0 &&
+                    number->as_int64() <= INT32_MAX) {
                     busiest = c;
-                    pid = static_cast<int>(o.at("pid").to_number<std::int64_t>());
+                    pid = static_cast<int>(number->as_int64());
                 }
             }
         if (!pid)
@@ -230,37 +265,62 @@ int record(int argc, char** argv) {
     // lets perf name what it has.
     const auto session_of = [&]() -> std::string {
         const auto now = api->get("/api/targets");
-        if (now)
-            for (const auto& t : now->as_array())
-                if (t.as_object().at("id").as_string() == id)
-                    if (const auto* s = t.as_object().if_contains("session_id");
-                        s && s->is_string())
-                        return std::string(s->as_string());
+        if (now && now->is_array())
+            for (const auto& t : now->as_array()) {
+                const auto* o = t.if_object();
+                const auto* tid = o ? o->if_contains("id") : nullptr;
+                if (tid && tid->is_string() && tid->as_string() == id)
+                    if (const auto* s = o->if_contains("session_id"); s && s->is_string())
+                        // (printed for the job's next line, and put in paths: only a real id)
+                        if (collector::session_store::valid_id(s->as_string()))
+                            return std::string(s->as_string());
+            }
         return {};
     };
+    using clock = std::chrono::steady_clock;
+    const auto poll = std::chrono::milliseconds(250);
     std::string session;
-    for (int i = 0; i < 240 && session.empty(); ++i) {
+    for (const auto until = clock::now() + std::chrono::seconds(60);
+         session.empty() && clock::now() < until;) {
         session = session_of();
         if (session.empty())
-            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            std::this_thread::sleep_for(poll);
     }
     if (session.empty()) {
         (void)api->post(command, boost::json::object{{"cmd", "stop"}});
         return fail({"no_session", "the agent started but no samples came in 60 s"});
     }
-    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    // The seconds asked, of samples: the session's span as the collector has it (its chunks
+    // come about twice a second), or of the clock for a target too idle to be sampled that
+    // long; a session that ended (its process exited) has what it will have.
+    const auto meta_of = [&]() -> boost::json::object {
+        const auto meta = api->get("/api/sessions/" + session);
+        return meta && meta->is_object() ? meta->as_object() : boost::json::object();
+    };
+    const auto number = [](const boost::json::object& o, const char* key) {
+        const auto* v = o.if_contains(key);
+        return v && v->is_number() ? v->to_number<double>() : 0.0;
+    };
+    const auto ended = [](const boost::json::object& o) {
+        const auto* live = o.if_contains("live");
+        return live && live->is_bool() && !live->as_bool();
+    };
+    for (const auto until = clock::now() + std::chrono::seconds(seconds + 5);
+         clock::now() < until;) {
+        const auto meta = meta_of();
+        if (ended(meta) || number(meta, "duration_sec") >= seconds)
+            break;
+        std::this_thread::sleep_for(poll);
+    }
     const auto stopped = api->post(command, boost::json::object{{"cmd", "stop"}});
     if (!stopped)
         return fail(stopped.error());
-    for (int i = 0; i < 480; ++i) {
-        const auto meta = api->get("/api/sessions/" + session);
-        if (meta && meta->is_object())
-            if (const auto* live = meta->as_object().if_contains("live");
-                live && live->is_bool() && !live->as_bool()) {
-                std::cout << session << "\n";
-                return pass;
-            }
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    for (const auto until = clock::now() + std::chrono::minutes(2); clock::now() < until;) {
+        if (ended(meta_of())) {
+            std::cout << session << "\n";
+            return pass;
+        }
+        std::this_thread::sleep_for(poll);
     }
     return fail({"not_ended", "session " + session + " did not end within 2 minutes of the stop"});
 }
@@ -269,7 +329,9 @@ int compare(int argc, char** argv) {
     cmp::options o;
     cmp::source_options src;
     std::string junit, markdown, json_path, svg, link, share = "self", url, token, token_file;
-    std::vector<std::string> sides;
+    std::vector<std::string> sides, debug_dirs;
+    int timeout = 120;
+    collector::symbol_config src_symbols;
     po::options_description opts("options");
     opts.add_options()("help,h",
                        "this text")("share", po::value(&share)->default_value("self"),
@@ -293,7 +355,14 @@ int compare(int argc, char** argv) {
         "perf", po::value(&src.perf)->default_value("perf"), "perf, to read perf.data files")(
         "url", po::value(&url), "a collector (http://HOST:PORT): runs may be its session ids")(
         "token", po::value(&token), "its API token (else --token-file, else $PERFWIRE_TOKEN)")(
-        "token-file", po::value(&token_file), "FILE holding the token");
+        "token-file", po::value(&token_file),
+        "FILE holding the token")("timeout", po::value(&timeout)->default_value(120),
+                                  "SECONDS: the longest wait for one answer of the collector")(
+        "binary", po::value(&src_symbols.binaries)->composing(),
+        "FILE: an unstripped build naming a stripped one's code (matched by build-id, else by "
+        "file name); repeatable")(
+        "debug-dir", po::value(&debug_dirs)->composing(),
+        "DIR: debug files by build-id (DIR/.build-id/ab/cdef….debug); repeatable");
     po::options_description hidden;
     hidden.add_options()("side", po::value(&sides));
     po::options_description all;
@@ -313,24 +382,33 @@ int compare(int argc, char** argv) {
         std::cerr << "perfwire compare: " << e.what() << "\n" << usage << opts;
         return cannot;
     }
-    if (sides.size() != 2 || (share != "self" && share != "total") || !(o.threshold_pct >= 0) ||
-        !(o.min_share_pct >= 0) || !(o.confidence_pct > 0 && o.confidence_pct < 100)) {
+    if (sides.size() != 2 || (share != "self" && share != "total") ||
+        !(o.threshold_pct > 0 && o.threshold_pct <= 1e6) ||
+        !(o.min_share_pct >= 0 && o.min_share_pct <= 100) ||
+        !(o.confidence_pct > 0 && o.confidence_pct < 100) || !(timeout >= 1 && timeout <= 86400)) {
         std::cerr << "perfwire compare: "
                   << (sides.size() != 2 ? "a BASELINE and a CANDIDATE are needed"
                       : share != "self" && share != "total"
                           ? "--share is self or total"
-                          : "--threshold and --min-share are 0 or more, --confidence "
-                            "between 0 and 100")
+                          : "--threshold is more than 0, --min-share from 0 to 100, "
+                            "--confidence between 0 and 100, --timeout from 1 to 86400")
                   << "\n\n"
                   << usage << opts;
         return cannot;
     }
     o.total = share == "total";
+    // Names for what a stripped build left unnamed: the builds and debug files given, and the
+    // system's debug files.
+    for (auto& d : debug_dirs)
+        src_symbols.debug_dirs.push_back(std::move(d));
+    collector::symbolizer names(src_symbols);
+    src.names = &names;
     std::optional<cmp::api_client> api;
     if (!url.empty()) {
-        auto a = cmp::api_client::at(url, token_of(token, token_file));
+        auto a =
+            cmp::api_client::at(url, token_of(token, token_file), std::chrono::seconds(timeout));
         if (!a) {
-            std::cerr << "perfwire compare: " << a.error().message << "\n";
+            std::cerr << "perfwire compare: " << cmp::printable(a.error().message) << "\n";
             return cannot;
         }
         api = std::move(*a);
@@ -347,11 +425,18 @@ int compare(int argc, char** argv) {
         for (const auto& p : paths) {
             std::error_code ec;
             const bool local = !api || std::filesystem::exists(p, ec);
+            if (api && local && collector::session_store::valid_id(p)) {
+                std::cerr << "perfwire compare: " << cmp::printable(p)
+                          << " is both a file here and a session id: name the file ./"
+                          << cmp::printable(p)
+                          << ", or run elsewhere for the collector's session\n";
+                return cannot;
+            }
             auto run = local ? cmp::run_from_path(p, src) : cmp::run_from_session(*api, p, src);
             if (!local)
                 ids[i].push_back(p);
             if (!run) {
-                std::cerr << "perfwire compare: " << run.error().message << "\n";
+                std::cerr << "perfwire compare: " << cmp::printable(run.error().message) << "\n";
                 return cannot;
             }
             cmp::add_run(i ? cand : base, *run);
@@ -389,10 +474,16 @@ int main(int argc, char** argv) {
         std::cout << "perfwire " PERFWIRE_VERSION "\n";
         return pass;
     }
-    if (std::string(argv[1]) == "compare")
-        return compare(argc - 1, argv + 1);
-    if (std::string(argv[1]) == "record")
-        return record(argc - 1, argv + 1);
+    // (an answer of a shape nothing checked for is "could not compare", never a crash)
+    try {
+        if (std::string(argv[1]) == "compare")
+            return compare(argc - 1, argv + 1);
+        if (std::string(argv[1]) == "record")
+            return record(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+        std::cerr << "perfwire " << argv[1] << ": " << cmp::printable(e.what()) << "\n";
+        return cannot;
+    }
     std::cerr << "perfwire: unknown command " << argv[1] << " (compare, record)\n";
     return cannot;
 }

@@ -11,13 +11,33 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
+
 namespace collector::compare {
+
+std::string printable(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        // C1 controls are U+0080..U+009F: C2 80..C2 9F in UTF-8.
+        if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0 &&
+            static_cast<unsigned char>(text[i + 1]) >= 0x80) {
+            out += '?';
+            ++i;
+        } else {
+            out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+        }
+    }
+    return out;
+}
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
-result<api_client> api_client::at(const std::string& url, std::string token) {
+result<api_client> api_client::at(const std::string& url, std::string token,
+                                  std::chrono::seconds timeout) {
     constexpr std::string_view scheme = "http://";
     if (url.rfind(scheme, 0) != 0)
         return failure("bad_url", url + ": the collector's URL is http://HOST[:PORT]");
@@ -40,37 +60,68 @@ result<api_client> api_client::at(const std::string& url, std::string token) {
         c.port_.find_first_not_of("0123456789") != std::string::npos)
         return failure("bad_url", url + ": the collector's URL is http://HOST[:PORT]");
     c.base_ = std::string(scheme) + rest;
+    // A token file's line end (CR LF too) is not the token; a control character left in it
+    // would end the Authorization header and start another.
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+        token.pop_back();
+    if (std::any_of(token.begin(), token.end(),
+                    [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+        return failure("bad_token", "the API token holds a control character");
     c.token_ = std::move(token);
+    c.timeout_ = timeout;
     return c;
 }
 
-result<std::pair<int, std::string>>
-api_client::exchange(const char* method, const std::string& target, const std::string& body) const {
-    try {
-        asio::io_context io;
-        asio::ip::tcp::resolver resolver(io);
-        beast::tcp_stream stream(io);
-        stream.expires_after(timeout_);
-        stream.connect(resolver.resolve(host_, port_));
-        http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-        req.set(http::field::host, host_);
-        if (!token_.empty())
-            req.set(http::field::authorization, "Bearer " + token_);
-        if (!body.empty()) {
-            req.set(http::field::content_type, "application/json");
-            req.body() = body;
-        }
-        req.prepare_payload();
-        http::write(stream, req);
-        beast::flat_buffer buffer;
-        http::response_parser<http::string_body> parser;
-        parser.body_limit(std::uint64_t{1} << 30);
-        http::read(stream, buffer, parser);
-        return std::pair{static_cast<int>(parser.get().result_int()),
-                         std::move(parser.get().body())};
-    } catch (const std::exception& e) {
-        return failure("unreachable", base_ + ": " + e.what(), 502);
+result<std::pair<int, std::string>> api_client::exchange(const char* method,
+                                                         const std::string& target,
+                                                         const std::string& body,
+                                                         std::size_t max_body) const {
+    // Asynchronous, so one deadline bounds it all: a collector that never answers, or answers a
+    // byte at a time, fails here instead of holding the job until its runner gives up.
+    asio::io_context io;
+    asio::ip::tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+    req.set(http::field::host, host_);
+    if (!token_.empty())
+        req.set(http::field::authorization, "Bearer " + token_);
+    if (!body.empty()) {
+        req.set(http::field::content_type, "application/json");
+        req.body() = body;
     }
+    req.prepare_payload();
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(max_body);
+    boost::system::error_code failed;
+    bool done = false;
+    const auto fail = [&](boost::system::error_code ec) { failed = ec; };
+    using error = boost::system::error_code;
+    resolver.async_resolve(host_, port_, [&](error resolving, auto endpoints) {
+        if (resolving)
+            return fail(resolving);
+        stream.async_connect(endpoints, [&](error connecting, const auto&) {
+            if (connecting)
+                return fail(connecting);
+            http::async_write(stream, req, [&](error writing, std::size_t) {
+                if (writing)
+                    return fail(writing);
+                http::async_read(stream, buffer, parser, [&](error reading, std::size_t) {
+                    if (reading)
+                        return fail(reading);
+                    done = true;
+                });
+            });
+        });
+    });
+    io.run_for(timeout_);
+    if (!done)
+        return failure("unreachable",
+                       base_ + target + ": " +
+                           (failed ? printable(failed.message())
+                                   : "no answer within " + std::to_string(timeout_.count()) + " s"),
+                       502);
+    return std::pair{static_cast<int>(parser.get().result_int()), std::move(parser.get().body())};
 }
 
 namespace {
@@ -83,7 +134,7 @@ failure refused(const std::string& where, int status, const std::string& body) {
     if (!ec && v.is_object())
         if (const auto* e = v.as_object().if_contains("error"); e && e->is_object())
             if (const auto* m = e->as_object().if_contains("message"); m && m->is_string())
-                why += ": " + std::string(m->as_string());
+                why += ": " + printable(std::string(m->as_string()).substr(0, 2000));
     return failure("http_" + std::to_string(status), where + ": " + why, status);
 }
 
@@ -91,7 +142,7 @@ failure refused(const std::string& where, int status, const std::string& body) {
 
 result<boost::json::value> api_client::call(const char* method, const std::string& target,
                                             const std::string& body) const {
-    const auto answer = exchange(method, target, body);
+    const auto answer = exchange(method, target, body, max_json);
     if (!answer)
         return answer.error();
     const auto& [status, text] = *answer;
@@ -105,7 +156,7 @@ result<boost::json::value> api_client::call(const char* method, const std::strin
 }
 
 result<std::string> api_client::get_text(const std::string& target) const {
-    auto answer = exchange("GET", target, {});
+    auto answer = exchange("GET", target, {}, max_text);
     if (!answer)
         return answer.error();
     if (answer->first < 200 || answer->first >= 300)

@@ -8,14 +8,25 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace collector::compare {
 
+// `text` with control characters (C0, DEL, C1) as '?': what a peer said, safe to print in a
+// CI log (no escape sequence or carriage return rewrites the lines around it).
+std::string printable(std::string_view text);
+
 class api_client {
 public:
+    // An answer's largest body: JSON (a session's functions), text (a collapsed export).
+    static constexpr std::size_t max_json = std::size_t{64} << 20,
+                                 max_text = std::size_t{256} << 20;
+
     // `url`: http://HOST[:PORT] (the collector's --http-port, 8080 by default).
-    static result<api_client> at(const std::string& url, std::string token);
+    // `timeout`: the longest wait for one answer.
+    static result<api_client> at(const std::string& url, std::string token,
+                                 std::chrono::seconds timeout = std::chrono::seconds(120));
 
     // The answer's JSON for a 2xx, else a failure with the API's message.
     result<boost::json::value> get(const std::string& target) const;
@@ -29,9 +40,11 @@ public:
 private:
     result<boost::json::value> call(const char* method, const std::string& target,
                                     const std::string& body) const;
-    // Status and body; a failure only when no answer came.
+    // Status and body; a failure only when no whole answer came within the timeout (from the
+    // name's lookup to the body's end) or its body is over `max_body`.
     result<std::pair<int, std::string>> exchange(const char* method, const std::string& target,
-                                                 const std::string& body) const;
+                                                 const std::string& body,
+                                                 std::size_t max_body) const;
     std::string host_, port_, base_, token_;
     std::chrono::seconds timeout_{120};
 };

@@ -62,15 +62,26 @@ void add_run(side& s, const run_table& run) {
     s.sources.push_back(run.source);
     s.samples += run.samples;
     s.weight += run.weight;
+    auto& mine = s.runs.emplace_back();
+    mine.samples = run.samples;
+    mine.weight = run.weight;
     for (const auto& r : run.rows) {
-        auto& f = s.functions[function_key(r.name, r.module)];
+        const auto key = function_key(r.name, r.module);
+        auto& f = s.functions[key];
         if (f.name.empty()) {
             f.name = r.name;
             f.module = r.module;
         }
         f.self += r.self;
         f.total += r.total;
+        mine.self[key] += r.self;
+        mine.total[key] += r.total;
     }
+    s.unnamed += run.unnamed;
+    for (const auto& m : run.unnamed_modules)
+        if (std::find(s.unnamed_modules.begin(), s.unnamed_modules.end(), m) ==
+            s.unnamed_modules.end())
+            s.unnamed_modules.push_back(m);
     for (const auto& [path, w] : run.stacks)
         s.stacks[path] += w;
     for (const auto& [key, value] : run.facts) {
@@ -137,6 +148,45 @@ bool glob_match(std::string_view glob, std::string_view text) noexcept {
     return g == glob.size();
 }
 
+namespace {
+
+// The runs' dispersion (report::dispersion): for each side of two runs or more and each
+// function checked, Σ over its runs of n (s - p)² / (p (1 - p)) — s the run's share, p the
+// side's pooled one, n the run's samples — summed, over Σ (runs - 1) per function. Sampling
+// alone makes it about 1; runs that differ by more (the machine, the inputs) make it larger.
+void estimate_dispersion(report& r, std::initializer_list<const side*> sides,
+                         const std::vector<std::string>& keys, bool total) {
+    double chi2 = 0;
+    std::size_t df = 0;
+    for (const auto* s : sides) {
+        if (s->runs.size() < 2)
+            continue;
+        for (const auto& key : keys) {
+            const auto it = s->functions.find(key);
+            const double p = it == s->functions.end()
+                                 ? 0.0
+                                 : (total ? it->second.total : it->second.self) / s->weight;
+            if (!(p > 0 && p < 1))
+                continue;
+            for (const auto& run : s->runs) {
+                if (!(run.weight > 0) || !run.samples)
+                    continue;
+                const auto& w = total ? run.total : run.self;
+                const auto mine = w.find(key);
+                const double share = mine == w.end() ? 0.0 : mine->second / run.weight;
+                chi2 +=
+                    static_cast<double>(run.samples) * (share - p) * (share - p) / (p * (1 - p));
+            }
+            df += s->runs.size() - 1;
+        }
+    }
+    r.dispersion_df = df;
+    if (df)
+        r.dispersion = std::max(1.0, chi2 / static_cast<double>(df));
+}
+
+} // namespace
+
 report judge(const side& base, const side& cand, const options& o) {
     report r;
     r.asked = o;
@@ -153,6 +203,17 @@ report judge(const side& base, const side& cand, const options& o) {
     for (const auto& [key, c] : cand.facts)
         if (c.size() > 1)
             r.warnings.push_back("the candidate's runs differ in " + key + ": " + joined(c));
+    // Code with no name on a side: its functions are addresses the other side's names cannot
+    // meet (a stripped build against its unstripped twin, no symbols given for it).
+    for (const auto* s : {&base, &cand})
+        if (s->weight > 0 && s->unnamed / s->weight >= 0.05)
+            r.warnings.push_back(
+                num("%.1f", 100 * s->unnamed / s->weight) + " % of the " +
+                (s == &base ? "baseline" : "candidate") + "'s time is in code with no name" +
+                (s->unnamed_modules.empty() ? "" : " (in " + joined(s->unnamed_modules) + ")") +
+                ": its functions cannot meet the other side's by name — give the unstripped "
+                "build with the same build-id (--binary FILE) or its debug files (--debug-dir "
+                "DIR); for a collector's sessions, the collector's own --binary");
     const auto cannot = [&](std::string why) {
         r.status = 2;
         r.reason = std::move(why);
@@ -208,9 +269,12 @@ report judge(const side& base, const side& cand, const options& o) {
     if (keys.empty())
         return cannot("no function has " + num("%g", o.min_share_pct) +
                       " % of the time or more on either side (--min-share)");
-    // Each function's band at the confidence the whole report holds (Bonferroni over them).
+    // Each function's band at the confidence the whole report holds (Bonferroni over them),
+    // widened when the runs differ more than sampling makes them.
     const double per_function = (1 - o.confidence_pct / 100) / static_cast<double>(keys.size());
     r.z = z_for(1 - per_function);
+    estimate_dispersion(r, {&base, &cand}, keys, o.total);
+    const double widen = std::sqrt(r.dispersion);
     const double t = o.threshold_pct / 100;
     for (const auto& key : keys) {
         const auto& f = base.functions.count(key) ? base.functions.at(key) : cand.functions.at(key);
@@ -224,7 +288,7 @@ report judge(const side& base, const side& cand, const options& o) {
         const double n0 = sb->samples, n1 = sc->samples;
         const double p =
             std::clamp((x.base_pct * n0 + x.cand_pct * n1) / (100 * (n0 + n1)), 0.0, 1.0);
-        x.noise_pts = 100 * r.z * std::sqrt(p * (1 - p) * (1 / n0 + 1 / n1));
+        x.noise_pts = 100 * r.z * widen * std::sqrt(p * (1 - p) * (1 / n0 + 1 / n1));
         const double of = std::max(x.base_pct, 1e-9);
         x.resolution_pct = 100 * x.noise_pts / of;
         const bool beyond_noise = std::abs(x.delta_pts) > x.noise_pts;
@@ -246,13 +310,15 @@ report judge(const side& base, const side& cand, const options& o) {
     // moves shares of the kernel's entry and exit past a band of a few hundred samples).
     const auto& top = r.checked.front();
     const double p = std::clamp(std::max(top.base_pct, top.cand_pct) / 100, 1e-9, 1 - 1e-9);
-    const double needed = std::ceil(2 * r.z * r.z * (1 - p) / (t * t * p));
+    const double needed = std::ceil(2 * r.z * r.z * r.dispersion * (1 - p) / (t * t * p));
     const double have = std::min(sb->samples, sc->samples);
     if (have < needed) {
-        r.samples_needed = static_cast<std::uint64_t>(
+        // (a count a report can hold: a share tiny beside the whole asks for a huge one)
+        r.samples_needed = static_cast<std::uint64_t>(std::min(
             needed * (o.anchor.empty()
                           ? 1.0
-                          : std::max(base.samples / sb->samples, cand.samples / sc->samples)));
+                          : std::max(base.samples / sb->samples, cand.samples / sc->samples)),
+            1e18));
         return cannot("too few samples to tell a " + num("%g", o.threshold_pct) +
                       " % change: " + std::to_string(r.samples_needed) +
                       " on each side are needed for the heaviest function " + top.name + " (" +

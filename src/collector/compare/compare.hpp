@@ -34,6 +34,10 @@ struct run_table {
         double self{}, total{}; // weight
     };
     std::vector<row> rows;
+    // The weight whose sampled frame has no name (a stripped build no symbols were found for),
+    // and the modules most of it is in: such functions cannot meet the other side's by name.
+    double unnamed{};
+    std::vector<std::string> unnamed_modules;
     // What the run was, for the warnings when the sides differ: event, frequency, call-graph
     // mode, kernel, … (key → value; a key a source cannot say is absent).
     std::map<std::string, std::string> facts;
@@ -59,6 +63,16 @@ struct side {
     std::map<std::string, function_weight> functions;      // by key
     std::map<std::string, std::vector<std::string>> facts; // each value seen, in order
     std::map<std::string, double> stacks;                  // every run's, summed
+    double unnamed{};
+    std::vector<std::string> unnamed_modules;
+    // Each run's own: how its shares spread around the pooled ones says whether the runs
+    // differ by more than sampling does (judge's dispersion).
+    struct run {
+        std::uint64_t samples{};
+        double weight{};
+        std::map<std::string, double> self, total; // by key
+    };
+    std::vector<run> runs;
 };
 void add_run(side& s, const run_table& run);
 // The key two sides' functions meet at: "name\x1fmodule's file name".
@@ -94,6 +108,12 @@ struct report {
     std::size_t regressions{}, improvements{};
     std::vector<std::string> warnings; // what differs between the sides
     double z{};                        // the band's standard errors
+    // How much more the runs of a side differ than sampling alone makes them (1: no more, or
+    // no side with two runs to tell): every band is widened by its square root. A quasi-
+    // binomial estimate, Pearson's χ² of each run's shares of the functions checked around its
+    // side's pooled ones over their degrees of freedom (`dispersion_df`; none: not estimated).
+    double dispersion = 1;
+    std::size_t dispersion_df{};
     std::uint64_t base_samples{}, cand_samples{};
     options asked;
 };

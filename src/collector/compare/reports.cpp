@@ -45,7 +45,21 @@ std::string utf8(std::string_view s) {
             ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
         }
         if (ok) {
-            out.append(s.substr(i, n));
+            // Characters that hide or reorder text are shown, never obeyed (as the UI does);
+            // the two XML forbids and C1 controls are replaced.
+            char32_t cp = n == 1 ? c : c & (0x7F >> n);
+            for (std::size_t k = 1; k < n; ++k)
+                cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+            if (cp == 0xFFFE || cp == 0xFFFF || (cp >= 0x80 && cp < 0xA0)) {
+                out += "\xEF\xBF\xBD";
+            } else if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+                       (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF) {
+                char shown[32];
+                std::snprintf(shown, sizeof shown, "\u27E8U+%04X\u27E9", static_cast<unsigned>(cp));
+                out += shown;
+            } else {
+                out.append(s.substr(i, n));
+            }
             i += n;
         } else {
             out += "\xEF\xBF\xBD";
@@ -78,13 +92,35 @@ std::string verdict_line(const report& r) {
            num("%g", r.asked.threshold_pct) + " % beyond the noise";
 }
 
-// Markdown text of a name: no table break, no markup, no HTML.
+// Markdown text of a name: no table break, no markup, no HTML, and nothing a merge request's
+// comment acts on — no @mention (a word joiner after '@') and no bare link (one in "://").
 std::string md(std::string_view s) {
     std::string out;
-    for (const char c : utf8(s)) {
+    const auto text = utf8(s);
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
         if (std::string_view("\\`*_{}[]()<>#!|~").find(c) != std::string_view::npos)
             out += '\\';
         out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+        if (c == '@' || (c == ':' && text.compare(i + 1, 2, "//") == 0))
+            out += "\u2060";
+    }
+    return out;
+}
+
+// A link's target in markdown: what would end it or break the line percent-encoded.
+std::string md_url(std::string_view s) {
+    std::string out;
+    for (const char c : utf8(s)) {
+        const auto b = static_cast<unsigned char>(c);
+        if (b <= 0x20 || b == 0x7f ||
+            std::string_view("()<>\\`").find(c) != std::string_view::npos) {
+            char hex[4];
+            std::snprintf(hex, sizeof hex, "%%%02X", b);
+            out += hex;
+        } else {
+            out += c;
+        }
     }
     return out;
 }
@@ -140,6 +176,8 @@ std::string to_json(const report& r, const side& base, const side& cand, const s
     o["baseline"] = side_json(base);
     o["candidate"] = side_json(cand);
     o["z"] = r.z;
+    o["dispersion"] = r.dispersion;
+    o["dispersion_df"] = r.dispersion_df;
     json::array warnings;
     for (const auto& w : r.warnings)
         warnings.emplace_back(utf8(w));
@@ -175,8 +213,13 @@ std::string to_markdown(const report& r, const side& base, const side& cand,
            (cand.sources.size() == 1 ? "" : "s") + ", " + std::to_string(cand.samples) +
            " samples · " + md(share_kind(r)) + ", threshold " + num("%g", r.asked.threshold_pct) +
            " %, noise band at " + num("%g", r.asked.confidence_pct) + " % for the report";
+    if (r.dispersion_df)
+        out += r.dispersion > 1.05 ? " · the runs differ " + num("%.1f", r.dispersion) +
+                                         "× more than sampling makes them: bands widened ×" +
+                                         num("%.2f", std::sqrt(r.dispersion))
+                                   : " · the runs differ no more than sampling makes them";
     if (!link.empty())
-        out += " · [the comparison](" + md(link) + ")";
+        out += " · [the comparison](" + md_url(link) + ")";
     out += "\n\n";
     for (const auto& w : r.warnings)
         out += "> ⚠ " + md(w) + "\n";

@@ -13,7 +13,7 @@
 
 #include <boost/json/value.hpp>
 
-#include <cctype>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -44,8 +44,12 @@ void fact(run_table& t, const boost::json::object& meta, const char* key, const 
     if (const auto* v = meta.if_contains(key)) {
         if (v->is_string())
             t.facts[name] = std::string(v->as_string());
-        else if (v->is_int64() || v->is_uint64() || v->is_double())
-            t.facts[name] = std::to_string(v->to_number<long long>());
+        else if (v->is_int64())
+            t.facts[name] = std::to_string(v->as_int64());
+        else if (v->is_uint64())
+            t.facts[name] = std::to_string(v->as_uint64());
+        else if (v->is_double())
+            t.facts[name] = num("%g", v->as_double());
     }
 }
 
@@ -76,6 +80,14 @@ result<run_table> table_of(const session_model& m, const std::string& event, std
         t.rows.push_back({std::string(p.symbol(r.frame)), std::string(p.module(r.frame)),
                           static_cast<double>(r.self), static_cast<double>(r.total)});
     t.facts["event"] = std::string(view_event_name(p, f));
+    const auto q = quality(p, f);
+    if (q.total && q.unknown_leaf) {
+        const double all = static_cast<double>(q.total);
+        t.unnamed = t.weight * static_cast<double>(q.unknown_leaf) / all;
+        for (const auto& [module, w] : q.unknown_modules)
+            if (static_cast<double>(w) >= 0.01 * all)
+                t.unnamed_modules.push_back(module.substr(module.rfind('/') + 1));
+    }
     add_collapsed(t.stacks, collapsed_text(p, f));
     return t;
 }
@@ -95,7 +107,8 @@ result<run_table> run_from_path(const std::string& path, const source_options& o
         const auto meta = store.meta(id);
         if (!meta)
             return failure("not_a_session", path + ": its meta.json cannot be read");
-        session_model m;
+        session_model m(o.names);
+        m.owner_recording = store.owner_import(id); // (the store's mark, never the agent's)
         for (const auto& line : store.metrics(id))
             m.note_metrics(line);
         if (const auto kept = store.kernel_symbols(id))
@@ -124,7 +137,7 @@ result<run_table> run_from_path(const std::string& path, const source_options& o
     if (tmp.path.empty())
         return failure("io", "cannot make a temporary folder", 500);
     session_store store(tmp.path);
-    auto imported = import_file(store, path, path, o.perf);
+    auto imported = import_file(store, path, path, o.perf, {}, o.names);
     if (!imported)
         return imported.error();
     return table_of(*imported->model, o.event, path);
@@ -165,6 +178,25 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
                        api.base() + ": the functions of " + id + " are not as the API says", 502);
     }
     add_collapsed(t.stacks, *collapsed);
+    // Code the collector could not name either.
+    if (const auto q = api.get("/api/sessions/" + id + "/quality?limit=1" + event);
+        q && q->is_object())
+        if (const auto* checks = q->as_object().if_contains("checks"); checks && checks->is_array())
+            for (const auto& c : checks->as_array()) {
+                const auto* o3 = c.if_object();
+                const auto* name = o3 ? o3->if_contains("id") : nullptr;
+                const auto* share = o3 ? o3->if_contains("pct") : nullptr;
+                if (!name || *name != "unknown" || !share || !share->is_number())
+                    continue;
+                t.unnamed = t.weight * std::clamp(share->to_number<double>(), 0.0, 100.0) / 100;
+                if (const auto* d = o3->if_contains("detail"); d && d->is_array())
+                    for (const auto& m : d->as_array())
+                        if (const auto* mo = m.if_object())
+                            if (const auto* n = mo->if_contains("name"); n && n->is_string()) {
+                                const std::string module(n->as_string());
+                                t.unnamed_modules.push_back(module.substr(module.rfind('/') + 1));
+                            }
+            }
     if (meta->is_object()) {
         const auto& m = meta->as_object();
         fact(t, m, "frequency", "frequency");

@@ -10,13 +10,17 @@
 
 namespace collector {
 struct session_model;
-}
+class symbolizer;
+} // namespace collector
 
 namespace collector::compare {
 
 struct source_options {
     std::string event;         // the event to compare (empty: the one with the most samples)
     std::string perf = "perf"; // for perf.data files
+    // Names for code the recording could not name (a stripped build: its unstripped twin by
+    // build-id, its debug files), as the collector finds them; nullptr leaves it unnamed.
+    symbolizer* names = nullptr;
 };
 
 // The run at `path`. Failures say what the path is not.

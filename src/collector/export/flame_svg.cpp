@@ -6,7 +6,15 @@
 namespace collector {
 
 void xml_escape(std::string& out, std::string_view s) {
-    for (char c : s) {
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        // U+FFFE and U+FFFF are not XML characters either: U+FFFD in their place.
+        if (c == '\xEF' && s.substr(i + 1, 1) == "\xBF" && i + 2 < s.size() &&
+            (s[i + 2] == '\xBE' || s[i + 2] == '\xBF')) {
+            out += "\xEF\xBF\xBD";
+            i += 2;
+            continue;
+        }
         switch (c) {
         case '&':
             out += "&amp;";

@@ -112,16 +112,24 @@ asio::awaitable<http_response> command_target(request_context& c) {
         args = a->as_object();
     std::string name(cmd->as_string());
     // What asks for a run (a CI job): kept in its session's metadata, listed and searched.
+    // Every start says it anew (none: nothing asked), a stop or a start that did not answer
+    // yes forgets it: never does one run's origin name another's session.
+    json::object origin;
     if (const auto* o = body->if_contains("origin")) {
-        auto origin = agents::origin_of(*o);
-        if (!origin || name != protocol::cmd::start)
+        auto checked = agents::origin_of(*o);
+        if (!checked || name != protocol::cmd::start)
             co_return make_error(c.req, http::status::bad_request, "bad_origin",
-                                 !origin ? origin.error().message
-                                         : std::string("origin goes with a start"));
-        link->note_origin(std::move(*origin));
+                                 !checked ? checked.error().message
+                                          : std::string("origin goes with a start"));
+        origin = std::move(*checked);
     }
-    co_return command_answer(c, *link,
-                             co_await agents::run_command(link, std::move(name), std::move(args)));
+    const bool start = name == protocol::cmd::start, stop = name == protocol::cmd::stop;
+    if (start)
+        link->note_origin(std::move(origin));
+    auto answer = co_await agents::run_command(link, std::move(name), std::move(args));
+    if ((start && !answer.ok) || stop)
+        link->note_origin({});
+    co_return command_answer(c, *link, std::move(answer));
 }
 
 asio::awaitable<http_response> capture_target(request_context& c) {
