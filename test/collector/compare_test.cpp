@@ -273,6 +273,16 @@ TEST_CASE("compare: reports name the regression, and a hostile name stays text",
                Catch::Contains("@\u2060all https:\u2060//evil.example \u27E8U+202E\u27E9fdp"));
     CHECK(sly_md.find("\xE2\x80\xAE") == std::string::npos);
     CHECK_THAT(sly_md, Catch::Contains("[the comparison](http://lab:8080/#a%20b%28c%29)"));
+    // A call path 200,000 frames deep draws 512 rows, in bounded memory.
+    auto deep = sly;
+    std::string path;
+    for (int i = 0; i < 200000; ++i)
+        path += "f" + std::to_string(i) + ";";
+    deep.stacks[path + "leaf"] = 5;
+    const auto svg = to_svg(deep, deep, "deep");
+    CHECK(svg.size() < 2'000'000);
+    CHECK_THAT(svg, Catch::Contains("f510"));
+    CHECK(svg.find(">f600") == std::string::npos);
     CHECK_THAT(md, Catch::Contains("**regression**"));
     CHECK_THAT(md, Catch::Contains("[the comparison]("));
     const auto json = to_json(r, base, cand, "");

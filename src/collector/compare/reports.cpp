@@ -322,10 +322,14 @@ std::string to_svg(const side& base, const side& cand, const std::string& title)
     std::vector<node> nodes(1);
     nodes[0].name = "all";
     double bt = 0, ct = 0;
+    // What a graph drawn 512 rows deep and 200,000 boxes wide can show: deeper frames and
+    // frames past a million nodes add their weight to the frame they are under (a peer's
+    // export of endless ";;;" grows nothing).
+    constexpr std::size_t max_depth = 512, max_nodes = 1'000'000;
     const auto insert = [&](const std::string& path, double w, bool candidate) {
-        std::size_t at = 0;
+        std::size_t at = 0, depth = 0;
         (candidate ? nodes[0].c : nodes[0].b) += w;
-        for (std::size_t from = 0; from <= path.size();) {
+        for (std::size_t from = 0; from <= path.size() && ++depth <= max_depth;) {
             auto semi = path.find(';', from);
             if (semi == std::string::npos)
                 semi = path.size();
@@ -333,6 +337,8 @@ std::string to_svg(const side& base, const side& cand, const std::string& title)
             from = semi + 1;
             auto it = nodes[at].kids.find(name);
             if (it == nodes[at].kids.end()) {
+                if (nodes.size() >= max_nodes)
+                    return;
                 it = nodes[at].kids.emplace(name, nodes.size()).first;
                 nodes.push_back({name, 0, 0, {}});
             }
