@@ -2,18 +2,23 @@
 // the noise band, "cannot tell" with the samples needed), its reports, and the command on real
 // perf recordings of a benchmark whose one function a variant slows.
 #include "collector/compare/compare.hpp"
+#include "collector/compare/sources.hpp"
 
 #include "support/agents.hpp"
 #include "support/ci_work.hpp"
+#include "support/clickhouse_proc.hpp"
 #include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
 #include "support/spawn.hpp"
+
+#include <boost/json/parse.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -231,6 +236,32 @@ TEST_CASE("compare: a side mostly in code with no name is warned of, with how to
     CHECK_THAT(r.warnings[0], Catch::Contains("60.0 % of the candidate's time is in code with no "
                                               "name (in perfwire-demo)"));
     CHECK_THAT(r.warnings[0], Catch::Contains("--binary"));
+}
+
+TEST_CASE("compare: a fleet selection is the store's query, checked; two builds link the Fleet "
+          "view's comparison",
+          "[compare]") {
+    const std::int64_t now = 1764504000; // 2025-11-30T12:00:00Z
+    CHECK(fleet_query("fleet:devices=a b,c&last=7d&event=cpu-clock", now).value() ==
+          "devices=a%20b%2Cc&event=cpu-clock&from=1763899200");
+    CHECK(fleet_query("fleet:from=2025-11-30&to=2025-11-30T12:00", now).value() ==
+          "from=1764460800&to=1764504000");
+    CHECK(fleet_query("fleet:", now).value().empty());
+    for (const auto* bad :
+         {"fleet:colour=red", "fleet:from=yesterday", "fleet:last=7w", "fleet:last=1h&from=1",
+          "fleet:build", "fleet:to=1&to=2", "fleet:from=2025-13-01", "sessions"})
+        CHECK_FALSE(fleet_query(bad, now));
+    const auto a = fleet_query("fleet:devices=lab-1&build=ab12&last=1d", now).value(),
+               b = fleet_query("fleet:devices=lab-1&build=cd34&last=1d", now).value();
+    CHECK(fleet_link("http://lab:8080", a, b, now) ==
+          "http://lab:8080/#fleet&build=cd34&devices=lab-1&range=86400&compare=build&"
+          "base_build=ab12");
+    // Other devices, or no build on a side: no view draws it.
+    CHECK(fleet_link("http://lab:8080", a,
+                     fleet_query("fleet:devices=lab-2&build=cd34&last=1d", now).value(), now)
+              .empty());
+    CHECK(fleet_link("http://lab:8080", a, fleet_query("fleet:devices=lab-1", now).value(), now)
+              .empty());
 }
 
 TEST_CASE("compare: globs match whole names in linear time", "[compare]") {
@@ -561,6 +592,74 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     const auto missing = perfwire_compare(dir.path, {at("base0.txt"), at("nothing-here.data")});
     CHECK(missing.status == 2);
     CHECK_THAT(missing.out, Catch::Contains("no such file or session folder"));
+}
+
+TEST_CASE("perfwire compare on a fleet store: one time range against another, the slower naming "
+          "its function, the same range passing; a bad selection said",
+          "[compare][fleet][clickhouse][perf][integration]") {
+    test_support::temp_dir dir;
+    const auto at = [&](const std::string& name) { return (dir.path / name).string(); };
+    record(dir.path, "base0", 400);
+    record(dir.path, "base1", 400);
+    record(dir.path, "slow", 400, "hash_blocks:30");
+    test_support::clickhouse_proc ch;
+    test_support::collector_proc coll(
+        dir.path / "sessions",
+        {"--clickhouse", ch.url(), "--clickhouse-database", "fleet_compare"});
+    std::uint64_t samples = 0;
+    const auto import = [&](const std::string& name) {
+        const auto r =
+            test_support::http_call(coll.http_port, "POST", "/api/sessions/import?name=" + name,
+                                    test_support::file_bytes(at(name + ".txt")));
+        INFO(r.body);
+        REQUIRE(r.status == 200);
+        const auto id = std::string(boost::json::parse(r.body).at("session_id").as_string());
+        samples += coll.get("/api/sessions/" + id).at("samples").to_number<std::uint64_t>();
+    };
+    import("base0");
+    import("base1");
+    // The baseline's samples are before the next whole second, the candidate's at or after it
+    // (an import's samples are placed when it is made).
+    const auto split = std::time(nullptr) + 1;
+    std::this_thread::sleep_until(std::chrono::system_clock::from_time_t(split) + 50ms);
+    import("slow");
+    test_support::wait_for(coll, "/api/status", 60s, [&](const boost::json::value& v) {
+        const auto& f = v.at("fleet");
+        return f.at("written_samples").to_number<std::uint64_t>() >= samples &&
+               f.at("waiting_samples").to_number<std::uint64_t>() == 0;
+    });
+    const std::string url = "http://127.0.0.1:" + std::to_string(coll.http_port);
+    const std::string token = test_support::api_token(coll.http_port);
+    const auto before = "fleet:to=" + std::to_string(split),
+               after = "fleet:from=" + std::to_string(split);
+    const auto slower = perfwire_compare(
+        dir.path, {"--url", url, "--token", token, before, after, "--json", at("fleet.json")});
+    INFO(slower.out);
+    CHECK(slower.status == 1);
+    const auto json = boost::json::parse(test_support::file_bytes(at("fleet.json")));
+    std::vector<std::string> regressed;
+    for (const auto& f : json.at("functions").as_array())
+        if (f.at("verdict") == "regression")
+            regressed.emplace_back(f.at("name").as_string());
+    CHECK(regressed == std::vector<std::string>{"(anonymous namespace)::hash_blocks"});
+    CHECK(json.at("baseline").at("samples").to_number<std::uint64_t>() > 20000);
+    // The same range against itself (a date, as a person writes it): no change.
+    char date[32];
+    const std::time_t end = split;
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", std::gmtime(&end));
+    const auto same =
+        perfwire_compare(dir.path, {"--url", url, "--token", token, before,
+                                    std::string("fleet:to=") + date + "&devices=import"});
+    INFO(same.out);
+    CHECK(same.status == 0);
+    // What is not a selection, or one asked of no collector, is said.
+    const auto bad =
+        perfwire_compare(dir.path, {"--url", url, "--token", token, before, "fleet:colour=red"});
+    CHECK(bad.status == 2);
+    CHECK_THAT(bad.out, Catch::Contains("colour is not a fleet key"));
+    const auto offline = perfwire_compare(dir.path, {before, after});
+    CHECK(offline.status == 2);
+    CHECK_THAT(offline.out, Catch::Contains("give --url"));
 }
 
 TEST_CASE("perfwire record asks a collector's agent for a session that says what asked for it — "

@@ -18,9 +18,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -40,7 +42,9 @@ const char* const usage = R"(usage: perfwire compare [options] BASELINE CANDIDAT
 compare: two sides function by function, each a recording or several joined by commas and
 pooled (more runs, more power) — a saved session folder (the collector's --sessions-dir has
 one per session), a perf script text file, a perf.data file (read with perf script), or with
---url the id of a session the collector holds.
+--url the id of a session the collector holds — or with --url a selection of its fleet store:
+fleet:KEY=VALUE&… with devices=a,b build=BUILD-ID from=/to= (seconds since the epoch or a UTC
+date, 2026-11-30T12:00) last= (3600, 90m, 24h, 7d) event= function= (quote it for the shell).
 
 A function whose share of the time grew by more than --threshold (% of what it was) and by
 more than the noise band is a regression. The band is the one the UI shows (two shares that
@@ -52,11 +56,11 @@ threshold asked, with the number needed; a run that cannot be read; a bad option
 
 )";
 
-std::vector<std::string> split(const std::string& list) {
+std::vector<std::string> split_on(const std::string& list, char sep) {
     std::vector<std::string> out;
     std::size_t from = 0;
     for (;;) {
-        const auto comma = list.find(',', from);
+        const auto comma = list.find(sep, from);
         const auto item = list.substr(from, comma - from);
         if (!item.empty())
             out.push_back(item);
@@ -415,8 +419,26 @@ int compare(int argc, char** argv) {
     }
     std::vector<std::string> ids[2]; // the collector's sessions on each side
     cmp::side base, cand;
+    std::string fleet[2]; // a side's fleet selection, as the store's query
+    const auto now = static_cast<std::int64_t>(std::time(nullptr)); // (both sides' last=)
     for (int i = 0; i < 2; ++i) {
-        const auto paths = split(sides[i]);
+        if (cmp::is_fleet(sides[i])) {
+            // A fleet selection pools its devices itself (its commas are its own).
+            auto query = cmp::fleet_query(sides[i], now);
+            auto run = !query ? collector::result<cmp::run_table>(query.error())
+                       : api  ? cmp::run_from_fleet(*api, sides[i], src, now)
+                              : collector::result<cmp::run_table>(collector::failure(
+                                    "no_url", sides[i] + ": a fleet selection is asked of a "
+                                                          "collector: give --url"));
+            if (!run) {
+                std::cerr << "perfwire compare: " << cmp::printable(run.error().message) << "\n";
+                return cannot;
+            }
+            fleet[i] = *query;
+            cmp::add_run(i ? cand : base, *run);
+            continue;
+        }
+        const auto paths = split_on(sides[i], ',');
         if (paths.empty()) {
             std::cerr << "perfwire compare: the " << (i ? "candidate" : "baseline")
                       << " names no run\n";
@@ -442,9 +464,12 @@ int compare(int argc, char** argv) {
             cmp::add_run(i ? cand : base, *run);
         }
     }
-    // Where a person sees it: the collector's diff view of the first session of each side.
+    // Where a person sees it: the collector's diff view of the first session of each side; the
+    // Fleet view comparing two builds of the same devices and time.
     if (link.empty() && api && !ids[0].empty() && !ids[1].empty())
         link = api->base() + "/#session=" + ids[1][0] + "&baseline=" + ids[0][0] + "&tab=functions";
+    if (link.empty() && api && !fleet[0].empty() && !fleet[1].empty())
+        link = cmp::fleet_link(api->base(), fleet[0], fleet[1], now);
     const auto r = cmp::judge(base, cand, o);
     bool written = true;
     if (!junit.empty())

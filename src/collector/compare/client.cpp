@@ -148,8 +148,11 @@ result<boost::json::value> api_client::call(const char* method, const std::strin
     const auto& [status, text] = *answer;
     if (status < 200 || status >= 300)
         return refused(base_ + target, status, text);
+    // (a flame graph nests two levels a frame, 512 frames deep at most)
+    boost::json::parse_options deep;
+    deep.max_depth = 1100;
     boost::system::error_code ec;
-    auto v = boost::json::parse(text, ec);
+    auto v = boost::json::parse(text, ec, {}, deep);
     if (ec)
         return failure("bad_answer", base_ + target + ": the answer is not JSON", 502);
     return v;
