@@ -600,7 +600,6 @@ TEST_CASE("perfwire compare on a fleet store: one time range against another, th
     test_support::temp_dir dir;
     const auto at = [&](const std::string& name) { return (dir.path / name).string(); };
     record(dir.path, "base0", 400);
-    record(dir.path, "base1", 400);
     record(dir.path, "slow", 400, "hash_blocks:30");
     test_support::clickhouse_proc ch;
     test_support::collector_proc coll(
@@ -617,7 +616,6 @@ TEST_CASE("perfwire compare on a fleet store: one time range against another, th
         samples += coll.get("/api/sessions/" + id).at("samples").to_number<std::uint64_t>();
     };
     import("base0");
-    import("base1");
     // The baseline's samples are before the next whole second, the candidate's at or after it
     // (an import's samples are placed when it is made).
     const auto split = std::time(nullptr) + 1;
@@ -642,7 +640,7 @@ TEST_CASE("perfwire compare on a fleet store: one time range against another, th
         if (f.at("verdict") == "regression")
             regressed.emplace_back(f.at("name").as_string());
     CHECK(regressed == std::vector<std::string>{"(anonymous namespace)::hash_blocks"});
-    CHECK(json.at("baseline").at("samples").to_number<std::uint64_t>() > 20000);
+    CHECK(json.at("baseline").at("samples").to_number<std::uint64_t>() > 10000);
     // The same range against itself (a date, as a person writes it): no change.
     char date[32];
     const std::time_t end = split;
