@@ -219,7 +219,10 @@ std::string to_markdown(const report& r, const side& base, const side& cand,
                                          num("%.2f", std::sqrt(r.dispersion))
                                    : " · the runs differ no more than sampling makes them";
     if (!link.empty())
-        out += " · [the comparison](" + md_url(link) + ")";
+        out += " · [the comparison](" + md_url(link) + ")" +
+               (base.sources.size() > 1 || cand.sources.size() > 1
+                    ? " (of the first run of each side: the UI compares one with one)"
+                    : "");
     out += "\n\n";
     for (const auto& w : r.warnings)
         out += "> ⚠ " + md(w) + "\n";
