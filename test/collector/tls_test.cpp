@@ -267,6 +267,27 @@ TEST_CASE("the UI and API over HTTPS (--http-tls) with the collector's key — t
     CHECK_THAT(ran.out, Catch::Contains("HttpOnly; SameSite=Strict; Secure"));
     CHECK_THAT(ran.out, Catch::Contains("status 200 True"));
     CHECK_THAT(ran.out, Catch::Contains("plain refused"));
+    // A CI job's perfwire over HTTPS, pinning the same key: the API answers it (a session it
+    // does not hold is the collector's 404); another pin, or no pin and no CA that signs a
+    // self-made key, and nothing is asked.
+    const auto url = link->substr(0, link->find('/', 8));
+    const auto token = (dir.path / "s" / ".http-token").string();
+    const auto cli = [&](const std::string& trust, const std::string& value) {
+        return collector::run_capture({PERFWIRE_CLI_BIN, "compare", "--url", url, "--token-file",
+                                       token, trust, value, "--timeout", "10", "20990101_000000_a",
+                                       "20990101_000000_b"});
+    };
+    const auto pinned = cli("--tls-pin", pin);
+    INFO(pinned.out << pinned.err);
+    CHECK(pinned.code == 2);
+    CHECK_THAT(pinned.err, Catch::Contains("/api/sessions/20990101_000000_a/functions"));
+    CHECK_THAT(pinned.err, Catch::Contains("HTTP 404"));
+    const auto other = cli("--tls-pin", "sha256:" + std::string(64, 'a'));
+    CHECK(other.code == 2);
+    CHECK_THAT(other.err, Catch::Contains("not the pinned sha256:aaaa"));
+    const auto system_ca = cli("--tls-ca", "/etc/ssl/certs/ca-certificates.crt");
+    CHECK(system_ca.code == 2);
+    CHECK(system_ca.err.find("HTTP 404") == std::string::npos);
 }
 
 TEST_CASE("hostile peers inside TLS: a frame declaring 2 GiB and a broken hello close their own "

@@ -147,9 +147,10 @@ int record(int argc, char** argv) {
     std::string url, token, token_file, agent, process, callgraph, job, job_url, commit, branch;
     std::optional<int> pid;
     int seconds = 0, frequency = 0, timeout = 120;
+    cmp::tls_trust trust;
     po::options_description opts("record options");
     opts.add_options()("help,h", "this text")("url", po::value(&url),
-                                              "the collector: http://HOST:PORT")(
+                                              "the collector: http[s]://HOST:PORT")(
         "token", po::value(&token), "its API token (else --token-file, else $PERFWIRE_TOKEN)")(
         "token-file", po::value(&token_file),
         "FILE holding the token (the collector's .http-token)")(
@@ -166,7 +167,11 @@ int record(int argc, char** argv) {
         "branch", po::value(&branch),
         "the branch (default: $CI_COMMIT_REF_NAME, $GITHUB_REF_NAME)")(
         "timeout", po::value(&timeout)->default_value(120),
-        "SECONDS: the longest wait for one answer of the collector");
+        "SECONDS: the longest wait for one answer of the collector")(
+        "tls-pin", po::value(&trust.pin),
+        "sha256:HEX: an https collector's key (it prints it at its start)")(
+        "tls-ca", po::value(&trust.ca_file),
+        "FILE: the CA an https collector's certificate chains to (default: the system's)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -189,7 +194,7 @@ int record(int argc, char** argv) {
         return cannot;
     }
     const auto api =
-        cmp::api_client::at(url, token_of(token, token_file), std::chrono::seconds(timeout));
+        cmp::api_client::at(url, token_of(token, token_file), std::chrono::seconds(timeout), trust);
     const auto fail = [](const collector::failure& f) {
         std::cerr << "perfwire record: " << cmp::printable(f.message) << "\n";
         return cannot;
@@ -335,6 +340,7 @@ int compare(int argc, char** argv) {
     std::string junit, markdown, json_path, svg, link, share = "self", url, token, token_file;
     std::vector<std::string> sides, debug_dirs;
     int timeout = 120;
+    cmp::tls_trust trust;
     collector::symbol_config src_symbols;
     po::options_description opts("options");
     opts.add_options()("help,h",
@@ -357,11 +363,15 @@ int compare(int argc, char** argv) {
         "svg", po::value(&svg), "FILE: the diff flame graph (any browser)")(
         "link", po::value(&link), "URL: where the comparison is seen, put in the reports")(
         "perf", po::value(&src.perf)->default_value("perf"), "perf, to read perf.data files")(
-        "url", po::value(&url), "a collector (http://HOST:PORT): runs may be its session ids")(
+        "url", po::value(&url), "a collector (http[s]://HOST:PORT): runs may be its session ids")(
         "token", po::value(&token), "its API token (else --token-file, else $PERFWIRE_TOKEN)")(
         "token-file", po::value(&token_file),
         "FILE holding the token")("timeout", po::value(&timeout)->default_value(120),
                                   "SECONDS: the longest wait for one answer of the collector")(
+        "tls-pin", po::value(&trust.pin),
+        "sha256:HEX: an https collector's key (it prints it at its start)")(
+        "tls-ca", po::value(&trust.ca_file),
+        "FILE: the CA an https collector's certificate chains to (default: the system's)")(
         "binary", po::value(&src_symbols.binaries)->composing(),
         "FILE: an unstripped build naming a stripped one's code (matched by build-id, else by "
         "file name); repeatable")(
@@ -409,8 +419,8 @@ int compare(int argc, char** argv) {
     src.names = &names;
     std::optional<cmp::api_client> api;
     if (!url.empty()) {
-        auto a =
-            cmp::api_client::at(url, token_of(token, token_file), std::chrono::seconds(timeout));
+        auto a = cmp::api_client::at(url, token_of(token, token_file),
+                                     std::chrono::seconds(timeout), trust);
         if (!a) {
             std::cerr << "perfwire compare: " << cmp::printable(a.error().message) << "\n";
             return cannot;

@@ -1,10 +1,15 @@
 #include "collector/compare/client.hpp"
 
+#include "protocol/link_stream.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -37,10 +42,11 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 
 result<api_client> api_client::at(const std::string& url, std::string token,
-                                  std::chrono::seconds timeout) {
-    constexpr std::string_view scheme = "http://";
+                                  std::chrono::seconds timeout, tls_trust trust) {
+    const bool https = url.rfind("https://", 0) == 0;
+    const std::string scheme = https ? "https://" : "http://";
     if (url.rfind(scheme, 0) != 0)
-        return failure("bad_url", url + ": the collector's URL is http://HOST[:PORT]");
+        return failure("bad_url", url + ": the collector's URL is http[s]://HOST[:PORT]");
     std::string rest = url.substr(scheme.size());
     if (const auto slash = rest.find('/'); slash != std::string::npos)
         rest.resize(slash);
@@ -52,14 +58,18 @@ result<api_client> api_client::at(const std::string& url, std::string token,
         c.port_ = rest.substr(colon + 1);
     } else {
         c.host_ = rest;
-        c.port_ = "80";
+        c.port_ = https ? "443" : "80";
     }
     if (bracketed && c.host_.size() > 2 && c.host_.back() == ']')
         c.host_ = c.host_.substr(1, c.host_.size() - 2);
     if (c.host_.empty() || c.port_.empty() ||
         c.port_.find_first_not_of("0123456789") != std::string::npos)
-        return failure("bad_url", url + ": the collector's URL is http://HOST[:PORT]");
-    c.base_ = std::string(scheme) + rest;
+        return failure("bad_url", url + ": the collector's URL is http[s]://HOST[:PORT]");
+    c.base_ = scheme + rest;
+    c.https_ = https;
+    c.trust_ = std::move(trust);
+    if (https && c.trust_.pin.empty() && c.trust_.ca_file.empty())
+        c.trust_.ca_file = "/etc/ssl/certs/ca-certificates.crt"; // (the system's)
     // A token file's line end (CR LF too) is not the token; a control character left in it
     // would end the Authorization header and start another.
     while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
@@ -76,11 +86,9 @@ result<std::pair<int, std::string>> api_client::exchange(const char* method,
                                                          const std::string& target,
                                                          const std::string& body,
                                                          std::size_t max_body) const {
-    // Asynchronous, so one deadline bounds it all: a collector that never answers, or answers a
-    // byte at a time, fails here instead of holding the job until its runner gives up.
-    asio::io_context io;
-    asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
+    // One coroutine under one deadline (the io_context's run): a collector that never answers,
+    // or answers a byte at a time, fails here instead of holding the job until its runner
+    // gives up.
     http::request<http::string_body> req(http::string_to_verb(method), target, 11);
     req.set(http::field::host, host_);
     if (!token_.empty())
@@ -90,36 +98,63 @@ result<std::pair<int, std::string>> api_client::exchange(const char* method,
         req.body() = body;
     }
     req.prepare_payload();
-    beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(max_body);
-    boost::system::error_code failed;
+    std::string failed; // what went wrong, once something did
     bool done = false;
-    const auto fail = [&](boost::system::error_code ec) { failed = ec; };
-    using error = boost::system::error_code;
-    resolver.async_resolve(host_, port_, [&](error resolving, auto endpoints) {
-        if (resolving)
-            return fail(resolving);
-        stream.async_connect(endpoints, [&](error connecting, const auto&) {
-            if (connecting)
-                return fail(connecting);
-            http::async_write(stream, req, [&](error writing, std::size_t) {
-                if (writing)
-                    return fail(writing);
-                http::async_read(stream, buffer, parser, [&](error reading, std::size_t) {
-                    if (reading)
-                        return fail(reading);
-                    done = true;
-                });
-            });
-        });
-    });
+    asio::io_context io;
+    constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+    auto run = [&]() -> asio::awaitable<void> {
+        asio::ip::tcp::resolver resolver(io);
+        auto [resolving, endpoints] = co_await resolver.async_resolve(host_, port_, nothrow);
+        if (resolving) {
+            failed = resolving.message();
+            co_return;
+        }
+        asio::ip::tcp::socket socket(io);
+        auto [connecting, at] = co_await asio::async_connect(socket, endpoints, nothrow);
+        if (connecting) {
+            failed = connecting.message();
+            co_return;
+        }
+        protocol::link_stream stream(std::move(socket));
+        if (https_) {
+            protocol::peer_check check;
+            check.host = host_;
+            if (!trust_.pin.empty())
+                check.pin = trust_.pin;
+            else
+                check.ca_file = trust_.ca_file;
+            auto ctx = protocol::client_context(check);
+            if (const auto* why = std::get_if<std::string>(&ctx)) {
+                failed = *why;
+                co_return;
+            }
+            failed = co_await stream.connect_tls(
+                std::get<std::shared_ptr<asio::ssl::context>>(std::move(ctx)), check, timeout_);
+            if (!failed.empty())
+                co_return;
+        }
+        if (auto [writing, n] = co_await http::async_write(stream, req, nothrow); writing) {
+            failed = writing.message();
+            co_return;
+        }
+        beast::flat_buffer buffer;
+        if (auto [reading, n] = co_await http::async_read(stream, buffer, parser, nothrow);
+            reading) {
+            failed = reading.message();
+            co_return;
+        }
+        done = true;
+    };
+    asio::co_spawn(io, run(), asio::detached);
     io.run_for(timeout_);
     if (!done)
         return failure("unreachable",
                        base_ + target + ": " +
-                           (failed ? printable(failed.message())
-                                   : "no answer within " + std::to_string(timeout_.count()) + " s"),
+                           (failed.empty()
+                                ? "no answer within " + std::to_string(timeout_.count()) + " s"
+                                : printable(failed)),
                        502);
     return std::pair{static_cast<int>(parser.get().result_int()), std::move(parser.get().body())};
 }

@@ -1,5 +1,5 @@
 // A collector's HTTP API as a CI job's command uses it: blocking requests with the API token
-// (Authorization: Bearer), over plain HTTP on the lab's network. No Asio in this header.
+// (Authorization: Bearer), over HTTP or HTTPS (a pinned key or a CA). No Asio in this header.
 #pragma once
 
 #include "collector/result.hpp"
@@ -17,6 +17,13 @@ namespace collector::compare {
 // CI log (no escape sequence or carriage return rewrites the lines around it).
 std::string printable(std::string_view text);
 
+// Whom an https:// collector must be: the key it pins (--tls-pin "sha256:HEX", what the
+// collector prints at its start and its /api/status says), else a certificate that chains to
+// the CA file and names the host (the system's bundle when neither is given).
+struct tls_trust {
+    std::string pin, ca_file;
+};
+
 class api_client {
 public:
     // An answer's largest body: JSON (a session's functions), text (a collapsed export).
@@ -24,9 +31,10 @@ public:
                                  max_text = std::size_t{256} << 20;
 
     // `url`: http://HOST[:PORT] (the collector's --http-port, 8080 by default).
-    // `timeout`: the longest wait for one answer.
+    // `url`: http[s]://HOST[:PORT]. `timeout`: the longest wait for one answer.
     static result<api_client> at(const std::string& url, std::string token,
-                                 std::chrono::seconds timeout = std::chrono::seconds(120));
+                                 std::chrono::seconds timeout = std::chrono::seconds(120),
+                                 tls_trust trust = {});
 
     // The answer's JSON for a 2xx, else a failure with the API's message.
     result<boost::json::value> get(const std::string& target) const;
@@ -46,6 +54,8 @@ private:
                                                  const std::string& body,
                                                  std::size_t max_body) const;
     std::string host_, port_, base_, token_;
+    bool https_ = false;
+    tls_trust trust_;
     std::chrono::seconds timeout_{120};
 };
 
