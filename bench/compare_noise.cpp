@@ -14,6 +14,7 @@
 #include "collector/compare/sources.hpp"
 #include "support/ci_work.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -86,6 +87,29 @@ int main(int argc, char** argv) {
                 "(%.2f %%), %d could not compare\n",
                 runs, static_cast<unsigned long long>(samples / std::max(1, runs)), pairs, alarms,
                 100.0 * alarms / std::max(1, pairs), cannot);
+    // Three runs a side, pooled: the runs' dispersion (1: they differ no more than sampling
+    // makes them) and false alarms, over disjoint triples of the same build.
+    {
+        const auto triple = [&](int k) {
+            cmp::side s;
+            for (int i = 0; i < 3; ++i)
+                cmp::add_run(s, same[3 * k + i]);
+            return s;
+        };
+        int pooled = 0, pooled_alarms = 0;
+        double most = 0, sum = 0;
+        for (int a = 0; 3 * a + 2 < runs; ++a)
+            for (int b = a + 1; 3 * b + 2 < runs; ++b) {
+                const auto r = cmp::judge(triple(a), triple(b), {});
+                ++pooled;
+                pooled_alarms += r.status == 1;
+                most = std::max(most, r.dispersion);
+                sum += r.dispersion;
+            }
+        std::printf("same build, 3 runs a side pooled: %d pairs: %d false alarms; the runs' "
+                    "dispersion %.2f on average, at most %.2f\n",
+                    pooled, pooled_alarms, sum / std::max(1, pooled), most);
+    }
     const auto variant = [&](const char* what, const char* arg) {
         int flagged = 0, only = 0, compared = 0;
         for (int v = 0; v < variants; ++v) {

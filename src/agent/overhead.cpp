@@ -24,14 +24,18 @@ overhead_governor::overhead_governor(settings s)
 }
 
 double overhead_governor::aim(double cost, int hz, double budget) const {
+    const double proportional = cost > 0 ? hz * budget / cost : 2.0 * hz;
     if (before_ && before_->hz != hz) {
-        // Two rates read: the part that grows with the rate, and the part that does not.
+        // Two rates read: the part that grows with the rate, and the part that does not. Two
+        // readings alike within their noise make a slope of almost nothing and a fixed part of
+        // almost all: never more than a quarter of the proportional step at once (a fixed part
+        // truly over the budget still walks the rate to the floor, a few steps later).
         const double per_hz = (cost - before_->cost) / (hz - before_->hz);
         const double fixed = cost - per_hz * hz;
         if (per_hz > 0 && fixed >= 0)
-            return (budget - fixed) / per_hz; // (below 1 when the fixed part alone is over)
+            return std::max((budget - fixed) / per_hz, proportional / 4);
     }
-    return cost > 0 ? hz * budget / cost : 2.0 * hz;
+    return proportional;
 }
 
 std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct, int hz) {

@@ -116,12 +116,19 @@ TEST_CASE("the overhead governor fits the part of the cost that does not grow wi
     c = g.feed(1.4);
     REQUIRE(c);
     CHECK(c->frequency == 80); // (0.9 − 0.717) / 0.00229 per Hz
-    // A fixed part over the budget alone: as low as it goes, once.
+    // A fixed part over the budget alone: down to the floor, a quarter of the proportional step
+    // at a time at most (two readings alike within their noise are no proof of it), then
+    // nothing more.
     overhead_governor h({1.0, 999, false, true, 5});
     settle(h, 9.0);
     REQUIRE(h.feed(3.0));
+    CHECK(h.hz() == 299);
     settle(h, 2.0);
     c = h.feed(2.8);
+    REQUIRE(c);
+    CHECK(c->frequency == 24); // (the fit says 5; 299 × 0.9 / 2.8 / 4)
+    settle(h, 2.7);
+    c = h.feed(2.7); // (over twice the budget: one reading is enough)
     REQUIRE(c);
     CHECK(c->frequency == 5);
     settle(h, 2.7);

@@ -2622,12 +2622,15 @@ class OverheadGovernor(object):
         return s
 
     def _aim(self, cost, hz, budget):
+        proportional = hz * budget / cost if cost > 0 else 2.0 * hz
         if self.before is not None and self.before[0] != hz:
+            # Two readings alike within their noise fit a fixed part of almost all: never more
+            # than a quarter of the proportional step at once.
             per_hz = (cost - self.before[1]) / (hz - self.before[0])
             fixed = cost - per_hz * hz
             if per_hz > 0 and fixed >= 0:
-                return (budget - fixed) / per_hz
-        return hz * budget / cost if cost > 0 else 2.0 * hz
+                return max((budget - fixed) / per_hz, proportional / 4)
+        return proportional
 
     def feed(self, cost, hz):
         """(frequency, to_fp, why) for a change, else None. The first interval after a start
