@@ -63,9 +63,14 @@ std::variant<std::shared_ptr<ssl::context>, std::string> client_context(const pe
     auto ctx = base_context(ssl::context::tls_client);
     if (check.ca_file) {
         boost::system::error_code ec;
-        ctx->load_verify_file(*check.ca_file, ec);
+        if (check.ca_file->empty())
+            ctx->set_default_verify_paths(ec); // (the system's CAs, wherever it keeps them)
+        else
+            ctx->load_verify_file(*check.ca_file, ec);
         if (ec)
-            return "cannot load the CA file " + *check.ca_file + ": " + ec.message();
+            return "cannot load the CA file " +
+                   (check.ca_file->empty() ? std::string("(the system's)") : *check.ca_file) +
+                   ": " + ec.message();
         ctx->set_verify_mode(ssl::verify_peer);
         ctx->set_verify_callback(ssl::host_name_verification(check.host));
     } else {

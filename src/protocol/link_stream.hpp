@@ -37,7 +37,7 @@ namespace protocol {
 // chains to this CA file and names the host dialled. There is no "accept anything".
 struct peer_check {
     std::optional<std::string> pin;     // "sha256:<hex>" (tls::parse_pin)
-    std::optional<std::string> ca_file; // PEM bundle
+    std::optional<std::string> ca_file; // PEM bundle; "": the system's CAs
     std::string host;                   // for the CA check's name
 };
 

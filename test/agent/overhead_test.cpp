@@ -282,6 +282,7 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
         {{1.0, 999, false, true, 5}, {{3.0, 999}, {2, 299}, {2.8, 299}, {2.7, 5}}},
     };
     std::string want, script;
+    int changes = 0;
     for (const auto& [s, readings] : cases) {
         overhead_governor g(s);
         char line[64];
@@ -289,17 +290,30 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
                       s.budget_pct, s.asked_hz, s.dwarf ? "True" : "False",
                       s.fp_works ? "True" : "False", s.min_hz);
         script += line;
-        for (const auto& r : readings) {
-            const auto c = g.feed(r.cost, r.hz);
+        // Each reading to both; the intervals a start or a change leaves unjudged filled with
+        // the reading that led there, so every listed one is judged.
+        const auto feed = [&](double cost, int hz) {
+            const auto c = g.feed(cost, hz);
             want += c ? std::to_string(c->frequency) + (c->to_fp ? " fp " : " - ") + c->why
                       : std::string("none");
             want += "\n";
-            std::snprintf(line, sizeof line, "c = g.feed(%g, %d)\n", r.cost, r.hz);
+            changes += c ? 1 : 0;
+            std::snprintf(line, sizeof line, "c = g.feed(%g, %d)\n", cost, hz);
             script += line;
             script += "print('none' if c is None else '%d %s %s' % (c[0], 'fp' if c[1] else "
                       "'-', c[2]))\n";
-        }
+            return c;
+        };
+        for (int i = 0; i < overhead_governor::settle_intervals; ++i)
+            feed(readings.front().cost, readings.front().hz);
+        for (const auto& r : readings)
+            if (const auto c = feed(r.cost, r.hz))
+                for (int i = 0; i < overhead_governor::settle_intervals; ++i)
+                    feed(r.cost, c->frequency);
     }
+    // (the cases reach DWARF's fallback, the proportional step, the fit, its quarter step, the
+    // floor and the way up: a governor that answered otherwise in one language fails here)
+    CHECK(changes >= 10);
     CHECK(test_support::python_agent_output(script) == want);
 }
 

@@ -218,6 +218,35 @@ TEST_CASE("compare: runs that differ more than sampling does widen the band, run
     REQUIRE(named(steady, "work"));
     CHECK(named(steady, "work")->what == verdict::regression);
     CHECK(named(steady, "work")->noise_pts < 1);
+    // With an anchor, shares are of its total: an anchor whose part of the run moves from run
+    // to run (what an anchor is for) with `work` always half of it is no spread at all.
+    const auto anchored = [](double loop) {
+        run_table t;
+        t.source = "r";
+        t.samples = 100000;
+        t.weight = 100000;
+        t.rows = {{"main_loop", "/b", 0, loop},
+                  {"work", "/b", loop / 2, loop / 2},
+                  {"rest", "/b", loop / 2, loop / 2},
+                  {"other", "/b", 100000 - loop, 100000 - loop}};
+        return t;
+    };
+    options by_loop;
+    by_loop.anchor = "main_loop";
+    const auto loop = side_of({anchored(40000), anchored(50000), anchored(60000)});
+    const auto steady_loop = judge(loop, loop, by_loop);
+    CHECK(steady_loop.dispersion_df > 0);
+    CHECK(steady_loop.dispersion == 1);
+    // (the same runs by whole shares do spread)
+    CHECK(judge(loop, loop, {}).dispersion > 10);
+    // A run with no samples adds no degree of freedom.
+    auto empty = run_of("empty", {});
+    empty.samples = 0;
+    empty.weight = 0;
+    const auto with_empty = judge(side_of({run_of("1", {{"work", 20000}, {"rest", 80000}}),
+                                           run_of("2", {{"work", 30000}, {"rest", 70000}}), empty}),
+                                  side_of({run_of("b", {{"work", 25000}, {"rest", 75000}})}), {});
+    CHECK(with_empty.dispersion_df == 2);
     // One run a side: nothing to estimate it from.
     const auto single = judge(side_of({run_of("a", {{"work", 30000}, {"rest", 70000}})}),
                               side_of({run_of("b", {{"work", 35000}, {"rest", 65000}})}), {});
@@ -247,9 +276,18 @@ TEST_CASE("compare: a fleet selection is the store's query, checked; two builds 
     CHECK(fleet_query("fleet:from=2025-11-30&to=2025-11-30T12:00", now).value() ==
           "from=1764460800&to=1764504000");
     CHECK(fleet_query("fleet:", now).value().empty());
+    // The Fleet view's own keys and encoding (a pasted address), a '&' in a name as %26, an
+    // event asked beside, a span longer than the epoch.
+    CHECK(fleet_query("fleet:devices=a%2Cb&range=3600&fn=f(int%20const%26)", now, "cpu-clock")
+              .value() ==
+          "devices=a%2Cb&event=cpu-clock&from=1764500400&function=f%28int%20const%26%29");
+    CHECK(fleet_query("fleet:last=999999999d", now).value() == "from=0");
+    CHECK(fleet_query("fleet:to=2025-11-30T12:00:00Z", now).value() == "to=1764504000");
     for (const auto* bad :
          {"fleet:colour=red", "fleet:from=yesterday", "fleet:last=7w", "fleet:last=1h&from=1",
-          "fleet:build", "fleet:to=1&to=2", "fleet:from=2025-13-01", "sessions"})
+          "fleet:build", "fleet:to=1&to=2", "fleet:from=2025-13-01", "sessions",
+          "fleet:from=2025-02-30", "fleet:from=2025-11-30T12:00+05:00", "fleet:from=2025-+1-30",
+          "fleet:from=2025-11-30T-1:-5", "fleet:from=1969-12-31"})
         CHECK_FALSE(fleet_query(bad, now));
     const auto a = fleet_query("fleet:devices=lab-1&build=ab12&last=1d", now).value(),
                b = fleet_query("fleet:devices=lab-1&build=cd34&last=1d", now).value();
@@ -262,6 +300,9 @@ TEST_CASE("compare: a fleet selection is the store's query, checked; two builds 
               .empty());
     CHECK(fleet_link("http://lab:8080", a, fleet_query("fleet:devices=lab-1", now).value(), now)
               .empty());
+    // Everything kept, when neither side has a time: the view's range 0.
+    CHECK(fleet_link("http://lab:8080", "build=ab12", "build=cd34", now) ==
+          "http://lab:8080/#fleet&build=cd34&range=0&compare=build&base_build=ab12");
 }
 
 TEST_CASE("compare: globs match whole names in linear time", "[compare]") {
@@ -295,13 +336,14 @@ TEST_CASE("compare: reports name the regression, and a hostile name stays text",
     const auto md = to_markdown(r, base, cand, "http://lab:8080/#session=b&baseline=a");
     CHECK_THAT(md, Catch::Contains("\\<script\\>alert\\(1\\)\\</script\\>\\|x"));
     // Nothing in a name a merge request acts on: no mention, no bare link, no reordering.
-    const auto sly = side_of({run_of("c", {{"@all https://evil.example \xE2\x80\xAE"
+    const auto sly = side_of({run_of("c", {{"@all https://evil.example www.x.org \xE2\x80\xAE"
                                             "fdp",
                                             45000},
                                            {"render", 55000}})});
     const auto sly_md = to_markdown(judge(sly, sly, {}), sly, sly, "http://lab:8080/#a b(c)");
     CHECK_THAT(sly_md,
-               Catch::Contains("@\u2060all https:\u2060//evil.example \u27E8U+202E\u27E9fdp"));
+               Catch::Contains(
+                   "@\u2060all https:\u2060//evil.example www\u2060.x.org \u27E8U+202E\u27E9fdp"));
     CHECK(sly_md.find("\xE2\x80\xAE") == std::string::npos);
     CHECK_THAT(sly_md, Catch::Contains("[the comparison](http://lab:8080/#a%20b%28c%29)"));
     // A call path 200,000 frames deep draws 512 rows, in bounded memory.

@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace protocol {
@@ -98,8 +99,10 @@ public:
     const std::optional<update_progress>& updating() const noexcept { return updating_; }
 
     // What asks for the next run (a CI job): its session's metadata `origin`. Forgotten when
-    // the start is refused or the session opens.
-    void note_origin(boost::json::object origin) { origin_ = std::move(origin); }
+    // the start is refused or the session opens. Returns the one it replaces.
+    boost::json::object note_origin(boost::json::object origin) {
+        return std::exchange(origin_, std::move(origin));
+    }
 
     // For a dialled agent: where it listens, and the code it was given (to dial it again).
     void set_dial_address(std::string host, std::string port) {

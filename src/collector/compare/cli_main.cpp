@@ -434,18 +434,19 @@ int compare(int argc, char** argv) {
     for (int i = 0; i < 2; ++i) {
         if (cmp::is_fleet(sides[i])) {
             // A fleet selection pools its devices itself (its commas are its own).
-            auto query = cmp::fleet_query(sides[i], now);
-            auto run = !query ? collector::result<cmp::run_table>(query.error())
-                       : api  ? cmp::run_from_fleet(*api, sides[i], src, now)
-                              : collector::result<cmp::run_table>(collector::failure(
-                                    "no_url", sides[i] + ": a fleet selection is asked of a "
-                                                          "collector: give --url"));
-            if (!run) {
-                std::cerr << "perfwire compare: " << cmp::printable(run.error().message) << "\n";
+            auto query = cmp::fleet_query(sides[i], now, src.event);
+            auto runs = !query ? collector::result<std::vector<cmp::run_table>>(query.error())
+                        : api  ? cmp::run_from_fleet(*api, sides[i], src, now)
+                               : collector::result<std::vector<cmp::run_table>>(collector::failure(
+                                     "no_url", sides[i] + ": a fleet selection is asked "
+                                                           "of a collector: give --url"));
+            if (!runs) {
+                std::cerr << "perfwire compare: " << cmp::printable(runs.error().message) << "\n";
                 return cannot;
             }
             fleet[i] = *query;
-            cmp::add_run(i ? cand : base, *run);
+            for (const auto& run : *runs)
+                cmp::add_run(i ? cand : base, run);
             continue;
         }
         const auto paths = split_on(sides[i], ',');

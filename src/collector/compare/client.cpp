@@ -5,7 +5,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -25,11 +24,19 @@ std::string printable(std::string_view text) {
     out.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
-        // C1 controls are U+0080..U+009F: C2 80..C2 9F in UTF-8.
-        if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0 &&
-            static_cast<unsigned char>(text[i + 1]) >= 0x80) {
+        // C1 controls are U+0080..U+009F: C2 80..C2 9F in UTF-8; marks that reorder a line
+        // are U+200E/F, U+202A..E, U+2066..9: E2 80 8E/8F/AA..AE, E2 81 A6..A9.
+        const auto next = [&](std::size_t k) {
+            return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+        };
+        if (c == 0xc2 && next(1) >= 0x80 && next(1) < 0xa0) {
             out += '?';
             ++i;
+        } else if (c == 0xe2 && ((next(1) == 0x80 && (next(2) == 0x8e || next(2) == 0x8f ||
+                                                      (next(2) >= 0xaa && next(2) <= 0xae))) ||
+                                 (next(1) == 0x81 && next(2) >= 0xa6 && next(2) <= 0xa9))) {
+            out += '?';
+            i += 2;
         } else {
             out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
         }
@@ -68,8 +75,7 @@ result<api_client> api_client::at(const std::string& url, std::string token,
     c.base_ = scheme + rest;
     c.https_ = https;
     c.trust_ = std::move(trust);
-    if (https && c.trust_.pin.empty() && c.trust_.ca_file.empty())
-        c.trust_.ca_file = "/etc/ssl/certs/ca-certificates.crt"; // (the system's)
+
     // A token file's line end (CR LF too) is not the token; a control character left in it
     // would end the Authorization header and start another.
     while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
@@ -124,7 +130,7 @@ result<std::pair<int, std::string>> api_client::exchange(const char* method,
             if (!trust_.pin.empty())
                 check.pin = trust_.pin;
             else
-                check.ca_file = trust_.ca_file;
+                check.ca_file = trust_.ca_file; // ("": the system's CAs)
             auto ctx = protocol::client_context(check);
             if (const auto* why = std::get_if<std::string>(&ctx)) {
                 failed = *why;
@@ -147,7 +153,17 @@ result<std::pair<int, std::string>> api_client::exchange(const char* method,
         }
         done = true;
     };
-    asio::co_spawn(io, run(), asio::detached);
+    asio::co_spawn(io, run(), [&](std::exception_ptr e) {
+        if (!e)
+            return;
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            failed = x.what();
+        } catch (...) {
+            failed = "failed";
+        }
+    });
     io.run_for(timeout_);
     if (!done)
         return failure("unreachable",

@@ -155,29 +155,50 @@ namespace {
 // side's pooled one, n the run's samples — summed, over Σ (runs - 1) per function. Sampling
 // alone makes it about 1; runs that differ by more (the machine, the inputs) make it larger.
 void estimate_dispersion(report& r, std::initializer_list<const side*> sides,
-                         const std::vector<std::string>& keys, bool total) {
+                         const std::vector<std::string>& keys, const options& o) {
     double chi2 = 0;
     std::size_t df = 0;
     for (const auto* s : sides) {
-        if (s->runs.size() < 2)
+        // Each run's denominator and samples, as the bands have them: the whole, or the
+        // anchor's total (and its part of the samples); a run with neither is left out.
+        struct scaled {
+            const side::run* run;
+            double of, n;
+        };
+        std::vector<scaled> used;
+        for (const auto& run : s->runs) {
+            double of = run.weight;
+            if (!o.anchor.empty()) {
+                of = 0;
+                for (const auto& [key, w] : run.total)
+                    if (key.size() > o.anchor.size() &&
+                        key.compare(0, o.anchor.size(), o.anchor) == 0 &&
+                        key[o.anchor.size()] == '\x1f')
+                        of = std::max(of, w);
+            }
+            if (of > 0 && run.weight > 0 && run.samples)
+                used.push_back({&run, of, static_cast<double>(run.samples) * of / run.weight});
+        }
+        if (used.size() < 2)
             continue;
         for (const auto& key : keys) {
-            const auto it = s->functions.find(key);
-            const double p = it == s->functions.end()
-                                 ? 0.0
-                                 : (total ? it->second.total : it->second.self) / s->weight;
+            double all = 0, whole = 0;
+            for (const auto& u : used) {
+                const auto& w = o.total ? u.run->total : u.run->self;
+                const auto mine = w.find(key);
+                all += mine == w.end() ? 0.0 : mine->second;
+                whole += u.of;
+            }
+            const double p = all / whole;
             if (!(p > 0 && p < 1))
                 continue;
-            for (const auto& run : s->runs) {
-                if (!(run.weight > 0) || !run.samples)
-                    continue;
-                const auto& w = total ? run.total : run.self;
+            for (const auto& u : used) {
+                const auto& w = o.total ? u.run->total : u.run->self;
                 const auto mine = w.find(key);
-                const double share = mine == w.end() ? 0.0 : mine->second / run.weight;
-                chi2 +=
-                    static_cast<double>(run.samples) * (share - p) * (share - p) / (p * (1 - p));
+                const double share = mine == w.end() ? 0.0 : mine->second / u.of;
+                chi2 += u.n * (share - p) * (share - p) / (p * (1 - p));
             }
-            df += s->runs.size() - 1;
+            df += used.size() - 1;
         }
     }
     r.dispersion_df = df;
@@ -273,7 +294,7 @@ report judge(const side& base, const side& cand, const options& o) {
     // widened when the runs differ more than sampling makes them.
     const double per_function = (1 - o.confidence_pct / 100) / static_cast<double>(keys.size());
     r.z = z_for(1 - per_function);
-    estimate_dispersion(r, {&base, &cand}, keys, o.total);
+    estimate_dispersion(r, {&base, &cand}, keys, o);
     const double widen = std::sqrt(r.dispersion);
     const double t = o.threshold_pct / 100;
     for (const auto& key : keys) {

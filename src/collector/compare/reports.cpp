@@ -52,8 +52,9 @@ std::string utf8(std::string_view s) {
                 cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
             if (cp == 0xFFFE || cp == 0xFFFF || (cp >= 0x80 && cp < 0xA0)) {
                 out += "\xEF\xBF\xBD";
-            } else if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
-                       (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF) {
+            } else if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+                       (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF || cp == 0x061C ||
+                       (cp >= 0xE0000 && cp <= 0xE007F)) {
                 char shown[32];
                 std::snprintf(shown, sizeof shown, "\u27E8U+%04X\u27E9", static_cast<unsigned>(cp));
                 out += shown;
@@ -102,8 +103,11 @@ std::string md(std::string_view s) {
         if (std::string_view("\\`*_{}[]()<>#!|~").find(c) != std::string_view::npos)
             out += '\\';
         out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-        if (c == '@' || (c == ':' && text.compare(i + 1, 2, "//") == 0))
-            out += "\u2060";
+        if (c == '@' || (c == ':' && text.compare(i + 1, 2, "//") == 0) ||
+            ((c == 'w' || c == 'W') && i >= 2 && text.compare(i + 1, 1, ".") == 0 &&
+             (text[i - 1] == 'w' || text[i - 1] == 'W') &&
+             (text[i - 2] == 'w' || text[i - 2] == 'W')))
+            out += "\u2060"; // (www⁠. is no autolink either)
     }
     return out;
 }

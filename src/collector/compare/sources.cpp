@@ -58,25 +58,53 @@ void fact(run_table& t, const boost::json::object& meta, const char* key, const 
     }
 }
 
-// Seconds since the epoch of "1764460800" or a UTC "2026-11-30[THH:MM[:SS]]".
-std::optional<std::int64_t> epoch_seconds(const std::string& v) {
+// Seconds since the epoch of "1764460800" or a UTC "2026-11-30[THH:MM[:SS]][Z]" (a day that
+// exists; no other zone).
+std::optional<std::int64_t> epoch_seconds(std::string v) {
     if (!v.empty() && v.size() <= 12 && v.find_first_not_of("0123456789") == std::string::npos)
         return std::stoll(v);
-    std::tm t{};
-    int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
-    char extra = 0;
-    const int n =
-        std::sscanf(v.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &sec, &extra);
-    if (!(n == 3 || n == 5 || n == 6) || (n == 3 && v.size() != 10) || mo < 1 || mo > 12 || d < 1 ||
-        d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970 || y > 9999)
+    if (!v.empty() && v.back() == 'Z' && v.size() > 10)
+        v.pop_back();
+    static constexpr std::string_view shape = "dddd-dd-ddTdd:dd:dd";
+    if (!(v.size() == 10 || v.size() == 16 || v.size() == 19))
         return std::nullopt;
-    t.tm_year = y - 1900;
-    t.tm_mon = mo - 1;
-    t.tm_mday = d;
-    t.tm_hour = h;
-    t.tm_min = mi;
-    t.tm_sec = sec;
-    return static_cast<std::int64_t>(::timegm(&t));
+    for (std::size_t i = 0; i < v.size(); ++i)
+        if (shape[i] == 'd' ? !std::isdigit(static_cast<unsigned char>(v[i])) : v[i] != shape[i])
+            return std::nullopt;
+    const auto at = [&](std::size_t i, std::size_t n) {
+        return i < v.size() ? std::stoi(v.substr(i, n)) : 0;
+    };
+    std::tm t{};
+    t.tm_year = at(0, 4) - 1900;
+    t.tm_mon = at(5, 2) - 1;
+    t.tm_mday = at(8, 2);
+    t.tm_hour = at(11, 2);
+    t.tm_min = at(14, 2);
+    t.tm_sec = at(17, 2);
+    const std::tm asked = t;
+    const auto seconds = ::timegm(&t);
+    // (timegm moves 2025-02-30 to March the 2nd: a date it had to move does not exist)
+    if (t.tm_year < 70 || t.tm_year != asked.tm_year || t.tm_mon != asked.tm_mon ||
+        t.tm_mday != asked.tm_mday || t.tm_hour != asked.tm_hour || t.tm_min != asked.tm_min ||
+        t.tm_sec != asked.tm_sec)
+        return std::nullopt;
+    return static_cast<std::int64_t>(seconds);
+}
+
+// %XX decoded (a value copied from the Fleet view's address; %26 for a '&' in a name).
+std::string percent_decoded(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
 }
 
 // Seconds of "3600", "90m", "24h", "7d".
@@ -112,35 +140,50 @@ void read_functions(run_table& t, const boost::json::object& answer, const char*
 
 // A fleet answer's tree, root first, as collapsed call paths weighed by each frame's own.
 void add_tree(std::map<std::string, double>& stacks, const boost::json::object& root) {
-    struct at {
-        const boost::json::object* node;
-        std::string path;
+    // Frames held once (name and parent); a path spelled only for a frame with weight of its
+    // own, and within bounds a hostile answer cannot stretch: 200,000 paths, 256 MiB of them.
+    struct frame {
+        std::string_view name;
+        std::size_t parent; // npos: under the root
         int depth;
     };
-    std::vector<at> todo;
-    const auto children = [&](const boost::json::object& n, const std::string& path, int depth) {
-        if (const auto* c = n.if_contains("children"); c && c->is_array() && depth < 512)
+    std::vector<frame> frames;
+    std::vector<std::pair<const boost::json::object*, std::size_t>> todo{
+        {&root, std::string::npos}};
+    std::size_t paths = 0, bytes = 0;
+    while (!todo.empty()) {
+        const auto [node, at] = todo.back();
+        todo.pop_back();
+        if (at != std::string::npos)
+            if (const auto* self = node->if_contains("self"); self && self->is_number())
+                if (const double w = self->to_number<double>(); w > 0) {
+                    std::vector<std::string_view> names;
+                    for (auto f = at; f != std::string::npos; f = frames[f].parent)
+                        names.push_back(frames[f].name);
+                    std::string path;
+                    for (auto it = names.rbegin(); it != names.rend(); ++it)
+                        path += (path.empty() ? "" : ";") + std::string(*it);
+                    if (++paths > 200'000 || (bytes += path.size()) > (std::size_t{256} << 20))
+                        return;
+                    stacks[std::move(path)] += w;
+                }
+        const int depth = at == std::string::npos ? 0 : frames[at].depth;
+        if (depth >= 512)
+            continue;
+        if (const auto* c = node->if_contains("children"); c && c->is_array())
             for (const auto& k : c->as_array())
                 if (const auto* o = k.if_object())
-                    if (const auto* name = o->if_contains("name"); name && name->is_string())
-                        todo.push_back(
-                            {o, (path.empty() ? "" : path + ";") + std::string(name->as_string()),
-                             depth + 1});
-    };
-    children(root, "", 0);
-    while (!todo.empty()) {
-        const auto a = std::move(todo.back());
-        todo.pop_back();
-        if (const auto* self = a.node->if_contains("self"); self && self->is_number())
-            if (const double w = self->to_number<double>(); w > 0)
-                stacks[a.path] += w;
-        children(*a.node, a.path, a.depth);
+                    if (const auto* name = o->if_contains("name"); name && name->is_string()) {
+                        frames.push_back({name->as_string(), at, depth + 1});
+                        todo.emplace_back(o, frames.size() - 1);
+                    }
     }
 }
 
 } // namespace
 
-result<std::string> fleet_query(std::string_view selection, std::int64_t now) {
+result<std::string> fleet_query(std::string_view selection, std::int64_t now,
+                                const std::string& event) {
     if (!is_fleet(selection))
         return failure("bad_fleet",
                        std::string(selection) + ": a fleet selection is fleet:KEY=VALUE&…");
@@ -153,8 +196,14 @@ result<std::string> fleet_query(std::string_view selection, std::int64_t now) {
         if (item.empty())
             continue;
         const auto eq = item.find('=');
-        const std::string key(item.substr(0, eq)),
-            value(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
+        std::string key(item.substr(0, eq));
+        const auto value = percent_decoded(eq == std::string_view::npos ? std::string_view()
+                                                                        : item.substr(eq + 1));
+        // (the Fleet view's own names, so its address's keys can be pasted)
+        if (key == "fn")
+            key = "function";
+        else if (key == "range")
+            key = "last";
         static const std::set<std::string> known{"devices", "build", "from",    "to",
                                                  "last",    "event", "function"};
         if (!known.count(key) || eq == std::string_view::npos || value.empty())
@@ -182,9 +231,11 @@ result<std::string> fleet_query(std::string_view selection, std::int64_t now) {
             return failure("bad_fleet", std::string(selection) +
                                             (span ? ": last or from, not both"
                                                   : ": last is a span: 3600, 90m, 24h or 7d"));
-        keys["from"] = std::to_string(now - *span);
+        keys["from"] = std::to_string(std::max<std::int64_t>(0, now - *span));
         keys.erase("last");
     }
+    if (!event.empty() && !keys.count("event"))
+        keys["event"] = event;
     std::string q;
     for (const auto& [key, value] : keys)
         q += (q.empty() ? "" : "&") + key + "=" + url_encode(value);
@@ -218,42 +269,103 @@ std::string fleet_link(const std::string& base_url, const std::string& base,
         else if (key == "function")
             link += "&fn=" + value;
     // (a range back from now, as the view keeps it)
-    if (c.count("from"))
-        link += "&range=" + std::to_string(std::max<std::int64_t>(1, now - std::stoll(c["from"])));
+    link +=
+        "&range=" + (c.count("from")
+                         ? std::to_string(std::max<std::int64_t>(1, now - std::stoll(c["from"])))
+                         : std::string("0")); // (0: everything kept)
     return link + "&compare=build&base_build=" + base_build;
 }
 
-result<run_table> run_from_fleet(const api_client& api, const std::string& selection,
-                                 const source_options& o, std::int64_t now) {
-    auto query = fleet_query(selection, now);
+result<std::vector<run_table>> run_from_fleet(const api_client& api, const std::string& selection,
+                                              const source_options& o, std::int64_t now) {
+    auto query = fleet_query(selection, now, o.event);
     if (!query)
         return query.error();
-    if (!o.event.empty() && query->find("event=") == std::string::npos)
-        *query += (query->empty() ? "" : "&") + std::string("event=") + url_encode(o.event);
-    const auto amp = query->empty() ? "" : "&";
-    const auto table = api.get("/api/fleet/functions?" + *query + amp + "limit=100000");
-    if (!table)
-        return table.error();
-    const auto tree =
-        api.get("/api/fleet/flamegraph?" + *query + amp + "weight=period&group=none&min_pct=0");
-    if (!tree)
-        return tree.error();
-    run_table t;
-    t.source = selection;
-    try {
-        read_functions(t, table->as_object(), "period", "self_period", "total_period");
-        if (const auto* root = tree->as_object().if_contains("root"); root && root->is_object())
-            add_tree(t.stacks, root->as_object());
-        if (const auto* ev = tree->as_object().if_contains("event");
-            ev && ev->is_string() && !ev->as_string().empty())
-            t.facts["event"] = std::string(ev->as_string());
-    } catch (const std::exception&) {
+    const auto bad = [&] {
         return failure("bad_answer",
                        api.base() + ": the fleet store's answer for " + selection +
                            " is not as the API says",
                        502);
+    };
+    const auto with = [](const std::string& q, const std::string& more) {
+        return q + (q.empty() ? "" : "&") + more;
+    };
+    // The devices it holds, and their events: one event compared (nanoseconds of one clock
+    // are not cycles of a counter), each device a run of its own (their spread is the runs').
+    const auto listed = api.get("/api/fleet/devices?" + *query);
+    if (!listed)
+        return listed.error();
+    std::vector<std::string> devices;
+    std::set<std::string> events;
+    try {
+        for (const auto& d : listed->as_object().at("devices").as_array()) {
+            devices.emplace_back(d.as_object().at("device").as_string());
+            for (const auto& e : d.as_object().at("events").as_array())
+                if (e.as_string() != "off-cpu")
+                    events.emplace(e.as_string());
+        }
+    } catch (const std::exception&) {
+        return bad();
     }
-    return t;
+    if (devices.empty())
+        return failure("no_samples", selection + ": the fleet store holds no samples for it");
+    if (query->find("event=") == std::string::npos) {
+        if (events.size() > 1) {
+            std::string names;
+            for (const auto& e : events)
+                names += (names.empty() ? "" : ", ") + e;
+            return failure("several_events", selection + ": its devices sampled " + names +
+                                                 ": name one (event= or --event)");
+        }
+        if (events.size() == 1)
+            *query = with(*query, "event=" + url_encode(*events.begin()));
+    }
+    // Per device when there are a few (a query each); else the selection as one run.
+    std::vector<std::pair<std::string, std::string>> asked; // source, query
+    if (devices.size() > 1 && devices.size() <= 32) {
+        std::string rest; // the query without its devices
+        for (std::size_t from = 0; from < query->size();) {
+            const auto amp = std::min(query->find('&', from), query->size());
+            const auto item = query->substr(from, amp - from);
+            if (!item.starts_with("devices="))
+                rest = with(rest, item);
+            from = amp + 1;
+        }
+        for (const auto& d : devices)
+            asked.emplace_back(selection + " · " + d, with(rest, "devices=" + url_encode(d)));
+    } else {
+        asked.emplace_back(selection, *query);
+    }
+    std::vector<run_table> runs;
+    for (const auto& [source, q] : asked) {
+        const auto table = api.get("/api/fleet/functions?" + with(q, "limit=100000"));
+        if (!table)
+            return table.error();
+        run_table t;
+        t.source = source;
+        try {
+            read_functions(t, table->as_object(), "period", "self_period", "total_period");
+        } catch (const std::exception&) {
+            return bad();
+        }
+        runs.push_back(std::move(t));
+    }
+    // The call paths of the whole selection, for the diff flame graph.
+    const auto tree =
+        api.get("/api/fleet/flamegraph?" + with(*query, "weight=period&group=none&min_pct=0"));
+    if (!tree)
+        return tree.error();
+    try {
+        if (const auto* root = tree->as_object().if_contains("root"); root && root->is_object())
+            add_tree(runs.front().stacks, root->as_object());
+        if (const auto* ev = tree->as_object().if_contains("event");
+            ev && ev->is_string() && !ev->as_string().empty())
+            for (auto& r : runs)
+                r.facts["event"] = std::string(ev->as_string());
+    } catch (const std::exception&) {
+        return bad();
+    }
+    return runs;
 }
 
 result<run_table> table_of(const session_model& m, const std::string& event, std::string source) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace collector {
 struct session_model;
@@ -36,13 +37,17 @@ result<run_table> run_from_session(const api_client& api, const std::string& id,
 // A fleet selection, "fleet:KEY=VALUE&…" (devices=a,b · build=ID · from= · to= · last= ·
 // event= · function=), as the collector's fleet store query it is: from/to seconds since the
 // epoch or a UTC date (2026-11-30, 2026-11-30T12:00[:00]), last= a span back from `now`
-// (3600, 90m, 24h, 7d). The query's parameters percent-encoded, in a fixed order; a failure
-// naming what is wrong.
-result<std::string> fleet_query(std::string_view selection, std::int64_t now);
+// (3600, 90m, 24h, 7d); the Fleet view's fn= and range= too; values may be percent-encoded
+// (%26 for a '&'). `event`: the one asked when the selection names none. The query's
+// parameters percent-encoded, in a fixed order; a failure naming what is wrong.
+result<std::string> fleet_query(std::string_view selection, std::int64_t now,
+                                const std::string& event = {});
 // Its samples, from the fleet store of the collector `api` talks to (its functions and call
-// paths, weighed by period) as one run: the devices it names pooled. `now`: as fleet_query's.
-result<run_table> run_from_fleet(const api_client& api, const std::string& selection,
-                                 const source_options& o, std::int64_t now);
+// paths, weighed by period): one run per device when it holds 2 to 32 (their spread is what
+// the runs' dispersion measures), else one. One event: the one named, else the one its devices
+// sampled (several: a failure asking to name one). `now`: as fleet_query's.
+result<std::vector<run_table>> run_from_fleet(const api_client& api, const std::string& selection,
+                                              const source_options& o, std::int64_t now);
 // The collector's Fleet view of two fleet selections (fleet_query's) that differ in their build
 // alone — the one comparison it draws: base_url/#fleet&build=…&compare=build&base_build=…;
 // else "".

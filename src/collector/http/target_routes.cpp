@@ -112,8 +112,9 @@ asio::awaitable<http_response> command_target(request_context& c) {
         args = a->as_object();
     std::string name(cmd->as_string());
     // What asks for a run (a CI job): kept in its session's metadata, listed and searched.
-    // Every start says it anew (none: nothing asked), a stop or a start that did not answer
-    // yes forgets it: never does one run's origin name another's session.
+    // Every start says it anew (none: nothing asked), a stop forgets it, and a start that did
+    // not answer yes puts back the one it replaced (a run already starting keeps its own):
+    // never does one run's origin name another's session.
     json::object origin;
     if (const auto* o = body->if_contains("origin")) {
         auto checked = agents::origin_of(*o);
@@ -124,10 +125,13 @@ asio::awaitable<http_response> command_target(request_context& c) {
         origin = std::move(*checked);
     }
     const bool start = name == protocol::cmd::start, stop = name == protocol::cmd::stop;
+    json::object replaced;
     if (start)
-        link->note_origin(std::move(origin));
+        replaced = link->note_origin(std::move(origin));
     auto answer = co_await agents::run_command(link, std::move(name), std::move(args));
-    if ((start && !answer.ok) || stop)
+    if (start && !answer.ok)
+        link->note_origin(std::move(replaced));
+    if (stop)
         link->note_origin({});
     co_return command_answer(c, *link, std::move(answer));
 }
