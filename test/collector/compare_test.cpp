@@ -267,8 +267,8 @@ TEST_CASE("compare: a side mostly in code with no name is warned of, with how to
     CHECK_THAT(r.warnings[0], Catch::Contains("--binary"));
 }
 
-TEST_CASE("compare: a fleet selection is the store's query, checked; two builds link the Fleet "
-          "view's comparison",
+TEST_CASE("compare: a fleet selection is the store's query, checked, and two builds link the "
+          "Fleet view's comparison",
           "[compare]") {
     const std::int64_t now = 1764504000; // 2025-11-30T12:00:00Z
     CHECK(fleet_query("fleet:devices=a b,c&last=7d&event=cpu-clock", now).value() ==
@@ -622,8 +622,11 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
     const auto unnamed = stripped_cmp({at("base5.txt"), at("stripped.data")});
     INFO(unnamed.out);
     CHECK_THAT(unnamed.out, Catch::Contains("in code with no name \\(in perfwire-ci-work\\)"));
-    const auto named_twin = stripped_cmp({at("base5.txt"), at("stripped.data"), "--binary",
-                                          PERFWIRE_CI_WORK_BIN, "--json", at("stripped.json")});
+    // (the kernel's own functions left out: its scheduler's share moves with the machine's
+    // load between two recordings — 0.45 % to 1.08 % once under CI — and is not what is named)
+    const auto named_twin =
+        stripped_cmp({at("base5.txt"), at("stripped.data"), "--binary", PERFWIRE_CI_WORK_BIN,
+                      "--ignore", "[kernel.kallsyms]", "--json", at("stripped.json")});
     INFO(named_twin.out);
     CHECK(named_twin.status == 0);
     CHECK(named_twin.out.find("no name") == std::string::npos);
@@ -637,7 +640,7 @@ TEST_CASE("perfwire compare on real recordings: runs of the same benchmark pass,
 }
 
 TEST_CASE("perfwire compare on a fleet store: one time range against another, the slower naming "
-          "its function, the same range passing; a bad selection said",
+          "its function, the same range passing, a bad selection said",
           "[compare][fleet][clickhouse][perf][integration]") {
     test_support::temp_dir dir;
     const auto at = [&](const std::string& name) { return (dir.path / name).string(); };
