@@ -91,22 +91,6 @@ std::optional<std::int64_t> epoch_seconds(std::string v) {
     return static_cast<std::int64_t>(seconds);
 }
 
-// %XX decoded (a value copied from the Fleet view's address; %26 for a '&' in a name).
-std::string percent_decoded(std::string_view s) {
-    std::string out;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '%' && i + 2 < s.size() &&
-            std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-            i += 2;
-        } else {
-            out += s[i];
-        }
-    }
-    return out;
-}
-
 // Seconds of "3600", "90m", "24h", "7d".
 std::optional<std::int64_t> span_seconds(const std::string& v) {
     if (v.empty() || v.size() > 10 || !std::isdigit(static_cast<unsigned char>(v[0])))
@@ -197,8 +181,9 @@ result<std::string> fleet_query(std::string_view selection, std::int64_t now,
             continue;
         const auto eq = item.find('=');
         std::string key(item.substr(0, eq));
-        const auto value = percent_decoded(eq == std::string_view::npos ? std::string_view()
-                                                                        : item.substr(eq + 1));
+        // (%26 for a '&' in a name; '+' is a name's own: operator+)
+        const auto value = url_decode(
+            eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1), false);
         // (the Fleet view's own names, so its address's keys can be pasted)
         if (key == "fn")
             key = "function";

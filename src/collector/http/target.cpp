@@ -10,10 +10,7 @@ const std::string& target_url::param(const std::string& key) const {
     return it == query.end() ? none : it->second;
 }
 
-namespace {
-
-// %XX and '+' decoded.
-std::string percent_decode(std::string_view s) {
+std::string url_decode(std::string_view s, bool plus_is_space) {
     std::string out;
     out.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) {
@@ -26,12 +23,10 @@ std::string percent_decode(std::string_view s) {
                 continue;
             }
         }
-        out.push_back(s[i] == '+' ? ' ' : s[i]);
+        out.push_back(plus_is_space && s[i] == '+' ? ' ' : s[i]);
     }
     return out;
 }
-
-} // namespace
 
 std::string url_encode(std::string_view s) {
     static constexpr char hex[] = "0123456789ABCDEF";
@@ -58,7 +53,7 @@ target_url split_target(std::string_view target) {
         const auto slash = path.find('/');
         const auto seg = path.substr(0, slash);
         if (!seg.empty())
-            t.segments.push_back(percent_decode(seg));
+            t.segments.push_back(url_decode(seg));
         if (slash == std::string_view::npos)
             break;
         path.remove_prefix(slash + 1);
@@ -69,8 +64,8 @@ target_url split_target(std::string_view target) {
             const auto amp = qs.find('&');
             const auto kv = qs.substr(0, amp);
             const auto eq = kv.find('=');
-            t.query[percent_decode(kv.substr(0, eq))] =
-                eq == std::string_view::npos ? std::string() : percent_decode(kv.substr(eq + 1));
+            t.query[url_decode(kv.substr(0, eq))] =
+                eq == std::string_view::npos ? std::string() : url_decode(kv.substr(eq + 1));
             if (amp == std::string_view::npos)
                 break;
             qs.remove_prefix(amp + 1);
