@@ -46,12 +46,26 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
     }
     if (!(cost_pct >= 0) || hz <= 0)
         return std::nullopt;
-    // The readings at this rate, averaged: one noisy interval moves nothing the others deny.
+    // The readings at this rate: their mean, their median from three on — one noisy interval
+    // moves nothing the others deny.
     if (at_.hz != hz)
-        at_ = {hz, 0, 0};
-    at_.sum += cost_pct;
+        at_ = {hz, {}, 0};
+    at_.costs.push_back(cost_pct);
+    if (at_.costs.size() > 16)
+        at_.costs.erase(at_.costs.begin());
     ++at_.n;
-    const double cost = at_.sum / at_.n;
+    std::vector<double> sorted = at_.costs;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t k = sorted.size();
+    double cost = 0;
+    if (k >= 3)
+        cost = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+    else
+        for (const double c : sorted)
+            cost += c / static_cast<double>(k);
+    // After a change, three readings (the restart's tail is in the first ones); at the first
+    // rate two, or one far over.
+    const bool first_rate = !before_;
     const auto changed = [&](int next) {
         skip_ = settle_intervals;
         before_ = reading{hz, cost};
@@ -60,7 +74,8 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
     };
     char why[200];
     const double budget = s_.budget_pct;
-    if (cost > budget * 1.1 && (at_.n >= 2 || cost > budget * 2)) {
+    if (cost > budget * 1.1 &&
+        (first_rate ? at_.n >= 2 || cost > budget * 2 : at_.n >= 3)) {
         if (dwarf_ && s_.fp_works) {
             dwarf_ = false;
             changed(hz);

@@ -10,9 +10,11 @@
 //
 // The governor holds no I/O: given the cost of each interval at the rate in use (the first three
 // after a start or a change not judged: perf's own start costs a third of a second or more), it
-// answers with the rate to use next, from the readings at that rate averaged. A restart costs
-// about what a minute at the budget allows, so it changes seldom: down after two readings
-// (one, when over twice the budget), up only after six. The cost is a part
+// answers with the rate to use next, from the readings at that rate (their mean, their median
+// once there are three: a restart's tail and perf stat's starts make single intervals jump). A
+// restart costs about what a minute at the budget allows, so it changes seldom: at the first
+// rate down after two readings (one, when over twice the budget), after a change only after
+// three (the tail of the restart is in the first), up only after six. The cost is a part
 // that grows with the rate (perf script names every sample; the agent compresses it) and a part
 // that does not (perf stat, the agent's metrics): from one reading it takes all of it for the
 // rate's; once it has read two rates it fits both parts (cost = fixed + per_hz × rate) and aims at
@@ -26,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace agent {
 
@@ -86,7 +89,7 @@ private:
     int hz_;
     struct at_rate {
         int hz = -1;
-        double sum = 0;
+        std::vector<double> costs; // (the last 16)
         int n = 0;
     } at_; // the readings at the rate in use since it was set
     struct reading {

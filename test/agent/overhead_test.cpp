@@ -59,10 +59,13 @@ TEST_CASE("the overhead governor gives up DWARF first, then aims the rate under 
     CHECK_THAT(c->why, Catch::Contains("4.00 % of a core at 999 Hz, over --max-overhead 1.00 %: "
                                        "sampling at 224 Hz"));
     settle(g, 3.0);
-    // A little over once, then not: averaged, nothing moves.
+    // A little over once, then not: averaged, nothing moves; one interval that jumps (a
+    // restart's tail, perf stat starting) among steady ones moves nothing either (the median).
     CHECK_FALSE(g.feed(1.3));
     CHECK_FALSE(g.feed(0.8));
     CHECK_FALSE(g.feed(1.1));
+    CHECK_FALSE(g.feed(0.9));
+    CHECK_FALSE(g.feed(3.5)); // (the mean, 1.52 %, would have gone down)
     CHECK(g.hz() == 224);
     // A little over twice: down.
     overhead_governor o({1.0, 400, false, true, 1});
@@ -111,7 +114,9 @@ TEST_CASE("the overhead governor fits the part of the cost that does not grow wi
     REQUIRE(c);
     CHECK(c->frequency == 299);
     settle(g, 1.0);
-    // At 299 Hz it still costs 1.4 %: 0.72 % of it does not go with the rate.
+    // At 299 Hz it still costs 1.4 %: 0.72 % of it does not go with the rate (three readings
+    // after a change: the restart's tail is in the first).
+    CHECK_FALSE(g.feed(1.4));
     CHECK_FALSE(g.feed(1.4));
     c = g.feed(1.4);
     REQUIRE(c);
@@ -124,11 +129,15 @@ TEST_CASE("the overhead governor fits the part of the cost that does not grow wi
     REQUIRE(h.feed(3.0));
     CHECK(h.hz() == 299);
     settle(h, 2.0);
+    CHECK_FALSE(h.feed(2.8)); // (after a change even a reading far over waits for two more)
+    CHECK_FALSE(h.feed(2.8));
     c = h.feed(2.8);
     REQUIRE(c);
     CHECK(c->frequency == 24); // (the fit says 5; 299 × 0.9 / 2.8 / 4)
     settle(h, 2.7);
-    c = h.feed(2.7); // (over twice the budget: one reading is enough)
+    CHECK_FALSE(h.feed(2.7));
+    CHECK_FALSE(h.feed(2.7));
+    c = h.feed(2.7);
     REQUIRE(c);
     CHECK(c->frequency == 5);
     settle(h, 2.7);

@@ -2596,7 +2596,7 @@ class OverheadGovernor(object):
         self.min_hz = max(1, min(min_hz, asked_hz))
         self.skip, self.last_cost = self.SETTLE, 0.0  # (perf's start, its symbols loaded)
         self.before = None  # (hz, cost): the readings at the rate before this one, averaged
-        self.at = [-1, 0.0, 0]  # the rate in use, its readings' sum and count
+        self.at = [-1, [], 0]  # the rate in use, its last 16 readings and their count
         self.hz = asked_hz  # the rate to sample at now (what was asked stays the run's)
 
     def feed_now(self, cost):
@@ -2610,7 +2610,7 @@ class OverheadGovernor(object):
         """The user set another rate (configure): asked and used from now."""
         self.asked_hz = self.hz = max(1, hz)
         self.min_hz = min(self.min_hz, self.asked_hz)
-        self.before, self.at, self.skip = None, [-1, 0.0, 0], self.SETTLE
+        self.before, self.at, self.skip = None, [-1, [], 0], self.SETTLE
 
     def effective(self, settings):
         """`settings` at the rate and call graphs it holds now (a copy)."""
@@ -2643,15 +2643,23 @@ class OverheadGovernor(object):
         if not cost >= 0 or hz <= 0:
             return None
         if self.at[0] != hz:
-            self.at = [hz, 0.0, 0]
-        self.at[1] += cost
+            self.at = [hz, [], 0]
+        self.at[1].append(cost)
+        del self.at[1][:-16]
         self.at[2] += 1
-        cost = self.at[1] / self.at[2]
+        ordered = sorted(self.at[1])
+        k = len(ordered)
+        if k >= 3:  # the median from three on: one noisy interval moves nothing
+            cost = ordered[k // 2] if k % 2 else (ordered[k // 2 - 1] + ordered[k // 2]) / 2
+        else:
+            cost = sum(c / k for c in ordered)
         budget = self.budget
+        first_rate = self.before is None  # (after a change: three readings, the restart's tail)
 
         def changed():
-            self.skip, self.before, self.at = self.SETTLE, (hz, cost), [-1, 0.0, 0]
-        if cost > budget * 1.1 and (self.at[2] >= 2 or cost > budget * 2):
+            self.skip, self.before, self.at = self.SETTLE, (hz, cost), [-1, [], 0]
+        if cost > budget * 1.1 and ((self.at[2] >= 2 or cost > budget * 2) if first_rate
+                                    else self.at[2] >= 3):
             if self.dwarf and self.fp_works:
                 self.dwarf = False
                 changed()
