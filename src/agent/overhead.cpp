@@ -26,14 +26,15 @@ overhead_governor::overhead_governor(settings s)
 double overhead_governor::aim(double cost, int hz, double budget) const {
     const double proportional = cost > 0 ? hz * budget / cost : 2.0 * hz;
     if (before_ && before_->hz != hz) {
-        // Two rates read: the part that grows with the rate, and the part that does not. Two
-        // readings alike within their noise make a slope of almost nothing and a fixed part of
-        // almost all: never more than a quarter of the proportional step at once (a fixed part
-        // truly over the budget still walks the rate to the floor, a few steps later).
+        // Two rates read: the part that grows with the rate, and the part that does not. The fit
+        // is trusted only where it leaves the rate room: a fixed part at or over the aim is
+        // likelier two readings alike within their noise than a cost no rate can meet (the
+        // proportional step then: a fixed part truly over the budget still walks the rate down,
+        // step by step), and it never goes under half the proportional step at once.
         const double per_hz = (cost - before_->cost) / (hz - before_->hz);
         const double fixed = cost - per_hz * hz;
-        if (per_hz > 0 && fixed >= 0)
-            return std::max((budget - fixed) / per_hz, proportional / 4);
+        if (per_hz > 0 && fixed >= 0 && fixed < budget)
+            return std::max((budget - fixed) / per_hz, proportional / 2);
     }
     return proportional;
 }
@@ -46,12 +47,12 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
     }
     if (!(cost_pct >= 0) || hz <= 0)
         return std::nullopt;
-    // The readings at this rate: their mean, their median from three on — one noisy interval
-    // moves nothing the others deny.
+    // The readings at this rate: their mean, the median of the last five from three on — one
+    // noisy interval moves nothing the others deny, a cost that drifts is followed.
     if (at_.hz != hz)
         at_ = {hz, {}, 0};
     at_.costs.push_back(cost_pct);
-    if (at_.costs.size() > 16)
+    if (at_.costs.size() > 5)
         at_.costs.erase(at_.costs.begin());
     ++at_.n;
     std::vector<double> sorted = at_.costs;
@@ -74,7 +75,9 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
     };
     char why[200];
     const double budget = s_.budget_pct;
-    if (cost > budget * 1.1 &&
+    // Down when over by a tenth at the first rate, by a fifth at one the governor chose: a rate
+    // read just over the line would otherwise restart perf (its own cost) for almost nothing.
+    if (cost > budget * (first_rate ? 1.1 : 1.2) &&
         (first_rate ? at_.n >= 2 || cost > budget * 2 : at_.n >= 3)) {
         if (dwarf_ && s_.fp_works) {
             dwarf_ = false;

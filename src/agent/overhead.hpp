@@ -10,18 +10,20 @@
 //
 // The governor holds no I/O: given the cost of each interval at the rate in use (the first three
 // after a start or a change not judged: perf's own start costs a third of a second or more), it
-// answers with the rate to use next, from the readings at that rate (their mean, their median
-// once there are three: a restart's tail and perf stat's starts make single intervals jump). A
-// restart costs about what a minute at the budget allows, so it changes seldom: at the first
-// rate down after two readings (one, when over twice the budget), after a change only after
+// answers with the rate to use next, from the readings at that rate (their mean, the median of
+// the last five once there are three: a restart's tail and perf stat's starts make single intervals
+// jump). A restart costs about what a minute at the budget allows, so it changes seldom: at the
+// first rate down after two readings (one, when over twice the budget), after a change only after
 // three (the tail of the restart is in the first), up only after six. The cost is a part
 // that grows with the rate (perf script names every sample; the agent compresses it) and a part
 // that does not (perf stat, the agent's metrics): from one reading it takes all of it for the
 // rate's; once it has read two rates it fits both parts (cost = fixed + per_hz × rate) and aims at
-// the budget with them. Down at once when over by a tenth, with DWARF stacks given up for frame
+// the budget with them, at most half the proportional step further, and only while the fixed part
+// leaves room under the aim (else two readings alike within their noise: the proportional step).
+// Down when over by a tenth (by a fifth at a rate it chose: a restart for a
+// reading just over the line costs more than it saves), with DWARF stacks given up for frame
 // pointers first (their stack copies cost the most); back up, never past what was asked, only when
-// well under, a step at most doubling. A change is followed by one interval it does not judge (the
-// restart's own cost).
+// well under, a step at most doubling.
 #pragma once
 
 #include <cstdint>
@@ -89,7 +91,7 @@ private:
     int hz_;
     struct at_rate {
         int hz = -1;
-        std::vector<double> costs; // (the last 16)
+        std::vector<double> costs; // (the last five: a cost that drifts is followed within three)
         int n = 0;
     } at_; // the readings at the rate in use since it was set
     struct reading {

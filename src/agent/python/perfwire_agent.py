@@ -2624,18 +2624,18 @@ class OverheadGovernor(object):
     def _aim(self, cost, hz, budget):
         proportional = hz * budget / cost if cost > 0 else 2.0 * hz
         if self.before is not None and self.before[0] != hz:
-            # Two readings alike within their noise fit a fixed part of almost all: never more
-            # than a quarter of the proportional step at once.
+            # Trusted only where it leaves the rate room: a fixed part at or over the aim is
+            # likelier two noisy readings than a cost no rate meets (the proportional step then:
+            # a fixed part truly over still walks the rate down); never under half that step.
             per_hz = (cost - self.before[1]) / (hz - self.before[0])
             fixed = cost - per_hz * hz
-            if per_hz > 0 and fixed >= 0:
-                return max((budget - fixed) / per_hz, proportional / 4)
+            if per_hz > 0 and 0 <= fixed < budget:
+                return max((budget - fixed) / per_hz, proportional / 2)
         return proportional
 
     def feed(self, cost, hz):
-        """(frequency, to_fp, why) for a change, else None. The first interval after a start
-        or a change is not judged; the readings at a rate are averaged; up only when three
-        say so."""
+        """(frequency, to_fp, why) for a change, else None: as agent/overhead.hpp's governor,
+        reading for reading."""
         self.last_cost = cost
         if self.skip > 0:
             self.skip -= 1
@@ -2645,7 +2645,7 @@ class OverheadGovernor(object):
         if self.at[0] != hz:
             self.at = [hz, [], 0]
         self.at[1].append(cost)
-        del self.at[1][:-16]
+        del self.at[1][:-5]
         self.at[2] += 1
         ordered = sorted(self.at[1])
         k = len(ordered)
@@ -2658,8 +2658,9 @@ class OverheadGovernor(object):
 
         def changed():
             self.skip, self.before, self.at = self.SETTLE, (hz, cost), [-1, [], 0]
-        if cost > budget * 1.1 and ((self.at[2] >= 2 or cost > budget * 2) if first_rate
-                                    else self.at[2] >= 3):
+        # down when over by a tenth at the first rate, by a fifth at one this chose
+        if cost > budget * (1.1 if first_rate else 1.2) and (
+                (self.at[2] >= 2 or cost > budget * 2) if first_rate else self.at[2] >= 3):
             if self.dwarf and self.fp_works:
                 self.dwarf = False
                 changed()
