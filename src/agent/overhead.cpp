@@ -102,8 +102,9 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
                       cost, hz, budget, next);
         return change{next, false, why};
     }
-    // Up only when six readings say so (a restart costs: a rate must be worth it).
-    if (at_.n >= 6 && cost < budget * 0.6 && hz < s_.asked_hz) {
+    // Up only when six readings say it costs under half the budget (a restart costs: a rate must
+    // be worth it).
+    if (at_.n >= 6 && cost < budget * 0.5 && hz < s_.asked_hz) {
         const int next =
             static_cast<int>(std::clamp(std::floor(std::min(aim(cost, hz, budget * 0.9), 2.0 * hz)),
                                         static_cast<double>(hz), static_cast<double>(s_.asked_hz)));

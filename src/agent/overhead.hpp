@@ -23,7 +23,7 @@
 // Down when over by a tenth (by a fifth at a rate it chose: a restart for a
 // reading just over the line costs more than it saves), with DWARF stacks given up for frame
 // pointers first (their stack copies cost the most); back up, never past what was asked, only when
-// well under, a step at most doubling.
+// under half the budget, a step at most doubling.
 #pragma once
 
 #include <cstdint>

@@ -105,6 +105,15 @@ TEST_CASE("the overhead governor gives up DWARF first, then aims the rate under 
     for (int i = 0; i < 8; ++i)
         CHECK_FALSE(u.feed(0.1)); // at what was asked: stays
 
+    // Over half the budget holds: going up would restart perf for little.
+    overhead_governor w({1.0, 600, false, true, 1});
+    settle(w, 9.0);
+    REQUIRE(w.feed(5.0));
+    settle(w, 2.0);
+    for (int i = 0; i < 8; ++i)
+        CHECK_FALSE(w.feed(0.55));
+    CHECK(w.hz() == 108);
+
     // Without frame pointers to fall back to, and at the floor.
     overhead_governor h({0.5, 50, true, false, 10});
     settle(h, 5.0);
@@ -125,16 +134,26 @@ TEST_CASE("the overhead governor fits the part of the cost that does not grow wi
     REQUIRE(c);
     CHECK(c->frequency == 299);
     settle(g, 1.0);
-    // At 299 Hz it still costs 1.4 %: 0.72 % of it does not go with the rate (three readings
+    // At 299 Hz it still costs 1.24 %: 0.49 % of it does not go with the rate (three readings
     // after a change: the restart's tail is in the first).
-    CHECK_FALSE(g.feed(1.4));
-    CHECK_FALSE(g.feed(1.4));
-    c = g.feed(1.4);
+    CHECK_FALSE(g.feed(1.24));
+    CHECK_FALSE(g.feed(1.24));
+    c = g.feed(1.24);
     REQUIRE(c);
-    CHECK(c->frequency == 96); // the fit says 80, (0.9 − 0.717) / 0.00229 per Hz: half a step
+    CHECK(c->frequency == 163); // (0.9 − 0.488) / 0.00251 per Hz
     settle(g, 1.0);
     for (int i = 0; i < 3; ++i)
         CHECK_FALSE(g.feed(0.94)); // the fit's rate holds
+    // A fit that says much further down goes half the proportional step at most.
+    overhead_governor f({1.0, 999, false, true, 1});
+    settle(f, 9.0);
+    REQUIRE(f.feed(3.0));
+    settle(f, 1.0);
+    CHECK_FALSE(f.feed(1.4));
+    CHECK_FALSE(f.feed(1.4));
+    c = f.feed(1.4);
+    REQUIRE(c);
+    CHECK(c->frequency == 96); // the fit says 80: 299 × 0.9 / 1.4 / 2
     // A fixed part at or over the budget is likelier two readings alike within their noise than
     // a cost no rate can meet: the proportional step, which still walks a cost truly fixed down
     // to the floor, step by step, then nothing more.
@@ -290,7 +309,7 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
         // DWARF given up, the first rate's proportional step, the way up twice (the second by
         // the two-rate fit), and down again after three readings
         {{1.0, 999, true, true, 1},
-         {12, 12, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.5, 1.5, 1.5}},
+         {12, 12, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.45, 0.45, 0.45, 0.45, 0.45, 0.45, 1.5, 1.5, 1.5}},
         // the floor
         {{0.5, 50, true, false, 10}, {5, 5, 5, 5}},
         // the fit distrusted (its fixed part over the aim), then up by the fit

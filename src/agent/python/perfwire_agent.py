@@ -2673,7 +2673,7 @@ class OverheadGovernor(object):
             changed()
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, over --max-overhead "
                                 "%.2f %%: sampling at %d Hz" % (cost, hz, budget, nxt))
-        if self.at[2] >= 6 and cost < budget * 0.6 and hz < self.asked_hz:
+        if self.at[2] >= 6 and cost < budget * 0.5 and hz < self.asked_hz:
             nxt = int(min(max(math.floor(min(self._aim(cost, hz, budget * 0.9), 2.0 * hz)), hz),
                           self.asked_hz))
             if nxt == hz:
