@@ -2595,8 +2595,8 @@ class OverheadGovernor(object):
             fp_works
         self.min_hz = max(1, min(min_hz, asked_hz))
         self.skip, self.last_cost = self.SETTLE, 0.0  # (perf's start, its symbols loaded)
-        self.before = None  # (hz, cost): the readings at the rate before this one, averaged
-        self.at = [-1, [], 0]  # the rate in use, its last 16 readings and their count
+        self.before = None  # (hz, cost): the rate before this one, as its readings judged it
+        self.at = [-1, [], 0]  # the rate in use, its last five readings and their count
         self.hz = asked_hz  # the rate to sample at now (what was asked stays the run's)
 
     def feed_now(self, cost):
