@@ -135,14 +135,32 @@ export async function render(s, r) {
 }
 
 // Fresh answers for the table shown, taken without moving a row: each row known gets its new
-// numbers; v.held counts the places where the fresh order differs from the one shown.
+// numbers, and a row new to the table (a live session's first seconds) comes in below them, as
+// the flame graph adds a new frame after its siblings; v.held counts the places where the fresh
+// order differs from the one shown.
 function updateInPlace(answers, pages) {
   const fresh = new Map(), order = [];
   answers.forEach((a, i) => {
     const rows = v.table.re ? a.functions.filter((r) => v.table.re.test(r.name) || v.table.re.test(r.module)) : a.functions;
     rows.forEach((r, k) => { fresh.set(groupKey(r), r); order.push([v.table.re ? k : pages[i] * PAGE + k, groupKey(r)]); });
   });
-  for (const rows of v.pages.values()) rows.forEach((r, i) => { const n = fresh.get(groupKey(r)); if (n) rows[i] = n; });
+  let loaded = 0;
+  for (const rows of v.pages.values()) {
+    loaded += rows.length;
+    rows.forEach((r, i) => { const n = fresh.get(groupKey(r)); if (n) rows[i] = n; });
+  }
+  // Added only where every row shown is loaded: a longer table's later pages come in their
+  // fresh order when scrolled to.
+  if (loaded >= v.matched) {
+    for (const [k, r] of fresh) {
+      if (v.index.has(k)) continue;
+      const i = loaded++, page = Math.floor(i / PAGE);
+      if (!v.pages.has(page)) v.pages.set(page, []);
+      v.pages.get(page).push(r);
+      v.index.set(k, i);
+    }
+    v.matched = loaded;
+  }
   let moved = 0;
   for (const [i, k] of order) { const r = v.pages.get(Math.floor(i / PAGE))?.[i % PAGE]; if (!r || groupKey(r) !== k) ++moved; }
   v.held = moved;
