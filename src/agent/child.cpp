@@ -51,11 +51,13 @@ int pipe_into(asio::readable_pipe& reader, boost::system::error_code& ec) {
 
 // The child's side of fork: its standard descriptors, signals and death signal, then exec.
 // On failure errno goes through `report` and the child exits 127.
-[[noreturn]] void exec_child(const char* path, char* const* argv, const int (&io)[3], int report,
+[[noreturn]] void exec_child(const char* path, char* const* argv, const int (&io)[4], int report,
                              pid_t parent) {
-    int moved[3];
-    for (int i = 0; i < 3; ++i) // above 2 first, so no dup2 below overwrites a later source
-        if ((moved[i] = ::fcntl(io[i], F_DUPFD_CLOEXEC, 3)) < 0)
+    int moved[4] = {-1, -1, -1, -1};
+    // Above 3 first, so no dup2 below overwrites a later source (nor is one its own target:
+    // dup2 onto itself would leave close-on-exec set).
+    for (int i = 0; i < 4; ++i)
+        if (io[i] >= 0 && (moved[i] = ::fcntl(io[i], F_DUPFD_CLOEXEC, 4)) < 0)
             goto failed;
     for (int i = 0; i < 3; ++i)
         if (::dup2(moved[i], i) < 0)
@@ -71,6 +73,8 @@ int pipe_into(asio::readable_pipe& reader, boost::system::error_code& ec) {
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
     }
     protocol::close_on_exec_from_3();
+    if (moved[3] >= 0 && ::dup2(moved[3], 3) < 0) // (without close-on-exec: the child's)
+        goto failed;
     ::execve(path, argv, environ);
 failed:
     const int e = errno;
@@ -147,8 +151,9 @@ boost::system::result<std::unique_ptr<child>> child::start(asio::any_io_executor
         for (auto& w : words)
             argv.push_back(w.data());
         argv.push_back(nullptr);
-        const int fds[3] = {io.in >= 0 ? io.in : null_fd,
-                            io.discard_out ? null_fd : (io.out >= 0 ? io.out : out_w), err_w};
+        const int fds[4] = {io.in >= 0 ? io.in : null_fd,
+                            io.discard_out ? null_fd : (io.out >= 0 ? io.out : out_w), err_w,
+                            io.control};
         const pid_t parent = ::getpid();
         const pid_t pid = ::fork();
         if (pid == 0)

@@ -30,6 +30,7 @@ public:
         int in = -1;              // fd for stdin; -1: /dev/null
         int out = -1;             // fd for stdout; -1: a pipe readable through out()
         bool discard_out = false; // stdout to /dev/null instead
+        int control = -1;         // given to the child as descriptor 3 (perf's --control fd:3)
     };
 
     // Starts `exe` (a path, or a name looked up on PATH). Errors: not found, exec failure.

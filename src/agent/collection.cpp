@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
@@ -38,6 +39,28 @@ collection::collection(std::string perf, collection_settings settings, chunk_han
     , chunker_(settings_.encoding) {
     if (settings_.record.off_cpu)
         chunker_.fold_waits({settings_.record.off_cpu_min_ns});
+    if (settings_.rounds) // (a round's perf has no one to listen to: one rate)
+        settings_.record.ladder.clear();
+}
+
+collection::~collection() {
+    if (control_ >= 0)
+        ::close(control_);
+}
+
+bool collection::set_rate(int hz) {
+    const auto& ladder = settings_.record.ladder;
+    if (control_ < 0 || std::find(ladder.begin(), ladder.end(), hz) == ladder.end())
+        return false;
+    if (hz == rate_)
+        return true;
+    // A few lines, under PIPE_BUF: written whole or not at all (a perf that stopped reading).
+    const auto text = rung_commands(settings_.record, rate_, hz);
+    if (text.size() > PIPE_BUF ||
+        ::write(control_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        return false;
+    rate_ = hz;
+    return true;
 }
 
 void collection::start_stat(asio::any_io_executor ex) {
@@ -100,7 +123,26 @@ asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt
                                 settings_.periods)};
     auto record = settings_.record;
     record.prompt = prompt;
-    auto rec = child::start(ex, perf_, record_args(record, "-", bound), {.out = fds[1]});
+    // A ladder of rates: perf record listens on a pipe of its own for the one to sample at.
+    std::array<int, 2> control{-1, -1};
+    if (!record.ladder.empty() && ladder_possible(record) && ::pipe2(control.data(), O_CLOEXEC) < 0)
+        control = {-1, -1};
+    if (control[0] < 0)
+        record.ladder.clear();
+    auto rec = child::start(ex, perf_, record_args(record, "-", bound),
+                            {.out = fds[1], .control = control[0]});
+    if (control[0] >= 0) {
+        ::close(control[0]);
+        if (control_ >= 0)
+            ::close(control_);
+        control_ = control[1];
+        ::fcntl(control_, F_SETFL, O_NONBLOCK); // (a perf that stopped reading blocks nothing)
+        rate_ = 0;
+        if (!set_rate(record.frequency)) {
+            ::close(control_);
+            control_ = -1;
+        }
+    }
     auto scr = child::start(
         ex, perf_,
         script_args("-", settings_.script_fields, !settings_.record.pid, settings_.record.off_cpu),
@@ -135,6 +177,10 @@ asio::awaitable<std::optional<std::string>> collection::run_pipeline(bool prompt
     else
         send(std::move(last));
     note_record_end(co_await record_->wait());
+    if (control_ >= 0) {
+        ::close(control_);
+        control_ = -1;
+    }
     co_await script_->wait();
     if (chunks_ == 0 && !stop_requested_) {
         // perf gave up before producing anything: say why.

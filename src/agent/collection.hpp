@@ -16,7 +16,9 @@
 // What a round's perf script prints is flushed as it comes, like the pipe's.
 //
 // A collection is one run of that pipeline; pause and stop end it (SIGINT, so perf flushes),
-// resume starts another. It ends by itself when the target exits.
+// resume starts another. It ends by itself when the target exits. A run held to an overhead
+// budget has perf record hold a ladder of rates (record_settings::ladder): set_rate moves along
+// it through perf's control descriptor, without a restart.
 #pragma once
 
 #include "agent/child.hpp"
@@ -65,6 +67,9 @@ public:
 
     collection(std::string perf, collection_settings settings, chunk_handler on_chunk,
                flush_gate may_flush = {});
+    ~collection();
+    collection(const collection&) = delete;
+    collection& operator=(const collection&) = delete;
 
     // Runs until perf exits; every chunk, including the last partial one, reaches on_chunk.
     asio::awaitable<void> run();
@@ -78,6 +83,10 @@ public:
     void request_stop(bool drain = true);
     // Ends the current chunk now.
     void request_cut();
+    // Samples at `hz` from now, a rate of the ladder perf record holds (record_settings::ladder),
+    // without restarting it. False when it is not one, or perf no longer listens: a restart
+    // is the caller's.
+    bool set_rate(int hz);
 
     bool stop_requested() const noexcept { return stop_requested_; }
     const std::string& error() const noexcept { return error_; } // why it could not run
@@ -149,6 +158,8 @@ private:
     std::unique_ptr<asio::steady_timer> overrun_timer_; // rounds: end_overrun
     std::string error_;
     std::string record_err_;
+    int control_ = -1; // write end of perf record's --control descriptor (a ladder's)
+    int rate_ = 0;     // the ladder's rate enabled now
 };
 
 } // namespace agent

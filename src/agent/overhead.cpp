@@ -21,6 +21,36 @@ overhead_governor::overhead_governor(settings s)
     , dwarf_(s.dwarf)
     , hz_(s.asked_hz) {
     s_.min_hz = std::max(1, std::min(s_.min_hz, s_.asked_hz));
+    ladder_ = make_ladder(s_);
+}
+
+std::vector<int> overhead_governor::make_ladder(const settings& s) {
+    std::vector<int> out;
+    if (s.rungs < 2)
+        return out;
+    double hz = s.asked_hz;
+    for (int k = 0; k < s.rungs; ++k, hz *= rung_ratio) {
+        const int r = static_cast<int>(std::lround(hz));
+        if (r < s.min_hz || (!out.empty() && r >= out.back()))
+            break;
+        out.push_back(r);
+    }
+    if (out.size() < 2)
+        out.clear();
+    return out;
+}
+
+bool overhead_governor::on_ladder(int hz) const {
+    return std::find(ladder_.begin(), ladder_.end(), hz) != ladder_.end();
+}
+
+int overhead_governor::rung_at_or_under(int next) const {
+    if (ladder_.empty() || next < ladder_.back())
+        return next; // (under the ladder: a restart at the rate itself)
+    for (const int r : ladder_)
+        if (r <= next)
+            return r;
+    return next;
 }
 
 double overhead_governor::aim(double cost, int hz, double budget) const {
@@ -68,7 +98,9 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
     // rate two, or one far over.
     const bool first_rate = !before_;
     const auto changed = [&](int next) {
-        skip_ = settle_intervals;
+        // Along the ladder perf record holds, nothing restarts: the next interval is the
+        // rate's alone (the one of the change holds both rates).
+        skip_ = on_ladder(hz) && on_ladder(next) && next != hz ? 1 : settle_intervals;
         before_ = reading{hz, cost};
         at_ = {};
         return next;
@@ -90,9 +122,9 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
             return change{hz, true, why};
         }
         // Aim a little under the budget.
-        const int next =
+        const int next = rung_at_or_under(
             static_cast<int>(std::clamp(std::floor(aim(cost, hz, budget * 0.9)),
-                                        static_cast<double>(s_.min_hz), static_cast<double>(hz)));
+                                        static_cast<double>(s_.min_hz), static_cast<double>(hz))));
         if (next == hz)
             return std::nullopt; // already as low as it goes
         changed(next);
@@ -102,14 +134,20 @@ std::optional<overhead_governor::change> overhead_governor::feed(double cost_pct
                       cost, hz, budget, next);
         return change{next, false, why};
     }
-    // Up only when six readings say it costs under half the budget (a restart costs: a rate must
-    // be worth it).
-    if (at_.n >= 6 && cost < budget * 0.5 && hz < s_.asked_hz) {
-        const int next =
-            static_cast<int>(std::clamp(std::floor(std::min(aim(cost, hz, budget * 0.9), 2.0 * hz)),
-                                        static_cast<double>(hz), static_cast<double>(s_.asked_hz)));
-        if (next == hz)
-            return std::nullopt;
+    // Up when six readings say it costs under half the budget (a restart costs: a rate must be
+    // worth it); along the ladder, where nothing restarts, one rate up as soon as three say its
+    // cost, grown with the rate, stays under the aim.
+    int next = 0;
+    if (at_.n >= 6 && cost < budget * 0.5 && hz < s_.asked_hz)
+        next = rung_at_or_under(static_cast<int>(
+            std::clamp(std::floor(std::min(aim(cost, hz, budget * 0.9), 2.0 * hz)),
+                       static_cast<double>(hz), static_cast<double>(s_.asked_hz))));
+    else if (at_.n >= 3 && on_ladder(hz) && hz != ladder_.front()) {
+        const int above = *(std::find(ladder_.begin(), ladder_.end(), hz) - 1);
+        if (cost * above / hz < budget * 0.9)
+            next = above;
+    }
+    if (next > hz) {
         changed(next);
         std::snprintf(why, sizeof why,
                       "profiling cost %.2f %% of a core at %d Hz, under --max-overhead %.2f %%: "

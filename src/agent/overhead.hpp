@@ -4,9 +4,9 @@
 // call-graph mode) it takes to stay within it.
 //
 //   cost_meter (CPU ns of the agent and its children, from /proc) ──cost %──▶ overhead_governor
-//                                                                              │ a change: the
-//                                                                              ▼ run restarts
-//                                                                     at the rate it answers
+//                                                                              │ a change: a rate
+//                                                                              ▼ of the ladder
+//                                      perf record holds is enabled (else the run restarts at it)
 //
 // The governor holds no I/O: given the cost of each interval at the rate in use (the first three
 // after a start or a change not judged: perf's own start costs a third of a second or more), it
@@ -14,7 +14,9 @@
 // the last five once there are three: a restart's tail and perf stat's starts make single intervals
 // jump). A restart costs about what a minute at the budget allows, so it changes seldom: at the
 // first rate down after two readings (one, when over twice the budget), after a change only after
-// three (the tail of the restart is in the first), up only after six. The cost is a part
+// three (the tail of the restart is in the first), up only after six. Where perf record holds a
+// ladder of rates (settings::rungs, asked × 0.8^k) a change along it restarts nothing: the rates
+// chosen are the ladder's, and only the interval of the change goes unjudged. The cost is a part
 // that grows with the rate (perf script names every sample; the agent compresses it) and a part
 // that does not (perf stat, the agent's metrics): from one reading it takes all of it for the
 // rate's; once it has read two rates it fits both parts (cost = fixed + per_hz × rate) and aims at
@@ -42,6 +44,11 @@ public:
         bool dwarf = false;    // DWARF call graphs asked for
         bool fp_works = true;  // frame pointers are there to fall back to
         int min_hz = 1;
+        // Rates perf record holds at once (a ladder: asked × 0.8^k, this many): a change among
+        // them costs no restart, so it is judged from the next interval on, and the rates
+        // chosen are the ladder's (the highest at or under the aim). 0 or 1: any rate, each
+        // change a restart.
+        int rungs = 0;
     };
     struct change {
         int frequency;
@@ -74,7 +81,11 @@ public:
         before_.reset();
         at_ = {};
         skip_ = settle_intervals; // (the restart's)
+        ladder_ = make_ladder(s_);
     }
+    // The rates perf record is to hold at once, highest first (empty: one rate at a time).
+    const std::vector<int>& ladder() const noexcept { return ladder_; }
+    static constexpr double rung_ratio = 0.8;
     bool dwarf() const noexcept { return dwarf_; }
     double last_cost() const noexcept { return last_cost_; }
     const settings& asked() const noexcept { return s_; }
@@ -82,6 +93,12 @@ public:
 private:
     settings s_;
     bool dwarf_;
+    std::vector<int> ladder_;
+    static std::vector<int> make_ladder(const settings& s);
+    bool on_ladder(int hz) const;
+    // `next` (between min_hz and the rate asked) as the ladder's highest rate at or under it,
+    // where the ladder reaches so low.
+    int rung_at_or_under(int next) const;
     // The rate to aim at for `budget` from the cost `cost` at `hz` (and the reading at the rate
     // before, when there is one).
     double aim(double cost, int hz, double budget) const;

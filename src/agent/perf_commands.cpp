@@ -1,6 +1,7 @@
 #include "agent/perf_commands.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace agent {
 namespace {
@@ -45,7 +46,8 @@ int mmap_pages_for(int frequency, bool dwarf) {
     return pages;
 }
 
-std::optional<std::string> at_own_rate(std::string_view event, int frequency) {
+std::optional<std::string> at_own_rate(std::string_view event, int frequency,
+                                       std::string_view name_suffix) {
     const auto colon = event.find(':');
     const auto name = event.substr(0, colon);
     const auto modifiers =
@@ -59,7 +61,37 @@ std::optional<std::string> at_own_rate(std::string_view event, int frequency) {
         (colon != std::string_view::npos && modifiers.empty()))
         return std::nullopt;
     return std::string(name) + "/freq=" + std::to_string(frequency) +
-           ",name=" + std::string(event) + "/" + std::string(modifiers);
+           ",name=" + std::string(event) + std::string(name_suffix) + "/" + std::string(modifiers);
+}
+
+std::string rung_name(std::string_view event, int hz) {
+    return std::string(event) + "." + std::to_string(hz) + "hz";
+}
+
+bool ladder_possible(const record_settings& s) {
+    if (s.off_cpu || s.events.empty())
+        return false;
+    return std::all_of(s.events.begin(), s.events.end(),
+                       [](const std::string& e) { return at_own_rate(e, 99).has_value(); });
+}
+
+std::string rung_commands(const record_settings& s, int from, int to) {
+    std::string out;
+    for (const auto& e : s.events) {
+        if (from > 0)
+            out += "disable " + rung_name(e, from) + "\n";
+        out += "enable " + rung_name(e, to) + "\n";
+    }
+    return out;
+}
+
+bool perf_enables_by_name(std::string_view version) {
+    int major = 0, minor = 0; // ("perf version 6.1.187", or the number alone)
+    const auto digit = version.find_first_of("0123456789");
+    if (digit == std::string_view::npos ||
+        std::sscanf(std::string(version.substr(digit)).c_str(), "%d.%d", &major, &minor) != 2)
+        return false;
+    return major > 5 || (major == 5 && minor >= 13);
 }
 
 std::string off_cpu_events_problem(const std::vector<std::string>& events) {
@@ -78,15 +110,25 @@ std::vector<std::string> record_args(const record_settings& s, std::string_view 
     if (s.off_cpu && off_cpu_events_problem(s.events).empty())
         for (const auto& e : s.events)
             events.push_back(*at_own_rate(e, s.frequency));
+    // A ladder: each event at every rate, by names of their own, none sampling until told.
+    const bool ladder = !s.ladder.empty() && ladder_possible(s);
+    if (ladder)
+        for (const int hz : s.ladder)
+            for (const auto& e : s.events)
+                events.push_back(*at_own_rate(e, hz, rung_name("", hz)));
     std::vector<std::string> args = {"record", "-e", join(events.empty() ? s.events : events, ',')};
     if (events.empty())
         args.insert(args.end(), {"-F", std::to_string(s.frequency)});
-    else
+    else if (!ladder)
         args.insert(args.end(), {"-c", "1"});
+    else
+        args.insert(args.end(), {"-D", "-1", "--control", "fd:3"});
     if (!s.callgraph.empty())
         args.push_back("--call-graph=" + s.callgraph);
     // (Switches come at any rate: with them, at least perf's default of 128 pages.)
-    const int pages = mmap_pages_for(s.frequency, s.callgraph == "dwarf");
+    const int pages =
+        mmap_pages_for(ladder ? *std::max_element(s.ladder.begin(), s.ladder.end()) : s.frequency,
+                       s.callgraph == "dwarf");
     args.insert(args.end(), {"-m", std::to_string(s.off_cpu ? std::max(pages, 128) : pages)});
     // (Not with the switches: woken per sample, perf drops about half of them.)
     if (s.prompt && !s.off_cpu)

@@ -43,7 +43,26 @@ struct record_settings {
     // stack where the thread left the CPU) and perf's switch records (when it came back).
     bool off_cpu = false;
     std::uint64_t off_cpu_min_ns = 0; // waits shorter are not sent (wait_folder.hpp)
+    // Rates perf record holds at once, each event sampled at every one by a term of its own
+    // named for it (rung_name), all disabled at the start (-D -1) and enabled one at a time
+    // through --control on descriptor 3 (rung_commands): a rate changes without restarting
+    // perf. `frequency` is one of them. Empty: one rate, -F.
+    std::vector<int> ladder{};
 };
+
+// The name an event sampled at `hz` takes on a ladder ("cpu-clock" → "cpu-clock.250hz"); the
+// collector reads it as the event itself (collector/parse/perf_script.cpp, rung_base).
+std::string rung_name(std::string_view event, int hz);
+// Whether a ladder of rates can be asked of these settings: events that take a rate term of
+// their own, no off-CPU switches (their own rates and -c 1).
+bool ladder_possible(const record_settings& s);
+// What perf record's control descriptor is told to sample at `to` instead of `from` (0: from
+// nothing, at the start): one "disable NAME"/"enable NAME" line per event.
+std::string rung_commands(const record_settings& s, int from, int to);
+// Whether perf's control descriptor takes commands by event name (perf of about Linux 5.12 on;
+// asked of 5.13 and later): an older one reads "enable NAME" as "enable", every event. From `perf
+// --version`'s line ("perf version 6.1.187").
+bool perf_enables_by_name(std::string_view perf_version);
 
 // Ring-buffer pages per CPU for `perf record -m`: room for about a quarter of a second of
 // samples. (perf wakes when it is half full, which at a modest rate on a busy target's
@@ -55,7 +74,8 @@ int mmap_pages_for(int frequency, bool dwarf = false);
 // tracepoint alone: under a global -F perf would sample the tracepoint at that rate too,
 // throttling it to a fraction of the switches. None for an event that cannot take the term (a
 // tracepoint, or a PMU event already spelt with terms).
-std::optional<std::string> at_own_rate(std::string_view event, int frequency);
+std::optional<std::string> at_own_rate(std::string_view event, int frequency,
+                                       std::string_view name_suffix = {});
 
 // Why off-CPU cannot record beside `events` (one of them cannot take a rate of its own), or
 // empty.

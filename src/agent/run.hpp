@@ -18,6 +18,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -219,6 +220,10 @@ struct run_state {
         auto s = settings;
         if (governor) {
             s.record.frequency = governor->hz();
+            // Every rate of the governor's ladder held by perf at once, where the rate is one.
+            const auto& ladder = governor->ladder();
+            if (std::find(ladder.begin(), ladder.end(), s.record.frequency) != ladder.end())
+                s.record.ladder = ladder;
             // Not woken per sample: at 300 Hz that costs more than 999 Hz buffered does, and a
             // cost that falls as the rate rises cannot be governed.
             s.prompt = false;

@@ -29,6 +29,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
 namespace json = boost::json;
@@ -1491,7 +1493,7 @@ void session::begin_collection() {
             run_->governor.emplace(overhead_governor::settings{
                 run_->overhead_asked, run_->settings.record.frequency,
                 run_->settings.record.callgraph == "dwarf",
-                std::find(modes.begin(), modes.end(), "fp") != modes.end(), 1});
+                std::find(modes.begin(), modes.end(), "fp") != modes.end(), 1, ladder_rungs()});
             run_->meter = cost_meter();
         }
         run_->flight.reset();
@@ -1578,6 +1580,28 @@ void session::attach_run() {
         watch_overhead(); // (a run that went on without a link: watched again from here)
 }
 
+int session::ladder_rungs() const {
+    // Rates perf record holds at once, where its control descriptor takes event names and the
+    // events take a rate each: a file descriptor per event, rate and thread (or CPU), at most
+    // 1,000 of them, under the usual limit of 1,024 open files (a process of many threads holds
+    // fewer rates).
+    const auto& rec = run_->settings.record;
+    if (run_->settings.rounds || !ladder_possible(rec) ||
+        !perf_enables_by_name(caps_ ? caps_->perf_version : platform_.perf_version.value_or("")))
+        return 0;
+    long units = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+    if (rec.pid) {
+        std::error_code ec;
+        units = 0;
+        for (auto it = std::filesystem::directory_iterator(
+                 "/proc/" + std::to_string(*rec.pid) + "/task", ec);
+             !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+            ++units;
+    }
+    const long per_rate = std::max(1L, units) * static_cast<long>(rec.events.size());
+    return static_cast<int>(std::clamp(1000 / per_rate, 0L, 16L));
+}
+
 void session::watch_overhead() {
     // One loop at a time, the attached session's: a loop of a session gone ends at its next
     // reading (the new one watches from now).
@@ -1607,8 +1631,15 @@ asio::awaitable<void> session::overhead_loop() {
         if (!change)
             continue;
         log(peer_, change->why);
-        // The collection restarts at the new rate: the run's, whatever the link does meanwhile
-        // (a stop or pause meanwhile ends it; the next start begins from what was asked).
+        // A rate perf record already holds: told, nothing restarts.
+        if (!change->to_fp && run_->current->set_rate(change->frequency)) {
+            if (!closed_)
+                send_state(change->why);
+            continue;
+        }
+        // Else the collection restarts at the new rate: the run's, whatever the link does
+        // meanwhile (a stop or pause meanwhile ends it; the next start begins from what was
+        // asked).
         co_await end_collection();
         if (run_->now != run_state::state::profiling || run_->current ||
             (closed_ && data_mode_ == data_mode::legacy))

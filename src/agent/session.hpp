@@ -120,6 +120,7 @@ private:
     // restarts the collection and is said in a state notice.
     asio::awaitable<void> overhead_loop();
     void watch_overhead();
+    int ladder_rungs() const; // how many rates perf record may hold at once for this run
     // Stops and waits until drained (without `drain`: until perf is killed, the rest dropped).
     asio::awaitable<void> end_collection(bool drain = true);
     // The run's data: this link sends it from now on, sequenced (the collector can resume)

@@ -203,6 +203,65 @@ const std::vector<std::string> counting_shell = {
 
 } // namespace
 
+TEST_CASE("along a ladder of rates perf holds, the governor picks the ladder's and judges the next "
+          "interval on",
+          "[agent][overhead]") {
+    overhead_governor::settings s{1.0, 999, false, true, 1};
+    s.rungs = 6;
+    overhead_governor g(s);
+    CHECK(g.ladder() == std::vector<int>{999, 799, 639, 511, 409, 327});
+    settle(g, 9.0); // perf's start
+    CHECK_FALSE(g.feed(1.3));
+    auto c = g.feed(1.3); // 999 × 0.9 / 1.3 = 691 → the ladder's 639
+    REQUIRE(c);
+    CHECK(c->frequency == 639);
+    CHECK(g.hz() == 639);
+    CHECK_FALSE(g.feed(5.0)); // the interval of the change alone is not judged: no restart
+    CHECK_FALSE(g.feed(1.4));
+    CHECK_FALSE(g.feed(1.4));
+    c = g.feed(1.4); // a fifth over after three: 639 × 0.9 / 1.4 = 410 → 409
+    REQUIRE(c);
+    CHECK(c->frequency == 409);
+    CHECK_FALSE(g.feed(5.0));
+    // Well under: one rate up as soon as three readings say the next one's cost (grown with the
+    // rate) stays under the aim — 0.6 × 511 / 409 = 0.75 — and no further while it would not.
+    CHECK_FALSE(g.feed(0.6));
+    CHECK_FALSE(g.feed(0.6));
+    c = g.feed(0.6);
+    REQUIRE(c);
+    CHECK(c->frequency == 511);
+    CHECK_THAT(c->why, Catch::Contains("under --max-overhead 1.00 %: sampling at 511 Hz"));
+    CHECK_FALSE(g.feed(0.8));
+    for (int i = 0; i < 6; ++i)
+        CHECK_FALSE(g.feed(0.8)); // 0.8 × 639 / 511 = 1.0: stays
+
+    // Under the ladder's lowest rate: the rate itself, perf restarted (a restart's settling).
+    overhead_governor h(s);
+    settle(h, 9.0);
+    c = h.feed(3.0); // far over: at once, 999 × 0.9 / 3 = 299
+    REQUIRE(c);
+    CHECK(c->frequency == 299);
+    settle(h, 1.0);
+    // Back up after six readings under half: min(299 × 0.9 / 0.2, 2 × 299) = 598 → the ladder's
+    // 511 (a restart again: perf held one rate).
+    for (int i = 0; i < 5; ++i)
+        CHECK_FALSE(h.feed(0.2));
+    c = h.feed(0.2);
+    REQUIRE(c);
+    CHECK(c->frequency == 511);
+    settle(h, 0.2);
+    // A rate of the ladder whose aim lies under it: the proportional step itself (the fit of
+    // 299 Hz at 0.2 % and 511 Hz at 1.5 % leaves no fixed part), 511 × 0.9 / 1.5 = 306.
+    CHECK_FALSE(h.feed(1.5));
+    CHECK_FALSE(h.feed(1.5));
+    c = h.feed(1.5);
+    REQUIRE(c);
+    CHECK(c->frequency == 306);
+    // Without a ladder (0 or 1 rung), every rate is its own.
+    s.rungs = 1;
+    CHECK(overhead_governor(s).ladder().empty());
+}
+
 TEST_CASE("the cost meter counts the agent's own CPU and its children's", "[agent][overhead]") {
     cost_meter m;
     const double first = now();
@@ -303,8 +362,8 @@ TEST_CASE("the Python agent's cost meter counts a child that ended between two r
 
 TEST_CASE("the Python agent's governor answers the same readings alike",
           "[agent][overhead][python]") {
-    // budget, asked, dwarf, fp works, floor; then the readings (% of a core), each at the rate
-    // the governor last chose
+    // budget, asked, dwarf, fp works, floor (, rungs); then the readings (% of a core), each at the
+    // rate the governor last chose
     const std::vector<std::pair<overhead_governor::settings, std::vector<double>>> cases = {
         // DWARF given up, the first rate's proportional step, the way up twice (the second by
         // the two-rate fit), and down again after three readings
@@ -318,15 +377,19 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
         {{1.0, 999, false, true, 1}, {3.0, 1, 3.5, 1, 0.9, 2, 2, 2, 2}},
         // a fixed part over the budget walks the rate to the floor
         {{1.0, 999, false, true, 5}, {3.0, 2, 2.8, 2.7, 2.7, 2.7, 2.7, 2.7, 2.7, 2.7, 2.7, 2.7}},
+        // along a ladder of rates perf holds: down onto it, along it (the next interval judged),
+        // under it (a restart), and back up onto it
+        {{1.0, 999, false, true, 1, 6},
+         {1.3, 1.3, 1.4, 1.4, 1.4, 2.5, 2.5, 2.5, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2}},
     };
     std::string want, script;
     int changes = 0;
     for (const auto& [s, readings] : cases) {
         overhead_governor g(s);
         char line[64];
-        std::snprintf(line, sizeof line, "g = a.OverheadGovernor(%g, %d, %s, %s, %d)\n",
+        std::snprintf(line, sizeof line, "g = a.OverheadGovernor(%g, %d, %s, %s, %d, %d)\n",
                       s.budget_pct, s.asked_hz, s.dwarf ? "True" : "False",
-                      s.fp_works ? "True" : "False", s.min_hz);
+                      s.fp_works ? "True" : "False", s.min_hz, s.rungs);
         script += line;
         int hz = s.asked_hz;
         // Each reading to both; the intervals a start or a change leaves unjudged filled with
@@ -356,7 +419,7 @@ TEST_CASE("the Python agent's governor answers the same readings alike",
     // (the cases reach DWARF's fallback, the proportional step, the fit, its half step, the fit
     // distrusted, the floor and the way up: a governor that answered otherwise in one language
     // fails here)
-    CHECK(changes >= 12);
+    CHECK(changes >= 15);
     CHECK(test_support::python_agent_output(script) == want);
 }
 

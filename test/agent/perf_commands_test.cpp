@@ -120,6 +120,46 @@ TEST_CASE("off-CPU gives each sampled event a rate of its own, and refuses an ev
     CHECK(std::find(rec.begin(), rec.end(), "-F") != rec.end());
 }
 
+TEST_CASE("a ladder of rates: each event at every rate by a name of its own, none sampling until "
+          "perf's control descriptor says which",
+          "[agent][perf][overhead]") {
+    record_settings s{{"cpu-clock", "task-clock:u"}, 799, "fp", 42};
+    s.ladder = {999, 799, 639};
+    REQUIRE(ladder_possible(s));
+    const auto rec = record_args(s, "-");
+    const auto at = [&](std::string_view a) { return std::find(rec.begin(), rec.end(), a); };
+    REQUIRE(at("-e") != rec.end());
+    CHECK(*(at("-e") + 1) ==
+          "cpu-clock/freq=999,name=cpu-clock.999hz/,task-clock/freq=999,name=task-clock:u.999hz/u,"
+          "cpu-clock/freq=799,name=cpu-clock.799hz/,task-clock/freq=799,name=task-clock:u.799hz/u,"
+          "cpu-clock/freq=639,name=cpu-clock.639hz/,task-clock/freq=639,name=task-clock:u.639hz/u");
+    CHECK(at("-F") == rec.end());
+    CHECK(at("-c") == rec.end());
+    REQUIRE(at("-D") != rec.end());
+    CHECK(*(at("-D") + 1) == "-1");
+    REQUIRE(at("--control") != rec.end());
+    CHECK(*(at("--control") + 1) == "fd:3");
+    CHECK(*(at("-m") + 1) == std::to_string(mmap_pages_for(999))); // room for the highest
+    CHECK(rung_commands(s, 0, 799) == "enable cpu-clock.799hz\nenable task-clock:u.799hz\n");
+    CHECK(rung_commands(s, 799, 639) ==
+          "disable cpu-clock.799hz\nenable cpu-clock.639hz\ndisable task-clock:u.799hz\n"
+          "enable task-clock:u.639hz\n");
+    // Events that cannot take a rate of their own, or off-CPU's: one rate, as before.
+    for (auto t : {record_settings{{"cpu/cycles/"}, 99, "fp", 42},
+                   record_settings{{"cpu-clock"}, 99, "fp", 42, false, true}}) {
+        t.ladder = {99, 79};
+        CHECK_FALSE(ladder_possible(t));
+        const auto one = record_args(t, "-");
+        CHECK(std::find(one.begin(), one.end(), "--control") == one.end());
+    }
+    // perf's control by event name: asked of 5.13 and later.
+    CHECK(perf_enables_by_name("perf version 6.1.187"));
+    CHECK(perf_enables_by_name("perf version 5.13.0-rc1"));
+    CHECK_FALSE(perf_enables_by_name("perf version 5.10.209"));
+    CHECK_FALSE(perf_enables_by_name("perf version 4.19"));
+    CHECK_FALSE(perf_enables_by_name(""));
+}
+
 TEST_CASE("off-CPU is refused, saying why, where the kernel shows no sched_switch tracepoint",
           "[agent][perf][off-cpu]") {
     test_support::temp_dir sys;

@@ -10,11 +10,48 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <unistd.h>
+#include <vector>
 
 using namespace std::chrono_literals;
 namespace json = boost::json;
+
+namespace {
+
+// How long ago (s) the perf record `agent` runs began, from /proc (nullopt: none runs).
+std::optional<double> perf_record_age(int agent) {
+    double uptime = 0;
+    std::ifstream("/proc/uptime") >> uptime;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        std::ifstream stat(e.path() / "stat");
+        std::string line;
+        if (!std::getline(stat, line) || line.rfind(')') == std::string::npos)
+            continue;
+        std::istringstream rest(line.substr(line.rfind(')') + 2));
+        std::string field;
+        std::vector<std::string> f;
+        while (rest >> field)
+            f.push_back(field);
+        // (fields from the state on: ppid is the second, starttime the twentieth)
+        if (f.size() < 20 || std::stoi(f[1]) != agent)
+            continue;
+        std::ifstream cmd(e.path() / "cmdline");
+        const std::string args((std::istreambuf_iterator<char>(cmd)), {});
+        if (args.find(std::string("record") + '\0') != std::string::npos)
+            return uptime - std::stod(f[19]) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    }
+    return std::nullopt;
+}
+
+} // namespace
 
 TEST_CASE("an overhead budget (--max-overhead): a 999 Hz run that costs more than its budget goes "
           "down in rate, each "
@@ -53,6 +90,21 @@ TEST_CASE("an overhead budget (--max-overhead): a 999 Hz run that costs more tha
     CHECK(first.at("to_hz").to_number<int>() < 999);
     CHECK_THAT(std::string(first.at("why").as_string()), Catch::Contains("--max-overhead"));
     CHECK(first.at("at_s").to_number<double>() > 0);
+    // perf record held the new rate already: it runs since before the change (a ladder of
+    // rates, one enabled at a time), and the session knows one event, cpu-clock.
+    const double since_change =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count()) /
+            1000 -
+        first.at("at").to_number<double>();
+    const auto age = perf_record_age(agent->pid());
+    INFO("perf record began " << (age ? *age : -1) << " s ago, the change " << since_change
+                              << " s ago");
+    REQUIRE(age);
+    CHECK(*age > since_change + 1);
+    const auto functions = coll.get("/api/sessions/" + id + "/functions?limit=3");
+    CHECK(functions.at("event") == "cpu-clock");
     agent->signal(SIGTERM);
     CHECK(agent->wait(30s));
 }

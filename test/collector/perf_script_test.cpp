@@ -812,6 +812,29 @@ TEST_CASE("events resolve by exact or base name", "[collector][views]") {
     CHECK(resolve_event(p, "branches").candidates.size() == 3);
 }
 
+TEST_CASE("an event sampled along a ladder of rates is the event, its samples weighed by their "
+          "periods",
+          "[collector][parser]") {
+    // An agent held to a budget names each rate perf holds (agent rung_name); a name that only
+    // looks alike stays its own.
+    const auto r = parse("a 1/1 1.0: 1001001 cpu-clock.999hz: \n\t1 f (/x)\n\n"
+                         "a 1/1 2.0: 1250000 cpu-clock.799hz: \n\t1 g (/x)\n\n"
+                         "a 1/1 2.5: 3000 cycles:u.99hz: \n\t1 g (/x)\n\n"
+                         "a 1/1 3.0: 5 probe:f.hz: \n\t1 f (/x)\n\n"
+                         "a 1/1 3.1: 5 my.3xhz: \n\t1 f (/x)\n\n");
+    const auto& p = r->prof;
+    CHECK(r->stats.skipped_lines == 0);
+    REQUIRE(p.sample_count() == 5);
+    CHECK(p.event_name(p.sample_event(0)) == "cpu-clock");
+    CHECK(p.sample_event(1) == p.sample_event(0));
+    CHECK(p.sample_period(1) == 1250000);
+    CHECK(p.event_name(p.sample_event(2)) == "cycles:u");
+    CHECK(p.event_name(p.sample_event(3)) == "probe:f.hz");
+    CHECK(p.event_name(p.sample_event(4)) == "my.3xhz");
+    // Not a tracepoint: its samples' stacks are read as any sampled event's.
+    CHECK(p.symbol(p.node_frame(p.sample_node(2))) == "g");
+}
+
 TEST_CASE("the perf stat section is split off a chunk", "[collector][parser]") {
     const auto [script, stat] = split_perf_stat("a 1/1 1.0: 1 cpu-clock: \n\t1 f (/x)\n\n"
                                                 "\n### PERF_STAT ###\n 1,234.5 msec task-clock\n");

@@ -525,7 +525,7 @@ def off_cpu_problem(sys_root="/sys", events=()):
 _EVENT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def at_own_rate(event, frequency):
+def at_own_rate(event, frequency, name_suffix=""):
     """`event` sampled at `frequency` by a term of its own ("cpu-clock:u" ->
     "cpu-clock/freq=99,name=cpu-clock:u/u"), so that perf's -c 1 beside it holds for the switch
     tracepoint alone: under a global -F perf samples the tracepoint at that rate too, keeping a
@@ -535,7 +535,38 @@ def at_own_rate(event, frequency):
     if (not _EVENT_NAME.match(name) or (colon and not modifiers)
             or any(m not in "ukhGHpPSDIWeb" for m in modifiers)):
         return None
-    return "%s/freq=%d,name=%s/%s" % (name, frequency, event, modifiers)
+    return "%s/freq=%d,name=%s%s/%s" % (name, frequency, event, name_suffix, modifiers)
+
+
+def rung_name(event, hz):
+    """The name an event sampled at `hz` takes on a ladder of rates ("cpu-clock.250hz"); the
+    collector reads it as the event itself."""
+    return "%s.%dhz" % (event, hz)
+
+
+def ladder_possible(s):
+    """Whether perf record may hold a ladder of rates for `s`: every event takes a rate term of
+    its own, no off-CPU switches (their own rates and -c 1)."""
+    return bool(s.events) and not getattr(s, "off_cpu", False) and \
+        all(at_own_rate(e, 99) is not None for e in s.events)
+
+
+def rung_commands(s, from_hz, to_hz):
+    """What perf record's control descriptor is told to sample at `to_hz` instead of `from_hz`
+    (0: from nothing, at the start)."""
+    out = ""
+    for e in s.events:
+        if from_hz:
+            out += "disable %s\n" % rung_name(e, from_hz)
+        out += "enable %s\n" % rung_name(e, to_hz)
+    return out
+
+
+def perf_enables_by_name(version):
+    """Whether perf's control descriptor takes commands by event name (perf of about Linux 5.12
+    on; asked of 5.13 and later): an older one reads "enable NAME" as "enable", every event."""
+    m = re.search(r"(\d+)\.(\d+)", version or "")
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (5, 13)
 
 
 def off_cpu_events_problem(events):
@@ -838,14 +869,14 @@ class Child(subprocess.Popen):
         return super(Child, self).wait(timeout)
 
 
-def spawn(argv, stdin=None, stdout=None, stderr=None):
+def spawn(argv, stdin=None, stdout=None, stderr=None, pass_fds=()):
     """Starts a child (stdin and unset outputs default to /dev/null). Raises OSError.
     PR_SET_PDEATHSIG follows the thread that forks: call this from a thread that outlives
     the child."""
     p = Child(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
                          stdout=subprocess.DEVNULL if stdout is None else stdout,
                          stderr=subprocess.DEVNULL if stderr is None else stderr,
-                         preexec_fn=_child_setup, close_fds=True)
+                         preexec_fn=_child_setup, close_fds=True, pass_fds=pass_fds)
     with _children_lock:
         _children.add(p)
     return p
@@ -952,10 +983,11 @@ def run_command(argv, timeout):
     return result
 
 
-def start_pipeline(perf, record, script):
+def start_pipeline(perf, record, script, pass_fds=()):
     """`perf record -o -` piped into `perf script -i -`, their other outputs piped: (record,
-    script). Raises OSError."""
-    rec = spawn([perf] + record, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    script). `pass_fds`: perf record's too (its control descriptor). Raises OSError."""
+    rec = spawn([perf] + record, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=pass_fds)
     try:
         scr = spawn([perf] + script, stdin=rec.stdout, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE)
@@ -1041,19 +1073,26 @@ def target_args(pid):
     return ["-p", str(pid)] if pid is not None else ["-a"]
 
 
-def record_args(s, output, command=None, prompt=False):
-    """`prompt`: --no-buffering, perf hands each sample on as it is taken."""
+def record_args(s, output, command=None, prompt=False, control_fd=None):
+    """`prompt`: --no-buffering, perf hands each sample on as it is taken. `control_fd`: the
+    descriptor perf record reads its commands from, for a ladder of rates (s.ladder: each
+    event at every rate by a name of its own, none sampling until told; rung_commands)."""
     off_cpu = getattr(s, "off_cpu", False)
+    ladder = getattr(s, "ladder", None) if control_fd is not None and ladder_possible(s) else None
     # Off-CPU: each event at its rate, every switch kept (-c 1 holds for the tracepoint alone).
     own = ([at_own_rate(e, s.frequency) for e in s.events]
            if off_cpu and not off_cpu_events_problem(s.events) else [])
-    if own:
+    if ladder:
+        args = ["record", "-e", ",".join(at_own_rate(e, hz, rung_name("", hz))
+                                         for hz in ladder for e in s.events),
+                "-D", "-1", "--control", "fd:%d" % control_fd]
+    elif own:
         args = ["record", "-e", ",".join(own), "-c", "1"]
     else:
         args = ["record", "-e", ",".join(s.events), "-F", str(s.frequency)]
     if s.callgraph:
         args.append("--call-graph=" + s.callgraph)
-    pages = mmap_pages_for(s.frequency, s.callgraph == "dwarf")
+    pages = mmap_pages_for(max(ladder) if ladder else s.frequency, s.callgraph == "dwarf")
     # (Switches come at any rate: with them, at least perf's default of 128 pages.)
     args += ["-m", str(max(pages, 128) if off_cpu else pages)]
     if prompt and not off_cpu:  # (woken per sample, perf drops switches)
@@ -2586,11 +2625,13 @@ class OverheadGovernor(object):
     down when over by a tenth (DWARF given up for frame pointers first), after two readings
     (one when over twice the budget), back up only when six say it is well under, at most
     doubling, never past what was asked; the three intervals after a start or a change are not
-    judged (perf starting). From one rate read all of the cost is the rate's; once two rates
-    were read, cost = fixed + per_hz x rate."""
+    judged (perf starting; one along a ladder of rates perf holds, where nothing restarts).
+    From one rate read all of the cost is the rate's; once two rates were read, cost = fixed +
+    per_hz x rate."""
     SETTLE = 3  # intervals not judged after a start or a change
+    RUNG_RATIO = 0.8
 
-    def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1):
+    def __init__(self, budget_pct, asked_hz, dwarf, fp_works, min_hz=1, rungs=0):
         self.budget, self.asked_hz, self.dwarf, self.fp_works = budget_pct, asked_hz, dwarf, \
             fp_works
         self.min_hz = max(1, min(min_hz, asked_hz))
@@ -2598,6 +2639,27 @@ class OverheadGovernor(object):
         self.before = None  # (hz, cost): the rate before this one, as its readings judged it
         self.at = [-1, [], 0]  # the rate in use, its last five readings and their count
         self.hz = asked_hz  # the rate to sample at now (what was asked stays the run's)
+        # Rates perf record holds at once (asked x 0.8^k, `rungs` of them): a change among them
+        # restarts nothing, so it is judged from the next interval on.
+        self.rungs = rungs
+        self.ladder = self._make_ladder()
+
+    def _make_ladder(self):
+        out, hz = [], float(self.asked_hz)
+        for _ in range(self.rungs if self.rungs >= 2 else 0):
+            r = int(math.floor(hz + 0.5))
+            if r < self.min_hz or (out and r >= out[-1]):
+                break
+            out.append(r)
+            hz *= self.RUNG_RATIO
+        return out if len(out) >= 2 else []
+
+    def _rung_at_or_under(self, nxt):
+        """`nxt` as the ladder's highest rate at or under it, where the ladder reaches so low
+        (under it: the rate itself, a restart)."""
+        if not self.ladder or nxt < self.ladder[-1]:
+            return nxt
+        return next(r for r in self.ladder if r <= nxt)
 
     def feed_now(self, cost):
         """The cost of the last interval at the rate held now; a change is taken as made."""
@@ -2611,11 +2673,13 @@ class OverheadGovernor(object):
         self.asked_hz = self.hz = max(1, hz)
         self.min_hz = min(self.min_hz, self.asked_hz)
         self.before, self.at, self.skip = None, [-1, [], 0], self.SETTLE
+        self.ladder = self._make_ladder()
 
     def effective(self, settings):
         """`settings` at the rate and call graphs it holds now (a copy)."""
         s = copy.copy(settings)
         s.frequency = self.hz
+        s.ladder = self.ladder if self.hz in self.ladder else None  # (held at once, where on it)
         s.prompt = False  # (perf woken per sample costs more at 300 Hz than buffered at 999)
         if not self.dwarf and s.callgraph == "dwarf":
             s.callgraph = "fp"
@@ -2656,29 +2720,38 @@ class OverheadGovernor(object):
         budget = self.budget
         first_rate = self.before is None  # (after a change: three readings, the restart's tail)
 
-        def changed():
-            self.skip, self.before, self.at = self.SETTLE, (hz, cost), [-1, [], 0]
+        def changed(nxt):
+            # Along the ladder perf holds nothing restarts: the next interval is the rate's.
+            cheap = nxt != hz and hz in self.ladder and nxt in self.ladder
+            self.skip, self.before, self.at = 1 if cheap else self.SETTLE, (hz, cost), [-1, [], 0]
         # down when over by a tenth at the first rate, by a fifth at one this chose
         if cost > budget * (1.1 if first_rate else 1.2) and (
                 (self.at[2] >= 2 or cost > budget * 2) if first_rate else self.at[2] >= 3):
             if self.dwarf and self.fp_works:
                 self.dwarf = False
-                changed()
+                changed(hz)
                 self.before = None  # (another call-graph mode: another cost per Hz)
                 return hz, True, ("profiling cost %.2f %% of a core, over --max-overhead %.2f %%: "
                                   "frame-pointer call graphs instead of DWARF" % (cost, budget))
-            nxt = int(min(max(math.floor(self._aim(cost, hz, budget * 0.9)), self.min_hz), hz))
+            nxt = self._rung_at_or_under(
+                int(min(max(math.floor(self._aim(cost, hz, budget * 0.9)), self.min_hz), hz)))
             if nxt == hz:
                 return None
-            changed()
+            changed(nxt)
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, over --max-overhead "
                                 "%.2f %%: sampling at %d Hz" % (cost, hz, budget, nxt))
+        # up after six readings under half; along the ladder (nothing restarts) one rate up as
+        # soon as three say its cost, grown with the rate, stays under the aim
+        nxt = 0
         if self.at[2] >= 6 and cost < budget * 0.5 and hz < self.asked_hz:
-            nxt = int(min(max(math.floor(min(self._aim(cost, hz, budget * 0.9), 2.0 * hz)), hz),
-                          self.asked_hz))
-            if nxt == hz:
-                return None
-            changed()
+            nxt = self._rung_at_or_under(int(min(max(
+                math.floor(min(self._aim(cost, hz, budget * 0.9), 2.0 * hz)), hz), self.asked_hz)))
+        elif self.at[2] >= 3 and hz in self.ladder and hz != self.ladder[0]:
+            above = self.ladder[self.ladder.index(hz) - 1]
+            if cost * above / hz < budget * 0.9:
+                nxt = above
+        if nxt > hz:
+            changed(nxt)
             return nxt, False, ("profiling cost %.2f %% of a core at %d Hz, under --max-overhead "
                                 "%.2f %%: sampling at %d Hz (asked: %d)"
                                 % (cost, hz, budget, nxt, self.asked_hz))
@@ -3065,6 +3138,34 @@ class Collection(object):
         self.discard = False  # stopped without draining: the unprinted rest is dropped
         self.cut_requested = False  # the chunk being made goes now (a capture's end)
         self.done = threading.Event()
+        # A ladder of rates perf record holds (s.ladder): the write end of its control pipe
+        # and the rate enabled now.
+        self.control, self.rate = None, 0
+
+    def set_rate(self, hz):
+        """Samples at `hz` from now, a rate of the ladder perf record holds, without restarting
+        it. False when it is not one, or perf no longer listens: a restart is the caller's."""
+        with self.lock:
+            if self.control is None or hz not in (getattr(self.s, "ladder", None) or []):
+                return False
+            if hz == self.rate:
+                return True
+            # A few lines, under PIPE_BUF: written whole or not at all (a perf that stopped
+            # reading).
+            text = rung_commands(self.s, self.rate, hz).encode()
+            try:
+                if len(text) > select.PIPE_BUF or os.write(self.control, text) != len(text):
+                    return False
+            except OSError:
+                return False
+            self.rate = hz
+            return True
+
+    def _close_control(self):
+        with self.lock:
+            if self.control is not None:
+                os.close(self.control)
+                self.control = None
 
     @property
     def lost_samples(self):
@@ -3222,17 +3323,36 @@ class Collection(object):
             self._send(held)
 
     def _run_pipeline(self, prompt):
+        control = None
         try:
             # Periods asked for (--output): perf record bounds the run itself (its workload
             # sleeps through all of them), so the recording lasts what was asked however long
             # perf takes to start; a SIGINT at the end could reach a perf still starting.
             bound = [sleep_program(), "%f" % (float(self.s.duration) * self.s.periods)] \
                 if self.s.periods else None
-            rec, scr = start_pipeline(self.perf, record_args(self.s, "-", bound, prompt),
-                                      self._script_args("-"))
+            # A ladder of rates: perf record listens on a pipe of its own for the one to use.
+            control = os.pipe() if getattr(self.s, "ladder", None) and ladder_possible(self.s) \
+                else None
+            try:
+                rec, scr = start_pipeline(
+                    self.perf, record_args(self.s, "-", bound, prompt,
+                                           control[0] if control else None),
+                    self._script_args("-"), (control[0],) if control else ())
+            finally:
+                if control:
+                    os.close(control[0])
         except OSError as e:
+            if control:
+                os.close(control[1])
             self._cannot_run(e)
             return
+        if control:
+            self._close_control()
+            os.set_blocking(control[1], False)  # (a perf that stopped reading blocks nothing)
+            with self.lock:
+                self.control, self.rate = control[1], 0
+            if not self.set_rate(self.s.frequency):
+                self._close_control()
         self.script = scr
         self._adopt_record(rec)
         self._start_stat()
@@ -3290,6 +3410,7 @@ class Collection(object):
         for f in (rec.stderr, scr.stdout, scr.stderr):
             f.close()
         self._wait_for(rec, scr)
+        self._close_control()
         self._record_ended(rec.returncode)
         self.record_err = bytes(bufs["rerr"])
         self._fail_if_empty(bytes(bufs["rerr"] or bufs["serr"]).decode("utf-8", "replace"))
@@ -5131,7 +5252,8 @@ class Session(object):
                 if run.overhead_asked > 0:
                     modes = self.caps.callgraph_modes if self.caps else []
                     run.governor = OverheadGovernor(run.overhead_asked, s.frequency,
-                                                    s.callgraph == "dwarf", "fp" in modes)
+                                                    s.callgraph == "dwarf", "fp" in modes,
+                                                    rungs=self._ladder_rungs(s))
                     run.meter = CostMeter()
         # The chunks go to the run's outbox; a flush waits while the link still holds
         # earlier data, or there is no link.
@@ -5142,6 +5264,22 @@ class Session(object):
             self.state = "profiling"
         c.start()
         self._watch_overhead()
+
+    def _ladder_rungs(self, s):
+        """How many rates perf record may hold at once for a run of `s`: where its control
+        descriptor takes event names and the events take a rate each — a file descriptor per
+        event, rate and thread (or CPU), at most 1,000 of them (the usual limit: 1,024)."""
+        version = self.caps.perf_version if self.caps else \
+            (getattr(self, "platform", None) or {}).get("perf_version", "")
+        if s.rounds or not ladder_possible(s) or not perf_enables_by_name(version):
+            return 0
+        units = os.cpu_count() or 1
+        if s.pid:
+            try:
+                units = len(os.listdir("/proc/%d/task" % s.pid))
+            except OSError:
+                units = 1
+        return max(0, min(1000 // (max(1, units) * len(s.events)), 16))
 
     def _watch_overhead(self):
         # One loop at a time, the attached session's: a loop of a session gone ends at its
@@ -5156,8 +5294,8 @@ class Session(object):
 
     def _overhead_loop(self):
         """--max-overhead: every 5 s the cost of profiling against the budget; a change of
-        rate restarts the collection (the run's, whatever the link does meanwhile) and is said
-        in a state notice."""
+        rate enables a rate of the ladder perf record holds, or else restarts the collection
+        (the run's, whatever the link does meanwhile), and is said in a state notice."""
         run = self.profiling_run
 
         def watching():
@@ -5176,6 +5314,12 @@ class Session(object):
                 if change is None:
                     continue
                 self.log(change[2])
+                # A rate perf record already holds: told, nothing restarts.
+                c = self.current
+                if not change[1] and c is not None and c.set_rate(change[0]):
+                    if not self.closed:
+                        self.send_state(change[2])
+                    continue
                 with run.control:
                     self.end_collection()
                     if self.state != "profiling" or self.current is not None or \

@@ -69,6 +69,21 @@ bool is_misc(std::string_view t) noexcept {
     return true;
 }
 
+// An agent held to an overhead budget samples each event at several rates, one at a time,
+// each by a name of its own ("cpu-clock.250hz", "cycles:u.99hz": agent/perf_commands.hpp,
+// rung_name): the event itself, its samples weighed by their periods as any other's.
+std::string_view rung_base(std::string_view event) noexcept {
+    if (!event.ends_with("hz"))
+        return event;
+    const auto dot = event.rfind('.');
+    if (dot == std::string_view::npos || dot == 0 || dot + 3 >= event.size())
+        return event;
+    for (const char c : event.substr(dot + 1, event.size() - 2 - dot - 1))
+        if (c < '0' || c > '9')
+            return event;
+    return event.substr(0, dot);
+}
+
 // "sched:sched_switch", "probe_app:main": a subsystem and a name. "cycles:u" or
 // "cpu-clock:pppH" is an event with modifiers.
 bool is_tracepoint(std::string_view event) noexcept {
@@ -289,7 +304,7 @@ bool read_header_at(std::string_view l, std::size_t time_begin, std::size_t colo
     out.switch_in = false;
     out.time_ns = parse_time(l.substr(time_begin, colon - time_begin));
     out.period = period;
-    out.event = first.substr(0, first.size() - 1);
+    out.event = rung_base(first.substr(0, first.size() - 1));
     out.rest = right;
     return true;
 }
