@@ -86,6 +86,9 @@ public:
     // The rates perf record is to hold at once, highest first (empty: one rate at a time).
     const std::vector<int>& ladder() const noexcept { return ladder_; }
     static constexpr double rung_ratio = 0.8;
+    // The change answered last restarted perf after all (the ladder's rate could not be set):
+    // its start is not judged.
+    void restarted() noexcept { skip_ = settle_intervals; }
     bool dwarf() const noexcept { return dwarf_; }
     double last_cost() const noexcept { return last_cost_; }
     const settings& asked() const noexcept { return s_; }

@@ -69,10 +69,13 @@ std::string rung_name(std::string_view event, int hz) {
 }
 
 bool ladder_possible(const record_settings& s) {
-    if (s.off_cpu || s.events.empty())
+    // perf reads a control command of at most 63 bytes ("disable NAME"): longer names would be
+    // cut and not found; and a change's lines go in one write under PIPE_BUF.
+    if (s.off_cpu || s.events.empty() || s.events.size() > 16)
         return false;
-    return std::all_of(s.events.begin(), s.events.end(),
-                       [](const std::string& e) { return at_own_rate(e, 99).has_value(); });
+    return std::all_of(s.events.begin(), s.events.end(), [](const std::string& e) {
+        return at_own_rate(e, 99).has_value() && ("disable " + rung_name(e, 999999)).size() <= 62;
+    });
 }
 
 std::string rung_commands(const record_settings& s, int from, int to) {
@@ -246,7 +249,12 @@ std::string perf_complaint(std::string_view text) {
         const auto nl = text.find('\n');
         const auto line = trim(text.substr(0, nl));
         text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-        if (line.empty() || line.starts_with("[ perf record:"))
+        // (What perf says of its control commands is not a complaint: "Events disabled",
+        // "Event cpu-clock.511hz enabled".)
+        if (line.empty() || line.starts_with("[ perf record:") || line == "Events disabled" ||
+            line == "Events enabled" ||
+            (line.starts_with("Event ") &&
+             (line.ends_with(" enabled") || line.ends_with(" disabled"))))
             continue;
         said += said.empty() ? std::string(line) : " " + std::string(line);
         // perf often says "Error:" alone on a line, and why on the next.

@@ -1640,6 +1640,7 @@ asio::awaitable<void> session::overhead_loop() {
         // Else the collection restarts at the new rate: the run's, whatever the link does
         // meanwhile (a stop or pause meanwhile ends it; the next start begins from what was
         // asked).
+        run_->governor->restarted();
         co_await end_collection();
         if (run_->now != run_state::state::profiling || run_->current ||
             (closed_ && data_mode_ == data_mode::legacy))

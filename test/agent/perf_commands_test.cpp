@@ -152,6 +152,12 @@ TEST_CASE("a ladder of rates: each event at every rate by a name of its own, non
         const auto one = record_args(t, "-");
         CHECK(std::find(one.begin(), one.end(), "--control") == one.end());
     }
+    // perf reads a control command of at most 63 bytes: an event whose "disable NAME" could be
+    // longer holds one rate.
+    record_settings longer{{std::string(45, 'a')}, 99, "fp", 42};
+    CHECK(ladder_possible(longer));
+    longer.events[0] += "b";
+    CHECK_FALSE(ladder_possible(longer));
     // perf's control by event name: asked of 5.13 and later.
     CHECK(perf_enables_by_name("perf version 6.1.187"));
     CHECK(perf_enables_by_name("perf version 5.13.0-rc1"));
@@ -186,6 +192,9 @@ TEST_CASE("perf's complaint: the first line that says something, with the reason
           "(cpu-clock).");
     CHECK(perf_complaint("Error:\n") == "Error:");
     CHECK(perf_complaint("\n \n") == "");
+    // What perf says of a ladder's control commands is not the complaint.
+    CHECK(perf_complaint("Events disabled\nEvent cpu-clock.999hz enabled\nfailed to mmap: No "
+                         "memory\n") == "failed to mmap: No memory");
 }
 
 TEST_CASE("a probe sweeps the scratch directories killed agents left, and nothing else",

@@ -547,8 +547,11 @@ def rung_name(event, hz):
 def ladder_possible(s):
     """Whether perf record may hold a ladder of rates for `s`: every event takes a rate term of
     its own, no off-CPU switches (their own rates and -c 1)."""
-    return bool(s.events) and not getattr(s, "off_cpu", False) and \
-        all(at_own_rate(e, 99) is not None for e in s.events)
+    # (perf reads a control command of at most 63 bytes, "disable NAME": longer names would be
+    # cut and not found; a change's lines go in one write under PIPE_BUF)
+    return bool(s.events) and len(s.events) <= 16 and not getattr(s, "off_cpu", False) and \
+        all(at_own_rate(e, 99) is not None and len("disable " + rung_name(e, 999999)) <= 62
+            for e in s.events)
 
 
 def rung_commands(s, from_hz, to_hz):
@@ -1164,7 +1167,11 @@ def perf_complaint(text):
     said = ""
     for line in text.split("\n"):
         line = line.strip(" \t\r")
-        if line and not line.startswith("[ perf record:"):
+        # (what perf says of its control commands is not a complaint: "Events disabled",
+        # "Event cpu-clock.511hz enabled")
+        control = line in ("Events disabled", "Events enabled") or (
+            line.startswith("Event ") and line.endswith((" enabled", " disabled")))
+        if line and not line.startswith("[ perf record:") and not control:
             said = line if not said else said + " " + line
             if said != "Error:":
                 break
@@ -2668,6 +2675,11 @@ class OverheadGovernor(object):
             self.hz = change[0]
         return change
 
+    def restarted(self):
+        """The change answered last restarted perf after all (the ladder's rate could not be
+        set): its start is not judged."""
+        self.skip = self.SETTLE
+
     def ask(self, hz):
         """The user set another rate (configure): asked and used from now."""
         self.asked_hz = self.hz = max(1, hz)
@@ -3330,9 +3342,13 @@ class Collection(object):
             # perf takes to start; a SIGINT at the end could reach a perf still starting.
             bound = [sleep_program(), "%f" % (float(self.s.duration) * self.s.periods)] \
                 if self.s.periods else None
-            # A ladder of rates: perf record listens on a pipe of its own for the one to use.
-            control = os.pipe() if getattr(self.s, "ladder", None) and ladder_possible(self.s) \
-                else None
+            # A ladder of rates: perf record listens on a pipe of its own for the one to use
+            # (none to be had: one rate).
+            if getattr(self.s, "ladder", None) and ladder_possible(self.s):
+                try:
+                    control = os.pipe()
+                except OSError:
+                    self.s.ladder = None
             try:
                 rec, scr = start_pipeline(
                     self.perf, record_args(self.s, "-", bound, prompt,
@@ -5314,12 +5330,18 @@ class Session(object):
                 if change is None:
                     continue
                 self.log(change[2])
-                # A rate perf record already holds: told, nothing restarts.
-                c = self.current
-                if not change[1] and c is not None and c.set_rate(change[0]):
+                # A rate perf record already holds: told, nothing restarts (unless a configure
+                # meanwhile asked another rate: the change is no longer the run's).
+                with run.control:
+                    c = self.current
+                    if run.governor is None or run.governor.hz != change[0]:
+                        continue
+                    told = not change[1] and c is not None and c.set_rate(change[0])
+                if told:
                     if not self.closed:
                         self.send_state(change[2])
                     continue
+                run.governor.restarted()
                 with run.control:
                     self.end_collection()
                     if self.state != "profiling" or self.current is not None or \
