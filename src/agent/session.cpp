@@ -29,8 +29,6 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 namespace agent {
 using namespace asio::experimental::awaitable_operators;
 namespace json = boost::json;
@@ -1591,12 +1589,9 @@ int session::ladder_rungs() const {
         return 0;
     long units = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
     if (rec.pid) {
-        std::error_code ec;
-        units = 0;
-        for (auto it = std::filesystem::directory_iterator(
-                 "/proc/" + std::to_string(*rec.pid) + "/task", ec);
-             !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-            ++units;
+        const auto text = procfs::read_file("/proc/" + std::to_string(*rec.pid) + "/stat");
+        const auto st = text ? procfs::parse_pid_stat(*text) : std::nullopt;
+        units = st ? static_cast<long>(st->threads) : 1;
     }
     const long per_rate = std::max(1L, units) * static_cast<long>(rec.events.size());
     return static_cast<int>(std::clamp(1000 / per_rate, 0L, 16L));

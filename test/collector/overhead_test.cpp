@@ -1,6 +1,7 @@
 // An overhead budget end to end: the real agent profiling a busy process at 999 Hz with real
 // perf, told --max-overhead 1, lowers its rate, says so in the session, and the views stay
 // right (weighed by period).
+#include "agent/procfs.hpp"
 #include "support/agents.hpp"
 #include "support/collector_proc.hpp"
 #include "support/fixtures.hpp"
@@ -13,13 +14,10 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <unistd.h>
-#include <vector>
 
 using namespace std::chrono_literals;
 namespace json = boost::json;
@@ -28,25 +26,23 @@ namespace {
 
 // How long ago (s) the perf record `agent` runs began, from /proc (nullopt: none runs).
 std::optional<double> perf_record_age(int agent) {
-    double uptime = 0;
-    std::ifstream("/proc/uptime") >> uptime;
-    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-        std::ifstream stat(e.path() / "stat");
-        std::string line;
-        if (!std::getline(stat, line) || line.rfind(')') == std::string::npos)
-            continue;
-        std::istringstream rest(line.substr(line.rfind(')') + 2));
-        std::string field;
-        std::vector<std::string> f;
-        while (rest >> field)
-            f.push_back(field);
-        // (fields from the state on: ppid is the second, starttime the twentieth)
-        if (f.size() < 20 || std::stoi(f[1]) != agent)
-            continue;
-        std::ifstream cmd(e.path() / "cmdline");
-        const std::string args((std::istreambuf_iterator<char>(cmd)), {});
-        if (args.find(std::string("record") + '\0') != std::string::npos)
-            return uptime - std::stod(f[19]) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    const double uptime =
+        agent::procfs::parse_uptime(agent::procfs::read_file("/proc/uptime").value_or(""));
+    // (the agent's children, as the kernel lists them under the thread that started each)
+    std::string listed;
+    std::error_code ec;
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(agent) + "/task", ec))
+        listed += agent::procfs::read_file(task.path().string() + "/children").value_or("") + " ";
+    std::istringstream children(listed);
+    for (int pid = 0; children >> pid;) {
+        const auto base = "/proc/" + std::to_string(pid);
+        const auto args = agent::procfs::read_file(base + "/cmdline").value_or("");
+        const auto st =
+            agent::procfs::parse_pid_stat(agent::procfs::read_file(base + "/stat").value_or(""));
+        if (st && args.find(std::string("record") + '\0') != std::string::npos)
+            return uptime - static_cast<double>(st->start_time) /
+                                static_cast<double>(::sysconf(_SC_CLK_TCK));
     }
     return std::nullopt;
 }
